@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs every Debian package the build and the tests need. Idempotent: prints
+# nothing and changes nothing when all are present. Uses sudo when not root.
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  build-essential cmake ninja-build pkg-config git
+  # libraries
+  nlohmann-json3-dev libfmt-dev libpcre2-dev libutf8proc-dev libsentencepiece-dev
+  libboost-dev libyaml-cpp-dev
+  # tests and tools
+  googletest libgtest-dev libgmock-dev libbenchmark-dev clang clang-format
+  libclang-rt-14-dev nodejs npm curl ca-certificates python3
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "setup: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq >/dev/null
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,14 @@
+// The subcommands of the `tachyon` binary. Each takes the arguments after its name
+// and returns the process exit code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tachyon::cli {
+
+using CommandArgs = std::vector<std::string>;
+
+int cmd_version(const CommandArgs& args);
+
+}  // namespace tachyon::cli

@@ -1,0 +1,31 @@
+#include "core/json.h"
+
+#include "core/error.h"
+#include "core/mmap.h"
+
+namespace tachyon {
+
+Json parse_json(std::string_view text, std::string_view what, int max_depth) {
+  int depth = 0;
+  bool too_deep = false;
+  auto callback = [&](int d, Json::parse_event_t event, Json&) {
+    if (event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) {
+      depth = d;
+      if (d >= max_depth) too_deep = true;
+    }
+    return !too_deep;
+  };
+  Json j;
+  try {
+    j = Json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/true,
+                    /*ignore_comments=*/false);
+  } catch (const Json::parse_error& e) {
+    raise<InvalidArgument>("{}: invalid JSON: {}", what, e.what());
+  }
+  if (too_deep) raise<InvalidArgument>("{}: JSON nested deeper than {}", what, max_depth);
+  return j;
+}
+
+Json load_json_file(const std::string& path) { return parse_json(read_file(path), path); }
+
+}  // namespace tachyon

@@ -1,0 +1,59 @@
+// The contract between the engine and a model: one step's batch in, logits out.
+// The engine deals in integers (token ids, positions, block ids); the model owns the
+// weights and the paged KV cache and runs the decoder over the batch.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tachyon {
+
+// One step over several sequences. Each sequence contributes a contiguous run of
+// tokens (a prefill chunk, or one token when decoding), sequence after sequence.
+struct ForwardBatch {
+  std::vector<int32_t> token_ids;  // [num_tokens]
+  std::vector<int32_t> positions;  // [num_tokens] position of each token in its sequence
+
+  // Per sequence; num_seqs = query_start.size() - 1.
+  std::vector<int32_t> query_start;   // [num_seqs + 1] offsets into token_ids
+  std::vector<int32_t> context_lens;  // [num_seqs] tokens in the cache after this step
+                                      // (already cached + this step's)
+  // [num_seqs, max_blocks_per_seq] physical block ids of each sequence's KV blocks in
+  // order; entries past a sequence's last block are -1.
+  std::vector<int32_t> block_tables;
+  int32_t max_blocks_per_seq = 0;
+
+  // Rows of token_ids whose logits the step returns, in this order (usually the last
+  // token of each sequence; every prompt row for prompt logits).
+  std::vector<int32_t> logits_rows;
+
+  int32_t num_seqs() const { return static_cast<int32_t>(query_start.size()) - 1; }
+  int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
+};
+
+// What a model offers the engine. The decoder implements it; tests may fake it.
+class LanguageModel {
+ public:
+  virtual ~LanguageModel() = default;
+
+  virtual int32_t vocab_size() const = 0;
+  // The longest sequence (prompt + generated) the model supports.
+  virtual int32_t max_seq_len() const = 0;
+
+  // Bytes of KV cache one block of `block_size` tokens takes across all layers.
+  virtual size_t kv_bytes_per_block(int32_t block_size) const = 0;
+  // (Re)allocates the paged KV cache: num_blocks blocks of block_size tokens.
+  virtual void init_kv_cache(int32_t num_blocks, int32_t block_size) = 0;
+  // Copies whole blocks (src -> dst) in every layer: copy-on-write for shared prefixes.
+  virtual void copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) = 0;
+
+  // Runs the decoder over the batch: writes this step's K/V into the cache blocks named
+  // by the block tables and returns float32 logits [logits_rows.size(), vocab_size] on
+  // the CPU. Throws InvalidArgument on an inconsistent batch.
+  virtual Tensor forward(const ForwardBatch& batch) = 0;
+};
+
+}  // namespace tachyon
