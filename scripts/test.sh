@@ -4,5 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
+bash scripts/fetch_tokenizers.sh "${TACHYON_BUILD_DIR:-build}/tokenizers"
 cd "${TACHYON_BUILD_DIR:-build}"
 ctest --output-on-failure --parallel "$(nproc)" --timeout 900
