@@ -8,6 +8,7 @@
 #include "core/checked.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "io/tensor_source.h"
 
 namespace tachyon {
 
@@ -200,14 +201,6 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size,
   });
   check_no_overlap(h.entries, what);
   return h;
-}
-
-Tensor view_or_copy(const uint8_t* data, Shape shape, DType dtype, std::shared_ptr<void> owner) {
-  if (reinterpret_cast<uintptr_t>(data) % dtype_size(dtype) == 0)
-    return Tensor::wrap(const_cast<uint8_t*>(data), std::move(shape), dtype, std::move(owner));
-  Tensor t = Tensor::empty(std::move(shape), dtype);
-  if (t.nbytes() > 0) std::memcpy(t.raw(), data, t.nbytes());
-  return t;
 }
 
 std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {

@@ -64,10 +64,6 @@ class SafetensorsFile {
   std::map<std::string, size_t> index_;
 };
 
-// A view of `nbytes` at `data` as a tensor owned by `owner`, copied into fresh aligned
-// memory when `data` is not aligned to the element size.
-Tensor view_or_copy(const uint8_t* data, Shape shape, DType dtype, std::shared_ptr<void> owner);
-
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 // Writes CPU tensors (names unique) and string metadata as a safetensors file,

@@ -28,6 +28,10 @@ class TensorSource {
 
 // Opens one weights file by its extension: *.safetensors or a torch zip (*.bin, *.pt,
 // *.pth). Throws NotFound / InvalidArgument naming the path.
+// A view of the tensor's bytes at `data`, owned by `owner`; copied into fresh aligned
+// memory when `data` is not aligned to the element size.
+Tensor view_or_copy(const uint8_t* data, Shape shape, DType dtype, std::shared_ptr<void> owner);
+
 std::unique_ptr<TensorSource> open_tensor_source(const std::string& path);
 std::unique_ptr<TensorSource> open_safetensors_source(const std::string& path);
 std::unique_ptr<TensorSource> open_torch_source(const std::string& path);
