@@ -155,73 +155,104 @@ void run_gemv(const detail::GemmKernels& kern, const float* x, int64_t m, int64_
   });
 }
 
-// One block: rows [i0, i1) of x against weight rows [j0, j1) (at most kNc of them).
-void gemm_block(const detail::GemmKernels& kern, const float* x, int64_t i0, int64_t i1, int64_t k,
-                int64_t ldx, const GemmWeight& w, int64_t j0, int64_t j1) {
+// Packed x: block ib of mr rows starts at xp + ib * stride ([k][mr] floats).
+struct PackedX {
+  const float* data;
+  int64_t stride;
+};
+
+// One block: rows [i0, i1) of x (i0 a multiple of mr) against weight rows [j0, j1).
+void gemm_block(const detail::GemmKernels& kern, const PackedX& xp, int64_t i0, int64_t i1,
+                int64_t k, const GemmWeight& w, int64_t j0, int64_t j1) {
   const int64_t mr = kern.mr, nr = kern.nr, kc = kern.kc;
   const int64_t panels = (j1 - j0 + nr - 1) / nr;
   float* panel = scratch(static_cast<size_t>(panels * kc * nr + mr * nr + nr));
-  float* tile = panel + panels * kc * nr;  // [mr][nr] for partial tiles
-  float* bias_pad = tile + mr * nr;        // [nr]
+  float* tile_buf = panel + panels * kc * nr;  // [mr][nr] for partial tiles
+  float* bias_pad = tile_buf + mr * nr;        // [nr]
   for (int64_t p0 = 0; p0 < k; p0 += kc) {
     const int64_t kcb = std::min(kc, k - p0);
     const bool last = p0 + kcb == k;
     for (int64_t s = 0; s < panels; ++s) {
       const int64_t jj = j0 + s * nr;
-      kern.pack(w.w, w.dtype, k, jj, std::min(nr, j1 - jj), p0, kcb, panel + s * kc * nr);
+      kern.pack_w(w.w, w.dtype, k, jj, std::min(nr, j1 - jj), p0, kcb, panel + s * kc * nr);
     }
-    for (int64_t i = i0; i < i1; i += mr) {
+    auto tile = [&](int64_t i, int64_t s) {
       const int rows = static_cast<int>(std::min(mr, i1 - i));
-      const float* xi = x + i * ldx + p0;
-      for (int64_t s = 0; s < panels; ++s) {
-        const int64_t jj = j0 + s * nr;
-        const int64_t cols = std::min(nr, j1 - jj);
-        const float* bias = last && w.bias != nullptr ? w.bias + jj : nullptr;
-        float* yt = w.y + i * w.ldy + jj;
-        if (cols == nr) {
-          kern.micro(rows, xi, ldx, panel + s * kc * nr, kcb, yt, w.ldy, p0 > 0, bias);
-          continue;
-        }
-        // Partial tile: compute nr columns into the side tile, copy the valid ones.
-        for (int r = 0; r < rows; ++r) {
-          if (p0 > 0) std::memcpy(tile + r * nr, yt + r * w.ldy, cols * sizeof(float));
-          std::fill(tile + r * nr + (p0 > 0 ? cols : 0), tile + (r + 1) * nr, 0.f);
-        }
-        if (bias != nullptr) {
-          std::memcpy(bias_pad, bias, cols * sizeof(float));
-          std::fill(bias_pad + cols, bias_pad + nr, 0.f);
-        }
-        kern.micro(rows, xi, ldx, panel + s * kc * nr, kcb, tile, nr, p0 > 0,
-                   bias != nullptr ? bias_pad : nullptr);
-        for (int r = 0; r < rows; ++r) {
-          std::memcpy(yt + r * w.ldy, tile + r * nr, cols * sizeof(float));
-        }
+      const float* xi = xp.data + (i / mr) * xp.stride + p0 * mr;
+      const int64_t jj = j0 + s * nr;
+      const int64_t cols = std::min(nr, j1 - jj);
+      const float* bias = last && w.bias != nullptr ? w.bias + jj : nullptr;
+      float* yt = w.y + i * w.ldy + jj;
+      if (cols == nr) {
+        kern.micro(rows, xi, panel + s * kc * nr, kcb, yt, w.ldy, p0 > 0, bias);
+        return;
       }
+      // Partial tile: compute nr columns into the side tile, copy the valid ones.
+      for (int r = 0; r < rows; ++r) {
+        if (p0 > 0) std::memcpy(tile_buf + r * nr, yt + r * w.ldy, cols * sizeof(float));
+        std::fill(tile_buf + r * nr + (p0 > 0 ? cols : 0), tile_buf + (r + 1) * nr, 0.f);
+      }
+      if (bias != nullptr) {
+        std::memcpy(bias_pad, bias, cols * sizeof(float));
+        std::fill(bias_pad + cols, bias_pad + nr, 0.f);
+      }
+      kern.micro(rows, xi, panel + s * kc * nr, kcb, tile_buf, nr, p0 > 0,
+                 bias != nullptr ? bias_pad : nullptr);
+      for (int r = 0; r < rows; ++r) {
+        std::memcpy(yt + r * w.ldy, tile_buf + r * nr, cols * sizeof(float));
+      }
+    };
+    // A block of x (mr x kcb) stays in L1 while it meets every panel in turn.
+    for (int64_t i = i0; i < i1; i += mr) {
+      for (int64_t s = 0; s < panels; ++s) tile(i, s);
     }
   }
 }
 
 constexpr int64_t kNc = 128;  // weight rows per GEMM block (a multiple of every nr)
 
+// The caller's buffer for packed x (a job's workers only read it).
+float* packed_x_buffer(size_t floats) {
+  struct Deleter {
+    void operator()(float* p) const { ::operator delete[](p, std::align_val_t(64)); }
+  };
+  thread_local std::unique_ptr<float[], Deleter> buf;
+  thread_local size_t cap = 0;
+  if (floats > cap) {
+    buf.reset(static_cast<float*>(::operator new[](floats * sizeof(float), std::align_val_t(64))));
+    cap = floats;
+  }
+  return buf.get();
+}
+
 void run_gemm(const detail::GemmKernels& kern, const float* x, int64_t m, int64_t k, int64_t ldx,
               std::span<const GemmWeight> weights, ThreadPool& pool) {
+  const int64_t mr = kern.mr;
+  const int64_t mblocks = (m + mr - 1) / mr;
+  // Each block's slot has room for the kernel's overrun and stays 64-byte aligned.
+  const int64_t stride = (k * mr + 16 + 15) / 16 * 16;
+  float* xbuf = packed_x_buffer(static_cast<size_t>(mblocks * stride));
+  pool.run(mblocks, [&](int64_t ib) {
+    const int rows = static_cast<int>(std::min(mr, m - ib * mr));
+    kern.pack_x(x + ib * mr * ldx, ldx, rows, k, xbuf + ib * stride);
+  });
+  const PackedX xp{xbuf, stride};
+
   Blocks blocks(weights, kNc);
   // Few column blocks (small n): split the rows too, so every thread has work.
   const int64_t threads = pool.num_threads();
   int64_t row_parts = 1;
   if (blocks.total < threads * 2) {
-    row_parts = std::min<int64_t>((threads * 2 + blocks.total - 1) / blocks.total,
-                                  (m + kern.mr - 1) / kern.mr);
+    row_parts = std::min<int64_t>((threads * 2 + blocks.total - 1) / blocks.total, mblocks);
   }
-  int64_t rows = (m + row_parts - 1) / row_parts;
-  rows = (rows + kern.mr - 1) / kern.mr * kern.mr;
+  const int64_t rows = (mblocks + row_parts - 1) / row_parts * mr;
   row_parts = (m + rows - 1) / rows;
   pool.run(blocks.total * row_parts, [&](int64_t t) {
     size_t e;
     int64_t j0, j1;
     blocks.find(t / row_parts, e, j0, j1);
     const int64_t i0 = (t % row_parts) * rows;
-    gemm_block(kern, x, i0, std::min(m, i0 + rows), k, ldx, weights[e], j0, j1);
+    gemm_block(kern, xp, i0, std::min(m, i0 + rows), k, weights[e], j0, j1);
   });
 }
 

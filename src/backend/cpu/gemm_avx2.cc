@@ -20,9 +20,7 @@ namespace {
 constexpr int kMr = 6;
 constexpr int kNr = 16;
 constexpr int kKc = 256;
-constexpr int kGemvMaxM = 4;              // larger m goes to the blocked GEMM
-constexpr int kGemvChunk = 2;             // rows of x per GEMV tile (16 ymm registers)
-constexpr int kGemvRows = 4;              // weight rows streamed together
+constexpr int kGemvMaxM = 8;              // larger m goes to the blocked GEMM (measured crossover)
 constexpr int64_t kPrefetchAhead = 1024;  // bytes ahead of the loads, per weight row
 
 template <DType D>
@@ -77,11 +75,14 @@ TACHYON_AVX2_INLINE void gemv_tile(const float* x, int64_t ldx, int64_t k, const
   constexpr int64_t kAhead = kPrefetchAhead / sizeof(Elem<D>);
   int64_t p = 0;
   for (; p + 32 <= k; p += 32) {
+    // Past the end of its row, each row's prefetch runs on into the same row of the
+    // next tile (rows are contiguous), so the stream never restarts cold.
+    const int64_t ahead = p + kAhead < k ? kAhead : kAhead + (R - 1) * k;
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + p + kAhead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + p + ahead), _MM_HINT_T0);
       if constexpr (D == DType::kF32) {
-        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + p + kAhead + 16), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + p + ahead + 16), _MM_HINT_T0);
       }
     }
 #pragma GCC unroll 4
@@ -117,34 +118,44 @@ TACHYON_AVX2_INLINE void gemv_tile(const float* x, int64_t ldx, int64_t k, const
   }
 }
 
-// Weight rows outermost: each tile of kGemvRows rows is read from memory once and
-// reused (from L1) by every chunk of kGemvChunk rows of x.
+// Rows from j in tiles of R weight rows, each read from memory once and reused from L1
+// by every chunk of up to 4 rows of x; advances j past the tiles done.
+template <DType D, int R>
+TACHYON_AVX2 void gemv_tiles(const float* x, int64_t m, int64_t k, int64_t ldx, const Elem<D>* w,
+                             int64_t& j, int64_t j1, const float* bias, float* y, int64_t ldy) {
+  for (; j + R <= j1; j += R) {
+    for (int64_t i = 0; i < m; i += 4) {
+      const float* xi = x + i * ldx;
+      float* yi = y + i * ldy;
+      switch (std::min<int64_t>(4, m - i)) {
+        case 1:
+          gemv_tile<D, 1, R>(xi, ldx, k, w, j, bias, yi, ldy);
+          break;
+        case 2:
+          if constexpr (2 * R <= 8) gemv_tile<D, 2, R>(xi, ldx, k, w, j, bias, yi, ldy);
+          break;
+        case 3:
+          if constexpr (3 * R <= 8) gemv_tile<D, 3, R>(xi, ldx, k, w, j, bias, yi, ldy);
+          break;
+        default:
+          if constexpr (4 * R <= 8) gemv_tile<D, 4, R>(xi, ldx, k, w, j, bias, yi, ldy);
+          break;
+      }
+    }
+  }
+}
+
+// More weight rows in flight keep more memory requests outstanding; the accumulators
+// (m x rows ymm registers) bound how many: 8 rows for m = 1, 4 for m = 2, else 2.
 template <DType D>
 TACHYON_AVX2 void gemv_dtype(const float* x, int64_t m, int64_t k, int64_t ldx, const void* wv,
                              int64_t j0, int64_t j1, const float* bias, float* y, int64_t ldy) {
   const auto* w = static_cast<const Elem<D>*>(wv);
-  for (int64_t j = j0; j < j1;) {
-    const bool full = j + kGemvRows <= j1;
-    for (int64_t i = 0; i < m; i += kGemvChunk) {
-      const float* xi = x + i * ldx;
-      float* yi = y + i * ldy;
-      const bool pair = i + 2 <= m;
-      if (full) {
-        if (pair) {
-          gemv_tile<D, 2, kGemvRows>(xi, ldx, k, w, j, bias, yi, ldy);
-        } else {
-          gemv_tile<D, 1, kGemvRows>(xi, ldx, k, w, j, bias, yi, ldy);
-        }
-      } else {
-        if (pair) {
-          gemv_tile<D, 2, 1>(xi, ldx, k, w, j, bias, yi, ldy);
-        } else {
-          gemv_tile<D, 1, 1>(xi, ldx, k, w, j, bias, yi, ldy);
-        }
-      }
-    }
-    j += full ? kGemvRows : 1;
-  }
+  int64_t j = j0;
+  if (m == 1) gemv_tiles<D, 8>(x, m, k, ldx, w, j, j1, bias, y, ldy);
+  if (m <= 2) gemv_tiles<D, 4>(x, m, k, ldx, w, j, j1, bias, y, ldy);
+  gemv_tiles<D, 2>(x, m, k, ldx, w, j, j1, bias, y, ldy);
+  gemv_tiles<D, 1>(x, m, k, ldx, w, j, j1, bias, y, ldy);
 }
 
 void gemv(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DType dtype, int64_t j0,
@@ -187,8 +198,8 @@ TACHYON_AVX2_INLINE void transpose8(__m256 r[8]) {
 }
 
 template <DType D>
-TACHYON_AVX2 void pack_dtype(const void* wv, int64_t k, int64_t j0, int64_t rows, int64_t p0,
-                             int64_t kcb, float* out) {
+TACHYON_AVX2 void pack_w_dtype(const void* wv, int64_t k, int64_t j0, int64_t rows, int64_t p0,
+                               int64_t kcb, float* out) {
   const auto* w = static_cast<const Elem<D>*>(wv);
   const int64_t full = kcb / 8 * 8;
   for (int h = 0; h < kNr / 8; ++h) {
@@ -210,24 +221,44 @@ TACHYON_AVX2 void pack_dtype(const void* wv, int64_t k, int64_t j0, int64_t rows
   }
 }
 
-void pack(const void* w, DType dtype, int64_t k, int64_t j0, int64_t rows, int64_t p0, int64_t kcb,
-          float* out) {
+void pack_w(const void* w, DType dtype, int64_t k, int64_t j0, int64_t rows, int64_t p0,
+            int64_t kcb, float* out) {
   switch (dtype) {
     case DType::kF32:
-      return pack_dtype<DType::kF32>(w, k, j0, rows, p0, kcb, out);
+      return pack_w_dtype<DType::kF32>(w, k, j0, rows, p0, kcb, out);
     case DType::kF16:
-      return pack_dtype<DType::kF16>(w, k, j0, rows, p0, kcb, out);
+      return pack_w_dtype<DType::kF16>(w, k, j0, rows, p0, kcb, out);
     case DType::kBF16:
-      return pack_dtype<DType::kBF16>(w, k, j0, rows, p0, kcb, out);
+      return pack_w_dtype<DType::kBF16>(w, k, j0, rows, p0, kcb, out);
     default:
       TACHYON_CHECK(false, "pack dtype {}", dtype_name(dtype));
+  }
+}
+
+// x rows -> [k][kMr]: 8 columns of up to 8 rows transposed at a time; each store writes
+// 8 floats where kMr are due, the excess being overwritten by the next one.
+TACHYON_AVX2 void pack_x(const float* x, int64_t ldx, int rows, int64_t k, float* out) {
+  static_assert(kMr <= 8);
+  const int64_t full = k / 8 * 8;
+  for (int64_t p = 0; p < full; p += 8) {
+    __m256 r[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      r[i] = i < rows ? _mm256_loadu_ps(x + i * ldx + p) : _mm256_setzero_ps();
+    }
+    transpose8(r);
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; ++q) _mm256_storeu_ps(out + (p + q) * kMr, r[q]);
+  }
+  for (int64_t p = full; p < k; ++p) {
+    for (int i = 0; i < kMr; ++i) out[p * kMr + i] = i < rows ? x[i * ldx + p] : 0.f;
   }
 }
 
 // ---- Microkernel: R x 16 tile of y in 2R ymm accumulators.
 
 template <int R>
-TACHYON_AVX2 void micro_rows(const float* x, int64_t ldx, const float* panel, int64_t kcb, float* y,
+TACHYON_AVX2 void micro_rows(const float* xp, const float* panel, int64_t kcb, float* y,
                              int64_t ldy, bool accumulate, const float* bias) {
   __m256 c[R][2];
 #pragma GCC unroll 16
@@ -235,12 +266,13 @@ TACHYON_AVX2 void micro_rows(const float* x, int64_t ldx, const float* panel, in
     c[i][0] = accumulate ? _mm256_loadu_ps(y + i * ldy) : _mm256_setzero_ps();
     c[i][1] = accumulate ? _mm256_loadu_ps(y + i * ldy + 8) : _mm256_setzero_ps();
   }
+#pragma GCC unroll 2
   for (int64_t p = 0; p < kcb; ++p) {
     const __m256 b0 = _mm256_load_ps(panel + p * kNr);
     const __m256 b1 = _mm256_load_ps(panel + p * kNr + 8);
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i) {
-      const __m256 a = _mm256_broadcast_ss(x + i * ldx + p);
+      const __m256 a = _mm256_broadcast_ss(xp + p * kMr + i);
       c[i][0] = _mm256_fmadd_ps(a, b0, c[i][0]);
       c[i][1] = _mm256_fmadd_ps(a, b1, c[i][1]);
     }
@@ -261,25 +293,24 @@ TACHYON_AVX2 void micro_rows(const float* x, int64_t ldx, const float* panel, in
 }
 
 template <int... Rs>
-void micro_dispatch(int rows, const float* x, int64_t ldx, const float* panel, int64_t kcb,
-                    float* y, int64_t ldy, bool accumulate, const float* bias,
+void micro_dispatch(int rows, const float* xp, const float* panel, int64_t kcb, float* y,
+                    int64_t ldy, bool accumulate, const float* bias,
                     std::integer_sequence<int, Rs...>) {
-  using Fn =
-      void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, bool, const float*);
+  using Fn = void (*)(const float*, const float*, int64_t, float*, int64_t, bool, const float*);
   static constexpr Fn kTable[] = {micro_rows<Rs + 1>...};
-  kTable[rows - 1](x, ldx, panel, kcb, y, ldy, accumulate, bias);
+  kTable[rows - 1](xp, panel, kcb, y, ldy, accumulate, bias);
 }
 
-void micro(int rows, const float* x, int64_t ldx, const float* panel, int64_t kcb, float* y,
-           int64_t ldy, bool accumulate, const float* bias) {
-  micro_dispatch(rows, x, ldx, panel, kcb, y, ldy, accumulate, bias,
+void micro(int rows, const float* xp, const float* panel, int64_t kcb, float* y, int64_t ldy,
+           bool accumulate, const float* bias) {
+  micro_dispatch(rows, xp, panel, kcb, y, ldy, accumulate, bias,
                  std::make_integer_sequence<int, kMr>{});
 }
 
 }  // namespace
 
 const GemmKernels& avx2_kernels() {
-  static const GemmKernels kernels{kGemvMaxM, gemv, kMr, kNr, kKc, pack, micro};
+  static const GemmKernels kernels{kGemvMaxM, gemv, kMr, kNr, kKc, pack_w, pack_x, micro};
   return kernels;
 }
 

@@ -26,9 +26,7 @@ namespace {
 constexpr int kMr = 12;
 constexpr int kNr = 32;
 constexpr int kKc = 256;
-constexpr int kGemvMaxM = 4;              // larger m goes to the blocked GEMM
-constexpr int kGemvChunk = 4;             // rows of x per GEMV tile
-constexpr int kGemvRows = 4;              // weight rows streamed together
+constexpr int kGemvMaxM = 16;             // larger m goes to the blocked GEMM (measured crossover)
 constexpr int64_t kPrefetchAhead = 1024;  // bytes ahead of the loads, per weight row
 
 template <DType D>
@@ -81,11 +79,14 @@ TACHYON_AVX512_INLINE void gemv_tile(const float* x, int64_t ldx, int64_t k, con
   constexpr int64_t kAhead = kPrefetchAhead / sizeof(Elem<D>);
   int64_t p = 0;
   for (; p + 32 <= k; p += 32) {
+    // Past the end of its row, each row's prefetch runs on into the same row of the
+    // next tile (rows are contiguous), so the stream never restarts cold.
+    const int64_t ahead = p + kAhead < k ? kAhead : kAhead + (R - 1) * k;
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + p + kAhead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + p + ahead), _MM_HINT_T0);
       if constexpr (D == DType::kF32) {
-        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + p + kAhead + 16), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + p + ahead + 16), _MM_HINT_T0);
       }
     }
 #pragma GCC unroll 2
@@ -123,52 +124,44 @@ TACHYON_AVX512_INLINE void gemv_tile(const float* x, int64_t ldx, int64_t k, con
   }
 }
 
-// Weight rows outermost: each tile of kGemvRows rows is read from memory once and
-// reused (from L1) by every chunk of kGemvChunk rows of x.
+// Rows [j0, j1) in tiles of R weight rows (then 4, then 1 for the rest). Each tile is
+// read from memory once and reused from L1 by every chunk of up to 4 rows of x.
+template <DType D, int R>
+TACHYON_AVX512 void gemv_tiles(const float* x, int64_t m, int64_t k, int64_t ldx, const Elem<D>* w,
+                               int64_t& j, int64_t j1, const float* bias, float* y, int64_t ldy) {
+  for (; j + R <= j1; j += R) {
+    for (int64_t i = 0; i < m; i += 4) {
+      const float* xi = x + i * ldx;
+      float* yi = y + i * ldy;
+      switch (std::min<int64_t>(4, m - i)) {
+        case 1:
+          gemv_tile<D, 1, R>(xi, ldx, k, w, j, bias, yi, ldy);
+          break;
+        case 2:
+          if constexpr (2 * R <= 16) gemv_tile<D, 2, R>(xi, ldx, k, w, j, bias, yi, ldy);
+          break;
+        case 3:
+          if constexpr (3 * R <= 16) gemv_tile<D, 3, R>(xi, ldx, k, w, j, bias, yi, ldy);
+          break;
+        default:
+          if constexpr (4 * R <= 16) gemv_tile<D, 4, R>(xi, ldx, k, w, j, bias, yi, ldy);
+          break;
+      }
+    }
+  }
+}
+
+// More weight rows in flight keep more memory requests outstanding; the accumulators
+// (m x rows zmm registers) bound how many: 16 rows for m = 1, 8 for m = 2, else 4.
 template <DType D>
 TACHYON_AVX512 void gemv_dtype(const float* x, int64_t m, int64_t k, int64_t ldx, const void* wv,
                                int64_t j0, int64_t j1, const float* bias, float* y, int64_t ldy) {
   const auto* w = static_cast<const Elem<D>*>(wv);
-  for (int64_t j = j0; j < j1;) {
-    const bool full = j + kGemvRows <= j1;
-    for (int64_t i = 0; i < m; i += kGemvChunk) {
-      const float* xi = x + i * ldx;
-      float* yi = y + i * ldy;
-      const int64_t mc = std::min<int64_t>(kGemvChunk, m - i);
-      if (full) {
-        switch (mc) {
-          case 1:
-            gemv_tile<D, 1, kGemvRows>(xi, ldx, k, w, j, bias, yi, ldy);
-            break;
-          case 2:
-            gemv_tile<D, 2, kGemvRows>(xi, ldx, k, w, j, bias, yi, ldy);
-            break;
-          case 3:
-            gemv_tile<D, 3, kGemvRows>(xi, ldx, k, w, j, bias, yi, ldy);
-            break;
-          default:
-            gemv_tile<D, 4, kGemvRows>(xi, ldx, k, w, j, bias, yi, ldy);
-            break;
-        }
-      } else {
-        switch (mc) {
-          case 1:
-            gemv_tile<D, 1, 1>(xi, ldx, k, w, j, bias, yi, ldy);
-            break;
-          case 2:
-            gemv_tile<D, 2, 1>(xi, ldx, k, w, j, bias, yi, ldy);
-            break;
-          case 3:
-            gemv_tile<D, 3, 1>(xi, ldx, k, w, j, bias, yi, ldy);
-            break;
-          default:
-            gemv_tile<D, 4, 1>(xi, ldx, k, w, j, bias, yi, ldy);
-            break;
-        }
-      }
-    }
-    j += full ? kGemvRows : 1;
-  }
+  int64_t j = j0;
+  if (m == 1) gemv_tiles<D, 16>(x, m, k, ldx, w, j, j1, bias, y, ldy);
+  if (m == 2) gemv_tiles<D, 8>(x, m, k, ldx, w, j, j1, bias, y, ldy);
+  gemv_tiles<D, 4>(x, m, k, ldx, w, j, j1, bias, y, ldy);
+  gemv_tiles<D, 1>(x, m, k, ldx, w, j, j1, bias, y, ldy);
 }
 
 void gemv(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DType dtype, int64_t j0,
@@ -217,8 +210,8 @@ TACHYON_AVX512_INLINE void transpose16(__m512 r[16]) {
 }
 
 template <DType D>
-TACHYON_AVX512 void pack_dtype(const void* wv, int64_t k, int64_t j0, int64_t rows, int64_t p0,
-                               int64_t kcb, float* out) {
+TACHYON_AVX512 void pack_w_dtype(const void* wv, int64_t k, int64_t j0, int64_t rows, int64_t p0,
+                                 int64_t kcb, float* out) {
   const auto* w = static_cast<const Elem<D>*>(wv);
   for (int h = 0; h < kNr / 16; ++h) {
     const int64_t valid = std::clamp<int64_t>(rows - 16 * h, 0, 16);
@@ -244,37 +237,56 @@ TACHYON_AVX512 void pack_dtype(const void* wv, int64_t k, int64_t j0, int64_t ro
   }
 }
 
-void pack(const void* w, DType dtype, int64_t k, int64_t j0, int64_t rows, int64_t p0, int64_t kcb,
-          float* out) {
+void pack_w(const void* w, DType dtype, int64_t k, int64_t j0, int64_t rows, int64_t p0,
+            int64_t kcb, float* out) {
   switch (dtype) {
     case DType::kF32:
-      return pack_dtype<DType::kF32>(w, k, j0, rows, p0, kcb, out);
+      return pack_w_dtype<DType::kF32>(w, k, j0, rows, p0, kcb, out);
     case DType::kF16:
-      return pack_dtype<DType::kF16>(w, k, j0, rows, p0, kcb, out);
+      return pack_w_dtype<DType::kF16>(w, k, j0, rows, p0, kcb, out);
     case DType::kBF16:
-      return pack_dtype<DType::kBF16>(w, k, j0, rows, p0, kcb, out);
+      return pack_w_dtype<DType::kBF16>(w, k, j0, rows, p0, kcb, out);
     default:
       TACHYON_CHECK(false, "pack dtype {}", dtype_name(dtype));
+  }
+}
+
+// x rows -> [k][kMr]: 16 columns of up to 16 rows transposed at a time; each store
+// writes 16 floats where kMr are due, the excess being overwritten by the next one.
+TACHYON_AVX512 void pack_x(const float* x, int64_t ldx, int rows, int64_t k, float* out) {
+  static_assert(kMr <= 16);
+  for (int64_t p = 0; p < k; p += 16) {
+    const int64_t left = k - p;
+    const __mmask16 mask = left >= 16 ? 0xffff : static_cast<__mmask16>((1u << left) - 1);
+    __m512 r[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) {
+      r[i] = i < rows ? _mm512_maskz_loadu_ps(mask, x + i * ldx + p) : _mm512_setzero_ps();
+    }
+    transpose16(r);
+    const int64_t count = std::min<int64_t>(16, left);
+    for (int64_t q = 0; q < count; ++q) _mm512_storeu_ps(out + (p + q) * kMr, r[q]);
   }
 }
 
 // ---- Microkernel: R x 32 tile of y in 2R zmm accumulators.
 
 template <int R>
-TACHYON_AVX512 void micro_rows(const float* x, int64_t ldx, const float* panel, int64_t kcb,
-                               float* y, int64_t ldy, bool accumulate, const float* bias) {
+TACHYON_AVX512 void micro_rows(const float* xp, const float* panel, int64_t kcb, float* y,
+                               int64_t ldy, bool accumulate, const float* bias) {
   __m512 c[R][2];
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i) {
     c[i][0] = accumulate ? _mm512_loadu_ps(y + i * ldy) : _mm512_setzero_ps();
     c[i][1] = accumulate ? _mm512_loadu_ps(y + i * ldy + 16) : _mm512_setzero_ps();
   }
+#pragma GCC unroll 2
   for (int64_t p = 0; p < kcb; ++p) {
     const __m512 b0 = _mm512_load_ps(panel + p * kNr);
     const __m512 b1 = _mm512_load_ps(panel + p * kNr + 16);
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i) {
-      const __m512 a = _mm512_set1_ps(x[i * ldx + p]);
+      const __m512 a = _mm512_set1_ps(xp[p * kMr + i]);
       c[i][0] = _mm512_fmadd_ps(a, b0, c[i][0]);
       c[i][1] = _mm512_fmadd_ps(a, b1, c[i][1]);
     }
@@ -295,25 +307,24 @@ TACHYON_AVX512 void micro_rows(const float* x, int64_t ldx, const float* panel, 
 }
 
 template <int... Rs>
-void micro_dispatch(int rows, const float* x, int64_t ldx, const float* panel, int64_t kcb,
-                    float* y, int64_t ldy, bool accumulate, const float* bias,
+void micro_dispatch(int rows, const float* xp, const float* panel, int64_t kcb, float* y,
+                    int64_t ldy, bool accumulate, const float* bias,
                     std::integer_sequence<int, Rs...>) {
-  using Fn =
-      void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, bool, const float*);
+  using Fn = void (*)(const float*, const float*, int64_t, float*, int64_t, bool, const float*);
   static constexpr Fn kTable[] = {micro_rows<Rs + 1>...};
-  kTable[rows - 1](x, ldx, panel, kcb, y, ldy, accumulate, bias);
+  kTable[rows - 1](xp, panel, kcb, y, ldy, accumulate, bias);
 }
 
-void micro(int rows, const float* x, int64_t ldx, const float* panel, int64_t kcb, float* y,
-           int64_t ldy, bool accumulate, const float* bias) {
-  micro_dispatch(rows, x, ldx, panel, kcb, y, ldy, accumulate, bias,
+void micro(int rows, const float* xp, const float* panel, int64_t kcb, float* y, int64_t ldy,
+           bool accumulate, const float* bias) {
+  micro_dispatch(rows, xp, panel, kcb, y, ldy, accumulate, bias,
                  std::make_integer_sequence<int, kMr>{});
 }
 
 }  // namespace
 
 const GemmKernels& avx512_kernels() {
-  static const GemmKernels kernels{kGemvMaxM, gemv, kMr, kNr, kKc, pack, micro};
+  static const GemmKernels kernels{kGemvMaxM, gemv, kMr, kNr, kKc, pack_w, pack_x, micro};
   return kernels;
 }
 

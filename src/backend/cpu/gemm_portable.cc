@@ -1,6 +1,6 @@
-// Portable kernels: plain C++ written so the compiler can vectorise it for whatever
-// baseline the build targets (fixed-width inner loops over independent lanes, no
-// reductions that would need reassociation).
+// Portable kernels: no intrinsics. Arithmetic goes through 4-lane vector types (the
+// GCC/Clang vector extension), which every target lowers to its own SIMD (SSE2, NEON,
+// ...) or to scalar code; conversions are branch-free so their loops vectorise too.
 #include <algorithm>
 #include <cstring>
 
@@ -10,21 +10,50 @@
 namespace tachyon::cpu::detail {
 namespace {
 
+using V4 = float __attribute__((vector_size(16)));
+
 constexpr int kMr = 4;
 constexpr int kNr = 8;
 constexpr int kKc = 256;
-constexpr int kGemvMaxM = 4;
-constexpr int kLanes = 8;    // independent partial sums per dot product
-constexpr int kChunk = 256;  // weight elements converted per step in the GEMV
+constexpr int kGemvMaxM = 4;  // larger m goes to the blocked GEMM
+constexpr int kChunk = 256;   // weight elements converted per step in the GEMV
+
+inline V4 load4(const float* p) {
+  V4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline void store4(float* p, V4 v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+inline float bits_to_f32(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline float f16_bits_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t em = h & 0x7fffu;
+  // Exponent and mantissa moved into f32 position, then rescaled by 2^(127-15): exact
+  // for normal and subnormal halves alike. Inf and NaN keep an all-ones exponent.
+  const float scaled = bits_to_f32(em << 13) * 0x1p112f;
+  uint32_t u;
+  std::memcpy(&u, &scaled, 4);
+  u = em >= 0x7c00u ? (em << 13) | 0x7f800000u : u;
+  return bits_to_f32(u | sign);
+}
 
 template <DType D>
 inline float load_w(const void* w, int64_t i) {
   if constexpr (D == DType::kF32) {
     return static_cast<const float*>(w)[i];
   } else if constexpr (D == DType::kBF16) {
-    return bf16_to_f32(static_cast<const bf16*>(w)[i]);
+    return bits_to_f32(static_cast<uint32_t>(static_cast<const uint16_t*>(w)[i]) << 16);
   } else {
-    return f16_to_f32(static_cast<const f16*>(w)[i]);
+    return f16_bits_to_f32(static_cast<const uint16_t*>(w)[i]);
   }
 }
 
@@ -33,27 +62,37 @@ void convert_run(const void* w, int64_t begin, int64_t count, float* out) {
   for (int64_t i = 0; i < count; ++i) out[i] = load_w<D>(w, begin + i);
 }
 
+inline float hsum(V4 v) {
+  return (v[0] + v[1]) + (v[2] + v[3]);
+}
+
+// ---- GEMV: a weight row is converted a chunk at a time and dotted with M rows of x.
+
 template <DType D, int M>
 void gemv_rows(const float* x, int64_t k, int64_t ldx, const void* w, int64_t j0, int64_t j1,
                const float* bias, float* y, int64_t ldy) {
-  float buf[kChunk];
+  alignas(64) float buf[kChunk];
   for (int64_t j = j0; j < j1; ++j) {
-    float acc[M][kLanes] = {};
+    V4 acc[M][2] = {};
+    float tail[M] = {};
     for (int64_t p0 = 0; p0 < k; p0 += kChunk) {
       const int64_t len = std::min<int64_t>(kChunk, k - p0);
       convert_run<D>(w, j * k + p0, len, buf);
-      const int64_t full = len / kLanes * kLanes;
-      for (int i = 0; i < M; ++i) {
-        const float* xi = x + i * ldx + p0;
-        for (int64_t p = 0; p < full; p += kLanes) {
-          for (int l = 0; l < kLanes; ++l) acc[i][l] += xi[p + l] * buf[p + l];
+      const int64_t full = len / 8 * 8;
+      for (int64_t p = 0; p < full; p += 8) {
+        const V4 b0 = load4(buf + p), b1 = load4(buf + p + 4);
+#pragma GCC unroll 4
+        for (int i = 0; i < M; ++i) {
+          acc[i][0] += load4(x + i * ldx + p0 + p) * b0;
+          acc[i][1] += load4(x + i * ldx + p0 + p + 4) * b1;
         }
-        for (int64_t p = full; p < len; ++p) acc[i][p - full] += xi[p] * buf[p];
+      }
+      for (int64_t p = full; p < len; ++p) {
+        for (int i = 0; i < M; ++i) tail[i] += x[i * ldx + p0 + p] * buf[p];
       }
     }
     for (int i = 0; i < M; ++i) {
-      float s = 0.f;
-      for (int l = 0; l < kLanes; ++l) s += acc[i][l];
+      const float s = hsum(acc[i][0] + acc[i][1]) + tail[i];
       y[i * ldy + j] = s + (bias != nullptr ? bias[j] : 0.f);
     }
   }
@@ -62,10 +101,10 @@ void gemv_rows(const float* x, int64_t k, int64_t ldx, const void* w, int64_t j0
 template <DType D>
 void gemv_dtype(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, int64_t j0,
                 int64_t j1, const float* bias, float* y, int64_t ldy) {
-  for (int64_t i = 0; i < m; i += kGemvMaxM) {
+  for (int64_t i = 0; i < m; i += 4) {
     const float* xi = x + i * ldx;
     float* yi = y + i * ldy;
-    switch (std::min<int64_t>(kGemvMaxM, m - i)) {
+    switch (std::min<int64_t>(4, m - i)) {
       case 1:
         gemv_rows<D, 1>(xi, k, ldx, w, j0, j1, bias, yi, ldy);
         break;
@@ -96,70 +135,91 @@ void gemv(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DTyp
   }
 }
 
+// ---- GEMM building blocks.
+
 template <DType D>
-void pack_dtype(const void* w, int64_t k, int64_t j0, int64_t rows, int64_t p0, int64_t kcb,
-                float* out) {
+void pack_w_dtype(const void* w, int64_t k, int64_t j0, int64_t rows, int64_t p0, int64_t kcb,
+                  float* out) {
+  alignas(64) float buf[kChunk];
   for (int64_t r = 0; r < kNr; ++r) {
-    if (r < rows) {
-      const int64_t base = (j0 + r) * k + p0;
-      for (int64_t p = 0; p < kcb; ++p) out[p * kNr + r] = load_w<D>(w, base + p);
-    } else {
-      for (int64_t p = 0; p < kcb; ++p) out[p * kNr + r] = 0.f;
+    for (int64_t c = 0; c < kcb; c += kChunk) {
+      const int64_t len = std::min<int64_t>(kChunk, kcb - c);
+      if (r < rows) {
+        convert_run<D>(w, (j0 + r) * k + p0 + c, len, buf);
+      } else {
+        std::fill(buf, buf + len, 0.f);
+      }
+      for (int64_t p = 0; p < len; ++p) out[(c + p) * kNr + r] = buf[p];
     }
   }
 }
 
-void pack(const void* w, DType dtype, int64_t k, int64_t j0, int64_t rows, int64_t p0, int64_t kcb,
-          float* out) {
+void pack_w(const void* w, DType dtype, int64_t k, int64_t j0, int64_t rows, int64_t p0,
+            int64_t kcb, float* out) {
   switch (dtype) {
     case DType::kF32:
-      return pack_dtype<DType::kF32>(w, k, j0, rows, p0, kcb, out);
+      return pack_w_dtype<DType::kF32>(w, k, j0, rows, p0, kcb, out);
     case DType::kF16:
-      return pack_dtype<DType::kF16>(w, k, j0, rows, p0, kcb, out);
+      return pack_w_dtype<DType::kF16>(w, k, j0, rows, p0, kcb, out);
     case DType::kBF16:
-      return pack_dtype<DType::kBF16>(w, k, j0, rows, p0, kcb, out);
+      return pack_w_dtype<DType::kBF16>(w, k, j0, rows, p0, kcb, out);
     default:
       TACHYON_CHECK(false, "pack dtype {}", dtype_name(dtype));
   }
 }
 
-template <int R>
-void micro_rows(const float* x, int64_t ldx, const float* panel, int64_t kcb, float* y, int64_t ldy,
-                bool accumulate, const float* bias) {
-  float acc[R][kNr];
-  for (int i = 0; i < R; ++i) {
-    for (int j = 0; j < kNr; ++j) acc[i][j] = accumulate ? y[i * ldy + j] : 0.f;
-  }
-  for (int64_t p = 0; p < kcb; ++p) {
-    const float* b = panel + p * kNr;
-    for (int i = 0; i < R; ++i) {
-      const float a = x[i * ldx + p];
-      for (int j = 0; j < kNr; ++j) acc[i][j] += a * b[j];
-    }
-  }
-  for (int i = 0; i < R; ++i) {
-    for (int j = 0; j < kNr; ++j) y[i * ldy + j] = acc[i][j] + (bias != nullptr ? bias[j] : 0.f);
+void pack_x(const float* x, int64_t ldx, int rows, int64_t k, float* out) {
+  for (int64_t p = 0; p < k; ++p) {
+    for (int i = 0; i < kMr; ++i) out[p * kMr + i] = i < rows ? x[i * ldx + p] : 0.f;
   }
 }
 
-void micro(int rows, const float* x, int64_t ldx, const float* panel, int64_t kcb, float* y,
-           int64_t ldy, bool accumulate, const float* bias) {
+// R x 8 tile of y in 2R vector accumulators.
+template <int R>
+void micro_rows(const float* xp, const float* panel, int64_t kcb, float* y, int64_t ldy,
+                bool accumulate, const float* bias) {
+  V4 c[R][2];
+  for (int i = 0; i < R; ++i) {
+    c[i][0] = accumulate ? load4(y + i * ldy) : V4{};
+    c[i][1] = accumulate ? load4(y + i * ldy + 4) : V4{};
+  }
+  for (int64_t p = 0; p < kcb; ++p) {
+    const V4 b0 = load4(panel + p * kNr), b1 = load4(panel + p * kNr + 4);
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      const float a = xp[p * kMr + i];
+      c[i][0] += a * b0;
+      c[i][1] += a * b1;
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    if (bias != nullptr) {
+      c[i][0] += load4(bias);
+      c[i][1] += load4(bias + 4);
+    }
+    store4(y + i * ldy, c[i][0]);
+    store4(y + i * ldy + 4, c[i][1]);
+  }
+}
+
+void micro(int rows, const float* xp, const float* panel, int64_t kcb, float* y, int64_t ldy,
+           bool accumulate, const float* bias) {
   switch (rows) {
     case 1:
-      return micro_rows<1>(x, ldx, panel, kcb, y, ldy, accumulate, bias);
+      return micro_rows<1>(xp, panel, kcb, y, ldy, accumulate, bias);
     case 2:
-      return micro_rows<2>(x, ldx, panel, kcb, y, ldy, accumulate, bias);
+      return micro_rows<2>(xp, panel, kcb, y, ldy, accumulate, bias);
     case 3:
-      return micro_rows<3>(x, ldx, panel, kcb, y, ldy, accumulate, bias);
+      return micro_rows<3>(xp, panel, kcb, y, ldy, accumulate, bias);
     default:
-      return micro_rows<4>(x, ldx, panel, kcb, y, ldy, accumulate, bias);
+      return micro_rows<4>(xp, panel, kcb, y, ldy, accumulate, bias);
   }
 }
 
 }  // namespace
 
 const GemmKernels& portable_kernels() {
-  static const GemmKernels kernels{kGemvMaxM, gemv, kMr, kNr, kKc, pack, micro};
+  static const GemmKernels kernels{kGemvMaxM, gemv, kMr, kNr, kKc, pack_w, pack_x, micro};
   return kernels;
 }
 
