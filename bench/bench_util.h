@@ -70,48 +70,39 @@ inline CpuTimes read_cpu_times() {
   return t;
 }
 
-// Mean seconds per call of fn over samples of at least `sample_s` seconds, with the
-// CPUs other processes used meanwhile. Samples are repeated until `want` of them ran
-// with under `quiet_cpus` of other load (or 4 x want were taken); the median of the
-// quiet ones is returned, or of all when too few were quiet.
+// Times single calls of fn(i) (i = 0, 1, ...; the first call, a warm-up, is not
+// counted) for about `budget_s` seconds and at least `min_calls` calls. The machine is
+// shared, so besides the median it reports the 10th percentile and the minimum (what
+// the code does when it gets the CPUs; short calls often run undisturbed) and the CPUs
+// other processes used meanwhile.
 struct Timing {
-  double seconds = 0;     // per call
-  double other_cpus = 0;  // mean CPUs used by other processes in the kept samples
-  int samples = 0;
-  bool quiet = false;
+  double median = 0, p10 = 0, min = 0;  // seconds per call
+  double other_cpus = 0;
+  int64_t calls = 0;
+  bool quiet() const { return other_cpus < 0.15; }
 };
 
-inline Timing time_calls(const std::function<void(int64_t)>& fn, double sample_s = 0.1,
-                         int want = 7, double quiet_cpus = 0.15) {
-  // Calibrate the calls per sample (the first call also warms up).
-  auto t0 = Clock::now();
+inline Timing time_calls(const std::function<void(int64_t)>& fn, double budget_s = 1.0,
+                         int64_t min_calls = 5) {
   fn(0);
-  const double one = std::max(1e-7, seconds_since(t0));
-  const int64_t calls = std::max<int64_t>(1, static_cast<int64_t>(sample_s / one));
-  std::vector<double> quiet_t, quiet_o, all_t, all_o;
-  int64_t next = 1;
-  for (int s = 0; s < 4 * want && static_cast<int>(quiet_t.size()) < want; ++s) {
-    const CpuTimes c0 = read_cpu_times();
-    t0 = Clock::now();
-    for (int64_t i = 0; i < calls; ++i) fn(next++);
-    const double dt = seconds_since(t0);
-    const CpuTimes c1 = read_cpu_times();
-    const double other =
-        std::max(0.0, ((c1.machine_busy - c0.machine_busy) - (c1.self - c0.self)) / dt);
-    all_t.push_back(dt / static_cast<double>(calls));
-    all_o.push_back(other);
-    if (other < quiet_cpus) {
-      quiet_t.push_back(all_t.back());
-      quiet_o.push_back(other);
-    }
+  std::vector<double> t;
+  const CpuTimes c0 = read_cpu_times();
+  const auto start = Clock::now();
+  for (int64_t i = 1; static_cast<int64_t>(t.size()) < min_calls || seconds_since(start) < budget_s;
+       ++i) {
+    const auto t0 = Clock::now();
+    fn(i);
+    t.push_back(seconds_since(t0));
   }
+  const double wall = seconds_since(start);
+  const CpuTimes c1 = read_cpu_times();
+  std::sort(t.begin(), t.end());
   Timing r;
-  r.quiet = static_cast<int>(quiet_t.size()) >= (want + 1) / 2;
-  const auto& ts = r.quiet ? quiet_t : all_t;
-  const auto& os = r.quiet ? quiet_o : all_o;
-  r.seconds = median(ts);
-  r.samples = static_cast<int>(ts.size());
-  for (double o : os) r.other_cpus += o / static_cast<double>(os.size());
+  r.median = t[t.size() / 2];
+  r.p10 = t[t.size() / 10];
+  r.min = t.front();
+  r.calls = static_cast<int64_t>(t.size());
+  r.other_cpus = std::max(0.0, ((c1.machine_busy - c0.machine_busy) - (c1.self - c0.self)) / wall);
   return r;
 }
 

@@ -3,12 +3,13 @@
 // the GEMM part of a decode token and of a 512-token prefill.
 //
 //   cpu_gemm_bench [--isa active|all|portable|avx2|avx512] [--dtype bf16,f16]
-//                  [--m 1,512] [--threads 2] [--arena-mb 1024] [--no-model] [--pool]
+//                  [--m 1,512] [--threads 2] [--arena-mb 1024] [--no-model]
 //
 // m = 1 rotates over copies of the weights spread through an arena (default 1 GiB, over
 // twice the 480 MiB L3 this machine reports) so each call streams from memory.
-// Every time is the median of samples of >= 0.1 s; "quiet" says that other processes
-// used < 0.15 CPU during the kept samples (the machine is shared).
+// Each case times single calls for about a second: the median, the 10th percentile
+// (p10) and the CPUs other processes used meanwhile are reported (the machine is
+// shared; p10 shows what the code does when it gets the CPUs).
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -81,24 +82,18 @@ struct Options {
   int threads = 2;
   size_t arena_mb = 1024;
   bool model = true;
-  bool pool = false;
-};
-
-struct Row {
-  double seconds;
-  bool quiet;
 };
 
 void print_row(const Shape& s, int64_t m, DType dtype, cpu::CpuIsa isa, const Timing& t) {
   const double bytes = static_cast<double>(s.k * s.n * 2);
   const double flops = 2.0 * static_cast<double>(m * s.k * s.n);
-  std::printf(
-      "| %-8s | %5lld->%-5lld | %4lld | %-4s | %-8s | %9.3f ms | %6.1f GB/s | %7.1f GFLOP/s | %s "
-      "|\n",
-      s.name, static_cast<long long>(s.k), static_cast<long long>(s.n), static_cast<long long>(m),
-      std::string(dtype_name(dtype)).c_str(), std::string(cpu::cpu_isa_name(isa)).c_str(),
-      t.seconds * 1e3, bytes / t.seconds / 1e9, flops / t.seconds / 1e9,
-      t.quiet ? "quiet" : "NOISY");
+  // m = 1 is bounded by memory (GB/s of weights), larger m by arithmetic (GFLOP/s).
+  const bool mem = m == 1;
+  const double scale = mem ? bytes / 1e9 : flops / 1e9;
+  std::printf("| %s | %lld->%lld | %lld | %s | %s | %.3f | %.3f | %.1f | %.1f | %.2f |\n", s.name,
+              static_cast<long long>(s.k), static_cast<long long>(s.n), static_cast<long long>(m),
+              std::string(dtype_name(dtype)).c_str(), std::string(cpu::cpu_isa_name(isa)).c_str(),
+              t.median * 1e3, t.p10 * 1e3, scale / t.median, scale / t.p10, t.other_cpus);
 }
 
 // The GEMMs of one decode step (m = 1) or one prefill (m > 1) through the whole model,
@@ -173,28 +168,10 @@ void model_gemms(const Model& model, DType dtype, cpu::CpuIsa isa, int64_t m, bo
                     nullptr, logits, kVocab, &pool);
 }
 
-void bench_pool(ThreadPool& pool) {
-  std::printf("\n## Thread pool fork-join (%d threads)\n\n", pool.num_threads());
-  std::atomic<int64_t> sink{0};
-  Timing t = time_calls([&](int64_t) {
-    pool.parallel_for(0, 1024, 16, [&](int64_t b, int64_t e) {
-      sink.fetch_add(e - b, std::memory_order_relaxed);
-    });
-  });
-  std::printf("parallel_for with %d chunks, empty work: %.2f us per call (%s)\n",
-              pool.num_threads(), t.seconds * 1e6, t.quiet ? "quiet" : "NOISY");
-  t = time_calls([&](int64_t) {
-    pool.run(16, [&](int64_t i) { sink.fetch_add(i, std::memory_order_relaxed); });
-  });
-  std::printf("run with 16 tasks, empty work: %.2f us per call (%s)\n", t.seconds * 1e6,
-              t.quiet ? "quiet" : "NOISY");
-}
-
 int run(const Options& opt) {
   ThreadPool pool(opt.threads);
   std::printf("# cpu_gemm_bench: %d threads, active path %s\n", opt.threads,
               std::string(cpu::cpu_isa_name(cpu::active_cpu_isa())).c_str());
-  if (opt.pool) bench_pool(pool);
 
   const size_t arena_elems = (opt.arena_mb << 20) / sizeof(uint16_t);
   AlignedArray<uint16_t> arena = aligned_array<uint16_t>(arena_elems);
@@ -203,10 +180,11 @@ int run(const Options& opt) {
     for (cpu::CpuIsa isa : opt.isas) {
       std::printf("\n## %s weights, %s path\n\n", std::string(dtype_name(dtype)).c_str(),
                   std::string(cpu::cpu_isa_name(isa)).c_str());
-      std::printf("| shape | k->n | m | dtype | path | time | weights GB/s | GFLOP/s | load |\n");
-      std::printf("|---|---|---|---|---|---|---|---|---|\n");
-      std::map<int64_t, double> per_token;  // m -> seconds of the model's GEMMs
-      bool all_quiet = true;
+      std::printf(
+          "| shape | k->n | m | dtype | path | median ms | p10 ms | GB/s (m=1) or GFLOP/s, "
+          "median | same, p10 | other CPUs |\n");
+      std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+      std::map<int64_t, std::pair<double, double>> per_token;  // m -> model GEMM s (median, p10)
       for (int64_t m : opt.ms) {
         for (const Shape& s : kShapes) {
           const size_t elems = static_cast<size_t>(s.k * s.n);
@@ -222,19 +200,21 @@ int run(const Options& opt) {
                               &pool);
           });
           print_row(s, m, dtype, isa, t);
-          all_quiet &= t.quiet;
-          per_token[m] += (s.per_layer == 0 ? 1 : kLayers * s.per_layer) * t.seconds;
+          const int count = s.per_layer == 0 ? 1 : kLayers * s.per_layer;
+          per_token[m].first += count * t.median;
+          per_token[m].second += count * t.p10;
         }
       }
-      std::printf("\nImplied from the rows above (%s):\n", all_quiet ? "quiet" : "some NOISY");
+      std::printf("\nImplied for the whole model's GEMMs (24 layers + lm_head), median / p10:\n");
       for (const auto& [m, sec] : per_token) {
         if (m == 1) {
-          std::printf("  decode: model GEMMs %.2f ms per token -> %.1f tokens/s\n", sec * 1e3,
-                      1.0 / sec);
+          std::printf("  decode: %.2f / %.2f ms per token -> %.1f / %.1f tokens/s\n",
+                      sec.first * 1e3, sec.second * 1e3, 1.0 / sec.first, 1.0 / sec.second);
         } else {
-          std::printf("  m=%lld: model GEMMs (lm_head at m=%lld) %.1f ms -> %.1f tokens/s\n",
-                      static_cast<long long>(m), static_cast<long long>(m), sec * 1e3,
-                      static_cast<double>(m) / sec);
+          std::printf("  m=%lld (lm_head at m=%lld too): %.1f / %.1f ms -> %.1f / %.1f tokens/s\n",
+                      static_cast<long long>(m), static_cast<long long>(m), sec.first * 1e3,
+                      sec.second * 1e3, static_cast<double>(m) / sec.first,
+                      static_cast<double>(m) / sec.second);
         }
       }
     }
@@ -254,16 +234,17 @@ int run(const Options& opt) {
                 model_gemms(model, dtype, isa, m, fused, x.data(), qkv.data(), gu.data(), h.data(),
                             logits.data(), pool);
               },
-              m == 1 ? 0.2 : 0.5, m == 1 ? 7 : 3);
+              m == 1 ? 3.0 : 10.0, 3);
           const double bytes =
               2.0 * (kLayers * (kHidden * (2 * kHidden + 2 * kKv) + 3 * kHidden * kInter) +
                      kHidden * kVocab);
           std::printf(
-              "model %s %s m=%lld %s: %.2f ms per run -> %.1f tokens/s (%.1f GB/s of weights) %s\n",
+              "model %s %s m=%lld %s: median %.2f ms -> %.1f tokens/s (%.1f GB/s of weights); "
+              "p10 %.2f ms -> %.1f tokens/s; %lld runs, other CPUs %.2f\n",
               std::string(dtype_name(dtype)).c_str(), std::string(cpu::cpu_isa_name(isa)).c_str(),
-              static_cast<long long>(m), fused ? "fused qkv+gate/up" : "separate", t.seconds * 1e3,
-              static_cast<double>(m) / t.seconds, bytes / t.seconds / 1e9,
-              t.quiet ? "quiet" : "NOISY");
+              static_cast<long long>(m), fused ? "fused qkv+gate/up" : "separate", t.median * 1e3,
+              static_cast<double>(m) / t.median, bytes / t.median / 1e9, t.p10 * 1e3,
+              static_cast<double>(m) / t.p10, static_cast<long long>(t.calls), t.other_cpus);
         }
       }
     }
@@ -308,8 +289,6 @@ int main(int argc, char** argv) {
       opt.arena_mb = std::stoull(next());
     } else if (a == "--no-model") {
       opt.model = false;
-    } else if (a == "--pool") {
-      opt.pool = true;
     } else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;

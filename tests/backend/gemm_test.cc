@@ -182,6 +182,9 @@ TEST_P(GemmIsaTest, ThreadCountsAndLargerShapes) {
                                     {2, 2816, 64},
                                     {40, 1024, 200},
                                     {150, 700, 64},
+                                    // several k blocks on every path, partial last tiles
+                                    {40, 2100, 70},
+                                    {20, 1500, 33},
                                     {512, 128, 40}}) {
         const double err = run_case(dtype, m, k, n, threads % 2 == 1, 0, 0, pool, seed++);
         EXPECT_LT(err, kTolerance) << dtype_name(dtype) << " threads=" << threads << " m=" << m

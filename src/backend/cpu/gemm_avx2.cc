@@ -19,7 +19,7 @@ namespace {
 
 constexpr int kMr = 6;
 constexpr int kNr = 16;
-constexpr int kKc = 256;
+constexpr int kKc = 512;  // panel of 128 rows x kc: 256 KiB, for the smaller L2 of AVX2-only parts
 constexpr int kGemvMaxM = 8;              // larger m goes to the blocked GEMM (measured crossover)
 constexpr int64_t kPrefetchAhead = 1024;  // bytes ahead of the loads, per weight row
 
