@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <vector>
 
 #include "backend/cpu/gemm_kernels.h"
 #include "core/error.h"
@@ -225,8 +226,13 @@ float* packed_x_buffer(size_t floats) {
   return buf.get();
 }
 
-void run_gemm(const detail::GemmKernels& kern, const float* x, int64_t m, int64_t k, int64_t ldx,
-              std::span<const GemmWeight> weights, ThreadPool& pool) {
+// Rows of x in one pass (rounded up to a multiple of mr): bounds the packed copy of x
+// (and keeps it cache-sized) at the price of converting the weights once per pass.
+constexpr int64_t kMChunk = 512;
+
+// The GEMM of up to about kMChunk rows: pack x, then blocks of columns over the threads.
+void run_gemm_rows(const detail::GemmKernels& kern, const float* x, int64_t m, int64_t k,
+                   int64_t ldx, std::span<const GemmWeight> weights, ThreadPool& pool) {
   const int64_t mr = kern.mr;
   const int64_t mblocks = (m + mr - 1) / mr;
   // Each block's slot has room for the kernel's overrun and stays 64-byte aligned.
@@ -254,6 +260,17 @@ void run_gemm(const detail::GemmKernels& kern, const float* x, int64_t m, int64_
     const int64_t i0 = (t % row_parts) * rows;
     gemm_block(kern, xp, i0, std::min(m, i0 + rows), k, weights[e], j0, j1);
   });
+}
+
+void run_gemm(const detail::GemmKernels& kern, const float* x, int64_t m, int64_t k, int64_t ldx,
+              std::span<const GemmWeight> weights, ThreadPool& pool) {
+  const int64_t chunk = (kMChunk + kern.mr - 1) / kern.mr * kern.mr;
+  if (m <= chunk) return run_gemm_rows(kern, x, m, k, ldx, weights, pool);
+  std::vector<GemmWeight> part(weights.begin(), weights.end());
+  for (int64_t c0 = 0; c0 < m; c0 += chunk) {
+    for (size_t e = 0; e < part.size(); ++e) part[e].y = weights[e].y + c0 * weights[e].ldy;
+    run_gemm_rows(kern, x + c0 * ldx, std::min(chunk, m - c0), k, ldx, part, pool);
+  }
 }
 
 void run(CpuIsa isa, const float* x, int64_t m, int64_t k, int64_t ldx,
