@@ -63,9 +63,12 @@ double timed_parallel(int threads, const std::function<void(int)>& fn) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// Sequential read with software prefetch 1 KiB ahead (as the GEMV kernels do); a plain
+// loop without it leaves bandwidth unused on this machine.
 __attribute__((target("avx512f"))) float read_sum_avx512(const float* p, size_t n) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   for (size_t i = 0; i + 64 <= n; i += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + i + 256), _MM_HINT_T0);
     a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
     a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
     a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
