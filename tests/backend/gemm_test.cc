@@ -243,6 +243,41 @@ TEST_P(GemmIsaTest, MultiMatchesSeparateProducts) {
   }
 }
 
+// f16 subnormals and extremes convert exactly on every path; inf and NaN propagate.
+TEST_P(GemmIsaTest, F16SpecialValues) {
+  ThreadPool pool(2);
+  const int64_t k = 37;
+  const uint16_t specials[] = {0x0001, 0x03ff, 0x8001, 0x0400, 0x7bff, 0xfbff,
+                               0x3c00, 0x0000, 0x8000, 0x0200, 0x83ff, 0x3555};
+  for (int64_t m : {1, 3, 20}) {
+    // n = 40 rows of finite specials, then a row with +inf and a row with NaN.
+    const int64_t n = 42;
+    std::vector<uint16_t> w(static_cast<size_t>(n * k));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = specials[(i * 7 + i / k) % std::size(specials)];
+    w[40 * k + 5] = 0x7c00;  // +inf
+    w[41 * k + 9] = 0x7e00;  // NaN
+    std::vector<float> x(static_cast<size_t>(m * k));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.25f + static_cast<float>(i % 5) * 1e-3f;
+    std::vector<float> y(static_cast<size_t>(m * n), -1.f);
+    gemm_xwt_isa(GetParam(), x.data(), m, k, k, w.data(), DType::kF16, n, nullptr, y.data(), n,
+                 &pool);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < 40; ++j) {
+        // f32 summation error is relative to the size of the terms (rows mix +-65504).
+        double ref = 0, size = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          const double t = static_cast<double>(x[i * k + p]) * f16_to_f32(f16{w[j * k + p]});
+          ref += t;
+          size += std::fabs(t);
+        }
+        EXPECT_NEAR(y[i * n + j], ref, 1e-5 * size) << "m=" << m << " " << i << "," << j;
+      }
+      EXPECT_EQ(y[i * n + 40], std::numeric_limits<float>::infinity()) << "m=" << m;
+      EXPECT_TRUE(std::isnan(y[i * n + 41])) << "m=" << m;
+    }
+  }
+}
+
 TEST_P(GemmIsaTest, EmptyDimensions) {
   ThreadPool pool(2);
   std::mt19937 rng(5);

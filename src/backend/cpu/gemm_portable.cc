@@ -16,7 +16,7 @@ constexpr int kMr = 4;
 constexpr int kNr = 8;
 constexpr int kKc = 256;
 constexpr int kGemvMaxM = 4;  // larger m goes to the blocked GEMM
-constexpr int kChunk = 256;   // weight elements converted per step in the GEMV
+constexpr int kChunk = 256;   // weight elements converted per step when packing
 
 inline V4 load4(const float* p) {
   V4 v;
@@ -62,37 +62,64 @@ void convert_run(const void* w, int64_t begin, int64_t count, float* out) {
   for (int64_t i = 0; i < count; ++i) out[i] = load_w<D>(w, begin + i);
 }
 
+using U16x4 = uint16_t __attribute__((vector_size(8)));
+using U32x4 = uint32_t __attribute__((vector_size(16)));
+
+template <typename To, typename From>
+inline To bit_cast_vec(From v) {
+  static_assert(sizeof(To) == sizeof(From));
+  To t;
+  std::memcpy(&t, &v, sizeof t);
+  return t;
+}
+
+// Four weights from p (an element pointer) as f32, converted in registers.
+template <DType D>
+inline V4 load4_w(const void* w, int64_t i) {
+  if constexpr (D == DType::kF32) {
+    return load4(static_cast<const float*>(w) + i);
+  } else {
+    U16x4 h;
+    std::memcpy(&h, static_cast<const uint16_t*>(w) + i, sizeof h);
+    const U32x4 u = __builtin_convertvector(h, U32x4);
+    if constexpr (D == DType::kBF16) {
+      return bit_cast_vec<V4>(u << 16);
+    } else {  // as f16_bits_to_f32, lane by lane
+      const U32x4 sign = (u & 0x8000u) << 16;
+      const U32x4 em = u & 0x7fffu;
+      const V4 scaled = bit_cast_vec<V4>(em << 13) * 0x1p112f;
+      const U32x4 special = reinterpret_cast<U32x4>(em >= 0x7c00u);  // all ones or zero
+      const U32x4 bits =
+          (bit_cast_vec<U32x4>(scaled) & ~special) | (((em << 13) | 0x7f800000u) & special);
+      return bit_cast_vec<V4>(bits | sign);
+    }
+  }
+}
+
 inline float hsum(V4 v) {
   return (v[0] + v[1]) + (v[2] + v[3]);
 }
 
-// ---- GEMV: a weight row is converted a chunk at a time and dotted with M rows of x.
+// ---- GEMV: a weight row is converted in registers and dotted with M rows of x.
 
 template <DType D, int M>
 void gemv_rows(const float* x, int64_t k, int64_t ldx, const void* w, int64_t j0, int64_t j1,
                const float* bias, float* y, int64_t ldy) {
-  alignas(64) float buf[kChunk];
+  const int64_t full = k / 8 * 8;
   for (int64_t j = j0; j < j1; ++j) {
     V4 acc[M][2] = {};
-    float tail[M] = {};
-    for (int64_t p0 = 0; p0 < k; p0 += kChunk) {
-      const int64_t len = std::min<int64_t>(kChunk, k - p0);
-      convert_run<D>(w, j * k + p0, len, buf);
-      const int64_t full = len / 8 * 8;
-      for (int64_t p = 0; p < full; p += 8) {
-        const V4 b0 = load4(buf + p), b1 = load4(buf + p + 4);
+    const int64_t row = j * k;
+    for (int64_t p = 0; p < full; p += 8) {
+      const V4 b0 = load4_w<D>(w, row + p), b1 = load4_w<D>(w, row + p + 4);
 #pragma GCC unroll 4
-        for (int i = 0; i < M; ++i) {
-          acc[i][0] += load4(x + i * ldx + p0 + p) * b0;
-          acc[i][1] += load4(x + i * ldx + p0 + p + 4) * b1;
-        }
-      }
-      for (int64_t p = full; p < len; ++p) {
-        for (int i = 0; i < M; ++i) tail[i] += x[i * ldx + p0 + p] * buf[p];
+      for (int i = 0; i < M; ++i) {
+        acc[i][0] += load4(x + i * ldx + p) * b0;
+        acc[i][1] += load4(x + i * ldx + p + 4) * b1;
       }
     }
     for (int i = 0; i < M; ++i) {
-      const float s = hsum(acc[i][0] + acc[i][1]) + tail[i];
+      float s = hsum(acc[i][0] + acc[i][1]);
+      for (int64_t p = full; p < k; ++p) s += x[i * ldx + p] * load_w<D>(w, row + p);
       y[i * ldy + j] = s + (bias != nullptr ? bias[j] : 0.f);
     }
   }
