@@ -106,4 +106,47 @@ inline Timing time_calls(const std::function<void(int64_t)>& fn, double budget_s
   return r;
 }
 
+// Times fa(i) and fb(i) alternately (same conditions for both); ratio is the median of
+// the per-pair ratios time_b / time_a.
+struct PairTiming {
+  Timing a, b;
+  double ratio = 0;
+};
+
+inline PairTiming time_pair(const std::function<void(int64_t)>& fa,
+                            const std::function<void(int64_t)>& fb, double budget_s = 1.0,
+                            int64_t min_calls = 5) {
+  fa(0);
+  fb(0);
+  std::vector<double> ta, tb, ratio;
+  const CpuTimes c0 = read_cpu_times();
+  const auto start = Clock::now();
+  for (int64_t i = 1;
+       static_cast<int64_t>(ta.size()) < min_calls || seconds_since(start) < budget_s; ++i) {
+    auto t0 = Clock::now();
+    fa(i);
+    ta.push_back(seconds_since(t0));
+    t0 = Clock::now();
+    fb(i);
+    tb.push_back(seconds_since(t0));
+    ratio.push_back(tb.back() / ta.back());
+  }
+  const double wall = seconds_since(start);
+  const CpuTimes c1 = read_cpu_times();
+  const double other =
+      std::max(0.0, ((c1.machine_busy - c0.machine_busy) - (c1.self - c0.self)) / wall);
+  auto summarize = [&](std::vector<double> t) {
+    std::sort(t.begin(), t.end());
+    Timing r;
+    r.median = t[t.size() / 2];
+    r.p10 = t[t.size() / 10];
+    r.min = t.front();
+    r.calls = static_cast<int64_t>(t.size());
+    r.other_cpus = other;
+    return r;
+  };
+  PairTiming r{summarize(ta), summarize(tb), median(ratio)};
+  return r;
+}
+
 }  // namespace tachyon::bench

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/cpu/gemm.h"
+#include "bench_kernels.h"
 #include "bench_util.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
@@ -84,16 +85,56 @@ struct Options {
   bool model = true;
 };
 
-void print_row(const Shape& s, int64_t m, DType dtype, cpu::CpuIsa isa, const Timing& t) {
+// One table row. bound: the read-probe GB/s (m = 1) or the FMA peak GFLOP/s (m > 1)
+// measured on this machine; share: the fraction of it reached (median).
+void print_row(const Shape& s, int64_t m, DType dtype, cpu::CpuIsa isa, const Timing& t,
+               double bound, double share) {
   const double bytes = static_cast<double>(s.k * s.n * 2);
   const double flops = 2.0 * static_cast<double>(m * s.k * s.n);
   // m = 1 is bounded by memory (GB/s of weights), larger m by arithmetic (GFLOP/s).
-  const bool mem = m == 1;
-  const double scale = mem ? bytes / 1e9 : flops / 1e9;
-  std::printf("| %s | %lld->%lld | %lld | %s | %s | %.3f | %.3f | %.1f | %.1f | %.2f |\n", s.name,
+  const double scale = m == 1 ? bytes / 1e9 : flops / 1e9;
+  std::printf("| %s | %lld->%lld | %lld | %s | %s | %.3f | %.3f | %.1f | %.1f | ", s.name,
               static_cast<long long>(s.k), static_cast<long long>(s.n), static_cast<long long>(m),
               std::string(dtype_name(dtype)).c_str(), std::string(cpu::cpu_isa_name(isa)).c_str(),
-              t.median * 1e3, t.p10 * 1e3, scale / t.median, scale / t.p10, t.other_cpus);
+              t.median * 1e3, t.p10 * 1e3, scale / t.median, scale / t.p10);
+  if (bound > 0) {
+    std::printf("%.1f | %.0f%% | %.2f |\n", bound, 100 * share, t.other_cpus);
+  } else {
+    std::printf("- | - | %.2f |\n", t.other_cpus);
+  }
+}
+
+// Peak f32 FMA rate of the path's vector width on all threads of the pool (0 when the
+// path has no FMA reference loop).
+double fma_peak_gflops(cpu::CpuIsa isa, ThreadPool& pool) {
+#if defined(__x86_64__)
+  if (isa == cpu::CpuIsa::kPortable) return 0;
+  const bool wide = isa == cpu::CpuIsa::kAvx512;
+  constexpr int64_t kIters = 2'000'000;
+  static volatile float seed = 1.f;
+  static volatile float sink = 0.f;
+  (void)sink;
+  Timing t = time_calls([&](int64_t) {
+    pool.run(pool.num_threads(), [&](int64_t i) {
+      sink = wide ? fma_chains_avx512(kIters, seed + i) : fma_chains_avx2(kIters, seed + i);
+    });
+  });
+  const double flops = (wide ? kFmaFlopsAvx512 : kFmaFlopsAvx2) * kIters * pool.num_threads();
+  return flops / t.median / 1e9;
+#else
+  return 0;
+#endif
+}
+
+// Reads `bytes` from p split over the pool as the GEMV splits its rows.
+void read_probe(const void* p, size_t bytes, ThreadPool& pool) {
+  static volatile float sink = 0.f;
+  (void)sink;
+  const int64_t tasks = pool.num_threads() * 4;
+  const size_t per = bytes / sizeof(float) / static_cast<size_t>(tasks) / 64 * 64;
+  pool.run(tasks, [&](int64_t t) {
+    sink = read_sum(static_cast<const float*>(p) + static_cast<size_t>(t) * per, per);
+  });
 }
 
 // The GEMMs of one decode step (m = 1) or one prefill (m > 1) through the whole model,
@@ -180,10 +221,12 @@ int run(const Options& opt) {
     for (cpu::CpuIsa isa : opt.isas) {
       std::printf("\n## %s weights, %s path\n\n", std::string(dtype_name(dtype)).c_str(),
                   std::string(cpu::cpu_isa_name(isa)).c_str());
+      const double peak = fma_peak_gflops(isa, pool);
       std::printf(
           "| shape | k->n | m | dtype | path | median ms | p10 ms | GB/s (m=1) or GFLOP/s, "
-          "median | same, p10 | other CPUs |\n");
-      std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+          "median | same, p10 | bound: read probe GB/s (m=1) or FMA peak | median share of "
+          "bound | other CPUs |\n");
+      std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
       std::map<int64_t, std::pair<double, double>> per_token;  // m -> model GEMM s (median, p10)
       for (int64_t m : opt.ms) {
         for (const Shape& s : kShapes) {
@@ -193,13 +236,32 @@ int run(const Options& opt) {
           const size_t copies = m == 1 ? std::max<size_t>(1, arena_elems / stride) : 1;
           std::vector<float> x = random_floats(static_cast<size_t>(m * s.k), 11);
           std::vector<float> y(static_cast<size_t>(m * s.n));
-          Timing t = time_calls([&](int64_t i) {
-            const uint16_t* w =
-                arena.get() + static_cast<size_t>(i % static_cast<int64_t>(copies)) * stride;
-            cpu::gemm_xwt_isa(isa, x.data(), m, s.k, s.k, w, dtype, s.n, nullptr, y.data(), s.n,
-                              &pool);
-          });
-          print_row(s, m, dtype, isa, t);
+          auto weights = [&](int64_t i) {
+            return arena.get() + static_cast<size_t>(i % static_cast<int64_t>(copies)) * stride;
+          };
+          auto gemm = [&](int64_t i) {
+            cpu::gemm_xwt_isa(isa, x.data(), m, s.k, s.k, weights(i), dtype, s.n, nullptr, y.data(),
+                              s.n, &pool);
+          };
+          Timing t;
+          double bound = 0, share = 0;
+          if (m == 1) {
+            // As many bytes read by a plain prefetching loop, call for call alternately:
+            // the bound under the same (shared, varying) memory conditions. It reads the
+            // copy half a rotation away, as cold as the one the product reads.
+            const size_t bytes = elems * sizeof(uint16_t);
+            const int64_t half = static_cast<int64_t>(copies / 2);
+            PairTiming pt =
+                time_pair(gemm, [&](int64_t i) { read_probe(weights(i + half), bytes, pool); });
+            t = pt.a;
+            bound = static_cast<double>(bytes) / pt.b.median / 1e9;
+            share = pt.ratio;
+          } else {
+            t = time_calls(gemm);
+            bound = peak;
+            share = peak > 0 ? 2.0 * static_cast<double>(m * s.k * s.n) / t.median / 1e9 / peak : 0;
+          }
+          print_row(s, m, dtype, isa, t, bound, share);
           const int count = s.per_layer == 0 ? 1 : kLayers * s.per_layer;
           per_token[m].first += count * t.median;
           per_token[m].second += count * t.p10;

@@ -3,13 +3,6 @@
 // threads). Plain timing main; prints medians of repeated runs.
 //
 //   cpu_machine_bench [--mb 2048] [--threads 2] [--reps 7]
-// GCC 12 flags its own _mm512_undefined_* helpers inside the reduction intrinsics.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
-#include <immintrin.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -23,7 +16,13 @@
 #include <thread>
 #include <vector>
 
+#include "bench_kernels.h"
+
 namespace {
+
+using tachyon::bench::fma_chains_avx2;
+using tachyon::bench::fma_chains_avx512;
+using tachyon::bench::read_sum;
 
 using Clock = std::chrono::steady_clock;
 
@@ -63,65 +62,8 @@ double timed_parallel(int threads, const std::function<void(int)>& fn) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Sequential read with software prefetch 1 KiB ahead (as the GEMV kernels do); a plain
-// loop without it leaves bandwidth unused on this machine.
-__attribute__((target("avx512f"))) float read_sum_avx512(const float* p, size_t n) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t i = 0; i + 64 <= n; i += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + i + 256), _MM_HINT_T0);
-    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
-    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
-    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
-    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-}
-
-__attribute__((target("avx2"))) float read_sum_avx2(const float* p, size_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t i = 0; i + 32 <= n; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
-    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
-  }
-  float out[8];
-  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
-}
-
-// 16 independent chains of FMAs on registers: 2 ports x 4-cycle latency needs >= 8.
-template <int kIters>
-__attribute__((target("avx512f"), noinline)) float fma_peak_avx512(float seed) {
-  __m512 acc[16];
-  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(seed * static_cast<float>(i));
-  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-7f);
-  for (int it = 0; it < kIters; ++it) {
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-  }
-  __m512 s = acc[0];
-  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, acc[i]);
-  return _mm512_reduce_add_ps(s);
-}
-
-template <int kIters>
-__attribute__((target("avx2,fma"), noinline)) float fma_peak_avx2(float seed) {
-  __m256 acc[12];
-  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(seed * static_cast<float>(i));
-  const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-7f);
-  for (int it = 0; it < kIters; ++it) {
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
-  }
-  float out[8];
-  __m256 s = acc[0];
-  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
-  _mm256_storeu_ps(out, s);
-  return out[0];
-}
-
 volatile float g_sink;
+volatile float g_seed = 1.f;
 
 }  // namespace
 
@@ -160,7 +102,7 @@ int main(int argc, char** argv) {
       read_t.push_back(timed_parallel(nt, [&](int t) {
         size_t b, e;
         slice(t, b, e);
-        g_sink = has512 ? read_sum_avx512(src + b, e - b) : read_sum_avx2(src + b, e - b);
+        g_sink = read_sum(src + b, e - b);
       }));
       write_t.push_back(timed_parallel(nt, [&](int t) {
         size_t b, e;
@@ -183,14 +125,16 @@ int main(int argc, char** argv) {
     if (has512) {
       std::vector<double> ts;
       for (int r = 0; r < 3; ++r)
-        ts.push_back(timed_parallel(nt, [&](int t) { g_sink = fma_peak_avx512<kIters>(1.f + t); }));
+        ts.push_back(
+            timed_parallel(nt, [&](int t) { g_sink = fma_chains_avx512(kIters, g_seed + t); }));
       double flops = 2.0 * 16 * 16 * kIters * nt;
       std::printf("threads %d: AVX-512 f32 FMA peak %.1f GFLOP/s\n", nt, flops / median(ts) / 1e9);
     }
     if (has2) {
       std::vector<double> ts;
       for (int r = 0; r < 3; ++r)
-        ts.push_back(timed_parallel(nt, [&](int t) { g_sink = fma_peak_avx2<kIters>(1.f + t); }));
+        ts.push_back(
+            timed_parallel(nt, [&](int t) { g_sink = fma_chains_avx2(kIters, g_seed + t); }));
       double flops = 2.0 * 8 * 12 * kIters * nt;
       std::printf("threads %d: AVX2 f32 FMA peak %.1f GFLOP/s\n", nt, flops / median(ts) / 1e9);
     }
