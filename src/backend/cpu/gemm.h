@@ -6,6 +6,13 @@
 // Accumulation is f32 throughout (the result matches an f32 reference to rounding).
 // The instruction set is chosen at run time: AVX-512 (F/BW/VL/DQ), AVX2+FMA+F16C, or
 // portable C++; TACHYON_CPU_ISA=portable|avx2|avx512 caps the choice.
+//
+// Up to 16 rows of x (8 on AVX2) the weights are streamed once and converted in
+// registers (decode); beyond, a blocked GEMM converts cache-sized weight panels (prefill).
+// Scratch, reused across calls: each thread of the pool keeps one converted panel
+// (<= 512 KiB) and the calling thread a packed copy of up to ~512 rows of x.
+// Calls from several threads at once are safe; a call from inside a pool job runs on
+// that thread alone.
 #pragma once
 
 #include <cstdint>
