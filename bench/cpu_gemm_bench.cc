@@ -1,0 +1,384 @@
+// Times cpu::gemm_xwt on the matrix shapes of a Llama-shaped 349M model (hidden 1024,
+// 24 layers, 16 heads / 8 KV heads of 64, intermediate 2816, vocab 32000) and derives
+// the GEMM part of a decode token and of a 512-token prefill.
+//
+//   cpu_gemm_bench [--isa active|all|portable|avx2|avx512] [--dtype bf16,f16]
+//                  [--m 1,512] [--threads 2] [--arena-mb 1024] [--no-model]
+//
+// m < 128 rotates over copies of the weights spread through an arena (default 1 GiB, over
+// twice the 480 MiB L3 this machine reports) so each call streams from memory.
+// Each case times single calls for about a second: the median, the 10th percentile
+// (p10) and the CPUs other processes used meanwhile are reported (the machine and its
+// memory are shared; p10 shows what the code does when it has them to itself). The
+// bound columns compare with a plain read of as many bytes timed alternately (m = 1)
+// or with the FMA peak (m > 1). Run it under `chrt -f 50` on a busy machine.
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/gemm.h"
+#include "bench_kernels.h"
+#include "bench_util.h"
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+
+namespace tachyon::bench {
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t k, n;
+  int per_layer;  // how many such products a layer has (0: once per model)
+};
+
+// Separate projections, as a checkpoint stores them.
+const Shape kShapes[] = {
+    {"q", 1024, 1024, 1},       {"k/v", 1024, 512, 2},   {"o", 1024, 1024, 1},
+    {"gate/up", 1024, 2816, 2}, {"down", 2816, 1024, 1}, {"lm_head", 1024, 32000, 0},
+};
+constexpr int kLayers = 24;
+constexpr int64_t kHidden = 1024, kKv = 512, kInter = 2816, kVocab = 32000;
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b <= s.size()) {
+    size_t e = s.find(',', b);
+    if (e == std::string::npos) e = s.size();
+    if (e > b) out.push_back(s.substr(b, e - b));
+    b = e + 1;
+  }
+  return out;
+}
+
+void fill_weights(uint16_t* w, size_t count, DType dtype, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-0.05f, 0.05f);
+  // Random values for a prefix, then repeated: filling a GiB element by element with a
+  // good generator takes long and the values do not matter to the timing.
+  const size_t unique = std::min<size_t>(count, 1 << 20);
+  for (size_t i = 0; i < unique; ++i) {
+    const float v = dist(rng);
+    w[i] = dtype == DType::kBF16 ? f32_to_bf16(v).bits : f32_to_f16(v).bits;
+  }
+  for (size_t i = unique; i < count; i += unique) {
+    std::memcpy(w + i, w, std::min(unique, count - i) * sizeof(uint16_t));
+  }
+}
+
+std::vector<float> random_floats(size_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> v(count);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+struct Options {
+  std::vector<cpu::CpuIsa> isas;
+  std::vector<DType> dtypes = {DType::kBF16, DType::kF16};
+  std::vector<int64_t> ms = {1, 512};
+  int threads = 2;
+  size_t arena_mb = 1024;
+  bool model = true;
+};
+
+// One table row. bound: the read-probe GB/s (m = 1) or the FMA peak GFLOP/s (m > 1)
+// measured on this machine; share: the fraction of it reached (median).
+void print_row(const Shape& s, int64_t m, DType dtype, cpu::CpuIsa isa, const Timing& t,
+               double bound, double share) {
+  const double bytes = static_cast<double>(s.k * s.n * 2);
+  const double flops = 2.0 * static_cast<double>(m * s.k * s.n);
+  // m = 1 is bounded by memory (GB/s of weights), larger m by arithmetic (GFLOP/s).
+  const double scale = m == 1 ? bytes / 1e9 : flops / 1e9;
+  std::printf("| %s | %lld->%lld | %lld | %s | %s | %.3f | %.3f | %.1f | %.1f | ", s.name,
+              static_cast<long long>(s.k), static_cast<long long>(s.n), static_cast<long long>(m),
+              std::string(dtype_name(dtype)).c_str(), std::string(cpu::cpu_isa_name(isa)).c_str(),
+              t.median * 1e3, t.p10 * 1e3, scale / t.median, scale / t.p10);
+  if (bound > 0) {
+    std::printf("%.1f | %.0f%% | %.2f |\n", bound, 100 * share, t.other_cpus);
+  } else {
+    std::printf("- | - | %.2f |\n", t.other_cpus);
+  }
+}
+
+// Peak f32 FMA rate of the path's vector width on all threads of the pool (0 when the
+// path has no FMA reference loop).
+double fma_peak_gflops(cpu::CpuIsa isa, ThreadPool& pool) {
+#if defined(__x86_64__)
+  if (isa == cpu::CpuIsa::kPortable) return 0;
+  const bool wide = isa == cpu::CpuIsa::kAvx512;
+  constexpr int64_t kIters = 2'000'000;
+  static volatile float seed = 1.f;
+  static volatile float sink = 0.f;
+  (void)sink;
+  Timing t = time_calls([&](int64_t) {
+    pool.run(pool.num_threads(), [&](int64_t i) {
+      sink = wide ? fma_chains_avx512(kIters, seed + i) : fma_chains_avx2(kIters, seed + i);
+    });
+  });
+  const double flops = (wide ? kFmaFlopsAvx512 : kFmaFlopsAvx2) * kIters * pool.num_threads();
+  return flops / t.median / 1e9;
+#else
+  return 0;
+#endif
+}
+
+// Reads `bytes` from p split over the pool as the GEMV splits its rows.
+void read_probe(const void* p, size_t bytes, ThreadPool& pool) {
+  static volatile float sink = 0.f;
+  (void)sink;
+  const int64_t tasks = pool.num_threads() * 4;
+  const size_t per = bytes / sizeof(float) / static_cast<size_t>(tasks) / 64 * 64;
+  pool.run(tasks, [&](int64_t t) {
+    sink = read_sum(static_cast<const float*>(p) + static_cast<size_t>(t) * per, per);
+  });
+}
+
+// The GEMMs of one decode step (m = 1) or one prefill (m > 1) through the whole model,
+// weights laid out as a real checkpoint would be (one allocation per matrix).
+struct Model {
+  struct Layer {
+    const uint16_t *q, *k, *v, *o, *gate, *up, *down;
+  };
+  std::vector<AlignedArray<uint16_t>> storage;
+  std::vector<Layer> layers;
+  const uint16_t* lm_head = nullptr;
+
+  const uint16_t* alloc(int64_t n, int64_t k, DType dtype, uint32_t seed) {
+    storage.push_back(aligned_array<uint16_t>(static_cast<size_t>(n * k)));
+    fill_weights(storage.back().get(), static_cast<size_t>(n * k), dtype, seed);
+    return storage.back().get();
+  }
+  Model(DType dtype) {
+    uint32_t seed = 100;
+    for (int l = 0; l < kLayers; ++l) {
+      Layer L;
+      L.q = alloc(kHidden, kHidden, dtype, seed++);
+      L.k = alloc(kKv, kHidden, dtype, seed++);
+      L.v = alloc(kKv, kHidden, dtype, seed++);
+      L.o = alloc(kHidden, kHidden, dtype, seed++);
+      L.gate = alloc(kInter, kHidden, dtype, seed++);
+      L.up = alloc(kInter, kHidden, dtype, seed++);
+      L.down = alloc(kHidden, kInter, dtype, seed++);
+      layers.push_back(L);
+    }
+    lm_head = alloc(kVocab, kHidden, dtype, seed++);
+  }
+};
+
+// Runs the model's GEMMs for m rows; fused uses gemm_xwt_multi for q/k/v and gate/up.
+void model_gemms(const Model& model, DType dtype, cpu::CpuIsa isa, int64_t m, bool fused,
+                 const float* x, float* qkv, float* gu, float* h, float* logits, ThreadPool& pool) {
+  using cpu::GemmWeight;
+  const int64_t ld_qkv = kHidden + 2 * kKv, ld_gu = 2 * kInter;
+  for (const Model::Layer& L : model.layers) {
+    if (fused) {
+      const GemmWeight a[] = {{L.q, dtype, kHidden, nullptr, qkv, ld_qkv},
+                              {L.k, dtype, kKv, nullptr, qkv + kHidden, ld_qkv},
+                              {L.v, dtype, kKv, nullptr, qkv + kHidden + kKv, ld_qkv}};
+      cpu::gemm_xwt_multi_isa(isa, x, m, kHidden, kHidden, a, &pool);
+    } else {
+      cpu::gemm_xwt_isa(isa, x, m, kHidden, kHidden, L.q, dtype, kHidden, nullptr, qkv, ld_qkv,
+                        &pool);
+      cpu::gemm_xwt_isa(isa, x, m, kHidden, kHidden, L.k, dtype, kKv, nullptr, qkv + kHidden,
+                        ld_qkv, &pool);
+      cpu::gemm_xwt_isa(isa, x, m, kHidden, kHidden, L.v, dtype, kKv, nullptr, qkv + kHidden + kKv,
+                        ld_qkv, &pool);
+    }
+    // Attention output -> o (the attention itself is not a GEMM here; reuse q's part).
+    cpu::gemm_xwt_isa(isa, qkv, m, kHidden, ld_qkv, L.o, dtype, kHidden, nullptr, h, kHidden,
+                      &pool);
+    if (fused) {
+      const GemmWeight b[] = {{L.gate, dtype, kInter, nullptr, gu, ld_gu},
+                              {L.up, dtype, kInter, nullptr, gu + kInter, ld_gu}};
+      cpu::gemm_xwt_multi_isa(isa, h, m, kHidden, kHidden, b, &pool);
+    } else {
+      cpu::gemm_xwt_isa(isa, h, m, kHidden, kHidden, L.gate, dtype, kInter, nullptr, gu, ld_gu,
+                        &pool);
+      cpu::gemm_xwt_isa(isa, h, m, kHidden, kHidden, L.up, dtype, kInter, nullptr, gu + kInter,
+                        ld_gu, &pool);
+    }
+    cpu::gemm_xwt_isa(isa, gu, m, kInter, ld_gu, L.down, dtype, kHidden, nullptr, h, kHidden,
+                      &pool);
+  }
+  // Logits of the last row only (a prefill needs them for its last token).
+  cpu::gemm_xwt_isa(isa, h + (m - 1) * kHidden, 1, kHidden, kHidden, model.lm_head, dtype, kVocab,
+                    nullptr, logits, kVocab, &pool);
+}
+
+int run(const Options& opt) {
+  ThreadPool pool(opt.threads);
+  std::printf("# cpu_gemm_bench: %d threads, active path %s\n", opt.threads,
+              std::string(cpu::cpu_isa_name(cpu::active_cpu_isa())).c_str());
+
+  const size_t arena_elems = (opt.arena_mb << 20) / sizeof(uint16_t);
+  AlignedArray<uint16_t> arena = aligned_array<uint16_t>(arena_elems);
+  for (DType dtype : opt.dtypes) {
+    fill_weights(arena.get(), arena_elems, dtype, 7);
+    for (cpu::CpuIsa isa : opt.isas) {
+      std::printf("\n## %s weights, %s path\n\n", std::string(dtype_name(dtype)).c_str(),
+                  std::string(cpu::cpu_isa_name(isa)).c_str());
+      const double peak = fma_peak_gflops(isa, pool);
+      std::printf(
+          "| shape | k->n | m | dtype | path | median ms | p10 ms | GB/s (m=1) or GFLOP/s, "
+          "median | same, p10 | bound: read probe GB/s (m=1) or FMA peak | median share of "
+          "bound | other CPUs |\n");
+      std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      std::map<int64_t, std::pair<double, double>> per_token;  // m -> model GEMM s (median, p10)
+      for (int64_t m : opt.ms) {
+        for (const Shape& s : kShapes) {
+          const size_t elems = static_cast<size_t>(s.k * s.n);
+          // Copies start at 4 KiB-aligned offsets spread through the arena.
+          const size_t stride = (elems + 2047) / 2048 * 2048;
+          // Up to a few dozen rows a product still streams its weights from memory in a
+          // real forward pass, so those rotate over the copies too.
+          const size_t copies = m < 128 ? std::max<size_t>(1, arena_elems / stride) : 1;
+          std::vector<float> x = random_floats(static_cast<size_t>(m * s.k), 11);
+          std::vector<float> y(static_cast<size_t>(m * s.n));
+          auto weights = [&](int64_t i) {
+            return arena.get() + static_cast<size_t>(i % static_cast<int64_t>(copies)) * stride;
+          };
+          auto gemm = [&](int64_t i) {
+            cpu::gemm_xwt_isa(isa, x.data(), m, s.k, s.k, weights(i), dtype, s.n, nullptr, y.data(),
+                              s.n, &pool);
+          };
+          Timing t;
+          double bound = 0, share = 0;
+          if (m == 1) {
+            // As many bytes read by a plain prefetching loop, call for call alternately:
+            // the bound under the same (shared, varying) memory conditions. It reads the
+            // copy half a rotation away, as cold as the one the product reads.
+            const size_t bytes = elems * sizeof(uint16_t);
+            const int64_t half = static_cast<int64_t>(copies / 2);
+            PairTiming pt =
+                time_pair(gemm, [&](int64_t i) { read_probe(weights(i + half), bytes, pool); });
+            t = pt.a;
+            bound = static_cast<double>(bytes) / pt.b.median / 1e9;
+            share = pt.ratio;
+          } else {
+            t = time_calls(gemm);
+            bound = peak;
+            share = peak > 0 ? 2.0 * static_cast<double>(m * s.k * s.n) / t.median / 1e9 / peak : 0;
+          }
+          print_row(s, m, dtype, isa, t, bound, share);
+          const int count = s.per_layer == 0 ? 1 : kLayers * s.per_layer;
+          per_token[m].first += count * t.median;
+          per_token[m].second += count * t.p10;
+        }
+      }
+      std::printf("\nImplied for the whole model's GEMMs (24 layers + lm_head), median / p10:\n");
+      for (const auto& [m, sec] : per_token) {
+        if (m == 1) {
+          std::printf("  decode: %.2f / %.2f ms per token -> %.1f / %.1f tokens/s\n",
+                      sec.first * 1e3, sec.second * 1e3, 1.0 / sec.first, 1.0 / sec.second);
+        } else {
+          std::printf("  m=%lld (lm_head at m=%lld too): %.1f / %.1f ms -> %.1f / %.1f tokens/s\n",
+                      static_cast<long long>(m), static_cast<long long>(m), sec.first * 1e3,
+                      sec.second * 1e3, static_cast<double>(m) / sec.first,
+                      static_cast<double>(m) / sec.second);
+        }
+      }
+    }
+    if (!opt.model) continue;
+    // Whole-model runs: one checkpoint-like set of weights (697 MB in 16-bit).
+    Model model(dtype);
+    for (cpu::CpuIsa isa : opt.isas) {
+      for (int64_t m : opt.ms) {
+        std::vector<float> x = random_floats(static_cast<size_t>(m * kHidden), 3);
+        std::vector<float> qkv(static_cast<size_t>(m * (kHidden + 2 * kKv)));
+        std::vector<float> gu(static_cast<size_t>(m * 2 * kInter));
+        std::vector<float> h = random_floats(static_cast<size_t>(m * kHidden), 4);
+        std::vector<float> logits(kVocab);
+        for (bool fused : {false, true}) {
+          Timing t = time_calls(
+              [&](int64_t) {
+                model_gemms(model, dtype, isa, m, fused, x.data(), qkv.data(), gu.data(), h.data(),
+                            logits.data(), pool);
+              },
+              m == 1 ? 3.0 : 10.0, 3);
+          const double bytes =
+              2.0 * (kLayers * (kHidden * (2 * kHidden + 2 * kKv) + 3 * kHidden * kInter) +
+                     kHidden * kVocab);
+          std::printf(
+              "model %s %s m=%lld %s: median %.2f ms -> %.1f tokens/s (%.1f GB/s of weights); "
+              "p10 %.2f ms -> %.1f tokens/s; %lld runs, other CPUs %.2f\n",
+              std::string(dtype_name(dtype)).c_str(), std::string(cpu::cpu_isa_name(isa)).c_str(),
+              static_cast<long long>(m), fused ? "fused qkv+gate/up" : "separate", t.median * 1e3,
+              static_cast<double>(m) / t.median, bytes / t.median / 1e9, t.p10 * 1e3,
+              static_cast<double>(m) / t.p10, static_cast<long long>(t.calls), t.other_cpus);
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tachyon::bench
+
+int main(int argc, char** argv) {
+  using namespace tachyon;
+  bench::Options opt;
+  std::string isa = "active";
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--isa") {
+      isa = next();
+    } else if (a == "--dtype") {
+      opt.dtypes.clear();
+      for (const auto& d : bench::split(next())) {
+        auto parsed = parse_dtype(d);
+        if (!parsed) {
+          std::fprintf(stderr, "unknown dtype %s\n", d.c_str());
+          return 2;
+        }
+        opt.dtypes.push_back(*parsed);
+      }
+    } else if (a == "--m") {
+      opt.ms.clear();
+      for (const auto& m : bench::split(next())) opt.ms.push_back(std::stoll(m));
+    } else if (a == "--threads") {
+      opt.threads = std::stoi(next());
+    } else if (a == "--arena-mb") {
+      opt.arena_mb = std::stoull(next());
+    } else if (a == "--no-model") {
+      opt.model = false;
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", a.c_str());
+      return 2;
+    }
+  }
+  for (const auto& name : bench::split(isa)) {
+    if (name == "active") {
+      opt.isas.push_back(cpu::active_cpu_isa());
+    } else if (name == "all") {
+      for (auto i : {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512}) {
+        if (cpu::cpu_isa_supported(i)) opt.isas.push_back(i);
+      }
+    } else if (auto parsed = cpu::parse_cpu_isa(name); parsed && cpu::cpu_isa_supported(*parsed)) {
+      opt.isas.push_back(*parsed);
+    } else {
+      std::fprintf(stderr, "path %s is unknown or unsupported here\n", name.c_str());
+      return 2;
+    }
+  }
+  for (DType d : opt.dtypes) {
+    if (d != DType::kBF16 && d != DType::kF16) {
+      std::fprintf(stderr, "--dtype takes bf16 and/or f16\n");
+      return 2;
+    }
+  }
+  return bench::run(opt);
+}
