@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "tokenizer/pipeline.h"
@@ -72,7 +73,8 @@ class AddedVocabulary {
   };
   std::vector<AddedToken> tokens_;
   StringIdMap by_content_;            // content -> id
-  std::vector<int32_t> index_of_id_;  // id -> index into tokens_, -1
+  std::vector<int32_t> index_of_id_;  // id -> index into tokens_, -1 (built by build())
+  std::unordered_map<int32_t, size_t> slot_of_id_;
   Trie raw_, normalized_;
   bool any_raw_ = false, any_normalized_ = false;
 };

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "core/utf8.h"
 #include "tokenizer/models.h"
 
@@ -33,30 +34,40 @@ BpeModel::BpeModel(Vocab vocab,
                    const std::vector<std::pair<std::string_view, std::string_view>>& merges,
                    BpeOptions options, const std::string& path)
     : vocab_(std::move(vocab)), options_(std::move(options)) {
+  // Resolving the token ids of every merge is most of the load time of a large
+  // tokenizer (three hash lookups each): do it in parallel, then insert in rank order.
+  struct Resolved {
+    int32_t a, b, merged;
+  };
+  std::vector<Resolved> resolved(merges.size());
+  const std::string& prefix = options_.continuing_subword_prefix;
+  ThreadPool::global().parallel_for(
+      0, static_cast<int64_t>(merges.size()), 8192, [&](int64_t lo, int64_t hi) {
+        std::string joined;
+        for (int64_t r = lo; r < hi; ++r) {
+          const auto& [a, b] = merges[r];
+          std::string_view right = b;
+          if (!prefix.empty() && right.substr(0, prefix.size()) == prefix) {
+            right.remove_prefix(prefix.size());
+          }
+          joined.assign(a);
+          joined.append(right);
+          resolved[r] = {vocab_.find(a).value_or(-1), vocab_.find(b).value_or(-1),
+                         vocab_.find(joined).value_or(-1)};
+        }
+      });
   merges_.reserve(merges.size());
-  std::string joined;
-  const size_t prefix_len = options_.continuing_subword_prefix.size();
   for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto& [a, b] = merges[rank];
-    auto ia = vocab_.find(a);
-    auto ib = vocab_.find(b);
-    if (!ia || !ib) {
+    const Resolved& m = resolved[rank];
+    if (m.a < 0 || m.b < 0) {
       raise<InvalidArgument>("{}.merges[{}]: token '{}' is not in the vocabulary", path, rank,
-                             ia ? b : a);
+                             m.a < 0 ? merges[rank].first : merges[rank].second);
     }
-    // The merged token drops the right part's continuing-subword prefix.
-    joined.assign(a);
-    std::string_view right = b;
-    if (prefix_len > 0 && right.substr(0, prefix_len) == options_.continuing_subword_prefix) {
-      right.remove_prefix(prefix_len);
+    if (m.merged < 0) {
+      raise<InvalidArgument>("{}.merges[{}]: merged token '{}{}' is not in the vocabulary", path,
+                             rank, merges[rank].first, merges[rank].second);
     }
-    joined.append(right);
-    auto merged = vocab_.find(joined);
-    if (!merged) {
-      raise<InvalidArgument>("{}.merges[{}]: merged token '{}' is not in the vocabulary", path,
-                             rank, joined);
-    }
-    merges_.insert(*ia, *ib, {static_cast<uint32_t>(rank), *merged});
+    merges_.insert(m.a, m.b, {static_cast<uint32_t>(rank), m.merged});
   }
   init_char_table();
 }

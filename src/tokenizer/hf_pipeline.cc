@@ -53,18 +53,26 @@ int32_t AddedVocabulary::Trie::longest(std::string_view text, size_t pos, size_t
 
 void AddedVocabulary::add(AddedToken t) {
   if (t.content.empty()) return;
-  auto existing = by_content_.find(t.content);
-  for (auto& old : tokens_) {
-    if (old.id == t.id || (existing && old.content == t.content)) {
-      old = t;
-      by_content_.insert(t.content, t.id);
-      index_of_id_.clear();
-      return;
-    }
+  // Replace a token with the same content, or else with the same id.
+  std::optional<size_t> at;
+  if (auto id = by_content_.find(t.content)) {
+    auto it = slot_of_id_.find(*id);
+    if (it != slot_of_id_.end()) at = it->second;
+  }
+  if (!at) {
+    auto it = slot_of_id_.find(t.id);
+    if (it != slot_of_id_.end()) at = it->second;
   }
   by_content_.insert(t.content, t.id);
-  tokens_.push_back(std::move(t));
   index_of_id_.clear();
+  if (at) {
+    slot_of_id_.erase(tokens_[*at].id);
+    slot_of_id_[t.id] = *at;
+    tokens_[*at] = std::move(t);
+    return;
+  }
+  slot_of_id_[t.id] = tokens_.size();
+  tokens_.push_back(std::move(t));
 }
 
 int32_t AddedVocabulary::max_id() const {

@@ -37,6 +37,7 @@ Vocab read_vocab_object(const simdjson::dom::element& e, const std::string& what
   simdjson::dom::object obj;
   if (e.get_object().get(obj)) raise<InvalidArgument>("{}: expected an object of token: id", what);
   Vocab v;
+  v.reserve(obj.size());
   for (auto kv : obj) {
     int64_t id;
     if (kv.value.get_int64().get(id) || id < 0 || id > INT32_MAX) {
@@ -45,6 +46,43 @@ Vocab read_vocab_object(const simdjson::dom::element& e, const std::string& what
     v.add(kv.key, static_cast<int32_t>(id), what);
   }
   return v;
+}
+
+bool sj_bool(const simdjson::dom::object& o, const char* key, bool fallback,
+             const std::string& path) {
+  simdjson::dom::element e;
+  if (o.at_key(key).get(e) || e.is_null()) return fallback;
+  bool b;
+  if (e.get_bool().get(b)) raise<InvalidArgument>("{}.{}: expected true or false", path, key);
+  return b;
+}
+
+// An AddedToken object; `id` is taken from the object unless given.
+AddedToken read_added_token(const simdjson::dom::element& e, const std::string& path,
+                            std::optional<int32_t> id) {
+  simdjson::dom::object o;
+  if (e.get_object().get(o)) raise<InvalidArgument>("{}: expected an object", path);
+  AddedToken t;
+  if (id) {
+    t.id = *id;
+  } else {
+    int64_t v;
+    if (o.at_key("id").get_int64().get(v) || v < 0 || v > INT32_MAX) {
+      raise<InvalidArgument>("{}.id: expected a token id", path);
+    }
+    t.id = static_cast<int32_t>(v);
+  }
+  std::string_view content;
+  if (o.at_key("content").get_string().get(content)) {
+    raise<InvalidArgument>("{}.content: expected a string", path);
+  }
+  t.content = std::string(content);
+  t.special = sj_bool(o, "special", false, path);
+  t.single_word = sj_bool(o, "single_word", false, path);
+  t.lstrip = sj_bool(o, "lstrip", false, path);
+  t.rstrip = sj_bool(o, "rstrip", false, path);
+  t.normalized = sj_bool(o, "normalized", !t.special, path);
+  return t;
 }
 
 std::optional<std::string> opt_string(const Json& j, const char* key, const std::string& path) {
@@ -196,12 +234,65 @@ std::unique_ptr<TokenizerJson> parse_tokenizer_json(std::string_view text,
       tj->post_processor = to_nlohmann(kv.value, what + ": post_processor");
     } else if (key == "decoder") {
       tj->decoder = to_nlohmann(kv.value, what + ": decoder");
-    } else if (key == "added_tokens") {
-      tj->added_tokens = to_nlohmann(kv.value, what + ": added_tokens");
+    } else if (key == "added_tokens" && !kv.value.is_null()) {
+      simdjson::dom::array arr;
+      if (kv.value.get_array().get(arr))
+        raise<InvalidArgument>("{}: added_tokens: expected an array", what);
+      size_t i = 0;
+      for (auto item : arr) {
+        tj->added_tokens.push_back(read_added_token(
+            item, what + ": added_tokens[" + std::to_string(i++) + "]", std::nullopt));
+      }
     }
   }
   if (!has_model) raise<InvalidArgument>("{}: model: missing", what);
   return tj;
+}
+
+TokenizerConfig parse_tokenizer_config(std::string_view text, const std::string& what) {
+  TokenizerConfig c;
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(text);
+  simdjson::dom::element doc;
+  if (parser.parse(padded).get(doc)) {
+    // simdjson rejects integers beyond 64 bits (model_max_length is often 1e30):
+    // take the general parser's reading of the whole file then.
+    Json j = parse_json(text, what);
+    if (!j.is_object()) raise<InvalidArgument>("{}: expected a JSON object", what);
+    if (j.contains("added_tokens_decoder")) {
+      const std::string minified = j["added_tokens_decoder"].dump();
+      j.erase("added_tokens_decoder");
+      auto inner = parse_tokenizer_config("{\"added_tokens_decoder\":" + minified + "}", what);
+      c.added_tokens_decoder = std::move(inner.added_tokens_decoder);
+    }
+    c.json = std::move(j);
+    return c;
+  }
+  simdjson::dom::object top;
+  if (doc.get_object().get(top)) raise<InvalidArgument>("{}: expected a JSON object", what);
+  for (auto kv : top) {
+    const std::string key(kv.key);
+    if (key != "added_tokens_decoder") {
+      c.json[key] = to_nlohmann(kv.value, what + ": " + key);
+      continue;
+    }
+    simdjson::dom::object d;
+    if (kv.value.get_object().get(d)) {
+      raise<InvalidArgument>("{}: added_tokens_decoder: expected an object", what);
+    }
+    for (auto e : d) {
+      const std::string path = what + ": added_tokens_decoder." + std::string(e.key);
+      int64_t id = 0;
+      bool ok = !e.key.empty() && e.key.size() <= 10;
+      for (char ch : e.key) {
+        ok = ok && ch >= '0' && ch <= '9';
+        if (ok) id = id * 10 + (ch - '0');
+      }
+      if (!ok || id > INT32_MAX) raise<InvalidArgument>("{}: key is not a token id", path);
+      c.added_tokens_decoder.push_back(read_added_token(e.value, path, static_cast<int32_t>(id)));
+    }
+  }
+  return c;
 }
 
 std::unique_ptr<HfPipeline> build_pipeline(const TokenizerJson& tj) {
@@ -211,25 +302,12 @@ std::unique_ptr<HfPipeline> build_pipeline(const TokenizerJson& tj) {
   p->post_processor = make_post_processor(tj.post_processor, tj.what + ": post_processor");
   p->decoder = make_decoder(tj.decoder, tj.what + ": decoder");
   p->model = build_model(tj);
-  if (!tj.added_tokens.is_null()) {
-    if (!tj.added_tokens.is_array())
-      raise<InvalidArgument>("{}: added_tokens: expected an array", tj.what);
-    for (size_t i = 0; i < tj.added_tokens.size(); ++i) {
-      const std::string path = tj.what + ": added_tokens[" + std::to_string(i) + "]";
-      const Json& a = tj.added_tokens[i];
-      AddedToken t;
-      int64_t id = get_int(a, "id", -1, path);
-      if (id < 0 || id > INT32_MAX) raise<InvalidArgument>("{}.id: expected a token id", path);
-      t.id = static_cast<int32_t>(id);
-      t.content = get_string(a, "content", path);
-      if (!utf8::is_valid(t.content)) raise<InvalidArgument>("{}.content: invalid UTF-8", path);
-      t.special = get_bool(a, "special", false, path);
-      t.single_word = get_bool(a, "single_word", false, path);
-      t.lstrip = get_bool(a, "lstrip", false, path);
-      t.rstrip = get_bool(a, "rstrip", false, path);
-      t.normalized = get_bool(a, "normalized", !t.special, path);
-      p->added.add(std::move(t));
+  for (const AddedToken& t : tj.added_tokens) {
+    if (!utf8::is_valid(t.content)) {
+      raise<InvalidArgument>("{}: added_tokens: content of token {} is not valid UTF-8", tj.what,
+                             t.id);
     }
+    p->added.add(t);
   }
   p->added.build(p->normalizer.get());
   return p;

@@ -16,7 +16,8 @@ namespace tachyon::tok {
 struct TokenizerJson {
   TokenizerJson();
   ~TokenizerJson();
-  Json normalizer, pre_tokenizer, post_processor, decoder, added_tokens;
+  Json normalizer, pre_tokenizer, post_processor, decoder;
+  std::vector<AddedToken> added_tokens;
   Json model;  // the model section without "vocab" and "merges"
   struct Raw;  // the simdjson document holding vocab and merges
   std::unique_ptr<Raw> raw;
@@ -25,6 +26,14 @@ struct TokenizerJson {
 
 // Parses the text of a tokenizer.json; throws InvalidArgument naming `what`.
 std::unique_ptr<TokenizerJson> parse_tokenizer_json(std::string_view text, const std::string& what);
+
+// tokenizer_config.json: everything but added_tokens_decoder as JSON, that one (the
+// bulk of some configs) read straight into tokens.
+struct TokenizerConfig {
+  Json json = Json::object();
+  std::vector<AddedToken> added_tokens_decoder;
+};
+TokenizerConfig parse_tokenizer_config(std::string_view text, const std::string& what);
 
 // Builds the pipeline from (possibly rewritten) sections.
 std::unique_ptr<HfPipeline> build_pipeline(const TokenizerJson& tj);

@@ -23,6 +23,11 @@ class Vocab {
  public:
   // Throws InvalidArgument naming `what` for a negative or huge id.
   void add(std::string_view token, int32_t id, const std::string& what);
+  void reserve(size_t n) {
+    map_.reserve(n);
+    tokens_.reserve(n);
+    present_.reserve(n);
+  }
   std::optional<int32_t> find(std::string_view token) const { return map_.find(token); }
   std::optional<std::string_view> token(int32_t id) const;
   int32_t size() const { return static_cast<int32_t>(tokens_.size()); }

@@ -34,74 +34,81 @@ inline uint64_t hash_bytes(std::string_view s) {
 class StringIdMap {
  public:
   void reserve(size_t n) {
-    entries_.reserve(n);
     size_t cap = 16;
     while (cap < n * 2) cap <<= 1;
-    slots_.assign(cap, kEmpty);
-    mask_ = cap - 1;
+    if (cap > slots_.size()) rehash(cap);
   }
 
   // Inserts or overwrites.
   void insert(std::string_view key, int32_t id) {
-    if ((entries_.size() + 1) * 2 > slots_.size()) grow();
-    uint64_t h = hash_bytes(key);
+    if ((size_ + 1) * 2 > slots_.size()) rehash(slots_.empty() ? 16 : slots_.size() * 2);
+    const uint64_t h = hash_bytes(key);
+    const uint32_t tag = static_cast<uint32_t>(h >> 32);
     size_t pos = h & mask_;
-    while (slots_[pos] != kEmpty) {
-      Entry& e = entries_[slots_[pos]];
-      if (e.hash == h && view(e) == key) {
+    while (slots_[pos].len != kEmpty) {
+      Slot& e = slots_[pos];
+      if (e.tag == tag && view(e) == key) {
         e.id = id;
         return;
       }
       pos = (pos + 1) & mask_;
     }
-    Entry e{h, static_cast<uint32_t>(arena_.size()), static_cast<uint32_t>(key.size()), id};
+    slots_[pos] =
+        Slot{tag, static_cast<uint32_t>(arena_.size()), static_cast<uint32_t>(key.size()), id};
     arena_.append(key);
-    slots_[pos] = static_cast<uint32_t>(entries_.size());
-    entries_.push_back(e);
+    ++size_;
   }
 
   std::optional<int32_t> find(std::string_view key) const {
-    if (entries_.empty()) return std::nullopt;
-    uint64_t h = hash_bytes(key);
+    if (size_ == 0) return std::nullopt;
+    const uint64_t h = hash_bytes(key);
+    const uint32_t tag = static_cast<uint32_t>(h >> 32);
     size_t pos = h & mask_;
-    while (slots_[pos] != kEmpty) {
-      const Entry& e = entries_[slots_[pos]];
-      if (e.hash == h && view(e) == key) return e.id;
+    while (slots_[pos].len != kEmpty) {
+      const Slot& e = slots_[pos];
+      if (e.tag == tag && e.len == key.size() &&
+          std::memcmp(arena_.data() + e.offset, key.data(), key.size()) == 0) {
+        return e.id;
+      }
       pos = (pos + 1) & mask_;
     }
     return std::nullopt;
   }
 
-  size_t size() const { return entries_.size(); }
+  size_t size() const { return size_; }
 
   template <typename Fn>
   void for_each(Fn&& fn) const {
-    for (const Entry& e : entries_) fn(view(e), e.id);
+    for (const Slot& e : slots_) {
+      if (e.len != kEmpty) fn(view(e), e.id);
+    }
   }
 
  private:
   static constexpr uint32_t kEmpty = 0xFFFFFFFFu;
-  struct Entry {
-    uint64_t hash;
+  // One probe touches one 16-byte slot; the key bytes are read only on a tag match.
+  struct Slot {
+    uint32_t tag;
     uint32_t offset;
     uint32_t len;
     int32_t id;
   };
-  std::string_view view(const Entry& e) const { return {arena_.data() + e.offset, e.len}; }
-  void grow() {
-    size_t cap = slots_.empty() ? 16 : slots_.size() * 2;
-    slots_.assign(cap, kEmpty);
+  std::string_view view(const Slot& e) const { return {arena_.data() + e.offset, e.len}; }
+  void rehash(size_t cap) {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(cap, Slot{0, 0, kEmpty, 0});
     mask_ = cap - 1;
-    for (uint32_t i = 0; i < entries_.size(); ++i) {
-      size_t pos = entries_[i].hash & mask_;
-      while (slots_[pos] != kEmpty) pos = (pos + 1) & mask_;
-      slots_[pos] = i;
+    for (const Slot& e : old) {
+      if (e.len == kEmpty) continue;
+      size_t pos = hash_bytes(view(e)) & mask_;
+      while (slots_[pos].len != kEmpty) pos = (pos + 1) & mask_;
+      slots_[pos] = e;
     }
   }
   std::string arena_;
-  std::vector<Entry> entries_;
-  std::vector<uint32_t> slots_;
+  std::vector<Slot> slots_;
   size_t mask_ = 0;
+  size_t size_ = 0;
 };
 
 // (left id, right id) -> (rank, merged id).

@@ -112,40 +112,21 @@ struct TokenizerBuilder {
 
   // Adds the config's special tokens and added_tokens_decoder to the backend.
   static void register_specials(Tokenizer& t, Backend& b, const Json& config,
+                                const std::vector<tok::AddedToken>& decoder_tokens,
                                 const std::string& what) {
-    if (auto* hfp = dynamic_cast<tok::HfPipeline*>(&b);
-        hfp && config.is_object() && config.contains("added_tokens_decoder")) {
-      auto* hf = hfp;
-      const Json& d = config["added_tokens_decoder"];
-      if (!d.is_object())
-        raise<InvalidArgument>("{}: added_tokens_decoder: expected an object", what);
-      for (const auto& [key, v] : d.items()) {
-        const std::string path = what + ": added_tokens_decoder." + key;
-        int64_t id = -1;
-        try {
-          size_t used = 0;
-          id = std::stoll(key, &used);
-          if (used != key.size()) id = -1;
-        } catch (const std::exception&) {
-        }
-        if (id < 0 || id > INT32_MAX) raise<InvalidArgument>("{}: key is not a token id", path);
-        tok::AddedToken a;
-        a.id = static_cast<int32_t>(id);
-        a.content = tok::get_string(v, "content", path);
-        a.special = tok::get_bool(v, "special", false, path);
-        a.lstrip = tok::get_bool(v, "lstrip", false, path);
-        a.rstrip = tok::get_bool(v, "rstrip", false, path);
-        a.single_word = tok::get_bool(v, "single_word", false, path);
-        a.normalized = tok::get_bool(v, "normalized", !a.special, path);
+    if (auto* hf = dynamic_cast<tok::HfPipeline*>(&b)) {
+      bool changed = false;
+      for (const tok::AddedToken& a : decoder_tokens) {
         const tok::AddedToken* old = hf->added.by_id(a.id);
         if (old && old->content == a.content && old->special == a.special &&
             old->lstrip == a.lstrip && old->rstrip == a.rstrip &&
             old->single_word == a.single_word && old->normalized == a.normalized) {
           continue;
         }
-        hf->added.add(std::move(a));
-        hf->added.build(hf->normalizer.get());
+        hf->added.add(a);
+        changed = true;
       }
+      if (changed) hf->added.build(hf->normalizer.get());
     }
     std::vector<std::string> specials;
     for (const auto* s : {&t.bos_token_, &t.eos_token_, &t.unk_token_, &t.pad_token_}) {
@@ -170,14 +151,16 @@ struct TokenizerBuilder {
     t.unk_id_ = id_of(t.unk_token_);
   }
 
-  static std::unique_ptr<Tokenizer> from_hf(std::string_view tokenizer_json, const Json& config,
+  static std::unique_ptr<Tokenizer> from_hf(std::string_view tokenizer_json,
+                                            const tok::TokenizerConfig& cfg,
                                             const std::string& what) {
+    const Json& config = cfg.json;
     auto tj = tok::parse_tokenizer_json(tokenizer_json, what);
     tok::apply_transformers_class(*tj, config);
     auto t = std::unique_ptr<Tokenizer>(new Tokenizer());
     apply_config(*t, config, what);
     auto pipeline = tok::build_pipeline(*tj);
-    register_specials(*t, *pipeline, config, what);
+    register_specials(*t, *pipeline, config, cfg.added_tokens_decoder, what);
     if (!pipeline->post_processor) {
       // transformers builds one from add_bos_token / add_eos_token.
       const std::string cls = tok::tokenizer_class(config);
@@ -204,8 +187,10 @@ struct TokenizerBuilder {
     return t;
   }
 
-  static std::unique_ptr<Tokenizer> from_tiktoken(const std::string& path, const Json& config,
+  static std::unique_ptr<Tokenizer> from_tiktoken(const std::string& path,
+                                                  const tok::TokenizerConfig& cfg,
                                                   const std::string& what) {
+    const Json& config = cfg.json;
     const bool qwen = std::filesystem::path(path).filename() == "qwen.tiktoken";
     std::vector<std::pair<std::string, int32_t>> specials;
     std::string text = read_file(path);
@@ -215,13 +200,8 @@ struct TokenizerBuilder {
       for (char c : text) next += c == '\n';
       if (!text.empty() && text.back() != '\n') ++next;
     }
-    if (config.is_object() && config.contains("added_tokens_decoder") &&
-        config["added_tokens_decoder"].is_object()) {
-      for (const auto& [key, v] : config["added_tokens_decoder"].items()) {
-        int64_t id = std::atoll(key.c_str());
-        specials.push_back({tok::get_string(v, "content", what + ": added_tokens_decoder." + key),
-                            static_cast<int32_t>(id)});
-      }
+    if (!cfg.added_tokens_decoder.empty()) {
+      for (const auto& a : cfg.added_tokens_decoder) specials.push_back({a.content, a.id});
     } else if (qwen) {
       // Qwen-1's tokenization_qwen.py: three named specials, then <|extra_0..204|>.
       for (const char* s : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"})
@@ -233,13 +213,15 @@ struct TokenizerBuilder {
     apply_config(*t, config, what);
     auto pipeline =
         tok::build_tiktoken_pipeline(text, path, qwen ? kQwenPattern : kCl100kPattern, specials);
-    register_specials(*t, *pipeline, config, what);
+    register_specials(*t, *pipeline, config, {}, what);
     t->backend_ = std::move(pipeline);
     return t;
   }
 
-  static std::unique_ptr<Tokenizer> from_sentencepiece(const std::string& path, const Json& config,
+  static std::unique_ptr<Tokenizer> from_sentencepiece(const std::string& path,
+                                                       const tok::TokenizerConfig& cfg,
                                                        const std::string& what) {
+    const Json& config = cfg.json;
     auto t = std::unique_ptr<Tokenizer>(new Tokenizer());
     apply_config(*t, config, what);
     std::vector<std::string> specials;
@@ -250,15 +232,15 @@ struct TokenizerBuilder {
     bool add_bos = config.is_object() ? config.value("add_bos_token", true) : true;
     bool add_eos = config.is_object() ? config.value("add_eos_token", false) : false;
     t->backend_ = tok::make_sentencepiece_backend(path, add_bos, add_eos, specials);
-    register_specials(*t, *t->backend_, Json::object(), what);
+    register_specials(*t, *t->backend_, Json::object(), {}, what);
     return t;
   }
 };
 
 std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view tokenizer_json,
                                                 std::string_view tokenizer_config_json) {
-  Json config = parse_json(tokenizer_config_json.empty() ? "{}" : tokenizer_config_json,
-                           "tokenizer_config.json");
+  auto config = tok::parse_tokenizer_config(
+      tokenizer_config_json.empty() ? "{}" : tokenizer_config_json, "tokenizer_config.json");
   return TokenizerBuilder::from_hf(tokenizer_json, config, "tokenizer.json");
 }
 
@@ -266,10 +248,11 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& dir) {
   namespace fs = std::filesystem;
   const fs::path root(dir);
   if (!fs::is_directory(root)) raise<NotFound>("tokenizer directory '{}' does not exist", dir);
-  Json config = Json::object();
+  tok::TokenizerConfig cfg;
   const std::string config_path = (root / "tokenizer_config.json").string();
-  if (file_exists(config_path)) config = load_json_file(config_path);
-  if (!config.is_object()) raise<InvalidArgument>("{}: expected a JSON object", config_path);
+  if (file_exists(config_path))
+    cfg = tok::parse_tokenizer_config(read_file(config_path), config_path);
+  Json& config = cfg.json;
   // Older checkpoints keep the special tokens in special_tokens_map.json.
   const std::string map_path = (root / "special_tokens_map.json").string();
   if (file_exists(map_path)) {
@@ -287,12 +270,12 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& dir) {
   if (file_exists(json_path)) {
     auto file = MappedFile::open(json_path);
     t = TokenizerBuilder::from_hf(
-        std::string_view(reinterpret_cast<const char*>(file->data()), file->size()), config,
+        std::string_view(reinterpret_cast<const char*>(file->data()), file->size()), cfg,
         json_path);
   } else if (file_exists(model_path)) {
     t = is_sentencepiece_model(model_path)
-            ? TokenizerBuilder::from_sentencepiece(model_path, config, model_path)
-            : TokenizerBuilder::from_tiktoken(model_path, config, model_path);
+            ? TokenizerBuilder::from_sentencepiece(model_path, cfg, model_path)
+            : TokenizerBuilder::from_tiktoken(model_path, cfg, model_path);
   } else {
     std::string tiktoken;
     for (const auto& e : fs::directory_iterator(root)) {
@@ -301,7 +284,7 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& dir) {
     if (tiktoken.empty()) {
       raise<NotFound>("'{}' has no tokenizer.json, tokenizer.model or *.tiktoken", dir);
     }
-    t = TokenizerBuilder::from_tiktoken(tiktoken, config, tiktoken);
+    t = TokenizerBuilder::from_tiktoken(tiktoken, cfg, tiktoken);
   }
   if (file_exists(jinja)) {
     std::string src = read_file(jinja);
