@@ -12,9 +12,20 @@
 namespace tachyon {
 namespace {
 
-// After this many tokens without output, text ending in U+FFFD is taken as final (it
-// is a genuinely invalid sequence, not a pending one: those are at most 3 bytes).
-constexpr size_t kMaxPending = 16;
+// After this many tokens without output, pending text is emitted anyway, so that a
+// step never decodes more than this many tokens. Only a run of more than this many
+// byte-fallback pieces that is invalid UTF-8 as a whole can then stream differently
+// from the full decode (which turns every byte of such a run into U+FFFD).
+constexpr size_t kMaxPending = 64;
+
+// "<0xXX>": a byte-fallback piece. The ByteFallback decoder decides on a whole run of
+// them at once, so none of the run is final before a token of another kind arrives.
+bool is_byte_piece(const std::string& t) {
+  auto hex = [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F') || (c >= 'a' && c <= 'f');
+  };
+  return t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && hex(t[3]) && hex(t[4]);
+}
 
 class WindowDecoder : public IncrementalDecoder {
  public:
@@ -22,10 +33,15 @@ class WindowDecoder : public IncrementalDecoder {
 
   std::string step(int32_t id) override {
     window_.push_back(id);
+    const bool may_wait = window_.size() - read_ < kMaxPending;
+    if (may_wait && is_byte_piece(t_.id_to_token(id))) return "";
     std::string full = t_.decode(window_, skip_);
-    if (ends_with_replacement(full) && window_.size() - read_ <= kMaxPending) return "";
+    if (may_wait && ends_with_replacement(full)) return "";
     const size_t hold = cleanup_hold(full);
-    const size_t start = prefix_text_.size() + emitted_;
+    size_t start = prefix_text_.size() + emitted_;
+    // Only after a forced emission can the context text fail to be a prefix of the
+    // window's text; never cut a character then.
+    while (start < full.size() && (static_cast<unsigned char>(full[start]) & 0xC0) == 0x80) ++start;
     const size_t avail = full.size() - std::min(hold, full.size());
     std::string out = avail > start ? full.substr(start, avail - start) : "";
     emitted_ += out.size();
@@ -48,7 +64,8 @@ class WindowDecoder : public IncrementalDecoder {
 
   std::string flush() override {
     std::string full = t_.decode(window_, skip_);
-    const size_t start = prefix_text_.size() + emitted_;
+    size_t start = prefix_text_.size() + emitted_;
+    while (start < full.size() && (static_cast<unsigned char>(full[start]) & 0xC0) == 0x80) ++start;
     std::string rest = full.size() > start ? full.substr(start) : "";
     window_.clear();
     read_ = 0;
