@@ -99,19 +99,16 @@ void BpeModel::init_char_table() {
 namespace {
 
 struct Symbol {
-  int32_t id;
+  int32_t id;  // -1 once merged into its left neighbour
   int32_t prev;
   int32_t next;
-  bool alive;
 };
 
-struct Candidate {
-  uint32_t rank;
-  int32_t pos;
-  int32_t new_id;
-  // Heap order: lowest rank first, then leftmost position.
-  bool operator<(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
-};
+// (rank << 32 | position): a min-heap on this is lowest rank first, then leftmost.
+using Candidate = uint64_t;
+inline Candidate candidate(uint32_t rank, int32_t pos) {
+  return (static_cast<uint64_t>(rank) << 32) | static_cast<uint32_t>(pos);
+}
 
 struct Scratch {
   std::vector<Symbol> symbols;
@@ -132,7 +129,7 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
   syms.clear();
   auto push = [&](int32_t id) {
     int32_t n = static_cast<int32_t>(syms.size());
-    syms.push_back({id, n - 1, -1, true});
+    syms.push_back({id, n - 1, -1});
     if (n > 0) syms[n - 1].next = n;
   };
   const bool plain =
@@ -191,35 +188,38 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
 
   auto& heap = sc.heap;
   heap.clear();
+  const auto later = std::greater<Candidate>();
   for (size_t p = 0; p + 1 < syms.size(); ++p) {
     if (const auto* m = merges_.find(syms[p].id, syms[p + 1].id)) {
-      heap.push_back({m->rank, static_cast<int32_t>(p), m->id});
+      heap.push_back(candidate(m->rank, static_cast<int32_t>(p)));
     }
   }
-  std::make_heap(heap.begin(), heap.end());
+  std::make_heap(heap.begin(), heap.end(), later);
   while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end());
-    Candidate top = heap.back();
+    std::pop_heap(heap.begin(), heap.end(), later);
+    const Candidate top = heap.back();
     heap.pop_back();
-    Symbol& left = syms[top.pos];
-    if (!left.alive || left.next < 0) continue;
+    const int32_t pos = static_cast<int32_t>(top & 0xFFFFFFFFu);
+    Symbol& left = syms[pos];
+    if (left.id < 0 || left.next < 0) continue;
     Symbol& right = syms[left.next];
     const auto* m = merges_.find(left.id, right.id);
-    if (!m || m->id != top.new_id) continue;
-    left.id = top.new_id;
-    right.alive = false;
+    // Stale: the pair changed since this candidate was queued.
+    if (!m || m->rank != static_cast<uint32_t>(top >> 32)) continue;
+    left.id = m->id;
+    right.id = -1;
     left.next = right.next;
-    if (right.next >= 0) syms[right.next].prev = top.pos;
+    if (right.next >= 0) syms[right.next].prev = pos;
     if (left.prev >= 0) {
       if (const auto* pm = merges_.find(syms[left.prev].id, left.id)) {
-        heap.push_back({pm->rank, left.prev, pm->id});
-        std::push_heap(heap.begin(), heap.end());
+        heap.push_back(candidate(pm->rank, left.prev));
+        std::push_heap(heap.begin(), heap.end(), later);
       }
     }
     if (left.next >= 0) {
       if (const auto* nm = merges_.find(left.id, syms[left.next].id)) {
-        heap.push_back({nm->rank, top.pos, nm->id});
-        std::push_heap(heap.begin(), heap.end());
+        heap.push_back(candidate(nm->rank, pos));
+        std::push_heap(heap.begin(), heap.end(), later);
       }
     }
   }
@@ -234,6 +234,42 @@ void BpeModel::tokenize(std::string_view piece, std::vector<int32_t>& out) const
       return;
     }
   }
+  if (piece.size() <= kMaxCachedWord) {
+    tokenize_cached(piece, out);
+    return;
+  }
+  // A long word: cut it where no merge can ever apply across (see safe_cut), and merge
+  // the parts separately (they are short and mostly cached). Exact, and it keeps the
+  // merge heap small: a Metaspace-style pipeline hands over whole texts as one word.
+  const bool plain =
+      options_.continuing_subword_prefix.empty() && options_.end_of_word_suffix.empty();
+  if (!plain) {
+    merge_word(piece, out);
+    return;
+  }
+  std::call_once(inner_pairs_once_, [this] { build_inner_pairs(); });
+  size_t start = 0;
+  size_t i = 0;
+  char32_t prev = 0;
+  bool prev_known = false;
+  while (i < piece.size()) {
+    size_t len;
+    char32_t c = utf8::decode_valid(piece.data() + i, len);
+    const bool known =
+        c < 0x800 ? char_ids_[c] >= 0 : vocab_.find(piece.substr(i, len)).has_value();
+    if (i > start && prev_known && known &&
+        !inner_pairs_.find(static_cast<int32_t>(prev), static_cast<int32_t>(c))) {
+      tokenize_cached(piece.substr(start, i - start), out);
+      start = i;
+    }
+    prev = c;
+    prev_known = known;
+    i += len;
+  }
+  tokenize_cached(piece.substr(start), out);
+}
+
+void BpeModel::tokenize_cached(std::string_view piece, std::vector<int32_t>& out) const {
   if (piece.size() > kMaxCachedWord) {
     merge_word(piece, out);
     return;
@@ -253,6 +289,25 @@ void BpeModel::tokenize(std::string_view piece, std::vector<int32_t>& out) const
   std::lock_guard<std::mutex> lock(shard.mu);
   if (shard.map.size() >= kShardCapacity) shard.map.clear();
   shard.map.emplace(std::string(piece), std::move(ids));
+}
+
+// Every pair of adjacent characters inside some vocabulary token. Between two
+// characters that are each a token and never adjacent inside any token, no merge can
+// apply (its result would be a token containing them), so a word can be cut there.
+void BpeModel::build_inner_pairs() const {
+  inner_pairs_.reserve(static_cast<size_t>(vocab_.size()) * 4);
+  for (int32_t id = 0; id < vocab_.size(); ++id) {
+    auto t = vocab_.token(id);
+    if (!t || !utf8::is_valid(*t)) continue;
+    char32_t prev = 0;
+    for (size_t i = 0; i < t->size();) {
+      size_t len;
+      char32_t c = utf8::decode_valid(t->data() + i, len);
+      if (i > 0) inner_pairs_.insert(static_cast<int32_t>(prev), static_cast<int32_t>(c), {0, 0});
+      prev = c;
+      i += len;
+    }
+  }
 }
 
 }  // namespace tachyon::tok

@@ -70,6 +70,8 @@ class BpeModel : public Model {
  private:
   void init_char_table();
   void merge_word(std::string_view word, std::vector<int32_t>& out) const;
+  void tokenize_cached(std::string_view word, std::vector<int32_t>& out) const;
+  void build_inner_pairs() const;
   Vocab vocab_;
   PairMap merges_;
   BpeOptions options_;
@@ -88,6 +90,9 @@ class BpeModel : public Model {
     std::unordered_map<std::string, std::vector<int32_t>> map;
   };
   mutable std::unique_ptr<Shard[]> cache_;
+  // Adjacent character pairs found inside vocabulary tokens, built on first use.
+  mutable std::once_flag inner_pairs_once_;
+  mutable PairMap inner_pairs_;
 };
 
 struct WordPieceOptions {

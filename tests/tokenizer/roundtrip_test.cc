@@ -13,6 +13,7 @@
 #include "core/json.h"
 #include "core/mmap.h"
 #include "core/utf8.h"
+#include "tokenizer/pipeline.h"
 #include "tokenizer/test_util.h"
 #include "tokenizer/unicode.h"
 
@@ -48,11 +49,26 @@ std::string random_text(std::mt19937& rng, size_t n_chars) {
 std::string expected_roundtrip(const std::string& name, const std::string& x) {
   std::string s = utf8::sanitize(x);
   if (name == "qwen3") return tok::unicode::normalize(s, tok::unicode::Form::kNFC);
+  // tokenizer_config.json asks for transformers' clean-up of spaces (" ," -> ",", ...).
+  if (name == "llama3") return tok::cleanup_tokenization_spaces(s);
   if (name == "llama2" || name == "kjv") {
     // LlamaTokenizer: a leading space merges with the prefix space and is stripped.
     if (!s.empty() && s[0] == ' ') s.erase(0, 1);
   }
   return s;
+}
+
+// Equality of possibly huge strings, reporting only the first difference (gtest's own
+// diff of two multi-megabyte strings needs gigabytes).
+::testing::AssertionResult same_text(const std::string& got, const std::string& want) {
+  if (got == want) return ::testing::AssertionSuccess();
+  size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+  size_t from = i > 40 ? i - 40 : 0;
+  return ::testing::AssertionFailure()
+         << "texts differ at byte " << i << " (sizes " << got.size() << " and " << want.size()
+         << "): got " << Json(utf8::sanitize(got.substr(from, 80))).dump() << " want "
+         << Json(utf8::sanitize(want.substr(from, 80))).dump();
 }
 
 std::unique_ptr<Tokenizer> load_named(const std::string& name) {
@@ -82,7 +98,7 @@ void check_incremental(const Tokenizer& tok, const std::vector<int32_t>& ids, bo
     streamed += piece;
   }
   streamed += inc->flush();
-  EXPECT_EQ(streamed, tok.decode(ids, skip)) << Json(ids).dump();
+  EXPECT_TRUE(same_text(streamed, tok.decode(ids, skip))) << Json(ids).dump();
 }
 
 class RoundTripTest : public ::testing::TestWithParam<std::string> {};
@@ -95,7 +111,7 @@ TEST_P(RoundTripTest, RandomUnicode) {
   for (int i = 0; i < 200; ++i) {
     std::string x = random_text(rng, 1 + rng() % 80);
     auto ids = tok->encode(x, false);
-    EXPECT_EQ(tok->decode(ids, false), expected_roundtrip(name, x)) << Json(x).dump();
+    EXPECT_TRUE(same_text(tok->decode(ids, false), expected_roundtrip(name, x))) << Json(x).dump();
     if (i % 4 == 0) check_incremental(*tok, ids, false);
   }
 }
@@ -116,7 +132,7 @@ TEST_P(RoundTripTest, InvalidUtf8IsReplaced) {
     std::string x(1 + rng() % 40, '\0');
     for (auto& ch : x) ch = static_cast<char>(rng());
     auto ids = tok->encode(x, false);
-    EXPECT_EQ(tok->decode(ids, false), expected_roundtrip(name, x));
+    EXPECT_TRUE(same_text(tok->decode(ids, false), expected_roundtrip(name, x)));
   }
 }
 
@@ -153,17 +169,18 @@ TEST_P(RoundTripTest, HostileSizes) {
   for (auto& c : word) c = static_cast<char>('a' + rng() % 26);
   auto ids = tok->encode(word, false);
   EXPECT_GT(ids.size(), word.size() / 10);
-  EXPECT_EQ(tok->decode(ids, false), expected_roundtrip(name, word));
+  EXPECT_TRUE(same_text(tok->decode(ids, false), expected_roundtrip(name, word)));
   // 10 MB of mixed text.
   std::string text;
   while (text.size() < (10u << 20)) text += random_text(rng, 2000);
   ids = tok->encode(text, false);
-  EXPECT_EQ(tok->decode(ids, false), expected_roundtrip(name, text));
+  EXPECT_TRUE(same_text(tok->decode(ids, false), expected_roundtrip(name, text)));
   // Long runs of one character.
   for (const char* unit : {" ", "\n", "7", "\xF0\x9F\x98\x80"}) {
     std::string run;
     while (run.size() < (2u << 20)) run += unit;
-    EXPECT_EQ(tok->decode(tok->encode(run, false), false), expected_roundtrip(name, run));
+    EXPECT_TRUE(
+        same_text(tok->decode(tok->encode(run, false), false), expected_roundtrip(name, run)));
   }
 }
 
