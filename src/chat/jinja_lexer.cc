@@ -46,17 +46,23 @@ class Lexer {
   }
 
   std::pair<int, int> line_col(size_t at) {
-    // Lines are counted incrementally: positions only move forward.
+    if (at < lc_pos_) {  // only error paths look back; recount from the start
+      lc_pos_ = 0;
+      lc_line_ = 1;
+      lc_col_ = 0;
+    }
+    // Positions mostly move forward: count lines and columns incrementally.
     while (lc_pos_ < at && lc_pos_ < s_.size()) {
-      if (s_[lc_pos_] == '\n') {
+      unsigned char c = static_cast<unsigned char>(s_[lc_pos_]);
+      if (c == '\n') {
         ++lc_line_;
-        lc_line_start_ = lc_pos_ + 1;
+        lc_col_ = 0;
+      } else if ((c & 0xC0) != 0x80) {
+        ++lc_col_;
       }
       ++lc_pos_;
     }
-    return {lc_line_, static_cast<int>(utf8_length(std::string_view(s_).substr(
-                          lc_line_start_, at - lc_line_start_))) +
-                          1};
+    return {lc_line_, lc_col_ + 1};
   }
 
   void push(Tok t, std::string text, size_t at) {
@@ -515,8 +521,8 @@ class Lexer {
   size_t pos_ = 0;
   bool line_starting_ = true;
   std::vector<Token> out_;
-  size_t lc_pos_ = 0, lc_line_start_ = 0;
-  int lc_line_ = 1;
+  size_t lc_pos_ = 0;
+  int lc_line_ = 1, lc_col_ = 0;
 };
 
 }  // namespace
