@@ -6,7 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
-#include <regex>
+#include <sstream>
 
 #include "chat/chat_template.h"
 #include "core/error.h"
@@ -80,6 +80,48 @@ TEST(ChatReference, TinyKjvChatTemplate) {
   in.bos_token = "<s>";
   in.eos_token = "</s>";
   EXPECT_EQ(t.render(in), "<s><<SYS>> S <</SYS>>[INST] U [/INST] A</s>[INST] V [/INST]");
+}
+
+// Popular templates (tests/chat/templates/*.jinja) on varied conversations, including
+// tool calls and strftime_now; expected renders come from jinja2 in transformers'
+// environment (scripts/chat_template_reference.py).
+TEST(ChatReference, PopularTemplates) {
+  const std::string dir = TACHYON_SOURCE_DIR "/tests/chat/templates/";
+  auto read = [](const std::string& path) {
+    std::ifstream f(path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  auto conversations = nlohmann::ordered_json::parse(read(dir + "conversations.json"));
+  auto expected = nlohmann::ordered_json::parse(read(dir + "expected.json"));
+  setenv("TZ", "UTC", 1);
+  tzset();
+  jinja::RenderOptions opt;
+  opt.now = 1721995200;  // 2024-07-26 12:00:00 UTC, as the reference script fixes it
+  int checked = 0;
+  for (const auto& e : expected) {
+    std::string name = e["template"].get<std::string>() + " / " + e["conversation"].get<std::string>();
+    SCOPED_TRACE(name);
+    const nlohmann::ordered_json* conv = nullptr;
+    for (const auto& c : conversations)
+      if (c["name"] == e["conversation"]) conv = &c;
+    ASSERT_NE(conv, nullptr);
+    OrderedChatTemplateInputs in;
+    in.messages = (*conv)["messages"];
+    if (conv->contains("tools")) in.tools = (*conv)["tools"];
+    in.add_generation_prompt = (*conv)["add_generation_prompt"].get<bool>();
+    in.bos_token = "<s>";
+    in.eos_token = "</s>";
+    ChatTemplate t = ChatTemplate::compile(read(dir + e["template"].get<std::string>()));
+    if (e.contains("error")) {
+      EXPECT_THROW(t.render(in, opt), InvalidArgument);
+    } else {
+      EXPECT_EQ(t.render(in, opt), e["rendered"].get<std::string>());
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 42);
 }
 
 }  // namespace
