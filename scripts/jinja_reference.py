@@ -7,6 +7,7 @@ fails. Needs python3 with jinja2 >= 3.1 (Debian: python3-jinja2).
 
 Usage: scripts/jinja_reference.py tests/chat/data/jinja_cases_src.json tests/chat/data/jinja_cases.json
 """
+import datetime
 import json
 import sys
 
@@ -40,6 +41,7 @@ def make_env():
                                         extensions=[Generation, "jinja2.ext.loopcontrols"])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
     return env
 
 

@@ -7,7 +7,8 @@
 // Supported: all statements of jinja2 except template inheritance/inclusion
 // (if/elif/else, for with loop.*, else, filters and recursion, set incl. block set and
 // namespace attributes, macro with defaults/varargs/kwargs/caller, call, filter, with,
-// raw, break/continue, do, comments, whitespace control); the expression grammar with
+// raw, break/continue, comments, whitespace control; `do` when ParseOptions.do_statement
+// is set, off by default as transformers does not enable jinja2.ext.do); the expression grammar with
 // jinja2's precedence; Python semantics for values, arithmetic, comparisons, str() and
 // repr(); the filters abs attr batch capitalize center count d default dictsort e escape
 // first float forceescape format indent int items join last length list lower map max

@@ -42,11 +42,14 @@ std::optional<Value> method_attr(const Value& obj, std::string_view name) {
 Value slice(Interpreter& in, const Value& obj, const Value& a, const Value& b, const Value& c) {
   auto part = [](const Value& v, const char* what) -> std::optional<int64_t> {
     if (v.is_none() || v.is_undefined()) return std::nullopt;
-    if (!v.is_int() && !v.is_bool())
-      fail(fmt::format("slice indices must be integers or None, not {}", type_name(v)));
     (void)what;
     return v.as_int();
   };
+  // Non-integer bounds raise TypeError in Python, which jinja2's getitem turns into
+  // an undefined value.
+  for (const Value* x : {&a, &b, &c})
+    if (!x->is_none() && !x->is_undefined() && !x->is_int() && !x->is_bool())
+      return Value::undefined(fmt::format("slice indices must be integers or None, not {}", type_name(*x)));
   std::optional<int64_t> start = part(a, "start"), stop = part(b, "stop"), stepv = part(c, "step");
   int64_t step = stepv.value_or(1);
   if (step == 0) fail("slice step cannot be zero");

@@ -175,9 +175,17 @@ class Parser {
     } else if (tag == "with") {
       parse_with(*s);
     } else if (tag == "print") {
+      // {% print a, b %} outputs each expression in turn.
       next();
-      s->kind = StmtKind::kOutput;
-      s->expr = parse_tuple(true, {}, false);
+      s->kind = StmtKind::kScope;
+      while (cur().type != Tok::kBlockEnd) {
+        if (!s->body.empty()) expect_op(",");
+        auto o = std::make_unique<Stmt>();
+        o->kind = StmtKind::kOutput;
+        o->line = cur().line;
+        o->expr = parse_expression(true);
+        s->body.push_back(std::move(o));
+      }
     } else if ((tag == "break" || tag == "continue") && opt_.loop_controls) {
       next();
       if (loop_depth_ == 0) error(fmt::format("'{}' outside loop", tag));

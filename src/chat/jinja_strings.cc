@@ -257,9 +257,7 @@ std::vector<std::string> py_split(std::string_view s, const std::optional<std::s
       while (i < n && py_isspace(u[i])) ++i;
       if (i == n) break;
       if (static_cast<int64_t>(parts.size()) == maxsplit) {
-        size_t e = n;
-        while (e > i && py_isspace(u[e - 1])) --e;
-        parts.push_back(utf8_encode(u.substr(i, e - i)));
+        parts.push_back(utf8_encode(u.substr(i)));  // the rest keeps its trailing spaces
         break;
       }
       size_t j = i;
@@ -274,9 +272,7 @@ std::vector<std::string> py_split(std::string_view s, const std::optional<std::s
       while (i > 0 && py_isspace(u[i - 1])) --i;
       if (i == 0) break;
       if (static_cast<int64_t>(rev.size()) == maxsplit) {
-        size_t b = 0;
-        while (b < i && py_isspace(u[b])) ++b;
-        rev.push_back(utf8_encode(u.substr(b, i - b)));
+        rev.push_back(utf8_encode(u.substr(0, i)));  // the rest keeps its leading spaces
         break;
       }
       size_t j = i;

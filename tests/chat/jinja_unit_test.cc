@@ -155,6 +155,13 @@ TEST(JinjaGlobals, RaiseExceptionCarriesTheMessage) {
   }
 }
 
+TEST(JinjaParse, DoStatementIsOptional) {
+  EXPECT_THROW(Template::parse("{% do 1 %}"), InvalidArgument);  // as in transformers
+  ParseOptions opt;
+  opt.do_statement = true;
+  EXPECT_EQ(Template::parse("{% set ns = namespace(a=1) %}{% do ns.a %}{{ ns.a }}", opt).render({}), "1");
+}
+
 TEST(JinjaParse, ThreadSafeRendering) {
   auto t = Template::parse("{% for i in range(n) %}{{ i }}{% endfor %}");
   std::vector<std::thread> threads;
