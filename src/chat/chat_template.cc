@@ -31,7 +31,8 @@ std::string ChatTemplate::render_impl(const BasicChatTemplateInputs<J>& in,
     token("unk_token", in.unk_token);
     token("pad_token", in.pad_token);
     if (!in.extra.is_null()) {
-      if (!in.extra.is_object()) raise<InvalidArgument>("chat template kwargs must be a JSON object");
+      if (!in.extra.is_object())
+        raise<InvalidArgument>("chat template kwargs must be a JSON object");
       for (auto it = in.extra.begin(); it != in.extra.end(); ++it) {
         const std::string& k = it.key();
         if (k == "messages" || k == "tools" || k == "documents" || k == "add_generation_prompt")
@@ -57,7 +58,8 @@ std::string ChatTemplate::render(const ChatTemplateInputs& inputs) const {
 std::string ChatTemplate::render(const OrderedChatTemplateInputs& inputs) const {
   return render_impl(inputs, jinja::RenderOptions{});
 }
-std::string ChatTemplate::render(const ChatTemplateInputs& inputs, const jinja::RenderOptions& options) const {
+std::string ChatTemplate::render(const ChatTemplateInputs& inputs,
+                                 const jinja::RenderOptions& options) const {
   return render_impl(inputs, options);
 }
 std::string ChatTemplate::render(const OrderedChatTemplateInputs& inputs,
@@ -65,7 +67,8 @@ std::string ChatTemplate::render(const OrderedChatTemplateInputs& inputs,
   return render_impl(inputs, options);
 }
 
-const std::string& ChatTemplateSet::select(std::optional<std::string_view> name, bool has_tools) const {
+const std::string& ChatTemplateSet::select(std::optional<std::string_view> name,
+                                           bool has_tools) const {
   if (templates.empty())
     raise<InvalidArgument>(
         "Cannot use chat template functions because tokenizer.chat_template is not set and no "
@@ -96,9 +99,10 @@ ChatTemplateSet chat_templates_from_config(const Json& config) {
     set.templates["default"] = it->get<std::string>();
   } else if (it->is_array()) {
     for (const auto& t : *it) {
-      if (!t.is_object() || !t.contains("name") || !t.contains("template") || !t["name"].is_string() ||
-          !t["template"].is_string())
-        raise<InvalidArgument>("tokenizer_config.json: chat_template entries must be {{name, template}}");
+      if (!t.is_object() || !t.contains("name") || !t.contains("template") ||
+          !t["name"].is_string() || !t["template"].is_string())
+        raise<InvalidArgument>(
+            "tokenizer_config.json: chat_template entries must be {{name, template}}");
       set.templates[t["name"].get<std::string>()] = t["template"].get<std::string>();
     }
   } else {
@@ -116,7 +120,8 @@ ChatTemplateSet load_chat_templates(const std::string& model_dir) {
     files.templates["default"] = read_file((dir / "chat_template.jinja").string());
   if (fs::is_directory(dir / "additional_chat_templates", ec)) {
     for (const auto& e : fs::directory_iterator(dir / "additional_chat_templates", ec)) {
-      if (e.path().extension() == ".jinja") files.templates[e.path().stem().string()] = read_file(e.path().string());
+      if (e.path().extension() == ".jinja")
+        files.templates[e.path().stem().string()] = read_file(e.path().string());
     }
   }
   if (!files.empty()) return files;

@@ -57,13 +57,15 @@ class ChatTemplate {
   std::string render(const ChatTemplateInputs& inputs) const;
   std::string render(const OrderedChatTemplateInputs& inputs) const;
   std::string render(const ChatTemplateInputs& inputs, const jinja::RenderOptions& options) const;
-  std::string render(const OrderedChatTemplateInputs& inputs, const jinja::RenderOptions& options) const;
+  std::string render(const OrderedChatTemplateInputs& inputs,
+                     const jinja::RenderOptions& options) const;
 
   const std::string& source() const { return *source_; }
 
  private:
   template <typename J>
-  std::string render_impl(const BasicChatTemplateInputs<J>& inputs, const jinja::RenderOptions& options) const;
+  std::string render_impl(const BasicChatTemplateInputs<J>& inputs,
+                          const jinja::RenderOptions& options) const;
 
   jinja::Template template_;
   std::shared_ptr<const std::string> source_;

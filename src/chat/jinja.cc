@@ -9,8 +9,9 @@ namespace {
 // Filter and test names jinja2 knows: a template naming any other fails to
 // compile there, so it fails to parse here too.
 bool jinja2_knows_filter(std::string_view n) {
-  static constexpr std::string_view kOthers[] = {"filesizeformat", "groupby", "pprint", "random",
-                                                 "urlencode", "urlize", "wordwrap", "xmlattr", "slice"};
+  static constexpr std::string_view kOthers[] = {"filesizeformat", "groupby",   "pprint",
+                                                 "random",         "urlencode", "urlize",
+                                                 "wordwrap",       "xmlattr",   "slice"};
   if (find_filter(n)) return true;
   for (auto o : kOthers)
     if (o == n) return true;
@@ -37,7 +38,9 @@ void check_names(const Expr* e, bool soft) {
 void check_names(const Body& body, bool soft) {
   for (const auto& s : body) {
     bool here = soft || s->kind == StmtKind::kIf;
-    bool inner = s->kind == StmtKind::kIf ? true : (s->kind == StmtKind::kSetBlock || s->kind == StmtKind::kScope) && soft;
+    bool inner = s->kind == StmtKind::kIf
+                     ? true
+                     : (s->kind == StmtKind::kSetBlock || s->kind == StmtKind::kScope) && soft;
     check_names(s->expr.get(), here);
     check_names(s->cond.get(), false);
     for (const auto& v : s->with_values) check_names(v.get(), soft);
@@ -59,7 +62,8 @@ Template Template::parse(std::string_view source, const ParseOptions& options) {
     check_names(t.program_->body, false);
   } catch (const TemplateError& e) {
     if (e.column > 0)
-      raise<InvalidArgument>("template syntax error at line {}, column {}: {}", e.line, e.column, e.message);
+      raise<InvalidArgument>("template syntax error at line {}, column {}: {}", e.line, e.column,
+                             e.message);
     raise<InvalidArgument>("template syntax error at line {}: {}", e.line, e.message);
   }
   return t;

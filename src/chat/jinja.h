@@ -8,15 +8,15 @@
 // (if/elif/else, for with loop.*, else, filters and recursion, set incl. block set and
 // namespace attributes, macro with defaults/varargs/kwargs/caller, call, filter, with,
 // raw, break/continue, comments, whitespace control; `do` when ParseOptions.do_statement
-// is set, off by default as transformers does not enable jinja2.ext.do); the expression grammar with
-// jinja2's precedence; Python semantics for values, arithmetic, comparisons, str() and
-// repr(); the filters abs attr batch capitalize center count d default dictsort e escape
-// first float forceescape format indent int items join last length list lower map max
-// min reject rejectattr replace reverse round safe select selectattr sort string
-// striptags sum title tojson trim truncate unique upper wordcount; all of jinja2's tests;
-// str/list/dict methods; globals range dict namespace cycler joiner raise_exception
-// strftime_now. Not supported: groupby, pprint, urlize, wordwrap, xmlattr, filesizeformat,
-// random, urlencode, lipsum, integers beyond 64 bits, HTML autoescaping/Markup.
+// is set, off by default as transformers does not enable jinja2.ext.do); the expression grammar
+// with jinja2's precedence; Python semantics for values, arithmetic, comparisons, str() and repr();
+// the filters abs attr batch capitalize center count d default dictsort e escape first float
+// forceescape format indent int items join last length list lower map max min reject rejectattr
+// replace reverse round safe select selectattr sort string striptags sum title tojson trim truncate
+// unique upper wordcount; all of jinja2's tests; str/list/dict methods; globals range dict
+// namespace cycler joiner raise_exception strftime_now. Not supported: groupby, pprint, urlize,
+// wordwrap, xmlattr, filesizeformat, random, urlencode, lipsum, integers beyond 64 bits, HTML
+// autoescaping/Markup.
 //
 // Errors (syntax, runtime, limits) are InvalidArgument naming the line.
 #pragma once

@@ -71,20 +71,20 @@ struct MacroDef {
 };
 
 enum class StmtKind : uint8_t {
-  kData,      // text
-  kOutput,    // expr
-  kIf,        // expr, body, else_body
-  kFor,       // target, expr (iterable), cond, body, else_body, recursive
-  kSet,       // target, expr
-  kSetBlock,  // target, filter (may be null), body
-  kMacro,     // macro
-  kCallBlock, // macro (the caller), expr (the call)
+  kData,         // text
+  kOutput,       // expr
+  kIf,           // expr, body, else_body
+  kFor,          // target, expr (iterable), cond, body, else_body, recursive
+  kSet,          // target, expr
+  kSetBlock,     // target, filter (may be null), body
+  kMacro,        // macro
+  kCallBlock,    // macro (the caller), expr (the call)
   kFilterBlock,  // expr (filter chain with null innermost operand), body
-  kWith,      // targets/values, body
+  kWith,         // targets/values, body
   kBreak,
   kContinue,
-  kDo,        // expr
-  kScope,     // body (generation blocks: rendered as is)
+  kDo,     // expr
+  kScope,  // body (generation blocks: rendered as is)
 };
 
 struct Stmt {

@@ -9,12 +9,14 @@
 
 namespace tachyon::jinja {
 
-std::vector<Value> bind(std::string_view fn, const CallArgs& args, std::initializer_list<Param> params) {
+std::vector<Value> bind(std::string_view fn, const CallArgs& args,
+                        std::initializer_list<Param> params) {
   std::vector<Value> out;
   std::vector<bool> set(params.size(), false);
   out.resize(params.size());
   if (args.args.size() > params.size())
-    fail(fmt::format("{}() takes at most {} arguments ({} given)", fn, params.size(), args.args.size()));
+    fail(fmt::format("{}() takes at most {} arguments ({} given)", fn, params.size(),
+                     args.args.size()));
   for (size_t i = 0; i < args.args.size(); ++i) {
     out[i] = args.args[i];
     set[i] = true;
@@ -25,7 +27,8 @@ std::vector<Value> bind(std::string_view fn, const CallArgs& args, std::initiali
       if (k == p.name) break;
       ++i;
     }
-    if (i == params.size()) fail(fmt::format("{}() got an unexpected keyword argument '{}'", fn, k));
+    if (i == params.size())
+      fail(fmt::format("{}() got an unexpected keyword argument '{}'", fn, k));
     if (set[i]) fail(fmt::format("{}() got multiple values for argument '{}'", fn, k));
     out[i] = v;
     set[i] = true;
@@ -90,20 +93,24 @@ Value range_fn(Interpreter& in, CallArgs& a) {
   }
   if (step == 0) fail("range() arg 3 must not be zero");
   // Length computed without overflow: (stop - start) may exceed int64.
-  __int128 span = step > 0 ? static_cast<__int128>(stop) - start : static_cast<__int128>(start) - stop;
+  __int128 span =
+      step > 0 ? static_cast<__int128>(stop) - start : static_cast<__int128>(start) - stop;
   __int128 astep = step > 0 ? step : -static_cast<__int128>(step);
   __int128 len = span <= 0 ? 0 : (span + astep - 1) / astep;
   if (len > kMaxRange)
-    fail(fmt::format("Range too big. The sandbox blocks ranges larger than MAX_RANGE ({}).", kMaxRange));
+    fail(fmt::format("Range too big. The sandbox blocks ranges larger than MAX_RANGE ({}).",
+                     kMaxRange));
   in.step(static_cast<int64_t>(len));
   ValueList out;
   out.reserve(static_cast<size_t>(len));
-  for (int64_t i = 0; i < static_cast<int64_t>(len); ++i) out.push_back(Value::integer(start + i * step));
+  for (int64_t i = 0; i < static_cast<int64_t>(len); ++i)
+    out.push_back(Value::integer(start + i * step));
   return Value::list(std::move(out));
 }
 
 void fill_dict(Dict& d, const CallArgs& a, const char* fn) {
-  if (a.args.size() > 1) fail(fmt::format("{} expected at most 1 argument, got {}", fn, a.args.size()));
+  if (a.args.size() > 1)
+    fail(fmt::format("{} expected at most 1 argument, got {}", fn, a.args.size()));
   if (!a.args.empty()) {
     const Value& src = a.args[0];
     if (src.is_dict()) {
@@ -170,39 +177,39 @@ class Joiner : public Object {
 void add_globals(Scope& scope) {
   scope.set("range", builtin("range", range_fn));
   scope.set("dict", builtin("dict", [](Interpreter&, CallArgs& a) {
-    auto d = std::make_shared<Dict>();
-    fill_dict(*d, a, "dict");
-    return Value::dict(std::move(d));
-  }));
+              auto d = std::make_shared<Dict>();
+              fill_dict(*d, a, "dict");
+              return Value::dict(std::move(d));
+            }));
   scope.set("namespace", builtin("namespace", [](Interpreter&, CallArgs& a) {
-    auto ns = std::make_shared<Namespace>();
-    fill_dict(ns->attrs, a, "namespace");
-    return Value::object(ns);
-  }));
+              auto ns = std::make_shared<Namespace>();
+              fill_dict(ns->attrs, a, "namespace");
+              return Value::object(ns);
+            }));
   scope.set("cycler", builtin("cycler", [](Interpreter&, CallArgs& a) {
-    if (a.args.empty()) fail("at least one item has to be provided");
-    return Value::object(std::make_shared<Cycler>(a.args));
-  }));
+              if (a.args.empty()) fail("at least one item has to be provided");
+              return Value::object(std::make_shared<Cycler>(a.args));
+            }));
   scope.set("joiner", builtin("joiner", [](Interpreter&, CallArgs& a) {
-    auto v = bind("joiner", a, {{"sep", Value::string(", ")}});
-    return Value::object(std::make_shared<Joiner>(to_str(v[0])));
-  }));
+              auto v = bind("joiner", a, {{"sep", Value::string(", ")}});
+              return Value::object(std::make_shared<Joiner>(to_str(v[0])));
+            }));
   scope.set("raise_exception", builtin("raise_exception", [](Interpreter&, CallArgs& a) -> Value {
-    auto v = bind("raise_exception", a, {{"message", std::nullopt}});
-    fail(to_str(v[0]));
-  }));
+              auto v = bind("raise_exception", a, {{"message", std::nullopt}});
+              fail(to_str(v[0]));
+            }));
   scope.set("strftime_now", builtin("strftime_now", [](Interpreter& in, CallArgs& a) {
-    auto v = bind("strftime_now", a, {{"format", std::nullopt}});
-    std::string f = str_arg(v[0], "strftime_now");
-    std::time_t t = in.options().now ? *in.options().now : std::time(nullptr);
-    std::tm tm{};
-    localtime_r(&t, &tm);
-    if (f.empty()) return Value::string("");
-    std::string buf(256 + f.size() * 8, '\0');
-    size_t n = std::strftime(buf.data(), buf.size(), f.c_str(), &tm);
-    buf.resize(n);
-    return Value::string(std::move(buf));
-  }));
+              auto v = bind("strftime_now", a, {{"format", std::nullopt}});
+              std::string f = str_arg(v[0], "strftime_now");
+              std::time_t t = in.options().now ? *in.options().now : std::time(nullptr);
+              std::tm tm{};
+              localtime_r(&t, &tm);
+              if (f.empty()) return Value::string("");
+              std::string buf(256 + f.size() * 8, '\0');
+              size_t n = std::strftime(buf.data(), buf.size(), f.c_str(), &tm);
+              buf.resize(n);
+              return Value::string(std::move(buf));
+            }));
 }
 
 }  // namespace tachyon::jinja

@@ -10,13 +10,16 @@ namespace {
 
 class BoundMethodObj : public Object {
  public:
-  BoundMethodObj(Value receiver, std::string name) : receiver_(std::move(receiver)), name_(std::move(name)) {}
+  BoundMethodObj(Value receiver, std::string name)
+      : receiver_(std::move(receiver)), name_(std::move(name)) {}
   std::string type_name() const override { return "builtin_function_or_method"; }
   bool callable() const override { return true; }
   std::string repr() const override {
     return fmt::format("<built-in method {} of {} object>", name_, jinja::type_name(receiver_));
   }
-  Value call(Interpreter& in, CallArgs& args) override { return call_method(in, receiver_, name_, args); }
+  Value call(Interpreter& in, CallArgs& args) override {
+    return call_method(in, receiver_, name_, args);
+  }
 
  private:
   Value receiver_;
@@ -49,7 +52,8 @@ Value slice(Interpreter& in, const Value& obj, const Value& a, const Value& b, c
   // an undefined value.
   for (const Value* x : {&a, &b, &c})
     if (!x->is_none() && !x->is_undefined() && !x->is_int() && !x->is_bool())
-      return Value::undefined(fmt::format("slice indices must be integers or None, not {}", type_name(*x)));
+      return Value::undefined(
+          fmt::format("slice indices must be integers or None, not {}", type_name(*x)));
   std::optional<int64_t> start = part(a, "start"), stop = part(b, "stop"), stepv = part(c, "step");
   int64_t step = stepv.value_or(1);
   if (step == 0) fail("slice step cannot be zero");
@@ -164,7 +168,8 @@ Value Interpreter::getitem(const Value& obj, const Value& key) {
             return Value::string(s.substr(off, end - off));
           }
         }
-        return Value::undefined(fmt::format("{} has no element {}", object_type_repr(obj), key.as_int()));
+        return Value::undefined(
+            fmt::format("{} has no element {}", object_type_repr(obj), key.as_int()));
       }
       break;
     }
@@ -305,7 +310,8 @@ Value Interpreter::eval(const Expr& e, const ScopePtr& scope) {
       if (truthy(eval(*e.args[1], scope))) return eval(*e.args[0], scope);
       if (e.args[2]) return eval(*e.args[2], scope);
       return Value::undefined(fmt::format(
-          "the inline if-expression on line {} evaluated to false and no else section was defined.", e.line));
+          "the inline if-expression on line {} evaluated to false and no else section was defined.",
+          e.line));
     case ExprKind::kCall: {
       Value callee = eval(*e.args[0], scope);
       CallArgs a;
@@ -343,7 +349,11 @@ bool Interpreter::test(std::string_view name, const Value& v, CallArgs& args) {
   return t(*this, v, args);
 }
 
-bool Interpreter::has_filter(std::string_view name) const { return find_filter(name) != nullptr; }
-bool Interpreter::has_test(std::string_view name) const { return find_test(name) != nullptr; }
+bool Interpreter::has_filter(std::string_view name) const {
+  return find_filter(name) != nullptr;
+}
+bool Interpreter::has_test(std::string_view name) const {
+  return find_test(name) != nullptr;
+}
 
 }  // namespace tachyon::jinja

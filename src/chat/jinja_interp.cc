@@ -38,7 +38,8 @@ namespace {
 // a scope owns the macro, and a strong reference back would never be freed.
 class MacroObject : public Object {
  public:
-  MacroObject(const MacroDef* def, std::weak_ptr<Scope> closure) : def_(def), closure_(std::move(closure)) {}
+  MacroObject(const MacroDef* def, std::weak_ptr<Scope> closure)
+      : def_(def), closure_(std::move(closure)) {}
   std::string type_name() const override { return "Macro"; }
   bool callable() const override { return true; }
   std::string repr() const override { return fmt::format("<Macro '{}'>", def_->name); }
@@ -50,7 +51,8 @@ class MacroObject : public Object {
   Value call(Interpreter& in, CallArgs& args) override {
     Interpreter::DepthGuard guard(in);
     ScopePtr parent = closure_.lock();
-    if (!parent) fail(fmt::format("macro '{}' called after the scope that defined it ended", def_->name));
+    if (!parent)
+      fail(fmt::format("macro '{}' called after the scope that defined it ended", def_->name));
     auto scope = std::make_shared<Scope>(parent);
     const auto& params = def_->params;
     size_t n = params.size();
@@ -73,7 +75,8 @@ class MacroObject : public Object {
       for (size_t i = 0; i < n; ++i)
         if (params[i] == k) idx = i;
       if (idx < n) {
-        if (bound[idx]) fail(fmt::format("macro '{}' got multiple values for argument '{}'", def_->name, k));
+        if (bound[idx])
+          fail(fmt::format("macro '{}' got multiple values for argument '{}'", def_->name, k));
         scope->set(k, v);
         bound[idx] = true;
       } else if (k == "caller" && def_->uses_caller) {
@@ -91,7 +94,8 @@ class MacroObject : public Object {
       if (i >= first_default) {
         scope->set(params[i], in.eval(*def_->defaults[i - first_default], scope));
       } else {
-        scope->set(params[i], Value::undefined(fmt::format("parameter '{}' was not provided", params[i])));
+        scope->set(params[i],
+                   Value::undefined(fmt::format("parameter '{}' was not provided", params[i])));
       }
     }
     if (def_->uses_varargs) scope->set("varargs", Value::list(std::move(extra), true));
@@ -112,7 +116,8 @@ class LoopObject;
 
 class LoopMethod : public Object {
  public:
-  LoopMethod(std::shared_ptr<LoopObject> loop, std::string name) : loop_(std::move(loop)), name_(std::move(name)) {}
+  LoopMethod(std::shared_ptr<LoopObject> loop, std::string name)
+      : loop_(std::move(loop)), name_(std::move(name)) {}
   std::string type_name() const override { return "method"; }
   bool callable() const override { return true; }
   Value call(Interpreter& in, CallArgs& args) override;
@@ -126,7 +131,9 @@ class LoopObject : public Object, public std::enable_shared_from_this<LoopObject
  public:
   std::string type_name() const override { return "LoopContext"; }
   bool callable() const override { return stmt != nullptr && stmt->recursive; }
-  std::string repr() const override { return fmt::format("<LoopContext {}/{}>", index0 + 1, length); }
+  std::string repr() const override {
+    return fmt::format("<LoopContext {}/{}>", index0 + 1, length);
+  }
 
   Value getattr(std::string_view name) const override {
     if (name == "index") return Value::integer(index0 + 1);
@@ -205,12 +212,14 @@ Interpreter::~Interpreter() = default;
 void Interpreter::step(int64_t n) {
   steps_ += n;
   if (steps_ > options_.limits.max_steps)
-    fail(fmt::format("template exceeded the limit of {} evaluation steps", options_.limits.max_steps));
+    fail(fmt::format("template exceeded the limit of {} evaluation steps",
+                     options_.limits.max_steps));
 }
 
 void Interpreter::check_string(size_t bytes) const {
   if (bytes > options_.limits.max_string_bytes)
-    fail(fmt::format("string of {} bytes exceeds the limit of {}", bytes, options_.limits.max_string_bytes));
+    fail(fmt::format("string of {} bytes exceeds the limit of {}", bytes,
+                     options_.limits.max_string_bytes));
 }
 
 void Interpreter::check_items(size_t n) const {
@@ -359,7 +368,8 @@ void Interpreter::assign(const Target& t, const Value& v, const ScopePtr& scope)
     case Target::Kind::kTuple: {
       ValueList items = iterate(v);
       if (items.size() < t.items.size())
-        fail(fmt::format("not enough values to unpack (expected {}, got {})", t.items.size(), items.size()));
+        fail(fmt::format("not enough values to unpack (expected {}, got {})", t.items.size(),
+                         items.size()));
       if (items.size() > t.items.size())
         fail(fmt::format("too many values to unpack (expected {})", t.items.size()));
       for (size_t i = 0; i < items.size(); ++i) assign(t.items[i], items[i], scope);

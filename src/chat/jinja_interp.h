@@ -21,11 +21,11 @@
 namespace tachyon::jinja {
 
 struct Limits {
-  int64_t max_steps = 20'000'000;         // expression evaluations + statements + loop items
-  size_t max_output_bytes = 64u << 20;    // rendered text
-  size_t max_string_bytes = 64u << 20;    // any one string value
-  size_t max_items = 4'000'000;           // elements of any one list built at run time
-  int max_depth = 600;                    // nested evaluation frames (macro recursion included)
+  int64_t max_steps = 20'000'000;       // expression evaluations + statements + loop items
+  size_t max_output_bytes = 64u << 20;  // rendered text
+  size_t max_string_bytes = 64u << 20;  // any one string value
+  size_t max_items = 4'000'000;         // elements of any one list built at run time
+  int max_depth = 600;                  // nested evaluation frames (macro recursion included)
 };
 
 struct RenderOptions {
@@ -114,7 +114,8 @@ std::string percent_format(Interpreter& in, const std::string& fmt, const Value&
 // true, has no length, and yields its remaining items once.
 class IteratorObject : public Object {
  public:
-  IteratorObject(ValueList items, std::string kind) : items_(std::move(items)), kind_(std::move(kind)) {}
+  IteratorObject(ValueList items, std::string kind)
+      : items_(std::move(items)), kind_(std::move(kind)) {}
   std::string type_name() const override { return kind_; }
   std::string repr() const override { return fmt::format("<{} object>", kind_); }
   ValueList take_rest();
@@ -131,6 +132,7 @@ Value make_iterator(ValueList items, std::string kind = "generator");
 using FilterFn = Value (*)(Interpreter&, const Value&, CallArgs&);
 using TestFn = bool (*)(Interpreter&, const Value&, CallArgs&);
 FilterFn find_filter(std::string_view name);
+FilterFn find_text_filter(std::string_view name);  // the part in jinja_filters_text.cc
 TestFn find_test(std::string_view name);
 // Calls `name` on a str/list/dict receiver as Python would; unknown names give
 // Undefined from lookup_method().
@@ -144,7 +146,8 @@ struct Param {
   const char* name;
   std::optional<Value> default_value;  // nullopt: required
 };
-std::vector<Value> bind(std::string_view fn, const CallArgs& args, std::initializer_list<Param> params);
+std::vector<Value> bind(std::string_view fn, const CallArgs& args,
+                        std::initializer_list<Param> params);
 
 // Helpers shared by filters and methods.
 int64_t to_int_arg(const Value& v, std::string_view what);

@@ -269,10 +269,12 @@ class Lexer {
 
   // Digits with single underscores between them; returns the end or npos.
   size_t digits(size_t p) const {
-    if (p >= s_.size() || !std::isdigit(static_cast<unsigned char>(s_[p]))) return std::string::npos;
+    if (p >= s_.size() || !std::isdigit(static_cast<unsigned char>(s_[p])))
+      return std::string::npos;
     while (true) {
       while (p < s_.size() && std::isdigit(static_cast<unsigned char>(s_[p]))) ++p;
-      if (p + 1 < s_.size() && s_[p] == '_' && std::isdigit(static_cast<unsigned char>(s_[p + 1]))) {
+      if (p + 1 < s_.size() && s_[p] == '_' &&
+          std::isdigit(static_cast<unsigned char>(s_[p + 1]))) {
         ++p;
         continue;
       }
@@ -370,10 +372,15 @@ class Lexer {
     unsigned __int128 v = 0;
     for (size_t i = body; i < e; ++i) {
       if (s_[i] == '_') continue;
-      int d = std::isdigit(static_cast<unsigned char>(s_[i])) ? s_[i] - '0' : std::tolower(static_cast<unsigned char>(s_[i])) - 'a' + 10;
+      int d = std::isdigit(static_cast<unsigned char>(s_[i]))
+                  ? s_[i] - '0'
+                  : std::tolower(static_cast<unsigned char>(s_[i])) - 'a' + 10;
       v = v * static_cast<unsigned>(base) + static_cast<unsigned>(d);
       if (v > static_cast<unsigned __int128>(INT64_MAX))
-        error(fmt::format("integer literal '{}' is too large (integers beyond 64 bits are not supported)", s_.substr(p, e - p)), p);
+        error(fmt::format(
+                  "integer literal '{}' is too large (integers beyond 64 bits are not supported)",
+                  s_.substr(p, e - p)),
+              p);
     }
     tok.type = Tok::kInt;
     tok.text = s_.substr(p, e - p);
@@ -433,19 +440,46 @@ class Lexer {
       char e = raw[i + 1];
       i += 2;
       switch (e) {
-        case '\n': break;
-        case '\\': out.push_back('\\'); break;
-        case '\'': out.push_back('\''); break;
-        case '"': out.push_back('"'); break;
-        case 'a': out.push_back('\a'); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case 'n': out.push_back('\n'); break;
-        case 'r': out.push_back('\r'); break;
-        case 't': out.push_back('\t'); break;
-        case 'v': out.push_back('\v'); break;
-        case 'x': utf8_append(out, hex(i, 2, "\\xXX")); i += 2; break;
-        case 'u': utf8_append(out, hex(i, 4, "\\uXXXX")); i += 4; break;
+        case '\n':
+          break;
+        case '\\':
+          out.push_back('\\');
+          break;
+        case '\'':
+          out.push_back('\'');
+          break;
+        case '"':
+          out.push_back('"');
+          break;
+        case 'a':
+          out.push_back('\a');
+          break;
+        case 'b':
+          out.push_back('\b');
+          break;
+        case 'f':
+          out.push_back('\f');
+          break;
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
+        case 'v':
+          out.push_back('\v');
+          break;
+        case 'x':
+          utf8_append(out, hex(i, 2, "\\xXX"));
+          i += 2;
+          break;
+        case 'u':
+          utf8_append(out, hex(i, 4, "\\uXXXX"));
+          i += 4;
+          break;
         case 'U': {
           char32_t v = hex(i, 8, "\\UXXXXXXXX");
           if (v > 0x10FFFF) error("illegal Unicode character", at);
@@ -453,7 +487,8 @@ class Lexer {
           i += 8;
           break;
         }
-        case 'N': error("\\N{...} escapes are not supported", at);
+        case 'N':
+          error("\\N{...} escapes are not supported", at);
         default:
           if (e >= '0' && e <= '7') {
             char32_t v = static_cast<char32_t>(e - '0');
@@ -534,17 +569,28 @@ std::vector<Token> tokenize(std::string_view source, const LexerOptions& options
 
 std::string describe(const Token& t) {
   switch (t.type) {
-    case Tok::kData: return "template data / text";
-    case Tok::kVarBegin: return "begin of print statement";
-    case Tok::kVarEnd: return "end of print statement";
-    case Tok::kBlockBegin: return "begin of statement block";
-    case Tok::kBlockEnd: return "end of statement block";
-    case Tok::kName: return t.text;
-    case Tok::kString: return "string";
-    case Tok::kInt: return "integer";
-    case Tok::kFloat: return "float";
-    case Tok::kOp: return t.text;
-    case Tok::kEof: return "end of template";
+    case Tok::kData:
+      return "template data / text";
+    case Tok::kVarBegin:
+      return "begin of print statement";
+    case Tok::kVarEnd:
+      return "end of print statement";
+    case Tok::kBlockBegin:
+      return "begin of statement block";
+    case Tok::kBlockEnd:
+      return "end of statement block";
+    case Tok::kName:
+      return t.text;
+    case Tok::kString:
+      return "string";
+    case Tok::kInt:
+      return "integer";
+    case Tok::kFloat:
+      return "float";
+    case Tok::kOp:
+      return t.text;
+    case Tok::kEof:
+      return "end of template";
   }
   return "token";
 }

@@ -14,18 +14,21 @@ namespace tachyon::jinja {
 namespace {
 
 constexpr std::array kStrMethods = {
-    "capitalize", "casefold", "center", "count", "encode", "endswith", "expandtabs", "find", "format",
-    "format_map", "index", "isalnum", "isalpha", "isascii", "isdecimal", "isdigit", "isidentifier",
-    "islower", "isnumeric", "isprintable", "isspace", "istitle", "isupper", "join", "ljust", "lower",
-    "lstrip", "maketrans", "partition", "removeprefix", "removesuffix", "replace", "rfind", "rindex",
-    "rjust", "rpartition", "rsplit", "rstrip", "split", "splitlines", "startswith", "strip", "swapcase",
-    "title", "translate", "upper", "zfill"};
-constexpr std::array kListMethods = {"append", "clear", "copy", "count", "extend", "index",
-                                     "insert", "pop", "remove", "reverse", "sort"};
+    "capitalize",   "casefold",    "center",    "count",      "encode",       "endswith",
+    "expandtabs",   "find",        "format",    "format_map", "index",        "isalnum",
+    "isalpha",      "isascii",     "isdecimal", "isdigit",    "isidentifier", "islower",
+    "isnumeric",    "isprintable", "isspace",   "istitle",    "isupper",      "join",
+    "ljust",        "lower",       "lstrip",    "maketrans",  "partition",    "removeprefix",
+    "removesuffix", "replace",     "rfind",     "rindex",     "rjust",        "rpartition",
+    "rsplit",       "rstrip",      "split",     "splitlines", "startswith",   "strip",
+    "swapcase",     "title",       "translate", "upper",      "zfill"};
+constexpr std::array kListMethods = {"append", "clear", "copy",   "count",   "extend", "index",
+                                     "insert", "pop",   "remove", "reverse", "sort"};
 constexpr std::array kTupleMethods = {"count", "index"};
-constexpr std::array kDictMethods = {"clear", "copy", "fromkeys", "get", "items", "keys",
-                                     "pop", "popitem", "setdefault", "update", "values"};
-constexpr std::array kListUnsafe = {"append", "clear", "pop", "reverse", "insert", "sort", "extend", "remove"};
+constexpr std::array kDictMethods = {"clear", "copy",    "fromkeys",   "get",    "items", "keys",
+                                     "pop",   "popitem", "setdefault", "update", "values"};
+constexpr std::array kListUnsafe = {"append", "clear", "pop",    "reverse",
+                                    "insert", "sort",  "extend", "remove"};
 constexpr std::array kDictUnsafe = {"clear", "pop", "popitem", "setdefault", "update"};
 
 template <size_t N>
@@ -33,7 +36,9 @@ bool in_list(const std::array<const char*, N>& a, std::string_view n) {
   return std::any_of(a.begin(), a.end(), [&](const char* x) { return n == x; });
 }
 
-Value str_v(std::string s) { return Value::string(std::move(s)); }
+Value str_v(std::string s) {
+  return Value::string(std::move(s));
+}
 
 std::optional<std::string> opt_chars(const Value& v) {
   if (v.is_none()) return std::nullopt;
@@ -73,7 +78,8 @@ Value find_impl(const std::string& s, CallArgs& a, bool reverse, bool raise, con
 
 Value affix_impl(const std::string& s, CallArgs& a, bool prefix) {
   const char* fn = prefix ? "startswith" : "endswith";
-  auto p = bind(fn, a, {{"prefix", std::nullopt}, {"start", Value::none()}, {"end", Value::none()}});
+  auto p =
+      bind(fn, a, {{"prefix", std::nullopt}, {"start", Value::none()}, {"end", Value::none()}});
   auto [lo, hi] = bounds(s, p[1], p[2]);
   if (lo == std::string::npos) return Value::boolean(false);
   std::string_view w = std::string_view(s).substr(lo, hi - lo);
@@ -91,8 +97,10 @@ Value affix_impl(const std::string& s, CallArgs& a, bool prefix) {
 }
 
 Value pad_impl(Interpreter& in, const std::string& s, CallArgs& a, char mode) {
-  auto p = bind(mode == 'c' ? "center" : mode == 'l' ? "ljust" : "rjust", a,
-                {{"width", std::nullopt}, {"fillchar", str_v(" ")}});
+  auto p = bind(mode == 'c'   ? "center"
+                : mode == 'l' ? "ljust"
+                              : "rjust",
+                a, {{"width", std::nullopt}, {"fillchar", str_v(" ")}});
   int64_t width = to_int_arg(p[0], "width"), len = static_cast<int64_t>(utf8_length(s));
   std::string fill = str_arg(p[1], "fillchar");
   if (utf8_length(fill) != 1) fail("The fill character must be exactly one character long");
@@ -131,11 +139,13 @@ std::string apply_spec(const Value& v, const std::string& spec) {
     ++i;
   }
   int width = 0, precision = -1;
-  while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i]))) width = std::min(width * 10 + (spec[i++] - '0'), 100000);
+  while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i])))
+    width = std::min(width * 10 + (spec[i++] - '0'), 100000);
   if (i < spec.size() && spec[i] == '.') {
     precision = 0;
     ++i;
-    while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i]))) precision = std::min(precision * 10 + (spec[i++] - '0'), 1000);
+    while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i])))
+      precision = std::min(precision * 10 + (spec[i++] - '0'), 1000);
   }
   char type = i < spec.size() ? spec[i++] : 0;
   if (i != spec.size()) fail(fmt::format("unsupported format specifier '{}'", spec));
@@ -146,13 +156,15 @@ std::string apply_spec(const Value& v, const std::string& spec) {
     if (precision >= 0) body = body.substr(0, utf8_offset(body, static_cast<size_t>(precision)));
   } else if (numeric && (type == 'd' || (type == 0 && !v.is_float()))) {
     body = std::to_string(v.is_float() ? static_cast<int64_t>(v.as_float()) : v.as_int());
-  } else if (numeric && (type == 'f' || type == 'F' || type == 'e' || type == 'E' || type == 'g' || type == 'G' || type == '%' || type == 0)) {
+  } else if (numeric && (type == 'f' || type == 'F' || type == 'e' || type == 'E' || type == 'g' ||
+                         type == 'G' || type == '%' || type == 0)) {
     double d = v.to_double();
     if (type == 0 && precision < 0) {
       body = to_str(Value::floating(d));
     } else {
       char t = type == 0 ? 'g' : type == '%' ? 'f' : type;
-      body = fmt::format(fmt::runtime(fmt::format("{{:.{}{}}}", precision < 0 ? 6 : precision, t)), type == '%' ? d * 100 : d);
+      body = fmt::format(fmt::runtime(fmt::format("{{:.{}{}}}", precision < 0 ? 6 : precision, t)),
+                         type == '%' ? d * 100 : d);
       if (type == '%') body += "%";
     }
   } else {
@@ -184,8 +196,10 @@ Value format_impl(Interpreter& in, const std::string& f, CallArgs& a) {
   for (size_t i = 0; i < f.size(); ++i) {
     char c = f[i];
     if (c == '}') {
-      if (i + 1 < f.size() && f[i + 1] == '}') ++i;
-      else fail("Single '}' encountered in format string");
+      if (i + 1 < f.size() && f[i + 1] == '}')
+        ++i;
+      else
+        fail("Single '}' encountered in format string");
       out.push_back('}');
       continue;
     }
@@ -213,9 +227,12 @@ Value format_impl(Interpreter& in, const std::string& f, CallArgs& a) {
     size_t head_end = std::min(field.find('.'), field.find('['));
     std::string head = field.substr(0, head_end);
     Value v;
-    if (head.empty() || std::all_of(head.begin(), head.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); })) {
+    if (head.empty() || std::all_of(head.begin(), head.end(), [](char ch) {
+          return std::isdigit(static_cast<unsigned char>(ch));
+        })) {
       size_t idx = head.empty() ? auto_index++ : std::stoul(head);
-      if (idx >= a.args.size()) fail(fmt::format("Replacement index {} out of range for positional args tuple", idx));
+      if (idx >= a.args.size())
+        fail(fmt::format("Replacement index {} out of range for positional args tuple", idx));
       v = a.args[idx];
     } else {
       const Value* kw = a.kwarg(head);
@@ -231,14 +248,19 @@ Value format_impl(Interpreter& in, const std::string& f, CallArgs& a) {
         size_t e = field.find(']', k);
         if (e == std::string::npos) fail("Missing ']' in format string");
         std::string key = field.substr(k + 1, e - k - 1);
-        bool digits = !key.empty() && std::all_of(key.begin(), key.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); });
+        bool digits = !key.empty() && std::all_of(key.begin(), key.end(), [](char ch) {
+          return std::isdigit(static_cast<unsigned char>(ch));
+        });
         v = in.getitem(v, digits ? Value::integer(std::stoll(key)) : str_v(key));
         k = e + 1;
       }
     }
-    if (conv == "r") v = str_v(repr(v));
-    else if (conv == "s") v = str_v(to_str(v));
-    else if (!conv.empty()) fail(fmt::format("Unknown conversion specifier {}", conv));
+    if (conv == "r")
+      v = str_v(repr(v));
+    else if (conv == "s")
+      v = str_v(to_str(v));
+    else if (!conv.empty())
+      fail(fmt::format("Unknown conversion specifier {}", conv));
     out += apply_spec(v, spec);
     in.check_string(out.size());
   }
@@ -259,7 +281,8 @@ Value str_method(Interpreter& in, const std::string& s, std::string_view m, Call
       if (sep->empty()) fail("empty separator");
     }
     ValueList out;
-    for (auto& part : py_split(s, sep, to_int_arg(p[1], m), m == "rsplit")) out.push_back(str_v(std::move(part)));
+    for (auto& part : py_split(s, sep, to_int_arg(p[1], m), m == "rsplit"))
+      out.push_back(str_v(std::move(part)));
     in.step(static_cast<int64_t>(out.size()));
     return Value::list(std::move(out));
   }
@@ -276,9 +299,11 @@ Value str_method(Interpreter& in, const std::string& s, std::string_view m, Call
   if (m == "capitalize") return noargs(), str_v(py_capitalize(s));
   if (m == "swapcase") return noargs(), str_v(py_swapcase(s));
   if (m == "replace") {
-    auto p = bind("replace", a, {{"old", std::nullopt}, {"new", std::nullopt}, {"count", Value::integer(-1)}});
+    auto p = bind("replace", a,
+                  {{"old", std::nullopt}, {"new", std::nullopt}, {"count", Value::integer(-1)}});
     std::string old = str_arg(p[0], m), repl = str_arg(p[1], m);
-    if (repl.size() > old.size()) in.check_string(s.size() + py_count(s, old) * (repl.size() - old.size()));
+    if (repl.size() > old.size())
+      in.check_string(s.size() + py_count(s, old) * (repl.size() - old.size()));
     return str_v(py_replace(s, old, repl, to_int_arg(p[2], m)));
   }
   if (m == "find") return find_impl(s, a, false, false, "find");
@@ -286,17 +311,20 @@ Value str_method(Interpreter& in, const std::string& s, std::string_view m, Call
   if (m == "index") return find_impl(s, a, false, true, "index");
   if (m == "rindex") return find_impl(s, a, true, true, "rindex");
   if (m == "count") {
-    auto p = bind("count", a, {{"sub", std::nullopt}, {"start", Value::none()}, {"end", Value::none()}});
+    auto p =
+        bind("count", a, {{"sub", std::nullopt}, {"start", Value::none()}, {"end", Value::none()}});
     auto [lo, hi] = bounds(s, p[1], p[2]);
     if (lo == std::string::npos) return Value::integer(0);
-    return Value::integer(static_cast<int64_t>(py_count(std::string_view(s).substr(lo, hi - lo), str_arg(p[0], m))));
+    return Value::integer(
+        static_cast<int64_t>(py_count(std::string_view(s).substr(lo, hi - lo), str_arg(p[0], m))));
   }
   if (m == "join") {
     auto p = bind("join", a, {{"iterable", std::nullopt}});
     std::string out;
     size_t i = 0;
     for (const auto& item : in.iterate(p[0])) {
-      if (!item.is_string()) fail(fmt::format("sequence item {}: expected str instance, {} found", i, type_name(item)));
+      if (!item.is_string())
+        fail(fmt::format("sequence item {}: expected str instance, {} found", i, type_name(item)));
       if (i++) out += s;
       out += item.str();
       in.check_string(out.size());
@@ -331,16 +359,21 @@ Value str_method(Interpreter& in, const std::string& s, std::string_view m, Call
     auto p = bind(std::string(m), a, {{"affix", std::nullopt}});
     std::string x = str_arg(p[0], m);
     if (m == "removeprefix" && s.compare(0, x.size(), x) == 0) return str_v(s.substr(x.size()));
-    if (m == "removesuffix" && !x.empty() && s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0)
+    if (m == "removesuffix" && !x.empty() && s.size() >= x.size() &&
+        s.compare(s.size() - x.size(), x.size(), x) == 0)
       return str_v(s.substr(0, s.size() - x.size()));
     return str_v(s);
   }
   if (m == "isupper") return noargs(), Value::boolean(py_isupper(s));
   if (m == "islower") return noargs(), Value::boolean(py_islower(s));
-  if (m == "isdigit" || m == "isdecimal" || m == "isnumeric") return noargs(), Value::boolean(py_isdigit(s));
+  if (m == "isdigit" || m == "isdecimal" || m == "isnumeric")
+    return noargs(), Value::boolean(py_isdigit(s));
   if (m == "isalpha") return noargs(), Value::boolean(py_isalpha(s));
   if (m == "isalnum") return noargs(), Value::boolean(py_isalnum_str(s));
-  if (m == "isascii") return noargs(), Value::boolean(std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; }));
+  if (m == "isascii")
+    return noargs(), Value::boolean(std::all_of(s.begin(), s.end(), [](char c) {
+             return static_cast<unsigned char>(c) < 0x80;
+           }));
   if (m == "isspace") {
     noargs();
     std::u32string u = utf8_decode(s);
@@ -353,10 +386,14 @@ Value list_method(Interpreter& in, const Value& l, std::string_view m, CallArgs&
   if (m == "count") {
     auto p = bind("count", a, {{"value", std::nullopt}});
     in.step(static_cast<int64_t>(l.items().size()));
-    return Value::integer(std::count_if(l.items().begin(), l.items().end(), [&](const Value& x) { return equals(x, p[0]); }));
+    return Value::integer(std::count_if(l.items().begin(), l.items().end(),
+                                        [&](const Value& x) { return equals(x, p[0]); }));
   }
   if (m == "index") {
-    auto p = bind("index", a, {{"value", std::nullopt}, {"start", Value::integer(0)}, {"stop", Value::integer(INT64_MAX)}});
+    auto p = bind("index", a,
+                  {{"value", std::nullopt},
+                   {"start", Value::integer(0)},
+                   {"stop", Value::integer(INT64_MAX)}});
     int64_t n = static_cast<int64_t>(l.items().size());
     int64_t lo = to_int_arg(p[1], m), hi = to_int_arg(p[2], m);
     if (lo < 0) lo = std::max<int64_t>(0, lo + n);

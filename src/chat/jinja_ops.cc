@@ -12,12 +12,17 @@ namespace tachyon::jinja {
 namespace {
 
 [[noreturn]] void unsupported(std::string_view op, const Value& a, const Value& b) {
-  fail(fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, type_name(a), type_name(b)));
+  fail(fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, type_name(a),
+                   type_name(b)));
 }
 
-[[noreturn]] void overflow() { fail("integer overflow (integers beyond 64 bits are not supported)"); }
+[[noreturn]] void overflow() {
+  fail("integer overflow (integers beyond 64 bits are not supported)");
+}
 
-bool is_intlike(const Value& v) { return v.is_int() || v.is_bool(); }
+bool is_intlike(const Value& v) {
+  return v.is_int() || v.is_bool();
+}
 
 double py_fmod(double a, double b, double* div_out) {
   double mod = std::fmod(a, b);
@@ -55,7 +60,8 @@ Value repeat(Interpreter& in, const Value& seq, int64_t n) {
     return Value::string(std::move(out));
   }
   size_t len = seq.items().size();
-  if (len != 0 && static_cast<uint64_t>(n) > in.limits().max_items / len) in.check_items(in.limits().max_items + 1);
+  if (len != 0 && static_cast<uint64_t>(n) > in.limits().max_items / len)
+    in.check_items(in.limits().max_items + 1);
   in.step(static_cast<int64_t>(len) * n);
   ValueList out;
   out.reserve(len * static_cast<size_t>(n));
@@ -64,11 +70,13 @@ Value repeat(Interpreter& in, const Value& seq, int64_t n) {
 }
 
 // One %-conversion, as Python's str % formatting does it.
-std::string format_one(char conv, const std::string& flags, int width, int precision, const Value& v) {
+std::string format_one(char conv, const std::string& flags, int width, int precision,
+                       const Value& v) {
   std::string body;
   bool numeric = false;
   auto need_number = [&]() {
-    if (!v.is_number()) fail(fmt::format("%{} format: a real number is required, not {}", conv, type_name(v)));
+    if (!v.is_number())
+      fail(fmt::format("%{} format: a real number is required, not {}", conv, type_name(v)));
   };
   switch (conv) {
     case 's':
@@ -92,11 +100,15 @@ std::string format_one(char conv, const std::string& flags, int width, int preci
     case 'x':
     case 'X':
     case 'o': {
-      if (!is_intlike(v)) fail(fmt::format("%{} format: an integer is required, not {}", conv, type_name(v)));
+      if (!is_intlike(v))
+        fail(fmt::format("%{} format: an integer is required, not {}", conv, type_name(v)));
       int64_t i = v.as_int();
       uint64_t mag = i < 0 ? 0 - static_cast<uint64_t>(i) : static_cast<uint64_t>(i);
-      body = conv == 'o' ? fmt::format("{:o}", mag) : conv == 'x' ? fmt::format("{:x}", mag) : fmt::format("{:X}", mag);
-      if (flags.find('#') != std::string::npos) body = (conv == 'o' ? "0o" : conv == 'x' ? "0x" : "0X") + body;
+      body = conv == 'o'   ? fmt::format("{:o}", mag)
+             : conv == 'x' ? fmt::format("{:x}", mag)
+                           : fmt::format("{:X}", mag);
+      if (flags.find('#') != std::string::npos)
+        body = (conv == 'o' ? "0o" : conv == 'x' ? "0x" : "0X") + body;
       if (i < 0) body = "-" + body;
       numeric = true;
       break;
@@ -218,7 +230,8 @@ std::string percent_format(Interpreter& in, const std::string& fmtstr, const Val
     out += format_one(fmtstr[i], flags, width, precision, *v);
     in.check_string(out.size());
   }
-  if (!mapping && next < positional.size()) fail("not all arguments converted during string formatting");
+  if (!mapping && next < positional.size())
+    fail("not all arguments converted during string formatting");
   return out;
 }
 
@@ -245,7 +258,8 @@ Value binary_op(Interpreter& in, std::string_view op, const Value& a, const Valu
       out.insert(out.end(), b.items().begin(), b.items().end());
       return Value::list(std::move(out), a.is_tuple());
     }
-    if (a.is_string()) fail(fmt::format("can only concatenate str (not \"{}\") to str", type_name(b)));
+    if (a.is_string())
+      fail(fmt::format("can only concatenate str (not \"{}\") to str", type_name(b)));
     if (a.is_list() && !a.is_tuple())
       fail(fmt::format("can only concatenate list (not \"{}\") to list", type_name(b)));
     unsupported("+", a, b);
@@ -269,7 +283,8 @@ Value binary_op(Interpreter& in, std::string_view op, const Value& a, const Valu
     if ((a.is_string() || a.is_list()) && is_intlike(b)) return repeat(in, a, b.as_int());
     if ((b.is_string() || b.is_list()) && is_intlike(a)) return repeat(in, b, a.as_int());
     if (a.is_string() || b.is_string())
-      fail(fmt::format("can't multiply sequence by non-int of type '{}'", type_name(a.is_string() ? b : a)));
+      fail(fmt::format("can't multiply sequence by non-int of type '{}'",
+                       type_name(a.is_string() ? b : a)));
     unsupported("*", a, b);
   }
   if (op == "/") {

@@ -11,8 +11,8 @@ namespace tachyon::jinja {
 
 struct ParseOptions {
   LexerOptions lexer;
-  bool loop_controls = true;   // {% break %} / {% continue %} (jinja2.ext.loopcontrols)
-  bool do_statement = false;   // {% do expr %} (jinja2.ext.do; transformers does not enable it)
+  bool loop_controls = true;  // {% break %} / {% continue %} (jinja2.ext.loopcontrols)
+  bool do_statement = false;  // {% do expr %} (jinja2.ext.do; transformers does not enable it)
   int max_depth = 256;        // nesting of expressions and statements
 };
 

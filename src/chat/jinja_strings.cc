@@ -131,8 +131,12 @@ bool is_numeric(char32_t c) {
   auto k = category(c);
   return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
 }
-bool is_upper(char32_t c) { return category(c) == UTF8PROC_CATEGORY_LU; }
-bool is_lower(char32_t c) { return category(c) == UTF8PROC_CATEGORY_LL; }
+bool is_upper(char32_t c) {
+  return category(c) == UTF8PROC_CATEGORY_LU;
+}
+bool is_lower(char32_t c) {
+  return category(c) == UTF8PROC_CATEGORY_LL;
+}
 bool is_cased(char32_t c) {
   auto k = category(c);
   return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT;
@@ -174,7 +178,9 @@ bool is_linebreak(char32_t c) {
 
 }  // namespace
 
-bool py_isalnum(char32_t c) { return is_alpha(c) || is_numeric(c); }
+bool py_isalnum(char32_t c) {
+  return is_alpha(c) || is_numeric(c);
+}
 
 bool py_isprintable(char32_t c) {
   if (c == ' ') return true;
@@ -382,13 +388,21 @@ bool cased_check(std::string_view s, bool want_upper) {
 }
 }  // namespace
 
-bool py_isupper(std::string_view s) { return cased_check(s, true); }
-bool py_islower(std::string_view s) { return cased_check(s, false); }
+bool py_isupper(std::string_view s) {
+  return cased_check(s, true);
+}
+bool py_islower(std::string_view s) {
+  return cased_check(s, false);
+}
 bool py_isdigit(std::string_view s) {
   return all_chars(s, [](char32_t c) { return category(c) == UTF8PROC_CATEGORY_ND; });
 }
-bool py_isalpha(std::string_view s) { return all_chars(s, is_alpha); }
-bool py_isalnum_str(std::string_view s) { return all_chars(s, py_isalnum); }
+bool py_isalpha(std::string_view s) {
+  return all_chars(s, is_alpha);
+}
+bool py_isalnum_str(std::string_view s) {
+  return all_chars(s, py_isalnum);
+}
 
 std::string py_repr_string(std::string_view s) {
   bool has_single = s.find('\'') != std::string_view::npos;
@@ -494,13 +508,27 @@ void json_quote(std::string& out, std::string_view s, bool ensure_ascii) {
       continue;
     }
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];

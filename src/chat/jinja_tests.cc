@@ -8,22 +8,66 @@ namespace tachyon::jinja {
 
 namespace {
 
-Value arg(const CallArgs& a, const char* test) { return bind(test, a, {{"other", std::nullopt}})[0]; }
+Value arg(const CallArgs& a, const char* test) {
+  return bind(test, a, {{"other", std::nullopt}})[0];
+}
 
-bool t_defined(Interpreter&, const Value& v, CallArgs& a) { bind("defined", a, {}); return !v.is_undefined(); }
-bool t_undefined(Interpreter&, const Value& v, CallArgs& a) { bind("undefined", a, {}); return v.is_undefined(); }
-bool t_none(Interpreter&, const Value& v, CallArgs& a) { bind("none", a, {}); return v.is_none(); }
-bool t_boolean(Interpreter&, const Value& v, CallArgs& a) { bind("boolean", a, {}); return v.is_bool(); }
-bool t_true(Interpreter&, const Value& v, CallArgs& a) { bind("true", a, {}); return v.is_bool() && v.as_bool(); }
-bool t_false(Interpreter&, const Value& v, CallArgs& a) { bind("false", a, {}); return v.is_bool() && !v.as_bool(); }
-bool t_integer(Interpreter&, const Value& v, CallArgs& a) { bind("integer", a, {}); return v.is_int(); }
-bool t_float(Interpreter&, const Value& v, CallArgs& a) { bind("float", a, {}); return v.is_float(); }
-bool t_number(Interpreter&, const Value& v, CallArgs& a) { bind("number", a, {}); return v.is_number(); }
-bool t_string(Interpreter&, const Value& v, CallArgs& a) { bind("string", a, {}); return v.is_string(); }
-bool t_mapping(Interpreter&, const Value& v, CallArgs& a) { bind("mapping", a, {}); return v.is_dict(); }
-bool t_lower(Interpreter&, const Value& v, CallArgs& a) { bind("lower", a, {}); return py_islower(to_str(v)); }
-bool t_upper(Interpreter&, const Value& v, CallArgs& a) { bind("upper", a, {}); return py_isupper(to_str(v)); }
-bool t_escaped(Interpreter&, const Value&, CallArgs& a) { bind("escaped", a, {}); return false; }
+bool t_defined(Interpreter&, const Value& v, CallArgs& a) {
+  bind("defined", a, {});
+  return !v.is_undefined();
+}
+bool t_undefined(Interpreter&, const Value& v, CallArgs& a) {
+  bind("undefined", a, {});
+  return v.is_undefined();
+}
+bool t_none(Interpreter&, const Value& v, CallArgs& a) {
+  bind("none", a, {});
+  return v.is_none();
+}
+bool t_boolean(Interpreter&, const Value& v, CallArgs& a) {
+  bind("boolean", a, {});
+  return v.is_bool();
+}
+bool t_true(Interpreter&, const Value& v, CallArgs& a) {
+  bind("true", a, {});
+  return v.is_bool() && v.as_bool();
+}
+bool t_false(Interpreter&, const Value& v, CallArgs& a) {
+  bind("false", a, {});
+  return v.is_bool() && !v.as_bool();
+}
+bool t_integer(Interpreter&, const Value& v, CallArgs& a) {
+  bind("integer", a, {});
+  return v.is_int();
+}
+bool t_float(Interpreter&, const Value& v, CallArgs& a) {
+  bind("float", a, {});
+  return v.is_float();
+}
+bool t_number(Interpreter&, const Value& v, CallArgs& a) {
+  bind("number", a, {});
+  return v.is_number();
+}
+bool t_string(Interpreter&, const Value& v, CallArgs& a) {
+  bind("string", a, {});
+  return v.is_string();
+}
+bool t_mapping(Interpreter&, const Value& v, CallArgs& a) {
+  bind("mapping", a, {});
+  return v.is_dict();
+}
+bool t_lower(Interpreter&, const Value& v, CallArgs& a) {
+  bind("lower", a, {});
+  return py_islower(to_str(v));
+}
+bool t_upper(Interpreter&, const Value& v, CallArgs& a) {
+  bind("upper", a, {});
+  return py_isupper(to_str(v));
+}
+bool t_escaped(Interpreter&, const Value&, CallArgs& a) {
+  bind("escaped", a, {});
+  return false;
+}
 
 bool t_callable(Interpreter&, const Value& v, CallArgs& a) {
   bind("callable", a, {});
@@ -43,7 +87,8 @@ bool t_sequence(Interpreter&, const Value& v, CallArgs& a) {
 
 int64_t int_of(const Value& v, const char* test) {
   if (v.is_undefined()) fail_undefined(v);
-  if (!v.is_int() && !v.is_bool()) fail(fmt::format("test '{}' needs an integer, got '{}'", test, type_name(v)));
+  if (!v.is_int() && !v.is_bool())
+    fail(fmt::format("test '{}' needs an integer, got '{}'", test, type_name(v)));
   return v.as_int();
 }
 
@@ -84,12 +129,24 @@ bool t_sameas(Interpreter&, const Value& v, CallArgs& a) {
   }
 }
 
-bool t_eq(Interpreter&, const Value& v, CallArgs& a) { return equals(v, arg(a, "eq")); }
-bool t_ne(Interpreter&, const Value& v, CallArgs& a) { return !equals(v, arg(a, "ne")); }
-bool t_lt(Interpreter&, const Value& v, CallArgs& a) { return compare(v, arg(a, "lt")) < 0; }
-bool t_le(Interpreter&, const Value& v, CallArgs& a) { return compare(v, arg(a, "le")) <= 0; }
-bool t_gt(Interpreter&, const Value& v, CallArgs& a) { return compare(v, arg(a, "gt")) > 0; }
-bool t_ge(Interpreter&, const Value& v, CallArgs& a) { return compare(v, arg(a, "ge")) >= 0; }
+bool t_eq(Interpreter&, const Value& v, CallArgs& a) {
+  return equals(v, arg(a, "eq"));
+}
+bool t_ne(Interpreter&, const Value& v, CallArgs& a) {
+  return !equals(v, arg(a, "ne"));
+}
+bool t_lt(Interpreter&, const Value& v, CallArgs& a) {
+  return compare(v, arg(a, "lt")) < 0;
+}
+bool t_le(Interpreter&, const Value& v, CallArgs& a) {
+  return compare(v, arg(a, "le")) <= 0;
+}
+bool t_gt(Interpreter&, const Value& v, CallArgs& a) {
+  return compare(v, arg(a, "gt")) > 0;
+}
+bool t_ge(Interpreter&, const Value& v, CallArgs& a) {
+  return compare(v, arg(a, "ge")) >= 0;
+}
 
 bool t_filter(Interpreter& in, const Value& v, CallArgs& a) {
   bind("filter", a, {});
@@ -106,15 +163,45 @@ struct Entry {
 };
 
 const Entry kTests[] = {
-    {"odd", t_odd}, {"even", t_even}, {"divisibleby", t_divisibleby}, {"defined", t_defined},
-    {"undefined", t_undefined}, {"filter", t_filter}, {"test", t_test}, {"none", t_none},
-    {"boolean", t_boolean}, {"false", t_false}, {"true", t_true}, {"integer", t_integer},
-    {"float", t_float}, {"lower", t_lower}, {"upper", t_upper}, {"string", t_string},
-    {"mapping", t_mapping}, {"number", t_number}, {"sequence", t_sequence}, {"iterable", t_iterable},
-    {"callable", t_callable}, {"sameas", t_sameas}, {"escaped", t_escaped}, {"in", t_in},
-    {"==", t_eq}, {"eq", t_eq}, {"equalto", t_eq}, {"!=", t_ne}, {"ne", t_ne},
-    {">", t_gt}, {"gt", t_gt}, {"greaterthan", t_gt}, {">=", t_ge}, {"ge", t_ge},
-    {"<", t_lt}, {"lt", t_lt}, {"lessthan", t_lt}, {"<=", t_le}, {"le", t_le},
+    {"odd", t_odd},
+    {"even", t_even},
+    {"divisibleby", t_divisibleby},
+    {"defined", t_defined},
+    {"undefined", t_undefined},
+    {"filter", t_filter},
+    {"test", t_test},
+    {"none", t_none},
+    {"boolean", t_boolean},
+    {"false", t_false},
+    {"true", t_true},
+    {"integer", t_integer},
+    {"float", t_float},
+    {"lower", t_lower},
+    {"upper", t_upper},
+    {"string", t_string},
+    {"mapping", t_mapping},
+    {"number", t_number},
+    {"sequence", t_sequence},
+    {"iterable", t_iterable},
+    {"callable", t_callable},
+    {"sameas", t_sameas},
+    {"escaped", t_escaped},
+    {"in", t_in},
+    {"==", t_eq},
+    {"eq", t_eq},
+    {"equalto", t_eq},
+    {"!=", t_ne},
+    {"ne", t_ne},
+    {">", t_gt},
+    {"gt", t_gt},
+    {"greaterthan", t_gt},
+    {">=", t_ge},
+    {"ge", t_ge},
+    {"<", t_lt},
+    {"lt", t_lt},
+    {"lessthan", t_lt},
+    {"<=", t_le},
+    {"le", t_le},
 };
 
 }  // namespace

@@ -24,7 +24,9 @@ int value_depth(const Value& v);
 
 }  // namespace
 
-void fail(std::string message) { throw TemplateError{std::move(message)}; }
+void fail(std::string message) {
+  throw TemplateError{std::move(message)};
+}
 
 Value Value::undefined(std::string hint) {
   Value v;
@@ -56,7 +58,9 @@ Value Value::floating(double f) {
   v.f_ = f;
   return v;
 }
-Value Value::string(std::string s) { return string(std::make_shared<const std::string>(std::move(s))); }
+Value Value::string(std::string s) {
+  return string(std::make_shared<const std::string>(std::move(s)));
+}
 Value Value::string(std::shared_ptr<const std::string> s) {
   Value v;
   v.type_ = Type::kString;
@@ -96,7 +100,9 @@ Value Value::object(std::shared_ptr<Object> o) {
 bool Value::is_tuple() const {
   return type_ == Type::kList && static_cast<const ListData*>(p_.get())->tuple;
 }
-const ValueList& Value::items() const { return static_cast<const ListData*>(p_.get())->items; }
+const ValueList& Value::items() const {
+  return static_cast<const ListData*>(p_.get())->items;
+}
 const std::string& Value::undefined_hint() const {
   static const std::string kEmpty;
   return p_ ? *static_cast<const std::string*>(p_.get()) : kEmpty;
@@ -165,14 +171,20 @@ const Value* CallArgs::kwarg(std::string_view name) const {
 Value Object::getattr(std::string_view name) const {
   return Value::undefined(fmt::format("'{}' object has no attribute '{}'", type_name(), name));
 }
-Value Object::call(Interpreter&, CallArgs&) { fail(fmt::format("'{}' object is not callable", type_name())); }
-std::string Object::repr() const { return fmt::format("<{} object>", type_name()); }
+Value Object::call(Interpreter&, CallArgs&) {
+  fail(fmt::format("'{}' object is not callable", type_name()));
+}
+std::string Object::repr() const {
+  return fmt::format("<{} object>", type_name());
+}
 
 Value Namespace::getattr(std::string_view name) const {
   if (const Value* v = attrs.find(name)) return *v;
   return Object::getattr(name);
 }
-void Namespace::set(std::string_view name, Value v) { attrs.set(Value::string(std::string(name)), std::move(v)); }
+void Namespace::set(std::string_view name, Value v) {
+  attrs.set(Value::string(std::string(name)), std::move(v));
+}
 std::string Namespace::repr() const {
   std::string out = "<Namespace {";
   bool first = true;
@@ -279,15 +291,24 @@ std::string repr(const Value& v) {
 
 std::string type_name(const Value& v) {
   switch (v.type()) {
-    case Value::Type::kUndefined: return "Undefined";
-    case Value::Type::kNone: return "NoneType";
-    case Value::Type::kBool: return "bool";
-    case Value::Type::kInt: return "int";
-    case Value::Type::kFloat: return "float";
-    case Value::Type::kString: return "str";
-    case Value::Type::kList: return v.is_tuple() ? "tuple" : "list";
-    case Value::Type::kDict: return "dict";
-    case Value::Type::kObject: return v.obj().type_name();
+    case Value::Type::kUndefined:
+      return "Undefined";
+    case Value::Type::kNone:
+      return "NoneType";
+    case Value::Type::kBool:
+      return "bool";
+    case Value::Type::kInt:
+      return "int";
+    case Value::Type::kFloat:
+      return "float";
+    case Value::Type::kString:
+      return "str";
+    case Value::Type::kList:
+      return v.is_tuple() ? "tuple" : "list";
+    case Value::Type::kDict:
+      return "dict";
+    case Value::Type::kObject:
+      return v.obj().type_name();
   }
   return "object";
 }
@@ -340,7 +361,8 @@ int compare(const Value& a, const Value& b) {
                                     : u.undefined_hint());
   }
   if (a.is_number() && b.is_number()) {
-    if (!a.is_float() && !b.is_float()) return a.as_int() < b.as_int() ? -1 : a.as_int() > b.as_int();
+    if (!a.is_float() && !b.is_float())
+      return a.as_int() < b.as_int() ? -1 : a.as_int() > b.as_int();
     double x = a.to_double(), y = b.to_double();
     return x < y ? -1 : (x > y ? 1 : 0);
   }
@@ -365,11 +387,16 @@ namespace {
 
 std::string json_key(const Value& k) {
   switch (k.type()) {
-    case Value::Type::kString: return k.str();
-    case Value::Type::kBool: return k.as_bool() ? "true" : "false";
-    case Value::Type::kNone: return "null";
-    case Value::Type::kInt: return std::to_string(k.as_int());
-    case Value::Type::kFloat: return py_float_repr(k.as_float());
+    case Value::Type::kString:
+      return k.str();
+    case Value::Type::kBool:
+      return k.as_bool() ? "true" : "false";
+    case Value::Type::kNone:
+      return "null";
+    case Value::Type::kInt:
+      return std::to_string(k.as_int());
+    case Value::Type::kFloat:
+      return py_float_repr(k.as_float());
     default:
       fail(fmt::format("keys must be str, int, float, bool or None, not {}", type_name(k)));
   }

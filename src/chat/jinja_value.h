@@ -33,7 +33,17 @@ using ValueList = std::vector<Value>;
 
 class Value {
  public:
-  enum class Type : uint8_t { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kObject };
+  enum class Type : uint8_t {
+    kUndefined,
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kList,
+    kDict,
+    kObject
+  };
 
   Value() = default;  // undefined
   static Value undefined(std::string hint = {});
@@ -54,7 +64,9 @@ class Value {
   bool is_int() const { return type_ == Type::kInt; }
   bool is_float() const { return type_ == Type::kFloat; }
   // int or float or bool (Python's numbers.Number includes bool)
-  bool is_number() const { return type_ == Type::kInt || type_ == Type::kFloat || type_ == Type::kBool; }
+  bool is_number() const {
+    return type_ == Type::kInt || type_ == Type::kFloat || type_ == Type::kBool;
+  }
   bool is_string() const { return type_ == Type::kString; }
   bool is_list() const { return type_ == Type::kList; }  // list or tuple
   bool is_tuple() const;
@@ -125,13 +137,13 @@ class Namespace : public Object {
 
 // Python semantics.
 bool truthy(const Value& v);
-std::string to_str(const Value& v);   // str(v); undefined gives ""
-std::string repr(const Value& v);     // repr(v)
+std::string to_str(const Value& v);  // str(v); undefined gives ""
+std::string repr(const Value& v);    // repr(v)
 void append_str(std::string& out, const Value& v);
 bool equals(const Value& a, const Value& b);
 // Ordering as Python's <, raising TypeError-like errors for unorderable pairs.
 int compare(const Value& a, const Value& b);
-std::string type_name(const Value& v);        // Python type name: 'str', 'dict', ...
+std::string type_name(const Value& v);         // Python type name: 'str', 'dict', ...
 std::string object_type_repr(const Value& v);  // "dict object", "None", ...
 bool is_hashable(const Value& v);
 

@@ -16,11 +16,14 @@ namespace {
 
 const char* kTokenizers = TACHYON_BINARY_DIR "/tokenizers";
 
-Json load(const std::string& path) { return load_json_file(path); }
+Json load(const std::string& path) {
+  return load_json_file(path);
+}
 
 TEST(ChatReference, TransformersRenders) {
   if (!std::filesystem::exists(std::string(kTokenizers) + "/qwen3/tokenizer_config.json"))
-    FAIL() << "reference tokenizers missing: run `bash scripts/fetch_tokenizers.sh " << kTokenizers << "`";
+    FAIL() << "reference tokenizers missing: run `bash scripts/fetch_tokenizers.sh " << kTokenizers
+           << "`";
   Json ref = load(TACHYON_SOURCE_DIR "/tests/tokenizer/tokenizers_reference.json");
   int rendered = 0, refused = 0;
   for (auto it = ref.begin(); it != ref.end(); ++it) {
@@ -101,7 +104,8 @@ TEST(ChatReference, PopularTemplates) {
   opt.now = 1721995200;  // 2024-07-26 12:00:00 UTC, as the reference script fixes it
   int checked = 0;
   for (const auto& e : expected) {
-    std::string name = e["template"].get<std::string>() + " / " + e["conversation"].get<std::string>();
+    std::string name =
+        e["template"].get<std::string>() + " / " + e["conversation"].get<std::string>();
     SCOPED_TRACE(name);
     const nlohmann::ordered_json* conv = nullptr;
     for (const auto& c : conversations)

@@ -13,7 +13,8 @@ namespace {
 TEST(ChatTemplate, StandardVariables) {
   auto t = ChatTemplate::compile(
       "{{ bos_token is defined }}|{{ eos_token }}|{{ tools is none }}|{{ documents is none }}|"
-      "{{ add_generation_prompt }}|{{ messages | length }}|{{ enable_thinking }}|{{ unk_token is defined }}");
+      "{{ add_generation_prompt }}|{{ messages | length }}|{{ enable_thinking }}|{{ unk_token is "
+      "defined }}");
   ChatTemplateInputs in;
   in.messages = Json::parse(R"([{"role": "user", "content": "hi"}])");
   in.eos_token = "</s>";
@@ -30,10 +31,12 @@ TEST(ChatTemplate, OrderedInputsKeepKeyOrder) {
   const char* tools = R"([{"type": "function", "function": {"name": "f", "description": "d"}}])";
   OrderedChatTemplateInputs ordered;
   ordered.tools = nlohmann::ordered_json::parse(tools);
-  EXPECT_EQ(t.render(ordered), R"({"type": "function", "function": {"name": "f", "description": "d"}})");
+  EXPECT_EQ(t.render(ordered),
+            R"({"type": "function", "function": {"name": "f", "description": "d"}})");
   ChatTemplateInputs sorted;  // nlohmann::json sorts keys
   sorted.tools = Json::parse(tools);
-  EXPECT_EQ(t.render(sorted), R"({"function": {"description": "d", "name": "f"}, "type": "function"})");
+  EXPECT_EQ(t.render(sorted),
+            R"({"function": {"description": "d", "name": "f"}, "type": "function"})");
 }
 
 TEST(ChatTemplate, SelectionFollowsTransformers) {
@@ -46,13 +49,15 @@ TEST(ChatTemplate, SelectionFollowsTransformers) {
   EXPECT_THROW(set.select("rag", false), InvalidArgument);
   ChatTemplateSet none = chat_templates_from_config(Json::parse(R"({"bos_token": "<s>"})"));
   EXPECT_THROW(none.select(std::nullopt, false), InvalidArgument);
-  ChatTemplateSet only_tools = chat_templates_from_config(Json::parse(R"({"chat_template": [{"name": "tool_use", "template": "T"}]})"));
+  ChatTemplateSet only_tools = chat_templates_from_config(
+      Json::parse(R"({"chat_template": [{"name": "tool_use", "template": "T"}]})"));
   EXPECT_THROW(only_tools.select(std::nullopt, false), InvalidArgument);
   EXPECT_THROW(chat_templates_from_config(Json::parse(R"({"chat_template": 5})")), InvalidArgument);
 }
 
 TEST(ChatTemplate, SpecialTokensAsStringsOrAddedTokens) {
-  Json cfg = Json::parse(R"({"bos_token": {"__type": "AddedToken", "content": "<B>"}, "eos_token": "<E>",
+  Json cfg =
+      Json::parse(R"({"bos_token": {"__type": "AddedToken", "content": "<B>"}, "eos_token": "<E>",
                              "pad_token": null})");
   EXPECT_EQ(special_token(cfg, "bos_token"), "<B>");
   EXPECT_EQ(special_token(cfg, "eos_token"), "<E>");
@@ -61,7 +66,8 @@ TEST(ChatTemplate, SpecialTokensAsStringsOrAddedTokens) {
 }
 
 TEST(ChatTemplate, SidecarJinjaFileTakesPriority) {
-  auto dir = std::filesystem::temp_directory_path() / ("tachyon_chat_" + std::to_string(::getpid()));
+  auto dir =
+      std::filesystem::temp_directory_path() / ("tachyon_chat_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir / "additional_chat_templates");
   std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": "from config"})";
   EXPECT_EQ(load_chat_templates(dir.string()).select(std::nullopt, false), "from config");
@@ -71,7 +77,8 @@ TEST(ChatTemplate, SidecarJinjaFileTakesPriority) {
   EXPECT_EQ(set.select(std::nullopt, false), "from file\n");
   EXPECT_EQ(set.select(std::nullopt, true), "tools");
   // The file's trailing newline is dropped when rendering, as jinja2 does.
-  EXPECT_EQ(ChatTemplate::compile(set.select(std::nullopt, false)).render(ChatTemplateInputs{}), "from file");
+  EXPECT_EQ(ChatTemplate::compile(set.select(std::nullopt, false)).render(ChatTemplateInputs{}),
+            "from file");
   std::filesystem::remove_all(dir);
 }
 

@@ -26,18 +26,20 @@ TEST(JinjaCases, MatchJinja2) {
   for (const auto& c : cases) {
     std::string name = c["name"];
     Vars vars;
-    for (auto it = c["vars"].begin(); it != c["vars"].end(); ++it) vars.emplace_back(it.key(), from_json(it.value()));
+    for (auto it = c["vars"].begin(); it != c["vars"].end(); ++it)
+      vars.emplace_back(it.key(), from_json(it.value()));
     bool want_error = c.contains("error");
     try {
       auto t = Template::parse(c["template"].get<std::string>());
       std::string got = t.render(vars);
       if (want_error) {
         ++failures;
-        ADD_FAILURE() << name << ": expected an error like [" << c["error"].get<std::string>() << "], got ["
-                      << got << "]";
+        ADD_FAILURE() << name << ": expected an error like [" << c["error"].get<std::string>()
+                      << "], got [" << got << "]";
       } else if (got != c["expected"].get<std::string>()) {
         ++failures;
-        ADD_FAILURE() << name << ":\n  want [" << c["expected"].get<std::string>() << "]\n  got  [" << got << "]";
+        ADD_FAILURE() << name << ":\n  want [" << c["expected"].get<std::string>() << "]\n  got  ["
+                      << got << "]";
       }
     } catch (const InvalidArgument& e) {
       if (!want_error) {

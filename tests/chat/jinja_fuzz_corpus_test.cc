@@ -14,7 +14,8 @@ namespace {
 
 TEST(JinjaFuzzCorpus, ReplaysCleanly) {
   int files = 0, accepted = 0;
-  for (const auto& e : std::filesystem::directory_iterator(TACHYON_SOURCE_DIR "/tests/chat/corpus/jinja")) {
+  for (const auto& e :
+       std::filesystem::directory_iterator(TACHYON_SOURCE_DIR "/tests/chat/corpus/jinja")) {
     if (!e.is_regular_file()) continue;
     std::ifstream f(e.path(), std::ios::binary);
     std::stringstream ss;

@@ -23,7 +23,8 @@ inline bool jinja_one(const uint8_t* data, size_t size) {
         "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
       {"role": "tool", "content": "{\"t\": 21}"},
       {"role": "assistant", "content": "<think>\nok\n</think>\n\nIt is 21C."}])");
-    in.tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+    in.tools =
+        nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "get_weather",
       "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
     in.add_generation_prompt = true;
     in.bos_token = "<s>";
@@ -37,7 +38,8 @@ inline bool jinja_one(const uint8_t* data, size_t size) {
   opt.limits.max_string_bytes = 1 << 20;
   opt.limits.max_items = 100000;
   try {
-    ChatTemplate t = ChatTemplate::compile(std::string_view(reinterpret_cast<const char*>(data), size));
+    ChatTemplate t =
+        ChatTemplate::compile(std::string_view(reinterpret_cast<const char*>(data), size));
     t.render(inputs, opt);
     return true;
   } catch (const InvalidArgument&) {

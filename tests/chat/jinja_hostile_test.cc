@@ -13,10 +13,12 @@ std::string render(const std::string& src, const RenderOptions& opt = {}) {
   return Template::parse(src).render({}, opt);
 }
 
-void expect_error(const std::string& src, const std::string& fragment, const RenderOptions& opt = {}) {
+void expect_error(const std::string& src, const std::string& fragment,
+                  const RenderOptions& opt = {}) {
   try {
     std::string out = render(src, opt);
-    ADD_FAILURE() << "expected an error containing '" << fragment << "', got output of " << out.size() << " bytes";
+    ADD_FAILURE() << "expected an error containing '" << fragment << "', got output of "
+                  << out.size() << " bytes";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
   }
@@ -72,9 +74,8 @@ TEST(JinjaHostile, HugeRangesFailFast) {
 TEST(JinjaHostile, NestedLoopsHitTheStepLimit) {
   RenderOptions opt;
   opt.limits.max_steps = 1'000'000;
-  expect_error(
-      "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
-      "evaluation steps", opt);
+  expect_error("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+               "evaluation steps", opt);
 }
 
 TEST(JinjaHostile, RecursiveMacros) {
@@ -86,13 +87,16 @@ TEST(JinjaHostile, RecursiveMacros) {
       "{% macro b() %}{{ a() }}{% endmacro %}{% set ns.b = b %}{{ a() }}",
       "recursion");
   // Bounded recursion is fine.
-  EXPECT_EQ(render("{% macro f(n) %}{% if n %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(5) }}"), "54321");
+  EXPECT_EQ(
+      render("{% macro f(n) %}{% if n %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(5) }}"),
+      "54321");
 }
 
 TEST(JinjaHostile, RecursiveLoopsAreBounded) {
   // A recursive loop over a self-similar structure stops at the depth limit.
   expect_error(
-      "{% set ns = namespace(x=[1]) %}{% for i in ns.x recursive %}{{ loop(ns.x) }}{% endfor %}", "recursion");
+      "{% set ns = namespace(x=[1]) %}{% for i in ns.x recursive %}{{ loop(ns.x) }}{% endfor %}",
+      "recursion");
 }
 
 TEST(JinjaHostile, HugeStrings) {
@@ -103,7 +107,8 @@ TEST(JinjaHostile, HugeStrings) {
   expect_error("{{ ('ab' * 1000) | replace('a', 'x' * 100000) }}", "exceeds the limit");
   // Doubling through a namespace runs into the string limit, not out of memory.
   expect_error(
-      "{% set ns = namespace(s='x') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+      "{% set ns = namespace(s='x') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% "
+      "endfor %}",
       "exceeds the limit");
 }
 
@@ -115,7 +120,8 @@ TEST(JinjaHostile, OutputLimit) {
 
 TEST(JinjaHostile, DeepValueNesting) {
   expect_error(
-      "{% set ns = namespace(x=[]) %}{% for i in range(10000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
+      "{% set ns = namespace(x=[]) %}{% for i in range(10000) %}{% set ns.x = [ns.x] %}{% endfor "
+      "%}{{ ns.x }}",
       "nesting too deep");
 }
 
@@ -133,10 +139,11 @@ TEST(JinjaHostile, PythonInternalsAreUnreachable) {
 }
 
 TEST(JinjaHostile, MalformedSources) {
-  for (std::string src : std::vector<std::string>{"{{", "{%", "{#", "{{ 'unterminated }}", "{% for %}", "{% if %}{% endfor %}",
-                          "{{ )) }}", "{% raw %}never closed", "{{ 1 + }}", "{% set %}", "{% macro %}",
-                          "{{ 'a' | }}", "{{ x is }}", "{{ [1, }}", "{{ {1: } }}", std::string("\xff\xfe"),
-                          "{{ '\\x4' }}", "{{ 99999999999999999999999 }}"}) {
+  for (std::string src : std::vector<std::string>{
+           "{{", "{%", "{#", "{{ 'unterminated }}", "{% for %}", "{% if %}{% endfor %}", "{{ )) }}",
+           "{% raw %}never closed", "{{ 1 + }}", "{% set %}", "{% macro %}", "{{ 'a' | }}",
+           "{{ x is }}", "{{ [1, }}", "{{ {1: } }}", std::string("\xff\xfe"), "{{ '\\x4' }}",
+           "{{ 99999999999999999999999 }}"}) {
     EXPECT_THROW(Template::parse(src), InvalidArgument) << src;
   }
 }

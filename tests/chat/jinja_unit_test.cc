@@ -13,8 +13,12 @@
 namespace tachyon::jinja {
 namespace {
 
-std::string r(const std::string& src, Vars vars = {}) { return Template::parse(src).render(vars); }
-Value j(const char* json) { return from_json(Json::parse(json)); }
+std::string r(const std::string& src, Vars vars = {}) {
+  return Template::parse(src).render(vars);
+}
+Value j(const char* json) {
+  return from_json(Json::parse(json));
+}
 
 TEST(JinjaWhitespace, TrimBlocksRemovesOneNewlineAfterATag) {
   EXPECT_EQ(r("{% if true %}\nA\n{% endif %}\nB"), "A\nB");
@@ -26,7 +30,7 @@ TEST(JinjaWhitespace, TrimBlocksRemovesOneNewlineAfterATag) {
 TEST(JinjaWhitespace, LstripBlocksRemovesIndentBeforeBlockTags) {
   EXPECT_EQ(r("  {% if true %}\n  X\n  {% endif %}\nY"), "  X\nY");
   EXPECT_EQ(r("a  {% if true %}b{% endif %}"), "a  b");   // not at line start
-  EXPECT_EQ(r("  {{ 'v' }}"), "  v");                      // not before {{ }}
+  EXPECT_EQ(r("  {{ 'v' }}"), "  v");                     // not before {{ }}
   EXPECT_EQ(r("\t {%+ if true %}x{% endif %}"), "\t x");  // + disables it
 }
 
@@ -54,7 +58,8 @@ TEST(JinjaValues, PythonStrOfValues) {
             "None True 3 3.0 2.5e-07 1e+16 123456.789");
   EXPECT_EQ(r("{{ ['a', \"b'c\", 1, none, [true]] }}"), "['a', \"b'c\", 1, None, [True]]");
   EXPECT_EQ(r("{{ {'k': 'v', 2: (1,)} }}"), "{'k': 'v', 2: (1,)}");
-  EXPECT_EQ(r("{{ x }}", {{"x", j(R"({"b": [1.5, null], "a": "\n"})")}}), "{'a': '\\n', 'b': [1.5, None]}");
+  EXPECT_EQ(r("{{ x }}", {{"x", j(R"({"b": [1.5, null], "a": "\n"})")}}),
+            "{'a': '\\n', 'b': [1.5, None]}");
 }
 
 TEST(JinjaValues, FloatReprMatchesPython) {
@@ -68,8 +73,9 @@ TEST(JinjaValues, FloatReprMatchesPython) {
 }
 
 TEST(JinjaValues, IntegerAndFloatArithmetic) {
-  EXPECT_EQ(r("{{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 / 7 }} {{ 2 ** 3 ** 2 }} {{ 2 ** -1 }}"),
-            "3 -4 2 1.0 64 0.5");
+  EXPECT_EQ(
+      r("{{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 / 7 }} {{ 2 ** 3 ** 2 }} {{ 2 ** -1 }}"),
+      "3 -4 2 1.0 64 0.5");
   EXPECT_EQ(r("{{ 1 + 2 * 3 - 4 / 2 }}"), "5.0");
   EXPECT_THROW(r("{{ 2 ** 64 }}"), InvalidArgument);  // beyond 64 bits
 }
@@ -85,54 +91,74 @@ TEST(JinjaValues, UndefinedSemantics) {
 
 TEST(JinjaExpressions, AttributeAndItemLookup) {
   Vars v = {{"m", j(R"({"role": "user", "items": 5})")}, {"xs", j("[10, 20, 30]")}};
-  EXPECT_EQ(r("{{ m.role }} {{ m['role'] }} {{ m['items'] }} {{ xs[-1] }} {{ xs.0 }}", v), "user user 5 30 10");
+  EXPECT_EQ(r("{{ m.role }} {{ m['role'] }} {{ m['items'] }} {{ xs[-1] }} {{ xs.0 }}", v),
+            "user user 5 30 10");
   // Python getattr first: m.items is the dict method, not the key.
   EXPECT_EQ(r("{{ m.items() | list | length }}", v), "2");
   EXPECT_EQ(r("{{ xs[1:] }} {{ xs[::-1] }} {{ 'héllo'[1:4] }}", v), "[20, 30] [30, 20, 10] éll");
 }
 
 TEST(JinjaExpressions, OperatorsAndTests) {
-  EXPECT_EQ(r("{{ 'a' ~ 1 ~ none }} {{ 'ab' in 'cabd' }} {{ 2 not in [1] }} {{ 1 < 2 < 3 }}"), "a1None True True True");
+  EXPECT_EQ(r("{{ 'a' ~ 1 ~ none }} {{ 'ab' in 'cabd' }} {{ 2 not in [1] }} {{ 1 < 2 < 3 }}"),
+            "a1None True True True");
   EXPECT_EQ(r("{{ 0 or 'x' }} {{ 'a' and '' }}|{{ 'y' if 0 else 'n' }}"), "x |n");
-  EXPECT_EQ(r("{{ 4 is even }} {{ 9 is divisibleby 3 }} {{ 'x' is string }} {{ 1.0 is integer }} {{ true is number }}"),
+  EXPECT_EQ(r("{{ 4 is even }} {{ 9 is divisibleby 3 }} {{ 'x' is string }} {{ 1.0 is integer }} "
+              "{{ true is number }}"),
             "True True True False True");
 }
 
 TEST(JinjaStatements, ForLoopVariables) {
-  EXPECT_EQ(r("{% for x in 'ab' %}{{ loop.index }}{{ loop.revindex0 }}{{ loop.first }}{{ loop.last }} {% endfor %}"),
+  EXPECT_EQ(r("{% for x in 'ab' %}{{ loop.index }}{{ loop.revindex0 }}{{ loop.first }}{{ loop.last "
+              "}} {% endfor %}"),
             "11TrueFalse 20FalseTrue ");
-  EXPECT_EQ(r("{% for x in [1, 2, 3] if x != 2 %}{{ x }}/{{ loop.length }} {% else %}none{% endfor %}"), "1/2 3/2 ");
+  EXPECT_EQ(
+      r("{% for x in [1, 2, 3] if x != 2 %}{{ x }}/{{ loop.length }} {% else %}none{% endfor %}"),
+      "1/2 3/2 ");
   EXPECT_EQ(r("{% for k, v in {'a': 1}.items() %}{{ k }}{{ v }}{% endfor %}"), "a1");
-  EXPECT_EQ(r("{% for i in range(9) %}{% if i > 3 %}{% break %}{% endif %}{% if i is odd %}{% continue %}{% endif %}{{ i }}{% endfor %}"),
+  EXPECT_EQ(r("{% for i in range(9) %}{% if i > 3 %}{% break %}{% endif %}{% if i is odd %}{% "
+              "continue %}{% endif %}{{ i }}{% endfor %}"),
             "02");
 }
 
 TEST(JinjaStatements, ScopingFollowsJinja2) {
   // Loop bodies get a fresh scope per iteration; if blocks share their parent's.
-  EXPECT_EQ(r("{% set x = 1 %}{% for i in [1, 2] %}{{ x }}{% set x = 5 %}{% endfor %}{{ x }}"), "111");
+  EXPECT_EQ(r("{% set x = 1 %}{% for i in [1, 2] %}{{ x }}{% set x = 5 %}{% endfor %}{{ x }}"),
+            "111");
   EXPECT_EQ(r("{% if true %}{% set y = 2 %}{% endif %}{{ y }}"), "2");
-  EXPECT_EQ(r("{% set ns = namespace(n=0) %}{% for i in [1, 2] %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}"), "3");
+  EXPECT_EQ(r("{% set ns = namespace(n=0) %}{% for i in [1, 2] %}{% set ns.n = ns.n + i %}{% "
+              "endfor %}{{ ns.n }}"),
+            "3");
 }
 
 TEST(JinjaStatements, Macros) {
-  EXPECT_EQ(r("{% macro m(a, b='B') %}{{ a }}{{ b }}{% endmacro %}{{ m(1) }}{{ m(1, 2) }}{{ m(b=3, a=4) }}"), "1B1243");
-  EXPECT_EQ(r("{% macro w() %}[{{ caller() }}]{% endmacro %}{% call w() %}in{% endcall %}"), "[in]");
+  EXPECT_EQ(r("{% macro m(a, b='B') %}{{ a }}{{ b }}{% endmacro %}{{ m(1) }}{{ m(1, 2) }}{{ m(b=3, "
+              "a=4) }}"),
+            "1B1243");
+  EXPECT_EQ(r("{% macro w() %}[{{ caller() }}]{% endmacro %}{% call w() %}in{% endcall %}"),
+            "[in]");
   EXPECT_EQ(r("{% set x %}a{{ 1 }}{% endset %}{{ x }}|{% filter upper %}b{% endfilter %}"), "a1|B");
 }
 
 TEST(JinjaFilters, CommonFilters) {
-  EXPECT_EQ(r("{{ '  a  ' | trim }}|{{ [3, 1] | sort | join(',') }}|{{ 'hi there' | title }}|{{ 'x\ny' | indent(2) }}"),
+  EXPECT_EQ(r("{{ '  a  ' | trim }}|{{ [3, 1] | sort | join(',') }}|{{ 'hi there' | title }}|{{ "
+              "'x\ny' | indent(2) }}"),
             "a|1,3|Hi There|x\n  y");
-  EXPECT_EQ(r("{{ x | default('d') }} {{ '' | default('d', true) }} {{ [1, 2] | length }} {{ '3' | int + 1 }}"), "d d 2 4");
+  EXPECT_EQ(r("{{ x | default('d') }} {{ '' | default('d', true) }} {{ [1, 2] | length }} {{ '3' | "
+              "int + 1 }}"),
+            "d d 2 4");
   Vars v = {{"ms", j(R"([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}])")}};
-  EXPECT_EQ(r("{{ ms | selectattr('role', 'equalto', 'user') | map(attribute='content') | join }}", v), "u");
+  EXPECT_EQ(
+      r("{{ ms | selectattr('role', 'equalto', 'user') | map(attribute='content') | join }}", v),
+      "u");
   EXPECT_EQ(r("{{ ms | rejectattr('role', 'eq', 'user') | list | length }}", v), "1");
 }
 
 TEST(JinjaFilters, TojsonAsTransformersDefinesIt) {
   // ensure_ascii=False, separators (', ', ': ') without indent and (',', ': ') with.
-  EXPECT_EQ(r("{{ {'b': 'é', 'a': [1, 2.0, none]} | tojson }}"), "{\"b\": \"é\", \"a\": [1, 2.0, null]}");
-  EXPECT_EQ(r("{{ [1, {'k': true}] | tojson(indent=2) }}"), "[\n  1,\n  {\n    \"k\": true\n  }\n]");
+  EXPECT_EQ(r("{{ {'b': 'é', 'a': [1, 2.0, none]} | tojson }}"),
+            "{\"b\": \"é\", \"a\": [1, 2.0, null]}");
+  EXPECT_EQ(r("{{ [1, {'k': true}] | tojson(indent=2) }}"),
+            "[\n  1,\n  {\n    \"k\": true\n  }\n]");
   EXPECT_EQ(r("{{ {'b': 1, 'a': 2} | tojson(sort_keys=true) }}"), "{\"a\": 2, \"b\": 1}");
   EXPECT_EQ(r("{{ 'é\"<' | tojson }}"), "\"é\\\"<\"");  // no HTML escaping
 }
@@ -159,7 +185,8 @@ TEST(JinjaParse, DoStatementIsOptional) {
   EXPECT_THROW(Template::parse("{% do 1 %}"), InvalidArgument);  // as in transformers
   ParseOptions opt;
   opt.do_statement = true;
-  EXPECT_EQ(Template::parse("{% set ns = namespace(a=1) %}{% do ns.a %}{{ ns.a }}", opt).render({}), "1");
+  EXPECT_EQ(Template::parse("{% set ns = namespace(a=1) %}{% do ns.a %}{{ ns.a }}", opt).render({}),
+            "1");
 }
 
 TEST(JinjaParse, ThreadSafeRendering) {
