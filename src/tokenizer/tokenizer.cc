@@ -3,6 +3,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <filesystem>
+#include <fstream>
 
 #include "chat/chat_template.h"
 
@@ -69,8 +70,9 @@ constexpr const char* kQwenPattern =
 bool is_sentencepiece_model(const std::string& path) {
   // A serialized ModelProto starts with field 1 (pieces, length-delimited): tag 0x0A.
   // A tiktoken file is base64 text.
-  std::string head = read_file(path, 1 << 20).substr(0, 1);
-  return !head.empty() && head[0] == '\x0A';
+  std::ifstream f(path, std::ios::binary);
+  char head = 0;
+  return f.get(head) && head == '\x0A';
 }
 
 }  // namespace
