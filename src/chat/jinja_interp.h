@@ -129,8 +129,6 @@ class IteratorObject : public Object {
 Value make_iterator(ValueList items, std::string kind = "generator");
 
 // Filters, tests, methods and globals live in their own files.
-using FilterFn = Value (*)(Interpreter&, const Value&, CallArgs&);
-using TestFn = bool (*)(Interpreter&, const Value&, CallArgs&);
 FilterFn find_filter(std::string_view name);
 FilterFn find_text_filter(std::string_view name);  // the part in jinja_filters_text.cc
 TestFn find_test(std::string_view name);
