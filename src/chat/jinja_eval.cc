@@ -281,6 +281,7 @@ Value Interpreter::eval(const Expr& e, const ScopePtr& scope) {
         append_str(out, v);
         check_string(out.size());
       }
+      charge(out.size());
       return Value::string(std::move(out));
     }
     case ExprKind::kCompare: {
