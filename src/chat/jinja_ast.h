@@ -13,6 +13,10 @@ namespace tachyon::jinja {
 
 struct Expr;
 struct Stmt;
+struct CallArgs;
+class Interpreter;
+using FilterFn = Value (*)(Interpreter&, const Value&, CallArgs&);
+using TestFn = bool (*)(Interpreter&, const Value&, CallArgs&);
 using ExprPtr = std::unique_ptr<Expr>;
 using StmtPtr = std::unique_ptr<Stmt>;
 using Body = std::vector<StmtPtr>;
@@ -52,6 +56,9 @@ struct Expr {
   std::vector<std::string> ops;  // comparisons
   std::vector<ExprPtr> args;
   CallSpec call;
+  // Resolved once after parsing (null: looked up by name when run).
+  FilterFn filter_fn = nullptr;
+  TestFn test_fn = nullptr;
 };
 
 // Assignment target: a name, a namespace attribute, or a tuple of targets.

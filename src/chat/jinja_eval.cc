@@ -281,6 +281,7 @@ Value Interpreter::eval(const Expr& e, const ScopePtr& scope) {
         append_str(out, v);
         check_string(out.size());
       }
+      charge(out.size());
       return Value::string(std::move(out));
     }
     case ExprKind::kCompare: {
@@ -324,14 +325,14 @@ Value Interpreter::eval(const Expr& e, const ScopePtr& scope) {
       CallArgs a;
       eval_call_args(e, scope, a);
       line_ = e.line;
-      return filter(e.name, v, a);
+      return e.filter_fn ? e.filter_fn(*this, v, a) : filter(e.name, v, a);
     }
     case ExprKind::kTest: {
       Value v = eval(*e.args[0], scope);
       CallArgs a;
       eval_call_args(e, scope, a);
       line_ = e.line;
-      return Value::boolean(test(e.name, v, a));
+      return Value::boolean(e.test_fn ? e.test_fn(*this, v, a) : test(e.name, v, a));
     }
   }
   fail("unknown expression");

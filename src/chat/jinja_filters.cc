@@ -95,6 +95,7 @@ Value f_join(Interpreter& in, const Value& v, CallArgs& a) {
     append_str(out, parts.empty() ? item : get_attribute(in, item, parts, nullptr));
     in.check_string(out.size());
   }
+  in.charge(out.size());
   return str_v(std::move(out));
 }
 

@@ -228,7 +228,7 @@ Value f_replace(Interpreter& in, const Value& v, CallArgs& a) {
   int64_t count = p[2].is_none() ? -1 : to_int_arg(p[2], "replace");
   std::string s = to_str(v), old = to_str(p[0]), repl = to_str(p[1]);
   size_t n = py_count(s, old);
-  if (repl.size() > old.size()) in.check_string(s.size() + n * (repl.size() - old.size()));
+  if (repl.size() > old.size()) in.charge(s.size() + n * (repl.size() - old.size()));
   return str_v(py_replace(s, old, repl, count));
 }
 
@@ -244,7 +244,7 @@ Value f_indent(Interpreter& in, const Value& v, CallArgs& a) {
   if (!v.is_string())
     fail(fmt::format("can only concatenate {} (not \"str\") to {}", type_name(v), type_name(v)));
   std::vector<std::string> lines = py_splitlines(v.str() + "\n");
-  in.check_string(v.str().size() + lines.size() * (ind.size() + 1));
+  in.charge(v.str().size() + lines.size() * (ind.size() + 1));
   std::string rv;
   if (truthy(p[2])) {
     for (size_t i = 0; i < lines.size(); ++i) {
@@ -271,7 +271,7 @@ Value f_center(Interpreter& in, const Value& v, CallArgs& a) {
   std::string s = to_str(v);
   int64_t width = to_int_arg(p[0], "center"), len = static_cast<int64_t>(utf8_length(s));
   if (width <= len) return str_v(s);
-  in.check_string(static_cast<size_t>(width));
+  in.charge(static_cast<size_t>(width));
   int64_t marg = width - len, left = marg / 2 + (marg & width & 1);
   return str_v(std::string(static_cast<size_t>(left), ' ') + s +
                std::string(static_cast<size_t>(marg - left), ' '));
@@ -375,7 +375,7 @@ Value f_tojson(Interpreter& in, const Value& v, CallArgs& a) {
   f.sort_keys = truthy(p[3]);
   std::string out;
   dump_json(out, v, f);
-  in.check_string(out.size());
+  in.charge(out.size());
   return str_v(std::move(out));
 }
 

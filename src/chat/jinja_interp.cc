@@ -104,6 +104,7 @@ class MacroObject : public Object {
       scope->set("caller", Value::undefined("No caller defined"));
     std::string out;
     in.exec(def_->body, scope, out);
+    in.charge(out.size());
     return Value::string(std::move(out));
   }
 
@@ -222,6 +223,14 @@ void Interpreter::check_string(size_t bytes) const {
                      options_.limits.max_string_bytes));
 }
 
+void Interpreter::charge(size_t bytes) {
+  check_string(bytes);
+  total_bytes_ += bytes;
+  if (total_bytes_ > options_.limits.max_total_bytes)
+    fail(fmt::format("template built more than the limit of {} bytes of values",
+                     options_.limits.max_total_bytes));
+}
+
 void Interpreter::check_items(size_t n) const {
   if (n > options_.limits.max_items)
     fail(fmt::format("sequence of {} items exceeds the limit of {}", n, options_.limits.max_items));
@@ -288,6 +297,7 @@ void Interpreter::exec_stmt(const Stmt& s, const ScopePtr& scope, std::string& o
     case StmtKind::kSetBlock: {
       std::string body;
       exec(s.body, scope, body);
+      charge(body.size());
       Value v = Value::string(std::move(body));
       if (s.expr) {
         // The filter chain's innermost operand is the rendered body.
@@ -320,6 +330,7 @@ void Interpreter::exec_stmt(const Stmt& s, const ScopePtr& scope, std::string& o
       auto inner = std::make_shared<Scope>(scope);
       std::string body;
       exec(s.body, inner, body);
+      charge(body.size());
       Value v = Value::string(std::move(body));
       std::function<Value(const Expr&)> apply = [&](const Expr& f) -> Value {
         Value operand = f.args[0] ? apply(*f.args[0]) : v;

@@ -21,10 +21,11 @@
 namespace tachyon::jinja {
 
 struct Limits {
-  int64_t max_steps = 20'000'000;       // expression evaluations + statements + loop items
+  int64_t max_steps = 10'000'000;       // expression evaluations + statements + loop items
   size_t max_output_bytes = 64u << 20;  // rendered text
   size_t max_string_bytes = 64u << 20;  // any one string value
   size_t max_items = 4'000'000;         // elements of any one list built at run time
+  size_t max_total_bytes = 256u << 20;  // all strings and lists built during one render
   int max_depth = 600;                  // nested evaluation frames (macro recursion included)
 };
 
@@ -75,6 +76,8 @@ class Interpreter {
   void step(int64_t n = 1);
   void check_string(size_t bytes) const;
   void check_items(size_t n) const;
+  // Counts a newly built string or list (bytes) against the per-render budget.
+  void charge(size_t bytes);
   const Limits& limits() const { return options_.limits; }
   const RenderOptions& options() const { return options_; }
 
@@ -97,6 +100,7 @@ class Interpreter {
   std::shared_ptr<const Program> program_;
   RenderOptions options_;
   int64_t steps_ = 0;
+  size_t total_bytes_ = 0;
   int depth_ = 0;
   int line_ = 0;
   friend class MacroObject;
@@ -129,8 +133,6 @@ class IteratorObject : public Object {
 Value make_iterator(ValueList items, std::string kind = "generator");
 
 // Filters, tests, methods and globals live in their own files.
-using FilterFn = Value (*)(Interpreter&, const Value&, CallArgs&);
-using TestFn = bool (*)(Interpreter&, const Value&, CallArgs&);
 FilterFn find_filter(std::string_view name);
 FilterFn find_text_filter(std::string_view name);  // the part in jinja_filters_text.cc
 TestFn find_test(std::string_view name);

@@ -105,7 +105,8 @@ Value pad_impl(Interpreter& in, const std::string& s, CallArgs& a, char mode) {
   std::string fill = str_arg(p[1], "fillchar");
   if (utf8_length(fill) != 1) fail("The fill character must be exactly one character long");
   if (width <= len) return str_v(s);
-  in.check_string(static_cast<size_t>(width) * fill.size());
+  in.check_string(static_cast<size_t>(width));
+  in.charge(static_cast<size_t>(width) * fill.size());
   int64_t marg = width - len;
   int64_t left = mode == 'l' ? 0 : mode == 'r' ? marg : marg / 2 + (marg & width & 1);
   std::string out;
@@ -264,6 +265,7 @@ Value format_impl(Interpreter& in, const std::string& f, CallArgs& a) {
     out += apply_spec(v, spec);
     in.check_string(out.size());
   }
+  in.charge(out.size());
   return str_v(std::move(out));
 }
 
@@ -303,7 +305,7 @@ Value str_method(Interpreter& in, const std::string& s, std::string_view m, Call
                   {{"old", std::nullopt}, {"new", std::nullopt}, {"count", Value::integer(-1)}});
     std::string old = str_arg(p[0], m), repl = str_arg(p[1], m);
     if (repl.size() > old.size())
-      in.check_string(s.size() + py_count(s, old) * (repl.size() - old.size()));
+      in.charge(s.size() + py_count(s, old) * (repl.size() - old.size()));
     return str_v(py_replace(s, old, repl, to_int_arg(p[2], m)));
   }
   if (m == "find") return find_impl(s, a, false, false, "find");
@@ -329,6 +331,7 @@ Value str_method(Interpreter& in, const std::string& s, std::string_view m, Call
       out += item.str();
       in.check_string(out.size());
     }
+    in.charge(out.size());
     return str_v(std::move(out));
   }
   if (m == "format") return format_impl(in, s, a);
@@ -339,7 +342,7 @@ Value str_method(Interpreter& in, const std::string& s, std::string_view m, Call
     auto p = bind("zfill", a, {{"width", std::nullopt}});
     int64_t width = to_int_arg(p[0], m), len = static_cast<int64_t>(utf8_length(s));
     if (width <= len) return str_v(s);
-    in.check_string(static_cast<size_t>(width));
+    in.charge(static_cast<size_t>(width));
     size_t at = (!s.empty() && (s[0] == '-' || s[0] == '+')) ? 1 : 0;
     std::string out = s;
     out.insert(at, static_cast<size_t>(width - len), '0');

@@ -2,6 +2,7 @@
 // with Python's semantics (integers are 64-bit here: overflow is an error).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "chat/jinja_interp.h"
@@ -54,6 +55,7 @@ Value repeat(Interpreter& in, const Value& seq, int64_t n) {
     size_t len = seq.str().size();
     if (len != 0 && static_cast<uint64_t>(n) > in.limits().max_string_bytes / len)
       in.check_string(in.limits().max_string_bytes + 1);
+    in.charge(len * static_cast<size_t>(n));
     std::string out;
     out.reserve(len * static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) out += seq.str();
@@ -62,6 +64,7 @@ Value repeat(Interpreter& in, const Value& seq, int64_t n) {
   size_t len = seq.items().size();
   if (len != 0 && static_cast<uint64_t>(n) > in.limits().max_items / len)
     in.check_items(in.limits().max_items + 1);
+  in.charge(len * static_cast<size_t>(n) * sizeof(Value));
   in.step(static_cast<int64_t>(len) * n);
   ValueList out;
   out.reserve(len * static_cast<size_t>(n));
@@ -122,9 +125,10 @@ std::string format_one(char conv, const std::string& flags, int width, int preci
       need_number();
       char spec[16];
       std::snprintf(spec, sizeof spec, "%%.%d%c", precision < 0 ? 6 : precision, conv);
-      char buf[512];
-      std::snprintf(buf, sizeof buf, spec, v.to_double());
-      body = buf;
+      int need = std::snprintf(nullptr, 0, spec, v.to_double());
+      body.assign(static_cast<size_t>(std::max(need, 0)) + 1, '\0');
+      std::snprintf(body.data(), body.size(), spec, v.to_double());
+      body.pop_back();
       numeric = true;
       break;
     }
@@ -204,7 +208,8 @@ std::string percent_format(Interpreter& in, const std::string& fmtstr, const Val
     auto number = [&](int& target) {
       if (i < fmtstr.size() && fmtstr[i] == '*') {
         if (next >= positional.size() || !is_intlike(positional[next])) fail("* wants int");
-        target = static_cast<int>(positional[next++].as_int());
+        target =
+            static_cast<int>(std::clamp<int64_t>(positional[next++].as_int(), -100000, 100000));
         ++i;
         return;
       }
@@ -230,6 +235,7 @@ std::string percent_format(Interpreter& in, const std::string& fmtstr, const Val
     out += format_one(fmtstr[i], flags, width, precision, *v);
     in.check_string(out.size());
   }
+  in.charge(out.size());
   if (!mapping && next < positional.size())
     fail("not all arguments converted during string formatting");
   return out;
@@ -248,11 +254,12 @@ Value binary_op(Interpreter& in, std::string_view op, const Value& a, const Valu
     }
     if (nums) return Value::floating(a.to_double() + b.to_double());
     if (a.is_string() && b.is_string()) {
-      in.check_string(a.str().size() + b.str().size());
+      in.charge(a.str().size() + b.str().size());
       return Value::string(a.str() + b.str());
     }
     if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
       in.check_items(a.items().size() + b.items().size());
+      in.charge((a.items().size() + b.items().size()) * sizeof(Value));
       in.step(static_cast<int64_t>(a.items().size() + b.items().size()));
       ValueList out = a.items();
       out.insert(out.end(), b.items().begin(), b.items().end());

@@ -112,6 +112,19 @@ TEST(JinjaHostile, HugeStrings) {
       "exceeds the limit");
 }
 
+TEST(JinjaHostile, RetainedValuesAreBudgeted) {
+  // Many large strings kept alive at once: bounded by the per-render byte budget.
+  expect_error(
+      "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"
+      "{% set ns.l = ns.l + ['x' * 1000000] %}{% endfor %}",
+      "bytes of values");
+  expect_error(
+      "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"
+      "{% set ns.l = ns.l + [i] %}{% endfor %}",
+      "limit");
+  expect_error("{{ '%*d' % (10**9, 1) }}{{ 'ab'.center(2**62, 'x') }}", "limit");
+}
+
 TEST(JinjaHostile, OutputLimit) {
   RenderOptions opt;
   opt.limits.max_output_bytes = 1000;
