@@ -226,3 +226,52 @@ TEST(StackedExperts, SameLogitsAsPerExpertTensors) {
 
 }  // namespace
 }  // namespace tachyon
+
+namespace tachyon {
+namespace {
+
+// f16 and bf16 checkpoints compute exactly what an f32 checkpoint holding the same
+// (rounded) values computes: weights are converted exactly inside the kernels.
+TEST(CheckpointDtypes, HalfPrecisionWeightsConvertExactly) {
+  namespace fs = std::filesystem;
+  const fs::path src = fs::path(TACHYON_SOURCE_DIR) / "tests/conformance/fixtures/qwen3";
+  auto ckpt = SafetensorsFile::open((src / "model.safetensors").string());
+  auto run = [](const std::string& dir) {
+    auto m = load_model(dir);
+    m->init_kv_cache(4, 8);
+    ForwardBatch b;
+    b.token_ids = {5, 77, 300, 12, 9, 41, 7};
+    b.positions = {0, 1, 2, 3, 4, 5, 6};
+    b.query_start = {0, 7};
+    b.context_lens = {7};
+    b.block_tables = {1};
+    b.max_blocks_per_seq = 1;
+    b.logits_rows = {0, 6};
+    return m->forward(b);
+  };
+  for (DType half : {DType::kF16, DType::kBF16}) {
+    const fs::path dh = fs::temp_directory_path() / ("tachyon_half_" + std::to_string(::getpid()));
+    const fs::path df =
+        fs::temp_directory_path() / ("tachyon_rounded_" + std::to_string(::getpid()));
+    NamedTensors th, tf;
+    for (const auto& e : ckpt->entries()) {
+      Tensor h = ckpt->get(e.name).to(half);
+      th.emplace_back(e.name, h);
+      tf.emplace_back(e.name, h.to(DType::kF32));
+    }
+    for (const auto& [d, t] : {std::pair{dh, &th}, std::pair{df, &tf}}) {
+      fs::create_directories(d);
+      fs::copy_file(src / "config.json", d / "config.json", fs::copy_options::overwrite_existing);
+      write_safetensors((d / "model.safetensors").string(), *t);
+    }
+    Tensor a = run(dh.string()), b = run(df.string());
+    ASSERT_EQ(a.shape(), b.shape());
+    for (int64_t i = 0; i < a.numel(); ++i)
+      EXPECT_NEAR(a.data<float>()[i], b.data<float>()[i], 1e-5) << i;
+    fs::remove_all(dh);
+    fs::remove_all(df);
+  }
+}
+
+}  // namespace
+}  // namespace tachyon
