@@ -2,7 +2,7 @@
 # a file never needs a build-file edit; CONFIGURE_DEPENDS re-globs on every build.
 function(tachyon_module name dir)
   cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
-  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${dir}/*.cc)
+  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${dir}/*.cc ${dir}/*.cu)
   list(FILTER srcs EXCLUDE REGEX ".*_fuzz\\.cc$")
   if(srcs)
     add_library(${name} STATIC ${srcs})
@@ -18,7 +18,7 @@ endfunction()
 # One GoogleTest binary per test folder; every TEST becomes a CTest test.
 function(tachyon_test_module name dir)
   cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
-  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${dir}/*_test.cc)
+  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${dir}/*_test.cc ${dir}/*_test.cu)
   if(NOT srcs)
     return()
   endif()

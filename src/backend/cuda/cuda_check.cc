@@ -1,0 +1,26 @@
+#include "backend/cuda/cuda_check.h"
+
+#include <fmt/format.h>
+
+namespace tachyon::cuda {
+
+void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int line) {
+  throw Internal(fmt::format("CUDA error {} ({}) in {} at {}:{}", cudaGetErrorName(err),
+                             cudaGetErrorString(err), expr, file, line));
+}
+
+void throw_cublas_error(cublasStatus_t st, const char* expr, const char* file, int line) {
+  throw Internal(fmt::format("cuBLAS error {} ({}) in {} at {}:{}", cublasGetStatusName(st),
+                             cublasGetStatusString(st), expr, file, line));
+}
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace tachyon::cuda

@@ -1,0 +1,38 @@
+// Error checking for CUDA runtime and cuBLAS calls: a failure throws Internal naming
+// the call, the place and the error string.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/error.h"
+
+namespace tachyon::cuda {
+
+[[noreturn]] void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int line);
+[[noreturn]] void throw_cublas_error(cublasStatus_t st, const char* expr, const char* file,
+                                     int line);
+
+// Number of visible CUDA devices (0 when there is no driver or no GPU).
+int device_count();
+
+}  // namespace tachyon::cuda
+
+#define TACHYON_CUDA_CHECK(expr)                                                      \
+  do {                                                                                \
+    cudaError_t tachyon_err_ = (expr);                                                \
+    if (tachyon_err_ != cudaSuccess) [[unlikely]]                                     \
+      ::tachyon::cuda::throw_cuda_error(tachyon_err_, #expr, __FILE__, __LINE__);     \
+  } while (0)
+
+#define TACHYON_CUBLAS_CHECK(expr)                                                    \
+  do {                                                                                \
+    cublasStatus_t tachyon_st_ = (expr);                                              \
+    if (tachyon_st_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                            \
+      ::tachyon::cuda::throw_cublas_error(tachyon_st_, #expr, __FILE__, __LINE__);    \
+  } while (0)
+
+// After a kernel launch: reports launch-configuration errors at once.
+#define TACHYON_CUDA_LAUNCH_CHECK() TACHYON_CUDA_CHECK(cudaGetLastError())
