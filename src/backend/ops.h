@@ -172,7 +172,8 @@ class Backend {
   // cached keys/values (which already include this step's). Query t of sequence s, the
   // i-th of its q_len tokens, sits at cache index context_len - q_len + i and sees keys
   // [0, that index] (narrowed by the sliding window). Query head h reads KV head
-  // h / (num_heads / num_kv_heads). out [T, num_heads * head_dim].
+  // h / (num_heads / num_kv_heads). out [T, num_heads * head_dim]. Block-table entries
+  // for blocks wholly before every query's sliding window are not read (may be -1).
   virtual void attention(const Tensor& qkv, const QkvLayout& layout, const LayerKvCache& cache,
                          const AttentionMeta& meta, const AttentionParams& params, Tensor& out) = 0;
   // Copies whole blocks src -> dst in a cache tensor [num_blocks, ...].

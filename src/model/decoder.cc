@@ -29,6 +29,8 @@ Decoder::Decoder(ModelConfig config, ModelWeights weights, std::unique_ptr<Backe
       for (float& x : s) x = bf16_to_f32(f32_to_bf16(x));
     slopes = be_->upload(s.data(), {static_cast<int64_t>(s.size())}, DType::kF32, {});
   }
+  all_sliding_ = cfg_.sliding_window > 0;
+  for (int l = 0; l < cfg_.layer_num; ++l) all_sliding_ = all_sliding_ && cfg_.is_sliding(l);
   attn_params_.resize(static_cast<size_t>(cfg_.layer_num));
   for (int l = 0; l < cfg_.layer_num; ++l) {
     AttentionParams& p = attn_params_[l];
@@ -97,7 +99,11 @@ void Decoder::validate(const ForwardBatch& b) const {
     if (need > b.max_blocks_per_seq)
       raise<InvalidArgument>("forward: sequence {} needs {} blocks, the table has {}", s, need,
                              b.max_blocks_per_seq);
-    for (int64_t i = 0; i < need; ++i) {
+    // With a sliding window on every layer, blocks wholly before the window of this
+    // step's first query are never read: the engine may have released them.
+    int64_t first_key = 0;
+    if (all_sliding_) first_key = std::max<int64_t>(0, int64_t{ctx} - q - cfg_.sliding_window + 1);
+    for (int64_t i = first_key / block_size_; i < need; ++i) {
       const int32_t blk = b.block_tables[int64_t{s} * b.max_blocks_per_seq + i];
       if (blk < 0 || blk >= nb)
         raise<InvalidArgument>("forward: sequence {} block {} is {} (cache has {} blocks)", s, i,
@@ -241,6 +247,11 @@ Tensor Decoder::forward(const ForwardBatch& b) {
   }
   be_->linear(g, w_.lm_head.w, w_.lm_head.b, logits);
   if (cfg_.final_softcap > 0) be_->softcap(logits, static_cast<float>(cfg_.final_softcap));
+  if (!logits.device().is_cpu()) {
+    Tensor host = Tensor::empty({R, V}, DType::kF32);
+    be_->download(logits, host.raw());
+    return host;
+  }
   return logits;
 }
 

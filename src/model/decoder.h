@@ -54,6 +54,7 @@ class Decoder final : public Model {
   std::unique_ptr<Backend> be_;
   QkvLayout layout_;
   std::vector<AttentionParams> attn_params_;
+  bool all_sliding_ = false;  // every layer has the sliding window
   std::unique_ptr<RopeTable> rope_;
 
   std::vector<LayerKvCache> kv_;

@@ -67,7 +67,8 @@ struct SeqSpec {
 // Runs write_kv + attention on a shuffled paged cache and compares with a float64
 // reference computed on contiguous per-sequence K/V.
 void check_paged_attention(Backend& be, std::mt19937& rng, const std::vector<SeqSpec>& seqs,
-                           QkvLayout l, int block_size, AttentionParams params) {
+                           QkvLayout l, int block_size, AttentionParams params,
+                           bool drop_blocks_before_window = false) {
   const int S = static_cast<int>(seqs.size());
   const int hd = l.head_dim, H = l.num_heads, KV = l.num_kv_heads;
   int max_blocks = 0, total_blocks = 0;
@@ -116,6 +117,13 @@ void check_paged_attention(Backend& be, std::mt19937& rng, const std::vector<Seq
       slots.push_back(table[s * max_blocks + p / block_size] * block_size + p % block_size);
     }
   be.write_kv(qkv, l, be.upload_i32(slots.data(), T, {}), cache);
+  if (drop_blocks_before_window) {
+    // Blocks no query of the step can see are released (-1) and must not be read.
+    for (int s = 0; s < S; ++s) {
+      const int first = std::max(0, seqs[s].cached - params.sliding_window + 1);
+      for (int i = 0; i < first / block_size; ++i) table[s * max_blocks + i] = -1;
+    }
+  }
 
   AttentionMeta meta;
   meta.query_start = be.upload_i32(qs.data(), S + 1, {});
@@ -183,6 +191,8 @@ TEST_F(AttentionOpsTest, SlidingWindowAndSoftcap) {
   p.scale = 0.3f;
   p.sliding_window = 4;
   check_paged_attention(*be_, rng_, {{0, 11}, {6, 3}, {13, 1}}, QkvLayout{4, 2, 8}, 3, p);
+  check_paged_attention(*be_, rng_, {{20, 2}, {31, 1}, {9, 1}}, QkvLayout{4, 2, 8}, 3, p, true);
+  check_paged_attention(*be_, rng_, {{20, 2}, {31, 1}}, QkvLayout{4, 2, 12}, 3, p, true);
   p.sliding_window = 0;
   p.softcap = 2.f;
   check_paged_attention(*be_, rng_, {{0, 9}, {5, 1}}, QkvLayout{4, 4, 8}, 4, p);

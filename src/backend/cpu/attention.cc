@@ -137,8 +137,13 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
   float* o = out.data<float>();
 
   for (int s = 0; s < S; ++s) {
+    // Blocks wholly before the sliding window are never read (and may be unset).
+    const int64_t q_len = qs[s + 1] - qs[s];
+    const int64_t first_key = params.sliding_window > 0
+                                  ? std::max<int64_t>(0, ctx[s] - q_len - params.sliding_window + 1)
+                                  : 0;
     const int64_t need = (int64_t{ctx[s]} + bs - 1) / bs;
-    for (int64_t i = 0; i < need; ++i) {
+    for (int64_t i = first_key / bs; i < need; ++i) {
       const int32_t blk = bt[int64_t{s} * mb + i];
       TACHYON_CHECK(blk >= 0 && blk < nb, "block table entry {} of {} blocks", blk, nb);
     }
