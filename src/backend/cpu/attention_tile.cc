@@ -51,6 +51,23 @@ __attribute__((target("avx2,fma"))) inline void dot_block(const float* const* q,
   out[3][1] = hsum256(a31);
 }
 
+// acc[0 .. 8K) = corr * acc + sum_j p[j] * v_j[0 .. 8K), v_j = v + j * ld: the
+// accumulators stay in registers across the keys.
+template <int K>
+__attribute__((target("avx2,fma"))) inline void accumulate_pv(float* acc, const float* v,
+                                                              int64_t ld, const float* p, int n,
+                                                              float corr) {
+  __m256 a[K];
+  const __m256 c = _mm256_set1_ps(corr);
+  for (int k = 0; k < K; ++k) a[k] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * k), c);
+  for (int j = 0; j < n; ++j) {
+    const __m256 pj = _mm256_set1_ps(p[j]);
+    const float* vj = v + j * ld;
+    for (int k = 0; k < K; ++k) a[k] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * k), a[k]);
+  }
+  for (int k = 0; k < K; ++k) _mm256_storeu_ps(acc + 8 * k, a[k]);
+}
+
 }  // namespace
 
 __attribute__((target("avx2,fma"))) void attention_tile_avx2(const AttnTile& t, float* scratch) {
@@ -147,14 +164,9 @@ __attribute__((target("avx2,fma"))) void attention_tile_avx2(const AttnTile& t, 
       const float psum = hsum256(esum);
       l[r] = l[r] * corr + psum;
       float* ar = acc + int64_t{r} * hd;
-      const __m256 vcorr = _mm256_set1_ps(corr);
-      for (int d = 0; d < hd; d += 8) {
-        __m256 a = _mm256_mul_ps(_mm256_loadu_ps(ar + d), vcorr);
-        for (int jj = 0; jj < n; ++jj)
-          a = _mm256_fmadd_ps(_mm256_set1_ps(sr[jj]), _mm256_loadu_ps(vc + int64_t{jj} * hd + d),
-                              a);
-        _mm256_storeu_ps(ar + d, a);
-      }
+      int d0 = 0;
+      for (; d0 + 64 <= hd; d0 += 64) accumulate_pv<8>(ar + d0, vc + d0, hd, sr, n, corr);
+      for (; d0 < hd; d0 += 8) accumulate_pv<1>(ar + d0, vc + d0, hd, sr, n, corr);
     }
     j0 = j1;
   }
