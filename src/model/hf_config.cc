@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/logging.h"
 #include "core/mmap.h"
 
 namespace tachyon {
@@ -161,11 +162,15 @@ void read_common(const HfConfig& cfg, ModelConfig& mc, bool tie_default) {
   mc.bos_token_id = read_token_id(cfg, "bos_token_id");
   mc.pad_token_id = read_token_id(cfg, "pad_token_id");
   if (auto dt = cfg.get_string({"torch_dtype", "dtype"})) {
+    // Informational (each tensor carries its own dtype): an unknown spelling is noted,
+    // not fatal; unsupported weights are refused when they are loaded.
     auto parsed = parse_dtype(*dt);
-    if (!parsed || !(*parsed == DType::kF32 || *parsed == DType::kF16 || *parsed == DType::kBF16))
-      raise<InvalidArgument>("{}: field 'torch_dtype' / 'dtype': unsupported dtype '{}'",
-                             cfg.source(), *dt);
-    mc.dtype = *parsed;
+    if (parsed && (*parsed == DType::kF32 || *parsed == DType::kF16 || *parsed == DType::kBF16)) {
+      mc.dtype = *parsed;
+    } else {
+      log_warning("{}: field 'torch_dtype' / 'dtype' = '{}' is not f32/f16/bf16; ignored",
+                  cfg.source(), *dt);
+    }
   }
   mc.tie_word_embeddings = cfg.bool_or({"tie_word_embeddings"}, tie_default);
 }
@@ -283,7 +288,8 @@ void read_rope(const HfConfig& cfg, ModelConfig& mc, double theta_default, doubl
     // sequences of max_position_embeddings * factor tokens.
     r.type = type == "linear" ? RopeType::kLinear : RopeType::kDynamic;
     r.factor = need_factor();
-    if (r.factor > 1) mc.max_seq_len = static_cast<int64_t>(static_cast<double>(mc.max_seq_len) * r.factor);
+    if (r.factor > 1)
+      mc.max_seq_len = static_cast<int64_t>(static_cast<double>(mc.max_seq_len) * r.factor);
   } else if (type == "llama3") {
     r.type = RopeType::kLlama3;
     r.factor = need_factor();
