@@ -187,11 +187,14 @@ def scale_weights(model, seed):
 
 
 def load_f64(path):
+    # Eager attention and eager (per-expert) MoE: the fused kernels refuse float64.
     kwargs = {"attn_implementation": "eager"}
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64, **kwargs)
-    except TypeError:
-        model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float64, **kwargs)
+    for extra in ({"experts_implementation": "eager"}, {}):
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64, **kwargs, **extra)
+            break
+        except TypeError:
+            continue
     model.eval()
     return model
 
@@ -311,11 +314,17 @@ def main():
         sys.exit(f"unknown variants: {unknown}; known: {list(VARIANTS)}")
     os.makedirs(args.out_dir, exist_ok=True)
     torch.set_grad_enabled(False)
+    made = []
     for name in names:
-        make_variant(args.out_dir, name)
+        try:
+            make_variant(args.out_dir, name)
+            made.append(name)
+        except Exception as e:  # keep going: report every variant that fails
+            print(f"{name}: FAILED: {type(e).__name__}: {e}")
+            shutil.rmtree(os.path.join(args.out_dir, name), ignore_errors=True)
     out = os.path.abspath(args.out_dir).rstrip("/")
     with tarfile.open(out + ".tar.gz", "w:gz") as tar:
-        for name in names:
+        for name in made:
             tar.add(os.path.join(out, name), arcname=name)
     print(f"wrote {out}.tar.gz")
 
