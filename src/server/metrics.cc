@@ -179,6 +179,13 @@ void MetricsRegistry::gauge_fn(const std::vector<std::string>& names, const std:
   s.fn = std::move(fn);
 }
 
+void MetricsRegistry::counter_fn(const std::vector<std::string>& names, const std::string& help,
+                                 const Labels& labels, std::function<double()> fn) {
+  auto& s = series(names, help, Type::kCounter, nullptr, labels);
+  std::lock_guard<std::mutex> lock(mu_);
+  s.fn = std::move(fn);
+}
+
 std::string MetricsRegistry::render() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out;
@@ -203,14 +210,14 @@ std::string MetricsRegistry::render() const {
               name + "_count" + render_labels(s->labels) + " " + std::to_string(cum.back()) + "\n";
         } else {
           double v = 0;
-          if (s->counter) {
-            v = s->counter->value();
-          } else if (s->fn) {
+          if (s->fn) {
             try {
               v = s->fn();
             } catch (...) {
               v = std::nan("");
             }
+          } else if (s->counter) {
+            v = s->counter->value();
           } else if (s->gauge) {
             v = s->gauge->value();
           }

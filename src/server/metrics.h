@@ -71,6 +71,9 @@ class MetricsRegistry {
   // A gauge whose value is read at scrape time.
   void gauge_fn(const std::vector<std::string>& names, const std::string& help,
                 const Labels& labels, std::function<double()> fn);
+  // A counter read at scrape time (the function must never go down).
+  void counter_fn(const std::vector<std::string>& names, const std::string& help,
+                  const Labels& labels, std::function<double()> fn);
 
   // The whole registry in the text exposition format.
   std::string render() const;

@@ -84,6 +84,20 @@ class TestConnection {
     }
   }
 
+  // Reads whatever arrives next (at least one byte; empty at end of stream).
+  std::string read_some() {
+    if (buffer_.size() > 0) {
+      std::string out(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+      buffer_.consume(buffer_.size());
+      return out;
+    }
+    char buf[4096];
+    boost::system::error_code ec;
+    size_t n = socket_.read_some(boost::asio::buffer(buf), ec);
+    if (ec && ec != boost::asio::error::eof) throw boost::system::system_error(ec);
+    return std::string(buf, n);
+  }
+
   void shutdown_write() { socket_.shutdown(boost::asio::ip::tcp::socket::shutdown_send); }
   void close() {
     boost::system::error_code ec;
