@@ -10,5 +10,6 @@ namespace tachyon::cli {
 using CommandArgs = std::vector<std::string>;
 
 int cmd_version(const CommandArgs& args);
+int cmd_tokenize(const CommandArgs& args);
 
 }  // namespace tachyon::cli

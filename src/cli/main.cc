@@ -19,6 +19,7 @@ struct Command {
 
 constexpr Command kCommands[] = {
     {"version", cmd_version, "print the version"},
+    {"tokenize", cmd_tokenize, "encode/decode with a checkpoint's tokenizer (--jsonl)"},
 };
 
 void print_usage() {
