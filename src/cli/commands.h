@@ -11,5 +11,7 @@ using CommandArgs = std::vector<std::string>;
 
 int cmd_version(const CommandArgs& args);
 int cmd_tokenize(const CommandArgs& args);
+int cmd_serve(const CommandArgs& args);
+int cmd_bench_serving(const CommandArgs& args);
 
 }  // namespace tachyon::cli

@@ -20,6 +20,8 @@ struct Command {
 constexpr Command kCommands[] = {
     {"version", cmd_version, "print the version"},
     {"tokenize", cmd_tokenize, "encode/decode with a checkpoint's tokenizer (--jsonl)"},
+    {"serve", cmd_serve, "serve a model over HTTP (RTP-LLM native and OpenAI APIs)"},
+    {"bench-serving", cmd_bench_serving, "benchmark a running server over HTTP (--url)"},
 };
 
 void print_usage() {

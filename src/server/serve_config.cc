@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <set>
 
 #include "core/error.h"
 
@@ -450,7 +451,10 @@ std::optional<ServeConfig> load_serve_config(const std::vector<std::string>& arg
       raise<InvalidArgument>("unknown flag --{}", name);
     if (!value) {
       if (o->kind == Kind::kBool) {
+        // "--log-requests" alone, or followed by a boolean word ("--progress false").
+        static const std::set<std::string> kWords = {"true", "false", "1", "0", "yes", "no", "on", "off"};
         value = "true";
+        if (i + 1 < args.size() && kWords.count(args[i + 1])) value = args[++i];
       } else {
         if (i + 1 >= args.size()) raise<InvalidArgument>("flag --{} needs a value", name);
         value = args[++i];

@@ -39,8 +39,8 @@ struct ServeConfig {
   double write_timeout_s = 60;
   double shutdown_timeout_s = 30;
   // Protection.
-  int64_t max_concurrency = 64;
-  int64_t max_queued_requests = 256;
+  int64_t max_concurrency = 256;
+  int64_t max_queued_requests = 1024;
   int64_t max_n = 16;
   int64_t max_tokens = 0;  // 0: the model's window
   int64_t max_stop = 16;
