@@ -4,6 +4,7 @@
 // loads on a separate thread, then requests are served until SIGINT/SIGTERM. Then: stop
 // accepting, let requests in flight finish for --shutdown-timeout seconds, cancel the
 // rest, exit 0. If the engine dies the server shuts down and exits 1.
+#include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -181,11 +182,23 @@ int cmd_serve(const CommandArgs& args) {
 
   int exit_code = 0;
   int sig = 0;
+  // Once the server falls idle after a burst, hand the memory the allocator keeps in
+  // its per-thread arenas back to the system (glibc keeps freed memory otherwise).
+  auto last_busy = std::chrono::steady_clock::now();
+  bool trimmed = true;
   while ((sig = wait_signal(signals, 200)) == 0) {
     if (!backend->healthy()) {
       log_error("the engine stopped: {}; shutting down", backend->dead_reason());
       exit_code = 1;
       break;
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (app.active_calls() > 0) {
+      last_busy = now;
+      trimmed = false;
+    } else if (!trimmed && now - last_busy > std::chrono::seconds(2)) {
+      malloc_trim(0);
+      trimmed = true;
     }
   }
   if (sig) log_info("{}: shutting down ({} requests in flight)", strsignal(sig), app.active_calls());

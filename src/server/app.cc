@@ -30,7 +30,6 @@ class TrackedWriter : public ResponseWriter {
         log_(log),
         start_ms_(monotonic_ms()) {}
   ~TrackedWriter() override {
-    if (metrics_) metrics_->http_response(route_, status_);
     if (log_)
       log_info("request {} {} {} from {}: status {}{}, {:.1f} ms", id_, method_, path_, remote_,
                status_, inner_->client_closed() ? " (client gone)" : "",
@@ -39,11 +38,11 @@ class TrackedWriter : public ResponseWriter {
 
   void respond(int status, std::string_view content_type, std::string body,
                const Headers& headers) override {
-    status_ = status;
+    record(status);
     inner_->respond(status, content_type, std::move(body), with_id(headers));
   }
   void start_stream(int status, std::string_view content_type, const Headers& headers) override {
-    status_ = status;
+    record(status);
     inner_->start_stream(status, content_type, with_id(headers));
   }
   bool write(std::string data) override { return inner_->write(std::move(data)); }
@@ -56,6 +55,10 @@ class TrackedWriter : public ResponseWriter {
   void post(std::function<void()> fn) override { inner_->post(std::move(fn)); }
 
  private:
+  // Counted when the status is set, before the client can see it.
+  void record(int status) {
+    if (status_.exchange(status) == 0 && metrics_) metrics_->http_response(route_, status);
+  }
   Headers with_id(const Headers& h) const {
     Headers out = h;
     out.emplace_back("X-Request-Id", id_);

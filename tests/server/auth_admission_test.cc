@@ -52,7 +52,9 @@ TEST(Admission, AdmitsQueuesInOrderAndRefusesBeyond) {
   EXPECT_EQ(adm->queued(), 2);
   EXPECT_TRUE(adm->withdraw(t3));
   EXPECT_FALSE(adm->withdraw(t3));
-  slots.erase(slots.begin());  // request 1 ends: 4 takes its slot
+  auto first = std::move(slots[0]);
+  slots.erase(slots.begin());
+  first.reset();  // request 1 ends: 4 takes its slot
   EXPECT_EQ(order, (std::vector<int>{1, 2, 4}));
   EXPECT_EQ(adm->running(), 2);
   EXPECT_EQ(adm->queued(), 0);
