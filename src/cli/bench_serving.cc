@@ -142,7 +142,12 @@ class Bench {
       std::string text;
       for (int64_t i = 0; i < o_.input_len; ++i) text += std::string(i ? " " : "") + kWords[rng_() % 11];
       b["messages"] = Json::array({{{"role", "user"}, {"content", text}}});
-    } else if (!o_.prompts.empty()) {
+      return b.dump();
+    }
+    // Per-token logprobs make every token its own visible event, also tokens whose text
+    // is held back (incomplete UTF-8): TTFT is then the first token's time.
+    b["logprobs"] = 0;
+    if (!o_.prompts.empty()) {
       b["prompt"] = o_.prompts[static_cast<size_t>(next_) % o_.prompts.size()];
     } else {
       std::vector<int32_t> ids;
@@ -207,7 +212,9 @@ class Bench {
         const Json& ch = j["choices"][0];
         std::string text = ch.contains("text") ? ch.value("text", std::string())
                                                : ch.value("delta", Json::object()).value("content", std::string());
-        if (text.empty()) return;
+        bool has_token = ch.contains("logprobs") && ch["logprobs"].is_object() &&
+                         !ch["logprobs"].value("tokens", Json::array()).empty();
+        if (text.empty() && !has_token) return;
         if (c->first) {
           r.ttft_ms = ms_since(c->t0);
           c->first = false;

@@ -1,6 +1,8 @@
 #include <algorithm>
 #include <array>
 #include <deque>
+#include <cerrno>
+#include <sys/socket.h>
 
 #include "core/error.h"
 #include "core/logging.h"
@@ -91,21 +93,57 @@ class Session : public std::enable_shared_from_this<Session> {
   }
   void write(uint64_t seq, std::string data) {
     if (!current(seq) || !response_started_ || response_ended_ || data.empty()) return;
-    if (chunked_) {
-      char size_line[24];
-      int n = std::snprintf(size_line, sizeof(size_line), "%zx\r\n", data.size());
-      std::string framed;
-      framed.reserve(data.size() + static_cast<size_t>(n) + 2);
-      framed.append(size_line, static_cast<size_t>(n));
-      framed.append(data);
-      framed.append("\r\n");
-      queue(std::move(framed));
-    } else {
-      queue(std::move(data));
-    }
+    queue(chunked_ ? frame_chunk(data) : std::move(data));
   }
+  // Bytes already framed (the rest of a direct write that did not go out whole).
+  void write_framed(uint64_t seq, std::string bytes) {
+    if (current(seq) && response_started_ && !response_ended_) queue(std::move(bytes));
+  }
+  static std::string frame_chunk(const std::string& data) {
+    char size_line[24];
+    int n = std::snprintf(size_line, sizeof(size_line), "%zx\r\n", data.size());
+    std::string framed;
+    framed.reserve(data.size() + static_cast<size_t>(n) + 2);
+    framed.append(size_line, static_cast<size_t>(n));
+    framed.append(data);
+    framed.append("\r\n");
+    return framed;
+  }
+
+  // Direct writes: a streamed body part is sent from the writer's thread with one
+  // non-blocking send() when nothing else is queued or in flight for the connection,
+  // saving a hop to the IO thread per event. Whatever does not go out at once, and
+  // everything while writes are pending, takes the IO thread's path in order.
+  enum class Direct { kSent, kQueue, kGone };
+  Direct try_direct_write(uint64_t seq, const std::string& data) {
+    std::lock_guard<std::mutex> lock(direct_mu_);
+    if (!direct_writable_ || direct_pending_ > 0 || direct_seq_ != seq) {
+      ++direct_pending_;
+      return Direct::kQueue;
+    }
+    std::string framed = direct_chunked_ ? frame_chunk(data) : data;
+    ssize_t n = ::send(direct_fd_, framed.data(), framed.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n == static_cast<ssize_t>(framed.size())) return Direct::kSent;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      direct_writable_ = false;
+      return Direct::kGone;
+    }
+    direct_writable_ = false;
+    ++direct_pending_;
+    framed.erase(0, n > 0 ? static_cast<size_t>(n) : 0);
+    direct_rest_ = std::move(framed);
+    return Direct::kQueue;
+  }
+  // Called on the strand for each write that took the queued path.
+  std::string take_direct_rest() {
+    std::lock_guard<std::mutex> lock(direct_mu_);
+    --direct_pending_;
+    return std::exchange(direct_rest_, std::string());
+  }
+
   void end_stream(uint64_t seq) {
     if (!current(seq) || !response_started_ || response_ended_) return;
+    set_direct(false);
     response_ended_ = true;
     if (chunked_) {
       queue("0\r\n\r\n");
@@ -327,7 +365,16 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!writing_) do_write();
   }
 
+  void set_direct(bool writable) {
+    std::lock_guard<std::mutex> lock(direct_mu_);
+    direct_writable_ = writable;
+    direct_seq_ = seq_;
+    direct_chunked_ = chunked_;
+    direct_fd_ = socket_.native_handle();
+  }
+
   void do_write() {
+    set_direct(false);
     writing_ = true;
     inflight_.clear();
     while (!queue_.empty()) {
@@ -357,7 +404,10 @@ class Session : public std::enable_shared_from_this<Session> {
       return close();
     }
     if (!queue_.empty()) return do_write();
-    if (response_ended_ && state_ == State::kHandling) response_done();
+    if (response_ended_ && state_ == State::kHandling) return response_done();
+    // Streaming and idle: the writer may send directly until the next queued write.
+    if (state_ == State::kHandling && response_started_ && !response_ended_ && (chunked_ || !keep_alive_))
+      set_direct(true);
   }
 
   void response_done() {
@@ -393,6 +443,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void close() {
     if (state_ == State::kClosed) return;
     if (state_ == State::kHandling && !response_ended_) mark_peer_gone();
+    set_direct(false);  // before the descriptor can be closed and reused
     state_ = State::kClosed;
     shared_->connections.fetch_sub(1);
     end_in_flight();
@@ -443,6 +494,14 @@ class Session : public std::enable_shared_from_this<Session> {
   bool response_started_ = false, response_ended_ = false, chunked_ = false;
   bool peer_gone_ = false;
   bool linger_ = false;
+  // Direct-write state, shared with writer threads under direct_mu_.
+  std::mutex direct_mu_;
+  bool direct_writable_ = false;
+  bool direct_chunked_ = false;
+  uint64_t direct_seq_ = 0;
+  int direct_fd_ = -1;
+  int direct_pending_ = 0;  // queued-path writes posted and not yet run
+  std::string direct_rest_;
   size_t drained_ = 0;
   std::vector<std::function<void()>> close_callbacks_;
 
@@ -481,8 +540,22 @@ class SessionWriter : public ResponseWriter {
       s_->run([seq = seq_](Session& s) { s.stalled(seq); });
       return false;
     }
+    switch (s_->try_direct_write(seq_, data)) {
+      case Session::Direct::kSent:
+        return true;
+      case Session::Direct::kGone:
+        s_->run([seq = seq_](Session& s) { s.stalled(seq); });
+        return false;
+      case Session::Direct::kQueue:
+        break;
+    }
     s_->run([seq = seq_, data = std::move(data)](Session& s) mutable {
-      s.write(seq, std::move(data));
+      std::string rest = s.take_direct_rest();
+      if (!rest.empty()) {
+        s.write_framed(seq, std::move(rest));  // the unsent end of a direct write
+      } else {
+        s.write(seq, std::move(data));
+      }
     });
     return true;
   }
