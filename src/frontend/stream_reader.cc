@@ -1,5 +1,7 @@
 #include "frontend/stream_reader.h"
 
+#include <pthread.h>
+
 #include "core/logging.h"
 
 namespace tachyon {
@@ -55,6 +57,7 @@ int StreamReaderPool::busy() const {
 }
 
 void StreamReaderPool::worker() {
+  pthread_setname_np(pthread_self(), "stream-reader");
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     ++idle_;

@@ -1,6 +1,8 @@
 #include "server/http_server.h"
 
+#include <pthread.h>
 #include <algorithm>
+
 #include <thread>
 
 #include "core/error.h"
@@ -107,6 +109,7 @@ void HttpServer::start() {
   net::post(*impl_->accept_strand, [impl = impl_.get()] { impl->accept(); });
   for (int i = 0; i < std::max(1, opt.io_threads); ++i)
     impl_->threads.emplace_back([&ioc] {
+      pthread_setname_np(pthread_self(), "http-io");
       for (;;) {
         try {
           ioc.run();
@@ -160,4 +163,3 @@ void HttpServer::stop() {
 }
 
 }  // namespace tachyon::server
-

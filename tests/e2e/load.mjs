@@ -120,6 +120,18 @@ for (let wave = 1; wave <= WAVES; wave++) {
   settledByWave.push(settled);
 }
 const final = rssBytes(pid);
+// CPU time by thread name: how much the HTTP layer (http-io, stream-reader) took next to
+// the engine and the model's compute threads.
+const cpu = {};
+const fsMod = await import('node:fs');
+for (const tid of fsMod.readdirSync(`/proc/${pid}/task`)) {
+  try {
+    const name = fsMod.readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim();
+    const f = fsMod.readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8').split(') ')[1].split(' ');
+    cpu[name] = (cpu[name] || 0) + (Number(f[11]) + Number(f[12])) / 100;
+  } catch { /* the thread exited */ }
+}
+console.log('CPU seconds by thread (live threads):', JSON.stringify(cpu));
 console.log(`RSS: idle ${mb(baseline)} MB, after the warm-up wave ${mb(afterFirst)} MB, after wave ${WAVES} ${mb(final)} MB`);
 for (let w = 1; w < settledByWave.length; w++) {
   if (settledByWave[w] > afterFirst + LEAK_TOLERANCE) {
