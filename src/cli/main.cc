@@ -23,6 +23,8 @@ constexpr Command kCommands[] = {
     {"generate", cmd_generate, "generate tokens from a prompt with a model"},
     {"inspect", cmd_inspect, "show a model's mapped config and weights"},
     {"make-random", cmd_make_random, "write a checkpoint with random weights for a config.json"},
+    {"serve", cmd_serve, "serve a model over HTTP (RTP-LLM native and OpenAI APIs)"},
+    {"bench-serving", cmd_bench_serving, "benchmark a running server over HTTP (--url)"},
 };
 
 void print_usage() {

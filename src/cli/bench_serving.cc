@@ -1,0 +1,353 @@
+// Serving benchmark: drives a running server over HTTP with streaming requests and
+// measures what clients see (TTFT, inter-token latency, end-to-end latency,
+// throughput). One thread, asynchronous sockets: the client stays cheap next to the
+// server it measures.
+//   tachyon bench-serving --url http://127.0.0.1:8088 [--endpoint /v1/completions]
+//       [--num-requests 200] [--concurrency 32 | --request-rate 10] [--input-len 128]
+//       [--output-len 128] [--api-key K] [--seed 0] [--json]
+// Prompts are random token ids (exact input lengths) for /v1/completions; chat
+// requests use random words. Every request generates exactly --output-len tokens.
+#include "cli/bench_serving.h"
+
+#include <algorithm>
+#include <boost/asio.hpp>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <random>
+
+#include "cli/args.h"
+#include "core/error.h"
+#include "core/json.h"
+
+namespace tachyon::cli {
+namespace {
+
+namespace net = boost::asio;
+using Options = BenchOptions;
+using Result = BenchResult;
+using tcp = net::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  double pos = p / 100.0 * static_cast<double>(v.size() - 1);
+  size_t lo = static_cast<size_t>(pos), hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+Json dist(const std::vector<double>& v) {
+  double mean = 0;
+  for (double x : v) mean += x;
+  if (!v.empty()) mean /= static_cast<double>(v.size());
+  return {{"mean", mean}, {"p50", percentile(v, 50)}, {"p90", percentile(v, 90)}, {"p99", percentile(v, 99)}};
+}
+
+// Incremental HTTP/1.1 response reader: headers, chunked (or close-delimited) body,
+// SSE events split on blank lines.
+class SseReader {
+ public:
+  // Feeds bytes; calls on_event for each complete "data: ..." payload.
+  template <typename F>
+  void feed(const char* p, size_t n, F&& on_event) {
+    raw_.append(p, n);
+    if (!headers_done_) {
+      auto end = raw_.find("\r\n\r\n");
+      if (end == std::string::npos) return;
+      std::string head = raw_.substr(0, end);
+      status_ = head.size() > 12 ? std::atoi(head.c_str() + 9) : 0;
+      std::string lower = head;
+      std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+      chunked_ = lower.find("transfer-encoding: chunked") != std::string::npos;
+      raw_.erase(0, end + 4);
+      headers_done_ = true;
+    }
+    if (chunked_) {
+      for (;;) {
+        if (chunk_left_ == 0) {
+          auto eol = raw_.find("\r\n");
+          if (eol == std::string::npos) break;
+          if (eol == 0) {  // CRLF after a chunk's data
+            raw_.erase(0, 2);
+            continue;
+          }
+          chunk_left_ = std::strtoull(raw_.substr(0, eol).c_str(), nullptr, 16);
+          raw_.erase(0, eol + 2);
+          if (chunk_left_ == 0) {
+            finished_ = true;
+            break;
+          }
+        }
+        size_t take = std::min<size_t>(chunk_left_, raw_.size());
+        if (take == 0) break;
+        body_.append(raw_, 0, take);
+        raw_.erase(0, take);
+        chunk_left_ -= take;
+      }
+    } else {
+      body_ += raw_;
+      raw_.clear();
+    }
+    for (;;) {
+      auto end = body_.find("\n\n");
+      if (end == std::string::npos) break;
+      std::string ev = body_.substr(0, end);
+      body_.erase(0, end + 2);
+      if (ev.rfind("data:", 0) == 0) on_event(ev.substr(ev[5] == ' ' ? 6 : 5));
+    }
+  }
+  int status() const { return status_; }
+  bool finished() const { return finished_; }
+  const std::string& leftover() const { return body_; }
+
+ private:
+  std::string raw_, body_;
+  bool headers_done_ = false, chunked_ = false, finished_ = false;
+  int status_ = 0;
+  size_t chunk_left_ = 0;
+};
+
+class Bench {
+ public:
+  explicit Bench(Options o) : o_(std::move(o)), rng_(static_cast<uint64_t>(o_.seed)) {}
+
+  std::vector<Result> run() {
+    tcp::resolver resolver(ioc_);
+    endpoints_ = resolver.resolve(o_.host, o_.port);
+    results_.resize(static_cast<size_t>(o_.num_requests));
+    start_ = Clock::now();
+    if (o_.request_rate > 0) {
+      schedule_arrival();
+    } else {
+      int64_t c = o_.concurrency > 0 ? o_.concurrency : o_.num_requests;
+      for (int64_t i = 0; i < c && next_ < o_.num_requests; ++i) launch();
+    }
+    ioc_.run();
+    wall_ms_ = ms_since(start_);
+    return results_;
+  }
+  double wall_ms() const { return wall_ms_; }
+
+ private:
+  std::string body() {
+    Json b = {{"max_tokens", o_.output_len}, {"ignore_eos", true}, {"stream", true},
+              {"stream_options", {{"include_usage", true}}}, {"temperature", 0.0}};
+    if (!o_.model.empty()) b["model"] = o_.model;
+    std::uniform_int_distribution<int32_t> tok(300, 20000);
+    if (o_.endpoint == "/v1/chat/completions") {
+      static const char* kWords[] = {"the", "lord", "spake", "unto", "moses", "saying", "and", "it", "came", "to", "pass"};
+      std::string text;
+      for (int64_t i = 0; i < o_.input_len; ++i) text += std::string(i ? " " : "") + kWords[rng_() % 11];
+      b["messages"] = Json::array({{{"role", "user"}, {"content", text}}});
+      return b.dump();
+    }
+    // Per-token logprobs make every token its own visible event, also tokens whose text
+    // is held back (incomplete UTF-8): TTFT is then the first token's time.
+    b["logprobs"] = 0;
+    if (!o_.prompts.empty()) {
+      b["prompt"] = o_.prompts[static_cast<size_t>(next_) % o_.prompts.size()];
+    } else {
+      std::vector<int32_t> ids;
+      for (int64_t i = 0; i < o_.input_len; ++i) ids.push_back(tok(rng_));
+      b["prompt"] = ids;
+    }
+    return b.dump();
+  }
+
+  void schedule_arrival() {
+    if (next_ >= o_.num_requests) return;
+    launch();
+    std::exponential_distribution<double> gap(o_.request_rate);
+    auto timer = std::make_shared<net::steady_timer>(ioc_);
+    timer->expires_after(std::chrono::microseconds(static_cast<int64_t>(gap(rng_) * 1e6)));
+    timer->async_wait([this, timer](boost::system::error_code) { schedule_arrival(); });
+  }
+
+  struct Call {
+    tcp::socket socket;
+    std::string request;
+    std::array<char, 16384> buf{};
+    SseReader reader;
+    Clock::time_point t0, last;
+    size_t index = 0;
+    bool first = true;
+    explicit Call(net::io_context& ioc) : socket(ioc) {}
+  };
+
+  void launch() {
+    auto c = std::make_shared<Call>(ioc_);
+    c->index = static_cast<size_t>(next_);
+    std::string b = body();
+    ++next_;
+    c->request = "POST " + o_.endpoint + " HTTP/1.1\r\nHost: " + o_.host + "\r\nContent-Type: application/json\r\n" +
+                 (o_.api_key.empty() ? "" : "Authorization: Bearer " + o_.api_key + "\r\n") +
+                 "Connection: close\r\nContent-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b;
+    c->t0 = Clock::now();
+    net::async_connect(c->socket, endpoints_, [this, c](boost::system::error_code ec, const tcp::endpoint&) {
+      if (ec) return done(c, "connect: " + ec.message());
+      c->socket.set_option(tcp::no_delay(true));
+      net::async_write(c->socket, net::buffer(c->request), [this, c](boost::system::error_code ec, size_t) {
+        if (ec) return done(c, "write: " + ec.message());
+        read(c);
+      });
+    });
+  }
+
+  void read(const std::shared_ptr<Call>& c) {
+    c->socket.async_read_some(net::buffer(c->buf), [this, c](boost::system::error_code ec, size_t n) {
+      Result& r = results_[c->index];
+      c->reader.feed(c->buf.data(), n, [&](const std::string& ev) {
+        if (ev == "[DONE]") return;
+        Json j = Json::parse(ev, nullptr, false);
+        if (j.is_discarded()) return;
+        if (j.contains("error")) r.error = j["error"].value("message", std::string("error"));
+        if (j.contains("usage") && j["usage"].is_object()) {
+          r.prompt_tokens = j["usage"].value("prompt_tokens", 0);
+          r.output_tokens = j["usage"].value("completion_tokens", 0);
+        }
+        if (!j.contains("choices") || j["choices"].empty()) return;
+        const Json& ch = j["choices"][0];
+        std::string text = ch.contains("text") ? ch.value("text", std::string())
+                                               : ch.value("delta", Json::object()).value("content", std::string());
+        bool has_token = ch.contains("logprobs") && ch["logprobs"].is_object() &&
+                         !ch["logprobs"].value("tokens", Json::array()).empty();
+        if (text.empty() && !has_token) return;
+        if (c->first) {
+          r.ttft_ms = ms_since(c->t0);
+          c->first = false;
+        } else {
+          r.itl_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - c->last).count());
+        }
+        c->last = Clock::now();
+      });
+      if (!ec && !c->reader.finished()) return read(c);
+      if (c->reader.status() != 200)
+        return done(c, "HTTP " + std::to_string(c->reader.status()) + " " + c->reader.leftover().substr(0, 200));
+      done(c, r.error);
+    });
+  }
+
+  void done(const std::shared_ptr<Call>& c, const std::string& error) {
+    Result& r = results_[c->index];
+    r.e2e_ms = ms_since(c->t0);
+    r.error = error;
+    r.ok = error.empty() && !c->first;
+    if (!r.ok && r.error.empty()) r.error = "no tokens";
+    boost::system::error_code ignored;
+    c->socket.close(ignored);
+    if (o_.request_rate <= 0 && next_ < o_.num_requests) launch();
+  }
+
+  Options o_;
+  std::mt19937_64 rng_;
+  net::io_context ioc_;
+  tcp::resolver::results_type endpoints_;
+  std::vector<Result> results_;
+  int64_t next_ = 0;
+  Clock::time_point start_;
+  double wall_ms_ = 0;
+};
+
+Options parse(const std::vector<std::string>& argv) {
+  Args args(argv,
+            {"url", "endpoint", "num-requests", "concurrency", "request-rate", "input-len", "output-len", "api-key",
+             "model", "seed"},
+            {"json"});
+  Options o;
+  std::string url = args.get_or("url", "http://127.0.0.1:8088");
+  if (url.rfind("http://", 0) != 0) raise<InvalidArgument>("--url must start with http://, got '{}'", url);
+  std::string hostport = url.substr(7);
+  hostport = hostport.substr(0, hostport.find('/'));
+  auto colon = hostport.rfind(':');
+  o.host = colon == std::string::npos ? hostport : hostport.substr(0, colon);
+  o.port = colon == std::string::npos ? "80" : hostport.substr(colon + 1);
+  o.endpoint = args.get_or("endpoint", o.endpoint);
+  if (o.endpoint != "/v1/completions" && o.endpoint != "/v1/chat/completions")
+    raise<InvalidArgument>("--endpoint must be /v1/completions or /v1/chat/completions");
+  o.num_requests = args.get_int("num-requests", o.num_requests);
+  o.concurrency = args.get_int("concurrency", 0);
+  o.request_rate = args.get_double("request-rate", 0);
+  o.input_len = args.get_int("input-len", o.input_len);
+  o.output_len = args.get_int("output-len", o.output_len);
+  o.api_key = args.get_or("api-key", "");
+  o.model = args.get_or("model", "");
+  o.seed = args.get_int("seed", 0);
+  o.json = args.flag("json");
+  if (o.num_requests < 1 || o.input_len < 1 || o.output_len < 1 || o.concurrency < 0 || o.request_rate < 0)
+    raise<InvalidArgument>("counts and lengths must be positive");
+  return o;
+}
+
+}  // namespace
+
+std::vector<BenchResult> run_http_requests(const BenchOptions& o, double* wall_ms) {
+  Bench bench(o);
+  auto results = bench.run();
+  if (wall_ms) *wall_ms = bench.wall_ms();
+  return results;
+}
+
+Json dist_ms(const std::vector<double>& v) { return dist(v); }
+
+int run_serving_bench(const std::vector<std::string>& argv) {
+  if (std::find(argv.begin(), argv.end(), "--overhead") != argv.end()) return run_overhead_bench(argv);
+  Options o = parse(argv);
+  Bench bench(o);
+  std::vector<Result> results = bench.run();
+  std::vector<double> ttft, itl, tpot, e2e;
+  int64_t ok = 0, in_tokens = 0, out_tokens = 0;
+  std::string first_error;
+  for (const auto& r : results) {
+    if (!r.ok) {
+      if (first_error.empty()) first_error = r.error;
+      continue;
+    }
+    ++ok;
+    in_tokens += r.prompt_tokens;
+    out_tokens += r.output_tokens;
+    ttft.push_back(r.ttft_ms);
+    e2e.push_back(r.e2e_ms);
+    itl.insert(itl.end(), r.itl_ms.begin(), r.itl_ms.end());
+    if (r.output_tokens > 1) tpot.push_back((r.e2e_ms - r.ttft_ms) / static_cast<double>(r.output_tokens - 1));
+  }
+  double secs = bench.wall_ms() / 1000.0;
+  Json report = {{"url", "http://" + o.host + ":" + o.port + o.endpoint},
+                 {"num_requests", o.num_requests},
+                 {"concurrency", o.concurrency},
+                 {"request_rate", o.request_rate},
+                 {"input_len", o.input_len},
+                 {"output_len", o.output_len},
+                 {"completed", ok},
+                 {"failed", o.num_requests - ok},
+                 {"duration_s", secs},
+                 {"request_throughput", static_cast<double>(ok) / secs},
+                 {"output_throughput", static_cast<double>(out_tokens) / secs},
+                 {"total_token_throughput", static_cast<double>(in_tokens + out_tokens) / secs},
+                 {"ttft_ms", dist(ttft)},
+                 {"itl_ms", dist(itl)},
+                 {"tpot_ms", dist(tpot)},
+                 {"e2e_ms", dist(e2e)}};
+  if (!first_error.empty()) report["first_error"] = first_error;
+  if (o.json) {
+    std::printf("%s\n", report.dump(2).c_str());
+  } else {
+    std::printf("requests: %lld ok, %lld failed in %.2f s (%.2f req/s)\n", static_cast<long long>(ok),
+                static_cast<long long>(o.num_requests - ok), secs, report["request_throughput"].get<double>());
+    std::printf("throughput: %.1f output tok/s, %.1f total tok/s\n", report["output_throughput"].get<double>(),
+                report["total_token_throughput"].get<double>());
+    for (const char* k : {"ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"}) {
+      const Json& d = report[k];
+      std::printf("%-8s mean %8.2f  p50 %8.2f  p90 %8.2f  p99 %8.2f\n", k, d["mean"].get<double>(),
+                  d["p50"].get<double>(), d["p90"].get<double>(), d["p99"].get<double>());
+    }
+    if (!first_error.empty()) std::printf("first error: %s\n", first_error.c_str());
+  }
+  return ok == o.num_requests ? 0 : 1;
+}
+
+int cmd_bench_serving(const std::vector<std::string>& args) { return run_serving_bench(args); }
+
+}  // namespace tachyon::cli

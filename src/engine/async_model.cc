@@ -1,0 +1,408 @@
+#include "engine/async_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "core/logging.h"
+#include "engine/engine_internal.h"
+
+namespace tachyon {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+int32_t resolve_num_blocks(const EngineConfig& c, const LanguageModel& model) {
+  if (c.num_kv_blocks > 0) return c.num_kv_blocks;
+  const size_t per_block = model.kv_bytes_per_block(c.block_size);
+  TACHYON_CHECK_GT(per_block, 0u);
+  int64_t budget = c.kv_cache_bytes;
+  if (budget <= 0 && c.kv_cache_memory_fraction > 0 && c.memory_available_bytes > 0)
+    budget = static_cast<int64_t>(c.kv_cache_memory_fraction *
+                                  static_cast<double>(c.memory_available_bytes));
+  int64_t blocks = 0;
+  if (budget > 0) {
+    blocks = budget / static_cast<int64_t>(per_block);
+    if (blocks < 1)
+      raise<InvalidArgument>(
+          "KV cache budget of {} bytes is smaller than one block ({} bytes of {} tokens)", budget,
+          per_block, c.block_size);
+  } else {
+    blocks = static_cast<int64_t>(c.max_num_seqs) * ((256 + c.block_size - 1) / c.block_size);
+  }
+  return static_cast<int32_t>(std::min<int64_t>(blocks, std::numeric_limits<int32_t>::max() / 2));
+}
+
+}  // namespace
+
+AsyncModel::AsyncModel(std::shared_ptr<LanguageModel> model,
+                       std::shared_ptr<const TextTokenizer> tokenizer, EngineConfig config)
+    : model_(std::move(model)),
+      tokenizer_(std::move(tokenizer)),
+      config_(std::move(config)),
+      executor_(model_) {
+  TACHYON_CHECK(model_ != nullptr);
+  if (config_.block_size < 1 || config_.block_size > 4096)
+    raise<InvalidArgument>("block_size {} must be in [1, 4096]", config_.block_size);
+  if (config_.max_num_seqs < 1)
+    raise<InvalidArgument>("max_num_seqs {} must be >= 1", config_.max_num_seqs);
+  if (config_.max_num_batched_tokens < config_.max_num_seqs)
+    raise<InvalidArgument>("max_num_batched_tokens {} must be >= max_num_seqs {}",
+                           config_.max_num_batched_tokens, config_.max_num_seqs);
+  if (!(config_.kv_reserve_fraction >= 0 && config_.kv_reserve_fraction < 1))
+    raise<InvalidArgument>("kv_reserve_fraction {} must be in [0, 1)", config_.kv_reserve_fraction);
+  vocab_size_ = model_->vocab_size();
+  max_seq_len_ = model_->max_seq_len();
+  num_blocks_ = resolve_num_blocks(config_, *model_);
+  model_->init_kv_cache(num_blocks_, config_.block_size);
+  kv_ = std::make_unique<KVCacheManager>(num_blocks_, config_.block_size);
+  SchedulerConfig sc;
+  sc.max_num_seqs = config_.max_num_seqs;
+  sc.max_num_batched_tokens = config_.max_num_batched_tokens;
+  sc.reserve_blocks = static_cast<int32_t>(config_.kv_reserve_fraction * num_blocks_);
+  scheduler_ = std::make_unique<Scheduler>(sc, kv_.get());
+  eos_ids_ = config_.eos_token_ids;
+  if (eos_ids_.empty() && tokenizer_) eos_ids_ = tokenizer_->eos_token_ids();
+  base_seed_ =
+      splitmix64(std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32));
+  loop_stats_.num_kv_blocks = num_blocks_;
+  loop_stats_.block_size = config_.block_size;
+  update_stats();
+  inbox_ = std::make_shared<Inbox>();
+  log_info("engine: {} KV blocks of {} tokens, max {} sequences, {} tokens per step", num_blocks_,
+           config_.block_size, config_.max_num_seqs, config_.max_num_batched_tokens);
+  thread_ = std::thread([this] { loop(); });
+}
+
+AsyncModel::~AsyncModel() {
+  shutdown();
+}
+
+void AsyncModel::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(inbox_->mu);
+    inbox_->stop = true;
+    inbox_->closed = true;
+  }
+  stopped_ = true;
+  inbox_->cv.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string AsyncModel::dead_reason() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return dead_reason_;
+}
+
+EngineStats AsyncModel::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  EngineStats s = stats_;
+  s.healthy = healthy();
+  return s;
+}
+
+std::shared_ptr<RequestStream> AsyncModel::submit(GenerateRequest request) {
+  GenerateConfig& cfg = request.config;
+  const auto& prompt = request.prompt_ids;
+  if (prompt.empty()) raise<InvalidArgument>("prompt_ids: the prompt is empty");
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] < 0 || prompt[i] >= vocab_size_)
+      raise<InvalidArgument>(
+          "prompt_ids: token {} at position {} is outside the vocabulary (size {})", prompt[i], i,
+          vocab_size_);
+  if (prompt.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max() / 2))
+    raise<InvalidArgument>("prompt_ids: too long");
+  const int32_t prompt_len = static_cast<int32_t>(prompt.size());
+  cfg.validate();
+  cfg.validate_for_model(vocab_size_, max_seq_len_, prompt_len);
+  const int32_t width = cfg.width();
+  if (width > config_.max_num_seqs)
+    raise<InvalidArgument>("generate_config.{}: {} exceeds the engine's max_num_seqs {}",
+                           cfg.is_beam_search() ? "num_beams" : "num_return_sequences", width,
+                           config_.max_num_seqs);
+  if (!cfg.stop_words_str.empty() && !tokenizer_)
+    raise<InvalidArgument>("generate_config.stop_words_str: needs a tokenizer, and none is loaded");
+  const int32_t max_new = cfg.max_new_tokens.value_or(max_seq_len_ - prompt_len);
+  const int64_t worst =
+      KVCacheManager::worst_case_blocks(prompt_len + max_new, width, config_.block_size);
+  if (worst > num_blocks_)
+    raise<ResourceExhausted>(
+        "the request needs up to {} KV cache blocks ({} prompt + {} new tokens, {} sequence(s), "
+        "{} tokens per block) but the cache holds {}: lower max_new_tokens or give the cache "
+        "more memory",
+        worst, prompt_len, max_new, width, config_.block_size, num_blocks_);
+
+  auto r = std::make_unique<Req>();
+  r->prompt = std::move(request.prompt_ids);
+  r->prompt_len = prompt_len;
+  r->max_new_tokens = max_new;
+  r->cfg = std::move(cfg);
+  r->submitted = Clock::now();
+  r->timings.input_len = prompt_len;
+  if (r->cfg.timeout_ms > 0)
+    r->deadline = r->submitted + std::chrono::milliseconds(r->cfg.timeout_ms);
+
+  std::shared_ptr<RequestStream> stream;
+  {
+    std::lock_guard<std::mutex> lock(inbox_->mu);
+    if (inbox_->closed) {
+      if (dead_) raise<Unavailable>("the engine has failed: {}", dead_reason());
+      raise<Unavailable>("the engine is shut down");
+    }
+    if (in_flight_.load() >= config_.max_queue_size)
+      raise<ResourceExhausted>("the engine already holds {} requests", config_.max_queue_size);
+    r->id = next_request_id_++;
+    r->seed = r->cfg.random_seed.value_or(splitmix64(base_seed_ + static_cast<uint64_t>(r->id)));
+    stream = std::make_shared<RequestStream>(r->id);
+    std::weak_ptr<Inbox> weak = inbox_;
+    stream->set_on_cancel([weak](int64_t id) {
+      if (auto inbox = weak.lock()) {
+        {
+          std::lock_guard<std::mutex> l(inbox->mu);
+          inbox->cancels.push_back(id);
+        }
+        inbox->cv.notify_all();
+      }
+    });
+    r->stream = stream;
+    inbox_->incoming.push_back(std::move(r));
+    ++in_flight_;
+    {
+      std::lock_guard<std::mutex> s(stats_mu_);
+      ++stats_.requests_submitted;
+    }
+  }
+  inbox_->cv.notify_all();
+  return stream;
+}
+
+void AsyncModel::take_inbox(std::vector<std::unique_ptr<Req>>* incoming,
+                            std::vector<int64_t>* cancels, bool* stop) {
+  std::unique_lock<std::mutex> lock(inbox_->mu);
+  inbox_->cv.wait(lock, [&] {
+    return inbox_->stop || !inbox_->incoming.empty() || !inbox_->cancels.empty() ||
+           scheduler_->has_work();
+  });
+  incoming->swap(inbox_->incoming);
+  cancels->swap(inbox_->cancels);
+  *stop = inbox_->stop;
+}
+
+void AsyncModel::add_request(std::unique_ptr<Req> r) {
+  Req& req = *r;
+  reqs_.emplace(req.id, std::move(r));
+  const int64_t seq = new_seq(req, 0, req.prompt);
+  req.prompt.clear();
+  req.prompt.shrink_to_fit();
+  scheduler_->add_group(req.id, seq, req.prompt_len, req.cfg.width());
+}
+
+void AsyncModel::loop() {
+  std::vector<std::unique_ptr<Req>> incoming;
+  std::vector<int64_t> cancels;
+  while (true) {
+    bool stop = false;
+    incoming.clear();
+    cancels.clear();
+    take_inbox(&incoming, &cancels, &stop);
+    for (auto& r : incoming) add_request(std::move(r));
+    if (stop) {
+      fail_all(ErrorCode::kUnavailable, "the engine was shut down");
+      update_stats();
+      flush_outbox();
+      return;
+    }
+    for (int64_t id : cancels) {
+      auto it = reqs_.find(id);
+      if (it != reqs_.end()) finish_request(*it->second, FinishReason::kCancelled, nullptr);
+    }
+    check_deadlines();
+    if (scheduler_->has_work()) step();
+    update_stats();
+    flush_outbox();
+    if (dead_) return;
+  }
+}
+
+void AsyncModel::die(const std::string& reason) {
+  log_error("engine failure: {}", reason);
+  std::vector<std::unique_ptr<Req>> late;
+  {
+    std::lock_guard<std::mutex> lock(inbox_->mu);
+    inbox_->closed = true;
+    late.swap(inbox_->incoming);
+    std::lock_guard<std::mutex> s(stats_mu_);
+    dead_reason_ = reason;
+    dead_ = true;
+  }
+  for (auto& r : late) add_request(std::move(r));
+  fail_all(ErrorCode::kInternal, "the engine failed: " + reason);
+}
+
+void AsyncModel::fail_all(ErrorCode code, const std::string& message) {
+  std::vector<int64_t> ids;
+  for (const auto& [id, r] : reqs_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  const ErrorInfo info{code, message};
+  for (int64_t id : ids) finish_request(*reqs_.at(id), FinishReason::kError, &info);
+}
+
+void AsyncModel::check_deadlines() {
+  const auto now = Clock::now();
+  std::vector<int64_t> late;
+  for (const auto& [id, r] : reqs_)
+    if (r->cfg.timeout_ms > 0 && now >= r->deadline) late.push_back(id);
+  std::sort(late.begin(), late.end());
+  for (int64_t id : late) {
+    Req& r = *reqs_.at(id);
+    const ErrorInfo info{ErrorCode::kDeadlineExceeded,
+                         fmt::format("the request timed out after {} ms", r.cfg.timeout_ms)};
+    finish_request(r, FinishReason::kTimeout, &info);
+  }
+}
+
+void AsyncModel::step() {
+  const auto t0 = Clock::now();
+  SchedulerOutput plan = scheduler_->schedule();
+  const int64_t step_no = loop_stats_.num_steps++;
+  for (int64_t g : plan.preempted_groups) {
+    ++reqs_.at(g)->timings.num_preemptions;
+    ++loop_stats_.num_preemptions;
+  }
+  if (plan.empty()) {
+    if (plan.preempted_groups.empty()) {
+      // Nothing can run although requests wait: refuse the head rather than spin.
+      const auto waiting = scheduler_->waiting_groups();
+      if (!waiting.empty()) {
+        const ErrorInfo info{ErrorCode::kResourceExhausted,
+                             "the request cannot be scheduled with the KV cache available"};
+        finish_request(*reqs_.at(waiting.front()), FinishReason::kError, &info);
+      }
+    }
+    return;
+  }
+  for (const auto& s : plan.seqs) {
+    Req& r = *reqs_.at(s.group_id);
+    if (r.last_step == step_no) continue;
+    r.last_step = step_no;
+    ++r.timings.iter_count;
+    if (!r.scheduled) {
+      r.scheduled = true;
+      r.timings.queue_ms = ms_between(r.submitted, t0);
+    }
+  }
+  loop_stats_.tokens_computed += plan.num_batched_tokens;
+  const ForwardBatch batch = build_forward_batch(
+      plan, [this](int64_t id) { return std::span<const int32_t>(seqs_.at(id)->tokens); });
+  const auto t1 = Clock::now();
+
+  LogitRows rows;
+  std::vector<Tensor> keep;
+  run_forward(plan, batch, &rows, &keep);
+  const auto t2 = Clock::now();
+  if (!dead_) {
+    for (int64_t g : plan.sampled_groups) {
+      auto it = reqs_.find(g);
+      if (it != reqs_.end()) process_group(*it->second, rows);
+    }
+  }
+  const auto t3 = Clock::now();
+  loop_stats_.schedule_ms += ms_between(t0, t1);
+  loop_stats_.forward_ms += ms_between(t1, t2);
+  loop_stats_.sample_ms += ms_between(t2, t3);
+  loop_stats_.step_ms += ms_between(t0, t3);
+}
+
+void AsyncModel::run_forward(const SchedulerOutput& plan, const ForwardBatch& batch,
+                             LogitRows* rows, std::vector<Tensor>* keep) {
+  auto take_rows = [&](const std::vector<const ScheduledSeq*>& seqs, const Tensor& logits,
+                       size_t expected_rows) {
+    TACHYON_CHECK(logits.ndim() == 2 && logits.dim(0) == static_cast<int64_t>(expected_rows) &&
+                      logits.dim(1) == vocab_size_ && logits.dtype() == DType::kF32,
+                  "the model returned logits {} for {} rows of vocabulary {}", logits.str(),
+                  expected_rows, vocab_size_);
+    int64_t row = 0;
+    for (const ScheduledSeq* s : seqs) {
+      row += s->num_logits;
+      if (s->num_logits > 0) (*rows)[s->seq_id] = logits.data<float>() + (row - 1) * vocab_size_;
+    }
+    keep->push_back(logits);
+  };
+  std::vector<const ScheduledSeq*> all;
+  for (const auto& s : plan.seqs) all.push_back(&s);
+  try {
+    take_rows(all, executor_.execute(plan, batch), batch.logits_rows.size());
+    return;
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kInternal) return die(e.what());
+    log_warning("forward pass failed ({}); retrying its {} sequences one by one", e.what(),
+                plan.seqs.size());
+  } catch (const std::exception& e) {
+    return die(e.what());
+  }
+  // Find the sequences at fault: run each alone (the block copies are already done;
+  // writing the same K/V again is harmless).
+  std::unordered_map<int64_t, ErrorInfo> failed;
+  for (const auto& s : plan.seqs) {
+    if (failed.count(s.group_id)) continue;
+    SchedulerOutput one;
+    one.seqs.push_back(s);
+    one.num_batched_tokens = s.num_tokens;
+    const ForwardBatch b = build_forward_batch(
+        one, [this](int64_t id) { return std::span<const int32_t>(seqs_.at(id)->tokens); });
+    try {
+      take_rows({&s}, executor_.forward(b), b.logits_rows.size());
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kInternal) return die(e.what());
+      failed[s.group_id] = ErrorInfo{e.code(), e.what()};
+    } catch (const std::exception& e) {
+      return die(e.what());
+    }
+  }
+  for (const auto& [g, info] : failed) {
+    auto it = reqs_.find(g);
+    if (it != reqs_.end()) finish_request(*it->second, FinishReason::kError, &info);
+  }
+}
+
+void AsyncModel::update_stats() {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  EngineStats& s = loop_stats_;
+  const int64_t submitted = stats_.requests_submitted;
+  s.num_waiting = scheduler_->num_waiting();
+  s.num_running = scheduler_->num_running();
+  s.num_free_blocks = kv_->num_free_blocks();
+  stats_ = s;
+  stats_.requests_submitted = submitted;
+}
+
+void AsyncModel::emit(Req& r, StreamEvent e) {
+  outbox_.emplace_back(r.stream, std::move(e));
+}
+
+void AsyncModel::flush_outbox() {
+  size_t i = 0;
+  while (i < outbox_.size()) {
+    std::vector<StreamEvent> batch;
+    size_t j = i;
+    while (j < outbox_.size() && outbox_[j].first == outbox_[i].first)
+      batch.push_back(std::move(outbox_[j++].second));
+    outbox_[i].first->push(std::move(batch));
+    i = j;
+  }
+  outbox_.clear();
+}
+
+}  // namespace tachyon

@@ -1,0 +1,170 @@
+// The asynchronous engine. Requests are submitted from any thread and answered on
+// their own streams; one background thread loops: take new requests and cancellations,
+// ask the Scheduler for a step, run the ModelExecutor on it, sample, stream the
+// results. The model is reached only through LanguageModel, so the loop is the same
+// for every backend.
+//
+//   auto engine = std::make_shared<AsyncModel>(model, tokenizer, EngineConfig{});
+//   auto stream = engine->submit({prompt_ids, config});
+//   while (auto ev = stream->next(std::chrono::seconds(1))) { ... if (ev->done) break; }
+//
+// Failure model: a request's own error (bad logits, a failing detokenizer, a forward
+// pass that fails for its sequence alone) ends that request with a message; a fault of
+// the model as a whole (an Internal error) ends every request and the engine, after
+// which healthy() is false and submit() throws Unavailable.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/beam_search.h"
+#include "engine/executor.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/text.h"
+#include "model/forward.h"
+
+namespace tachyon {
+
+struct EngineConfig {
+  int32_t block_size = 16;  // tokens per KV block
+  // KV cache capacity, first rule that applies: an explicit block count; a byte budget;
+  // a fraction of memory_available_bytes (what the device has free, filled in by the
+  // caller who knows the device); else room for max_num_seqs sequences of 256 tokens.
+  int32_t num_kv_blocks = 0;
+  int64_t kv_cache_bytes = 0;
+  double kv_cache_memory_fraction = 0.0;
+  int64_t memory_available_bytes = 0;
+  // Share of blocks that admissions leave free for running requests to grow into.
+  double kv_reserve_fraction = 0.02;
+
+  int32_t max_num_seqs = 128;            // sequences in flight
+  int32_t max_num_batched_tokens = 512;  // tokens per step (>= max_num_seqs)
+  int32_t max_queue_size = 100000;       // requests in the engine; beyond: ResourceExhausted
+
+  std::vector<int32_t> eos_token_ids;  // empty: the tokenizer's
+  bool skip_special_tokens = true;     // in streamed text
+};
+
+struct EngineStats {
+  bool healthy = true;
+  int32_t num_waiting = 0;  // requests, not sequences
+  int32_t num_running = 0;
+  int32_t num_kv_blocks = 0;
+  int32_t num_free_blocks = 0;
+  int32_t block_size = 0;
+  int64_t num_steps = 0;
+  int64_t num_preemptions = 0;
+  int64_t requests_submitted = 0;
+  int64_t requests_finished = 0;
+  int64_t tokens_computed = 0;   // tokens through the model (prompts, recomputes, decodes)
+  int64_t tokens_generated = 0;  // tokens sampled
+  // Cumulative time of the steps, split: everything but the forward pass is overhead.
+  double step_ms = 0;
+  double schedule_ms = 0;  // scheduler and batch building
+  double forward_ms = 0;   // LanguageModel::forward and block copies
+  double sample_ms = 0;    // sampling, detokenizing, streaming
+};
+
+class AsyncModel {
+ public:
+  // Sizes the KV cache (LanguageModel::init_kv_cache) and starts the loop. The
+  // tokenizer may be null: no text then, and stop strings are refused.
+  AsyncModel(std::shared_ptr<LanguageModel> model, std::shared_ptr<const TextTokenizer> tokenizer,
+             EngineConfig config);
+  ~AsyncModel();
+  AsyncModel(const AsyncModel&) = delete;
+  AsyncModel& operator=(const AsyncModel&) = delete;
+
+  // Checks the request (InvalidArgument naming the field; ResourceExhausted when it
+  // could never fit the KV cache or the queue is full; Unavailable once the engine is
+  // shut down or dead) and queues it.
+  std::shared_ptr<RequestStream> submit(GenerateRequest request);
+
+  // Ends every request still in flight (FinishReason::kError, Unavailable) and stops
+  // the loop. Idempotent; the destructor calls it.
+  void shutdown();
+
+  EngineStats stats() const;
+  bool healthy() const { return !dead_.load() && !stopped_.load(); }
+  // Why the engine died (empty while healthy).
+  std::string dead_reason() const;
+
+  const EngineConfig& config() const { return config_; }
+  int32_t num_kv_blocks() const { return num_blocks_; }
+  int32_t vocab_size() const { return vocab_size_; }
+  int32_t max_seq_len() const { return max_seq_len_; }
+
+ private:
+  struct Seq;
+  struct Req;
+  struct Inbox;
+  using LogitRows = std::unordered_map<int64_t, const float*>;  // seq id -> [vocab]
+
+  void loop();
+  void take_inbox(std::vector<std::unique_ptr<Req>>* incoming, std::vector<int64_t>* cancels,
+                  bool* stop);
+  void add_request(std::unique_ptr<Req> r);
+  void step();
+  void run_forward(const SchedulerOutput& plan, const ForwardBatch& batch, LogitRows* rows,
+                   std::vector<Tensor>* keep);
+  void die(const std::string& reason);
+  // engine_outputs.cc: from logits to streamed results.
+  void process_group(Req& r, LogitRows& rows);
+  void sample_group(Req& r, LogitRows& rows);
+  void beam_group(Req& r, LogitRows& rows);
+  void on_token(Req& r, Seq& s, const SampledToken& t);
+  void finish_seq(Req& r, Seq& s, FinishReason reason, StreamEvent* event);
+  void finish_request(Req& r, FinishReason reason, const ErrorInfo* error);
+  int64_t new_seq(Req& r, int32_t index, std::vector<int32_t> tokens);
+  std::unique_ptr<Seq> make_seq(Req& r, int32_t index, std::vector<int32_t> tokens);
+  void check_deadlines();
+  void fail_all(ErrorCode code, const std::string& message);
+  void emit(Req& r, StreamEvent e);
+  void flush_outbox();
+  void update_stats();
+
+  std::shared_ptr<LanguageModel> model_;
+  std::shared_ptr<const TextTokenizer> tokenizer_;
+  EngineConfig config_;
+  int32_t vocab_size_ = 0;
+  int32_t max_seq_len_ = 0;
+  int32_t num_blocks_ = 0;
+  std::vector<int32_t> eos_ids_;
+  uint64_t base_seed_ = 0;
+
+  // Loop-thread state.
+  std::unique_ptr<KVCacheManager> kv_;
+  std::unique_ptr<Scheduler> scheduler_;
+  ModelExecutor executor_;
+  Sampler sampler_;
+  std::unordered_map<int64_t, std::unique_ptr<Req>> reqs_;
+  std::unordered_map<int64_t, Seq*> seqs_;
+  int64_t next_seq_id_ = 0;
+  std::vector<std::pair<std::shared_ptr<RequestStream>, StreamEvent>> outbox_;
+  std::vector<float> beam_scratch_;
+  EngineStats loop_stats_;
+
+  std::shared_ptr<Inbox> inbox_;
+  std::atomic<int64_t> next_request_id_{0};
+  std::atomic<int64_t> in_flight_{0};
+  std::atomic<bool> dead_{false};
+  std::atomic<bool> stopped_{false};
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+  std::string dead_reason_;
+  std::thread thread_;
+};
+
+}  // namespace tachyon

@@ -1,0 +1,161 @@
+#include "engine/block_pool.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace tachyon {
+
+BlockPool::BlockPool(int32_t num_blocks) {
+  TACHYON_CHECK_GE(num_blocks, 0);
+  ref_.assign(static_cast<size_t>(num_blocks), 0);
+  prev_.assign(static_cast<size_t>(num_blocks) + 1, 0);
+  next_.assign(static_cast<size_t>(num_blocks) + 1, 0);
+  const int32_t s = num_blocks;  // sentinel
+  prev_[s] = next_[s] = s;
+  for (int32_t b = 0; b < num_blocks; ++b) push_back(b);
+}
+
+void BlockPool::check_id(int32_t block) const {
+  TACHYON_CHECK(block >= 0 && block < num_blocks(), "block id {} outside [0, {})", block,
+                num_blocks());
+}
+
+void BlockPool::unlink(int32_t b) {
+  next_[prev_[b]] = next_[b];
+  prev_[next_[b]] = prev_[b];
+  --num_free_;
+}
+
+void BlockPool::push_back(int32_t b) {
+  const int32_t s = num_blocks();
+  prev_[b] = prev_[s];
+  next_[b] = s;
+  next_[prev_[s]] = b;
+  prev_[s] = b;
+  ++num_free_;
+}
+
+int32_t BlockPool::allocate() {
+  if (num_free_ == 0) return -1;
+  const int32_t b = next_[num_blocks()];
+  unlink(b);
+  ref_[b] = 1;
+  return b;
+}
+
+bool BlockPool::allocate(int32_t n, std::vector<int32_t>* out) {
+  if (n > num_free_) return false;
+  for (int32_t i = 0; i < n; ++i) out->push_back(allocate());
+  return true;
+}
+
+void BlockPool::add_ref(int32_t block) {
+  check_id(block);
+  TACHYON_CHECK_GT(ref_[block], 0);
+  ++ref_[block];
+}
+
+void BlockPool::release(int32_t block) {
+  check_id(block);
+  TACHYON_CHECK_GT(ref_[block], 0);
+  if (--ref_[block] == 0) push_back(block);
+}
+
+void BlockPool::take(int32_t block) {
+  check_id(block);
+  TACHYON_CHECK_EQ(ref_[block], 0);
+  unlink(block);
+  ref_[block] = 1;
+}
+
+int32_t BlockPool::ref_count(int32_t block) const {
+  check_id(block);
+  return ref_[block];
+}
+
+std::vector<int32_t> BlockPool::free_list() const {
+  std::vector<int32_t> out;
+  out.reserve(static_cast<size_t>(num_free_));
+  for (int32_t b = next_[num_blocks()]; b != num_blocks(); b = next_[b]) out.push_back(b);
+  return out;
+}
+
+KVCacheManager::KVCacheManager(int32_t num_blocks, int32_t block_size)
+    : pool_(num_blocks), block_size_(block_size) {
+  TACHYON_CHECK_GT(block_size, 0);
+}
+
+const std::vector<int32_t>& KVCacheManager::block_table(int64_t seq) const {
+  static const std::vector<int32_t> kEmpty;
+  auto it = tables_.find(seq);
+  return it == tables_.end() ? kEmpty : it->second;
+}
+
+int32_t KVCacheManager::blocks_needed(int64_t seq, int32_t begin, int32_t end) const {
+  if (end <= begin) return 0;
+  const auto& table = block_table(seq);
+  const int32_t have = static_cast<int32_t>(table.size());
+  int32_t need = std::max(0, blocks_for(end) - have);
+  for (int32_t i = begin / block_size_; i < std::min(have, blocks_for(end)); ++i)
+    if (pool_.ref_count(table[static_cast<size_t>(i)]) > 1) ++need;
+  return need;
+}
+
+int32_t KVCacheManager::max_writable(int64_t seq, int32_t begin, int32_t free_blocks) const {
+  const auto& table = block_table(seq);
+  const int32_t have = static_cast<int32_t>(table.size());
+  // Positions in blocks the sequence holds, from `begin` on, each shared one costing a copy.
+  int32_t end = begin;
+  for (int32_t i = begin / block_size_; i < have; ++i) {
+    if (pool_.ref_count(table[static_cast<size_t>(i)]) > 1) {
+      if (free_blocks == 0) return end - begin;
+      --free_blocks;
+    }
+    end = (i + 1) * block_size_;
+  }
+  end = std::max(end, have * block_size_);
+  return end + free_blocks * block_size_ - begin;
+}
+
+bool KVCacheManager::prepare_write(int64_t seq, int32_t begin, int32_t end,
+                                   std::vector<BlockCopy>* copies) {
+  if (end <= begin) return true;
+  const int32_t need = blocks_needed(seq, begin, end);
+  if (need > pool_.num_free()) return false;
+  auto& table = tables_[seq];
+  const int32_t have = static_cast<int32_t>(table.size());
+  for (int32_t i = begin / block_size_; i < std::min(have, blocks_for(end)); ++i) {
+    int32_t& b = table[static_cast<size_t>(i)];
+    if (pool_.ref_count(b) > 1) {
+      const int32_t fresh = pool_.allocate();
+      copies->push_back({b, fresh});
+      pool_.release(b);
+      b = fresh;
+    }
+  }
+  while (static_cast<int32_t>(table.size()) < blocks_for(end)) table.push_back(pool_.allocate());
+  return true;
+}
+
+void KVCacheManager::fork(int64_t parent, int64_t child) {
+  TACHYON_CHECK(!tables_.count(child), "sequence {} already has a block table", child);
+  const auto& src = block_table(parent);
+  for (int32_t b : src) pool_.add_ref(b);
+  tables_[child] = src;
+}
+
+void KVCacheManager::free(int64_t seq) {
+  auto it = tables_.find(seq);
+  if (it == tables_.end()) return;
+  // Last block first: the blocks at the end of a sequence are the least likely to be
+  // shared by another prompt, so they should be reused before its first blocks.
+  for (auto b = it->second.rbegin(); b != it->second.rend(); ++b) pool_.release(*b);
+  tables_.erase(it);
+}
+
+int64_t KVCacheManager::worst_case_blocks(int64_t max_len, int64_t width, int32_t block_size) {
+  return width * ((max_len + block_size - 1) / block_size);
+}
+
+}  // namespace tachyon

@@ -1,0 +1,103 @@
+// The paged KV cache's bookkeeping: a flat pool of fixed-size blocks with reference
+// counts and a free list in LRU order, and per-sequence block tables on top of it.
+// Only integers live here; the model owns the memory the block ids name.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace tachyon {
+
+// Blocks with reference counts. Free blocks (count 0) sit in a doubly linked list in the
+// order they were freed: allocation takes the least recently freed one, so a block that
+// was just released keeps its contents longest (what prefix reuse by block hash will
+// look up), and a cached block can be taken out of the middle of the list when reused.
+class BlockPool {
+ public:
+  explicit BlockPool(int32_t num_blocks);
+
+  int32_t num_blocks() const { return static_cast<int32_t>(ref_.size()); }
+  int32_t num_free() const { return num_free_; }
+
+  // Takes the least recently freed block and gives it one reference; -1 if none is free.
+  int32_t allocate();
+  // n blocks at once, all or nothing: false (and nothing taken) if fewer are free.
+  bool allocate(int32_t n, std::vector<int32_t>* out);
+  void add_ref(int32_t block);
+  // Drops one reference; at zero the block goes to the back of the free list.
+  void release(int32_t block);
+  // Takes a specific free block off the free list (reuse of a cached block).
+  void take(int32_t block);
+
+  int32_t ref_count(int32_t block) const;
+  // The free blocks, least recently freed first.
+  std::vector<int32_t> free_list() const;
+
+ private:
+  void check_id(int32_t block) const;
+  void unlink(int32_t block);
+  void push_back(int32_t block);
+
+  std::vector<int32_t> ref_;
+  // Free-list links; index num_blocks() is the sentinel.
+  std::vector<int32_t> prev_, next_;
+  int32_t num_free_ = 0;
+};
+
+struct BlockCopy {
+  int32_t src = 0;
+  int32_t dst = 0;
+  bool operator==(const BlockCopy&) const = default;
+};
+
+// Block tables of the live sequences. A sequence's table covers its positions in
+// order: block i holds positions [i * block_size, (i + 1) * block_size). Tables may
+// share blocks (forks); a shared block is copied before it is written (copy-on-write).
+class KVCacheManager {
+ public:
+  KVCacheManager(int32_t num_blocks, int32_t block_size);
+
+  int32_t block_size() const { return block_size_; }
+  int32_t num_blocks() const { return pool_.num_blocks(); }
+  int32_t num_free_blocks() const { return pool_.num_free(); }
+  const BlockPool& pool() const { return pool_; }
+
+  // Blocks a sequence needs before writing positions [begin, end): new blocks past its
+  // table, plus one copy for every shared block in the written range.
+  int32_t blocks_needed(int64_t seq, int32_t begin, int32_t end) const;
+  // The most positions from `begin` on the sequence could write using at most
+  // `free_blocks` new blocks (copy-on-write included).
+  int32_t max_writable(int64_t seq, int32_t begin, int32_t free_blocks) const;
+  // Makes positions [begin, end) writable: appends blocks, replaces shared blocks in the
+  // range by private copies (appended to `copies` for the model to carry out). All or
+  // nothing: returns false and changes nothing when the pool is short.
+  bool prepare_write(int64_t seq, int32_t begin, int32_t end, std::vector<BlockCopy>* copies);
+
+  // The child shares every block of the parent (one more reference each).
+  void fork(int64_t parent, int64_t child);
+  // Releases all blocks of the sequence (a no-op for an unknown one).
+  void free(int64_t seq);
+
+  bool has(int64_t seq) const { return tables_.count(seq) > 0; }
+  // The sequence's table; empty for an unknown sequence.
+  const std::vector<int32_t>& block_table(int64_t seq) const;
+  size_t num_sequences() const { return tables_.size(); }
+
+  // Blocks needed by `width` sequences of `max_len` tokens each without any sharing:
+  // the most one request can ever hold at once.
+  static int64_t worst_case_blocks(int64_t max_len, int64_t width, int32_t block_size);
+
+ private:
+  int32_t blocks_for(int64_t tokens) const {
+    return static_cast<int32_t>((tokens + block_size_ - 1) / block_size_);
+  }
+
+  BlockPool pool_;
+  int32_t block_size_;
+  std::unordered_map<int64_t, std::vector<int32_t>> tables_;
+};
+
+}  // namespace tachyon

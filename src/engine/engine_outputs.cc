@@ -1,0 +1,272 @@
+// AsyncModel, second half: from a step's logits to tokens, text and finished requests.
+#include <algorithm>
+#include <cmath>
+
+#include "engine/engine_internal.h"
+
+namespace tachyon {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+bool ends_with(const std::vector<int32_t>& tokens, size_t from, const std::vector<int32_t>& w) {
+  if (tokens.size() < from + w.size()) return false;
+  return std::equal(w.begin(), w.end(), tokens.end() - static_cast<ptrdiff_t>(w.size()));
+}
+
+}  // namespace
+
+std::unique_ptr<AsyncModel::Seq> AsyncModel::make_seq(Req& r, int32_t index,
+                                                      std::vector<int32_t> tokens) {
+  auto s = std::make_unique<Seq>();
+  s->id = next_seq_id_++;
+  s->index = index;
+  s->tokens = std::move(tokens);
+  if (tokenizer_ && !r.cfg.is_beam_search()) {
+    s->detok = tokenizer_->make_incremental_decoder(config_.skip_special_tokens);
+    s->stop = StopStringMatcher(r.cfg.stop_words_str);
+  }
+  seqs_[s->id] = s.get();
+  return s;
+}
+
+int64_t AsyncModel::new_seq(Req& r, int32_t index, std::vector<int32_t> tokens) {
+  auto s = make_seq(r, index, std::move(tokens));
+  const int64_t id = s->id;
+  r.seqs.push_back(std::move(s));
+  return id;
+}
+
+void AsyncModel::process_group(Req& r, LogitRows& rows) {
+  try {
+    if (r.cfg.is_beam_search()) {
+      beam_group(r, rows);
+    } else {
+      sample_group(r, rows);
+    }
+  } catch (const Error& e) {
+    const ErrorInfo info{e.code(), e.what()};
+    finish_request(r, FinishReason::kError, &info);
+  } catch (const std::exception& e) {
+    const ErrorInfo info{ErrorCode::kInternal, e.what()};
+    finish_request(r, FinishReason::kError, &info);
+  }
+}
+
+void AsyncModel::sample_group(Req& r, LogitRows& rows) {
+  if (!r.forked) {
+    // The prompt is done: split it into the request's n sequences, which share its
+    // blocks and sample their first tokens from the same logits.
+    r.forked = true;
+    const int64_t parent = r.seqs[0]->id;
+    const float* row = rows.at(parent);
+    for (int32_t i = 1; i < r.cfg.num_return_sequences; ++i) {
+      const int64_t child = new_seq(r, i, r.seqs[0]->tokens);
+      scheduler_->fork_seq(parent, child);
+      rows[child] = row;
+    }
+  }
+  for (auto& sp : r.seqs) {
+    Seq& s = *sp;
+    if (s.finished) continue;
+    auto it = rows.find(s.id);
+    TACHYON_CHECK(it != rows.end(), "no logits for sequence {}", s.id);
+    SamplingContext ctx;
+    ctx.config = &r.cfg;
+    ctx.tokens = s.tokens;
+    ctx.prompt_len = r.prompt_len;
+    ctx.eos_ids = eos_ids_;
+    ctx.rng =
+        RngKey{r.seed, static_cast<uint32_t>(s.index),
+               static_cast<uint64_t>(s.tokens.size()) - static_cast<uint64_t>(r.prompt_len), 0};
+    on_token(r, s, sampler_.sample(it->second, vocab_size_, ctx));
+  }
+  if (r.outputs_done == r.cfg.num_return_sequences) finish_request(r, FinishReason::kStop, nullptr);
+}
+
+void AsyncModel::on_token(Req& r, Seq& s, const SampledToken& t) {
+  const GenerateConfig& cfg = r.cfg;
+  const auto now = Clock::now();
+  const int32_t before = static_cast<int32_t>(s.tokens.size()) - r.prompt_len;
+  if (!r.first_token) {
+    r.first_token = true;
+    r.timings.first_token_ms = ms_between(r.submitted, now);
+  }
+  if (s.index == 0 && before > 0) r.timings.token_gaps_ms.push_back(ms_between(s.last_token, now));
+  s.last_token = now;
+  ++loop_stats_.tokens_generated;
+
+  StreamEvent e;
+  e.index = s.index;
+  if (!cfg.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), t.token) != eos_ids_.end()) {
+    e.cum_log_prob = s.cum_logprob;
+    return finish_seq(r, s, FinishReason::kStop, &e);
+  }
+  s.tokens.push_back(t.token);
+  const int32_t generated = before + 1;
+  e.token_ids.push_back(t.token);
+  if (cfg.return_logprobs) {
+    e.logprobs.push_back(t.logprob);
+    e.top_logprobs.push_back(t.top);
+    s.cum_logprob += t.logprob;
+  }
+  e.cum_log_prob = s.cum_logprob;
+  const bool may_stop = generated >= cfg.min_new_tokens;
+  bool stop = false;
+  if (s.detok) {
+    std::string piece = s.detok->add(t.token);
+    if (may_stop && s.stop.active()) {
+      auto res = s.stop.push(piece);
+      e.text = std::move(res.emit);
+      stop = res.stopped;
+    } else {
+      e.text = std::move(piece);
+    }
+  }
+  if (!stop && may_stop) {
+    const size_t from = static_cast<size_t>(r.prompt_len);
+    for (const auto& w : cfg.stop_words_list) {
+      if (ends_with(s.tokens, from, w)) {
+        stop = true;
+        break;
+      }
+    }
+  }
+  if (stop) return finish_seq(r, s, FinishReason::kStop, &e);
+  if (generated >= r.max_new_tokens || static_cast<int32_t>(s.tokens.size()) >= max_seq_len_)
+    return finish_seq(r, s, FinishReason::kLength, &e);
+  scheduler_->append_token(s.id);
+  emit(r, std::move(e));
+}
+
+void AsyncModel::finish_seq(Req& r, Seq& s, FinishReason reason, StreamEvent* event) {
+  if (s.finished) return;
+  StreamEvent local;
+  StreamEvent& e = event ? *event : local;
+  e.index = s.index;
+  if ((reason == FinishReason::kStop || reason == FinishReason::kLength) && s.detok) {
+    std::string tail = s.detok->flush();
+    if (s.stop.active()) {
+      auto res = s.stop.push(tail);
+      e.text += res.emit;
+      if (!res.stopped) e.text += s.stop.flush();
+    } else {
+      e.text += tail;
+    }
+  }
+  e.finish_reason = reason;
+  e.cum_log_prob = s.cum_logprob;
+  r.timings.output_len += static_cast<int32_t>(s.tokens.size()) - r.prompt_len;
+  emit(r, std::move(e));
+  s.finished = true;
+  scheduler_->remove_seq(s.id);
+  seqs_.erase(s.id);
+  ++r.outputs_done;
+}
+
+void AsyncModel::beam_group(Req& r, LogitRows& rows) {
+  const GenerateConfig& cfg = r.cfg;
+  if (!r.beam)
+    r.beam = std::make_unique<BeamSearch>(cfg.num_beams, cfg.length_penalty, r.max_new_tokens,
+                                          cfg.ignore_eos ? std::vector<int32_t>{} : eos_ids_);
+  const size_t nb = r.seqs.size();
+  const size_t vocab = static_cast<size_t>(vocab_size_);
+  beam_scratch_.resize(nb * vocab);
+  std::vector<const float*> lps(nb);
+  std::vector<std::vector<int32_t>> beam_tokens(nb);
+  for (size_t b = 0; b < nb; ++b) {
+    const Seq& s = *r.seqs[b];
+    const float* row = rows.at(s.id);
+    const double lse = log_sum_exp(row, vocab_size_);
+    if (!std::isfinite(lse)) raise<InvalidArgument>("the model produced non-finite logits");
+    float* lp = beam_scratch_.data() + b * vocab;
+    for (size_t v = 0; v < vocab; ++v) lp[v] = static_cast<float>(row[v] - lse);
+    // As transformers: the processors act on the log-probabilities.
+    SamplingContext ctx;
+    ctx.config = &cfg;
+    ctx.tokens = s.tokens;
+    ctx.prompt_len = r.prompt_len;
+    ctx.eos_ids = eos_ids_;
+    process_logits(lp, vocab_size_, ctx);
+    lps[b] = lp;
+    beam_tokens[b].assign(s.tokens.begin() + r.prompt_len, s.tokens.end());
+  }
+  const auto next = r.beam->step(lps, vocab_size_, beam_tokens);
+  loop_stats_.tokens_generated += static_cast<int64_t>(nb);
+  if (!r.first_token) {
+    r.first_token = true;
+    r.timings.first_token_ms = ms_between(r.submitted, Clock::now());
+  }
+  if (r.beam->done()) {
+    const auto& results = r.beam->results();
+    const size_t n = std::min(results.size(), static_cast<size_t>(cfg.num_return_sequences));
+    for (size_t i = 0; i < n; ++i) {
+      const auto& h = results[i];
+      StreamEvent e;
+      e.index = static_cast<int32_t>(i);
+      e.token_ids = h.tokens;
+      if (tokenizer_) {
+        auto detok = tokenizer_->make_incremental_decoder(config_.skip_special_tokens);
+        for (int32_t t : h.tokens) e.text += detok->add(t);
+        e.text += detok->flush();
+      }
+      e.finish_reason = h.ended_with_eos ? FinishReason::kStop : FinishReason::kLength;
+      e.cum_log_prob = h.sum_logprobs;
+      r.timings.output_len += static_cast<int32_t>(h.tokens.size());
+      emit(r, std::move(e));
+    }
+    r.outputs_done = static_cast<int32_t>(n);
+    return finish_request(r, FinishReason::kStop, nullptr);
+  }
+  // The next beams: each forks its parent (sharing its blocks; the shared last block is
+  // copied when first written), then the old beams let go of theirs.
+  std::vector<std::unique_ptr<Seq>> fresh;
+  for (size_t i = 0; i < next.size(); ++i) {
+    const Seq& parent = *r.seqs[static_cast<size_t>(next[i].parent)];
+    std::vector<int32_t> tokens = parent.tokens;
+    tokens.push_back(next[i].token);
+    auto child = make_seq(r, static_cast<int32_t>(i), std::move(tokens));
+    child->cum_logprob = next[i].score;
+    scheduler_->fork_seq(parent.id, child->id);
+    scheduler_->append_token(child->id);
+    fresh.push_back(std::move(child));
+  }
+  for (auto& old : r.seqs) {
+    scheduler_->remove_seq(old->id);
+    seqs_.erase(old->id);
+  }
+  r.seqs = std::move(fresh);
+}
+
+void AsyncModel::finish_request(Req& r, FinishReason reason, const ErrorInfo* error) {
+  if (r.cfg.is_beam_search()) {
+    if (!r.beam || !r.beam->done()) {
+      StreamEvent e;
+      e.index = 0;
+      e.finish_reason = reason;
+      emit(r, std::move(e));
+    }
+  } else {
+    for (auto& s : r.seqs)
+      if (!s->finished) finish_seq(r, *s, reason, nullptr);
+  }
+  for (auto& s : r.seqs) seqs_.erase(s->id);
+  scheduler_->remove_group(r.id);
+  StreamEvent done;
+  done.index = -1;
+  done.done = true;
+  r.timings.total_ms = ms_between(r.submitted, Clock::now());
+  done.timings = r.timings;
+  if (error) done.error = *error;
+  emit(r, std::move(done));
+  ++loop_stats_.requests_finished;
+  --in_flight_;
+  reqs_.erase(r.id);  // r is gone from here on
+}
+
+}  // namespace tachyon

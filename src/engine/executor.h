@@ -1,0 +1,39 @@
+// The model executor: turns the scheduler's plan into a ForwardBatch, carries out the
+// copy-on-write block copies and runs the model.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <span>
+
+#include "core/tensor.h"
+#include "engine/scheduler.h"
+#include "model/forward.h"
+
+namespace tachyon {
+
+// The token ids of a sequence (prompt and generated), by sequence id.
+using TokenSource = std::function<std::span<const int32_t>(int64_t seq_id)>;
+
+// Builds the batch for a step: sequences in the plan's order, each contributing
+// positions [start, start + num_tokens); logits rows for the last num_logits positions
+// of each sequence, in order.
+ForwardBatch build_forward_batch(const SchedulerOutput& plan, const TokenSource& tokens);
+
+class ModelExecutor {
+ public:
+  explicit ModelExecutor(std::shared_ptr<LanguageModel> model) : model_(std::move(model)) {}
+
+  // Copies the blocks the plan asks for, then runs the forward pass. Returns logits
+  // [logits rows, vocab] (float32, CPU).
+  Tensor execute(const SchedulerOutput& plan, const ForwardBatch& batch);
+  // Runs one batch without block copies (retrying sequences one by one).
+  Tensor forward(const ForwardBatch& batch) { return model_->forward(batch); }
+
+  LanguageModel& model() { return *model_; }
+
+ private:
+  std::shared_ptr<LanguageModel> model_;
+};
+
+}  // namespace tachyon

@@ -1,0 +1,83 @@
+#include "engine/request.h"
+
+namespace tachyon {
+
+std::string_view finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kTimeout:
+      return "timeout";
+    case FinishReason::kError:
+      return "error";
+  }
+  return "unknown";
+}
+
+std::optional<StreamEvent> RequestStream::next(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (done_read_) return std::nullopt;
+  if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return std::nullopt;
+  StreamEvent e = std::move(events_.front());
+  events_.pop_front();
+  if (e.done) done_read_ = true;
+  return e;
+}
+
+bool RequestStream::finished() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_read_;
+}
+
+GenerateResult RequestStream::wait() {
+  GenerateResult result;
+  while (true) {
+    auto e = next(std::chrono::hours(24));
+    if (!e) {
+      if (finished()) break;
+      continue;
+    }
+    if (e->index >= 0) {
+      if (static_cast<size_t>(e->index) >= result.sequences.size())
+        result.sequences.resize(static_cast<size_t>(e->index) + 1);
+      SequenceOutput& s = result.sequences[static_cast<size_t>(e->index)];
+      s.output_ids.insert(s.output_ids.end(), e->token_ids.begin(), e->token_ids.end());
+      s.text += e->text;
+      s.logprobs.insert(s.logprobs.end(), e->logprobs.begin(), e->logprobs.end());
+      for (auto& t : e->top_logprobs) s.top_logprobs.push_back(std::move(t));
+      s.cum_log_prob = e->cum_log_prob;
+      if (e->finish_reason) s.finish_reason = *e->finish_reason;
+    }
+    if (e->done) {
+      result.timings = e->timings;
+      result.error = e->error;
+      break;
+    }
+  }
+  return result;
+}
+
+void RequestStream::cancel() {
+  if (cancelled_.exchange(true)) return;
+  if (on_cancel_) on_cancel_(id_);
+}
+
+void RequestStream::push(std::vector<StreamEvent> events) {
+  if (events.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_pushed_) return;
+    for (auto& e : events) {
+      if (done_pushed_) break;
+      done_pushed_ = e.done;
+      events_.push_back(std::move(e));
+    }
+  }
+  cv_.notify_all();
+}
+
+}  // namespace tachyon

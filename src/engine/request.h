@@ -1,0 +1,121 @@
+// A request to the engine and the stream its results come back on.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/generate_config.h"
+#include "engine/sampler.h"
+
+namespace tachyon {
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt_ids;
+  GenerateConfig config;
+  // Room for later: a LoRA adapter id, embeddings injected at positions (images).
+};
+
+enum class FinishReason {
+  kStop,       // EOS, a stop word or a stop string (or beam search converged)
+  kLength,     // max_new_tokens or the model's maximum sequence length
+  kCancelled,  // RequestStream::cancel()
+  kTimeout,    // timeout_ms expired
+  kError,      // the request failed; see StreamEvent::error
+};
+std::string_view finish_reason_name(FinishReason r);
+
+// Per-request measurements: RTP-LLM's aux_info. Times in milliseconds from submission.
+struct RequestTimings {
+  double queue_ms = 0;        // until first scheduled
+  double first_token_ms = 0;  // until the first generated token (first_token_cost_time)
+  double total_ms = 0;        // until finished (cost_time)
+  int32_t iter_count = 0;     // engine steps the request took part in
+  int32_t input_len = 0;
+  int32_t output_len = 0;  // tokens generated, summed over the returned sequences
+  int32_t prefix_len = 0;  // prompt tokens served from the prefix cache
+  int32_t reuse_len = 0;
+  int32_t num_preemptions = 0;
+  // Gaps between successive tokens of sequence 0 (inter-token latency).
+  std::vector<double> token_gaps_ms;
+};
+
+struct ErrorInfo {
+  ErrorCode code = ErrorCode::kInternal;
+  std::string message;
+};
+
+// One delta of a request's output. Sampled sequences stream their tokens as they come;
+// beam search sends each returned beam once, complete, when the search ends.
+struct StreamEvent {
+  int32_t index = 0;               // which output sequence (0 .. n-1); -1 on the last event
+  std::vector<int32_t> token_ids;  // new tokens (the EOS is never included)
+  std::string text;                // new text (needs a tokenizer)
+  std::vector<float> logprobs;     // per new token, when return_logprobs
+  std::vector<std::vector<TokenLogprob>> top_logprobs;  // per new token
+  std::optional<FinishReason> finish_reason;            // set on the sequence's last event
+  double cum_log_prob = 0;  // so far (beam: the beam's summed log-probability)
+  // The request's last event (index -1, no tokens): everything has been sent.
+  bool done = false;
+  RequestTimings timings;          // on the last event
+  std::optional<ErrorInfo> error;  // on the last event, when the request failed
+};
+
+// One finished output sequence, gathered from a stream.
+struct SequenceOutput {
+  std::vector<int32_t> output_ids;
+  std::string text;
+  FinishReason finish_reason = FinishReason::kStop;
+  std::vector<float> logprobs;
+  std::vector<std::vector<TokenLogprob>> top_logprobs;
+  double cum_log_prob = 0;
+};
+
+struct GenerateResult {
+  std::vector<SequenceOutput> sequences;  // by index
+  RequestTimings timings;
+  std::optional<ErrorInfo> error;
+};
+
+// The caller's end of a request. Any thread may read it or cancel it.
+class RequestStream {
+ public:
+  explicit RequestStream(int64_t id) : id_(id) {}
+
+  int64_t id() const { return id_; }
+
+  // The next event; nullopt if none came within the timeout or the stream is over.
+  std::optional<StreamEvent> next(std::chrono::milliseconds timeout);
+  // Reads every remaining event and gathers them.
+  GenerateResult wait();
+  // Asks the engine to stop the request; its blocks are freed on the engine's next
+  // turn and a final event with FinishReason::kCancelled follows.
+  void cancel();
+  bool cancel_requested() const { return cancelled_.load(std::memory_order_relaxed); }
+  // True once the final event has been read.
+  bool finished() const;
+
+  // Engine side.
+  void push(std::vector<StreamEvent> events);
+  void set_on_cancel(std::function<void(int64_t)> fn) { on_cancel_ = std::move(fn); }
+
+ private:
+  const int64_t id_;
+  std::atomic<bool> cancelled_{false};
+  std::function<void(int64_t)> on_cancel_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<StreamEvent> events_;
+  bool done_pushed_ = false;
+  bool done_read_ = false;
+};
+
+}  // namespace tachyon

@@ -1,0 +1,75 @@
+// Logits to tokens, per sequence, with the request's own parameters: any mix of greedy
+// and sampled requests can share a batch, and a row's result depends only on that row,
+// the sequence's tokens and its RNG key (counter-based), never on its neighbours.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/generate_config.h"
+#include "engine/rng.h"
+
+namespace tachyon {
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+// What the sampler knows of one sequence.
+struct SamplingContext {
+  const GenerateConfig* config = nullptr;
+  std::span<const int32_t> tokens;  // prompt + generated so far
+  int32_t prompt_len = 0;
+  std::span<const int32_t> eos_ids;  // banned while fewer than min_new_tokens are generated
+  RngKey rng;
+};
+
+struct SampledToken {
+  int32_t token = -1;
+  float logprob = 0.0f;           // of the model's distribution (raw log-softmax)
+  std::vector<TokenLogprob> top;  // top_logprobs alternatives, most likely first
+};
+
+// The logits processors, in place, in this order: repetition penalty, presence and
+// frequency penalties, logit bias, then bans (-inf): no_repeat_ngram_size, bad words,
+// EOS before min_new_tokens. Works on logits or log-probabilities alike.
+void process_logits(float* logits, int32_t vocab, const SamplingContext& ctx);
+
+// True when process_logits would change nothing for this context.
+bool processors_inactive(const SamplingContext& ctx);
+
+// Index of the largest value, lowest index on ties. Throws InvalidArgument when a value
+// is NaN or every value is -inf.
+int32_t argmax(const float* x, int32_t n);
+
+// log(sum(exp(x))) in double precision.
+double log_sum_exp(const float* x, int32_t n);
+
+// The k largest entries of log-softmax(x) (lse = log_sum_exp(x)), largest first, lowest
+// index first on ties.
+std::vector<TokenLogprob> top_logprobs(const float* x, int32_t n, double lse, int32_t k);
+
+class Sampler {
+ public:
+  // Chooses the next token from one row of raw logits [vocab]. Throws InvalidArgument
+  // when the row has NaNs or the processors left no token allowed.
+  SampledToken sample(const float* logits, int32_t vocab, const SamplingContext& ctx);
+
+  // The token drawn from processed logits with temperature / top_k / top_p / min_p
+  // (greedy when the config says so). `logits` is used as scratch.
+  int32_t choose(float* logits, int32_t vocab, const GenerateConfig& config, const RngKey& key);
+
+ private:
+  std::vector<float> processed_;  // processed logits
+  std::vector<float> scratch_;    // sampling weights
+  struct Cand {
+    float logit;
+    int32_t token;
+    double weight;  // exp((logit - max) / temperature)
+  };
+  std::vector<Cand> cands_;
+};
+
+}  // namespace tachyon

@@ -1,0 +1,271 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace tachyon {
+
+Scheduler::Scheduler(SchedulerConfig config, KVCacheManager* kv) : config_(config), kv_(kv) {
+  TACHYON_CHECK_GT(config_.max_num_seqs, 0);
+  TACHYON_CHECK_GT(config_.max_num_batched_tokens, 0);
+  TACHYON_CHECK_GE(config_.reserve_blocks, 0);
+}
+
+Scheduler::Group& Scheduler::group(int64_t id) {
+  auto it = groups_.find(id);
+  TACHYON_CHECK(it != groups_.end(), "unknown request {}", id);
+  return it->second;
+}
+
+const Scheduler::SeqState& Scheduler::seq_state(int64_t seq_id) const {
+  auto it = seqs_.find(seq_id);
+  TACHYON_CHECK(it != seqs_.end(), "unknown sequence {}", seq_id);
+  return it->second;
+}
+
+const std::vector<int64_t>& Scheduler::group_seqs(int64_t group_id) const {
+  auto it = groups_.find(group_id);
+  TACHYON_CHECK(it != groups_.end(), "unknown request {}", group_id);
+  return it->second.seqs;
+}
+
+std::vector<int64_t> Scheduler::waiting_groups() const {
+  std::vector<int64_t> out;
+  for (const auto& k : waiting_) out.push_back(k.second);
+  return out;
+}
+
+std::vector<int64_t> Scheduler::running_groups() const {
+  std::vector<int64_t> out;
+  for (const auto& k : running_) out.push_back(k.second);
+  return out;
+}
+
+void Scheduler::add_group(int64_t group_id, int64_t seq_id, int32_t num_prompt_tokens,
+                          int32_t max_width) {
+  TACHYON_CHECK(!groups_.count(group_id), "request {} added twice", group_id);
+  TACHYON_CHECK(!seqs_.count(seq_id), "sequence {} added twice", seq_id);
+  TACHYON_CHECK_GT(num_prompt_tokens, 0);
+  TACHYON_CHECK(max_width >= 1 && max_width <= config_.max_num_seqs, "width {} outside [1, {}]",
+                max_width, config_.max_num_seqs);
+  Group g;
+  g.id = group_id;
+  g.arrival = next_arrival_++;
+  g.max_width = max_width;
+  g.seqs = {seq_id};
+  waiting_.insert({g.arrival, group_id});
+  groups_.emplace(group_id, std::move(g));
+  seqs_[seq_id] = SeqState{group_id, num_prompt_tokens, 0};
+}
+
+void Scheduler::fork_seq(int64_t parent, int64_t child) {
+  TACHYON_CHECK(!seqs_.count(child), "sequence {} added twice", child);
+  const SeqState p = seq_state(parent);
+  // No width check: a beam step forks the new beams before it drops the old ones.
+  Group& g = group(p.group_id);
+  g.seqs.push_back(child);
+  seqs_[child] = p;
+  kv_->fork(parent, child);
+}
+
+void Scheduler::append_token(int64_t seq_id) {
+  auto it = seqs_.find(seq_id);
+  TACHYON_CHECK(it != seqs_.end(), "unknown sequence {}", seq_id);
+  ++it->second.num_tokens;
+}
+
+void Scheduler::remove_seq(int64_t seq_id) {
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end()) return;
+  Group& g = group(it->second.group_id);
+  g.seqs.erase(std::find(g.seqs.begin(), g.seqs.end(), seq_id));
+  kv_->free(seq_id);
+  seqs_.erase(it);
+}
+
+void Scheduler::remove_group(int64_t group_id) {
+  auto it = groups_.find(group_id);
+  if (it == groups_.end()) return;
+  Group& g = it->second;
+  for (int64_t s : g.seqs) {
+    kv_->free(s);
+    seqs_.erase(s);
+  }
+  if (g.running) {
+    running_.erase({g.arrival, g.id});
+    running_width_ -= g.max_width;
+  } else {
+    waiting_.erase({g.arrival, g.id});
+  }
+  groups_.erase(it);
+}
+
+bool Scheduler::is_decoding(const Group& g) const {
+  for (int64_t s : g.seqs) {
+    const SeqState& st = seqs_.at(s);
+    if (st.num_tokens - st.num_computed != 1) return false;
+  }
+  return true;
+}
+
+Scheduler::Plan Scheduler::plan_group(const Group& g, int32_t token_budget,
+                                      int32_t free_blocks) const {
+  Plan plan;
+  const size_t n = g.seqs.size();
+  plan.take.assign(n, 0);
+  if (n == 0 || token_budget <= 0) return plan;  // kNoBudget
+  int64_t total = 0;
+  bool all_single = true;
+  for (int64_t s : g.seqs) {
+    const SeqState& st = seqs_.at(s);
+    const int32_t rem = st.num_tokens - st.num_computed;
+    TACHYON_CHECK_GE(rem, 1);
+    total += rem;
+    all_single = all_single && rem == 1;
+  }
+  // Everything left fits: the group catches up and samples.
+  if (total <= token_budget) {
+    int64_t need = 0;
+    for (int64_t s : g.seqs) {
+      const SeqState& st = seqs_.at(s);
+      need += kv_->blocks_needed(s, st.num_computed, st.num_tokens);
+    }
+    if (need <= free_blocks) {
+      for (size_t i = 0; i < n; ++i) {
+        const SeqState& st = seqs_.at(g.seqs[i]);
+        plan.take[i] = st.num_tokens - st.num_computed;
+      }
+      plan.sample = true;
+      plan.status = Plan::kOk;
+      return plan;
+    }
+    if (all_single) {
+      plan.status = Plan::kNoMemory;
+      return plan;
+    }
+  } else if (all_single) {
+    return plan;  // a lockstep decode does not split: kNoBudget
+  }
+  // A chunk: every sequence stops short of its last token, which is computed in the
+  // step where the whole group catches up (and samples).
+  int32_t budget = token_budget;
+  int32_t free_left = free_blocks;
+  int32_t planned = 0;
+  for (size_t i = 0; i < n && budget > 0; ++i) {
+    const SeqState& st = seqs_.at(g.seqs[i]);
+    int32_t take = std::min(st.num_tokens - st.num_computed - 1, budget);
+    take = std::min(take, kv_->max_writable(g.seqs[i], st.num_computed, free_left));
+    if (take <= 0) continue;
+    free_left -= kv_->blocks_needed(g.seqs[i], st.num_computed, st.num_computed + take);
+    budget -= take;
+    planned += take;
+    plan.take[i] = take;
+  }
+  plan.status = planned > 0 ? Plan::kOk : Plan::kNoMemory;
+  return plan;
+}
+
+void Scheduler::apply_plan(Group& g, const Plan& plan, SchedulerOutput* out) {
+  for (size_t i = 0; i < g.seqs.size(); ++i) {
+    if (plan.take[i] == 0) continue;
+    const int64_t s = g.seqs[i];
+    SeqState& st = seqs_.at(s);
+    const bool ok =
+        kv_->prepare_write(s, st.num_computed, st.num_computed + plan.take[i], &out->copies);
+    TACHYON_CHECK(ok, "planned blocks for sequence {} were not available", s);
+    ScheduledSeq ss;
+    ss.seq_id = s;
+    ss.group_id = g.id;
+    ss.start = st.num_computed;
+    ss.num_tokens = plan.take[i];
+    ss.num_logits = plan.sample ? 1 : 0;
+    ss.block_table = kv_->block_table(s);
+    st.num_computed += plan.take[i];
+    out->num_batched_tokens += plan.take[i];
+    out->seqs.push_back(std::move(ss));
+  }
+  if (plan.sample) out->sampled_groups.push_back(g.id);
+}
+
+void Scheduler::preempt(Group& g, SchedulerOutput* out) {
+  TACHYON_CHECK(g.running);
+  for (int64_t s : g.seqs) {
+    kv_->free(s);
+    seqs_.at(s).num_computed = 0;
+  }
+  running_.erase({g.arrival, g.id});
+  running_width_ -= g.max_width;
+  g.running = false;
+  waiting_.insert({g.arrival, g.id});
+  out->preempted_groups.push_back(g.id);
+  ++num_preemptions_;
+}
+
+void Scheduler::schedule_running(SchedulerOutput* out, int32_t* token_budget) {
+  const std::vector<int64_t> order = running_groups();
+  // Tokens the decoding groups will take; a prefill chunk may only use what they leave.
+  int32_t decode_pending = 0;
+  for (int64_t id : order) {
+    const Group& g = groups_.at(id);
+    if (is_decoding(g)) decode_pending += static_cast<int32_t>(g.seqs.size());
+  }
+  for (int64_t id : order) {
+    auto it = groups_.find(id);
+    if (it == groups_.end() || !it->second.running) continue;  // preempted in this step
+    Group& g = it->second;
+    if (g.seqs.empty()) continue;
+    const bool decoding = is_decoding(g);
+    if (decoding) decode_pending -= static_cast<int32_t>(g.seqs.size());
+    const int32_t budget = decoding ? *token_budget : *token_budget - decode_pending;
+    while (true) {
+      const Plan plan = plan_group(g, budget, kv_->num_free_blocks());
+      if (plan.status == Plan::kOk) {
+        apply_plan(g, plan, out);
+        for (int32_t t : plan.take) *token_budget -= t;
+        break;
+      }
+      if (plan.status == Plan::kNoBudget) break;
+      // Out of blocks: preempt the most recent running group (perhaps this one).
+      Group& victim = groups_.at(std::prev(running_.end())->second);
+      preempt(victim, out);
+      if (&victim == &g) break;
+    }
+  }
+}
+
+void Scheduler::admit_waiting(SchedulerOutput* out, int32_t* token_budget) {
+  while (!waiting_.empty() && *token_budget > 0) {
+    Group& g = groups_.at(waiting_.begin()->second);
+    if (running_width_ + g.max_width > config_.max_num_seqs) break;
+    // Admit only if its whole current length fits beside the reserve (waived when
+    // nothing runs, so that a request that fits the cache alone always starts).
+    int64_t need = 0;
+    for (int64_t s : g.seqs) {
+      const SeqState& st = seqs_.at(s);
+      need += kv_->blocks_needed(s, st.num_computed, st.num_tokens);
+    }
+    const int32_t reserve = running_.empty() ? 0 : config_.reserve_blocks;
+    if (need + reserve > kv_->num_free_blocks()) break;
+    const Plan plan = plan_group(g, *token_budget, kv_->num_free_blocks());
+    if (plan.status != Plan::kOk) break;
+    waiting_.erase(waiting_.begin());
+    running_.insert({g.arrival, g.id});
+    running_width_ += g.max_width;
+    g.running = true;
+    apply_plan(g, plan, out);
+    for (int32_t t : plan.take) *token_budget -= t;
+  }
+}
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput out;
+  int32_t token_budget = config_.max_num_batched_tokens;
+  schedule_running(&out, &token_budget);
+  // A group preempted in this step waits at least one step, so that the blocks it gave
+  // up go to the groups that needed them.
+  if (out.preempted_groups.empty()) admit_waiting(&out, &token_budget);
+  return out;
+}
+
+}  // namespace tachyon

@@ -1,0 +1,128 @@
+// The scheduler: which sequences advance in the next step, and by how many tokens.
+//
+// It deals in integers only (request and sequence ids, token counts, block ids). One
+// progress rule covers prefill and decode: each sequence has num_computed tokens in the
+// KV cache catching up with its num_tokens; a step advances sequences by a chunk
+// (prefill, or recompute after preemption) or by one token (decode) under one token
+// budget. A request ("group") holds one sequence until its prompt is done, then as many
+// as it samples in parallel (n > 1 or beams); the group's sequences advance in lockstep
+// and the group samples only in a step that brings all of them fully up to date.
+//
+// Policy: running groups first, in arrival order, decodes before prefill chunks (a long
+// prompt never stalls the decodes: its chunk gets the budget the decodes leave);
+// then waiting groups in FIFO order (the head blocks those behind it: no starvation),
+// admitted only if their whole current length fits beside a reserve of free blocks.
+// When a running group cannot get its blocks, the most recently arrived running group
+// is preempted: its blocks are freed and it is recomputed later from its tokens.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "engine/block_pool.h"
+
+namespace tachyon {
+
+struct SchedulerConfig {
+  int32_t max_num_seqs = 128;            // sequences running at once
+  int32_t max_num_batched_tokens = 512;  // tokens per step
+  int32_t reserve_blocks = 0;            // free blocks admissions leave for running groups
+};
+
+// One sequence's share of a step: it computes positions [start, start + num_tokens).
+struct ScheduledSeq {
+  int64_t seq_id = 0;
+  int64_t group_id = 0;
+  int32_t start = 0;
+  int32_t num_tokens = 0;
+  // Logits rows wanted, for its last num_logits positions: 0 for a prefill chunk, 1 when
+  // the group samples (k + 1 for a step that verifies k draft tokens).
+  int32_t num_logits = 0;
+  std::vector<int32_t> block_table;  // covers positions [0, start + num_tokens)
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledSeq> seqs;
+  std::vector<BlockCopy> copies;          // copy-on-write, before the forward pass
+  std::vector<int64_t> sampled_groups;    // groups whose sequences all caught up
+  std::vector<int64_t> preempted_groups;  // groups sent back to wait (KV freed)
+  int32_t num_batched_tokens = 0;
+  bool empty() const { return seqs.empty(); }
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerConfig config, KVCacheManager* kv);
+
+  // A new request with one sequence of num_prompt_tokens tokens. max_width: the most
+  // sequences it will run at once (seats are kept for them from admission on).
+  void add_group(int64_t group_id, int64_t seq_id, int32_t num_prompt_tokens, int32_t max_width);
+  // A new sequence in the parent's group, sharing its tokens and KV blocks.
+  void fork_seq(int64_t parent, int64_t child);
+  // The engine sampled one more token for the sequence.
+  void append_token(int64_t seq_id);
+  // Ends a sequence (its blocks are freed at once); its group stays.
+  void remove_seq(int64_t seq_id);
+  // Ends a request: all its sequences, blocks freed at once.
+  void remove_group(int64_t group_id);
+
+  // Plans and applies the next step: blocks are taken for everything it schedules, and
+  // the scheduled sequences count as computed.
+  SchedulerOutput schedule();
+
+  bool has_group(int64_t group_id) const { return groups_.count(group_id) > 0; }
+  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  int64_t num_preemptions() const { return num_preemptions_; }
+  const SchedulerConfig& config() const { return config_; }
+
+  // Introspection for tests and stats.
+  struct SeqState {
+    int64_t group_id = 0;
+    int32_t num_tokens = 0;
+    int32_t num_computed = 0;
+  };
+  const SeqState& seq_state(int64_t seq_id) const;
+  std::vector<int64_t> waiting_groups() const;  // arrival order
+  std::vector<int64_t> running_groups() const;  // arrival order
+  const std::vector<int64_t>& group_seqs(int64_t group_id) const;
+
+ private:
+  struct Group {
+    int64_t id = 0;
+    uint64_t arrival = 0;
+    int32_t max_width = 1;
+    bool running = false;
+    std::vector<int64_t> seqs;
+  };
+  struct Plan {
+    enum Status { kOk, kNoBudget, kNoMemory } status = kNoBudget;
+    std::vector<int32_t> take;  // tokens per sequence of the group
+    bool sample = false;
+  };
+  using Key = std::pair<uint64_t, int64_t>;  // (arrival, group id)
+
+  Group& group(int64_t id);
+  bool is_decoding(const Group& g) const;
+  Plan plan_group(const Group& g, int32_t token_budget, int32_t free_blocks) const;
+  void apply_plan(Group& g, const Plan& plan, SchedulerOutput* out);
+  void preempt(Group& g, SchedulerOutput* out);
+  void schedule_running(SchedulerOutput* out, int32_t* token_budget);
+  void admit_waiting(SchedulerOutput* out, int32_t* token_budget);
+
+  SchedulerConfig config_;
+  KVCacheManager* kv_;
+  std::unordered_map<int64_t, Group> groups_;
+  std::unordered_map<int64_t, SeqState> seqs_;
+  std::set<Key> waiting_;
+  std::set<Key> running_;
+  int32_t running_width_ = 0;  // seats held by running groups
+  uint64_t next_arrival_ = 0;
+  int64_t num_preemptions_ = 0;
+};
+
+}  // namespace tachyon

@@ -1,0 +1,139 @@
+// What the HTTP layer needs of the model side (RTP-LLM's InferenceServer/Pipeline):
+// prompt building (chat template, tokenization), generation with a stream of events,
+// token texts for logprobs, health and load statistics. EngineBackend implements it
+// over AsyncModel and the tokenizer; tests implement it with fakes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "core/json.h"
+
+namespace tachyon {
+
+// Generation parameters, with RTP-LLM's GenerateConfig names (the engine's vocabulary).
+struct GenerationParams {
+  std::optional<int32_t> max_new_tokens;  // unset: up to the model's window
+  int32_t min_new_tokens = 0;
+  float temperature = 1.0f;  // 0: greedy
+  int32_t top_k = 0;         // 0: off
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  std::optional<uint64_t> random_seed;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int32_t no_repeat_ngram_size = 0;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // sorted by token
+  std::vector<std::string> stop_words_str;
+  std::vector<std::vector<int32_t>> stop_words_list;
+  bool ignore_eos = false;
+  int64_t timeout_ms = 0;  // 0: none
+  int32_t num_return_sequences = 1;
+  int32_t num_beams = 1;
+  float length_penalty = 1.0f;
+  bool return_logprobs = false;
+  int32_t top_logprobs = 0;
+  bool skip_special_tokens = true;
+};
+
+enum class GenFinish { kStop, kLength, kCancelled, kTimeout, kError };
+std::string_view gen_finish_name(GenFinish f);
+
+struct TokenLogprobInfo {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // most likely alternatives, best first
+};
+
+// RTP-LLM's aux_info. Times in milliseconds from submission to the engine.
+struct GenTimings {
+  double queue_ms = 0;
+  double first_token_ms = 0;
+  double total_ms = 0;
+  int32_t iter_count = 0;
+  int32_t input_len = 0;
+  int32_t output_len = 0;
+  int32_t prefix_len = 0;
+  int32_t reuse_len = 0;
+  std::vector<double> token_gaps_ms;  // inter-token gaps of sequence 0
+};
+
+// One delta of a request's output (one output sequence), or the request's last event.
+struct GenEvent {
+  int32_t index = 0;  // output sequence; -1 on the last event
+  std::vector<int32_t> token_ids;
+  std::string text;                        // new text; stop strings removed
+  std::vector<TokenLogprobInfo> logprobs;  // per new token, when asked for
+  std::optional<GenFinish> finish;         // on the sequence's last delta
+  double cum_log_prob = 0;
+  bool done = false;           // the request's last event
+  GenTimings timings;          // on the last event
+  std::optional<Error> error;  // on the last event, when the request failed
+};
+
+// Receives a request's events in order, a batch at a time (whatever arrived together),
+// never concurrently; the last event of the last batch has done == true. It runs on a
+// backend thread and must not block for long.
+using GenSink = std::function<void(std::vector<GenEvent>&&)>;
+
+class GenerationHandle {
+ public:
+  virtual ~GenerationHandle() = default;
+  // Stops the request (its cache is freed); the sink still gets a final event.
+  virtual void cancel() = 0;
+};
+
+struct BackendStats {
+  int64_t num_running = 0;
+  int64_t num_waiting = 0;
+  double kv_cache_usage = 0;  // [0, 1]
+  int64_t num_kv_blocks = 0;
+  int64_t num_free_kv_blocks = 0;
+  int64_t block_size = 0;
+  int64_t num_preemptions = 0;
+};
+
+struct ModelInfo {
+  std::string name;  // served model name
+  std::string path;
+  int32_t max_model_len = 0;
+  int32_t vocab_size = 0;
+  bool has_chat_template = false;
+};
+
+class InferenceBackend {
+ public:
+  virtual ~InferenceBackend() = default;
+
+  virtual const ModelInfo& model_info() const = 0;
+
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const = 0;
+  virtual std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const = 0;
+  // The raw bytes one token stands for (may be part of a UTF-8 character).
+  virtual std::string token_bytes(int32_t id) const = 0;
+  // Renders chat messages (OpenAI form, content already plain text) with the model's
+  // template. `extra` holds template variables (chat_template_kwargs). Throws
+  // InvalidArgument when the model has no template or the messages do not fit it.
+  virtual std::string render_chat(const Json& messages, bool add_generation_prompt,
+                                  const Json& extra) const = 0;
+
+  // Submits a request. Throws InvalidArgument (bad parameters), ResourceExhausted
+  // (cannot ever fit, or the engine queue is full) or Unavailable (shut down, dead).
+  virtual std::shared_ptr<GenerationHandle> generate(std::vector<int32_t> prompt,
+                                                     const GenerationParams& params,
+                                                     GenSink sink) = 0;
+
+  virtual bool healthy() const = 0;
+  virtual std::string dead_reason() const = 0;
+  virtual BackendStats stats() const = 0;
+};
+
+}  // namespace tachyon

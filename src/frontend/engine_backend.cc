@@ -1,0 +1,341 @@
+#include "frontend/engine_backend.h"
+
+#include <filesystem>
+
+#include "chat/chat_template.h"
+#include "core/logging.h"
+#include "frontend/stream_reader.h"
+#include "model/loader.h"
+#include "tokenizer/tokenizer.h"
+
+#ifdef TACHYON_WITH_CUDA
+#include "backend/cuda/cuda_check.h"
+#endif
+
+namespace tachyon {
+namespace {
+
+// The engine's view of the tokenizer: streaming detokenization and the EOS ids.
+class EngineText : public TextTokenizer {
+ public:
+  EngineText(std::shared_ptr<const Tokenizer> tok, std::vector<int32_t> eos) : tok_(std::move(tok)), eos_(std::move(eos)) {}
+  std::unique_ptr<IncrementalDetokenizer> make_incremental_decoder(bool skip_special_tokens) const override {
+    struct Dec : IncrementalDetokenizer {
+      std::unique_ptr<IncrementalDecoder> d;
+      std::string add(int32_t token) override { return d->step(token); }
+      std::string flush() override { return d->flush(); }
+    };
+    auto out = std::make_unique<Dec>();
+    out->d = tok_->make_incremental_decoder(skip_special_tokens);
+    return out;
+  }
+  std::vector<int32_t> eos_token_ids() const override { return eos_; }
+
+ private:
+  std::shared_ptr<const Tokenizer> tok_;
+  std::vector<int32_t> eos_;
+};
+
+class EngineHandle : public GenerationHandle {
+ public:
+  explicit EngineHandle(std::shared_ptr<RequestStream> s) : stream_(std::move(s)) {}
+  void cancel() override { stream_->cancel(); }
+
+ private:
+  std::shared_ptr<RequestStream> stream_;
+};
+
+GenFinish to_finish(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return GenFinish::kStop;
+    case FinishReason::kLength:
+      return GenFinish::kLength;
+    case FinishReason::kCancelled:
+      return GenFinish::kCancelled;
+    case FinishReason::kTimeout:
+      return GenFinish::kTimeout;
+    case FinishReason::kError:
+      return GenFinish::kError;
+  }
+  return GenFinish::kError;
+}
+
+// GPT-2's byte-to-unicode alphabet, inverted: token strings of byte-level BPE
+// tokenizers spell each byte with one of these code points.
+const std::unordered_map<uint32_t, uint8_t>& byte_decoder() {
+  static const std::unordered_map<uint32_t, uint8_t> kMap = [] {
+    std::unordered_map<uint32_t, uint8_t> m;
+    uint32_t n = 0;
+    for (uint32_t b = 0; b < 256; ++b) {
+      bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      m[printable ? b : 256 + n++] = static_cast<uint8_t>(b);
+    }
+    return m;
+  }();
+  return kMap;
+}
+
+// Decodes UTF-8 into code points; false on invalid input.
+bool code_points(std::string_view s, std::vector<uint32_t>* out) {
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? c : c & (0xFF >> (n + 1));
+    for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    out->push_back(cp);
+    i += n;
+  }
+  return true;
+}
+
+Device pick_device(const std::string& name) {
+  Device d;
+  if (name == "cpu") return d;
+#ifdef TACHYON_WITH_CUDA
+  bool have_gpu = cuda::device_count() > 0;
+#else
+  bool have_gpu = false;
+#endif
+  if (name == "cuda" || name.rfind("cuda:", 0) == 0) {
+    if (!have_gpu) raise<Unavailable>("--device {}: no CUDA device is available", name);
+    d.type = DeviceType::kCUDA;
+    if (name.size() > 5) d.index = std::stoi(name.substr(5));
+    return d;
+  }
+  if (name != "auto") raise<InvalidArgument>("--device must be cpu, cuda, cuda:N or auto, not '{}'", name);
+  if (have_gpu) d.type = DeviceType::kCUDA;
+  return d;
+}
+
+}  // namespace
+
+GenerateConfig to_generate_config(const GenerationParams& p) {
+  GenerateConfig c;
+  c.max_new_tokens = p.max_new_tokens;
+  c.min_new_tokens = p.min_new_tokens;
+  c.temperature = p.temperature;
+  c.top_k = p.top_k;
+  c.top_p = p.top_p;
+  c.min_p = p.min_p;
+  c.random_seed = p.random_seed;
+  c.repetition_penalty = p.repetition_penalty;
+  c.presence_penalty = p.presence_penalty;
+  c.frequency_penalty = p.frequency_penalty;
+  c.no_repeat_ngram_size = p.no_repeat_ngram_size;
+  c.logit_bias = p.logit_bias;
+  c.stop_words_str = p.stop_words_str;
+  c.stop_words_list = p.stop_words_list;
+  c.ignore_eos = p.ignore_eos;
+  c.timeout_ms = p.timeout_ms;
+  c.num_return_sequences = p.num_return_sequences;
+  c.num_beams = p.num_beams;
+  c.length_penalty = p.length_penalty;
+  c.return_logprobs = p.return_logprobs;
+  c.top_logprobs = p.top_logprobs;
+  return c;
+}
+
+GenEvent to_gen_event(StreamEvent&& e) {
+  GenEvent g;
+  g.index = e.index;
+  g.token_ids = std::move(e.token_ids);
+  g.text = std::move(e.text);
+  for (size_t i = 0; i < e.logprobs.size(); ++i) {
+    TokenLogprobInfo t;
+    t.token = i < g.token_ids.size() ? g.token_ids[i] : -1;
+    t.logprob = e.logprobs[i];
+    if (i < e.top_logprobs.size())
+      for (const auto& alt : e.top_logprobs[i]) t.top.emplace_back(alt.token, alt.logprob);
+    g.logprobs.push_back(std::move(t));
+  }
+  if (e.finish_reason) g.finish = to_finish(*e.finish_reason);
+  g.cum_log_prob = e.cum_log_prob;
+  g.done = e.done;
+  g.timings.queue_ms = e.timings.queue_ms;
+  g.timings.first_token_ms = e.timings.first_token_ms;
+  g.timings.total_ms = e.timings.total_ms;
+  g.timings.iter_count = e.timings.iter_count;
+  g.timings.input_len = e.timings.input_len;
+  g.timings.output_len = e.timings.output_len;
+  g.timings.prefix_len = e.timings.prefix_len;
+  g.timings.reuse_len = e.timings.reuse_len;
+  g.timings.token_gaps_ms = std::move(e.timings.token_gaps_ms);
+  if (e.error) g.error = Error(e.error->code, e.error->message);
+  return g;
+}
+
+std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o) {
+  auto progress = [&](double done, double total, const std::string& stage) {
+    if (o.progress) o.progress(done, total, stage);
+  };
+  std::shared_ptr<EngineBackend> b(new EngineBackend());
+  std::string tok_dir = o.tokenizer_dir.empty() ? o.model_dir : o.tokenizer_dir;
+
+  progress(0, 0, "tokenizer");
+  b->tokenizer_ = Tokenizer::load(tok_dir);
+  auto templates = load_chat_templates(tok_dir);
+  if (!templates.empty())
+    b->chat_ = std::make_shared<ChatTemplate>(ChatTemplate::compile(templates.select(std::nullopt, false)));
+  for (int32_t id : b->tokenizer_->encode(" a b", false))
+    if (b->tokenizer_->id_to_token(id).find("\xC4\xA0") != std::string::npos) b->byte_level_ = true;
+
+  progress(0, 0, "weights");
+  LoadOptions lo;
+  lo.model_type = o.model_type;
+  lo.device = pick_device(o.device);
+  std::shared_ptr<Model> model;
+  try {
+    model = load_model(o.model_dir, lo);
+  } catch (const InvalidArgument& e) {
+    // "auto" falls back to the CPU when the model cannot run on the GPU yet.
+    if (o.device != "auto" || lo.device.is_cpu()) throw;
+    log_warning("cannot run on {} ({}); using the CPU", lo.device.str(), e.what());
+    lo.device = Device{};
+    model = load_model(o.model_dir, lo);
+  }
+  const ModelConfig& cfg = model->config();
+
+  std::vector<int32_t> eos;
+  for (int64_t id : cfg.eos_token_ids) eos.push_back(static_cast<int32_t>(id));
+  if (auto id = b->tokenizer_->eos_id(); id && std::find(eos.begin(), eos.end(), *id) == eos.end())
+    eos.push_back(*id);
+  EngineConfig ec = o.engine;
+  if (ec.eos_token_ids.empty()) ec.eos_token_ids = eos;
+
+  progress(0, 0, "kv cache");
+  b->engine_ = std::make_shared<AsyncModel>(model, std::make_shared<EngineText>(b->tokenizer_, eos), ec);
+  b->readers_ = std::make_shared<StreamReaderPool>();
+
+  b->info_.path = std::filesystem::absolute(o.model_dir).lexically_normal().string();
+  b->info_.name = o.served_name;
+  if (b->info_.name.empty()) {
+    std::filesystem::path p(b->info_.path);
+    b->info_.name = p.filename().empty() ? p.parent_path().filename().string() : p.filename().string();
+  }
+  int64_t window = b->engine_->max_seq_len();
+  if (o.max_seq_len > 0) {
+    if (o.max_seq_len > window)
+      raise<InvalidArgument>("--max-seq-len {} exceeds the model's maximum sequence length {}", o.max_seq_len, window);
+    window = o.max_seq_len;
+  }
+  b->info_.max_model_len = static_cast<int32_t>(window);
+  b->info_.vocab_size = b->engine_->vocab_size();
+  b->info_.has_chat_template = b->chat_ != nullptr;
+  progress(1, 1, "ready");
+  return b;
+}
+
+EngineBackend::~EngineBackend() { shutdown(); }
+
+void EngineBackend::shutdown() {
+  if (engine_) engine_->shutdown();
+  std::shared_ptr<StreamReaderPool> readers;
+  {
+    std::lock_guard<std::mutex> lock(readers_mu_);
+    readers.swap(readers_);
+  }
+  readers.reset();  // joins the readers once their streams have ended
+}
+
+std::vector<int32_t> EngineBackend::encode(std::string_view text, bool add_special_tokens) const {
+  return tokenizer_->encode(text, add_special_tokens);
+}
+
+std::string EngineBackend::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+  return tokenizer_->decode(ids, skip_special_tokens);
+}
+
+std::string EngineBackend::token_bytes(int32_t id) const {
+  std::string t = tokenizer_->id_to_token(id);
+  if (t.size() == 6 && t.rfind("<0x", 0) == 0 && t.back() == '>')  // SentencePiece byte fallback
+    return std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
+  if (tokenizer_->is_special(id)) return t;
+  if (byte_level_) {
+    std::vector<uint32_t> cps;
+    std::string out;
+    const auto& dec = byte_decoder();
+    if (code_points(t, &cps)) {
+      bool ok = true;
+      for (uint32_t cp : cps) {
+        auto it = dec.find(cp);
+        if (it == dec.end()) {
+          ok = false;
+          break;
+        }
+        out += static_cast<char>(it->second);
+      }
+      if (ok) return out;
+    }
+    return tokenizer_->decode(std::vector<int32_t>{id}, false);
+  }
+  // SentencePiece: U+2581 stands for a space.
+  static const std::string kSpace = "\xE2\x96\x81";
+  if (t.find(kSpace) != std::string::npos) {
+    std::string out;
+    for (size_t i = 0; i < t.size();) {
+      if (t.compare(i, kSpace.size(), kSpace) == 0) {
+        out += ' ';
+        i += kSpace.size();
+      } else {
+        out += t[i++];
+      }
+    }
+    return out;
+  }
+  return t.empty() ? tokenizer_->decode(std::vector<int32_t>{id}, false) : t;
+}
+
+std::string EngineBackend::render_chat(const Json& messages, bool add_generation_prompt, const Json& extra) const {
+  if (!chat_) raise<InvalidArgument>("this model has no chat template; use /v1/completions or a text prompt");
+  ChatTemplateInputs in;
+  in.messages = messages;
+  in.add_generation_prompt = add_generation_prompt;
+  in.bos_token = tokenizer_->bos_token().value_or("");
+  in.eos_token = tokenizer_->eos_token().value_or("");
+  in.pad_token = tokenizer_->pad_token().value_or("");
+  in.unk_token = tokenizer_->unk_token().value_or("");
+  in.extra = extra.is_object() ? extra : Json::object();
+  return chat_->render(in);
+}
+
+std::shared_ptr<GenerationHandle> EngineBackend::generate(std::vector<int32_t> prompt, const GenerationParams& params,
+                                                          GenSink sink) {
+  GenerateRequest req;
+  req.prompt_ids = std::move(prompt);
+  req.config = to_generate_config(params);
+  std::shared_ptr<StreamReaderPool> readers;
+  {
+    std::lock_guard<std::mutex> lock(readers_mu_);
+    readers = readers_;
+  }
+  if (!readers) raise<Unavailable>("the engine is shut down");
+  auto stream = engine_->submit(std::move(req));
+  readers->read(stream, [sink = std::move(sink)](std::vector<StreamEvent>&& events) {
+    std::vector<GenEvent> out;
+    out.reserve(events.size());
+    for (auto& e : events) out.push_back(to_gen_event(std::move(e)));
+    sink(std::move(out));
+  });
+  return std::make_shared<EngineHandle>(std::move(stream));
+}
+
+bool EngineBackend::healthy() const { return engine_ && engine_->healthy(); }
+
+std::string EngineBackend::dead_reason() const { return engine_ ? engine_->dead_reason() : "not loaded"; }
+
+BackendStats EngineBackend::stats() const {
+  EngineStats e = engine_->stats();
+  BackendStats s;
+  s.num_running = e.num_running;
+  s.num_waiting = e.num_waiting;
+  s.num_kv_blocks = e.num_kv_blocks;
+  s.num_free_kv_blocks = e.num_free_blocks;
+  s.block_size = e.block_size;
+  s.kv_cache_usage = e.num_kv_blocks > 0 ? 1.0 - static_cast<double>(e.num_free_blocks) / e.num_kv_blocks : 0.0;
+  s.num_preemptions = e.num_preemptions;
+  return s;
+}
+
+}  // namespace tachyon

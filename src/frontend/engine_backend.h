@@ -1,0 +1,72 @@
+// The InferenceBackend of `tachyon serve`: a model folder loaded through load_model,
+// its tokenizer and chat template, and an AsyncModel running them. Each request's
+// stream is read by a pooled reader thread that hands the events, a batch at a time,
+// to the request's sink.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "engine/async_model.h"
+#include "frontend/backend.h"
+
+namespace tachyon {
+
+class Tokenizer;
+class ChatTemplate;
+class StreamReaderPool;
+
+struct EngineBackendOptions {
+  std::string model_dir;
+  std::string tokenizer_dir;  // empty: model_dir
+  std::string model_type;     // architecture override
+  std::string served_name;    // empty: the model folder's name
+  std::string device = "auto";  // cpu, cuda, auto
+  int64_t max_seq_len = 0;      // 0: the model's; may only lower it
+  EngineConfig engine;
+  // Called with (done, total, stage) while loading; total 0 when unknown.
+  std::function<void(double done, double total, const std::string& stage)> progress;
+};
+
+class EngineBackend : public InferenceBackend {
+ public:
+  // Loads everything and starts the engine. Throws NotFound / InvalidArgument for a
+  // bad model folder, Unavailable when the device is missing.
+  static std::shared_ptr<EngineBackend> load(const EngineBackendOptions& options);
+  ~EngineBackend() override;
+
+  const ModelInfo& model_info() const override { return info_; }
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const override;
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override;
+  std::string token_bytes(int32_t id) const override;
+  std::string render_chat(const Json& messages, bool add_generation_prompt, const Json& extra) const override;
+  std::shared_ptr<GenerationHandle> generate(std::vector<int32_t> prompt, const GenerationParams& params,
+                                             GenSink sink) override;
+  bool healthy() const override;
+  std::string dead_reason() const override;
+  BackendStats stats() const override;
+
+  // Stops the engine: requests in flight end with an error.
+  void shutdown();
+  AsyncModel& engine() { return *engine_; }
+
+ private:
+  EngineBackend() = default;
+
+  ModelInfo info_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::shared_ptr<const ChatTemplate> chat_;
+  bool byte_level_ = false;  // GPT-2 style byte-to-unicode token strings
+  std::shared_ptr<AsyncModel> engine_;
+  mutable std::mutex readers_mu_;
+  std::shared_ptr<StreamReaderPool> readers_;
+};
+
+// Converts the server's parameters to the engine's GenerateConfig (exposed for tests).
+GenerateConfig to_generate_config(const GenerationParams& p);
+// Converts one engine event (exposed for tests).
+GenEvent to_gen_event(StreamEvent&& e);
+
+}  // namespace tachyon

@@ -1,0 +1,107 @@
+// The HTTP application (RTP-LLM's InferenceApp): routes, API keys, admission control,
+// request logging and metrics around the endpoints of both APIs.
+//
+//   POST /                       RTP-LLM native generation
+//   POST /v1/chat/completions    OpenAI chat (also /chat/completions)
+//   POST /v1/completions         OpenAI completions
+//   GET  /v1/models[/{id}]       the served model
+//   POST /tokenize, /detokenize, /tokenizer/encode
+//   GET  /health, /worker_status, /metrics
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "frontend/backend.h"
+#include "server/admission.h"
+#include "server/auth.h"
+#include "server/http.h"
+#include "server/openai_protocol.h"
+#include "server/server_metrics.h"
+
+namespace tachyon::server {
+
+class GenerationCall;
+class CallFormatter;
+struct CallPrompt;
+class ApiError;
+
+struct AppOptions {
+  std::string model_name;  // served name (known before the model loads)
+  RequestLimits limits;
+  std::vector<std::string> api_keys;
+  int64_t max_concurrency = 64;
+  int64_t max_queued = 256;
+  bool log_requests = false;
+  bool log_prompts = false;
+};
+
+class ServerApp {
+ public:
+  explicit ServerApp(AppOptions options);
+  ~ServerApp();
+  ServerApp(const ServerApp&) = delete;
+  ServerApp& operator=(const ServerApp&) = delete;
+
+  // The HttpServer's handler.
+  void handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer);
+
+  // Until a backend is set, /health says "loading" and generation answers 503.
+  void set_backend(std::shared_ptr<InferenceBackend> backend);
+  std::shared_ptr<InferenceBackend> backend() const;
+
+  // Shutdown: new generation requests get 503 and /health turns 503.
+  void begin_shutdown() { shutting_down_.store(true); }
+  bool shutting_down() const { return shutting_down_.load(); }
+  // Ends every generation still running or queued with 503 (server shutting down).
+  void cancel_all();
+  // Generation requests running or queued.
+  int64_t active_calls() const;
+
+  ServerMetrics& metrics() { return *metrics_; }
+  const Admission& admission() const { return *admission_; }
+
+ private:
+  struct Route;
+  void dispatch(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w,
+                const std::string& route);
+
+  // Generation endpoints (app_generate.cc).
+  void handle_chat(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w);
+  void handle_completions(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w);
+  void handle_native(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w);
+  void run_call(const std::shared_ptr<ResponseWriter>& w, std::unique_ptr<CallFormatter> formatter,
+                std::vector<CallPrompt> prompts, bool native_errors);
+  std::shared_ptr<InferenceBackend> ready_backend() const;  // throws 503
+  void check_model_name(const std::string& requested) const;
+
+  // Admin endpoints (app_admin.cc).
+  void handle_health(const std::shared_ptr<ResponseWriter>& w);
+  void handle_worker_status(const std::shared_ptr<ResponseWriter>& w);
+  void handle_models(const std::shared_ptr<ResponseWriter>& w, const std::string& id);
+  void handle_tokenize(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w);
+  void handle_detokenize(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w);
+  void handle_tokenizer_encode(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w);
+
+  AppOptions options_;
+  ApiKeys keys_;
+  std::shared_ptr<Admission> admission_;
+  std::unique_ptr<ServerMetrics> metrics_;
+  std::atomic<bool> shutting_down_{false};
+  int64_t created_ = 0;
+  std::atomic<uint64_t> next_request_id_{0};
+
+  mutable std::mutex mu_;
+  std::shared_ptr<InferenceBackend> backend_;
+  std::unordered_map<GenerationCall*, std::weak_ptr<GenerationCall>> calls_;
+  std::atomic<int64_t> active_{0};
+};
+
+// Writes a JSON response.
+void respond_json(ResponseWriter& w, int status, const Json& body, const Headers& headers = {});
+
+}  // namespace tachyon::server

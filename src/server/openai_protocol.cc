@@ -1,0 +1,306 @@
+#include "server/openai_protocol.h"
+
+#include <algorithm>
+
+#include "server/api_error.h"
+#include "server/json_fields.h"
+
+namespace tachyon::server {
+namespace {
+
+constexpr int64_t kMaxTokenId = (int64_t{1} << 31) - 1;
+
+// Fields both endpoints read the same way.
+void read_sampling(FieldReader& r, OpenAIRequest& req, const RequestLimits& limits) {
+  auto& p = req.params;
+  r.opt_string("model", 4096);
+  if (r.has("model")) req.model = r.raw("model")->get<std::string>();
+  r.opt_string("user", 4096);  // accepted, unused
+  if (auto v = r.opt_number("temperature", 0.0, 2.0)) p.temperature = static_cast<float>(*v);
+  if (auto v = r.opt_number("top_p", 0.0, 1.0)) {
+    if (*v <= 0.0) throw ApiError::bad_request("top_p must be greater than 0", "top_p");
+    p.top_p = static_cast<float>(*v);
+  }
+  if (auto v = r.opt_number("presence_penalty", -2.0, 2.0))
+    p.presence_penalty = static_cast<float>(*v);
+  if (auto v = r.opt_number("frequency_penalty", -2.0, 2.0))
+    p.frequency_penalty = static_cast<float>(*v);
+  if (auto v = r.opt_int("seed", INT64_MIN, INT64_MAX)) p.random_seed = static_cast<uint64_t>(*v);
+  if (auto v = r.opt_int("n", 1, limits.max_n)) req.n = static_cast<int32_t>(*v);
+  if (const Json* lb = r.raw("logit_bias"))
+    p.logit_bias = parse_logit_bias(*lb, "logit_bias", limits.max_logit_bias);
+  if (auto v = r.opt_strings("stop", static_cast<size_t>(limits.max_stop), limits.max_stop_bytes)) {
+    for (const auto& s : *v)
+      if (s.empty()) throw ApiError::bad_request("stop strings must not be empty", "stop");
+    p.stop_words_str = *v;
+  }
+  req.stream = r.opt_bool("stream").value_or(false);
+  if (const Json* so = r.raw("stream_options")) {
+    if (!req.stream)
+      throw ApiError::bad_request("stream_options is only allowed when stream is true",
+                                  "stream_options");
+    FieldReader sr(*so, "stream_options");
+    req.include_usage = sr.opt_bool("include_usage").value_or(false);
+    sr.finish();
+  }
+  // Extensions most OpenAI-compatible servers accept (vLLM's names).
+  if (auto v = r.opt_int("top_k", -1, 1 << 20)) p.top_k = *v < 0 ? 0 : static_cast<int32_t>(*v);
+  if (auto v = r.opt_number("min_p", 0.0, 1.0)) p.min_p = static_cast<float>(*v);
+  if (auto v = r.opt_number("repetition_penalty", 1e-6, 100.0))
+    p.repetition_penalty = static_cast<float>(*v);
+  if (auto v = r.opt_int("min_tokens", 0, 1 << 30)) p.min_new_tokens = static_cast<int32_t>(*v);
+  if (auto v = r.opt_bool("ignore_eos")) p.ignore_eos = *v;
+  if (auto v = r.opt_bool("skip_special_tokens")) p.skip_special_tokens = *v;
+  r.refuse_unless("include_stop_str_in_output", {false},
+                  "returning the stop string is not supported");
+  r.refuse_unless("service_tier", {"auto", "default"}, "only the default service tier exists");
+  r.refuse_unless("store", {false}, "stored completions are not supported");
+  if (auto v = r.opt_int("timeout_ms", 1, INT64_MAX)) p.timeout_ms = *v;
+  p.num_return_sequences = req.n;
+  if (p.timeout_ms == 0) p.timeout_ms = limits.default_timeout_ms;
+  if (limits.max_timeout_ms > 0 && (p.timeout_ms == 0 || p.timeout_ms > limits.max_timeout_ms))
+    p.timeout_ms = limits.max_timeout_ms;
+}
+
+std::optional<int64_t> read_max_tokens(FieldReader& r, const char* newer) {
+  std::optional<int64_t> out = r.opt_int("max_tokens", 1, INT32_MAX);
+  if (newer != nullptr)
+    if (auto v = r.opt_int(newer, 1, INT32_MAX)) out = v;
+  return out;
+}
+
+// Message content as plain text: a string, or a list of text parts.
+std::string message_text(const Json& content, const std::string& where) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array())
+    throw ApiError::bad_request(
+        where + " must be a string or an array of content parts, not " + json_type_name(content),
+        where);
+  std::string text;
+  for (size_t j = 0; j < content.size(); ++j) {
+    std::string pw = where + "[" + std::to_string(j) + "]";
+    FieldReader part(content[j], pw);
+    auto type = part.opt_string("type", 64);
+    if (!type) throw ApiError::bad_request(pw + ".type is required", pw + ".type");
+    if (*type != "text")
+      throw ApiError::unsupported(
+          pw + ".type '" + *type + "' is not supported: this model reads text only", pw + ".type");
+    auto t = part.opt_string("text", SIZE_MAX);
+    if (!t) throw ApiError::bad_request(pw + ".text is required", pw + ".text");
+    part.finish();
+    text += *t;
+  }
+  return text;
+}
+
+}  // namespace
+
+Json parse_chat_messages(const Json* v, const std::string& field) {
+  if (v == nullptr) throw ApiError::bad_request(field + " is required", field);
+  if (!v->is_array()) throw ApiError::bad_request(field + " must be an array", field);
+  if (v->empty()) throw ApiError::bad_request(field + " must not be empty", field);
+  Json out = Json::array();
+  for (size_t i = 0; i < v->size(); ++i) {
+    std::string where = field + "[" + std::to_string(i) + "]";
+    FieldReader m((*v)[i], where);
+    auto role = m.opt_string("role", 64);
+    if (!role) throw ApiError::bad_request(where + ".role is required", where + ".role");
+    static const std::vector<std::string> kRoles = {"system", "developer", "user", "assistant",
+                                                    "tool"};
+    if (std::find(kRoles.begin(), kRoles.end(), *role) == kRoles.end())
+      throw ApiError::bad_request(
+          where + ".role '" + *role + "' is not one of system, developer, user, assistant, tool",
+          where + ".role");
+    Json msg = Json::object();
+    msg["role"] = *role == "developer" ? std::string("system") : *role;
+    const Json* content = m.raw("content");
+    if (content == nullptr && *role != "assistant")
+      throw ApiError::bad_request(where + ".content is required", where + ".content");
+    msg["content"] =
+        content == nullptr ? std::string() : message_text(*content, where + ".content");
+    if (auto name = m.opt_string("name", 256)) msg["name"] = *name;
+    if (const Json* tc = m.raw("tool_calls")) {
+      if (!tc->is_array())
+        throw ApiError::bad_request(where + ".tool_calls must be an array", where + ".tool_calls");
+      msg["tool_calls"] = *tc;
+    }
+    if (auto id = m.opt_string("tool_call_id", 256)) msg["tool_call_id"] = *id;
+    m.refuse_unless("refusal", {}, "refusals cannot be replayed");
+    m.finish();
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+namespace {
+
+void refuse_tools(FieldReader& r) {
+  if (const Json* tools = r.raw("tools"); tools && !(tools->is_array() && tools->empty()))
+    throw ApiError::unsupported("tools: tool calling is not supported by this server", "tools");
+  r.refuse_unless("tool_choice", {"none", "auto"}, "tool calling is not supported by this server");
+  r.refuse_unless("parallel_tool_calls", {true, false},
+                  "tool calling is not supported by this server");
+  r.refuse_unless("functions", {Json::array()}, "function calling is not supported by this server");
+  r.refuse_unless("function_call", {"none", "auto"},
+                  "function calling is not supported by this server");
+  if (const Json* rf = r.raw("response_format")) {
+    FieldReader f(*rf, "response_format");
+    auto type = f.opt_string("type", 64);
+    if (type != "text")
+      throw ApiError::unsupported("response_format: only {\"type\": \"text\"} is supported",
+                                  "response_format");
+    f.finish();
+  }
+}
+
+PromptSpec ids_prompt(const Json& arr, const std::string& where) {
+  PromptSpec p;
+  p.is_ids = true;
+  if (arr.empty()) throw ApiError::bad_request(where + " must not be empty", "prompt");
+  for (size_t i = 0; i < arr.size(); ++i)
+    p.ids.push_back(static_cast<int32_t>(
+        json_to_int(arr[i], where + "[" + std::to_string(i) + "]", 0, kMaxTokenId)));
+  return p;
+}
+
+std::vector<PromptSpec> parse_prompt(const Json* v, const RequestLimits& limits) {
+  if (v == nullptr) throw ApiError::bad_request("prompt is required", "prompt");
+  std::vector<PromptSpec> out;
+  if (v->is_string()) {
+    out.push_back({v->get<std::string>(), {}, false});
+    return out;
+  }
+  if (!v->is_array())
+    throw ApiError::bad_request(
+        std::string(
+            "prompt must be a string, an array of strings, an array of token ids or an array of "
+            "arrays of token ids, not ") +
+            json_type_name(*v),
+        "prompt");
+  if (v->empty()) throw ApiError::bad_request("prompt must not be empty", "prompt");
+  if ((*v)[0].is_number()) {
+    out.push_back(ids_prompt(*v, "prompt"));
+    return out;
+  }
+  if (v->size() > static_cast<size_t>(limits.max_prompts))
+    throw ApiError::bad_request("prompt holds " + std::to_string(v->size()) + " prompts; at most " +
+                                    std::to_string(limits.max_prompts) + " are allowed",
+                                "prompt");
+  for (size_t i = 0; i < v->size(); ++i) {
+    const Json& e = (*v)[i];
+    std::string where = "prompt[" + std::to_string(i) + "]";
+    if (e.is_string()) {
+      out.push_back({e.get<std::string>(), {}, false});
+    } else if (e.is_array()) {
+      out.push_back(ids_prompt(e, where));
+    } else {
+      throw ApiError::bad_request(where + " must be a string or an array of token ids", "prompt");
+    }
+  }
+  return out;
+}
+
+void read_logprobs_chat(FieldReader& r, OpenAIRequest& req, const RequestLimits& limits) {
+  req.logprobs = r.opt_bool("logprobs").value_or(false);
+  if (auto k = r.opt_int("top_logprobs", 0, limits.max_top_logprobs)) {
+    if (!req.logprobs)
+      throw ApiError::bad_request("top_logprobs requires logprobs to be true", "top_logprobs");
+    req.top_logprobs = static_cast<int32_t>(*k);
+  }
+  req.params.return_logprobs = req.logprobs;
+  req.params.top_logprobs = req.top_logprobs;
+}
+
+}  // namespace
+
+std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& v, const std::string& field,
+                                                        size_t max_entries) {
+  if (!v.is_object())
+    throw ApiError::bad_request(field + " must be an object mapping token ids to biases", field);
+  if (v.size() > max_entries)
+    throw ApiError::bad_request(
+        field + " has more than " + std::to_string(max_entries) + " entries", field);
+  std::vector<std::pair<int32_t, float>> out;
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    const std::string& key = it.key();
+    int64_t id = -1;
+    bool digits = !key.empty() && key.size() <= 10 &&
+                  std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (digits) id = std::stoll(key);
+    if (!digits || id > kMaxTokenId)
+      throw ApiError::bad_request(field + " keys must be token ids, got '" + key + "'", field);
+    double bias = json_to_number(*it, field + "." + key, -100.0, 100.0);
+    out.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+OpenAIRequest parse_chat_request(const Json& body, const RequestLimits& limits) {
+  OpenAIRequest req;
+  req.kind = OpenAIRequest::Kind::kChat;
+  req.add_special_tokens = false;  // the template writes the special tokens
+  FieldReader r(body);
+  req.messages = parse_chat_messages(r.raw("messages"), "messages");
+  read_sampling(r, req, limits);
+  read_logprobs_chat(r, req, limits);
+  req.max_tokens = read_max_tokens(r, "max_completion_tokens");
+  refuse_tools(r);
+  if (auto v = r.opt_bool("add_generation_prompt")) req.add_generation_prompt = *v;
+  if (const Json* k = r.raw("chat_template_kwargs")) {
+    if (!k->is_object())
+      throw ApiError::bad_request("chat_template_kwargs must be an object", "chat_template_kwargs");
+    req.chat_template_kwargs = *k;
+  }
+  r.finish();
+  return req;
+}
+
+OpenAIRequest parse_completion_request(const Json& body, const RequestLimits& limits) {
+  OpenAIRequest req;
+  req.kind = OpenAIRequest::Kind::kCompletion;
+  FieldReader r(body);
+  req.prompts = parse_prompt(r.raw("prompt"), limits);
+  read_sampling(r, req, limits);
+  if (auto k = r.opt_int("logprobs", 0, limits.max_top_logprobs)) {
+    req.logprobs = true;
+    req.top_logprobs = static_cast<int32_t>(*k);
+    req.params.return_logprobs = true;
+    req.params.top_logprobs = req.top_logprobs;
+  }
+  req.max_tokens = read_max_tokens(r, nullptr);
+  req.echo = r.opt_bool("echo").value_or(false);
+  if (req.echo && req.logprobs)
+    throw ApiError::unsupported(
+        "echo with logprobs is not supported (prompt logprobs are not computed)", "echo");
+  if (auto b = r.opt_int("best_of", 1, limits.max_n); b && *b != req.n)
+    throw ApiError::unsupported("best_of other than n is not supported", "best_of");
+  r.refuse_unless("suffix", {""}, "suffix (insertion) is not supported");
+  if (auto v = r.opt_bool("add_special_tokens")) req.add_special_tokens = *v;
+  r.finish();
+  return req;
+}
+
+int32_t resolve_max_new_tokens(std::optional<int64_t> requested, int64_t prompt_len,
+                               int64_t max_model_len, int64_t cap, const char* prompt_word) {
+  if (prompt_len >= max_model_len)
+    throw ApiError::context_length("This model's maximum context length is " +
+                                   std::to_string(max_model_len) + " tokens. However, your " +
+                                   prompt_word + " has " + std::to_string(prompt_len) +
+                                   " tokens, leaving no room for the completion.");
+  int64_t room = max_model_len - prompt_len;
+  if (cap > 0 && requested && *requested > cap)
+    throw ApiError::bad_request("max_tokens is " + std::to_string(*requested) + "; at most " +
+                                    std::to_string(cap) + " is allowed",
+                                "max_tokens");
+  if (!requested) return static_cast<int32_t>(cap > 0 ? std::min(room, cap) : room);
+  if (*requested > room)
+    throw ApiError::context_length(
+        "This model's maximum context length is " + std::to_string(max_model_len) +
+        " tokens. However, you requested " + std::to_string(prompt_len + *requested) + " tokens (" +
+        std::to_string(prompt_len) + " in the " + prompt_word + ", " + std::to_string(*requested) +
+        " in the completion). Please reduce the length of the " + prompt_word + " or completion.");
+  return static_cast<int32_t>(*requested);
+}
+
+}  // namespace tachyon::server

@@ -1,0 +1,71 @@
+// `tachyon serve` settings. Each one comes from, in order of precedence: its flag
+// (--max-concurrency 8), its environment variable (TACHYON_MAX_CONCURRENCY), RTP-LLM's
+// environment name where one exists (CONCURRENCY_LIMIT), the --config file (YAML or
+// JSON, keys spelled like the flags with - or _), and finally the default.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tachyon::server {
+
+struct ServeConfig {
+  // Model.
+  std::string model;  // checkpoint directory; empty: the bundled demo model
+  std::string tokenizer;
+  std::string model_type;
+  std::string served_model_name;
+  int64_t max_seq_len = 0;  // 0: the model's
+  std::string device = "auto";
+  std::string dtype = "auto";
+  // Engine.
+  int64_t max_num_seqs = 0;            // 0: the engine's default
+  int64_t max_num_batched_tokens = 0;  // 0: the engine's default
+  int64_t num_kv_blocks = 0;           // 0: sized from kv_cache_bytes or defaults
+  int64_t kv_cache_bytes = 0;
+  int64_t block_size = 0;
+  int64_t threads = 0;  // compute threads; 0: all cores
+  // HTTP.
+  std::string host = "127.0.0.1";
+  int64_t port = 8088;
+  int64_t io_threads = 2;
+  int64_t max_connections = 4096;
+  int64_t max_body_bytes = 32 << 20;
+  double keep_alive_timeout_s = 30;
+  double read_timeout_s = 30;
+  double write_timeout_s = 60;
+  double shutdown_timeout_s = 30;
+  // Protection.
+  int64_t max_concurrency = 256;
+  int64_t max_queued_requests = 1024;
+  int64_t max_n = 16;
+  int64_t max_tokens = 0;  // 0: the model's window
+  int64_t max_stop = 16;
+  int64_t max_prompts = 64;
+  int64_t max_top_logprobs = 20;
+  double request_timeout_s = 0;  // 0: none
+  std::vector<std::string> api_keys;
+  // Logging.
+  bool log_requests = false;
+  bool log_prompts = false;
+  std::string log_level = "info";
+  bool progress = true;
+};
+
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+// The process environment (unset and empty variables are absent).
+std::optional<std::string> process_env(const std::string& name);
+
+// Resolves the settings from the arguments after `serve`. Throws InvalidArgument on an
+// unknown flag or config key, a bad value, or an unreadable config file. Returns
+// nullopt when --help was asked for (the help is in *help_out).
+std::optional<ServeConfig> load_serve_config(const std::vector<std::string>& args,
+                                             const EnvLookup& env, std::string* help_out);
+
+// The --help text: every setting with its flag, variables and default.
+std::string serve_help();
+
+}  // namespace tachyon::server

@@ -1,0 +1,229 @@
+// End-to-end tests of `tachyon serve` on the bundled model, driven by the official
+// `openai` npm client and by raw HTTP.
+//   node tests/e2e/run.mjs path/to/tachyon [filter]
+// Environment: TACHYON_E2E_CACHE (where the openai package is unpacked; default
+// build/e2e-cache). Exit code 77 (skipped) when the package cannot be fetched, after
+// the raw-HTTP tests have run.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Runner, eventually, installOpenAI, metrics, rawExchange, request, sseEvents, startServer } from './lib.mjs';
+import { openaiTests } from './openai_client.mjs';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '..', '..');
+const binary = path.resolve(process.argv[2] || path.join(root, 'build', 'tachyon'));
+const filter = process.argv[3] || '';
+const cacheDir = process.env.TACHYON_E2E_CACHE || path.join(root, 'build', 'e2e-cache');
+const model = path.join(root, 'models', 'tiny-kjv-chat');
+const reference = JSON.parse(fs.readFileSync(path.join(root, 'tests', 'engine', 'data', 'kjv_reference.json')));
+const KEY = 'e2e-secret-key';
+const auth = { Authorization: `Bearer ${KEY}` };
+
+const server = await startServer(binary, [
+  '--model', model, '--api-key', KEY, '--read-timeout', '2', '--max-num-seqs', '64', '--progress', 'false',
+  '--max-concurrency', '32', '--max-queued-requests', '64', '--max-body-bytes', String(1 << 20),
+]);
+const port = server.port;
+console.log(`server on port ${port}`);
+const t = new Runner();
+
+// ---- raw HTTP: the native API, framing and protection -----------------------------
+
+t.test('health needs no key; everything else does', async () => {
+  const h = await request(port, 'GET', '/health');
+  assert.equal(h.status, 200);
+  assert.deepEqual(JSON.parse(h.body), { status: 'ok' });
+  for (const [m, p] of [['GET', '/v1/models'], ['POST', '/'], ['GET', '/metrics'], ['POST', '/tokenize']]) {
+    const r = await request(port, m, p, m === 'POST' ? '{}' : '');
+    assert.equal(r.status, 401, `${m} ${p}`);
+  }
+  const bad = await request(port, 'GET', '/v1/models', '', { Authorization: 'Bearer nope' });
+  assert.equal(bad.status, 401);
+  assert.equal(JSON.parse(bad.body).error.code, 'invalid_api_key');
+});
+
+t.test('native API: greedy text prompts match transformers', async () => {
+  for (const ref of reference.models['tiny-kjv-chat'].filter((r) => r.kind === 'text')) {
+    const r = await request(port, 'POST', '/', {
+      prompt: ref.prompt, generate_config: { max_new_tokens: 48, top_k: 1, return_input_ids: true, return_output_ids: true },
+    }, auth);
+    assert.equal(r.status, 200, r.body);
+    const j = JSON.parse(r.body);
+    assert.deepEqual(j.input_ids[0], ref.prompt_ids);
+    const want = ref.greedy[0].filter((id) => id !== 2);
+    assert.deepEqual(j.output_ids[0], want, ref.prompt);
+    assert.equal(j.response.trimStart(), ref.greedy[1].trimStart());
+    assert.equal(j.finished, true);
+    assert.equal(j.aux_info.input_len, ref.prompt_ids.length);
+    assert.equal(j.aux_info.output_len, want.length);
+  }
+});
+
+t.test('native API: streaming frames and incremental text', async () => {
+  const ref = reference.models['tiny-kjv-chat'].find((r) => r.kind === 'chat');
+  const body = { prompt: [{ role: 'user', content: ref.prompt }], generate_config: { max_new_tokens: 48, top_k: 1 } };
+  const full = JSON.parse((await request(port, 'POST', '/', body, auth)).body);
+  assert.equal(full.response.trimStart(), ref.greedy[1].trimStart());
+  for (const incremental of [false, true]) {
+    const r = await request(port, 'POST', '/', { ...body, generate_config: { ...body.generate_config, yield_generator: true, return_incremental: incremental } }, auth);
+    assert.equal(r.headers['content-type'], 'text/event-stream');
+    const events = sseEvents(r.body, '\r\n\r\n', 'data:');
+    assert.equal(events.at(-1), '[done]');
+    let text = '';
+    for (const e of events.slice(0, -1)) {
+      const j = JSON.parse(e);
+      text = incremental ? text + j.response : j.response;
+    }
+    assert.equal(text, full.response);
+    assert.equal(JSON.parse(events.at(-2)).finished, true);
+  }
+});
+
+t.test('chat SSE framing', async () => {
+  const r = await request(port, 'POST', '/v1/chat/completions', {
+    messages: [{ role: 'user', content: 'Quote John 3:16' }], max_tokens: 8, stream: true, temperature: 0,
+  }, auth);
+  assert.equal(r.status, 200);
+  assert.match(r.headers['content-type'], /^text\/event-stream/);
+  assert.ok(r.body.endsWith('data: [DONE]\n\n'));
+  const events = sseEvents(r.body);
+  for (const e of events.slice(0, -1)) assert.equal(JSON.parse(e).object, 'chat.completion.chunk');
+});
+
+t.test('malformed JSON, wrong types, unknown fields, bad routes', async () => {
+  const cases = [
+    ['/v1/chat/completions', '{"messages": [', 400, null],
+    ['/v1/chat/completions', '{"messages": "hi"}', 400, 'messages'],
+    ['/v1/chat/completions', '{"messages": [{"role":"user","content":"x"}], "max_tokens": "ten"}', 400, 'max_tokens'],
+    ['/v1/chat/completions', '{"messages": [{"role":"user","content":"x"}], "bogus_field": 1}', 400, 'bogus_field'],
+    ['/v1/completions', '{"prompt": "x", "temperature": -1}', 400, 'temperature'],
+    ['/v1/completions', '{"prompt": "x", "n": 1000}', 400, 'n'],
+    ['/v1/completions', '{"prompt": [1, 99999999]}', 400, 'prompt'],
+  ];
+  for (const [p, body, status, param] of cases) {
+    const r = await request(port, 'POST', p, body, auth);
+    assert.equal(r.status, status, `${body}: ${r.body}`);
+    const e = JSON.parse(r.body).error;
+    assert.equal(typeof e.message, 'string');
+    assert.equal(e.type, 'invalid_request_error');
+    if (param) assert.equal(e.param, param, body);
+  }
+  const native = await request(port, 'POST', '/', '{"prompt": 5}', auth);
+  assert.equal(native.status, 400);
+  assert.equal(JSON.parse(native.body).error_code, 507);
+  assert.equal((await request(port, 'GET', '/nowhere', '', auth)).status, 404);
+  assert.equal((await request(port, 'DELETE', '/v1/models', '', auth)).status, 405);
+});
+
+t.test('huge bodies are refused with 413', async () => {
+  const big = JSON.stringify({ prompt: 'x'.repeat(2 << 20) });
+  const r = await rawExchange(port, `POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Length: ${big.length}\r\n\r\n${big}`);
+  assert.match(r.text, /^HTTP\/1\.1 413 /);
+  const r2 = await rawExchange(port, `POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n`);
+  assert.match(r2.text, /^HTTP\/1\.1 413 /);
+});
+
+t.test('slow clients: a slow but steady request is served, a stalled one is dropped', async () => {
+  const body = JSON.stringify({ prompt: 'In the beginning', max_tokens: 2 });
+  const req = `POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nConnection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
+  const pieces = req.match(/[\s\S]{1,40}/g);
+  const slow = await rawExchange(port, null, { chunks: pieces, chunkDelayMs: 20 });
+  assert.match(slow.text, /^HTTP\/1\.1 200 /);
+  const stalled = await rawExchange(port, 'POST /v1/completions HTTP/1.1\r\nHost: x\r\n', { idleMs: 20000 });
+  assert.ok(stalled.closed, 'the server should close a stalled request');
+  assert.match(stalled.text, /^HTTP\/1\.1 408 /);
+});
+
+t.test('keep-alive: several requests on one connection', async () => {
+  const one = `GET /health HTTP/1.1\r\nHost: x\r\n\r\n`;
+  const r = await rawExchange(port, one + one + `GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
+  assert.equal(r.text.match(/HTTP\/1\.1 200 /g).length, 3);
+});
+
+async function runningRequests() {
+  const m = await metrics(port, auth);
+  return m['vllm:num_requests_running{model_name="tiny-kjv-chat"}'];
+}
+
+async function disconnectAfter(body, target, readFirst) {
+  const before = (await metrics(port, auth))['tachyon:requests_cancelled_total'] || 0;
+  const sock = net.connect(port, '127.0.0.1');
+  const payload = JSON.stringify(body);
+  await new Promise((r) => sock.on('connect', r));
+  sock.write(`POST ${target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Length: ${payload.length}\r\n\r\n${payload}`);
+  if (readFirst) await new Promise((r) => sock.once('data', r));
+  else await eventually(async () => (await runningRequests()) >= 1, 'the request to start');
+  sock.destroy();
+  await eventually(async () => ((await metrics(port, auth))['tachyon:requests_cancelled_total'] || 0) > before, 'the cancellation');
+  await eventually(async () => (await runningRequests()) === 0, 'the engine to drop the request');
+  const m = await metrics(port, auth);
+  assert.equal(m['vllm:kv_cache_usage_perc{model_name="tiny-kjv-chat"}'], 0, 'KV cache freed');
+}
+
+t.test('a client that disconnects mid-stream cancels its generation', async () => {
+  await disconnectAfter({ prompt: 'And the LORD', max_tokens: 900, ignore_eos: true, stream: true }, '/v1/completions', true);
+});
+
+t.test('a client that disconnects while waiting cancels its generation', async () => {
+  await disconnectAfter({ prompt: 'And the LORD', max_new_tokens: 900, ignore_eos: true }, '/', false);
+});
+
+t.test('tokenizer endpoints agree with transformers ids', async () => {
+  const ref = reference.models['tiny-kjv-chat'].find((r) => r.kind === 'chat');
+  const tk = JSON.parse((await request(port, 'POST', '/tokenize', { messages: [{ role: 'user', content: ref.prompt }] }, auth)).body);
+  assert.deepEqual(tk.tokens, ref.prompt_ids);
+  assert.equal(tk.max_model_len, 1024);
+  const text = reference.models['tiny-kjv-chat'].find((r) => r.kind === 'text');
+  const enc = JSON.parse((await request(port, 'POST', '/tokenizer/encode', { prompt: text.prompt }, auth)).body);
+  assert.deepEqual(enc.token_ids, text.prompt_ids);
+  const de = JSON.parse((await request(port, 'POST', '/detokenize', { tokens: text.prompt_ids.slice(1) }, auth)).body);
+  assert.equal(de.prompt, text.prompt);
+});
+
+t.test('metrics use the names dashboards scrape', async () => {
+  const r = await request(port, 'GET', '/metrics', '', auth);
+  for (const name of ['vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc',
+    'vllm:prompt_tokens_total', 'vllm:generation_tokens_total', 'vllm:time_to_first_token_seconds_bucket',
+    'vllm:inter_token_latency_seconds_bucket', 'vllm:e2e_request_latency_seconds_bucket',
+    'vllm:request_queue_time_seconds_bucket', 'tachyon:num_requests_running']) {
+    assert.ok(r.body.includes(name), name);
+  }
+});
+
+// ---- the official client ------------------------------------------------------------
+const entry = installOpenAI(cacheDir);
+if (entry) {
+  const { default: OpenAI } = await import(entry);
+  openaiTests(t, { OpenAI, port, key: KEY, reference: reference.models['tiny-kjv-chat'] });
+}
+
+t.test('graceful shutdown: SIGTERM lets a running stream finish, then exit 0', async () => {
+  const payload = JSON.stringify({ prompt: 'In the beginning', max_tokens: 64, ignore_eos: true, stream: true });
+  const sock = net.connect(port, '127.0.0.1');
+  let got = '';
+  const closed = new Promise((r) => sock.on('close', r));
+  sock.on('data', (d) => { got += d; });
+  await new Promise((r) => sock.on('connect', r));
+  sock.write(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Length: ${payload.length}\r\n\r\n${payload}`);
+  await eventually(() => got.includes('data: '), 'the stream to start');
+  server.child.kill('SIGTERM');
+  await closed;
+  assert.ok(got.endsWith('data: [DONE]\n\n\r\n0\r\n\r\n'), `stream did not finish: ${got.slice(-200)}`);
+  const exit = await server.exitPromise;
+  assert.equal(exit.code, 0, server.log());
+});
+
+const ok = await t.run(filter);
+if (server.exited === null) server.child.kill('SIGKILL');
+if (!ok) {
+  console.log(`\n${t.failed.length} failed: ${t.failed.join(', ')}\n--- server log (tail) ---\n${server.log().slice(-4000)}`);
+  process.exit(1);
+}
+if (!entry) {
+  console.log('the openai client could not be installed: its tests were skipped');
+  process.exit(77);
+}
+console.log('all passed');

@@ -1,0 +1,345 @@
+#include "engine/async_model.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "engine/engine_test_util.h"
+
+namespace tachyon {
+namespace {
+
+using testing::FakeModelOptions;
+using ::testing::HasSubstr;
+using testing::make_engine;
+using testing::random_prompt;
+using testing::reference_generate;
+
+GenerateConfig greedy(int32_t max_new) {
+  GenerateConfig c;
+  c.temperature = 0.0f;
+  c.max_new_tokens = max_new;
+  return c;
+}
+
+EngineConfig small_engine(int32_t blocks, int32_t block_size = 4) {
+  EngineConfig c;
+  c.num_kv_blocks = blocks;
+  c.block_size = block_size;
+  c.max_num_seqs = 64;
+  c.max_num_batched_tokens = 128;
+  return c;
+}
+
+void expect_all_free(const AsyncModel& e) {
+  const EngineStats s = e.stats();
+  EXPECT_EQ(s.num_free_blocks, s.num_kv_blocks);
+  EXPECT_EQ(s.num_running, 0);
+  EXPECT_EQ(s.num_waiting, 0);
+}
+
+TEST(AsyncModel, GreedyMatchesTheReferenceAcrossBlockBoundaries) {
+  FakeModelOptions o;
+  o.eos_bias = 1.5f;
+  auto t = make_engine(o, small_engine(512));
+  std::mt19937 rng(1);
+  for (int32_t len : {1, 3, 4, 5, 15, 16, 17, 33, 100}) {
+    const auto prompt = random_prompt(rng, len, o.vocab, o.eos);
+    const auto r = t.engine->submit({prompt, greedy(40)})->wait();
+    ASSERT_FALSE(r.error) << r.error->message;
+    ASSERT_EQ(r.sequences.size(), 1u);
+    const auto ref = reference_generate(prompt, greedy(40), o, 0, 0, 40);
+    EXPECT_EQ(r.sequences[0].output_ids, ref.ids) << "prompt length " << len;
+    EXPECT_EQ(r.sequences[0].finish_reason, ref.reason);
+    EXPECT_EQ(r.timings.input_len, len);
+    EXPECT_EQ(r.timings.output_len, static_cast<int32_t>(ref.ids.size()));
+  }
+  EXPECT_EQ(t.model->violations(), 0);
+  expect_all_free(*t.engine);
+}
+
+// Half greedy, half seeded sampling with every knob, as one batch and one by one.
+std::vector<GenerateRequest> mixed_requests(int n, int32_t vocab, int32_t eos, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < n; ++i) {
+    GenerateRequest r;
+    r.prompt_ids = random_prompt(rng, 1 + static_cast<int32_t>(rng() % 60), vocab, eos);
+    r.config.max_new_tokens = 1 + static_cast<int32_t>(rng() % 40);
+    if (i % 2 == 0) {
+      r.config.temperature = 0.0f;
+    } else {
+      r.config.random_seed = rng();
+      r.config.temperature = 0.5f + static_cast<float>(rng() % 10) / 10.0f;
+      if (i % 3 == 0) r.config.top_k = 1 + static_cast<int32_t>(rng() % 20);
+      if (i % 5 == 0) r.config.top_p = 0.8f;
+      if (i % 7 == 0) r.config.min_p = 0.1f;
+    }
+    if (i % 4 == 1) r.config.repetition_penalty = 1.3f;
+    if (i % 6 == 1) r.config.frequency_penalty = 0.4f;
+    if (i % 8 == 3) r.config.no_repeat_ngram_size = 2;
+    reqs.push_back(std::move(r));
+  }
+  return reqs;
+}
+
+TEST(AsyncModel, BatchInvarianceGreedyAndSeeded) {
+  FakeModelOptions o;
+  o.eos_bias = 1.0f;
+  const auto reqs = mixed_requests(64, o.vocab, o.eos, 2);
+  EngineConfig c = small_engine(2048);
+  c.max_num_batched_tokens = 96;  // chunked prefills mixed with decodes
+  auto together = make_engine(o, c);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const auto& r : reqs) streams.push_back(together.engine->submit(r));
+  std::vector<GenerateResult> batched;
+  for (auto& s : streams) batched.push_back(s->wait());
+  EXPECT_GT(together.engine->stats().num_steps, 0);
+
+  auto alone = make_engine(o, c);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const auto one = alone.engine->submit(reqs[i])->wait();
+    ASSERT_FALSE(batched[i].error);
+    ASSERT_FALSE(one.error);
+    EXPECT_EQ(batched[i].sequences[0].output_ids, one.sequences[0].output_ids) << "request " << i;
+    const auto ref = reference_generate(reqs[i].prompt_ids, reqs[i].config, o,
+                                        reqs[i].config.random_seed.value_or(0), 0,
+                                        *reqs[i].config.max_new_tokens);
+    EXPECT_EQ(one.sequences[0].output_ids, ref.ids) << "request " << i;
+  }
+  EXPECT_EQ(together.model->violations(), 0);
+  EXPECT_EQ(alone.model->violations(), 0);
+  expect_all_free(*together.engine);
+}
+
+TEST(AsyncModel, PreemptionUnderATinyCacheKeepsTheOutputs) {
+  FakeModelOptions o;
+  const auto reqs = mixed_requests(32, o.vocab, o.eos, 3);
+  auto run = [&](int32_t blocks) {
+    auto t = make_engine(o, small_engine(blocks));
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const auto& r : reqs) streams.push_back(t.engine->submit(r));
+    std::vector<std::vector<int32_t>> out;
+    for (auto& s : streams) {
+      auto r = s->wait();
+      EXPECT_FALSE(r.error) << r.error->message;
+      out.push_back(r.sequences.at(0).output_ids);
+    }
+    EXPECT_EQ(t.model->violations(), 0);
+    expect_all_free(*t.engine);
+    return std::make_pair(out, t.engine->stats().num_preemptions);
+  };
+  const auto [ample, ample_preemptions] = run(4096);
+  // The longest request needs 60 + 40 tokens: 25 blocks of 4.
+  const auto [tiny, tiny_preemptions] = run(26);
+  EXPECT_EQ(ample_preemptions, 0);
+  EXPECT_GT(tiny_preemptions, 0);
+  EXPECT_EQ(tiny, ample);
+}
+
+TEST(AsyncModel, CancellationFreesBlocksAtOnce) {
+  FakeModelOptions o;
+  o.delay_us = 300;
+  auto t = make_engine(o, small_engine(256));
+  std::mt19937 rng(4);
+  GenerateConfig c = greedy(400);
+  c.ignore_eos = true;
+  auto s = t.engine->submit({random_prompt(rng, 20, o.vocab), c});
+  int tokens = 0;
+  while (tokens < 5) {
+    auto e = s->next(std::chrono::seconds(10));
+    ASSERT_TRUE(e.has_value());
+    tokens += static_cast<int>(e->token_ids.size());
+  }
+  EXPECT_LT(t.engine->stats().num_free_blocks, 256);
+  s->cancel();
+  const auto r = s->wait();
+  ASSERT_EQ(r.sequences.size(), 1u);
+  EXPECT_EQ(r.sequences[0].finish_reason, FinishReason::kCancelled);
+  EXPECT_LT(r.sequences[0].output_ids.size(), 400u);
+  expect_all_free(*t.engine);  // already when the final event arrives
+  // Cancelling twice, or after the end, is harmless.
+  s->cancel();
+  // A request cancelled before it ever ran.
+  auto s2 = t.engine->submit({random_prompt(rng, 20, o.vocab), c});
+  s2->cancel();
+  EXPECT_EQ(s2->wait().sequences.at(0).finish_reason, FinishReason::kCancelled);
+  expect_all_free(*t.engine);
+}
+
+TEST(AsyncModel, ParallelSamplesShareThePromptAndMatchTheReference) {
+  FakeModelOptions o;
+  auto t = make_engine(o, small_engine(512));
+  std::mt19937 rng(5);
+  const auto prompt = random_prompt(rng, 18, o.vocab, o.eos);  // ends mid-block
+  GenerateConfig c;
+  c.num_return_sequences = 4;
+  c.random_seed = 77;
+  c.max_new_tokens = 25;
+  const auto r = t.engine->submit({prompt, c})->wait();
+  ASSERT_FALSE(r.error);
+  ASSERT_EQ(r.sequences.size(), 4u);
+  for (int32_t i = 0; i < 4; ++i) {
+    const auto ref = reference_generate(prompt, c, o, 77, i, 25);
+    EXPECT_EQ(r.sequences[static_cast<size_t>(i)].output_ids, ref.ids) << "sequence " << i;
+  }
+  EXPECT_NE(r.sequences[0].output_ids, r.sequences[1].output_ids);
+  EXPECT_GT(t.model->copies(), 0);  // the shared last block was copied on write
+  EXPECT_EQ(t.model->violations(), 0);
+  expect_all_free(*t.engine);
+}
+
+TEST(AsyncModel, BeamSearchMatchesTheReference) {
+  FakeModelOptions o;
+  o.eos_bias = 0.5f;
+  auto t = make_engine(o, small_engine(512));
+  std::mt19937 rng(6);
+  for (int32_t beams : {2, 4}) {
+    for (float lp : {1.0f, 0.0f}) {
+      const auto prompt = random_prompt(rng, 10, o.vocab, o.eos);
+      GenerateConfig c;
+      c.num_beams = beams;
+      c.num_return_sequences = beams;
+      c.length_penalty = lp;
+      c.max_new_tokens = 12;
+      c.repetition_penalty = 1.2f;
+      const auto r = t.engine->submit({prompt, c})->wait();
+      ASSERT_FALSE(r.error) << "[" << static_cast<int>(r.error->code) << "] " << r.error->message;
+      const auto ref = testing::reference_beams(prompt, c, o, 12);
+      ASSERT_EQ(r.sequences.size(), ref.size());
+      for (size_t i = 0; i < ref.size(); ++i) {
+        EXPECT_EQ(r.sequences[i].output_ids, ref[i].tokens) << "beam " << i;
+        EXPECT_NEAR(r.sequences[i].cum_log_prob, ref[i].sum_logprobs, 1e-9);
+      }
+    }
+  }
+  EXPECT_EQ(t.model->violations(), 0);
+  expect_all_free(*t.engine);
+}
+
+TEST(AsyncModel, EosIgnoreEosAndMinNewTokens) {
+  FakeModelOptions o;
+  o.eos_bias = 3.0f;  // EOS is often the top token
+  auto t = make_engine(o, small_engine(512));
+  std::mt19937 rng(7);
+  int stopped = 0;
+  for (int i = 0; i < 20; ++i) {
+    const auto prompt = random_prompt(rng, 5, o.vocab, o.eos);
+    const auto r = t.engine->submit({prompt, greedy(30)})->wait();
+    const auto ref = reference_generate(prompt, greedy(30), o, 0, 0, 30);
+    EXPECT_EQ(r.sequences[0].output_ids, ref.ids);
+    for (int32_t id : r.sequences[0].output_ids) EXPECT_NE(id, o.eos);
+    stopped += r.sequences[0].finish_reason == FinishReason::kStop;
+
+    GenerateConfig ig = greedy(30);
+    ig.ignore_eos = true;
+    const auto ri = t.engine->submit({prompt, ig})->wait();
+    EXPECT_EQ(ri.sequences[0].output_ids.size(), 30u);
+    EXPECT_EQ(ri.sequences[0].finish_reason, FinishReason::kLength);
+
+    GenerateConfig mn = greedy(30);
+    mn.min_new_tokens = 12;
+    const auto rm = t.engine->submit({prompt, mn})->wait();
+    EXPECT_GE(rm.sequences[0].output_ids.size(), 12u);
+    EXPECT_EQ(rm.sequences[0].output_ids, reference_generate(prompt, mn, o, 0, 0, 30).ids);
+  }
+  EXPECT_GT(stopped, 5);
+}
+
+TEST(AsyncModel, StopWordsList) {
+  FakeModelOptions o;
+  auto t = make_engine(o, small_engine(512));
+  std::mt19937 rng(8);
+  const auto prompt = random_prompt(rng, 7, o.vocab, o.eos);
+  GenerateConfig c = greedy(40);
+  c.ignore_eos = true;
+  const auto full = t.engine->submit({prompt, c})->wait().sequences[0].output_ids;
+  ASSERT_EQ(full.size(), 40u);
+  // The first place where the pair at 10..11 occurs.
+  const std::vector<int32_t> pair = {full[10], full[11]};
+  size_t at = 0;
+  while (!(full[at] == pair[0] && full[at + 1] == pair[1])) ++at;
+  c.stop_words_list = {{1000 % o.vocab, 999 % o.vocab, 3}, pair};
+  const auto r = t.engine->submit({prompt, c})->wait();
+  EXPECT_EQ(r.sequences[0].finish_reason, FinishReason::kStop);
+  EXPECT_EQ(r.sequences[0].output_ids, std::vector<int32_t>(full.begin(), full.begin() + at + 2));
+}
+
+TEST(AsyncModel, StopStringsAcrossTokensWithHeldBackText) {
+  FakeModelOptions o;
+  auto tok = testing::FakeTokenizer::standard(o.vocab, o.eos);
+  EngineConfig ec = small_engine(512);
+  auto t = make_engine(o, ec, tok);
+  std::mt19937 rng(9);
+  int checked = 0;
+  for (int iter = 0; iter < 30; ++iter) {
+    const auto prompt = random_prompt(rng, 6, o.vocab, o.eos);
+    GenerateConfig c = greedy(30);
+    c.ignore_eos = true;
+    const auto full = t.engine->submit({prompt, c})->wait();
+    const std::string text = full.sequences[0].text;
+    EXPECT_EQ(text, tok->decode(full.sequences[0].output_ids, true));
+    if (text.size() < 12) continue;
+    // A stop string taken from the middle of the text.
+    const std::string stop = text.substr(text.size() / 2, 3);
+    const size_t first = text.find(stop);
+    c.stop_words_str = {stop};
+    auto s = t.engine->submit({prompt, c});
+    std::string streamed;
+    std::vector<int32_t> ids;
+    std::optional<FinishReason> reason;
+    while (auto e = s->next(std::chrono::seconds(10))) {
+      EXPECT_EQ(e->text.find(stop), std::string::npos);
+      streamed += e->text;
+      ids.insert(ids.end(), e->token_ids.begin(), e->token_ids.end());
+      if (e->finish_reason) reason = e->finish_reason;
+      if (e->done) break;
+    }
+    EXPECT_EQ(streamed, text.substr(0, first)) << "stop '" << stop << "'";
+    EXPECT_EQ(reason, FinishReason::kStop);
+    // Generation ended with the token that completed the stop string.
+    EXPECT_GE(tok->decode(ids, true).size(), first + stop.size());
+    EXPECT_EQ(tok->decode(std::vector<int32_t>(ids.begin(), ids.end() - 1), true).find(stop),
+              std::string::npos);
+    ++checked;
+  }
+  EXPECT_GT(checked, 10);
+}
+
+TEST(AsyncModel, LogprobsAndTimings) {
+  FakeModelOptions o;
+  auto t = make_engine(o, small_engine(512));
+  std::mt19937 rng(10);
+  const auto prompt = random_prompt(rng, 9, o.vocab, o.eos);
+  GenerateConfig c;
+  c.random_seed = 5;
+  c.max_new_tokens = 20;
+  c.return_logprobs = true;
+  c.top_logprobs = 3;
+  const auto r = t.engine->submit({prompt, c})->wait();
+  const auto ref = reference_generate(prompt, c, o, 5, 0, 20);
+  const auto& s = r.sequences[0];
+  ASSERT_EQ(s.output_ids, ref.ids);
+  ASSERT_EQ(s.logprobs.size(), ref.ids.size());
+  double cum = 0;
+  for (size_t i = 0; i < ref.ids.size(); ++i) {
+    EXPECT_FLOAT_EQ(s.logprobs[i], ref.logprobs[i]);
+    ASSERT_EQ(s.top_logprobs[i].size(), 3u);
+    EXPECT_GE(s.top_logprobs[i][0].logprob, s.top_logprobs[i][1].logprob);
+    EXPECT_GE(s.top_logprobs[i][0].logprob, s.logprobs[i]);
+    cum += s.logprobs[i];
+  }
+  EXPECT_NEAR(s.cum_log_prob, cum, 1e-6);
+  EXPECT_EQ(r.timings.input_len, 9);
+  EXPECT_EQ(r.timings.output_len, static_cast<int32_t>(ref.ids.size()));
+  EXPECT_GE(r.timings.iter_count, static_cast<int32_t>(ref.ids.size()));
+  EXPECT_LE(r.timings.queue_ms, r.timings.first_token_ms);
+  EXPECT_LE(r.timings.first_token_ms, r.timings.total_ms);
+  EXPECT_EQ(r.timings.token_gaps_ms.size() + 1,
+            ref.ids.size() + (ref.reason == FinishReason::kStop));
+}
+
+}  // namespace
+}  // namespace tachyon

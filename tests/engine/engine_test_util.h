@@ -1,0 +1,132 @@
+// Helpers for the engine tests: engines over the fake model and reference generation
+// computed from the fake model's logits alone (no cache, no batching).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "engine/async_model.h"
+#include "engine/beam_search.h"
+#include "engine/fake_model.h"
+#include "engine/sampler.h"
+
+namespace tachyon::testing {
+
+struct TestEngine {
+  std::shared_ptr<FakeModel> model;
+  std::unique_ptr<AsyncModel> engine;
+};
+
+inline TestEngine make_engine(const FakeModelOptions& o, EngineConfig c,
+                              std::shared_ptr<const TextTokenizer> tok = nullptr) {
+  TestEngine t;
+  t.model = std::make_shared<FakeModel>(o);
+  if (c.eos_token_ids.empty() && !tok) c.eos_token_ids = {o.eos};
+  t.engine = std::make_unique<AsyncModel>(t.model, std::move(tok), c);
+  return t;
+}
+
+inline std::vector<int32_t> random_prompt(std::mt19937& rng, int32_t len, int32_t vocab,
+                                          int32_t avoid = -1) {
+  std::vector<int32_t> p;
+  while (static_cast<int32_t>(p.size()) < len) {
+    const int32_t t = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+    if (t != avoid) p.push_back(t);
+  }
+  return p;
+}
+
+struct RefOutput {
+  std::vector<int32_t> ids;
+  FinishReason reason = FinishReason::kLength;
+  std::vector<float> logprobs;
+};
+
+// What one sampled sequence must produce: the Sampler on reference logits, keyed like
+// the engine keys it (seed, sequence index, step).
+inline RefOutput reference_generate(const std::vector<int32_t>& prompt, const GenerateConfig& cfg,
+                                    const FakeModelOptions& o, uint64_t seed, int32_t index,
+                                    int32_t max_new) {
+  Sampler sampler;
+  std::vector<int32_t> tokens = prompt;
+  std::vector<float> logits(static_cast<size_t>(o.vocab));
+  const std::vector<int32_t> eos = {o.eos};
+  RefOutput out;
+  for (int32_t step = 0;; ++step) {
+    FakeModel::reference_logits(tokens, o, logits.data());
+    SamplingContext ctx;
+    ctx.config = &cfg;
+    ctx.tokens = tokens;
+    ctx.prompt_len = static_cast<int32_t>(prompt.size());
+    ctx.eos_ids = eos;
+    ctx.rng = RngKey{seed, static_cast<uint32_t>(index), static_cast<uint64_t>(step), 0};
+    const SampledToken t = sampler.sample(logits.data(), o.vocab, ctx);
+    if (!cfg.ignore_eos && t.token == o.eos) {
+      out.reason = FinishReason::kStop;
+      return out;
+    }
+    tokens.push_back(t.token);
+    out.ids.push_back(t.token);
+    out.logprobs.push_back(t.logprob);
+    if (static_cast<int32_t>(out.ids.size()) >= cfg.min_new_tokens) {
+      for (const auto& w : cfg.stop_words_list) {
+        if (out.ids.size() >= w.size() &&
+            std::equal(w.begin(), w.end(), out.ids.end() - static_cast<ptrdiff_t>(w.size()))) {
+          out.reason = FinishReason::kStop;
+          return out;
+        }
+      }
+    }
+    if (static_cast<int32_t>(out.ids.size()) >= max_new ||
+        static_cast<int32_t>(tokens.size()) >= o.max_seq_len) {
+      out.reason = FinishReason::kLength;
+      return out;
+    }
+  }
+}
+
+// Beam search over reference log-probabilities (processed as the engine does).
+inline std::vector<BeamSearch::Hypothesis> reference_beams(const std::vector<int32_t>& prompt,
+                                                           const GenerateConfig& cfg,
+                                                           const FakeModelOptions& o,
+                                                           int32_t max_new) {
+  BeamSearch bs(cfg.num_beams, cfg.length_penalty, max_new,
+                cfg.ignore_eos ? std::vector<int32_t>{} : std::vector<int32_t>{o.eos});
+  const std::vector<int32_t> eos = {o.eos};
+  std::vector<std::vector<int32_t>> beams = {{}};
+  while (true) {
+    std::vector<std::vector<float>> rows;
+    for (const auto& b : beams) {
+      std::vector<int32_t> hist = prompt;
+      hist.insert(hist.end(), b.begin(), b.end());
+      std::vector<float> l(static_cast<size_t>(o.vocab));
+      FakeModel::reference_logits(hist, o, l.data());
+      const double lse = log_sum_exp(l.data(), o.vocab);
+      for (float& x : l) x = static_cast<float>(x - lse);
+      SamplingContext ctx;
+      ctx.config = &cfg;
+      ctx.tokens = hist;
+      ctx.prompt_len = static_cast<int32_t>(prompt.size());
+      ctx.eos_ids = eos;
+      process_logits(l.data(), o.vocab, ctx);
+      rows.push_back(std::move(l));
+    }
+    std::vector<const float*> ptrs;
+    for (const auto& r : rows) ptrs.push_back(r.data());
+    const auto next = bs.step(ptrs, o.vocab, beams);
+    if (bs.done()) break;
+    std::vector<std::vector<int32_t>> fresh;
+    for (const auto& c : next) {
+      auto t = beams[static_cast<size_t>(c.parent)];
+      t.push_back(c.token);
+      fresh.push_back(std::move(t));
+    }
+    beams = std::move(fresh);
+  }
+  return bs.results();
+}
+
+}  // namespace tachyon::testing

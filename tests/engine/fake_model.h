@@ -1,0 +1,265 @@
+// A fake LanguageModel with real paged-cache semantics, and a toy tokenizer.
+//
+// FakeModel keeps, per cache slot, the (token, position) written there. A forward pass
+// writes each new token into the slot its block table names, then computes each
+// requested row's logits from the history it reads back through the block table. So
+// the logits are a pure function of the token history when the engine's paging is
+// right, and a wrong block table, a missed copy-on-write or an unwritten slot changes
+// the output (and is counted in violations()).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/text.h"
+#include "model/forward.h"
+
+namespace tachyon::testing {
+
+inline uint64_t mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+struct FakeModelOptions {
+  int32_t vocab = 64;
+  int32_t max_seq_len = 512;
+  int32_t eos = 2;
+  float eos_bias = 0.0f;      // added to the EOS logit (makes sequences shorter)
+  float scale = 4.0f;         // logits spread: larger is more peaked
+  int32_t poison_token = -1;  // a batch holding it throws InvalidArgument
+  int32_t fault_token = -1;   // a batch holding it throws Internal (a device fault)
+  int32_t delay_us = 0;       // each forward pass sleeps this long
+};
+
+class FakeModel : public LanguageModel {
+ public:
+  explicit FakeModel(FakeModelOptions o = {}) : o_(o) {}
+
+  // The logits after `history` (the reference: no cache involved).
+  static void reference_logits(std::span<const int32_t> history, const FakeModelOptions& o,
+                               float* out) {
+    uint64_t h = 0x1234567ull;
+    for (int32_t t : history) h = mix64(h ^ (static_cast<uint64_t>(t) + 0x9e3779b97f4a7c15ull));
+    for (int32_t v = 0; v < o.vocab; ++v) {
+      const uint64_t r = mix64(h + static_cast<uint64_t>(v) * 0x632be59bd9b4e019ull);
+      const double u = static_cast<double>(r >> 11) * 0x1.0p-53;  // [0, 1)
+      out[v] = static_cast<float>((u * 2.0 - 1.0) * o.scale);
+    }
+    if (o.eos >= 0 && o.eos < o.vocab) out[o.eos] += o.eos_bias;
+  }
+
+  int32_t vocab_size() const override { return o_.vocab; }
+  int32_t max_seq_len() const override { return o_.max_seq_len; }
+  size_t kv_bytes_per_block(int32_t block_size) const override {
+    return static_cast<size_t>(block_size) * 64;
+  }
+  void init_kv_cache(int32_t num_blocks, int32_t block_size) override {
+    num_blocks_ = num_blocks;
+    block_size_ = block_size;
+    slots_.assign(static_cast<size_t>(num_blocks) * block_size, Slot{});
+  }
+  void copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) override {
+    for (auto [src, dst] : src_dst) {
+      if (src < 0 || src >= num_blocks_ || dst < 0 || dst >= num_blocks_)
+        raise<InvalidArgument>("copy_kv_blocks: block out of range");
+      std::memcpy(&slots_[static_cast<size_t>(dst) * block_size_],
+                  &slots_[static_cast<size_t>(src) * block_size_], sizeof(Slot) * block_size_);
+    }
+    copies_ += static_cast<int64_t>(src_dst.size());
+  }
+
+  Tensor forward(const ForwardBatch& b) override {
+    ++forwards_;
+    check(b);
+    if (o_.delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(o_.delay_us));
+    max_batch_tokens_ = std::max<int64_t>(max_batch_tokens_, b.num_tokens());
+    for (int32_t t : b.token_ids) {
+      if (t == o_.fault_token) raise<Internal>("fake device fault");
+      if (t == o_.poison_token) raise<InvalidArgument>("poisoned token {}", t);
+    }
+    const int32_t n = b.num_seqs();
+    // Write this step's tokens.
+    for (int32_t s = 0; s < n; ++s)
+      for (int32_t i = b.query_start[s]; i < b.query_start[s + 1]; ++i)
+        slot(b, s, b.positions[i]) = Slot{b.token_ids[i], b.positions[i]};
+    Tensor out = Tensor::empty({static_cast<int64_t>(b.logits_rows.size()), o_.vocab}, DType::kF32);
+    std::vector<int32_t> history;
+    for (size_t r = 0; r < b.logits_rows.size(); ++r) {
+      const int32_t row = b.logits_rows[r];
+      int32_t s = 0;
+      while (b.query_start[s + 1] <= row) ++s;
+      const int32_t pos = b.positions[row];
+      history.clear();
+      for (int32_t p = 0; p <= pos; ++p) {
+        const Slot& sl = slot(b, s, p);
+        if (sl.pos != p) ++violations_;
+        history.push_back(sl.pos == p ? sl.token : -1000 - p);
+      }
+      reference_logits(history, o_, out.data<float>() + r * o_.vocab);
+    }
+    return out;
+  }
+
+  int64_t violations() const { return violations_; }
+  int64_t forwards() const { return forwards_; }
+  int64_t copies() const { return copies_; }
+  int64_t max_batch_tokens() const { return max_batch_tokens_; }
+  const FakeModelOptions& options() const { return o_; }
+
+ private:
+  struct Slot {
+    int32_t token = -1;
+    int32_t pos = -1;
+  };
+
+  Slot& slot(const ForwardBatch& b, int32_t s, int32_t p) {
+    const int32_t block =
+        b.block_tables[static_cast<size_t>(s) * b.max_blocks_per_seq + p / block_size_];
+    return slots_[static_cast<size_t>(block) * block_size_ + p % block_size_];
+  }
+
+  void check(const ForwardBatch& b) const {
+    const int32_t n = b.num_seqs();
+    auto bad = [](const char* what) { raise<InvalidArgument>("inconsistent batch: {}", what); };
+    if (n < 1 || b.query_start[0] != 0 || b.query_start[n] != b.num_tokens()) bad("query_start");
+    if (b.positions.size() != b.token_ids.size()) bad("positions");
+    if (static_cast<int32_t>(b.context_lens.size()) != n) bad("context_lens");
+    if (b.block_tables.size() != static_cast<size_t>(n) * b.max_blocks_per_seq) bad("block_tables");
+    for (int32_t s = 0; s < n; ++s) {
+      const int32_t q0 = b.query_start[s], q1 = b.query_start[s + 1];
+      if (q1 <= q0) bad("empty sequence");
+      for (int32_t i = q0; i < q1; ++i)
+        if (b.positions[i] != b.context_lens[s] - (q1 - i)) bad("positions not contiguous");
+      const int32_t need = (b.context_lens[s] + block_size_ - 1) / block_size_;
+      if (need > b.max_blocks_per_seq) bad("block table too short");
+      for (int32_t k = 0; k < b.max_blocks_per_seq; ++k) {
+        const int32_t blk = b.block_tables[static_cast<size_t>(s) * b.max_blocks_per_seq + k];
+        if (k < need && (blk < 0 || blk >= num_blocks_)) bad("block id out of range");
+      }
+    }
+    for (int32_t r : b.logits_rows)
+      if (r < 0 || r >= b.num_tokens()) bad("logits row");
+  }
+
+  FakeModelOptions o_;
+  int32_t num_blocks_ = 0;
+  int32_t block_size_ = 16;
+  std::vector<Slot> slots_;
+  int64_t violations_ = 0;
+  int64_t forwards_ = 0;
+  int64_t copies_ = 0;
+  int64_t max_batch_tokens_ = 0;
+};
+
+// Greedy (or any deterministic pick) continuation computed from reference logits alone.
+inline std::vector<int32_t> reference_greedy(std::vector<int32_t> prompt, const FakeModelOptions& o,
+                                             int32_t max_new, bool stop_at_eos) {
+  std::vector<int32_t> out;
+  std::vector<float> logits(static_cast<size_t>(o.vocab));
+  for (int32_t i = 0; i < max_new; ++i) {
+    FakeModel::reference_logits(prompt, o, logits.data());
+    int32_t best = 0;
+    for (int32_t v = 1; v < o.vocab; ++v)
+      if (logits[v] > logits[best]) best = v;
+    if (stop_at_eos && best == o.eos) break;
+    out.push_back(best);
+    prompt.push_back(best);
+  }
+  return out;
+}
+
+// Token v decodes to pieces[v]; a piece may be an incomplete UTF-8 sequence, held back
+// until complete. Special tokens (ids in `special`) are dropped when skipping them.
+class FakeTokenizer : public TextTokenizer {
+ public:
+  FakeTokenizer(std::vector<std::string> pieces, std::vector<int32_t> special,
+                std::vector<int32_t> eos)
+      : pieces_(std::move(pieces)), special_(std::move(special)), eos_(std::move(eos)) {}
+
+  // vocab pieces: letters and spaces, a few multi-byte fragments.
+  static std::shared_ptr<FakeTokenizer> standard(int32_t vocab, int32_t eos) {
+    std::vector<std::string> p(static_cast<size_t>(vocab));
+    const char* base[] = {"a",  "b",  "c",    "d", "e",  " ", "x", "yz",
+                          "ab", "ba", " the", "!", "\n", "o", "k"};
+    for (int32_t v = 0; v < vocab; ++v) p[static_cast<size_t>(v)] = base[v % 15];
+    if (vocab > 62) {
+      p[60] = "\xE2";  // with 61 and 62: the euro sign, over three tokens
+      p[61] = "\x82";
+      p[62] = "\xAC";
+    }
+    p[static_cast<size_t>(eos)] = "</s>";
+    return std::make_shared<FakeTokenizer>(p, std::vector<int32_t>{eos}, std::vector<int32_t>{eos});
+  }
+
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special) const {
+    std::string s;
+    for (int32_t t : ids) {
+      if (skip_special && is_special(t)) continue;
+      s += pieces_.at(static_cast<size_t>(t));
+    }
+    return s;
+  }
+
+  std::unique_ptr<IncrementalDetokenizer> make_incremental_decoder(bool skip) const override {
+    return std::make_unique<Decoder>(this, skip);
+  }
+  std::vector<int32_t> eos_token_ids() const override { return eos_; }
+
+ private:
+  bool is_special(int32_t t) const {
+    return std::find(special_.begin(), special_.end(), t) != special_.end();
+  }
+
+  class Decoder : public IncrementalDetokenizer {
+   public:
+    Decoder(const FakeTokenizer* tok, bool skip) : tok_(tok), skip_(skip) {}
+    std::string add(int32_t token) override {
+      if (!(skip_ && tok_->is_special(token)))
+        pending_ += tok_->pieces_.at(static_cast<size_t>(token));
+      // Emit up to the last complete UTF-8 character.
+      size_t end = pending_.size();
+      size_t i = end;
+      while (i > 0 && (static_cast<unsigned char>(pending_[i - 1]) & 0xC0) == 0x80) --i;
+      if (i > 0) {
+        const unsigned char lead = static_cast<unsigned char>(pending_[i - 1]);
+        const size_t len = lead < 0x80    ? 1
+                           : lead >= 0xF0 ? 4
+                           : lead >= 0xE0 ? 3
+                           : lead >= 0xC0 ? 2
+                                          : 1;
+        if (end - (i - 1) < len) end = i - 1;
+      }
+      std::string out = pending_.substr(0, end);
+      pending_.erase(0, end);
+      return out;
+    }
+    std::string flush() override {
+      std::string out;
+      out.swap(pending_);
+      return out;
+    }
+
+   private:
+    const FakeTokenizer* tok_;
+    bool skip_;
+    std::string pending_;
+  };
+
+  std::vector<std::string> pieces_;
+  std::vector<int32_t> special_;
+  std::vector<int32_t> eos_;
+};
+
+}  // namespace tachyon::testing

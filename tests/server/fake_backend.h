@@ -1,0 +1,235 @@
+// A deterministic InferenceBackend for server tests. Tokens are bytes (id = byte + 3;
+// 0 pad, 1 BOS, 2 EOS). Sequence i of a request with seed s generates the letters
+// 'a' + (s + i + k) % 26 for k = 0, 1, ...; each token has logprob -(k % 5 + 1) / 4 and
+// alternatives ranked after it. Events come from a thread per request, one token per
+// step (delay configurable), so cancellation and disconnects can be observed.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "frontend/backend.h"
+
+namespace tachyon::server::testing {
+
+class FakeBackend : public InferenceBackend, public std::enable_shared_from_this<FakeBackend> {
+ public:
+  explicit FakeBackend(int32_t max_model_len = 256) {
+    info_.name = "fake-model";
+    info_.path = "/models/fake";
+    info_.max_model_len = max_model_len;
+    info_.vocab_size = 259;
+    info_.has_chat_template = true;
+  }
+  ~FakeBackend() override { join_all(); }
+
+  // Knobs.
+  std::atomic<int> step_delay_ms{0};
+  std::atomic<int> fail_after_tokens{-1};  // >= 0: the request fails after that many tokens
+  std::atomic<bool> dead{false};
+
+  // Observations.
+  std::atomic<int> submitted{0}, cancelled{0}, finished{0}, active{0};
+  GenerationParams last_params() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_params_;
+  }
+  std::vector<int32_t> last_prompt() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_prompt_;
+  }
+
+  const ModelInfo& model_info() const override { return info_; }
+
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const override {
+    std::vector<int32_t> ids;
+    if (add_special_tokens) ids.push_back(1);
+    for (unsigned char c : text) ids.push_back(static_cast<int32_t>(c) + 3);
+    return ids;
+  }
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override {
+    std::string out;
+    for (int32_t id : ids) {
+      if (id < 3) {
+        if (!skip_special_tokens) out += id == 1 ? "<s>" : id == 2 ? "</s>" : "<pad>";
+        continue;
+      }
+      out += static_cast<char>(id - 3);
+    }
+    return out;
+  }
+  std::string token_bytes(int32_t id) const override {
+    if (id < 3) return id == 1 ? "<s>" : id == 2 ? "</s>" : "<pad>";
+    return std::string(1, static_cast<char>(id - 3));
+  }
+  std::string render_chat(const Json& messages, bool add_generation_prompt,
+                          const Json& extra) const override {
+    std::string out;
+    for (const auto& m : messages)
+      out += m["role"].get<std::string>() + ": " + m["content"].get<std::string>() + "\n";
+    if (extra.contains("prefix")) out = extra["prefix"].get<std::string>() + out;
+    if (add_generation_prompt) out += "assistant:";
+    return out;
+  }
+
+  std::shared_ptr<GenerationHandle> generate(std::vector<int32_t> prompt,
+                                             const GenerationParams& params,
+                                             GenSink sink) override {
+    if (dead) throw Unavailable("engine is dead");
+    if (params.num_beams > 1) throw InvalidArgument("num_beams > 1 is not supported by the fake");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last_params_ = params;
+      last_prompt_ = prompt;
+    }
+    submitted++;
+    active++;
+    auto handle = std::make_shared<Handle>();
+    std::lock_guard<std::mutex> lock(mu_);
+    threads_.emplace_back(
+        [this, handle, prompt = std::move(prompt), params, sink = std::move(sink)]() mutable {
+          run(*handle, prompt, params, sink);
+          sink = nullptr;  // drop what the sink holds before the request counts as done
+          active--;
+          finished++;
+        });
+    return handle;
+  }
+
+  bool healthy() const override { return !dead; }
+  std::string dead_reason() const override { return dead ? "test says so" : ""; }
+  BackendStats stats() const override {
+    BackendStats s;
+    s.num_running = active.load();
+    s.num_kv_blocks = 100;
+    s.num_free_kv_blocks = 100 - active.load();
+    s.block_size = 16;
+    s.kv_cache_usage = active.load() / 100.0;
+    return s;
+  }
+
+  // Expected output of sequence `index` for `seed` and n tokens.
+  static std::string expected_text(uint64_t seed, int index, int n) {
+    std::string s;
+    for (int k = 0; k < n; ++k) s += static_cast<char>('a' + (seed + index + k) % 26);
+    return s;
+  }
+
+  void join_all() {
+    std::vector<std::thread> ts;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ts.swap(threads_);
+    }
+    for (auto& t : ts) t.join();
+  }
+
+ private:
+  struct Handle : GenerationHandle {
+    std::atomic<bool> cancel_requested{false};
+    void cancel() override { cancel_requested = true; }
+  };
+
+  void run(Handle& h, const std::vector<int32_t>& prompt, const GenerationParams& p,
+           GenSink& sink) {
+    auto t0 = std::chrono::steady_clock::now();
+    uint64_t seed = p.random_seed.value_or(0);
+    int n = std::max(1, p.num_return_sequences);
+    int max_new = p.max_new_tokens.value_or(info_.max_model_len - static_cast<int>(prompt.size()));
+    std::vector<std::string> text(n);
+    std::vector<bool> done(n, false);
+    int produced = 0;
+    GenEvent last;
+    last.index = -1;
+    last.done = true;
+    for (int k = 0;; ++k) {
+      if (step_delay_ms > 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms.load()));
+      double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (h.cancel_requested) {
+        cancelled++;
+        std::vector<GenEvent> evs;
+        for (int i = 0; i < n; ++i)
+          if (!done[i]) evs.push_back(finish_event(i, GenFinish::kCancelled));
+        last.finish = GenFinish::kCancelled;
+        evs.push_back(last);
+        sink(std::move(evs));
+        return;
+      }
+      if (p.timeout_ms > 0 && ms > static_cast<double>(p.timeout_ms)) {
+        last.finish = GenFinish::kTimeout;
+        last.error = DeadlineExceeded("timed out after " + std::to_string(p.timeout_ms) + " ms");
+        sink({last});
+        return;
+      }
+      if (fail_after_tokens >= 0 && produced >= fail_after_tokens) {
+        last.finish = GenFinish::kError;
+        last.error = Internal("injected failure");
+        sink({last});
+        return;
+      }
+      std::vector<GenEvent> evs;
+      bool all_done = true;
+      for (int i = 0; i < n; ++i) {
+        if (done[i]) continue;
+        GenEvent e;
+        e.index = i;
+        char c = static_cast<char>('a' + (seed + i + k) % 26);
+        e.token_ids = {static_cast<int32_t>(c) + 3};
+        e.text = std::string(1, c);
+        if (p.return_logprobs) {
+          TokenLogprobInfo lp;
+          lp.token = e.token_ids[0];
+          lp.logprob = -static_cast<float>(k % 5 + 1) / 4;
+          for (int j = 0; j < p.top_logprobs; ++j)
+            lp.top.emplace_back(j == 0 ? lp.token : lp.token + j,
+                                lp.logprob - static_cast<float>(j));
+          e.logprobs.push_back(lp);
+        }
+        text[i] += c;
+        e.cum_log_prob = -0.5 * (k + 1);
+        for (const auto& stop : p.stop_words_str) {
+          // Single-character stops only: longer ones would need the engine's hold-back.
+          if (stop.size() == 1 && text[i].back() == stop[0]) {
+            e.text.clear();
+            e.finish = GenFinish::kStop;
+          }
+        }
+        if (!e.finish && k + 1 >= max_new) e.finish = GenFinish::kLength;
+        if (e.finish) done[i] = true;
+        all_done = all_done && done[i];
+        evs.push_back(std::move(e));
+      }
+      ++produced;
+      if (all_done) {
+        last.timings.total_ms = ms;
+        last.timings.first_token_ms = 1;
+        last.timings.iter_count = k + 1;
+        last.timings.input_len = static_cast<int32_t>(prompt.size());
+        last.timings.output_len = (k + 1) * n;
+        evs.push_back(last);
+      }
+      sink(std::move(evs));
+      if (all_done) return;
+    }
+  }
+
+  static GenEvent finish_event(int i, GenFinish f) {
+    GenEvent e;
+    e.index = i;
+    e.finish = f;
+    return e;
+  }
+
+  ModelInfo info_;
+  std::mutex mu_;
+  GenerationParams last_params_;
+  std::vector<int32_t> last_prompt_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace tachyon::server::testing

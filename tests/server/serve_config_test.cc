@@ -1,0 +1,117 @@
+#include "server/serve_config.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+
+#include "core/error.h"
+
+namespace tachyon::server {
+namespace {
+
+struct Env {
+  std::map<std::string, std::string> vars;
+  EnvLookup fn() const {
+    return [this](const std::string& k) -> std::optional<std::string> {
+      auto it = vars.find(k);
+      if (it == vars.end()) return std::nullopt;
+      return it->second;
+    };
+  }
+};
+
+ServeConfig load(const std::vector<std::string>& args, const Env& env = {}) {
+  auto c = load_serve_config(args, env.fn(), nullptr);
+  EXPECT_TRUE(c.has_value());
+  return *c;
+}
+
+std::string write_file(const std::string& name, const std::string& text) {
+  std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(ServeConfig, DefaultsBindToLocalhost) {
+  ServeConfig c = load({});
+  EXPECT_EQ(c.host, "127.0.0.1");
+  EXPECT_EQ(c.port, 8088);
+  EXPECT_TRUE(c.model.empty());
+  EXPECT_TRUE(c.api_keys.empty());
+  EXPECT_FALSE(c.log_requests);
+}
+
+TEST(ServeConfig, FlagsEnvironmentRtpNamesAndFileInOrder) {
+  std::string file = write_file("serve.yaml",
+                                "port: 7000\nmax_concurrency: 5\nhost: 0.0.0.0\nmodel: /from/file\n"
+                                "api-key: [a, b]\nlog_requests: true\nrequest_timeout: 2.5\n");
+  Env env;
+  env.vars = {{"START_PORT", "7100"}, {"TACHYON_PORT", "7200"}, {"CONCURRENCY_LIMIT", "9"},
+              {"CHECKPOINT_PATH", "/from/rtp"}, {"TOKENIZER_PATH", "/tok"}, {"MODEL_TYPE", "qwen_2"},
+              {"MAX_SEQ_LEN", "512"}};
+  ServeConfig c = load({"--config", file, "--port=7300"}, env);
+  EXPECT_EQ(c.port, 7300);               // flag beats everything
+  EXPECT_EQ(c.max_concurrency, 9);       // RTP-LLM's name beats the file
+  EXPECT_EQ(c.model, "/from/rtp");
+  EXPECT_EQ(c.tokenizer, "/tok");
+  EXPECT_EQ(c.model_type, "qwen_2");
+  EXPECT_EQ(c.max_seq_len, 512);
+  EXPECT_EQ(c.host, "0.0.0.0");          // only in the file
+  EXPECT_EQ(c.api_keys, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(c.log_requests);
+  EXPECT_DOUBLE_EQ(c.request_timeout_s, 2.5);
+  ServeConfig c2 = load({"--config", file}, env);
+  EXPECT_EQ(c2.port, 7200);  // TACHYON_PORT beats START_PORT
+  env.vars.erase("TACHYON_PORT");
+  EXPECT_EQ(load({"--config", file}, env).port, 7100);
+  env.vars.erase("START_PORT");
+  EXPECT_EQ(load({"--config", file}, env).port, 7000);
+}
+
+TEST(ServeConfig, JsonConfigAndRepeatedKeys) {
+  std::string file = write_file("serve.json", R"({"port": 9001, "max_n": 4, "progress": false})");
+  ServeConfig c = load({"--config", file, "--api-key", "k1", "--api-key", "k2", "--log-requests"});
+  EXPECT_FALSE(load({"--progress", "false", "--port", "1"}).progress);
+  EXPECT_EQ(load({"--progress", "false", "--port", "1"}).port, 1);
+  EXPECT_EQ(c.port, 9001);
+  EXPECT_EQ(c.max_n, 4);
+  EXPECT_FALSE(c.progress);
+  EXPECT_EQ(c.api_keys, (std::vector<std::string>{"k1", "k2"}));
+  EXPECT_TRUE(c.log_requests);
+  Env env;
+  env.vars = {{"TACHYON_API_KEY", "x,y"}};
+  EXPECT_EQ(load({}, env).api_keys, (std::vector<std::string>{"x", "y"}));
+}
+
+TEST(ServeConfig, RefusesBadInput) {
+  Env env;
+  auto bad = [&](const std::vector<std::string>& args) {
+    EXPECT_THROW(load_serve_config(args, env.fn(), nullptr), InvalidArgument) << args[0];
+  };
+  bad({"--port", "99999"});
+  bad({"--port", "80x"});
+  bad({"--no-such-flag"});
+  bad({"--max_concurrency", "3"});  // flags use dashes
+  bad({"--port"});
+  bad({"positional"});
+  bad({"--log-requests=maybe"});
+  bad({"--config", "/no/such/file.yaml"});
+  bad({"--config", write_file("bad.yaml", "port: [1, 2\n")});
+  bad({"--config", write_file("unknown.yaml", "colour: blue\n")});
+  bad({"--config", write_file("list.yaml", "- a\n- b\n")});
+  env.vars = {{"TACHYON_PORT", "eighty"}};
+  bad({"--host", "x"});
+}
+
+TEST(ServeConfig, HelpListsEverySetting) {
+  std::string help;
+  EXPECT_FALSE(load_serve_config({"--help"}, Env().fn(), &help).has_value());
+  for (const char* s : {"--model", "CHECKPOINT_PATH", "START_PORT", "CONCURRENCY_LIMIT", "--max-queued-requests",
+                        "--api-key", "--config", "MAX_SEQ_LEN", "TOKENIZER_PATH", "MODEL_TYPE"})
+    EXPECT_NE(help.find(s), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace tachyon::server
