@@ -86,6 +86,74 @@ Tensor reorder_qkv_grouped(const Tensor& t, int32_t kv_heads, int32_t group, int
   return out;
 }
 
+Shape slot_shape(const ModelConfig& cfg, Slot s) {
+  const int64_t D = cfg.hidden_size, E = cfg.embed_dim(), V = cfg.vocab_size,
+                hd = cfg.size_per_head;
+  const int64_t q = cfg.q_size(), kv = cfg.kv_size();
+  const int64_t I = cfg.inter_size, Ie = cfg.moe.inter_size, Is = cfg.moe.shared_inter_size;
+  switch (s) {
+    case Slot::kEmbedding:
+      return {V, E};
+    case Slot::kPosEmbedding:
+      return {cfg.max_seq_len + cfg.learned_pos_offset, D};
+    case Slot::kProjectIn:
+      return {D, E};
+    case Slot::kProjectOut:
+      return {E, D};
+    case Slot::kLmHead:
+      return {V, E};
+    case Slot::kLmHeadBias:
+      return {V};
+    case Slot::kQNorm:
+    case Slot::kKNorm:
+      return {hd};
+    case Slot::kQkv:
+      return {q + 2 * kv, D};
+    case Slot::kQkvBias:
+      return {q + 2 * kv};
+    case Slot::kQ:
+      return {q, D};
+    case Slot::kQBias:
+      return {q};
+    case Slot::kK:
+    case Slot::kV:
+      return {kv, D};
+    case Slot::kKBias:
+    case Slot::kVBias:
+      return {kv};
+    case Slot::kO:
+      return {D, q};
+    case Slot::kGateUp:
+      return {2 * I, D};
+    case Slot::kGate:
+    case Slot::kUp:
+      return {I, D};
+    case Slot::kGateBias:
+    case Slot::kUpBias:
+      return {I};
+    case Slot::kDown:
+      return {D, I};
+    case Slot::kRouter:
+      return {cfg.moe.num_experts, D};
+    case Slot::kExpertGate:
+    case Slot::kExpertUp:
+      return {Ie, D};
+    case Slot::kExpertGateUp:
+      return {2 * Ie, D};
+    case Slot::kExpertDown:
+      return {D, Ie};
+    case Slot::kSharedGate:
+    case Slot::kSharedUp:
+      return {Is, D};
+    case Slot::kSharedDown:
+      return {D, Is};
+    case Slot::kSharedExpertGate:
+      return {1, D};
+    default:
+      return {D};  // norms, norm biases, o / down biases
+  }
+}
+
 namespace {
 
 std::string substitute(std::string name, int layer, int expert) {
@@ -134,75 +202,7 @@ class Loader {
 
   bool mapped(Slot s) const { return map_.count(s) > 0; }
 
-  // The expected shape of a slot (as the decoder uses it) for layer `layer`.
-  Shape expected(Slot s, int layer) const {
-    const int64_t D = cfg_.hidden_size, E = cfg_.embed_dim(), V = cfg_.vocab_size,
-                  hd = cfg_.size_per_head;
-    const int64_t q = cfg_.q_size(), kv = cfg_.kv_size();
-    const int64_t I = cfg_.inter_size, Ie = cfg_.moe.inter_size, Is = cfg_.moe.shared_inter_size;
-    (void)layer;
-    switch (s) {
-      case Slot::kEmbedding:
-        return {V, E};
-      case Slot::kPosEmbedding:
-        return {cfg_.max_seq_len + cfg_.learned_pos_offset, D};
-      case Slot::kProjectIn:
-        return {D, E};
-      case Slot::kProjectOut:
-        return {E, D};
-      case Slot::kLmHead:
-        return {V, E};
-      case Slot::kLmHeadBias:
-        return {V};
-      case Slot::kQNorm:
-      case Slot::kKNorm:
-        return {hd};
-      case Slot::kQkv:
-        return {q + 2 * kv, D};
-      case Slot::kQkvBias:
-        return {q + 2 * kv};
-      case Slot::kQ:
-        return {q, D};
-      case Slot::kQBias:
-        return {q};
-      case Slot::kK:
-      case Slot::kV:
-        return {kv, D};
-      case Slot::kKBias:
-      case Slot::kVBias:
-        return {kv};
-      case Slot::kO:
-        return {D, q};
-      case Slot::kGateUp:
-        return {2 * I, D};
-      case Slot::kGate:
-      case Slot::kUp:
-        return {I, D};
-      case Slot::kGateBias:
-      case Slot::kUpBias:
-        return {I};
-      case Slot::kDown:
-        return {D, I};
-      case Slot::kRouter:
-        return {cfg_.moe.num_experts, D};
-      case Slot::kExpertGate:
-      case Slot::kExpertUp:
-        return {Ie, D};
-      case Slot::kExpertGateUp:
-        return {2 * Ie, D};
-      case Slot::kExpertDown:
-        return {D, Ie};
-      case Slot::kSharedGate:
-      case Slot::kSharedUp:
-        return {Is, D};
-      case Slot::kSharedDown:
-        return {D, Is};
-      case Slot::kSharedExpertGate:
-        return {1, D};
-      default:
-        return {D};  // norms, norm biases, o / down biases
-    }
-  }
+  Shape expected(Slot s, int) const { return slot_shape(cfg_, s); }
 
   // Fetches, checks and transforms one slot; empty when unmapped or optional+missing.
   Tensor fetch(Slot s, int layer = -1, int expert = -1) {

@@ -125,6 +125,10 @@ struct ModelWeights {
 // A missing lm_head falls back to the embedding (tied).
 ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, const WeightMap& map);
 
+// The shape a slot has in the decoder's layout (before any stored transpose).
+// Learned positions: [max_seq_len + offset, D] is the minimum.
+Shape slot_shape(const ModelConfig& cfg, Slot slot);
+
 // The transforms, exposed for tests. Each returns a new tensor in the same dtype.
 Tensor transpose_2d(const Tensor& t);
 Tensor reorder_qkv_per_head(const Tensor& t, int32_t heads, int32_t head_dim);
