@@ -23,6 +23,7 @@ constexpr Command kCommands[] = {
     {"inspect", cmd_inspect, "show a model's mapped config and weights"},
     {"make-random", cmd_make_random, "write a checkpoint with random weights for a config.json"},
     {"tokenize", cmd_tokenize, "encode/decode with a checkpoint's tokenizer (--jsonl)"},
+    {"bench", cmd_bench, "offline throughput and latency benchmark of the engine"},
 };
 
 void print_usage() {
