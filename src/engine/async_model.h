@@ -75,6 +75,10 @@ struct EngineStats {
   double schedule_ms = 0;  // scheduler and batch building
   double forward_ms = 0;   // LanguageModel::forward and block copies
   double sample_ms = 0;    // sampling, detokenizing, streaming
+  // CPU time of the engine thread in the same phases: what the engine itself costs,
+  // unaffected by other processes competing for the cores.
+  double schedule_cpu_ms = 0;
+  double sample_cpu_ms = 0;
 };
 
 class AsyncModel {
