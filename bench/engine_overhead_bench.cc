@@ -90,10 +90,14 @@ Run run(const std::shared_ptr<const TextTokenizer>& tok, int32_t forward_us, int
   int64_t generated = 0;
   for (auto& s : streams) generated += s->wait().timings.output_len;
   const EngineStats after = engine.stats();
-  return {after.step_ms - before.step_ms, after.forward_ms - before.forward_ms,
-          after.schedule_ms - before.schedule_ms, after.sample_ms - before.sample_ms,
-          after.schedule_cpu_ms - before.schedule_cpu_ms, after.sample_cpu_ms - before.sample_cpu_ms,
-          after.num_steps - before.num_steps, generated};
+  return {after.step_ms - before.step_ms,
+          after.forward_ms - before.forward_ms,
+          after.schedule_ms - before.schedule_ms,
+          after.sample_ms - before.sample_ms,
+          after.schedule_cpu_ms - before.schedule_cpu_ms,
+          after.sample_cpu_ms - before.sample_cpu_ms,
+          after.num_steps - before.num_steps,
+          generated};
 }
 
 }  // namespace
@@ -129,12 +133,14 @@ int main(int argc, char** argv) {
   logprobs.top_logprobs = 5;
   std::printf("engine overhead per step (synthetic model, vocab 32000, forward spin %d us)\n",
               forward_us);
-  std::printf("%-10s %5s %6s %10s %10s %10s %10s %9s | %14s %14s %10s\n", "config", "seqs",
-              "steps", "step us", "fwd us", "sched us", "sample us", "ovh/tok", "sched cpu us",
+  std::printf("%-10s %5s %6s %10s %10s %10s %10s %9s | %14s %14s %10s\n", "config", "seqs", "steps",
+              "step us", "fwd us", "sched us", "sample us", "ovh/tok", "sched cpu us",
               "sample cpu us", "cpu/tok");
-  const std::pair<const char*, GenerateConfig> configs[] = {
-      {"greedy", greedy}, {"top-p/k", sampled}, {"full", full}, {"penalties", penalties},
-      {"logprobs", logprobs}};
+  const std::pair<const char*, GenerateConfig> configs[] = {{"greedy", greedy},
+                                                            {"top-p/k", sampled},
+                                                            {"full", full},
+                                                            {"penalties", penalties},
+                                                            {"logprobs", logprobs}};
   for (const auto& [name, cfg] : configs) {
     if (!only.empty() && only != name) continue;
     for (int conc : {1, 8, 32, 64}) {
@@ -145,8 +151,7 @@ int main(int argc, char** argv) {
                   name, conc, static_cast<long long>(r.steps), 1000 * r.step_ms / s,
                   1000 * r.forward_ms / s, 1000 * r.schedule_ms / s, 1000 * r.sample_ms / s,
                   1000 * (r.step_ms - r.forward_ms) / tok, 1000 * r.schedule_cpu_ms / s,
-                  1000 * r.sample_cpu_ms / s,
-                  1000 * (r.schedule_cpu_ms + r.sample_cpu_ms) / tok);
+                  1000 * r.sample_cpu_ms / s, 1000 * (r.schedule_cpu_ms + r.sample_cpu_ms) / tok);
     }
   }
   return 0;

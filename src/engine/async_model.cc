@@ -324,12 +324,7 @@ void AsyncModel::step() {
   run_forward(plan, batch, &rows, &keep);
   const auto t2 = Clock::now();
   const double c2 = thread_cpu_ms();
-  if (!dead_) {
-    for (int64_t g : plan.sampled_groups) {
-      auto it = reqs_.find(g);
-      if (it != reqs_.end()) process_group(*it->second, rows);
-    }
-  }
+  if (!dead_) process_groups(plan.sampled_groups, rows);
   const auto t3 = Clock::now();
   loop_stats_.schedule_cpu_ms += c1 - c0;
   loop_stats_.sample_cpu_ms += thread_cpu_ms() - c2;

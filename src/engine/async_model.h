@@ -125,8 +125,8 @@ class AsyncModel {
                    std::vector<Tensor>* keep);
   void die(const std::string& reason);
   // engine_outputs.cc: from logits to streamed results.
-  void process_group(Req& r, LogitRows& rows);
-  void sample_group(Req& r, LogitRows& rows);
+  void process_groups(const std::vector<int64_t>& groups, LogitRows& rows);
+  void fail_request(Req& r, const std::exception& e);
   void beam_group(Req& r, LogitRows& rows);
   void on_token(Req& r, Seq& s, const SampledToken& t);
   void finish_seq(Req& r, Seq& s, FinishReason reason, StreamEvent* event);
@@ -152,7 +152,7 @@ class AsyncModel {
   std::unique_ptr<KVCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   ModelExecutor executor_;
-  Sampler sampler_;
+  std::vector<Sampler> samplers_;  // one per compute thread
   std::unordered_map<int64_t, std::unique_ptr<Req>> reqs_;
   std::unordered_map<int64_t, Seq*> seqs_;
   int64_t next_seq_id_ = 0;

@@ -28,10 +28,16 @@ __attribute__((always_inline)) inline f4 load(const float* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-__attribute__((always_inline)) inline void store(float* p, f4 v) { std::memcpy(p, &v, sizeof v); }
-inline f4 splat(float x) { return f4{x, x, x, x, x, x, x, x}; }
+__attribute__((always_inline)) inline void store(float* p, f4 v) {
+  std::memcpy(p, &v, sizeof v);
+}
+inline f4 splat(float x) {
+  return f4{x, x, x, x, x, x, x, x};
+}
 // mask ? a : b, lane by lane (mask lanes are all ones or all zeros).
-__attribute__((always_inline)) inline f4 select(i4 mask, f4 a, f4 b) { return (f4)((mask & (i4)a) | (~mask & (i4)b)); }
+__attribute__((always_inline)) inline f4 select(i4 mask, f4 a, f4 b) {
+  return (f4)((mask & (i4)a) | (~mask & (i4)b));
+}
 
 // exp(x) for x <= 88: range reduction to r in [-ln2/2, ln2/2], a degree-6 polynomial,
 // then scaling by 2^n through the exponent bits. Below -87 the result is 0.
@@ -56,7 +62,9 @@ __attribute__((always_inline)) inline f4 exp4(f4 x) {
 
 }  // namespace
 
-float fast_exp(float x) { return exp4(splat(x))[0]; }
+float fast_exp(float x) {
+  return exp4(splat(x))[0];
+}
 
 TACHYON_ROW_CLONES float row_max(const float* x, int32_t n, bool* has_nan) {
   const float ninf = -std::numeric_limits<float>::infinity();
@@ -114,8 +122,8 @@ TACHYON_ROW_CLONES int32_t row_next_above(const float* x, int32_t n, int32_t fro
   for (; i < n && i % (4 * kLanes) != 0; ++i)
     if (x[i] > threshold) return i;
   for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
-    const i4 hit = (load(x + i) > t) | (load(x + i + kLanes) > t) |
-                   (load(x + i + 2 * kLanes) > t) | (load(x + i + 3 * kLanes) > t);
+    const i4 hit = (load(x + i) > t) | (load(x + i + kLanes) > t) | (load(x + i + 2 * kLanes) > t) |
+                   (load(x + i + 3 * kLanes) > t);
     int any = 0;
     for (int k = 0; k < kLanes; ++k) any |= hit[k];
     if (any != 0) break;

@@ -72,7 +72,8 @@ TEST(RowMath, ExpSums) {
     const double got = row_exp(x.data(), n, m, 0.7f, w.data());
     EXPECT_NEAR(got, want, want * 1e-6) << n;
     EXPECT_EQ(w[0], 0.0f);
-    for (int i = 1; i < n; ++i) EXPECT_EQ(w[static_cast<size_t>(i)], fast_exp((x[static_cast<size_t>(i)] - m) * 0.7f));
+    for (int i = 1; i < n; ++i)
+      EXPECT_EQ(w[static_cast<size_t>(i)], fast_exp((x[static_cast<size_t>(i)] - m) * 0.7f));
     double want1 = 0;
     for (float v : x) want1 += std::exp(static_cast<double>(v) - m);
     EXPECT_NEAR(row_exp_sum(x.data(), n, m), want1, want1 * 1e-6);
