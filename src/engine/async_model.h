@@ -70,7 +70,9 @@ struct EngineStats {
   int64_t requests_finished = 0;
   int64_t tokens_computed = 0;   // tokens through the model (prompts, recomputes, decodes)
   int64_t tokens_generated = 0;  // tokens sampled
-  // Cumulative time of the steps, split: everything but the forward pass is overhead.
+  // Cumulative time of the steps (each a whole loop iteration: taking new requests,
+  // scheduling, the forward pass, sampling, pushing events), and parts of it; everything
+  // but the forward pass is the engine's overhead.
   double step_ms = 0;
   double schedule_ms = 0;  // scheduler and batch building
   double forward_ms = 0;   // LanguageModel::forward and block copies
