@@ -1,15 +1,27 @@
-// tachyon generate: a plain generation loop over one sequence (prefill, then one
-// token per step through the paged KV cache). Greedy at temperature 0.
+// tachyon generate: generation through the engine (AsyncModel).
+//
+// One prompt:
+//   tachyon generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3)
+//       [--max-new-tokens N] [--temperature T] [--seed S] [--ignore-eos]
+//       [--generate-config JSON] [--json | --stream] [--dump-logits FILE]
+//   prints the generated ids (comma-separated); --stream prints the text as it comes;
+//   --json prints one object:
+//   {"prompt_ids", "output_ids" (no EOS), "text", "finish_reason", "aux_info"}.
+//   --dump-logits writes the prompt's logits [prompt_len, vocab] as safetensors.
+// Batch mode (all lines concurrently through one engine, results in input order):
+//   tachyon generate --model DIR --input FILE.jsonl [--output FILE.jsonl]
+//   each line {"prompt": "..."} or {"prompt_ids": [...]}, optionally with
+//   "generate_config": {...} (RTP-LLM field names); the flags above are the defaults.
+// Engine flags: see cli/engine_setup.h.
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <random>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/engine_setup.h"
+#include "cli/generate_engine.h"
 #include "cli/model_dir.h"
 #include "core/error.h"
 #include "core/json.h"
@@ -38,139 +50,123 @@ std::vector<int32_t> parse_ids(const std::string& text) {
   return ids;
 }
 
-int32_t pick_token(const float* logits, int64_t vocab, double temperature, std::mt19937_64& rng) {
-  if (temperature <= 0)
-    return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
-  const float mx = *std::max_element(logits, logits + vocab);
-  std::vector<double> p(static_cast<size_t>(vocab));
-  double sum = 0;
-  for (int64_t i = 0; i < vocab; ++i) sum += (p[i] = std::exp((logits[i] - mx) / temperature));
-  double r = std::uniform_real_distribution<double>(0, sum)(rng);
-  for (int64_t i = 0; i < vocab; ++i) {
-    r -= p[i];
-    if (r <= 0) return static_cast<int32_t>(i);
+// The prompt's logits at every position, straight from the model (before the engine
+// takes over its cache).
+void dump_prompt_logits(Model& model, const std::vector<int32_t>& prompt, const std::string& path) {
+  constexpr int32_t kBlock = 16;
+  const int32_t n = static_cast<int32_t>(prompt.size());
+  const int32_t blocks = (n + kBlock - 1) / kBlock;
+  model.init_kv_cache(blocks, kBlock);
+  ForwardBatch b;
+  for (int32_t i = 0; i < n; ++i) {
+    b.token_ids.push_back(prompt[static_cast<size_t>(i)]);
+    b.positions.push_back(i);
+    b.logits_rows.push_back(i);
   }
-  return static_cast<int32_t>(vocab - 1);
+  b.query_start = {0, n};
+  b.context_lens = {n};
+  b.max_blocks_per_seq = blocks;
+  for (int32_t i = 0; i < blocks; ++i) b.block_tables.push_back(i);
+  write_safetensors(path, {{"prompt_logits", model.forward(b)}});
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+// The defaults that flags give every request, as generate_config JSON.
+Json flag_defaults(const Args& args) {
+  Json d = Json::object();
+  if (auto g = args.get("generate-config")) {
+    d = parse_json(*g, "--generate-config");
+    if (!d.is_object()) raise<InvalidArgument>("--generate-config must be a JSON object");
+  }
+  if (args.has("max-new-tokens"))
+    d["max_new_tokens"] = args.get_int("max-new-tokens", 32);
+  else if (!d.contains("max_new_tokens"))
+    d["max_new_tokens"] = 32;
+  if (args.has("temperature"))
+    d["temperature"] = args.get_double("temperature", 0.0);
+  else if (!d.contains("temperature"))
+    d["temperature"] = 0.0;
+  if (args.has("seed")) d["random_seed"] = args.get_int("seed", 0);
+  if (args.flag("ignore-eos")) d["ignore_eos"] = true;
+  return d;
 }
 
 }  // namespace
 
 int cmd_generate(const CommandArgs& argv) {
-  Args args(argv,
-            {"model", "prompt", "prompt-ids", "max-new-tokens", "temperature", "dump-logits",
-             "model-type", "seed"},
-            {"ignore-eos", "json"});
+  std::set<std::string> flags = engine_flags();
+  flags.insert({"model", "prompt", "prompt-ids", "max-new-tokens", "temperature", "dump-logits",
+                "seed", "generate-config", "input", "output"});
+  Args args(argv, flags, {"ignore-eos", "json", "stream"});
   const std::string dir = resolve_model_dir(args.get_or("model", ""));
-  if (args.has("prompt") && args.has("prompt-ids"))
-    raise<InvalidArgument>("give either --prompt or --prompt-ids, not both");
-  if (args.has("prompt"))
-    raise<InvalidArgument>(
-        "--prompt needs the tokenizer, which is not part of this build yet; "
-        "pass token ids with --prompt-ids 1,2,3");
-  if (!args.has("prompt-ids")) raise<InvalidArgument>("give --prompt TEXT or --prompt-ids 1,2,3");
-  const std::vector<int32_t> prompt = parse_ids(args.require("prompt-ids"));
-  const int64_t max_new = args.get_int("max-new-tokens", 32);
-  if (max_new < 0) raise<InvalidArgument>("--max-new-tokens must be >= 0, got {}", max_new);
-  const double temperature = args.get_double("temperature", 0.0);
-  if (!(temperature >= 0)) raise<InvalidArgument>("--temperature must be >= 0");
-  const bool ignore_eos = args.flag("ignore-eos");
-  std::mt19937_64 rng(static_cast<uint64_t>(args.get_int("seed", 0)));
-
-  LoadOptions opts;
-  opts.model_type = args.get_or("model-type", "");
-  auto t_load = std::chrono::steady_clock::now();
-  std::unique_ptr<Model> model = load_model(dir, opts);
-  const double load_s = seconds_since(t_load);
-  const int64_t vocab = model->vocab_size();
-  for (int32_t id : prompt)
-    if (id >= vocab)
-      raise<InvalidArgument>("--prompt-ids: token id {} is outside the vocabulary ({})", id, vocab);
-  const int64_t max_len = model->max_seq_len();
-  if (static_cast<int64_t>(prompt.size()) > max_len)
-    raise<InvalidArgument>("the prompt has {} tokens; the model takes at most {}", prompt.size(),
-                           max_len);
-  const int64_t budget = std::min<int64_t>(max_new, max_len - static_cast<int64_t>(prompt.size()));
-
-  constexpr int32_t kBlock = 16;
-  const int64_t total = static_cast<int64_t>(prompt.size()) + budget;
-  const int32_t blocks = static_cast<int32_t>((total + kBlock - 1) / kBlock) + 1;
-  model->init_kv_cache(blocks, kBlock);
-  const auto& eos = model->config().eos_token_ids;
-
-  std::vector<int32_t> tokens = prompt, output;
-  std::string finish = "length";
-  const std::string dump_path = args.get_or("dump-logits", "");
-  double prefill_s = 0, decode_s = 0;
-  int32_t computed = 0;
-  while (static_cast<int64_t>(output.size()) < budget) {
-    ForwardBatch b;
-    const int32_t n = static_cast<int32_t>(tokens.size()) - computed;
-    for (int32_t i = 0; i < n; ++i) {
-      b.token_ids.push_back(tokens[computed + i]);
-      b.positions.push_back(computed + i);
-    }
-    b.query_start = {0, n};
-    b.context_lens = {computed + n};
-    b.max_blocks_per_seq = blocks;
-    for (int32_t i = 0; i < blocks; ++i) b.block_tables.push_back(i);
-    const bool first = computed == 0;
-    if (first && !dump_path.empty()) {
-      for (int32_t i = 0; i < n; ++i) b.logits_rows.push_back(i);
-    } else {
-      b.logits_rows = {n - 1};
-    }
-    auto t0 = std::chrono::steady_clock::now();
-    Tensor logits = model->forward(b);
-    (first ? prefill_s : decode_s) += seconds_since(t0);
-    if (first && !dump_path.empty()) write_safetensors(dump_path, {{"prompt_logits", logits}});
-    computed += n;
-    const float* last = logits.data<float>() + (logits.dim(0) - 1) * vocab;
-    const int32_t next = pick_token(last, vocab, temperature, rng);
-    if (!ignore_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) {
-      finish = "stop";
-      break;
-    }
-    output.push_back(next);
-    tokens.push_back(next);
+  const Json defaults = flag_defaults(args);
+  if (args.has("input")) {
+    if (args.has("prompt") || args.has("prompt-ids") || args.has("dump-logits"))
+      raise<InvalidArgument>("--input does not mix with --prompt, --prompt-ids or --dump-logits");
+    EngineBundle b = open_engine(dir, args);
+    const int failed =
+        run_generate_batch(b, args.require("input"), args.get_or("output", "-"), defaults);
+    return failed == 0 ? 0 : 1;
   }
-  if (budget == 0 && !dump_path.empty() && !prompt.empty()) {
-    // Nothing to generate: still honour --dump-logits.
-    ForwardBatch b;
-    const int32_t n = static_cast<int32_t>(prompt.size());
-    for (int32_t i = 0; i < n; ++i) {
-      b.token_ids.push_back(prompt[i]);
-      b.positions.push_back(i);
-      b.logits_rows.push_back(i);
-    }
-    b.query_start = {0, n};
-    b.context_lens = {n};
-    b.max_blocks_per_seq = blocks;
-    for (int32_t i = 0; i < blocks; ++i) b.block_tables.push_back(i);
-    write_safetensors(dump_path, {{"prompt_logits", model->forward(b)}});
-  }
+  if (args.has("prompt") == args.has("prompt-ids"))
+    raise<InvalidArgument>("give --prompt TEXT or --prompt-ids 1,2,3 (or --input FILE.jsonl)");
+  const GenerateConfig config = GenerateConfig::from_json(defaults);
 
-  if (args.flag("json")) {
-    Json j;
-    j["prompt_ids"] = prompt;
-    j["output_ids"] = output;
-    j["text"] = "";  // filled once the tokenizer is part of the build
-    j["finish_reason"] = finish;
-    std::printf("%s\n", j.dump().c_str());
+  EngineBundle b;
+  std::vector<int32_t> prompt;
+  if (args.has("prompt-ids")) prompt = parse_ids(args.require("prompt-ids"));
+  if (auto path = args.get("dump-logits")) {
+    // The model alone first; the engine then sizes the cache its own way.
+    LoadOptions opts;
+    opts.model_type = args.get_or("model-type", "");
+    auto model = load_model(dir, opts);
+    if (prompt.empty()) {
+      auto tok = Tokenizer::load(dir);
+      prompt = tok->encode(args.require("prompt"), true);
+    }
+    for (int32_t id : prompt)
+      if (id >= model->vocab_size())
+        raise<InvalidArgument>("--prompt-ids: token id {} is outside the vocabulary ({})", id,
+                               model->vocab_size());
+    if (!prompt.empty()) dump_prompt_logits(*model, prompt, *path);
+  }
+  b = open_engine(dir, args, std::max(config.width(), 1));
+  if (prompt.empty()) {
+    if (!b.tokenizer) raise<InvalidArgument>("--prompt needs a tokenizer; pass --prompt-ids");
+    prompt = b.tokenizer->encode(args.require("prompt"), true);
+  }
+  const bool json = args.flag("json");
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<int32_t> prompt_copy = prompt;
+  GenerateResult r;
+  if (json) {
+    r = run_generate_one(b, prompt, config, /*json=*/true);
+    Json j = result_json(r);
+    j["prompt_ids"] = prompt_copy;
+    std::printf("%s\n", j.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
+  } else if (args.flag("stream")) {
+    r = run_generate_one(b, prompt, config, /*json=*/false);
   } else {
+    r = b.engine->submit({prompt, config})->wait();
     std::string ids;
-    for (int32_t t : output) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+    if (!r.sequences.empty())
+      for (int32_t t : r.sequences[0].output_ids)
+        ids += (ids.empty() ? "" : ",") + std::to_string(t);
     std::printf("%s\n", ids.c_str());
   }
-  const size_t decoded = output.empty() ? 0 : output.size() - 1;
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const RequestTimings& t = r.timings;
   std::fprintf(stderr,
-               "load %.2f s | prefill %zu tokens %.3f s (%.1f tok/s) | decode %zu tokens %.3f s "
+               "load %.2f s | prompt %d tokens, first token %.1f ms | %d tokens in %.3f s "
                "(%.1f tok/s) | %s\n",
-               load_s, prompt.size(), prefill_s, prefill_s > 0 ? prompt.size() / prefill_s : 0.0,
-               decoded, decode_s, decode_s > 0 ? decoded / decode_s : 0.0, finish.c_str());
+               b.load_seconds, t.input_len, t.first_token_ms, t.output_len, s,
+               s > 0 ? t.output_len / s : 0.0,
+               r.sequences.empty()
+                   ? "error"
+                   : std::string(finish_reason_name(r.sequences[0].finish_reason)).c_str());
+  if (r.error) {
+    std::fprintf(stderr, "error: %s\n", r.error->message.c_str());
+    return 1;
+  }
   return 0;
 }
 

@@ -16,5 +16,6 @@ int cmd_inspect(const CommandArgs& args);
 int cmd_make_random(const CommandArgs& args);
 int cmd_serve(const CommandArgs& args);
 int cmd_bench_serving(const CommandArgs& args);
+int cmd_bench(const CommandArgs& args);
 
 }  // namespace tachyon::cli

@@ -25,6 +25,7 @@ constexpr Command kCommands[] = {
     {"make-random", cmd_make_random, "write a checkpoint with random weights for a config.json"},
     {"serve", cmd_serve, "serve a model over HTTP (RTP-LLM native and OpenAI APIs)"},
     {"bench-serving", cmd_bench_serving, "benchmark a running server over HTTP (--url)"},
+    {"bench", cmd_bench, "offline throughput and latency benchmark of the engine"},
 };
 
 void print_usage() {

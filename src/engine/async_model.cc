@@ -4,6 +4,8 @@
 #include <cmath>
 #include <random>
 
+#include <time.h>
+
 #include "core/logging.h"
 #include "engine/engine_internal.h"
 
@@ -15,6 +17,13 @@ namespace {
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// CPU time of the calling thread, in milliseconds.
+double thread_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
 }
 
 uint64_t splitmix64(uint64_t x) {
@@ -217,6 +226,8 @@ void AsyncModel::loop() {
     incoming.clear();
     cancels.clear();
     take_inbox(&incoming, &cancels, &stop);
+    // A step's time runs from here to its events being pushed: all the loop's work.
+    const auto t0 = Clock::now();
     for (auto& r : incoming) add_request(std::move(r));
     if (stop) {
       fail_all(ErrorCode::kUnavailable, "the engine was shut down");
@@ -229,9 +240,14 @@ void AsyncModel::loop() {
       if (it != reqs_.end()) finish_request(*it->second, FinishReason::kCancelled, nullptr);
     }
     check_deadlines();
-    if (scheduler_->has_work()) step();
+    const bool stepped = scheduler_->has_work();
+    if (stepped) step();
     update_stats();
     flush_outbox();
+    if (stepped) {
+      loop_stats_.step_ms += ms_between(t0, Clock::now());
+      update_stats();
+    }
     if (dead_) return;
   }
 }
@@ -275,6 +291,7 @@ void AsyncModel::check_deadlines() {
 
 void AsyncModel::step() {
   const auto t0 = Clock::now();
+  const double c0 = thread_cpu_ms();
   SchedulerOutput plan = scheduler_->schedule();
   const int64_t step_no = loop_stats_.num_steps++;
   for (int64_t g : plan.preempted_groups) {
@@ -307,22 +324,20 @@ void AsyncModel::step() {
   const ForwardBatch batch = build_forward_batch(
       plan, [this](int64_t id) { return std::span<const int32_t>(seqs_.at(id)->tokens); });
   const auto t1 = Clock::now();
+  const double c1 = thread_cpu_ms();
 
   LogitRows rows;
   std::vector<Tensor> keep;
   run_forward(plan, batch, &rows, &keep);
   const auto t2 = Clock::now();
-  if (!dead_) {
-    for (int64_t g : plan.sampled_groups) {
-      auto it = reqs_.find(g);
-      if (it != reqs_.end()) process_group(*it->second, rows);
-    }
-  }
+  const double c2 = thread_cpu_ms();
+  if (!dead_) process_groups(plan.sampled_groups, rows);
   const auto t3 = Clock::now();
+  loop_stats_.schedule_cpu_ms += c1 - c0;
+  loop_stats_.sample_cpu_ms += thread_cpu_ms() - c2;
   loop_stats_.schedule_ms += ms_between(t0, t1);
   loop_stats_.forward_ms += ms_between(t1, t2);
   loop_stats_.sample_ms += ms_between(t2, t3);
-  loop_stats_.step_ms += ms_between(t0, t3);
 }
 
 void AsyncModel::run_forward(const SchedulerOutput& plan, const ForwardBatch& batch,

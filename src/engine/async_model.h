@@ -70,11 +70,17 @@ struct EngineStats {
   int64_t requests_finished = 0;
   int64_t tokens_computed = 0;   // tokens through the model (prompts, recomputes, decodes)
   int64_t tokens_generated = 0;  // tokens sampled
-  // Cumulative time of the steps, split: everything but the forward pass is overhead.
+  // Cumulative time of the steps (each a whole loop iteration: taking new requests,
+  // scheduling, the forward pass, sampling, pushing events), and parts of it; everything
+  // but the forward pass is the engine's overhead.
   double step_ms = 0;
   double schedule_ms = 0;  // scheduler and batch building
   double forward_ms = 0;   // LanguageModel::forward and block copies
   double sample_ms = 0;    // sampling, detokenizing, streaming
+  // CPU time of the engine thread in the same phases: what the engine itself costs,
+  // unaffected by other processes competing for the cores.
+  double schedule_cpu_ms = 0;
+  double sample_cpu_ms = 0;
 };
 
 class AsyncModel {
@@ -121,8 +127,8 @@ class AsyncModel {
                    std::vector<Tensor>* keep);
   void die(const std::string& reason);
   // engine_outputs.cc: from logits to streamed results.
-  void process_group(Req& r, LogitRows& rows);
-  void sample_group(Req& r, LogitRows& rows);
+  void process_groups(const std::vector<int64_t>& groups, LogitRows& rows);
+  void fail_request(Req& r, const std::exception& e);
   void beam_group(Req& r, LogitRows& rows);
   void on_token(Req& r, Seq& s, const SampledToken& t);
   void finish_seq(Req& r, Seq& s, FinishReason reason, StreamEvent* event);
@@ -148,7 +154,7 @@ class AsyncModel {
   std::unique_ptr<KVCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   ModelExecutor executor_;
-  Sampler sampler_;
+  std::vector<Sampler> samplers_;  // one per compute thread
   std::unordered_map<int64_t, std::unique_ptr<Req>> reqs_;
   std::unordered_map<int64_t, Seq*> seqs_;
   int64_t next_seq_id_ = 0;

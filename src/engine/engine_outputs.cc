@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/thread_pool.h"
 #include "engine/engine_internal.h"
 
 namespace tachyon {
@@ -42,51 +43,103 @@ int64_t AsyncModel::new_seq(Req& r, int32_t index, std::vector<int32_t> tokens) 
   return id;
 }
 
-void AsyncModel::process_group(Req& r, LogitRows& rows) {
-  try {
-    if (r.cfg.is_beam_search()) {
-      beam_group(r, rows);
-    } else {
-      sample_group(r, rows);
-    }
-  } catch (const Error& e) {
-    const ErrorInfo info{e.code(), e.what()};
-    finish_request(r, FinishReason::kError, &info);
-  } catch (const std::exception& e) {
-    const ErrorInfo info{ErrorCode::kInternal, e.what()};
-    finish_request(r, FinishReason::kError, &info);
-  }
+void AsyncModel::fail_request(Req& r, const std::exception& e) {
+  const Error* err = dynamic_cast<const Error*>(&e);
+  const ErrorInfo info{err ? err->code() : ErrorCode::kInternal, e.what()};
+  finish_request(r, FinishReason::kError, &info);
 }
 
-void AsyncModel::sample_group(Req& r, LogitRows& rows) {
-  if (!r.forked) {
-    // The prompt is done: split it into the request's n sequences, which share its
-    // blocks and sample their first tokens from the same logits.
-    r.forked = true;
-    const int64_t parent = r.seqs[0]->id;
-    const float* row = rows.at(parent);
-    for (int32_t i = 1; i < r.cfg.num_return_sequences; ++i) {
-      const int64_t child = new_seq(r, i, r.seqs[0]->tokens);
-      scheduler_->fork_seq(parent, child);
-      rows[child] = row;
+void AsyncModel::process_groups(const std::vector<int64_t>& groups, LogitRows& rows) {
+  // Beams first, one request at a time; sampled requests are gathered into jobs.
+  struct Job {
+    int64_t request = 0;
+    Seq* seq = nullptr;
+    const float* row = nullptr;
+    SampledToken token;
+    std::exception_ptr error;
+  };
+  std::vector<Job> jobs;
+  std::vector<int64_t> sampled;
+  for (int64_t g : groups) {
+    auto it = reqs_.find(g);
+    if (it == reqs_.end()) continue;
+    Req& r = *it->second;
+    try {
+      if (r.cfg.is_beam_search()) {
+        beam_group(r, rows);
+        continue;
+      }
+      if (!r.forked) {
+        // The prompt is done: split it into the request's n sequences, which share its
+        // blocks and sample their first tokens from the same logits.
+        r.forked = true;
+        const int64_t parent = r.seqs[0]->id;
+        const float* row = rows.at(parent);
+        for (int32_t i = 1; i < r.cfg.num_return_sequences; ++i) {
+          const int64_t child = new_seq(r, i, r.seqs[0]->tokens);
+          scheduler_->fork_seq(parent, child);
+          rows[child] = row;
+        }
+      }
+      for (auto& sp : r.seqs) {
+        if (sp->finished) continue;
+        auto row = rows.find(sp->id);
+        TACHYON_CHECK(row != rows.end(), "no logits for sequence {}", sp->id);
+        jobs.push_back({r.id, sp.get(), row->second, {}, nullptr});
+      }
+      sampled.push_back(r.id);
+    } catch (const std::exception& e) {
+      fail_request(r, e);
     }
   }
-  for (auto& sp : r.seqs) {
-    Seq& s = *sp;
-    if (s.finished) continue;
-    auto it = rows.find(s.id);
-    TACHYON_CHECK(it != rows.end(), "no logits for sequence {}", s.id);
-    SamplingContext ctx;
-    ctx.config = &r.cfg;
-    ctx.tokens = s.tokens;
-    ctx.prompt_len = r.prompt_len;
-    ctx.eos_ids = eos_ids_;
-    ctx.rng =
-        RngKey{r.seed, static_cast<uint32_t>(s.index),
-               static_cast<uint64_t>(s.tokens.size()) - static_cast<uint64_t>(r.prompt_len), 0};
-    on_token(r, s, sampler_.sample(it->second, vocab_size_, ctx));
+  // Rows are independent: sample them on the compute pool (idle between forward passes),
+  // each worker with its own Sampler.
+  ThreadPool& pool = ThreadPool::global();
+  const int64_t workers = std::min<int64_t>(pool.num_threads(), static_cast<int64_t>(jobs.size()));
+  if (static_cast<int64_t>(samplers_.size()) < workers)
+    samplers_.resize(static_cast<size_t>(workers));
+  auto work = [&](int64_t w) {
+    for (size_t j = static_cast<size_t>(w); j < jobs.size(); j += static_cast<size_t>(workers)) {
+      Job& job = jobs[j];
+      const Req& r = *reqs_.at(job.request);
+      const Seq& s = *job.seq;
+      SamplingContext ctx;
+      ctx.config = &r.cfg;
+      ctx.tokens = s.tokens;
+      ctx.prompt_len = r.prompt_len;
+      ctx.eos_ids = eos_ids_;
+      ctx.rng =
+          RngKey{r.seed, static_cast<uint32_t>(s.index),
+                 static_cast<uint64_t>(s.tokens.size() - static_cast<size_t>(r.prompt_len)), 0};
+      try {
+        job.token = samplers_[static_cast<size_t>(w)].sample(job.row, vocab_size_, ctx);
+      } catch (...) {
+        job.error = std::current_exception();
+      }
+    }
+  };
+  if (workers > 1) {
+    pool.run(workers, work);
+  } else if (workers == 1) {
+    work(0);
   }
-  if (r.outputs_done == r.cfg.num_return_sequences) finish_request(r, FinishReason::kStop, nullptr);
+  // Apply in order; a request that fails stops there.
+  for (Job& job : jobs) {
+    auto it = reqs_.find(job.request);
+    if (it == reqs_.end()) continue;
+    Req& r = *it->second;
+    try {
+      if (job.error) std::rethrow_exception(job.error);
+      on_token(r, *job.seq, job.token);
+    } catch (const std::exception& e) {
+      fail_request(r, e);
+    }
+  }
+  for (int64_t id : sampled) {
+    auto it = reqs_.find(id);
+    if (it != reqs_.end() && it->second->outputs_done == it->second->cfg.num_return_sequences)
+      finish_request(*it->second, FinishReason::kStop, nullptr);
+  }
 }
 
 void AsyncModel::on_token(Req& r, Seq& s, const SampledToken& t) {

@@ -58,7 +58,8 @@ struct GenerateConfig {
   float length_penalty = 1.0f;  // beam score = sum logprobs / generated_len^length_penalty
 
   // Per-token log-probabilities of the model's distribution (before any processing),
-  // with the top_logprobs most likely alternatives.
+  // with the top_logprobs most likely alternatives. Sampled sequences only: beams
+  // report their summed log-probability (cum_log_prob) instead.
   bool return_logprobs = false;
   int32_t top_logprobs = 0;
 

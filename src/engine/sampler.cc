@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "engine/row_math.h"
 
 namespace tachyon {
 namespace {
@@ -80,118 +81,142 @@ void process_logits(float* logits, int32_t vocab, const SamplingContext& ctx) {
 }
 
 int32_t argmax(const float* x, int32_t n) {
-  int32_t best = -1;
-  float best_v = kNegInf;
-  bool nan = false;
-  for (int32_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    nan |= v != v;
-    if (v > best_v) {
-      best_v = v;
-      best = i;
-    }
-  }
-  if (nan) raise<InvalidArgument>("the model produced NaN logits");
-  if (best < 0) raise<InvalidArgument>("no token is allowed: every logit is -inf");
-  return best;
+  bool bad = false;
+  const float m = row_max(x, n, &bad);
+  if (bad) raise<InvalidArgument>("the model produced NaN or infinite logits");
+  if (m == kNegInf) raise<InvalidArgument>("no token is allowed: every logit is -inf");
+  return row_find(x, n, m);
 }
 
 double log_sum_exp(const float* x, int32_t n) {
-  float m = kNegInf;
-  for (int32_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  bool bad = false;
+  const float m = row_max(x, n, &bad);
+  if (bad) return std::numeric_limits<double>::quiet_NaN();
   if (m == kNegInf) return m;
-  double s = 0.0;
-  for (int32_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(x[i]) - m);
-  return m + std::log(s);
+  return m + std::log(row_exp_sum(x, n, m));
 }
 
 std::vector<TokenLogprob> top_logprobs(const float* x, int32_t n, double lse, int32_t k) {
   k = std::min(k, n);
-  std::vector<int32_t> idx(static_cast<size_t>(n));
-  for (int32_t i = 0; i < n; ++i) idx[static_cast<size_t>(i)] = i;
-  auto better = [&](int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); };
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), better);
-  std::vector<TokenLogprob> out;
-  out.reserve(static_cast<size_t>(k));
-  for (int32_t i = 0; i < k; ++i) {
-    const int32_t t = idx[static_cast<size_t>(i)];
-    out.push_back({t, static_cast<float>(x[t] - lse)});
+  // One pass keeping the k best so far, best first (lowest id first on ties); once k
+  // are held, only values above the k-th are looked at.
+  std::vector<TokenLogprob> best;
+  best.reserve(static_cast<size_t>(k) + 1);
+  for (int32_t i = 0; i < n; ++i) {
+    if (static_cast<int32_t>(best.size()) == k) {
+      i = row_next_above(x, n, i, best.back().logprob);
+      if (i < 0) break;
+    }
+    size_t pos = best.size();
+    while (pos > 0 && x[i] > best[pos - 1].logprob) --pos;
+    best.insert(best.begin() + static_cast<ptrdiff_t>(pos), TokenLogprob{i, x[i]});
+    if (static_cast<int32_t>(best.size()) > k) best.pop_back();
   }
-  return out;
+  for (auto& t : best) t.logprob = static_cast<float>(t.logprob - lse);
+  return best;
 }
 
-int32_t Sampler::choose(float* logits, int32_t vocab, const GenerateConfig& cfg,
+int32_t Sampler::choose(const float* logits, int32_t vocab, const GenerateConfig& cfg,
                         const RngKey& key) {
-  if (cfg.is_greedy()) return argmax(logits, vocab);
-  const int32_t top = argmax(logits, vocab);  // also rejects NaN and all -inf
+  const int32_t top = argmax(logits, vocab);  // rejects NaN and rows with nothing allowed
+  if (cfg.is_greedy()) return top;
   const float m = logits[top];
-  const double inv_t = 1.0 / static_cast<double>(cfg.temperature);
-  // min_p keeps p_i >= min_p * p_max, i.e. (l_i - m) / T >= log(min_p).
-  const double min_rel = cfg.min_p > 0.0f ? std::log(static_cast<double>(cfg.min_p)) : -HUGE_VAL;
-  auto weight = [&](float l) {
-    const double z = (static_cast<double>(l) - m) * inv_t;
-    return z >= min_rel ? std::exp(z) : 0.0;
-  };
+  const float t = cfg.temperature;
+  const float inv_t = 1.0f / t;
+  // min_p keeps p_i >= min_p * p_max, i.e. logit >= m + T log(min_p).
+  const float min_logit =
+      cfg.min_p > 0.0f ? m + t * std::log(cfg.min_p) : -std::numeric_limits<float>::infinity();
   const double u = rng_uniform(key);
 
   const bool use_top_k = cfg.top_k > 0 && cfg.top_k < vocab;
-  if (!use_top_k && cfg.top_p >= 1.0f) {
-    // The whole vocabulary, in index order.
-    scratch_.resize(static_cast<size_t>(vocab));
-    double total = 0.0;
-    for (int32_t i = 0; i < vocab; ++i) {
-      const double w = logits[i] == kNegInf ? 0.0 : weight(logits[i]);
-      scratch_[static_cast<size_t>(i)] = static_cast<float>(w);
-      total += w;
+  const bool use_top_p = cfg.top_p < 1.0f;
+  if (!use_top_k && !use_top_p) {
+    // The whole vocabulary, in index order; blocks of 64 find where the draw falls.
+    weights_.resize(static_cast<size_t>(vocab));
+    double total = row_exp(logits, vocab, m, inv_t, weights_.data());
+    if (cfg.min_p > 0.0f) {
+      total = 0.0;
+      for (int32_t i = 0; i < vocab; ++i) {
+        if (logits[i] < min_logit) weights_[static_cast<size_t>(i)] = 0.0f;
+        total += weights_[static_cast<size_t>(i)];
+      }
     }
     const double target = u * total;
     double cum = 0.0;
     int32_t last = top;
-    for (int32_t i = 0; i < vocab; ++i) {
-      const double w = scratch_[static_cast<size_t>(i)];
-      if (w <= 0.0) continue;
-      cum += w;
-      last = i;
-      if (cum > target) return i;
+    constexpr int32_t kBlock = 64;
+    for (int32_t b = 0; b < vocab; b += kBlock) {
+      const int32_t e = std::min(vocab, b + kBlock);
+      float block = 0.0f;
+      for (int32_t i = b; i < e; ++i) block += weights_[static_cast<size_t>(i)];
+      if (cum + block <= target && e < vocab) {
+        cum += block;
+        continue;
+      }
+      for (int32_t i = b; i < e; ++i) {
+        const float w = weights_[static_cast<size_t>(i)];
+        if (w <= 0.0f) continue;
+        cum += w;
+        last = i;
+        if (cum > target) return i;
+      }
     }
     return last;
   }
 
-  cands_.clear();
-  for (int32_t i = 0; i < vocab; ++i)
-    if (logits[i] != kNegInf) cands_.push_back({logits[i], i, 0.0});
   auto better = [](const Cand& a, const Cand& b) {
     return a.logit > b.logit || (a.logit == b.logit && a.token < b.token);
   };
-  if (use_top_k && static_cast<size_t>(cfg.top_k) < cands_.size()) {
-    std::nth_element(cands_.begin(), cands_.begin() + cfg.top_k, cands_.end(), better);
-    cands_.resize(static_cast<size_t>(cfg.top_k));
+  double z_all = 0.0;
+  if (use_top_k) {
+    // The k best in one pass: a heap whose top is the worst kept candidate; once full,
+    // only values above it are looked at (ties keep the lower ids).
+    cands_.clear();
+    const size_t k = static_cast<size_t>(cfg.top_k);
+    for (int32_t i = 0; i < vocab; ++i) {
+      if (cands_.size() == k) {
+        i = row_next_above(logits, vocab, i, cands_.front().logit);
+        if (i < 0) break;
+        std::pop_heap(cands_.begin(), cands_.end(), better);
+        cands_.back() = {logits[i], i, 0.0};
+      } else {
+        if (logits[i] == kNegInf) continue;
+        cands_.push_back({logits[i], i, 0.0});
+      }
+      std::push_heap(cands_.begin(), cands_.end(), better);
+    }
+  } else {
+    // top_p alone: the tokens within `span` temperatures of the top logit form a head of
+    // the sorted order; widen it until it holds top_p of the whole mass.
+    weights_.resize(static_cast<size_t>(vocab));
+    z_all = row_exp(logits, vocab, m, inv_t, weights_.data());
+    for (float span = 4.0f;; span *= 2.0f) {
+      const bool all = span > 1024.0f;
+      const float floor = all ? kNegInf : m - span * t;
+      cands_.clear();
+      double head = 0.0;
+      for (int32_t i = 0; i < vocab; ++i) {
+        if (logits[i] >= floor && logits[i] != kNegInf) {
+          cands_.push_back({logits[i], i, 0.0});
+          head += weights_[static_cast<size_t>(i)];
+        }
+      }
+      if (all || head >= static_cast<double>(cfg.top_p) * z_all) break;
+    }
   }
   double z = 0.0;
   for (Cand& c : cands_) {
-    c.weight = std::exp((static_cast<double>(c.logit) - m) * inv_t);
+    c.weight = fast_exp((c.logit - m) * inv_t);
     z += c.weight;
   }
-  if (cfg.top_p < 1.0f) {
-    // The smallest most-likely prefix holding top_p of the mass (of the top-k set):
-    // select a head of k candidates in linear time, growing k until the head holds
-    // enough, then sort the head alone.
-    const double want = static_cast<double>(cfg.top_p) * z;
-    const size_t n = cands_.size();
-    size_t k = std::min<size_t>(n, 64);
-    while (true) {
-      if (k < n)
-        std::nth_element(cands_.begin(), cands_.begin() + static_cast<ptrdiff_t>(k), cands_.end(),
-                         better);
-      double head = 0.0;
-      for (size_t i = 0; i < k; ++i) head += cands_[i].weight;
-      if (head >= want || k == n) break;
-      k = std::min(n, k * 4);
-    }
-    std::sort(cands_.begin(), cands_.begin() + static_cast<ptrdiff_t>(k), better);
+  if (use_top_p) {
+    // The smallest most-likely prefix holding top_p of the mass (of the top-k set when
+    // top_k is on, as transformers applies them).
+    const double want = static_cast<double>(cfg.top_p) * (use_top_k ? z : z_all);
+    std::sort(cands_.begin(), cands_.end(), better);
     double cum = 0.0;
-    size_t keep = k;
-    for (size_t i = 0; i < k; ++i) {
+    size_t keep = cands_.size();
+    for (size_t i = 0; i < cands_.size(); ++i) {
       cum += cands_[i].weight;
       if (cum >= want) {
         keep = i + 1;
@@ -199,11 +224,12 @@ int32_t Sampler::choose(float* logits, int32_t vocab, const GenerateConfig& cfg,
       }
     }
     cands_.resize(keep);
+  } else {
+    std::sort(cands_.begin(), cands_.end(), better);  // a fixed order for the draw
   }
-  // min_p, relative to the top token's probability.
   double total = 0.0;
   for (Cand& c : cands_) {
-    if ((static_cast<double>(c.logit) - m) * inv_t < min_rel) c.weight = 0.0;
+    if (c.logit < min_logit) c.weight = 0.0;
     total += c.weight;
   }
   const double target = u * total;
@@ -221,8 +247,8 @@ int32_t Sampler::choose(float* logits, int32_t vocab, const GenerateConfig& cfg,
 SampledToken Sampler::sample(const float* logits, int32_t vocab, const SamplingContext& ctx) {
   const GenerateConfig& cfg = *ctx.config;
   SampledToken out;
-  if (cfg.is_greedy() && processors_inactive(ctx)) {
-    out.token = argmax(logits, vocab);
+  if (processors_inactive(ctx)) {
+    out.token = choose(logits, vocab, cfg, ctx.rng);
   } else {
     processed_.assign(logits, logits + vocab);
     process_logits(processed_.data(), vocab, ctx);

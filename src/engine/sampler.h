@@ -58,12 +58,13 @@ class Sampler {
   SampledToken sample(const float* logits, int32_t vocab, const SamplingContext& ctx);
 
   // The token drawn from processed logits with temperature / top_k / top_p / min_p
-  // (greedy when the config says so). `logits` is used as scratch.
-  int32_t choose(float* logits, int32_t vocab, const GenerateConfig& config, const RngKey& key);
+  // (greedy when the config says so).
+  int32_t choose(const float* logits, int32_t vocab, const GenerateConfig& config,
+                 const RngKey& key);
 
  private:
   std::vector<float> processed_;  // processed logits
-  std::vector<float> scratch_;    // sampling weights
+  std::vector<float> weights_;    // sampling weights
   struct Cand {
     float logit;
     int32_t token;

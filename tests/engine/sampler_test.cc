@@ -157,8 +157,8 @@ TEST(Sampler, TopPOverALargeVocabularyMatchesAFullSort) {
     cum += p[static_cast<size_t>(i)];
     if (cum >= 0.9) break;
   }
-  ASSERT_GT(keep.size(), 64u);  // needs more than the first partial sort
-  const auto c = draw(l, cfg, kDraws);
+  ASSERT_GT(keep.size(), 64u);  // a long head, sorted in full
+  const auto c = draw(l, cfg, kDraws / 2);
   const auto expect = renormalized(p, keep);
   // Cells are small: compare on 10 bins by rank, and check the support exactly.
   std::vector<int64_t> bc(10, 0);

@@ -1,0 +1,107 @@
+#include "cli/generate_engine.h"
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "core/error.h"
+#include "core/logging.h"
+
+namespace tachyon::cli {
+
+GenerateConfig merged_config(const Json& defaults, const Json& line) {
+  Json merged = defaults.is_object() ? defaults : Json::object();
+  if (line.contains("generate_config")) {
+    const Json& g = line["generate_config"];
+    if (!g.is_object()) raise<InvalidArgument>("\"generate_config\" must be an object");
+    for (const auto& [k, v] : g.items()) merged[k] = v;
+  }
+  return GenerateConfig::from_json(merged);
+}
+
+int run_generate_batch(EngineBundle& b, const std::string& input, const std::string& output,
+                       const Json& defaults) {
+  std::ifstream in(input);
+  if (!in) raise<NotFound>("cannot open --input {}", input);
+  struct Line {
+    std::shared_ptr<RequestStream> stream;
+    std::optional<Json> error;
+  };
+  std::vector<Line> lines;
+  std::string text;
+  int64_t number = 0;
+  while (std::getline(in, text)) {
+    ++number;
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+    if (text.find_first_not_of(" \t") == std::string::npos) continue;
+    Line l;
+    try {
+      const Json j = parse_json(text, fmt::format("{} line {}", input, number));
+      GenerateRequest req;
+      req.prompt_ids = prompt_from_json(j, b.tokenizer.get());
+      req.config = merged_config(defaults, j);
+      l.stream = b.engine->submit(std::move(req));
+    } catch (const Error& e) {
+      l.error = Json{{"error", fmt::format("line {}: {}", number, e.what())},
+                     {"error_code", std::string(error_code_name(e.code()))}};
+    }
+    lines.push_back(std::move(l));
+  }
+  std::FILE* out = output == "-" ? stdout : std::fopen(output.c_str(), "wb");
+  if (!out) raise<InvalidArgument>("cannot write --output {}", output);
+  int failed = 0;
+  for (auto& l : lines) {
+    Json j;
+    if (l.error) {
+      j = *l.error;
+      ++failed;
+    } else {
+      const GenerateResult r = l.stream->wait();
+      failed += r.error.has_value();
+      j = result_json(r);
+    }
+    const std::string s = j.dump(-1, ' ', false, Json::error_handler_t::replace);
+    std::fwrite(s.data(), 1, s.size(), out);
+    std::fputc('\n', out);
+  }
+  if (out != stdout) std::fclose(out);
+  log_info("generate: {} requests, {} failed", lines.size(), failed);
+  return failed;
+}
+
+GenerateResult run_generate_one(EngineBundle& b, std::vector<int32_t> prompt,
+                                const GenerateConfig& config, bool json) {
+  auto stream = b.engine->submit({std::move(prompt), config});
+  if (json) return stream->wait();
+  // Stream text pieces (or ids without a tokenizer) as they come, then gather.
+  GenerateResult result;
+  while (true) {
+    auto e = stream->next(std::chrono::hours(24));
+    if (!e) break;
+    if (e->index == 0) {
+      if (b.tokenizer) {
+        std::fwrite(e->text.data(), 1, e->text.size(), stdout);
+      } else {
+        for (int32_t t : e->token_ids) std::printf("%d ", t);
+      }
+      std::fflush(stdout);
+    }
+    if (e->index >= 0) {
+      if (static_cast<size_t>(e->index) >= result.sequences.size())
+        result.sequences.resize(static_cast<size_t>(e->index) + 1);
+      auto& s = result.sequences[static_cast<size_t>(e->index)];
+      s.output_ids.insert(s.output_ids.end(), e->token_ids.begin(), e->token_ids.end());
+      s.text += e->text;
+      if (e->finish_reason) s.finish_reason = *e->finish_reason;
+    }
+    if (e->done) {
+      result.timings = e->timings;
+      result.error = e->error;
+      break;
+    }
+  }
+  std::printf("\n");
+  return result;
+}
+
+}  // namespace tachyon::cli

@@ -1,0 +1,98 @@
+// The `tachyon generate` batch mode and `tachyon bench`, run as the real binary.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "core/json.h"
+
+namespace tachyon {
+namespace {
+
+const std::string kRoot = TACHYON_SOURCE_DIR;
+const std::string kBin = std::string(TACHYON_BINARY_DIR) + "/tachyon";
+
+// Runs a shell command; returns (exit code, stdout).
+std::pair<int, std::string> run(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, ""};
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::vector<Json> read_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<Json> lines;
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(Json::parse(line));
+  return lines;
+}
+
+TEST(CliEngine, GenerateBatchKeepsInputOrderAndReportsBadLines) {
+  const Json ref = load_json_file(kRoot + "/tests/engine/data/kjv_reference.json");
+  const Json& cases = ref["models"]["tiny-kjv-chat"];
+  const std::string dir = ::testing::TempDir();
+  const std::string in = dir + "/cli_in.jsonl", out = dir + "/cli_out.jsonl";
+  {
+    std::ofstream f(in);
+    for (const Json& c : cases) f << Json{{"prompt_ids", c["prompt_ids"]}}.dump() << "\n";
+    f << "\n";  // blank lines are skipped
+    f << R"({"prompt_ids": [1, 2], "generate_config": {"top_p": 0}})"
+      << "\n";
+    f << R"({"prompt": "In the beginning God created", "generate_config": {"max_new_tokens": 3}})"
+      << "\n";
+    f << "not json\n";
+  }
+  const auto [code, stdout_text] =
+      run(kBin + " generate --model " + kRoot + "/models/tiny-kjv-chat --input " + in +
+          " --output " + out + " --max-new-tokens 6 2>/dev/null");
+  EXPECT_EQ(code, 1);  // two lines failed
+  const auto lines = read_lines(out);
+  ASSERT_EQ(lines.size(), cases.size() + 3);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    std::vector<int32_t> want = cases[i]["greedy"][0].get<std::vector<int32_t>>();
+    want.resize(std::min<size_t>(want.size(), 6));
+    if (!want.empty() && want.back() == 2) want.pop_back();  // EOS is never returned
+    EXPECT_EQ(lines[i]["output_ids"].get<std::vector<int32_t>>(), want) << i;
+    EXPECT_TRUE(lines[i].contains("text"));
+    EXPECT_EQ(lines[i]["aux_info"]["input_len"].get<int>(),
+              static_cast<int>(cases[i]["prompt_ids"].size()));
+    EXPECT_GE(lines[i]["aux_info"]["iter_count"].get<int>(), 1);
+  }
+  EXPECT_THAT(lines[cases.size()]["error"].get<std::string>(), ::testing::HasSubstr("top_p"));
+  // The text prompt is tokenized with BOS, as transformers does: the reference's text case.
+  ASSERT_EQ(cases[4]["prompt"].get<std::string>(), "In the beginning God created");
+  std::vector<int32_t> first3 = cases[4]["greedy"][0].get<std::vector<int32_t>>();
+  first3.resize(3);
+  EXPECT_EQ(lines[cases.size() + 1]["output_ids"].get<std::vector<int32_t>>(), first3);
+  EXPECT_TRUE(lines[cases.size() + 2].contains("error"));
+}
+
+TEST(CliEngine, BenchReportsThroughputAndLatency) {
+  const auto [code, text] = run(kBin + " bench --model " + kRoot +
+                                "/models/tiny-kjv-chat --num-requests 3 --input-len 8 "
+                                "--output-len 4 --concurrency 2 --json 2>/dev/null");
+  ASSERT_EQ(code, 0);
+  const Json j = Json::parse(text);
+  EXPECT_EQ(j["failed"].get<int>(), 0);
+  EXPECT_EQ(j["input_tokens"].get<int>(), 24);
+  EXPECT_EQ(j["output_tokens"].get<int>(), 12);
+  EXPECT_GT(j["total_tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(j["ttft_ms"]["p50"].get<double>(), 0);
+  EXPECT_GE(j["engine"]["steps"].get<double>(), 4);
+  const auto [bad, ignored] =
+      run(kBin + " bench --model " + kRoot +
+          "/models/tiny-kjv-chat --concurrency 2 --request-rate 3 2>/dev/null");
+  EXPECT_EQ(bad, 1);
+}
+
+}  // namespace
+}  // namespace tachyon
