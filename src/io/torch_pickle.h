@@ -1,0 +1,56 @@
+// A restricted unpickler for the `data.pkl` of a zip-format torch.save file holding a
+// state dict. It understands only the opcodes and globals a state dict needs
+// (OrderedDict, _rebuild_tensor(_v2), _rebuild_parameter, the typed Storage classes);
+// any other global is refused by name. Nothing in the pickle is ever executed: the
+// result is plain records describing tensors and the storages they view.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tachyon {
+
+struct TorchStorage {
+  std::string key;  // the entry `<archive>/data/<key>` holds its bytes
+  DType dtype = DType::kF32;
+  int64_t numel = 0;  // elements, as declared by the pickle
+};
+
+struct TorchTensor {
+  std::string name;
+  size_t storage = 0;          // index into TorchStateDict::storages
+  int64_t storage_offset = 0;  // in elements
+  Shape shape;
+  Shape stride;  // in elements
+};
+
+struct TorchStateDict {
+  std::vector<TorchStorage> storages;
+  std::vector<TorchTensor> tensors;  // in pickle order
+};
+
+struct UnpickleLimits {
+  uint64_t max_ops = uint64_t{1} << 26;  // opcodes executed
+  size_t max_stack = size_t{1} << 20;    // values on the stack
+  size_t max_marks = 1024;               // nesting of MARKs
+  size_t max_memo = size_t{1} << 22;     // memo index bound
+  size_t max_objects = size_t{1} << 24;  // values created
+  size_t max_dims = 64;                  // tensor rank
+};
+
+// Runs the restricted unpickler. Every tensor's extent is checked against its
+// storage's declared numel (overflow-checked). Throws InvalidArgument naming `what`,
+// the offset in the pickle and, for a refused global, its dotted name.
+TorchStateDict unpickle_torch_state_dict(std::string_view pickle, std::string_view what,
+                                         const UnpickleLimits& limits = {});
+
+// Whether `stride` is the row-major (contiguous) stride of `shape`; dims of size 1
+// may carry any stride.
+bool is_contiguous(const Shape& shape, const Shape& stride);
+
+}  // namespace tachyon
