@@ -133,9 +133,13 @@ class Backend {
   // ---- memory -------------------------------------------------------------------
   // An uninitialised tensor on the device.
   virtual Tensor alloc(const Shape& shape, DType dtype) = 0;
-  // A device tensor holding `count` i32 values copied from host memory. `reuse`, when
-  // it is a large enough device buffer, is filled instead of allocating.
-  virtual Tensor upload_i32(const int32_t* data, int64_t count, Tensor reuse) = 0;
+  // A device tensor of `shape` and `dtype` copied from host memory. `reuse`, when it is
+  // a device buffer of that dtype with enough room, is filled (and viewed with the new
+  // shape) instead of allocating.
+  virtual Tensor upload(const void* data, const Shape& shape, DType dtype, Tensor reuse) = 0;
+  Tensor upload_i32(const int32_t* data, int64_t count, Tensor reuse = {}) {
+    return upload(data, {count}, DType::kI32, std::move(reuse));
+  }
   // Copies a device tensor into host memory of src.nbytes() bytes.
   virtual void download(const Tensor& src, void* dst) = 0;
   virtual void fill_zero(Tensor& t) = 0;

@@ -8,24 +8,36 @@ namespace tachyon {
 
 std::string_view activation_name(Activation act) {
   switch (act) {
-    case Activation::kIdentity: return "identity";
-    case Activation::kSilu: return "silu";
-    case Activation::kGelu: return "gelu";
-    case Activation::kGeluTanh: return "gelu_tanh";
-    case Activation::kRelu: return "relu";
-    case Activation::kQuickGelu: return "quick_gelu";
+    case Activation::kIdentity:
+      return "identity";
+    case Activation::kSilu:
+      return "silu";
+    case Activation::kGelu:
+      return "gelu";
+    case Activation::kGeluTanh:
+      return "gelu_tanh";
+    case Activation::kRelu:
+      return "relu";
+    case Activation::kQuickGelu:
+      return "quick_gelu";
   }
   return "?";
 }
 
 std::string_view rope_type_name(RopeType type) {
   switch (type) {
-    case RopeType::kDefault: return "default";
-    case RopeType::kLinear: return "linear";
-    case RopeType::kDynamic: return "dynamic";
-    case RopeType::kYarn: return "yarn";
-    case RopeType::kLongrope: return "longrope";
-    case RopeType::kLlama3: return "llama3";
+    case RopeType::kDefault:
+      return "default";
+    case RopeType::kLinear:
+      return "linear";
+    case RopeType::kDynamic:
+      return "dynamic";
+    case RopeType::kYarn:
+      return "yarn";
+    case RopeType::kLongrope:
+      return "longrope";
+    case RopeType::kLlama3:
+      return "llama3";
   }
   return "?";
 }
@@ -33,18 +45,25 @@ std::string_view rope_type_name(RopeType type) {
 namespace {
 std::string_view position_name(PositionType p) {
   switch (p) {
-    case PositionType::kNone: return "none";
-    case PositionType::kRotary: return "rotary";
-    case PositionType::kAlibi: return "alibi";
-    case PositionType::kLearned: return "learned";
+    case PositionType::kNone:
+      return "none";
+    case PositionType::kRotary:
+      return "rotary";
+    case PositionType::kAlibi:
+      return "alibi";
+    case PositionType::kLearned:
+      return "learned";
   }
   return "?";
 }
 std::string_view rotary_style_name(RotaryStyle s) {
   switch (s) {
-    case RotaryStyle::kNone: return "none";
-    case RotaryStyle::kHalf: return "half";
-    case RotaryStyle::kInterleaved: return "interleaved";
+    case RotaryStyle::kNone:
+      return "none";
+    case RotaryStyle::kHalf:
+      return "half";
+    case RotaryStyle::kInterleaved:
+      return "interleaved";
   }
   return "?";
 }
@@ -68,32 +87,38 @@ void ModelConfig::validate() const {
   positive(vocab_size, "vocab_size");
   positive(max_seq_len, "max_seq_len (max_position_embeddings)");
   if (head_num % head_num_kv != 0)
-    raise<InvalidArgument>("model config: head_num_kv ({}) must divide head_num ({})", head_num_kv, head_num);
-  if (!(norm_eps > 0)) raise<InvalidArgument>("model config: norm eps must be positive, got {}", norm_eps);
+    raise<InvalidArgument>("model config: head_num_kv ({}) must divide head_num ({})", head_num_kv,
+                           head_num);
+  if (!(norm_eps > 0))
+    raise<InvalidArgument>("model config: norm eps must be positive, got {}", norm_eps);
   if (moe.num_experts > 0) {
     positive(moe.top_k, "moe top_k (num_experts_per_tok)");
     positive(moe.inter_size, "moe inter_size (moe_intermediate_size)");
     if (moe.top_k > moe.num_experts)
-      raise<InvalidArgument>("model config: num_experts_per_tok ({}) exceeds the number of experts ({})",
-                             moe.top_k, moe.num_experts);
+      raise<InvalidArgument>(
+          "model config: num_experts_per_tok ({}) exceeds the number of experts ({})", moe.top_k,
+          moe.num_experts);
   }
   bool any_dense = layer_moe.empty();
   for (uint8_t m : layer_moe) any_dense |= m == 0;
   if (any_dense) positive(inter_size, "inter_size (intermediate_size)");
   if (!layer_moe.empty() && static_cast<int32_t>(layer_moe.size()) != layer_num)
-    raise<InvalidArgument>("model config: {} MoE layer flags for {} layers", layer_moe.size(), layer_num);
+    raise<InvalidArgument>("model config: {} MoE layer flags for {} layers", layer_moe.size(),
+                           layer_num);
   if (!layer_sliding.empty() && static_cast<int32_t>(layer_sliding.size()) != layer_num)
-    raise<InvalidArgument>("model config: {} layer types for {} layers", layer_sliding.size(), layer_num);
+    raise<InvalidArgument>("model config: {} layer types for {} layers", layer_sliding.size(),
+                           layer_num);
   if (sliding_window < 0) raise<InvalidArgument>("model config: sliding_window must be >= 0");
   if (position == PositionType::kRotary) {
     if (rope.dim <= 0 || rope.dim % 2 != 0 || rope.dim > size_per_head)
-      raise<InvalidArgument>("model config: rotary dims {} must be even and within head_dim {}", rope.dim,
-                             size_per_head);
+      raise<InvalidArgument>("model config: rotary dims {} must be even and within head_dim {}",
+                             rope.dim, size_per_head);
   }
   if (attn_softcap < 0 || final_softcap < 0 || clip_qkv < 0)
     raise<InvalidArgument>("model config: softcap / clip values must be non-negative");
   for (int64_t id : eos_token_ids)
-    if (id >= vocab_size) raise<InvalidArgument>("model config: eos_token_id {} >= vocab_size {}", id, vocab_size);
+    if (id >= vocab_size)
+      raise<InvalidArgument>("model config: eos_token_id {} >= vocab_size {}", id, vocab_size);
 }
 
 Json ModelConfig::to_json() const {

@@ -28,14 +28,14 @@ struct RopeConfig {
   // max_position_embeddings.
   int64_t original_max_position = 0;
   int64_t max_position_embeddings = 0;
-  double low_freq_factor = 1.0;   // llama3
-  double high_freq_factor = 4.0;  // llama3
-  double beta_fast = 32.0;        // yarn
-  double beta_slow = 1.0;         // yarn
-  double mscale = 0.0;            // yarn (0 = unset)
-  double mscale_all_dim = 0.0;    // yarn (0 = unset)
-  bool truncate = true;           // yarn
-  std::optional<double> attention_factor;  // yarn, longrope
+  double low_freq_factor = 1.0;                   // llama3
+  double high_freq_factor = 4.0;                  // llama3
+  double beta_fast = 32.0;                        // yarn
+  double beta_slow = 1.0;                         // yarn
+  double mscale = 0.0;                            // yarn (0 = unset)
+  double mscale_all_dim = 0.0;                    // yarn (0 = unset)
+  bool truncate = true;                           // yarn
+  std::optional<double> attention_factor;         // yarn, longrope
   std::vector<double> short_factor, long_factor;  // longrope, dim / 2 each
 };
 
@@ -79,7 +79,7 @@ struct ModelConfig {
   bool sandwich_norm = false;      // extra norms on the attention and MLP outputs (Gemma2)
   bool embedding_norm = false;     // norm right after the embedding (Bloom)
   bool final_norm = true;
-  bool qk_norm = false;            // per-head RMSNorm on q and k (Qwen3)
+  bool qk_norm = false;  // per-head RMSNorm on q and k (Qwen3)
 
   // MLP.
   Activation activation = Activation::kSilu;
@@ -119,8 +119,8 @@ struct ModelConfig {
 
   // Embeddings.
   bool tie_word_embeddings = false;
-  double embedding_scale = 1.0;       // Gemma: sqrt(hidden)
-  int64_t word_embed_proj_dim = 0;    // OPT: embedding width when != hidden (0: hidden)
+  double embedding_scale = 1.0;     // Gemma: sqrt(hidden)
+  int64_t word_embed_proj_dim = 0;  // OPT: embedding width when != hidden (0: hidden)
 
   // Special tokens.
   std::vector<int64_t> eos_token_ids;

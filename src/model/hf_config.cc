@@ -10,11 +10,14 @@
 
 namespace tachyon {
 
-HfConfig::HfConfig(Json json, std::string source) : json_(std::move(json)), source_(std::move(source)) {
+HfConfig::HfConfig(Json json, std::string source)
+    : json_(std::move(json)), source_(std::move(source)) {
   if (!json_.is_object()) raise<InvalidArgument>("{}: expected a JSON object", source_);
 }
 
-HfConfig HfConfig::load(const std::string& path) { return HfConfig(load_json_file(path), path); }
+HfConfig HfConfig::load(const std::string& path) {
+  return HfConfig(load_json_file(path), path);
+}
 
 const Json* HfConfig::find(FieldNames names) const {
   for (std::string_view n : names) {
@@ -50,10 +53,11 @@ std::optional<int64_t> HfConfig::get_int(FieldNames names) const {
   if (v->is_number_integer()) return v->get<int64_t>();
   if (v->is_number_float()) {
     double d = v->get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9.0e18) return static_cast<int64_t>(d);
+    if (std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9.0e18)
+      return static_cast<int64_t>(d);
   }
-  raise<InvalidArgument>("{}: field '{}' must be an integer, got {}", source_, present_name(json_, names),
-                         v->dump());
+  raise<InvalidArgument>("{}: field '{}' must be an integer, got {}", source_,
+                         present_name(json_, names), v->dump());
 }
 
 std::optional<double> HfConfig::get_double(FieldNames names) const {
@@ -79,8 +83,8 @@ std::optional<std::string> HfConfig::get_string(FieldNames names) const {
   const Json* v = find(names);
   if (v == nullptr) return std::nullopt;
   if (v->is_string()) return v->get<std::string>();
-  raise<InvalidArgument>("{}: field '{}' must be a string, got {}", source_, present_name(json_, names),
-                         v->dump());
+  raise<InvalidArgument>("{}: field '{}' must be a string, got {}", source_,
+                         present_name(json_, names), v->dump());
 }
 
 int64_t HfConfig::require_size(FieldNames names, bool allow_zero) const {
@@ -112,7 +116,8 @@ int32_t to_i32(int64_t v, std::string_view field) {
 
 Activation parse_activation(const std::string& name, const HfConfig& cfg, std::string_view field) {
   if (name == "silu" || name == "swish") return Activation::kSilu;
-  if (name == "gelu" || name == "gelu_python" || name == "gelu_accurate_erf") return Activation::kGelu;
+  if (name == "gelu" || name == "gelu_python" || name == "gelu_accurate_erf")
+    return Activation::kGelu;
   if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast" ||
       name == "gelu_tanh" || name == "gelu_accurate")
     return Activation::kGeluTanh;
@@ -123,12 +128,13 @@ Activation parse_activation(const std::string& name, const HfConfig& cfg, std::s
 
 namespace {
 
-std::vector<int64_t> read_token_ids(const Json& v, const std::string& source, std::string_view field) {
+std::vector<int64_t> read_token_ids(const Json& v, const std::string& source,
+                                    std::string_view field) {
   std::vector<int64_t> ids;
   auto one = [&](const Json& x) {
     if (!x.is_number_integer() || x.get<int64_t>() < 0)
-      raise<InvalidArgument>("{}: field '{}' must hold non-negative token ids, got {}", source, field,
-                             x.dump());
+      raise<InvalidArgument>("{}: field '{}' must hold non-negative token ids, got {}", source,
+                             field, x.dump());
     ids.push_back(x.get<int64_t>());
   };
   if (v.is_array()) {
@@ -150,25 +156,30 @@ std::optional<int64_t> read_token_id(const HfConfig& cfg, std::string_view field
 }  // namespace
 
 void read_common(const HfConfig& cfg, ModelConfig& mc, bool tie_default) {
-  if (const Json* eos = cfg.find({"eos_token_id"})) mc.eos_token_ids = read_token_ids(*eos, cfg.source(), "eos_token_id");
+  if (const Json* eos = cfg.find({"eos_token_id"}))
+    mc.eos_token_ids = read_token_ids(*eos, cfg.source(), "eos_token_id");
   mc.bos_token_id = read_token_id(cfg, "bos_token_id");
   mc.pad_token_id = read_token_id(cfg, "pad_token_id");
   if (auto dt = cfg.get_string({"torch_dtype", "dtype"})) {
     auto parsed = parse_dtype(*dt);
     if (!parsed || !(*parsed == DType::kF32 || *parsed == DType::kF16 || *parsed == DType::kBF16))
-      raise<InvalidArgument>("{}: field 'torch_dtype' / 'dtype': unsupported dtype '{}'", cfg.source(), *dt);
+      raise<InvalidArgument>("{}: field 'torch_dtype' / 'dtype': unsupported dtype '{}'",
+                             cfg.source(), *dt);
     mc.dtype = *parsed;
   }
   mc.tie_word_embeddings = cfg.bool_or({"tie_word_embeddings"}, tie_default);
 }
 
-int32_t head_dim_of(const HfConfig& cfg, int64_t hidden, int64_t heads, std::string_view hidden_field,
-                    std::string_view heads_field, FieldNames head_dim_names) {
+int32_t head_dim_of(const HfConfig& cfg, int64_t hidden, int64_t heads,
+                    std::string_view hidden_field, std::string_view heads_field,
+                    FieldNames head_dim_names) {
   if (cfg.has(head_dim_names)) return to_i32(cfg.require_size(head_dim_names), "head_dim");
-  if (heads <= 0) raise<InvalidArgument>("{}: field '{}' must be positive", cfg.source(), heads_field);
+  if (heads <= 0)
+    raise<InvalidArgument>("{}: field '{}' must be positive", cfg.source(), heads_field);
   if (hidden % heads != 0)
-    raise<InvalidArgument>("{}: field '{}' ({}) is not divisible by field '{}' ({}) and no head_dim is given",
-                           cfg.source(), hidden_field, hidden, heads_field, heads);
+    raise<InvalidArgument>(
+        "{}: field '{}' ({}) is not divisible by field '{}' ({}) and no head_dim is given",
+        cfg.source(), hidden_field, hidden, heads_field, heads);
   return to_i32(hidden / heads, "head_dim");
 }
 
@@ -176,7 +187,8 @@ bool read_layer_types(const HfConfig& cfg, ModelConfig& mc) {
   const Json* lt = cfg.find({"layer_types"});
   if (lt == nullptr) return false;
   if (!lt->is_array() || lt->size() != static_cast<size_t>(mc.layer_num))
-    raise<InvalidArgument>("{}: field 'layer_types' must list {} layer types", cfg.source(), mc.layer_num);
+    raise<InvalidArgument>("{}: field 'layer_types' must list {} layer types", cfg.source(),
+                           mc.layer_num);
   mc.layer_sliding.assign(static_cast<size_t>(mc.layer_num), 0);
   for (size_t i = 0; i < lt->size(); ++i) {
     const Json& t = (*lt)[i];
@@ -184,8 +196,8 @@ bool read_layer_types(const HfConfig& cfg, ModelConfig& mc) {
     if (s == "sliding_attention") {
       mc.layer_sliding[i] = 1;
     } else if (s != "full_attention") {
-      raise<InvalidArgument>("{}: field 'layer_types' entry {}: unsupported layer type {}", cfg.source(), i,
-                             t.dump());
+      raise<InvalidArgument>("{}: field 'layer_types' entry {}: unsupported layer type {}",
+                             cfg.source(), i, t.dump());
     }
   }
   return true;
@@ -204,8 +216,8 @@ std::vector<double> read_factor_list(const HfConfig& d, std::string_view name, i
     out.push_back(x.get<double>());
   }
   if (static_cast<int32_t>(out.size()) != want)
-    raise<InvalidArgument>("{}: field '{}' has {} entries, expected {} (rotary dims / 2)", d.source(), name,
-                           out.size(), want);
+    raise<InvalidArgument>("{}: field '{}' has {} entries, expected {} (rotary dims / 2)",
+                           d.source(), name, out.size(), want);
   return out;
 }
 
@@ -218,10 +230,12 @@ void read_rope(const HfConfig& cfg, ModelConfig& mc, double theta_default, doubl
   std::string spelling = "rope_parameters";
   Json dict = Json::object();
   if (params != nullptr) {
-    if (!params->is_object()) raise<InvalidArgument>("{}: field 'rope_parameters' must be an object", cfg.source());
+    if (!params->is_object())
+      raise<InvalidArgument>("{}: field 'rope_parameters' must be an object", cfg.source());
     dict = *params;
   } else if (scaling != nullptr) {
-    if (!scaling->is_object()) raise<InvalidArgument>("{}: field 'rope_scaling' must be an object", cfg.source());
+    if (!scaling->is_object())
+      raise<InvalidArgument>("{}: field 'rope_scaling' must be an object", cfg.source());
     dict = *scaling;
     spelling = "rope_scaling";
   }
@@ -231,28 +245,35 @@ void read_rope(const HfConfig& cfg, ModelConfig& mc, double theta_default, doubl
 
   RopeConfig& r = mc.rope;
   r.theta = d.get_double({"rope_theta"}).value_or(cfg.double_or(theta_names, theta_default));
-  if (!(r.theta > 1.0)) raise<InvalidArgument>("{}: rope_theta must be > 1, got {}", cfg.source(), r.theta);
+  if (!(r.theta > 1.0))
+    raise<InvalidArgument>("{}: rope_theta must be > 1, got {}", cfg.source(), r.theta);
   double partial = d.get_double({"partial_rotary_factor"})
                        .value_or(cfg.double_or({"partial_rotary_factor"}, default_partial));
   if (!(partial > 0 && partial <= 1))
-    raise<InvalidArgument>("{}: field 'partial_rotary_factor' must be in (0, 1], got {}", cfg.source(), partial);
+    raise<InvalidArgument>("{}: field 'partial_rotary_factor' must be in (0, 1], got {}",
+                           cfg.source(), partial);
   r.dim = static_cast<int32_t>(static_cast<double>(mc.size_per_head) * partial);
   if (r.dim <= 0 || r.dim % 2 != 0)
-    raise<InvalidArgument>("{}: rotary dims {} (head_dim {} x partial_rotary_factor {}) must be even and positive",
-                           cfg.source(), r.dim, mc.size_per_head, partial);
+    raise<InvalidArgument>(
+        "{}: rotary dims {} (head_dim {} x partial_rotary_factor {}) must be even and positive",
+        cfg.source(), r.dim, mc.size_per_head, partial);
   r.max_position_embeddings = mc.max_seq_len;
 
   std::string type = d.get_string({"rope_type", "type"}).value_or("default");
   auto need_factor = [&]() {
     auto f = d.get_double({"factor"});
     if (!f) raise<InvalidArgument>("{}: rope type '{}' needs field 'factor'", d.source(), type);
-    if (!(*f > 0)) raise<InvalidArgument>("{}: field 'factor' must be positive, got {}", d.source(), *f);
+    if (!(*f > 0))
+      raise<InvalidArgument>("{}: field 'factor' must be positive, got {}", d.source(), *f);
     return *f;
   };
   auto original_max = [&]() {
-    int64_t v = cfg.get_int({"original_max_position_embeddings"})
-                    .value_or(d.get_int({"original_max_position_embeddings"}).value_or(mc.max_seq_len));
-    if (v <= 0) raise<InvalidArgument>("{}: field 'original_max_position_embeddings' must be positive", d.source());
+    int64_t v =
+        cfg.get_int({"original_max_position_embeddings"})
+            .value_or(d.get_int({"original_max_position_embeddings"}).value_or(mc.max_seq_len));
+    if (v <= 0)
+      raise<InvalidArgument>("{}: field 'original_max_position_embeddings' must be positive",
+                             d.source());
     return v;
   };
   if (type == "default") {
@@ -268,15 +289,19 @@ void read_rope(const HfConfig& cfg, ModelConfig& mc, double theta_default, doubl
     r.factor = need_factor();
     r.original_max_position = original_max();
     auto lo = d.get_double({"low_freq_factor"}), hi = d.get_double({"high_freq_factor"});
-    if (!lo || !hi) raise<InvalidArgument>("{}: rope type 'llama3' needs 'low_freq_factor' and 'high_freq_factor'", d.source());
-    if (!(*hi > *lo)) raise<InvalidArgument>("{}: 'high_freq_factor' must exceed 'low_freq_factor'", d.source());
+    if (!lo || !hi)
+      raise<InvalidArgument>(
+          "{}: rope type 'llama3' needs 'low_freq_factor' and 'high_freq_factor'", d.source());
+    if (!(*hi > *lo))
+      raise<InvalidArgument>("{}: 'high_freq_factor' must exceed 'low_freq_factor'", d.source());
     r.low_freq_factor = *lo;
     r.high_freq_factor = *hi;
   } else if (type == "yarn") {
     r.type = RopeType::kYarn;
     r.original_max_position = original_max();
     auto f = d.get_double({"factor"});
-    r.factor = f ? *f : static_cast<double>(mc.max_seq_len) / static_cast<double>(r.original_max_position);
+    r.factor =
+        f ? *f : static_cast<double>(mc.max_seq_len) / static_cast<double>(r.original_max_position);
     if (!(r.factor > 0)) raise<InvalidArgument>("{}: field 'factor' must be positive", d.source());
     r.attention_factor = d.get_double({"attention_factor"});
     r.beta_fast = d.double_or({"beta_fast"}, 32.0);
@@ -290,18 +315,22 @@ void read_rope(const HfConfig& cfg, ModelConfig& mc, double theta_default, doubl
     r.short_factor = read_factor_list(d, "short_factor", r.dim / 2);
     r.long_factor = read_factor_list(d, "long_factor", r.dim / 2);
     auto f = d.get_double({"factor"});
-    r.factor = f ? *f : static_cast<double>(mc.max_seq_len) / static_cast<double>(r.original_max_position);
+    r.factor =
+        f ? *f : static_cast<double>(mc.max_seq_len) / static_cast<double>(r.original_max_position);
     r.attention_factor = d.get_double({"attention_factor"});
   } else {
-    raise<InvalidArgument>("{}: unsupported rope type '{}' (supported: default, linear, dynamic, yarn, longrope, llama3)",
-                           d.source(), type);
+    raise<InvalidArgument>(
+        "{}: unsupported rope type '{}' (supported: default, linear, dynamic, yarn, longrope, "
+        "llama3)",
+        d.source(), type);
   }
 }
 
 void apply_generation_config(const std::string& path, ModelConfig& mc) {
   if (!file_exists(path)) return;
   HfConfig g = HfConfig::load(path);
-  if (const Json* eos = g.find({"eos_token_id"})) mc.eos_token_ids = read_token_ids(*eos, g.source(), "eos_token_id");
+  if (const Json* eos = g.find({"eos_token_id"}))
+    mc.eos_token_ids = read_token_ids(*eos, g.source(), "eos_token_id");
   if (auto bos = read_token_id(g, "bos_token_id")) mc.bos_token_id = bos;
   if (auto pad = read_token_id(g, "pad_token_id")) mc.pad_token_id = pad;
   GenerationDefaults& gd = mc.generation;

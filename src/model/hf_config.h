@@ -36,7 +36,9 @@ class HfConfig {
   std::optional<bool> get_bool(FieldNames names) const;
   std::optional<std::string> get_string(FieldNames names) const;
 
-  int64_t int_or(FieldNames names, int64_t fallback) const { return get_int(names).value_or(fallback); }
+  int64_t int_or(FieldNames names, int64_t fallback) const {
+    return get_int(names).value_or(fallback);
+  }
   double double_or(FieldNames names, double fallback) const {
     return get_double(names).value_or(fallback);
   }
@@ -75,8 +77,9 @@ void read_rope(const HfConfig& cfg, ModelConfig& mc, double theta_default, doubl
 bool read_layer_types(const HfConfig& cfg, ModelConfig& mc);
 
 // Head size from `head_dim` when given, else hidden / heads (which must divide).
-int32_t head_dim_of(const HfConfig& cfg, int64_t hidden, int64_t heads, std::string_view hidden_field,
-                    std::string_view heads_field, FieldNames head_dim_names = {"head_dim"});
+int32_t head_dim_of(const HfConfig& cfg, int64_t hidden, int64_t heads,
+                    std::string_view hidden_field, std::string_view heads_field,
+                    FieldNames head_dim_names = {"head_dim"});
 
 // generation_config.json: eos (int or list) / bos / pad override the config's, and the
 // default sampling parameters. Missing file: nothing changes.

@@ -49,7 +49,8 @@ RopeFrequencies yarn(const RopeConfig& r) {
     const double extrapolation = 1.0 / pos_freq, interpolation = 1.0 / (factor * pos_freq);
     const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
     const double extrapolation_factor = 1.0 - ramp;
-    out.inv_freq[i] = interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor;
+    out.inv_freq[i] =
+        interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor;
   }
   return out;
 }
@@ -65,7 +66,8 @@ RopeFrequencies llama3(const RopeConfig& r) {
     if (wavelen > low_wavelen) {
       f /= r.factor;
     } else if (wavelen >= high_wavelen) {
-      const double smooth = (old_len / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+      const double smooth =
+          (old_len / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
       f = (1 - smooth) * f / r.factor + smooth * f;
     }
   }
@@ -82,7 +84,9 @@ RopeFrequencies rope_frequencies(const RopeConfig& r, int64_t seq_len) {
   TACHYON_CHECK(r.dim > 0 && r.dim % 2 == 0, "rotary dim {}", r.dim);
   RopeFrequencies out;
   switch (r.type) {
-    case RopeType::kDefault: out.inv_freq = base_inv_freq(r.theta, r.dim); break;
+    case RopeType::kDefault:
+      out.inv_freq = base_inv_freq(r.theta, r.dim);
+      break;
     case RopeType::kLinear:
       out.inv_freq = base_inv_freq(r.theta, r.dim);
       for (double& f : out.inv_freq) f /= r.factor;
@@ -90,18 +94,21 @@ RopeFrequencies rope_frequencies(const RopeConfig& r, int64_t seq_len) {
     case RopeType::kDynamic: {
       const double max_pos = static_cast<double>(r.max_position_embeddings);
       const double len = std::max(static_cast<double>(seq_len), max_pos);
-      const double base =
-          r.theta * std::pow(r.factor * len / max_pos - (r.factor - 1), static_cast<double>(r.dim) / (r.dim - 2));
+      const double base = r.theta * std::pow(r.factor * len / max_pos - (r.factor - 1),
+                                             static_cast<double>(r.dim) / (r.dim - 2));
       out.inv_freq = base_inv_freq(base, r.dim);
       break;
     }
-    case RopeType::kYarn: out = yarn(r); break;
+    case RopeType::kYarn:
+      out = yarn(r);
+      break;
     case RopeType::kLongrope: {
       const double orig = static_cast<double>(r.original_max_position);
       if (r.attention_factor) {
         out.attention_factor = *r.attention_factor;
       } else {
-        out.attention_factor = r.factor <= 1.0 ? 1.0 : std::sqrt(1 + std::log(r.factor) / std::log(orig));
+        out.attention_factor =
+            r.factor <= 1.0 ? 1.0 : std::sqrt(1 + std::log(r.factor) / std::log(orig));
       }
       const auto& ext = seq_len > r.original_max_position ? r.long_factor : r.short_factor;
       TACHYON_CHECK_EQ(static_cast<int32_t>(ext.size()), r.dim / 2);
@@ -109,12 +116,15 @@ RopeFrequencies rope_frequencies(const RopeConfig& r, int64_t seq_len) {
       for (int32_t i = 0; i < r.dim / 2; ++i) out.inv_freq[i] /= ext[i];
       break;
     }
-    case RopeType::kLlama3: out = llama3(r); break;
+    case RopeType::kLlama3:
+      out = llama3(r);
+      break;
   }
   return out;
 }
 
-RopeTable::RopeTable(const RopeConfig& rope) : rope_(rope), length_dependent_(rope_length_dependent(rope)) {
+RopeTable::RopeTable(const RopeConfig& rope)
+    : rope_(rope), length_dependent_(rope_length_dependent(rope)) {
   cached_ = rope_frequencies(rope_, rope_.max_position_embeddings);
   cached_len_ = length_dependent_ ? rope_.max_position_embeddings : 0;
 }

@@ -18,26 +18,26 @@ class Checkpoint;
 
 enum class Slot : uint8_t {
   // Global.
-  kEmbedding,         // [V, E]
-  kPosEmbedding,      // [P, D] learned positions
-  kEmbedNorm,         // [D] (+ bias)
+  kEmbedding,     // [V, E]
+  kPosEmbedding,  // [P, D] learned positions
+  kEmbedNorm,     // [D] (+ bias)
   kEmbedNormBias,
-  kProjectIn,         // [D, E] (OPT word_embed_proj_dim)
-  kProjectOut,        // [E, D]
+  kProjectIn,   // [D, E] (OPT word_embed_proj_dim)
+  kProjectOut,  // [E, D]
   kFinalNorm,
   kFinalNormBias,
-  kLmHead,            // [V, E]
-  kLmHeadBias,        // [V]
+  kLmHead,      // [V, E]
+  kLmHeadBias,  // [V]
   // Per layer ("{L}" in the name).
   kAttnNorm,
   kAttnNormBias,
   kMlpNorm,
   kMlpNormBias,
-  kPostAttnNorm,      // sandwich norms
+  kPostAttnNorm,  // sandwich norms
   kPostMlpNorm,
-  kQNorm,             // [hd]
+  kQNorm,  // [hd]
   kKNorm,
-  kQkv,               // [(H + 2 KV) hd, D] fused, rows [q; k; v] after the transform
+  kQkv,  // [(H + 2 KV) hd, D] fused, rows [q; k; v] after the transform
   kQkvBias,
   kQ,
   kQBias,
@@ -45,21 +45,21 @@ enum class Slot : uint8_t {
   kKBias,
   kV,
   kVBias,
-  kO,                 // [D, H hd]
+  kO,  // [D, H hd]
   kOBias,
-  kGateUp,            // [2 I, D] fused, rows [gate; up]
-  kGate,              // [I, D]
+  kGateUp,  // [2 I, D] fused, rows [gate; up]
+  kGate,    // [I, D]
   kGateBias,
-  kUp,                // [I, D] (the first MLP matrix of a non-gated MLP)
+  kUp,  // [I, D] (the first MLP matrix of a non-gated MLP)
   kUpBias,
-  kDown,              // [D, I]
+  kDown,  // [D, I]
   kDownBias,
-  kRouter,            // [E, D]
-  kExpertGate,        // per expert ("{E}" in the name): [Ie, D]
+  kRouter,      // [E, D]
+  kExpertGate,  // per expert ("{E}" in the name): [Ie, D]
   kExpertUp,
-  kExpertGateUp,      // [2 Ie, D]
-  kExpertDown,        // [D, Ie]
-  kSharedGate,        // shared expert [Is, D]
+  kExpertGateUp,  // [2 Ie, D]
+  kExpertDown,    // [D, Ie]
+  kSharedGate,    // shared expert [Is, D]
   kSharedUp,
   kSharedDown,
   kSharedExpertGate,  // [1, D]
@@ -124,6 +124,10 @@ struct ModelWeights {
 // required tensor -> NotFound naming it; a wrong shape or dtype -> InvalidArgument.
 // A missing lm_head falls back to the embedding (tied).
 ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, const WeightMap& map);
+
+// The shape a slot has in the decoder's layout (before any stored transpose).
+// Learned positions: [max_seq_len + offset, D] is the minimum.
+Shape slot_shape(const ModelConfig& cfg, Slot slot);
 
 // The transforms, exposed for tests. Each returns a new tensor in the same dtype.
 Tensor transpose_2d(const Tensor& t);

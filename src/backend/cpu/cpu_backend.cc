@@ -36,12 +36,12 @@ Tensor CpuBackend::alloc(const Shape& shape, DType dtype) {
   return Tensor::empty(shape, dtype);
 }
 
-Tensor CpuBackend::upload_i32(const int32_t* data, int64_t count, Tensor reuse) {
-  if (!reuse || reuse.dtype() != DType::kI32 || reuse.numel() < count)
-    reuse = Tensor::empty({std::max<int64_t>(count, 1)}, DType::kI32);
-  if (count > 0) std::memcpy(reuse.raw(), data, static_cast<size_t>(count) * 4);
-  return reuse.numel() == count ? reuse
-                                : Tensor::wrap(reuse.raw(), {count}, DType::kI32, reuse.owner());
+Tensor CpuBackend::upload(const void* data, const Shape& shape, DType dtype, Tensor reuse) {
+  const int64_t n = shape_numel(shape);
+  if (!reuse || reuse.dtype() != dtype || reuse.numel() < n)
+    reuse = Tensor::empty({std::max<int64_t>(n, 1)}, dtype);
+  if (n > 0) std::memcpy(reuse.raw(), data, static_cast<size_t>(n) * dtype_size(dtype));
+  return Tensor::wrap(reuse.raw(), shape, dtype, reuse.owner());
 }
 
 void CpuBackend::download(const Tensor& src, void* dst) {

@@ -22,7 +22,7 @@ class CpuBackend final : public Backend {
   const char* name() const override { return "cpu"; }
 
   Tensor alloc(const Shape& shape, DType dtype) override;
-  Tensor upload_i32(const int32_t* data, int64_t count, Tensor reuse) override;
+  Tensor upload(const void* data, const Shape& shape, DType dtype, Tensor reuse) override;
   void download(const Tensor& src, void* dst) override;
   void fill_zero(Tensor& t) override;
 

@@ -24,8 +24,9 @@ ArchSpec bloom_spec() {
     // ALiBi has no hard limit; the training length is the default bound.
     mc.max_seq_len = cfg.size_or({"seq_length", "max_position_embeddings"}, 2048);
     if (cfg.bool_or({"apply_residual_connection_post_layernorm"}, false))
-      raise<InvalidArgument>("{}: field 'apply_residual_connection_post_layernorm' = true is not supported",
-                             cfg.source());
+      raise<InvalidArgument>(
+          "{}: field 'apply_residual_connection_post_layernorm' = true is not supported",
+          cfg.source());
     mc.norm_type = NormType::kLayerNorm;
     mc.norm_eps = cfg.double_or({"layer_norm_epsilon"}, 1e-5);
     mc.embedding_norm = true;

@@ -13,7 +13,8 @@ ModelConfig read_llama_like(const HfConfig& cfg, const LlamaLikeDefaults& d) {
   if (d.head_dim > 0 && !cfg.has({"head_dim"})) {
     mc.size_per_head = to_i32(d.head_dim, "head_dim");
   } else {
-    mc.size_per_head = head_dim_of(cfg, mc.hidden_size, heads, "hidden_size", "num_attention_heads");
+    mc.size_per_head =
+        head_dim_of(cfg, mc.hidden_size, heads, "hidden_size", "num_attention_heads");
   }
   mc.layer_num = to_i32(cfg.require_size({"num_hidden_layers"}), "num_hidden_layers");
   mc.inter_size = cfg.require_size({"intermediate_size"});
@@ -21,7 +22,8 @@ ModelConfig read_llama_like(const HfConfig& cfg, const LlamaLikeDefaults& d) {
   mc.max_seq_len = cfg.size_or({"max_position_embeddings"}, d.max_position_embeddings);
   mc.norm_type = NormType::kRMSNorm;
   mc.norm_eps = cfg.double_or({"rms_norm_eps"}, d.norm_eps);
-  mc.activation = parse_activation(cfg.get_string({"hidden_act"}).value_or(d.activation), cfg, "hidden_act");
+  mc.activation =
+      parse_activation(cfg.get_string({"hidden_act"}).value_or(d.activation), cfg, "hidden_act");
   mc.gated_mlp = true;
   const bool attn_bias = cfg.bool_or({"attention_bias"}, d.attention_bias);
   mc.qkv_bias = attn_bias;
@@ -36,7 +38,8 @@ ModelConfig read_llama_like(const HfConfig& cfg, const LlamaLikeDefaults& d) {
 
 void read_sliding_window(const HfConfig& cfg, ModelConfig& mc, int64_t default_window) {
   int64_t w = default_window;
-  if (const Json* v = cfg.json().contains("sliding_window") ? &cfg.json()["sliding_window"] : nullptr) {
+  if (const Json* v =
+          cfg.json().contains("sliding_window") ? &cfg.json()["sliding_window"] : nullptr) {
     w = v->is_null() ? 0 : cfg.require_size({"sliding_window"});
   }
   mc.sliding_window = to_i32(w, "sliding_window");

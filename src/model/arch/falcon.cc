@@ -19,7 +19,8 @@ ArchSpec falcon_spec() {
     mc.hidden_size = cfg.require_size({"hidden_size", "n_embed"});
     const int64_t heads = cfg.require_size({"num_attention_heads", "n_head"});
     mc.head_num = to_i32(heads, "num_attention_heads");
-    mc.size_per_head = head_dim_of(cfg, mc.hidden_size, heads, "hidden_size", "num_attention_heads", {"head_dim"});
+    mc.size_per_head =
+        head_dim_of(cfg, mc.hidden_size, heads, "hidden_size", "num_attention_heads", {"head_dim"});
     mc.layer_num = to_i32(cfg.require_size({"num_hidden_layers", "n_layer"}), "num_hidden_layers");
     mc.vocab_size = cfg.require_size({"vocab_size"});
     mc.max_seq_len = cfg.size_or({"max_position_embeddings"}, 2048);
@@ -31,7 +32,8 @@ ArchSpec falcon_spec() {
     mc.inter_size = cfg.size_or({"ffn_hidden_size"}, 4 * mc.hidden_size);
     mc.norm_type = NormType::kLayerNorm;
     mc.norm_eps = cfg.double_or({"layer_norm_epsilon"}, 1e-5);
-    mc.activation = parse_activation(cfg.get_string({"activation"}).value_or("gelu"), cfg, "activation");
+    mc.activation =
+        parse_activation(cfg.get_string({"activation"}).value_or("gelu"), cfg, "activation");
     mc.gated_mlp = false;
     const bool bias = cfg.bool_or({"bias"}, false);
     mc.qkv_bias = mc.o_bias = mc.mlp_bias = bias;

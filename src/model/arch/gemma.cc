@@ -17,8 +17,9 @@ ModelConfig read_gemma_common(const HfConfig& cfg) {
   ModelConfig mc = read_llama_like(cfg, d);
   // Gemma's MLP uses hidden_activation; configs that only carry the legacy hidden_act
   // ("gelu") run the tanh approximation, as transformers does.
-  mc.activation = parse_activation(cfg.get_string({"hidden_activation"}).value_or("gelu_pytorch_tanh"), cfg,
-                                   "hidden_activation");
+  mc.activation =
+      parse_activation(cfg.get_string({"hidden_activation"}).value_or("gelu_pytorch_tanh"), cfg,
+                       "hidden_activation");
   mc.norm_weight_offset = 1.f;
   mc.embedding_scale = std::sqrt(static_cast<double>(mc.hidden_size));
   return mc;

@@ -20,7 +20,8 @@ ArchSpec gemma2_spec() {
     ModelConfig mc = read_gemma_common(cfg);
     mc.sandwich_norm = true;
     const double scalar = cfg.double_or({"query_pre_attn_scalar"}, 256.0);
-    if (!(scalar > 0)) raise<InvalidArgument>("{}: field 'query_pre_attn_scalar' must be positive", cfg.source());
+    if (!(scalar > 0))
+      raise<InvalidArgument>("{}: field 'query_pre_attn_scalar' must be positive", cfg.source());
     mc.attn_scale = 1.0 / std::sqrt(scalar);
     mc.attn_softcap = cfg.double_or({"attn_logit_softcapping"}, 50.0);
     mc.final_softcap = cfg.double_or({"final_logit_softcapping"}, 30.0);

@@ -24,8 +24,8 @@ ArchSpec gpt2_spec() {
     mc.inter_size = cfg.size_or({"n_inner"}, 4 * mc.hidden_size);
     mc.norm_type = NormType::kLayerNorm;
     mc.norm_eps = cfg.double_or({"layer_norm_epsilon"}, 1e-5);
-    mc.activation =
-        parse_activation(cfg.get_string({"activation_function"}).value_or("gelu_new"), cfg, "activation_function");
+    mc.activation = parse_activation(cfg.get_string({"activation_function"}).value_or("gelu_new"),
+                                     cfg, "activation_function");
     mc.gated_mlp = false;
     mc.qkv_bias = mc.o_bias = mc.mlp_bias = true;
     mc.position = PositionType::kLearned;

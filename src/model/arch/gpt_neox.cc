@@ -15,14 +15,16 @@ ArchSpec gpt_neox_spec() {
     mc.hidden_size = cfg.require_size({"hidden_size"});
     const int64_t heads = cfg.require_size({"num_attention_heads"});
     mc.head_num = mc.head_num_kv = to_i32(heads, "num_attention_heads");
-    mc.size_per_head = head_dim_of(cfg, mc.hidden_size, heads, "hidden_size", "num_attention_heads", {});
+    mc.size_per_head =
+        head_dim_of(cfg, mc.hidden_size, heads, "hidden_size", "num_attention_heads", {});
     mc.layer_num = to_i32(cfg.require_size({"num_hidden_layers"}), "num_hidden_layers");
     mc.inter_size = cfg.require_size({"intermediate_size"});
     mc.vocab_size = cfg.require_size({"vocab_size"});
     mc.max_seq_len = cfg.size_or({"max_position_embeddings"}, 2048);
     mc.norm_type = NormType::kLayerNorm;
     mc.norm_eps = cfg.double_or({"layer_norm_eps"}, 1e-5);
-    mc.activation = parse_activation(cfg.get_string({"hidden_act"}).value_or("gelu"), cfg, "hidden_act");
+    mc.activation =
+        parse_activation(cfg.get_string({"hidden_act"}).value_or("gelu"), cfg, "hidden_act");
     mc.gated_mlp = false;
     const bool bias = cfg.bool_or({"attention_bias"}, true);
     mc.qkv_bias = mc.o_bias = bias;
@@ -32,7 +34,8 @@ ArchSpec gpt_neox_spec() {
     read_common(cfg, mc, false);
     mc.position = PositionType::kRotary;
     mc.rope.style = RotaryStyle::kHalf;
-    read_rope(cfg, mc, 10000.0, cfg.double_or({"rotary_pct"}, 0.25), {"rope_theta", "rotary_emb_base"});
+    read_rope(cfg, mc, 10000.0, cfg.double_or({"rotary_pct"}, 0.25),
+              {"rope_theta", "rotary_emb_base"});
     return mc;
   };
   s.map_weights = [](const ModelConfig& mc) {

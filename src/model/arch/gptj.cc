@@ -24,8 +24,8 @@ ArchSpec gptj_spec() {
     mc.inter_size = cfg.size_or({"n_inner"}, 4 * mc.hidden_size);
     mc.norm_type = NormType::kLayerNorm;
     mc.norm_eps = cfg.double_or({"layer_norm_epsilon"}, 1e-5);
-    mc.activation =
-        parse_activation(cfg.get_string({"activation_function"}).value_or("gelu_new"), cfg, "activation_function");
+    mc.activation = parse_activation(cfg.get_string({"activation_function"}).value_or("gelu_new"),
+                                     cfg, "activation_function");
     mc.gated_mlp = false;
     mc.mlp_bias = mc.lm_head_bias = true;
     mc.parallel_residual = true;
@@ -37,8 +37,9 @@ ArchSpec gptj_spec() {
     mc.rope.max_position_embeddings = mc.max_seq_len;
     mc.rope.dim = to_i32(cfg.size_or({"rotary_dim"}, 64), "rotary_dim");
     if (mc.rope.dim > mc.size_per_head || mc.rope.dim % 2 != 0)
-      raise<InvalidArgument>("{}: field 'rotary_dim' ({}) must be even and at most the head size ({})",
-                             cfg.source(), mc.rope.dim, mc.size_per_head);
+      raise<InvalidArgument>(
+          "{}: field 'rotary_dim' ({}) must be even and at most the head size ({})", cfg.source(),
+          mc.rope.dim, mc.size_per_head);
     return mc;
   };
   s.map_weights = [](const ModelConfig&) {

@@ -32,8 +32,9 @@ ArchSpec mpt_spec() {
     mc.qkv_bias = mc.o_bias = mc.mlp_bias = bias;
     HfConfig attn = cfg.sub("attn_config");
     if (!attn.bool_or({"alibi"}, true))
-      raise<InvalidArgument>("{}: field 'attn_config.alibi' = false is not supported (MPT runs with ALiBi)",
-                             cfg.source());
+      raise<InvalidArgument>(
+          "{}: field 'attn_config.alibi' = false is not supported (MPT runs with ALiBi)",
+          cfg.source());
     if (attn.bool_or({"qk_ln"}, false))
       raise<InvalidArgument>("{}: field 'attn_config.qk_ln' = true is not supported", cfg.source());
     mc.position = PositionType::kAlibi;

@@ -18,7 +18,8 @@ ArchSpec opt_spec() {
     mc.hidden_size = cfg.require_size({"hidden_size"});
     const int64_t heads = cfg.require_size({"num_attention_heads"});
     mc.head_num = mc.head_num_kv = to_i32(heads, "num_attention_heads");
-    mc.size_per_head = head_dim_of(cfg, mc.hidden_size, heads, "hidden_size", "num_attention_heads", {});
+    mc.size_per_head =
+        head_dim_of(cfg, mc.hidden_size, heads, "hidden_size", "num_attention_heads", {});
     mc.layer_num = to_i32(cfg.require_size({"num_hidden_layers"}), "num_hidden_layers");
     mc.vocab_size = cfg.require_size({"vocab_size"});
     mc.inter_size = cfg.require_size({"ffn_dim"});
@@ -28,12 +29,13 @@ ArchSpec opt_spec() {
     mc.norm_type = NormType::kLayerNorm;
     mc.norm_eps = 1e-5;
     if (!cfg.bool_or({"layer_norm_elementwise_affine"}, true))
-      raise<InvalidArgument>("{}: field 'layer_norm_elementwise_affine' = false is not supported", cfg.source());
+      raise<InvalidArgument>("{}: field 'layer_norm_elementwise_affine' = false is not supported",
+                             cfg.source());
     const bool before = cfg.bool_or({"do_layer_norm_before"}, true);
     mc.post_norm = !before;
     mc.final_norm = before && !cfg.bool_or({"_remove_final_layer_norm"}, false);
-    mc.activation =
-        parse_activation(cfg.get_string({"activation_function"}).value_or("relu"), cfg, "activation_function");
+    mc.activation = parse_activation(cfg.get_string({"activation_function"}).value_or("relu"), cfg,
+                                     "activation_function");
     mc.gated_mlp = false;
     const bool bias = cfg.bool_or({"enable_bias"}, true);
     mc.qkv_bias = mc.o_bias = mc.mlp_bias = bias;

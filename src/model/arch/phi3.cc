@@ -20,8 +20,8 @@ ArchSpec phi3_spec() {
   };
   s.map_weights = [](const ModelConfig& mc) {
     WeightMap m = llama_weights(mc);
-    for (Slot x : {Slot::kQ, Slot::kK, Slot::kV, Slot::kQBias, Slot::kKBias, Slot::kVBias, Slot::kGate, Slot::kUp,
-                   Slot::kGateBias, Slot::kUpBias})
+    for (Slot x : {Slot::kQ, Slot::kK, Slot::kV, Slot::kQBias, Slot::kKBias, Slot::kVBias,
+                   Slot::kGate, Slot::kUp, Slot::kGateBias, Slot::kUpBias})
       m.erase(x);
     const std::string l = "model.layers.{L}.";
     m[Slot::kQkv] = {l + "self_attn.qkv_proj.weight"};

@@ -30,10 +30,12 @@ ArchSpec qwen2_moe_spec() {
     for (int32_t i = 0; i < mc.layer_num; ++i)
       mc.layer_moe[i] = mc.moe.num_experts > 0 && (i + 1) % step == 0;
     if (const Json* only = cfg.find({"mlp_only_layers"})) {
-      if (!only->is_array()) raise<InvalidArgument>("{}: field 'mlp_only_layers' must be a list", cfg.source());
+      if (!only->is_array())
+        raise<InvalidArgument>("{}: field 'mlp_only_layers' must be a list", cfg.source());
       for (const Json& v : *only) {
         if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= mc.layer_num)
-          raise<InvalidArgument>("{}: field 'mlp_only_layers' holds an invalid layer {}", cfg.source(), v.dump());
+          raise<InvalidArgument>("{}: field 'mlp_only_layers' holds an invalid layer {}",
+                                 cfg.source(), v.dump());
         mc.layer_moe[v.get<size_t>()] = 0;
       }
     }
