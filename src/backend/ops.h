@@ -162,8 +162,9 @@ class Backend {
 
   // ---- dense ----------------------------------------------------------------------
   // out[:, col_offset : col_offset + N] = act(x · wᵀ + bias).
-  // x [T, K]; w [N, K] (prepared); bias [N] f32 optional; out [T, >= col_offset + N] in
-  // the activation dtype or f32 (logits).
+  // x [T, K]; w [N, K] (prepared); bias [N] f32 optional (a 16-bit backend adds it in
+  // its compute dtype, like its weights); out [T, >= col_offset + N] in the activation
+  // dtype or f32 (logits).
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
                       int64_t col_offset = 0, Activation act = Activation::kIdentity) = 0;
   // out[t, i] = act(in[t, i]) * in[t, I + i]; in [T, 2I] ([gate | up]), out [T, I].
@@ -213,6 +214,14 @@ class Backend {
   virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                            const std::vector<MoeExpertWeights>& experts, Activation act,
                            bool accumulate, Tensor& out) = 0;
+
+  // ---- sampling helpers (on f32 logits [R, V], so that only token ids and the
+  // log-probabilities asked for need to leave the device) ----------------------------
+  // ids [R] i32: the index of each row's largest logit, the lowest on ties; -1 for a
+  // row holding NaN.
+  virtual void argmax(const Tensor& logits, Tensor& ids) = 0;
+  // Each row replaced by its log-softmax, in place.
+  virtual void log_softmax(Tensor& logits) = 0;
 };
 
 // The CPU backend (multi-threaded over the global ThreadPool).

@@ -62,7 +62,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 int cmd_generate(const CommandArgs& argv) {
   Args args(argv,
             {"model", "prompt", "prompt-ids", "max-new-tokens", "temperature", "dump-logits",
-             "model-type", "seed"},
+             "model-type", "seed", "device", "dtype"},
             {"ignore-eos", "json"});
   const std::string dir = resolve_model_dir(args.get_or("model", ""));
   if (args.has("prompt") && args.has("prompt-ids"))
@@ -82,6 +82,13 @@ int cmd_generate(const CommandArgs& argv) {
 
   LoadOptions opts;
   opts.model_type = args.get_or("model-type", "");
+  if (args.has("device")) opts.device = parse_device(args.require("device"));
+  if (args.has("dtype")) {
+    const std::string dt = args.require("dtype");
+    auto parsed = parse_dtype(dt);
+    if (!parsed) raise<InvalidArgument>("--dtype: unknown dtype '{}' (bf16, f16, f32)", dt);
+    opts.dtype = *parsed;
+  }
   auto t_load = std::chrono::steady_clock::now();
   std::unique_ptr<Model> model = load_model(dir, opts);
   const double load_s = seconds_since(t_load);

@@ -121,10 +121,16 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
     }
     Tensor out_ref = Tensor::empty({T, layout.q_cols()}, DType::kF32);
     cpu_->attention(qkv, layout, ref, mh, p, out_ref);
-    Tensor out = poisoned(*gpu_, {T, layout.q_cols()}, dt_);
-    gpu_->attention(qkv_g, layout, g, mg, pg, out);
-    expect_near(host_values(*gpu_, out), host_values(out_ref), bound_for(dt_),
-                dtype_label(dt_) + " " + c.name);
+    using K = cuda::CudaBackend::AttentionKernel;
+    for (K kernel : {K::kSimple, K::kMma}) {
+      gpu_->set_attention_kernel(kernel);
+      Tensor out = poisoned(*gpu_, {T, layout.q_cols()}, dt_);
+      gpu_->attention(qkv_g, layout, g, mg, pg, out);
+      if (gpu_->last_attention_kernel() != kernel) continue;  // not applicable here
+      expect_near(host_values(*gpu_, out), host_values(out_ref), bound_for(dt_),
+                  dtype_label(dt_) + (kernel == K::kMma ? " mma " : " simple ") + c.name);
+    }
+    gpu_->set_attention_kernel(K::kAuto);
   }
 
   DType dt_ = DType::kBF16;

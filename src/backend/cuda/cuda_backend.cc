@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -52,6 +53,15 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   if (device_ < 0 || device_ >= n)
     raise<Unavailable>("CUDA device {} is not available ({} visible)", device_, n);
   TACHYON_CUDA_CHECK(cudaSetDevice(device_));
+  if (const char* env = std::getenv("TACHYON_CUDA_ATTENTION")) {
+    const std::string v = env;
+    if (v == "simple")
+      attention_kernel_ = AttentionKernel::kSimple;
+    else if (v == "mma")
+      attention_kernel_ = AttentionKernel::kMma;
+    else if (!v.empty() && v != "auto")
+      raise<InvalidArgument>("TACHYON_CUDA_ATTENTION: '{}' is not auto, simple or mma", v);
+  }
   TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_));
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   alloc_ = std::make_unique<DeviceAllocator>(device_);
@@ -127,10 +137,6 @@ Tensor CudaBackend::upload(const void* data, const Shape& shape, DType dtype, Te
   if (n > 0)
     ring_->copy_to_device(dst.raw(), data, static_cast<size_t>(n) * dtype_size(dtype), stream_);
   return Tensor::wrap(dst.raw(), shape, dtype, dst.owner(), device());
-}
-
-Tensor CudaBackend::upload_i32(const int32_t* data, int64_t count, Tensor reuse) {
-  return upload(data, {count}, DType::kI32, std::move(reuse));
 }
 
 void CudaBackend::download(const Tensor& src, void* dst) {

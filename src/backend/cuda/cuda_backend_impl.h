@@ -31,8 +31,7 @@ class CudaBackend final : public Backend {
   MemoryInfo memory_info() const override;
 
   Tensor alloc(const Shape& shape, DType dtype) override;
-  Tensor upload(const void* data, const Shape& shape, DType dtype, Tensor reuse);
-  Tensor upload_i32(const int32_t* data, int64_t count, Tensor reuse) override;
+  Tensor upload(const void* data, const Shape& shape, DType dtype, Tensor reuse) override;
   void download(const Tensor& src, void* dst) override;
   void fill_zero(Tensor& t) override;
 
@@ -67,8 +66,16 @@ class CudaBackend final : public Backend {
                    const std::vector<MoeExpertWeights>& experts, Activation act, bool accumulate,
                    Tensor& out) override;
 
-  void argmax(const Tensor& logits, Tensor& ids);
-  void log_softmax(Tensor& logits);
+  void argmax(const Tensor& logits, Tensor& ids) override;
+  void log_softmax(Tensor& logits) override;
+
+  // Which attention kernel runs: kAuto picks the tensor-core kernel for prefill-sized
+  // steps where it applies and the CUDA-core split-K kernel otherwise (the
+  // TACHYON_CUDA_ATTENTION environment variable, "simple" or "mma", overrides it).
+  enum class AttentionKernel { kAuto, kSimple, kMma };
+  void set_attention_kernel(AttentionKernel k) { attention_kernel_ = k; }
+  // The kernel the last attention() call ran (for tests and benchmarks).
+  AttentionKernel last_attention_kernel() const { return last_attention_kernel_; }
 
   cudaStream_t stream() const { return stream_; }
   DeviceAllocator& allocator() { return *alloc_; }
@@ -88,6 +95,8 @@ class CudaBackend final : public Backend {
   void gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor& w, void* y, DType y_type,
             int64_t ldy, const Tensor& bias, Activation act);
 
+  AttentionKernel attention_kernel_ = AttentionKernel::kAuto;
+  AttentionKernel last_attention_kernel_ = AttentionKernel::kAuto;
   int device_ = 0;
   DType dtype_ = DType::kBF16;
   int num_sms_ = 0;

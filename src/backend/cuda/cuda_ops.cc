@@ -290,6 +290,17 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
   a.alibi_scale = params.alibi_scale;
   a.alibi_bias_bf16 = params.alibi_bias_bf16;
   a.err = err_.data<int>();
+  const bool mma_ok = attention_mma_supports(a);
+  const bool use_mma =
+      attention_kernel_ == AttentionKernel::kMma
+          ? mma_ok
+          : attention_kernel_ == AttentionKernel::kAuto && mma_ok && meta.max_query_len >= 16;
+  if (use_mma) {
+    last_attention_kernel_ = AttentionKernel::kMma;
+    launch_attention_mma(a, stream_);
+    return;
+  }
+  last_attention_kernel_ = AttentionKernel::kSimple;
   const AttentionPlan plan = plan_attention(a, num_sms_);
   void* ws = plan.scratch_bytes > 0 ? scratch(attn_scratch_, plan.scratch_bytes) : nullptr;
   launch_attention(a, plan, ws, stream_);

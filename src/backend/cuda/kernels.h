@@ -131,6 +131,13 @@ AttentionPlan plan_attention(const AttentionArgs& a, int num_sms);
 void launch_attention(const AttentionArgs& a, const AttentionPlan& plan, void* scratch,
                       cudaStream_t stream);
 
+// ---- attention_mma.cu ---------------------------------------------------------------
+// Tensor-core prefill attention (bf16/f16; head_dim 16, 32, 64, 80, 96, 128 or 256;
+// at most 64 query heads per KV head). Returns false when the arguments are outside
+// that (nothing launched).
+bool attention_mma_supports(const AttentionArgs& a);
+bool launch_attention_mma(const AttentionArgs& a, cudaStream_t stream);
+
 // ---- moe.cu -----------------------------------------------------------------------
 // Per token: softmax over logits [tokens, experts], the top_k largest (ties: lower id),
 // optionally renormalised. ids / weights [tokens, top_k].
