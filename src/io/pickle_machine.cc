@@ -91,7 +91,13 @@ Obj* PickleMachine::make_str(std::string_view s) {
   return o;
 }
 
+void PickleMachine::count_items(size_t n) {
+  items_ += n;
+  if (items_ > lim_.max_items) fail("more than {} container items", lim_.max_items);
+}
+
 Obj* PickleMachine::make_tuple(std::vector<Obj*> items) {
+  count_items(items.size());
   Obj* o = make(Kind::kTuple);
   o->items = std::move(items);
   return o;
@@ -164,6 +170,7 @@ Obj* PickleMachine::memo_get(uint64_t idx) {
 void PickleMachine::set_items(Obj* dict, const std::vector<Obj*>& kv) {
   if (dict->kind != Kind::kDict) fail("SETITEM on a value that is not a dict");
   if (kv.size() % 2 != 0) fail("SETITEMS with an odd number of values");
+  count_items(kv.size());
   for (size_t i = 0; i < kv.size(); i += 2) {
     if (kv[i]->kind != Kind::kStr) fail("dict keys must be strings");
     // A repeated key (which torch.save never writes) is kept; consumers refuse it.
@@ -174,6 +181,7 @@ void PickleMachine::set_items(Obj* dict, const std::vector<Obj*>& kv) {
 
 void PickleMachine::append_items(Obj* list, const std::vector<Obj*>& items) {
   if (list->kind != Kind::kList) fail("APPEND on a value that is not a list");
+  count_items(items.size());
   list->items.insert(list->items.end(), items.begin(), items.end());
 }
 
@@ -259,7 +267,7 @@ bool PickleMachine::step_container(uint8_t code) {
     }
     case 'l': {  // LIST
       Obj* l = make(Kind::kList);
-      l->items = pop_mark();
+      append_items(l, pop_mark());
       push(l);
       return true;
     }

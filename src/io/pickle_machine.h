@@ -90,6 +90,7 @@ class PickleMachine {
   Obj* memo_get(uint64_t idx);
   void set_items(Obj* dict, const std::vector<Obj*>& kv);
   void append_items(Obj* list, const std::vector<Obj*>& items);
+  void count_items(size_t n);
 
   bool step_scalar(uint8_t code);
   bool step_container(uint8_t code);
@@ -101,6 +102,7 @@ class PickleMachine {
   UnpickleLimits lim_;
   size_t pos_ = 0, op_pos_ = 0;
   uint64_t ops_ = 0;
+  size_t items_ = 0;
   std::deque<Obj> arena_;
   std::vector<Obj*> stack_;
   std::vector<size_t> marks_;

@@ -15,6 +15,9 @@ namespace tachyon {
 namespace {
 
 constexpr int kMaxHeaderDepth = 8;
+// JSON values in a header: ~6 per tensor, so room for over a million tensors while
+// bounding what a hostile 100 MB header can make the parser allocate.
+constexpr size_t kMaxHeaderValues = size_t{8} << 20;
 
 struct DTypeName {
   DType dtype;
@@ -38,14 +41,16 @@ uint64_t read_le64(const uint8_t* p) {
 Json parse_header_json(std::string_view text, std::string_view what) {
   std::set<std::string> keys;
   std::string duplicate;
-  bool too_deep = false;
+  bool too_deep = false, too_big = false;
+  size_t values = 0;
   auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::value && ++values > kMaxHeaderValues) too_big = true;
     if (event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) {
       if (depth >= kMaxHeaderDepth) too_deep = true;
     } else if (event == Json::parse_event_t::key && depth == 1 && duplicate.empty()) {
       if (!keys.insert(parsed.get<std::string>()).second) duplicate = parsed.get<std::string>();
     }
-    return !too_deep && duplicate.empty();
+    return !too_deep && !too_big && duplicate.empty();
   };
   Json j;
   try {
@@ -55,6 +60,9 @@ Json parse_header_json(std::string_view text, std::string_view what) {
     raise<InvalidArgument>("{}: invalid safetensors header JSON: {}", what, e.what());
   }
   if (too_deep) raise<InvalidArgument>("{}: safetensors header nested too deeply", what);
+  if (too_big)
+    raise<InvalidArgument>("{}: safetensors header holds more than {} values", what,
+                           kMaxHeaderValues);
   if (!duplicate.empty())
     raise<InvalidArgument>("{}: tensor '{}' appears twice in the safetensors header", what,
                            duplicate);

@@ -35,11 +35,13 @@ struct TorchStateDict {
 };
 
 struct UnpickleLimits {
-  uint64_t max_ops = uint64_t{1} << 26;  // opcodes executed
+  // A state dict takes ~30 opcodes, ~20 values and ~15 container items per tensor.
+  uint64_t max_ops = uint64_t{1} << 25;  // opcodes executed
   size_t max_stack = size_t{1} << 20;    // values on the stack
   size_t max_marks = 1024;               // nesting of MARKs
   size_t max_memo = size_t{1} << 22;     // memo index bound
-  size_t max_objects = size_t{1} << 24;  // values created
+  size_t max_objects = size_t{1} << 22;  // values created
+  size_t max_items = size_t{1} << 24;    // items put in tuples, lists and dicts
   size_t max_dims = 64;                  // tensor rank
 };
 

@@ -142,6 +142,14 @@ TEST(Safetensors, RejectsNonObjectHeader) {
   expect_invalid(safetensors_bytes("{\"a\":[[[[[[[[[[]]]]]]]]]]}", ""), {"nested"});
 }
 
+TEST(Safetensors, RejectsHeadersWithTooManyValues) {
+  std::string header = "{\"w\":{\"dtype\":\"F32\",\"data_offsets\":[0,0],\"shape\":[0";
+  header.reserve(20 << 20);
+  for (size_t i = 0; i < (size_t{9} << 20); ++i) header += ",0";
+  header += "]}}";
+  expect_invalid(safetensors_bytes(header, ""), {"more than", "values"});
+}
+
 TEST(Safetensors, RejectsUnknownDtype) {
   expect_invalid(one_tensor(R"({"dtype":"F128","shape":[1],"data_offsets":[0,16]})", 16),
                  {"'w'", "unknown dtype 'F128'"});

@@ -169,6 +169,15 @@ TEST(TorchPickle, HardLimitsFailCleanly) {
   small = {};
   small.max_memo = 1000;
   expect_refused(B("}r\xff\xff\xff\x7f."), {"memo index 2147483647"}, small);
+  small = {};
+  small.max_items = 10;
+  expect_refused(B("](K\x01K\x01K\x01K\x01K\x01K\x01"
+                   "e(K\x01K\x01K\x01K\x01K\x01"
+                   "e."),
+                 {"more than 10 container items"}, small);
+  expect_refused(B("(K\x01"
+                   "2222222222t."),
+                 {"more than 10 container items"}, small);
   // A self-referencing list (a cycle) is harmless.
   expect_refused(B("]q\x00h\x00"
                    "a."),
