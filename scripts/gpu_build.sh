@@ -1,23 +1,33 @@
 #!/usr/bin/env bash
 # Builds the GPU binaries here for the lent H200 (sm_90a, static third-party
-# libraries), strips them and stages them in .devbin/ (git-ignored) with the shared
-# libraries they need that the GPU machine lacks. Pass .devbin in the device tool's
-# `carry` and run scripts/gpu_suite.sh there.
-# Usage: scripts/gpu_build.sh [extra ninja targets...]
+# libraries), strips them and stages them, compressed, with scripts/gpu_suite.sh and the
+# shared libraries they need that the GPU machine lacks, in STAGE (default .devbin,
+# git-ignored; the device tool sends /work/main's tree, so stage in
+# /work/main/.devbin-cuda when building in a worktree). On the GPU machine, with STAGE
+# carried:
+#   cd STAGE && tar xzf bins.tgz && cd .. && SRC_DIR=<this checkout> bash STAGE/gpu_suite.sh STAGE
+# (SRC_DIR: the tests read data through the source path compiled into them.)
+# Usage: [STAGE=dir] scripts/gpu_build.sh [extra ninja targets...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=build-gpu
+STAGE=${STAGE:-.devbin}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTACHYON_CUDA=ON \
     -DTACHYON_CUDA_ARCHS=90a -DTACHYON_STATIC_DEPS=ON >/dev/null
 fi
-TARGETS=(tachyon tachyon_cuda_tests "$@")
+TARGETS=(tachyon tachyon_cuda_tests tachyon_conformance_tests tachyon_gpu_bench "$@")
 cmake --build "$BUILD_DIR" --parallel "$(nproc)" --target "${TARGETS[@]}"
-rm -rf .devbin && mkdir -p .devbin
+rm -rf "$STAGE" && mkdir -p "$STAGE/bin"
 for t in "${TARGETS[@]}"; do
   f=$(find "$BUILD_DIR" -maxdepth 2 -type f -name "$t" -perm -u+x | head -1)
   [ -n "$f" ] || { echo "gpu_build: $t not built" >&2; exit 1; }
-  strip -o ".devbin/$t" "$f"
+  strip -o "$STAGE/bin/$t" "$f"
 done
-cp -L /usr/lib/x86_64-linux-gnu/libsentencepiece.so.0 .devbin/
-du -sh .devbin
+if ldd "$STAGE/bin/tachyon" | grep -q libsentencepiece; then
+  cp -L /usr/lib/x86_64-linux-gnu/libsentencepiece.so.0 "$STAGE/bin/"
+fi
+(cd "$STAGE/bin" && tar czf ../bins.tgz ./*)
+rm -rf "$STAGE/bin"
+cp scripts/gpu_suite.sh "$STAGE/"
+du -sh "$STAGE"

@@ -1,17 +1,68 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine (through the device tool, with .devbin carried): the CUDA op
-# tests and the conformance suite on the GPU. Logs go to $OUT when set.
+# Runs on the GPU machine (through the device tool, with the staged binaries carried):
+# the CUDA op and model tests, the conformance fixtures on the GPU (bf16, then f32),
+# a compute-sanitizer subset (memcheck + racecheck) and the decoder benchmark. Logs go
+# to $OUT; a short summary is printed last.
+#
+# Usage: scripts/gpu_suite.sh [BIN_DIR] (default .devbin-cuda, else .devbin)
+#   SRC_DIR=/path  the source path compiled into the test binaries (TACHYON_SOURCE_DIR):
+#                  linked to this checkout when it differs.
+#   QUICK=1        fewer benchmark figures.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-export LD_LIBRARY_PATH=$PWD/.devbin:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+ROOT=$(pwd)
+BIN=${1:-}
+if [ -z "$BIN" ]; then
+  if [ -d .devbin-cuda ]; then BIN=.devbin-cuda; else BIN=.devbin; fi
+fi
+BIN=$(cd "$BIN" && pwd)
+export LD_LIBRARY_PATH=$BIN:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export PATH=$PATH:/usr/local/cuda/bin
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
-rc=0
-for t in tachyon_cuda_tests tachyon_conformance_tests; do
-  [ -x ".devbin/$t" ] || continue
-  echo "== $t"
-  ".devbin/$t" --gtest_brief=1 "$@" 2>&1 | tee "$OUT/$t.log" | tail -25
-  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-done
-exit $rc
+if [ -n "${SRC_DIR:-}" ] && [ "$SRC_DIR" != "$ROOT" ] && [ ! -e "$SRC_DIR" ]; then
+  mkdir -p "$(dirname "$SRC_DIR")" && ln -s "$ROOT" "$SRC_DIR"
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader
+declare -a SUMMARY
+step() {  # name, timeout seconds, command...
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  SUMMARY+=("$(printf '%-26s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - t0)) \
+    "$(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+|ERROR SUMMARY|^decode|^prefill' "$OUT/$name.log" |
+      tr '\n' ' ' | cut -c1-150)")")
+  echo "== $name rc=$rc ($((SECONDS - t0)) s)"
+  grep -E -A4 'Failure$|error:|ERROR SUMMARY: [1-9]|Internal|what\(\)' "$OUT/$name.log" | head -40
+}
+
+step cuda_tests 170 "$BIN/tachyon_cuda_tests"
+step conformance_bf16 60 env TACHYON_DEVICE=cuda "$BIN/tachyon_conformance_tests"
+step conformance_f32 60 env TACHYON_DEVICE=cuda TACHYON_DTYPE=f32 "$BIN/tachyon_conformance_tests"
+if command -v compute-sanitizer >/dev/null; then
+  step memcheck 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/tachyon_cuda_tests" \
+    --gtest_filter='Dtypes/CudaOpsTest.*/bf16:Dtypes/CudaAttentionTest.DecodeSplitK/bf16:Dtypes/CudaAttentionTest.ChunkedPrefillOddBlocks/bf16:Dtypes/CudaAttentionTest.SlidingWindowSoftcapAlibi/bf16:Dtypes/CudaMoeTest.*/bf16'
+  step racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/tachyon_cuda_tests" \
+    --gtest_filter='Dtypes/CudaAttentionTest.DecodeSplitK/f16:Dtypes/CudaAttentionTest.GroupRatiosAndMqa/bf16:Dtypes/CudaOpsTest.AddNorm/f32:Dtypes/CudaOpsTest.SamplingHelpers/bf16:Dtypes/CudaMoeTest.RouteMatchesCpu/bf16'
+fi
+if [ -x "$BIN/tachyon" ]; then  # the CLI end to end on the bundled model
+  step generate_cuda 60 "$BIN/tachyon" generate --model models/tiny-kjv-chat --device cuda \
+    --max-new-tokens 48 --prompt-ids 1,733,16289,28793,2332,1590,6242,14699,28705,28740,28747,28770,733,28748,16289,28793
+  cat "$OUT/generate_cuda.log"
+fi
+if [ -x "$BIN/tachyon_gpu_bench" ]; then
+  step bench 100 "$BIN/tachyon_gpu_bench" --dir /tmp/tachyon_bench ${QUICK:+--quick}
+  cat "$OUT/bench.log"
+fi
+# The transformers baseline on the same shape (bench/gpu/hf_baseline.py), when asked.
+if [ -n "${HF_BASELINE:-}" ] && [ -f bench/gpu/hf_baseline.py ]; then
+  printf '%s' '{"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
+    "rope_theta": 500000.0}' >/tmp/hf_1b.json
+  step hf_baseline 120 env PYTHONUNBUFFERED=1 python3 bench/gpu/hf_baseline.py --config /tmp/hf_1b.json --quick
+  cat "$OUT/hf_baseline.log" | grep figure
+fi
+echo
+echo "== summary"
+printf '%s\n' "${SUMMARY[@]}"

@@ -3,11 +3,14 @@
 // the decoder never reads or writes activation memory itself, it only calls these.
 //
 // Conventions for every op below:
-// - Activations are f32, row-major and contiguous: [rows, cols]. "T" is the number of
-//   tokens in the step, "D" the hidden size.
-// - Weights stay in their checkpoint dtype (f32, f16 or bf16) and in the Hugging Face
-//   Linear layout [out_features, in_features]; kernels convert them on the fly.
-//   Vectors (norm weights, biases, ALiBi slopes) are f32.
+// - Activations are row-major and contiguous: [rows, cols], in the backend's
+//   activation_dtype() (f32 on the CPU; bf16 or f16 on a GPU, where kernels accumulate
+//   in f32). "T" is the number of tokens in the step, "D" the hidden size. Logits and
+//   other outputs the host reads (router weights) may be asked for in f32.
+// - Weights are in the Hugging Face Linear layout [out_features, in_features], in the
+//   form prepare_weight() gives: the checkpoint dtype on the CPU (kernels convert on
+//   the fly), the backend's compute dtype on a GPU. Vectors (norm weights, biases,
+//   ALiBi slopes) are f32.
 // - Integer metadata (token ids, positions, slots, block tables) is i32 on the device.
 // - An empty Tensor (`!t`) means "absent" for optional arguments.
 // - Shapes are validated with TACHYON_CHECK (a mismatch is a bug in the caller).
@@ -85,7 +88,7 @@ struct AttentionParams {
 };
 
 // The paged KV cache of one layer: K and V each [num_blocks, num_kv_heads, block_size,
-// head_dim] f32.
+// head_dim] in the backend's kv_dtype().
 struct LayerKvCache {
   Tensor k;
   Tensor v;
@@ -107,6 +110,25 @@ class Backend {
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual const char* name() const = 0;
+
+  // ---- dtypes, weights and the device ----------------------------------------------
+  // The dtype of activations between ops and of the paged KV cache.
+  virtual DType activation_dtype() const { return DType::kF32; }
+  virtual DType kv_dtype() const { return DType::kF32; }
+  // A weight in the form this backend's kernels read, on its device: matrices (2-d)
+  // in the backend's weight dtype, vectors (norm weights, biases) in f32. The CPU
+  // returns `host` itself, so a view of a mapped checkpoint stays one.
+  virtual Tensor prepare_weight(const Tensor& host) { return host; }
+  // A host copy of a device tensor (the tensor itself on the CPU). Waits for the work
+  // that produces it.
+  virtual Tensor to_host(const Tensor& t) { return t; }
+  // Waits for all queued device work; reports a device-side fault as Internal.
+  virtual void synchronize() {}
+  struct MemoryInfo {
+    int64_t free_bytes = 0;   // free on the device, plus what the backend caches unused
+    int64_t total_bytes = 0;  // 0: unknown (host memory)
+  };
+  virtual MemoryInfo memory_info() const { return {}; }
 
   // ---- memory -------------------------------------------------------------------
   // An uninitialised tensor on the device.
@@ -140,7 +162,9 @@ class Backend {
 
   // ---- dense ----------------------------------------------------------------------
   // out[:, col_offset : col_offset + N] = act(x · wᵀ + bias).
-  // x [T, K]; w [N, K] (f32/f16/bf16); bias [N] f32 optional; out [T, >= col_offset + N].
+  // x [T, K]; w [N, K] (prepared); bias [N] f32 optional (a 16-bit backend adds it in
+  // its compute dtype, like its weights); out [T, >= col_offset + N] in the activation
+  // dtype or f32 (logits).
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
                       int64_t col_offset = 0, Activation act = Activation::kIdentity) = 0;
   // out[t, i] = act(in[t, i]) * in[t, I + i]; in [T, 2I] ([gate | up]), out [T, I].
@@ -181,8 +205,9 @@ class Backend {
                            const std::vector<std::pair<int32_t, int32_t>>& pairs) = 0;
 
   // ---- mixture of experts ---------------------------------------------------------
-  // Softmax over router logits [T, E], the top_k largest (ties: lower expert id first),
-  // optionally renormalised to sum to 1. ids [T, top_k] i32, weights [T, top_k] f32.
+  // Softmax over router logits [T, E] (activation dtype or f32), the top_k largest
+  // (ties: lower expert id first), optionally renormalised to sum to 1.
+  // ids [T, top_k] i32, weights [T, top_k] f32.
   virtual void moe_route(const Tensor& logits, int32_t top_k, bool renormalize, Tensor& ids,
                          Tensor& weights) = 0;
   // out[t] (= or +=) sum_k weights[t, k] * expert_{ids[t, k]}(x[t]), where an expert is
@@ -190,6 +215,14 @@ class Backend {
   virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                            const std::vector<MoeExpertWeights>& experts, Activation act,
                            bool accumulate, Tensor& out) = 0;
+
+  // ---- sampling helpers (on f32 logits [R, V], so that only token ids and the
+  // log-probabilities asked for need to leave the device) ----------------------------
+  // ids [R] i32: the index of each row's largest logit, the lowest on ties; -1 for a
+  // row holding NaN.
+  virtual void argmax(const Tensor& logits, Tensor& ids) = 0;
+  // Each row replaced by its log-softmax, in place.
+  virtual void log_softmax(Tensor& logits) = 0;
 };
 
 // The CPU backend (multi-threaded over the global ThreadPool).

@@ -116,9 +116,7 @@ int cmd_generate(const CommandArgs& argv) {
   if (args.has("prompt-ids")) prompt = parse_ids(args.require("prompt-ids"));
   if (auto path = args.get("dump-logits")) {
     // The model alone first; the engine then sizes the cache its own way.
-    LoadOptions opts;
-    opts.model_type = args.get_or("model-type", "");
-    auto model = load_model(dir, opts);
+    auto model = load_model(dir, load_options(args));
     if (prompt.empty()) {
       auto tok = Tokenizer::load(dir);
       prompt = tok->encode(args.require("prompt"), true);

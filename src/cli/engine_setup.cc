@@ -12,7 +12,16 @@
 namespace tachyon::cli {
 
 std::set<std::string> engine_flags() {
-  return {"kv-cache-mb", "max-num-seqs", "max-batch-tokens", "block-size", "model-type"};
+  return {"kv-cache-mb", "max-num-seqs", "max-batch-tokens", "block-size", "model-type",
+          "device",      "dtype",        "gpu-memory-fraction"};
+}
+
+LoadOptions load_options(const Args& args) {
+  LoadOptions opts;
+  opts.model_type = args.get_or("model-type", "");
+  if (args.has("device")) opts.device = parse_device(args.require("device"));
+  if (args.has("dtype")) opts.dtype = parse_compute_dtype(args.require("dtype"));
+  return opts;
 }
 
 int64_t host_memory_available() {
@@ -28,8 +37,7 @@ int64_t host_memory_available() {
 EngineBundle open_engine(const std::string& model_dir, const Args& args, int32_t expected_seqs) {
   EngineBundle b;
   const auto t0 = std::chrono::steady_clock::now();
-  LoadOptions opts;
-  opts.model_type = args.get_or("model-type", "");
+  const LoadOptions opts = load_options(args);
   b.model = load_model(model_dir, opts);
   try {
     b.tokenizer = Tokenizer::load(model_dir);
@@ -55,6 +63,11 @@ EngineBundle open_engine(const std::string& model_dir, const Args& args, int32_t
     const double mb = args.get_double("kv-cache-mb", 0);
     if (!(mb > 0 && mb < 1e9)) raise<InvalidArgument>("--kv-cache-mb {} must be > 0", mb);
     c.kv_cache_bytes = static_cast<int64_t>(mb * 1024 * 1024);
+  } else if (!b.model->backend().device().is_cpu()) {
+    const double fraction = args.get_double("gpu-memory-fraction", 0.9);
+    if (!(fraction > 0 && fraction <= 1))
+      raise<InvalidArgument>("--gpu-memory-fraction {} must be in (0, 1]", fraction);
+    c.kv_cache_bytes = kv_cache_budget_bytes(*b.model, fraction, c.max_num_batched_tokens);
   } else {
     // A fifth of free memory, but no more than every sequence at full length needs.
     const int64_t per_block = static_cast<int64_t>(b.model->kv_bytes_per_block(c.block_size));

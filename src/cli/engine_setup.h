@@ -7,6 +7,10 @@
 //   --max-batch-tokens N    tokens per engine step (default 512)
 //   --block-size N          tokens per KV block (default 16)
 //   --model-type NAME       architecture override
+//   --device D              cpu, cuda, cuda:N or auto (default: TACHYON_DEVICE, else auto)
+//   --dtype T               compute dtype on a GPU: bf16 (default), f16, f32
+//   --gpu-memory-fraction F on a GPU without --kv-cache-mb, the KV cache takes what F of
+//                           the device's memory leaves after weights and workspace (0.9)
 #pragma once
 
 #include <memory>
@@ -17,6 +21,7 @@
 #include "cli/args.h"
 #include "engine/async_model.h"
 #include "model/decoder.h"
+#include "model/loader.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tachyon::cli {
@@ -28,6 +33,8 @@ struct EngineBundle {
   double load_seconds = 0;
 };
 
+// LoadOptions from --model-type, --device and --dtype.
+LoadOptions load_options(const Args& args);
 // The value flags open_engine() reads (add them to the command's own).
 std::set<std::string> engine_flags();
 // expected_seqs: sequences the caller will run at once, for the default KV budget

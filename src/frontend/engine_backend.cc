@@ -8,9 +8,6 @@
 #include "model/loader.h"
 #include "tokenizer/tokenizer.h"
 
-#ifdef TACHYON_WITH_CUDA
-#include "backend/cuda/cuda_check.h"
-#endif
 
 namespace tachyon {
 namespace {
@@ -90,25 +87,6 @@ bool code_points(std::string_view s, std::vector<uint32_t>* out) {
   return true;
 }
 
-Device pick_device(const std::string& name) {
-  Device d;
-  if (name == "cpu") return d;
-#ifdef TACHYON_WITH_CUDA
-  bool have_gpu = cuda::device_count() > 0;
-#else
-  bool have_gpu = false;
-#endif
-  if (name == "cuda" || name.rfind("cuda:", 0) == 0) {
-    if (!have_gpu) raise<Unavailable>("--device {}: no CUDA device is available", name);
-    d.type = DeviceType::kCUDA;
-    if (name.size() > 5) d.index = std::stoi(name.substr(5));
-    return d;
-  }
-  if (name != "auto") raise<InvalidArgument>("--device must be cpu, cuda, cuda:N or auto, not '{}'", name);
-  if (have_gpu) d.type = DeviceType::kCUDA;
-  return d;
-}
-
 }  // namespace
 
 GenerateConfig to_generate_config(const GenerationParams& p) {
@@ -184,7 +162,8 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
   progress(0, 0, "weights");
   LoadOptions lo;
   lo.model_type = o.model_type;
-  lo.device = pick_device(o.device);
+  lo.device = parse_device(o.device);
+  lo.dtype = parse_compute_dtype(o.dtype);
   std::shared_ptr<Model> model;
   try {
     model = load_model(o.model_dir, lo);
@@ -203,6 +182,8 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
     eos.push_back(*id);
   EngineConfig ec = o.engine;
   if (ec.eos_token_ids.empty()) ec.eos_token_ids = eos;
+  if (!lo.device->is_cpu() && ec.kv_cache_bytes <= 0 && ec.num_kv_blocks <= 0)
+    ec.kv_cache_bytes = kv_cache_budget_bytes(*model, o.gpu_memory_fraction, ec.max_num_batched_tokens);
 
   progress(0, 0, "kv cache");
   b->engine_ = std::make_shared<AsyncModel>(model, std::make_shared<EngineText>(b->tokenizer_, eos), ec);

@@ -23,7 +23,11 @@ struct EngineBackendOptions {
   std::string tokenizer_dir;  // empty: model_dir
   std::string model_type;     // architecture override
   std::string served_name;    // empty: the model folder's name
-  std::string device = "auto";  // cpu, cuda, auto
+  std::string device = "auto";  // cpu, cuda, cuda:N, auto
+  std::string dtype = "auto";   // compute dtype on a GPU: auto (bf16), bf16, f16, f32
+  // On a GPU, when neither engine.kv_cache_bytes nor engine.num_kv_blocks is given, the
+  // KV cache takes what this share of the device's memory leaves after the weights.
+  double gpu_memory_fraction = 0.9;
   int64_t max_seq_len = 0;      // 0: the model's; may only lower it
   EngineConfig engine;
   // Called with (done, total, stage) while loading; total 0 when unknown.

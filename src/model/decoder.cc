@@ -6,6 +6,10 @@
 
 namespace tachyon {
 
+Tensor Decoder::Buffer::view(Backend& be, int64_t rows, int64_t cols) {
+  return view(be, rows, cols, be.activation_dtype());
+}
+
 Tensor Decoder::Buffer::view(Backend& be, int64_t rows, int64_t cols, DType dtype) {
   const int64_t n = rows * cols;
   if (!storage || storage.dtype() != dtype || storage.numel() < n) {
@@ -16,9 +20,59 @@ Tensor Decoder::Buffer::view(Backend& be, int64_t rows, int64_t cols, DType dtyp
   return Tensor::wrap(storage.raw(), {rows, cols}, dtype, storage.owner(), storage.device());
 }
 
+namespace {
+
+// Every weight in the form the backend's kernels read (on a GPU: converted and
+// uploaded once; on the CPU: the same tensors).
+void prepare_weights(ModelWeights& w, Backend& be) {
+  auto prep = [&](Tensor& t) {
+    if (t) t = be.prepare_weight(t);
+  };
+  auto prep_norm = [&](NormParams& n) {
+    prep(n.weight);
+    prep(n.bias);
+  };
+  auto prep_linear = [&](LinearWeights& l) {
+    prep(l.w);
+    prep(l.b);
+  };
+  // A tied lm_head shares the embedding: prepare it once.
+  const bool tied = w.lm_head.w.raw() == w.embedding.raw();
+  prep(w.embedding);
+  prep(w.pos_embedding);
+  prep_norm(w.embed_norm);
+  prep_norm(w.final_norm);
+  prep_linear(w.project_in);
+  prep_linear(w.project_out);
+  if (tied) {
+    w.lm_head.w = w.embedding;
+    prep(w.lm_head.b);
+  } else {
+    prep_linear(w.lm_head);
+  }
+  for (LayerWeights& L : w.layers) {
+    for (NormParams* n :
+         {&L.attn_norm, &L.mlp_norm, &L.post_attn_norm, &L.post_mlp_norm, &L.q_norm, &L.k_norm})
+      prep_norm(*n);
+    for (LinearWeights* l :
+         {&L.qkv, &L.q, &L.k, &L.v, &L.o, &L.gate_up, &L.gate, &L.up, &L.down, &L.router,
+          &L.shared_gate, &L.shared_up, &L.shared_down, &L.shared_expert_gate})
+      prep_linear(*l);
+    for (MoeExpertWeights& e : L.experts) {
+      prep(e.gate_up);
+      prep(e.gate);
+      prep(e.up);
+      prep(e.down);
+    }
+  }
+}
+
+}  // namespace
+
 Decoder::Decoder(ModelConfig config, ModelWeights weights, std::unique_ptr<Backend> backend)
     : cfg_(std::move(config)), w_(std::move(weights)), be_(std::move(backend)) {
   cfg_.validate();
+  prepare_weights(w_, *be_);
   TACHYON_CHECK_EQ(static_cast<int32_t>(w_.layers.size()), cfg_.layer_num);
   layout_ = QkvLayout{cfg_.head_num, cfg_.head_num_kv, cfg_.size_per_head};
   if (cfg_.position == PositionType::kRotary) rope_ = std::make_unique<RopeTable>(cfg_.rope);
@@ -45,7 +99,27 @@ Decoder::Decoder(ModelConfig config, ModelWeights weights, std::unique_ptr<Backe
 
 size_t Decoder::kv_bytes_per_block(int32_t block_size) const {
   return static_cast<size_t>(cfg_.layer_num) * 2 * static_cast<size_t>(cfg_.kv_size()) *
-         static_cast<size_t>(block_size) * sizeof(float);
+         static_cast<size_t>(block_size) * dtype_size(be_->kv_dtype());
+}
+
+size_t Decoder::workspace_bytes(int32_t max_tokens) const {
+  // Every activation buffer of forward() at max_tokens rows (they are kept between
+  // steps), the f32 logits of every row, the attention split-K partials, and slack for
+  // the backend's GEMM workspace and metadata.
+  const size_t t = static_cast<size_t>(std::max(max_tokens, 1));
+  const size_t es = dtype_size(be_->activation_dtype());
+  const size_t d = static_cast<size_t>(cfg_.hidden_size);
+  size_t inter = static_cast<size_t>(cfg_.inter_size);
+  if (cfg_.moe.num_experts > 0)
+    inter = std::max({inter, static_cast<size_t>(cfg_.moe.shared_inter_size),
+                      static_cast<size_t>(cfg_.moe.top_k) * static_cast<size_t>(cfg_.inter_size)});
+  const size_t per_token = es * (8 * d + static_cast<size_t>(layout_.row_cols()) +
+                                 static_cast<size_t>(layout_.q_cols()) + 3 * inter +
+                                 static_cast<size_t>(cfg_.moe.num_experts) + 64);
+  const size_t logits = t * static_cast<size_t>(cfg_.vocab_size) * sizeof(float);
+  const size_t split_k = size_t{64} * std::min<size_t>(t, 1024) *
+                         static_cast<size_t>(layout_.q_cols() + 2 * cfg_.head_num) * sizeof(float);
+  return t * per_token * 5 / 4 + logits + split_k + (size_t{64} << 20);
 }
 
 void Decoder::init_kv_cache(int32_t num_blocks, int32_t block_size) {
@@ -55,8 +129,8 @@ void Decoder::init_kv_cache(int32_t num_blocks, int32_t block_size) {
   kv_.resize(static_cast<size_t>(cfg_.layer_num));
   const Shape shape = {num_blocks, cfg_.head_num_kv, block_size, cfg_.size_per_head};
   for (auto& c : kv_) {
-    c.k = be_->alloc(shape, DType::kF32);
-    c.v = be_->alloc(shape, DType::kF32);
+    c.k = be_->alloc(shape, be_->kv_dtype());
+    c.v = be_->alloc(shape, be_->kv_dtype());
     be_->fill_zero(c.k);
     be_->fill_zero(c.v);
   }
@@ -158,7 +232,7 @@ void Decoder::upload_metadata(const ForwardBatch& b) {
     const int32_t rot = rope_->dim();
     h_cos_sin_.resize(static_cast<size_t>(T * rot));
     rope_->fill(b.positions.data(), h_seq_len_.data(), T, h_cos_sin_.data());
-    cos_sin_.view(*be_, T, rot);
+    cos_sin_.view(*be_, T, rot, DType::kF32);
     cos_sin_t_ = be_->upload(h_cos_sin_.data(), {T, rot}, DType::kF32, cos_sin_.storage);
   }
 }
@@ -235,7 +309,7 @@ Tensor Decoder::forward(const ForwardBatch& b) {
 
   // Logits for the requested rows only.
   Tensor logits = be_->alloc({R, V}, DType::kF32);
-  if (R == 0) return logits;
+  if (R == 0) return be_->to_host(logits);
   rows_.view(*be_, 1, R, DType::kI32);
   Tensor rows = be_->upload(b.logits_rows.data(), {R}, DType::kI32, rows_.storage);
   Tensor g = final_.view(*be_, R, D);
@@ -247,12 +321,7 @@ Tensor Decoder::forward(const ForwardBatch& b) {
   }
   be_->linear(g, w_.lm_head.w, w_.lm_head.b, logits);
   if (cfg_.final_softcap > 0) be_->softcap(logits, static_cast<float>(cfg_.final_softcap));
-  if (!logits.device().is_cpu()) {
-    Tensor host = Tensor::empty({R, V}, DType::kF32);
-    be_->download(logits, host.raw());
-    return host;
-  }
-  return logits;
+  return be_->to_host(logits);
 }
 
 void Decoder::attention_block(int l, const Tensor& h, Tensor& out) {
@@ -285,7 +354,7 @@ void Decoder::mlp_block(int l, const Tensor& h, Tensor& out) {
     Tensor logits = router_.view(*be_, T, E);
     be_->linear(h, L.router.w, Tensor(), logits);
     Tensor ids = moe_ids_.view(*be_, T, K, DType::kI32);
-    Tensor wts = moe_w_.view(*be_, T, K);
+    Tensor wts = moe_w_.view(*be_, T, K, DType::kF32);
     be_->moe_route(logits, K, cfg_.moe.norm_topk_prob, ids, wts);
     be_->moe_experts(h, ids, wts, L.experts, cfg_.activation, false, out);
     if (cfg_.moe.shared_inter_size > 0) {

@@ -18,6 +18,8 @@ class Model : public LanguageModel {
  public:
   virtual const ModelConfig& config() const = 0;
   virtual const ModelWeights& weights() const = 0;
+  virtual Backend& backend() = 0;
+  virtual size_t workspace_bytes(int32_t max_tokens) const = 0;
 };
 
 class Decoder final : public Model {
@@ -33,14 +35,19 @@ class Decoder final : public Model {
 
   const ModelConfig& config() const override { return cfg_; }
   const ModelWeights& weights() const override { return w_; }
-  Backend& backend() { return *be_; }
+  Backend& backend() override { return *be_; }
+  // Device bytes the activations of a step of max_tokens tokens may take (an upper
+  // estimate, for sizing the KV cache from the memory left).
+  size_t workspace_bytes(int32_t max_tokens) const override;
 
  private:
   // Reusable device buffers, grown to the largest step seen.
   struct Buffer {
     Tensor storage;
-    // A [rows, cols] view of the storage (grown when needed).
-    Tensor view(Backend& be, int64_t rows, int64_t cols, DType dtype = DType::kF32);
+    // A [rows, cols] view of the storage (grown when needed), in the backend's
+    // activation dtype unless given.
+    Tensor view(Backend& be, int64_t rows, int64_t cols);
+    Tensor view(Backend& be, int64_t rows, int64_t cols, DType dtype);
   };
 
   void validate(const ForwardBatch& b) const;

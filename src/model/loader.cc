@@ -7,6 +7,12 @@
 #include "io/checkpoint.h"
 #include "model/registry.h"
 
+#include <cstdlib>
+
+#if defined(TACHYON_WITH_CUDA)
+#include "backend/cuda/cuda_backend.h"
+#endif
+
 namespace tachyon {
 
 namespace {
@@ -23,9 +29,97 @@ ModelConfig load_model_config(const std::string& dir, const LoadOptions& opts) {
   return map_model_config(cfg, opts.model_type, join_path(dir, "generation_config.json"));
 }
 
+bool cuda_available() {
+#if defined(TACHYON_WITH_CUDA)
+  return cuda_device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+Device parse_device(const std::string& spec) {
+  if (spec == "cpu") return Device{};
+  if (spec.empty() || spec == "auto")
+    return cuda_available() ? Device{DeviceType::kCUDA, 0} : Device{};
+  int index = 0;
+  if (spec == "cuda" || spec == "gpu") {
+    index = 0;
+  } else if (spec.rfind("cuda:", 0) == 0 && spec.size() > 5 && spec.size() < 9 &&
+             spec.find_first_not_of("0123456789", 5) == std::string::npos) {
+    index = std::atoi(spec.c_str() + 5);
+  } else {
+    raise<InvalidArgument>("unknown device '{}' (cpu, cuda, cuda:N, auto)", spec);
+  }
+#if defined(TACHYON_WITH_CUDA)
+  const int n = cuda_device_count();
+  if (index >= n)
+    raise<Unavailable>("device '{}' asked for, but {} CUDA device(s) are visible", spec, n);
+  return Device{DeviceType::kCUDA, index};
+#else
+  raise<Unavailable>("device '{}' (CUDA {}) asked for, but this build has no CUDA backend", spec,
+                     index);
+#endif
+}
+
+Device default_device() {
+  const char* env = std::getenv("TACHYON_DEVICE");
+  return parse_device(env != nullptr ? std::string(env) : std::string());
+}
+
+namespace {
+
+std::unique_ptr<Backend> make_backend(const LoadOptions& opts) {
+  const Device dev = opts.device ? *opts.device : default_device();
+  if (dev.is_cpu()) return make_cpu_backend();
+#if defined(TACHYON_WITH_CUDA)
+  DType dtype = DType::kBF16;
+  if (opts.dtype) {
+    dtype = *opts.dtype;
+  } else if (const char* env = std::getenv("TACHYON_DTYPE"); env != nullptr && env[0] != '\0') {
+    auto parsed = parse_dtype(env);
+    if (!parsed) raise<InvalidArgument>("TACHYON_DTYPE: unknown dtype '{}'", env);
+    dtype = *parsed;
+  }
+  CudaBackendOptions o;
+  o.device = dev.index;
+  o.dtype = dtype;
+  return make_cuda_backend(o);
+#else
+  raise<Unavailable>("device {} asked for, but this build has no CUDA backend", dev.str());
+#endif
+}
+
+}  // namespace
+
+std::optional<DType> parse_compute_dtype(const std::string& spec) {
+  if (spec.empty() || spec == "auto") return std::nullopt;
+  const std::optional<DType> d = parse_dtype(spec);
+  if (!d || (*d != DType::kBF16 && *d != DType::kF16 && *d != DType::kF32))
+    raise<InvalidArgument>("dtype '{}' is not one of auto, bf16, f16, f32", spec);
+  return d;
+}
+
+int64_t kv_cache_budget_bytes(Model& model, double memory_fraction, int32_t max_batched_tokens) {
+  if (!(memory_fraction > 0 && memory_fraction <= 1))
+    raise<InvalidArgument>("memory fraction {} not in (0, 1]", memory_fraction);
+  const Backend::MemoryInfo mem = model.backend().memory_info();
+  if (mem.total_bytes <= 0) return 0;
+  const int64_t used = mem.total_bytes - mem.free_bytes;
+  const int64_t workspace = static_cast<int64_t>(model.workspace_bytes(max_batched_tokens));
+  const int64_t budget =
+      static_cast<int64_t>(memory_fraction * static_cast<double>(mem.total_bytes)) - used -
+      workspace;
+  if (budget <= 0)
+    raise<ResourceExhausted>(
+        "no device memory left for the KV cache: {:.2f} GiB of {:.2f} GiB in use, {:.2f} GiB "
+        "of workspace, fraction {}",
+        used / double(1 << 30), mem.total_bytes / double(1 << 30), workspace / double(1 << 30),
+        memory_fraction);
+  return budget;
+}
+
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opts) {
-  if (!opts.device.is_cpu())
-    raise<InvalidArgument>("device {} is not supported yet", opts.device.str());
+  std::unique_ptr<Backend> backend = make_backend(opts);
   const std::string path = join_path(dir, "config.json");
   if (!file_exists(path)) raise<NotFound>("no config.json in model folder '{}'", dir);
   HfConfig cfg = HfConfig::load(path);
@@ -36,7 +130,9 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
   ModelWeights weights = load_weights(*ckpt, mc, map);
   log_debug("loaded {} ({}): {} layers, {} parameters", dir, mc.architecture, mc.layer_num,
             weights.total_params);
-  return std::make_unique<Decoder>(std::move(mc), std::move(weights), make_cpu_backend());
+  auto model = std::make_unique<Decoder>(std::move(mc), std::move(weights), std::move(backend));
+  model->backend().synchronize();  // weights are on the device before the checkpoint unmaps
+  return model;
 }
 
 }  // namespace tachyon

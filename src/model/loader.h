@@ -12,10 +12,32 @@
 namespace tachyon {
 
 struct LoadOptions {
-  std::string model_type;      // override of architectures[0] / model_type (--model-type)
-  std::optional<DType> dtype;  // compute dtype override (reserved; the CPU computes in f32)
-  Device device;               // where to run (CPU for now)
+  std::string model_type;  // override of architectures[0] / model_type (--model-type)
+  // Compute dtype on a GPU (--dtype): bf16 (default), f16 or f32; unset: the
+  // TACHYON_DTYPE environment variable, else bf16. The CPU computes in f32.
+  std::optional<DType> dtype;
+  // Where to run (--device); unset: the TACHYON_DEVICE environment variable, else
+  // CUDA device 0 when a GPU is present, else the CPU.
+  std::optional<Device> device;
 };
+
+// "cpu", "cuda", "cuda:N", "gpu" or "auto" (CUDA when a GPU is present). Throws
+// InvalidArgument on anything else, Unavailable for CUDA in a build or on a machine
+// without it.
+Device parse_device(const std::string& spec);
+// The compute dtype named by --dtype / TACHYON_DTYPE: "auto" (or empty) leaves it unset
+// (bf16 on a GPU), else bf16, f16 or f32. Throws InvalidArgument on anything else.
+std::optional<DType> parse_compute_dtype(const std::string& spec);
+// The device LoadOptions{} resolves to: TACHYON_DEVICE, else "auto".
+Device default_device();
+// Whether this build has the CUDA backend and the machine a CUDA device.
+bool cuda_available();
+
+// Bytes the paged KV cache may take on the model's device so that the process uses at
+// most memory_fraction of the device's memory: fraction * total - what is in use now
+// (weights, ...) - the activation workspace of a step of max_batched_tokens tokens.
+// 0 when the device does not report its memory (the CPU: size the cache otherwise).
+int64_t kv_cache_budget_bytes(Model& model, double memory_fraction, int32_t max_batched_tokens);
 
 // The mapped config of a model folder (config.json + generation_config.json).
 ModelConfig load_model_config(const std::string& dir, const LoadOptions& opts = {});

@@ -279,5 +279,37 @@ void CpuBackend::copy_blocks(Tensor& cache, const std::vector<std::pair<int32_t,
   }
 }
 
+void CpuBackend::argmax(const Tensor& logits, Tensor& ids) {
+  check_f32_2d(logits, "argmax logits");
+  const int64_t rows = logits.dim(0), v = logits.dim(1);
+  TACHYON_CHECK(ids.dtype() == DType::kI32 && ids.numel() == rows, "argmax ids {}", ids.str());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* p = logits.data<float>() + r * v;
+    int32_t best = v > 0 ? 0 : -1;
+    for (int64_t j = 0; j < v && best >= 0; ++j) {
+      if (std::isnan(p[j]))
+        best = -1;
+      else if (p[j] > p[best])
+        best = static_cast<int32_t>(j);
+    }
+    ids.data<int32_t>()[r] = best;
+  }
+}
+
+void CpuBackend::log_softmax(Tensor& logits) {
+  check_f32_2d(logits, "log_softmax");
+  const int64_t rows = logits.dim(0), v = logits.dim(1);
+  pool_.parallel_for(0, rows, row_grain(v), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* p = logits.data<float>() + r * v;
+      const float mx = *std::max_element(p, p + v);
+      double sum = 0;
+      for (int64_t j = 0; j < v; ++j) sum += std::exp(double{p[j]} - mx);
+      const float lse = mx + static_cast<float>(std::log(sum));
+      for (int64_t j = 0; j < v; ++j) p[j] -= lse;
+    }
+  });
+}
+
 }  // namespace cpu
 }  // namespace tachyon

@@ -57,6 +57,9 @@ class CpuBackend final : public Backend {
                    const std::vector<MoeExpertWeights>& experts, Activation act, bool accumulate,
                    Tensor& out) override;
 
+  void argmax(const Tensor& logits, Tensor& ids) override;
+  void log_softmax(Tensor& logits) override;
+
  private:
   ThreadPool& pool_;
   // MoE scratch, reused between calls (one forward at a time per backend).

@@ -9,6 +9,10 @@ void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int l
                              cudaGetErrorString(err), expr, file, line));
 }
 
+void throw_kernel_error(const char* message, const char* file, int line) {
+  throw Internal(fmt::format("CUDA launcher check failed at {}:{}: {}", file, line, message));
+}
+
 void throw_cublas_error(cublasStatus_t st, const char* expr, const char* file, int line) {
   throw Internal(fmt::format("cuBLAS error {} ({}) in {} at {}:{}", cublasGetStatusName(st),
                              cublasGetStatusString(st), expr, file, line));

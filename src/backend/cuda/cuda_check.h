@@ -7,11 +7,11 @@
 
 #include <string>
 
+#include "backend/cuda/launch_check.h"
 #include "core/error.h"
 
 namespace tachyon::cuda {
 
-[[noreturn]] void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int line);
 [[noreturn]] void throw_cublas_error(cublasStatus_t st, const char* expr, const char* file,
                                      int line);
 
@@ -20,19 +20,9 @@ int device_count();
 
 }  // namespace tachyon::cuda
 
-#define TACHYON_CUDA_CHECK(expr)                                                      \
-  do {                                                                                \
-    cudaError_t tachyon_err_ = (expr);                                                \
-    if (tachyon_err_ != cudaSuccess) [[unlikely]]                                     \
-      ::tachyon::cuda::throw_cuda_error(tachyon_err_, #expr, __FILE__, __LINE__);     \
+#define TACHYON_CUBLAS_CHECK(expr)                                                 \
+  do {                                                                             \
+    cublasStatus_t tachyon_st_ = (expr);                                           \
+    if (tachyon_st_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                         \
+      ::tachyon::cuda::throw_cublas_error(tachyon_st_, #expr, __FILE__, __LINE__); \
   } while (0)
-
-#define TACHYON_CUBLAS_CHECK(expr)                                                    \
-  do {                                                                                \
-    cublasStatus_t tachyon_st_ = (expr);                                              \
-    if (tachyon_st_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                            \
-      ::tachyon::cuda::throw_cublas_error(tachyon_st_, #expr, __FILE__, __LINE__);    \
-  } while (0)
-
-// After a kernel launch: reports launch-configuration errors at once.
-#define TACHYON_CUDA_LAUNCH_CHECK() TACHYON_CUDA_CHECK(cudaGetLastError())

@@ -1,0 +1,32 @@
+// The CUDA implementation of backend/ops.h.
+//
+// Activations, weights and the paged KV cache are stored in one compute dtype (bf16 by
+// default, or f16, or f32 for checking); kernels accumulate in f32 and logits come
+// back in f32. Weights are converted and uploaded once by prepare_weight() (in pieces,
+// through pinned host memory); per-step device memory comes from a caching allocator,
+// so steady-state steps make no cudaMalloc; per-step metadata goes up through a pinned
+// ring without waiting for the device. All work runs on one stream owned by the
+// backend; the host waits only in download()/to_host()/synchronize() (and once per
+// MoE layer, to size the expert groups).
+#pragma once
+
+#include <memory>
+
+#include "backend/ops.h"
+#include "core/dtype.h"
+
+namespace tachyon {
+
+struct CudaBackendOptions {
+  int device = 0;
+  DType dtype = DType::kBF16;  // bf16, f16 or f32
+};
+
+// Throws Unavailable when there is no such CUDA device, InvalidArgument on a dtype the
+// backend does not compute in.
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options = {});
+
+// Number of visible CUDA devices (0 without a driver or GPU).
+int cuda_device_count();
+
+}  // namespace tachyon

@@ -1,0 +1,125 @@
+// The CudaBackend class (internal to backend/cuda). Methods are split over
+// cuda_backend.cc (device, memory, weights, sampling helpers), cuda_ops.cc (embedding,
+// norms, dense and elementwise ops, attention) and cuda_moe.cc (mixture of experts).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cuda/allocator.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/gemm.h"
+
+namespace tachyon::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const CudaBackendOptions& options);
+  ~CudaBackend() override;
+
+  Device device() const override { return Device{DeviceType::kCUDA, device_}; }
+  const char* name() const override { return "cuda"; }
+
+  DType activation_dtype() const override { return dtype_; }
+  DType kv_dtype() const override { return dtype_; }
+  Tensor prepare_weight(const Tensor& host) override;
+  Tensor to_host(const Tensor& t) override;
+  void synchronize() override;
+  MemoryInfo memory_info() const override;
+
+  Tensor alloc(const Shape& shape, DType dtype) override;
+  Tensor upload(const void* data, const Shape& shape, DType dtype, Tensor reuse) override;
+  void download(const Tensor& src, void* dst) override;
+  void fill_zero(Tensor& t) override;
+
+  void embedding(const Tensor& table, const Tensor& ids, int32_t id_offset, float scale,
+                 bool accumulate, Tensor& out) override;
+  void add_norm(Tensor& residual, const Tensor& delta1, const Tensor& delta2,
+                const NormParams& norm, Tensor& out) override;
+  void qk_norm(Tensor& qkv, const QkvLayout& layout, const NormParams& q_norm,
+               const NormParams& k_norm) override;
+
+  void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out, int64_t col_offset,
+              Activation act) override;
+  void gated_activation(const Tensor& in, Activation act, Tensor& out) override;
+  void activation(Tensor& x, Activation act) override;
+  void add(const Tensor& a, const Tensor& b, Tensor& out) override;
+  void softcap(Tensor& x, float cap) override;
+  void clamp(Tensor& x, float limit) override;
+  void gather_rows(const Tensor& src, const Tensor& rows, Tensor& out) override;
+  void add_sigmoid_gated(const Tensor& src, const Tensor& gate_logit, Tensor& out) override;
+
+  void rotary(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin, RotaryStyle style,
+              int32_t rotary_dim) override;
+  void write_kv(const Tensor& qkv, const QkvLayout& layout, const Tensor& slots,
+                LayerKvCache& cache) override;
+  void attention(const Tensor& qkv, const QkvLayout& layout, const LayerKvCache& cache,
+                 const AttentionMeta& meta, const AttentionParams& params, Tensor& out) override;
+  void copy_blocks(Tensor& cache, const std::vector<std::pair<int32_t, int32_t>>& pairs) override;
+
+  void moe_route(const Tensor& logits, int32_t top_k, bool renormalize, Tensor& ids,
+                 Tensor& weights) override;
+  void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                   const std::vector<MoeExpertWeights>& experts, Activation act, bool accumulate,
+                   Tensor& out) override;
+
+  void argmax(const Tensor& logits, Tensor& ids) override;
+  void log_softmax(Tensor& logits) override;
+
+  // Which attention kernel runs: kAuto picks the tensor-core kernel for prefill-sized
+  // steps where it applies and the CUDA-core split-K kernel otherwise (the
+  // TACHYON_CUDA_ATTENTION environment variable, "simple" or "mma", overrides it).
+  enum class AttentionKernel { kAuto, kSimple, kMma };
+  void set_attention_kernel(AttentionKernel k) { attention_kernel_ = k; }
+  // The kernel the last attention() call ran (for tests and benchmarks).
+  AttentionKernel last_attention_kernel() const { return last_attention_kernel_; }
+
+  cudaStream_t stream() const { return stream_; }
+  DeviceAllocator& allocator() { return *alloc_; }
+  int num_sms() const { return num_sms_; }
+
+ private:
+  // Checks that t lives on this device (and, when dtype is given, has it).
+  void check_here(const Tensor& t, const char* what) const;
+  void check_act(const Tensor& t, const char* what) const;
+  // Raises Internal (and clears the word) when a kernel reported bad indices. Call
+  // only after the stream has been synchronised.
+  void raise_device_errors();
+  // The bias in the GEMM output dtype (converted once and cached for 16-bit outputs).
+  const void* bias_for(const Tensor& bias, DType y_type);
+  // A scratch buffer of at least `bytes`, kept and grown between calls.
+  void* scratch(Tensor& slot, size_t bytes);
+  void gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor& w, void* y, DType y_type,
+            int64_t ldy, const Tensor& bias, Activation act);
+
+  AttentionKernel attention_kernel_ = AttentionKernel::kAuto;
+  AttentionKernel last_attention_kernel_ = AttentionKernel::kAuto;
+  int device_ = 0;
+  DType dtype_ = DType::kBF16;
+  int num_sms_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<DeviceAllocator> alloc_;
+  std::unique_ptr<PinnedRing> ring_;
+  Tensor gemm_workspace_;
+  std::unique_ptr<Gemm> gemm_;
+  Tensor err_;               // i32[1] device error word
+  int* err_host_ = nullptr;  // pinned
+  char* pinned_ = nullptr;   // download staging
+  size_t pinned_bytes_ = 0;
+
+  struct BiasEntry {
+    std::weak_ptr<void> owner;
+    Tensor converted;
+  };
+  std::unordered_map<const void*, BiasEntry> bias_cache_;
+
+  Tensor attn_scratch_;
+  // MoE scratch.
+  Tensor moe_meta_, moe_x_, moe_h_, moe_a_, moe_y_;
+  std::vector<int32_t> moe_ids_host_, moe_sorted_token_, moe_row_of_, moe_offsets_;
+};
+
+}  // namespace tachyon::cuda

@@ -1,0 +1,341 @@
+// CudaBackend ops: shape checks on the host, then the kernels of kernels.h or
+// cuBLASLt, all queued on the backend's stream.
+#include <algorithm>
+#include <set>
+
+#include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+#include "core/error.h"
+
+namespace tachyon::cuda {
+namespace {
+
+// kernels.h mirrors the op enums value for value.
+static_assert(static_cast<int>(KAct::kQuickGelu) == static_cast<int>(Activation::kQuickGelu) &&
+              static_cast<int>(KAct::kRelu) == static_cast<int>(Activation::kRelu) &&
+              static_cast<int>(KAct::kGeluTanh) == static_cast<int>(Activation::kGeluTanh) &&
+              static_cast<int>(KAct::kGelu) == static_cast<int>(Activation::kGelu) &&
+              static_cast<int>(KAct::kSilu) == static_cast<int>(Activation::kSilu));
+static_assert(static_cast<int>(KNorm::kLayerNorm) == static_cast<int>(NormType::kLayerNorm));
+static_assert(static_cast<int>(KRotary::kInterleaved) ==
+                  static_cast<int>(RotaryStyle::kInterleaved) &&
+              static_cast<int>(KRotary::kHalf) == static_cast<int>(RotaryStyle::kHalf));
+
+KAct kact(Activation a) {
+  return static_cast<KAct>(static_cast<int>(a));
+}
+
+void check_2d(const Tensor& t, const char* what) {
+  TACHYON_CHECK(t && t.ndim() == 2, "{} must be 2-d, got {}", what,
+                t ? t.str() : std::string("none"));
+}
+
+NormArgs norm_args(const NormParams& p, int64_t d) {
+  TACHYON_CHECK(p.weight && p.weight.dtype() == DType::kF32 && p.weight.numel() == d &&
+                    !p.weight.device().is_cpu(),
+                "norm weight {} for dim {} (f32 on the device)",
+                p.weight ? p.weight.str() : std::string("none"), d);
+  TACHYON_CHECK(!p.bias || (p.bias.dtype() == DType::kF32 && p.bias.numel() == d &&
+                            !p.bias.device().is_cpu()),
+                "norm bias {}", p.bias.str());
+  NormArgs a;
+  a.weight = p.weight.data<float>();
+  a.bias = p.bias ? p.bias.data<float>() : nullptr;
+  a.type = static_cast<KNorm>(static_cast<int>(p.type));
+  a.eps = p.eps;
+  a.weight_offset = p.weight_offset;
+  return a;
+}
+
+}  // namespace
+
+void CudaBackend::embedding(const Tensor& table, const Tensor& ids, int32_t id_offset, float scale,
+                            bool accumulate, Tensor& out) {
+  check_here(table, "embedding table");
+  check_here(ids, "embedding ids");
+  check_act(out, "embedding out");
+  check_2d(table, "embedding table");
+  check_2d(out, "embedding out");
+  const int64_t n = ids.numel(), d = table.dim(1);
+  TACHYON_CHECK(ids.dtype() == DType::kI32 && out.dim(0) == n && out.dim(1) == d,
+                "embedding out {} for {} ids of dim {}", out.str(), n, d);
+  launch_embedding(table.raw(), table.dtype(), table.dim(0), d, ids.data<int32_t>(), n, id_offset,
+                   scale, accumulate, out.raw(), out.dtype(), err_.data<int>(), stream_);
+}
+
+void CudaBackend::add_norm(Tensor& residual, const Tensor& delta1, const Tensor& delta2,
+                           const NormParams& norm, Tensor& out) {
+  check_act(residual, "add_norm residual");
+  check_act(out, "add_norm out");
+  check_2d(residual, "add_norm residual");
+  TACHYON_CHECK(out.shape() == residual.shape(), "add_norm out {} vs {}", out.str(),
+                residual.str());
+  for (const Tensor* t : {&delta1, &delta2}) {
+    if (!*t) continue;
+    check_act(*t, "add_norm delta");
+    TACHYON_CHECK(t->shape() == residual.shape(), "add_norm delta {} vs {}", t->str(),
+                  residual.str());
+  }
+  const int64_t d = residual.dim(1);
+  launch_add_norm(residual.raw(), delta1 ? delta1.raw() : nullptr, delta2 ? delta2.raw() : nullptr,
+                  dtype_, residual.dim(0), d, norm_args(norm, d), out.raw(), stream_);
+}
+
+void CudaBackend::qk_norm(Tensor& qkv, const QkvLayout& layout, const NormParams& q_norm,
+                          const NormParams& k_norm) {
+  check_act(qkv, "qk_norm qkv");
+  check_2d(qkv, "qk_norm qkv");
+  TACHYON_CHECK_EQ(qkv.dim(1), layout.row_cols());
+  launch_qk_norm(qkv.raw(), dtype_, qkv.dim(0), qkv.dim(1), layout.num_heads, layout.num_kv_heads,
+                 layout.head_dim, norm_args(q_norm, layout.head_dim),
+                 norm_args(k_norm, layout.head_dim), stream_);
+}
+
+void CudaBackend::gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor& w, void* y,
+                       DType y_type, int64_t ldy, const Tensor& bias, Activation act) {
+  const int64_t k = x.dim(1), n = w.dim(0);
+  GemmArgs g;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.x =
+      static_cast<const char*>(x.raw()) + x_row0 * k * static_cast<int64_t>(dtype_size(x.dtype()));
+  g.x_type = x.dtype();
+  g.w = w.raw();
+  g.w_type = w.dtype();
+  g.y = y;
+  g.y_type = y_type;
+  g.ldy = ldy;
+  g.bias = bias_for(bias, y_type);
+  g.relu = act == Activation::kRelu;
+  const bool done = gemm_->run(g);
+  if (!done) {
+    launch_bias_act(y, y_type, ldy, m, n, bias ? bias.data<float>() : nullptr, kact(act), stream_);
+  } else if (act != Activation::kIdentity && act != Activation::kRelu) {
+    launch_bias_act(y, y_type, ldy, m, n, nullptr, kact(act), stream_);
+  }
+}
+
+void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
+                         int64_t col_offset, Activation act) {
+  check_act(x, "linear x");
+  check_here(w, "linear weight");
+  check_here(out, "linear out");
+  check_2d(x, "linear x");
+  check_2d(w, "linear weight");
+  check_2d(out, "linear out");
+  TACHYON_CHECK(w.dtype() == x.dtype(),
+                "linear weight {} is not in the compute dtype {} (prepare_weight)", w.str(),
+                dtype_name(x.dtype()));
+  TACHYON_CHECK(out.dtype() == dtype_ || out.dtype() == DType::kF32,
+                "linear out {} must be {} or f32", out.str(), dtype_name(dtype_));
+  const int64_t m = x.dim(0), k = x.dim(1), n = w.dim(0);
+  TACHYON_CHECK(w.dim(1) == k, "linear weight {} for input {}", w.str(), x.str());
+  TACHYON_CHECK(out.dim(0) == m && col_offset >= 0 && out.dim(1) >= col_offset + n,
+                "linear out {} for {} columns at {}", out.str(), n, col_offset);
+  TACHYON_CHECK(!bias || bias.numel() == n, "linear bias {} for {} outputs", bias.str(), n);
+  if (m == 0) return;
+  void* y =
+      static_cast<char*>(out.raw()) + col_offset * static_cast<int64_t>(dtype_size(out.dtype()));
+  gemm(x, 0, m, w, y, out.dtype(), out.dim(1), bias, act);
+}
+
+void CudaBackend::gated_activation(const Tensor& in, Activation act, Tensor& out) {
+  check_act(in, "gated in");
+  check_act(out, "gated out");
+  check_2d(in, "gated in");
+  check_2d(out, "gated out");
+  TACHYON_CHECK(out.dim(0) == in.dim(0) && in.dim(1) == 2 * out.dim(1), "gated_activation {} -> {}",
+                in.str(), out.str());
+  launch_gated(in.raw(), out.raw(), dtype_, in.dim(0), out.dim(1), kact(act), stream_);
+}
+
+void CudaBackend::activation(Tensor& x, Activation act) {
+  check_here(x, "activation");
+  if (act == Activation::kIdentity || x.numel() == 0) return;
+  launch_bias_act(x.raw(), x.dtype(), x.numel(), 1, x.numel(), nullptr, kact(act), stream_);
+}
+
+void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
+  check_here(a, "add a");
+  check_here(b, "add b");
+  check_here(out, "add out");
+  TACHYON_CHECK(a.shape() == b.shape() && a.shape() == out.shape() && a.dtype() == b.dtype() &&
+                    a.dtype() == out.dtype(),
+                "add {} {} {}", a.str(), b.str(), out.str());
+  launch_add(a.raw(), b.raw(), out.raw(), a.dtype(), a.numel(), stream_);
+}
+
+void CudaBackend::softcap(Tensor& x, float cap) {
+  check_here(x, "softcap");
+  TACHYON_CHECK(cap > 0.f, "softcap {}", cap);
+  launch_softcap(x.raw(), x.dtype(), x.numel(), cap, stream_);
+}
+
+void CudaBackend::clamp(Tensor& x, float limit) {
+  check_here(x, "clamp");
+  launch_clamp(x.raw(), x.dtype(), x.numel(), limit, stream_);
+}
+
+void CudaBackend::gather_rows(const Tensor& src, const Tensor& rows, Tensor& out) {
+  check_here(src, "gather src");
+  check_here(rows, "gather rows");
+  check_here(out, "gather out");
+  check_2d(src, "gather src");
+  check_2d(out, "gather out");
+  const int64_t r = rows.numel(), n = src.dim(1);
+  TACHYON_CHECK(rows.dtype() == DType::kI32 && out.dim(0) == r && out.dim(1) == n &&
+                    out.dtype() == src.dtype(),
+                "gather_rows out {} for {} rows of {}", out.str(), r, src.str());
+  launch_gather_rows(src.raw(), src.dtype(), src.dim(0), n, rows.data<int32_t>(), r, out.raw(),
+                     err_.data<int>(), stream_);
+}
+
+void CudaBackend::add_sigmoid_gated(const Tensor& src, const Tensor& gate_logit, Tensor& out) {
+  check_here(src, "add_sigmoid_gated src");
+  check_here(gate_logit, "add_sigmoid_gated gate");
+  check_here(out, "add_sigmoid_gated out");
+  TACHYON_CHECK(src.shape() == out.shape() && src.ndim() == 2 && gate_logit.numel() == src.dim(0) &&
+                    src.dtype() == out.dtype() && gate_logit.dtype() == src.dtype(),
+                "add_sigmoid_gated {} {} {}", src.str(), gate_logit.str(), out.str());
+  launch_add_sigmoid_gated(src.raw(), gate_logit.raw(), src.dtype(), src.dim(0), src.dim(1),
+                           out.raw(), stream_);
+}
+
+// ---- attention -------------------------------------------------------------------
+
+void CudaBackend::rotary(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
+                         RotaryStyle style, int32_t rotary_dim) {
+  if (style == RotaryStyle::kNone || rotary_dim == 0) return;
+  check_act(qkv, "rotary qkv");
+  check_here(cos_sin, "rotary cos_sin");
+  TACHYON_CHECK(qkv.ndim() == 2 && qkv.dim(1) == layout.row_cols(), "rotary qkv {}", qkv.str());
+  TACHYON_CHECK(rotary_dim % 2 == 0 && rotary_dim <= layout.head_dim, "rotary_dim {} head_dim {}",
+                rotary_dim, layout.head_dim);
+  TACHYON_CHECK(cos_sin.ndim() == 2 && cos_sin.dim(0) == qkv.dim(0) &&
+                    cos_sin.dim(1) == rotary_dim && cos_sin.dtype() == DType::kF32,
+                "rotary cos_sin {} for {} tokens, rotary_dim {}", cos_sin.str(), qkv.dim(0),
+                rotary_dim);
+  launch_rotary(qkv.raw(), dtype_, qkv.dim(0), qkv.dim(1), layout.num_heads + layout.num_kv_heads,
+                layout.head_dim, cos_sin.data<float>(), rotary_dim,
+                static_cast<KRotary>(static_cast<int>(style)), stream_);
+}
+
+void CudaBackend::write_kv(const Tensor& qkv, const QkvLayout& layout, const Tensor& slots,
+                           LayerKvCache& cache) {
+  check_act(qkv, "write_kv qkv");
+  check_here(slots, "write_kv slots");
+  TACHYON_CHECK(qkv.ndim() == 2 && qkv.dim(1) == layout.row_cols(), "write_kv qkv {}", qkv.str());
+  TACHYON_CHECK_EQ(slots.numel(), qkv.dim(0));
+  TACHYON_CHECK(cache.k && cache.v && cache.k.ndim() == 4 &&
+                    cache.k.dim(1) == layout.num_kv_heads && cache.k.dim(3) == layout.head_dim &&
+                    cache.v.shape() == cache.k.shape() && cache.k.dtype() == dtype_ &&
+                    cache.v.dtype() == dtype_,
+                "write_kv cache {}", cache.k ? cache.k.str() : std::string("none"));
+  check_here(cache.k, "write_kv k cache");
+  check_here(cache.v, "write_kv v cache");
+  launch_write_kv(qkv.raw(), dtype_, qkv.dim(0), qkv.dim(1), layout.q_cols(), layout.num_kv_heads,
+                  layout.head_dim, slots.data<int32_t>(), cache.k.raw(), cache.v.raw(),
+                  cache.num_blocks(), cache.block_size(), err_.data<int>(), stream_);
+}
+
+void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const LayerKvCache& cache,
+                            const AttentionMeta& meta, const AttentionParams& params, Tensor& out) {
+  check_act(qkv, "attention qkv");
+  check_act(out, "attention out");
+  TACHYON_CHECK(qkv.ndim() == 2 && qkv.dim(1) == layout.row_cols(), "attention qkv {}", qkv.str());
+  const int64_t n = qkv.dim(0);
+  const int H = layout.num_heads, KV = layout.num_kv_heads, hd = layout.head_dim;
+  TACHYON_CHECK(out.ndim() == 2 && out.dim(0) == n && out.dim(1) == int64_t{H} * hd,
+                "attention out {}", out.str());
+  TACHYON_CHECK(
+      cache.k && cache.k.dim(1) == KV && cache.k.dim(3) == hd && cache.k.dtype() == dtype_,
+      "attention cache {}", cache.k ? cache.k.str() : std::string("none"));
+  TACHYON_CHECK(!params.alibi_slopes || (params.alibi_slopes.numel() == H &&
+                                         params.alibi_slopes.dtype() == DType::kF32),
+                "alibi slopes {}", params.alibi_slopes.str());
+  if (params.alibi_slopes) check_here(params.alibi_slopes, "alibi slopes");
+  check_here(meta.query_start, "attention query_start");
+  check_here(meta.context_lens, "attention context_lens");
+  check_here(meta.block_tables, "attention block_tables");
+  if (n == 0 || meta.num_seqs == 0) return;
+  TACHYON_CHECK(meta.max_query_len > 0 && meta.max_context_len >= meta.max_query_len,
+                "attention hints: max_query_len {} max_context_len {}", meta.max_query_len,
+                meta.max_context_len);
+  AttentionArgs a;
+  a.qkv = qkv.raw();
+  a.qkv_cols = qkv.dim(1);
+  a.tokens = n;
+  a.k_cache = cache.k.raw();
+  a.v_cache = cache.v.raw();
+  a.out = out.raw();
+  a.type = dtype_;
+  a.query_start = meta.query_start.data<int32_t>();
+  a.context_lens = meta.context_lens.data<int32_t>();
+  a.block_tables = meta.block_tables.data<int32_t>();
+  a.num_seqs = meta.num_seqs;
+  a.max_blocks = meta.max_blocks_per_seq;
+  a.max_query_len = meta.max_query_len;
+  a.max_context_len = meta.max_context_len;
+  a.num_blocks = cache.num_blocks();
+  a.block_size = cache.block_size();
+  a.heads = H;
+  a.kv_heads = KV;
+  a.head_dim = hd;
+  a.scale = params.scale;
+  a.softcap = params.softcap;
+  a.sliding_window = params.sliding_window;
+  a.alibi_slopes = params.alibi_slopes ? params.alibi_slopes.data<float>() : nullptr;
+  a.alibi_scale = params.alibi_scale;
+  a.alibi_bias_bf16 = params.alibi_bias_bf16;
+  a.err = err_.data<int>();
+  const bool mma_ok = attention_mma_supports(a);
+  const bool use_mma =
+      attention_kernel_ == AttentionKernel::kMma
+          ? mma_ok
+          : attention_kernel_ == AttentionKernel::kAuto && mma_ok && meta.max_query_len >= 16;
+  if (use_mma) {
+    last_attention_kernel_ = AttentionKernel::kMma;
+    launch_attention_mma(a, stream_);
+    return;
+  }
+  last_attention_kernel_ = AttentionKernel::kSimple;
+  const AttentionPlan plan = plan_attention(a, num_sms_);
+  void* ws = plan.scratch_bytes > 0 ? scratch(attn_scratch_, plan.scratch_bytes) : nullptr;
+  launch_attention(a, plan, ws, stream_);
+}
+
+void CudaBackend::copy_blocks(Tensor& cache,
+                              const std::vector<std::pair<int32_t, int32_t>>& pairs) {
+  if (!cache || pairs.empty()) return;
+  check_here(cache, "copy_blocks cache");
+  const int64_t nb = cache.dim(0);
+  const int64_t block_bytes = static_cast<int64_t>(cache.nbytes()) / nb;
+  std::vector<int32_t> flat;
+  flat.reserve(pairs.size() * 2);
+  std::set<int32_t> sources, dests;
+  bool overlapping = false;
+  for (const auto& [src, dst] : pairs) {
+    if (src < 0 || src >= nb || dst < 0 || dst >= nb)
+      raise<InvalidArgument>("copy_kv_blocks: block pair ({}, {}) out of [0, {})", src, dst, nb);
+    if (src == dst) continue;
+    overlapping |= dests.count(src) > 0 || dests.count(dst) > 0 || sources.count(dst) > 0;
+    sources.insert(src);
+    dests.insert(dst);
+    flat.push_back(src);
+    flat.push_back(dst);
+  }
+  if (flat.empty()) return;
+  const int n_pairs = static_cast<int>(flat.size() / 2);
+  Tensor dev = upload(flat.data(), {static_cast<int64_t>(flat.size())}, DType::kI32, {});
+  if (!overlapping) {
+    launch_copy_blocks(cache.raw(), block_bytes, dev.data<int32_t>(), n_pairs, stream_);
+    return;
+  }
+  // Pairs that read a block another pair writes run one after another, in order.
+  for (int i = 0; i < n_pairs; ++i)
+    launch_copy_blocks(cache.raw(), block_bytes, dev.data<int32_t>() + 2 * i, 1, stream_);
+}
+
+}  // namespace tachyon::cuda

@@ -1,0 +1,146 @@
+// Device helpers shared by the kernels: scalar conversions between the storage dtypes
+// (f32, f16, bf16) and f32, dispatch from a runtime DType to a C++ type, warp and
+// block reductions, and the activation functions.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch_check.h"
+#include "core/dtype.h"
+
+namespace tachyon::cuda {
+
+using bf16_t = __nv_bfloat16;
+using f16_t = __half;
+
+__device__ __forceinline__ float to_f(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_f(f16_t x) {
+  return __half2float(x);
+}
+__device__ __forceinline__ float to_f(bf16_t x) {
+  return __bfloat162float(x);
+}
+
+template <typename T>
+__device__ __forceinline__ T from_f(float x);
+template <>
+__device__ __forceinline__ float from_f<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ f16_t from_f<f16_t>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ bf16_t from_f<bf16_t>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// The value after a round trip through T (what storing it in T keeps).
+template <typename T>
+__device__ __forceinline__ float round_to(float x) {
+  return to_f(from_f<T>(x));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets
+// the result. `scratch` holds 32 floats; the call begins and ends with a barrier so it
+// can be used repeatedly with the same scratch.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int nwarps = blockDim.x >> 5;
+  __syncthreads();
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float t = lane < nwarps ? scratch[lane] : 0.f;
+  t = warp_sum(t);
+  __syncthreads();
+  return t;
+}
+
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int nwarps = blockDim.x >> 5;
+  __syncthreads();
+  v = warp_max(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float t = lane < nwarps ? scratch[lane] : -INFINITY;
+  t = warp_max(t);
+  __syncthreads();
+  return t;
+}
+
+__device__ __forceinline__ float apply_act(float x, KAct act) {
+  switch (act) {
+    case KAct::kIdentity:
+      return x;
+    case KAct::kSilu:
+      return x / (1.f + expf(-x));
+    case KAct::kGelu:
+      return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
+    case KAct::kGeluTanh: {
+      const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+      return 0.5f * x * (1.f + tanhf(inner));
+    }
+    case KAct::kRelu:
+      return fmaxf(x, 0.f);
+    case KAct::kQuickGelu:
+      return x / (1.f + expf(-1.702f * x));
+  }
+  return x;
+}
+
+__device__ __forceinline__ void report(int* flag, int code) {
+  if (flag != nullptr) atomicOr(flag, code);
+}
+
+inline unsigned ceil_div(int64_t a, int64_t b) {
+  return static_cast<unsigned>((a + b - 1) / b);
+}
+
+}  // namespace tachyon::cuda
+
+// Runs the statement with `T` bound to the C++ type of a floating DType.
+#define TACHYON_DISPATCH_FLOAT(dtype, T, ...)                                               \
+  do {                                                                                      \
+    switch (dtype) {                                                                        \
+      case ::tachyon::DType::kF32: {                                                        \
+        using T = float;                                                                    \
+        __VA_ARGS__;                                                                        \
+        break;                                                                              \
+      }                                                                                     \
+      case ::tachyon::DType::kF16: {                                                        \
+        using T = ::tachyon::cuda::f16_t;                                                   \
+        __VA_ARGS__;                                                                        \
+        break;                                                                              \
+      }                                                                                     \
+      case ::tachyon::DType::kBF16: {                                                       \
+        using T = ::tachyon::cuda::bf16_t;                                                  \
+        __VA_ARGS__;                                                                        \
+        break;                                                                              \
+      }                                                                                     \
+      default:                                                                              \
+        ::tachyon::cuda::throw_kernel_error("CUDA kernels take f32, f16 or bf16", __FILE__, \
+                                            __LINE__);                                      \
+    }                                                                                       \
+  } while (0)

@@ -1,0 +1,154 @@
+// Elementwise and row-wise ops on activations: bias + activation (the GEMM epilogue
+// when cuBLASLt cannot fuse it), gated activations, add, softcap, clamp, row gather
+// and the sigmoid-gated accumulate. f32 arithmetic whatever the storage dtype.
+#include <algorithm>
+
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch_check.h"
+
+namespace tachyon::cuda {
+namespace {
+
+unsigned grid_for(int64_t n, int threads = 256) {
+  return static_cast<unsigned>(
+      std::max<int64_t>(1, std::min<int64_t>(ceil_div(n, threads), 65536)));
+}
+
+#define TACHYON_GRID_STRIDE(i, n)                                           \
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
+       i += int64_t{gridDim.x} * blockDim.x)
+
+template <typename T>
+__global__ void bias_act_kernel(T* y, int64_t ld, int64_t rows, int64_t cols,
+                                const float* __restrict__ bias, KAct act) {
+  TACHYON_GRID_STRIDE(i, rows * cols) {
+    const int64_t r = i / cols, c = i % cols;
+    T* p = y + r * ld + c;
+    float v = to_f(*p);
+    if (bias != nullptr) v += bias[c];
+    *p = from_f<T>(apply_act(v, act));
+  }
+}
+
+template <typename T>
+__global__ void gated_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t rows,
+                             int64_t inter, KAct act) {
+  TACHYON_GRID_STRIDE(i, rows * inter) {
+    const int64_t r = i / inter, c = i % inter;
+    const T* row = in + r * 2 * inter;
+    // The activation's output is rounded to the storage dtype before the product, as
+    // frameworks computing in that dtype do.
+    const float a = round_to<T>(apply_act(to_f(row[c]), act));
+    out[i] = from_f<T>(a * to_f(row[inter + c]));
+  }
+}
+
+template <typename T>
+__global__ void add_kernel(const T* a, const T* b, T* out, int64_t n) {
+  TACHYON_GRID_STRIDE(i, n) out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
+}
+
+template <typename T>
+__global__ void softcap_kernel(T* x, int64_t n, float cap) {
+  TACHYON_GRID_STRIDE(i, n) x[i] = from_f<T>(cap * tanhf(to_f(x[i]) / cap));
+}
+
+template <typename T>
+__global__ void clamp_kernel(T* x, int64_t n, float limit) {
+  TACHYON_GRID_STRIDE(i, n) x[i] = from_f<T>(fminf(limit, fmaxf(-limit, to_f(x[i]))));
+}
+
+template <typename T>
+__global__ void gather_rows_kernel(const T* __restrict__ src, int64_t src_rows, int64_t cols,
+                                   const int32_t* __restrict__ rows, int64_t n, T* __restrict__ out,
+                                   int* err) {
+  TACHYON_GRID_STRIDE(i, n * cols) {
+    const int64_t r = i / cols, c = i % cols;
+    const int32_t s = rows[r];
+    if (s < 0 || s >= src_rows) {
+      if (c == 0) report(err, kErrGatherRow);
+      out[i] = from_f<T>(0.f);
+      continue;
+    }
+    out[i] = src[int64_t{s} * cols + c];
+  }
+}
+
+template <typename T>
+__global__ void add_sigmoid_gated_kernel(const T* __restrict__ src, const T* __restrict__ gate,
+                                         int64_t rows, int64_t cols, T* out) {
+  TACHYON_GRID_STRIDE(i, rows * cols) {
+    const int64_t r = i / cols;
+    const float g = 1.f / (1.f + expf(-to_f(gate[r])));
+    out[i] = from_f<T>(to_f(out[i]) + g * to_f(src[i]));
+  }
+}
+
+}  // namespace
+
+void launch_bias_act(void* y, DType type, int64_t ld, int64_t rows, int64_t cols, const float* bias,
+                     KAct act, cudaStream_t stream) {
+  if (rows * cols == 0 || (bias == nullptr && act == KAct::kIdentity)) return;
+  TACHYON_DISPATCH_FLOAT(type, T, {
+    bias_act_kernel<T>
+        <<<grid_for(rows * cols), 256, 0, stream>>>(static_cast<T*>(y), ld, rows, cols, bias, act);
+  });
+  TACHYON_CUDA_LAUNCH_CHECK();
+}
+
+void launch_gated(const void* in, void* out, DType type, int64_t rows, int64_t inter, KAct act,
+                  cudaStream_t stream) {
+  if (rows * inter == 0) return;
+  TACHYON_DISPATCH_FLOAT(type, T, {
+    gated_kernel<T><<<grid_for(rows * inter), 256, 0, stream>>>(
+        static_cast<const T*>(in), static_cast<T*>(out), rows, inter, act);
+  });
+  TACHYON_CUDA_LAUNCH_CHECK();
+}
+
+void launch_add(const void* a, const void* b, void* out, DType type, int64_t n,
+                cudaStream_t stream) {
+  if (n == 0) return;
+  TACHYON_DISPATCH_FLOAT(type, T, {
+    add_kernel<T><<<grid_for(n), 256, 0, stream>>>(
+        static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), n);
+  });
+  TACHYON_CUDA_LAUNCH_CHECK();
+}
+
+void launch_softcap(void* x, DType type, int64_t n, float cap, cudaStream_t stream) {
+  if (n == 0) return;
+  TACHYON_DISPATCH_FLOAT(
+      type, T, { softcap_kernel<T><<<grid_for(n), 256, 0, stream>>>(static_cast<T*>(x), n, cap); });
+  TACHYON_CUDA_LAUNCH_CHECK();
+}
+
+void launch_clamp(void* x, DType type, int64_t n, float limit, cudaStream_t stream) {
+  if (n == 0) return;
+  TACHYON_DISPATCH_FLOAT(
+      type, T, { clamp_kernel<T><<<grid_for(n), 256, 0, stream>>>(static_cast<T*>(x), n, limit); });
+  TACHYON_CUDA_LAUNCH_CHECK();
+}
+
+void launch_gather_rows(const void* src, DType type, int64_t src_rows, int64_t cols,
+                        const int32_t* rows, int64_t n, void* out, int* err, cudaStream_t stream) {
+  if (n * cols == 0) return;
+  TACHYON_DISPATCH_FLOAT(type, T, {
+    gather_rows_kernel<T><<<grid_for(n * cols), 256, 0, stream>>>(
+        static_cast<const T*>(src), src_rows, cols, rows, n, static_cast<T*>(out), err);
+  });
+  TACHYON_CUDA_LAUNCH_CHECK();
+}
+
+void launch_add_sigmoid_gated(const void* src, const void* gate, DType type, int64_t rows,
+                              int64_t cols, void* out, cudaStream_t stream) {
+  if (rows * cols == 0) return;
+  TACHYON_DISPATCH_FLOAT(type, T, {
+    add_sigmoid_gated_kernel<T><<<grid_for(rows * cols), 256, 0, stream>>>(
+        static_cast<const T*>(src), static_cast<const T*>(gate), rows, cols, static_cast<T*>(out));
+  });
+  TACHYON_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace tachyon::cuda

@@ -1,0 +1,44 @@
+// Embedding lookup: one block per token row.
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch_check.h"
+
+namespace tachyon::cuda {
+namespace {
+
+template <typename S, typename D>
+__global__ void embedding_kernel(const S* __restrict__ table, int64_t vocab, int64_t dim,
+                                 const int32_t* __restrict__ ids, int32_t id_offset, float scale,
+                                 bool accumulate, D* __restrict__ out, int* err) {
+  const int64_t t = blockIdx.x;
+  const int64_t row = int64_t{ids[t]} + id_offset;
+  D* o = out + t * dim;
+  if (row < 0 || row >= vocab) {
+    if (threadIdx.x == 0) report(err, kErrEmbeddingId);
+    if (!accumulate)
+      for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) o[i] = from_f<D>(0.f);
+    return;
+  }
+  const S* src = table + row * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    // The scaled embedding is rounded to the activation dtype before it is added.
+    const float e = round_to<D>(scale * to_f(src[i]));
+    o[i] = from_f<D>(accumulate ? to_f(o[i]) + e : e);
+  }
+}
+
+}  // namespace
+
+void launch_embedding(const void* table, DType table_type, int64_t vocab, int64_t dim,
+                      const int32_t* ids, int64_t n, int32_t id_offset, float scale,
+                      bool accumulate, void* out, DType out_type, int* err, cudaStream_t stream) {
+  if (n == 0 || dim == 0) return;
+  TACHYON_DISPATCH_FLOAT(table_type, S, TACHYON_DISPATCH_FLOAT(out_type, D, {
+                           embedding_kernel<S, D><<<static_cast<unsigned>(n), 256, 0, stream>>>(
+                               static_cast<const S*>(table), vocab, dim, ids, id_offset, scale,
+                               accumulate, static_cast<D*>(out), err);
+                         }));
+  TACHYON_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace tachyon::cuda

@@ -1,0 +1,165 @@
+#include "backend/cuda/gemm.h"
+
+#include <climits>
+
+#include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+
+namespace tachyon::cuda {
+namespace {
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return CUDA_R_32F;
+    case DType::kF16:
+      return CUDA_R_16F;
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    default:
+      raise<InvalidArgument>("GEMM on {} is not supported", dtype_name(t));
+  }
+}
+
+// The largest power of two (at most 256) that divides the address.
+uint32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && a % al != 0) al >>= 1;
+  return al;
+}
+
+template <typename V>
+void set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const V& v) {
+  TACHYON_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof(v)));
+}
+
+}  // namespace
+
+Gemm::Gemm(cudaStream_t stream, void* workspace, size_t workspace_bytes)
+    : stream_(stream), workspace_(workspace), workspace_bytes_(workspace_bytes) {
+  TACHYON_CUBLAS_CHECK(cublasLtCreate(&lt_));
+  TACHYON_CUBLAS_CHECK(cublasCreate(&blas_));
+  TACHYON_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+  TACHYON_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
+}
+
+Gemm::~Gemm() {
+  for (auto& [key, p] : plans_) {
+    if (p.a != nullptr) cublasLtMatrixLayoutDestroy(p.a);
+    if (p.b != nullptr) cublasLtMatrixLayoutDestroy(p.b);
+    if (p.c != nullptr) cublasLtMatrixLayoutDestroy(p.c);
+    if (p.desc != nullptr) cublasLtMatmulDescDestroy(p.desc);
+  }
+  if (blas_ != nullptr) cublasDestroy(blas_);
+  if (lt_ != nullptr) cublasLtDestroy(lt_);
+}
+
+Gemm::Plan Gemm::make_plan(const GemmArgs& a, bool with_epilogue) {
+  Plan p;
+  TACHYON_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+  set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+  cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_DEFAULT;
+  if (with_epilogue) {
+    if (a.bias != nullptr)
+      ep = a.relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    else if (a.relu)
+      ep = CUBLASLT_EPILOGUE_RELU;
+  }
+  set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, ep);
+  if (ep == CUBLASLT_EPILOGUE_BIAS || ep == CUBLASLT_EPILOGUE_RELU_BIAS)
+    set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, a.bias);
+  // Column-major view of the row-major product: yᵀ [n, m] = w [k, n]ᵀ · xᵀ [k, m].
+  TACHYON_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
+      &p.a, cuda_type(a.w_type), static_cast<uint64_t>(a.k), static_cast<uint64_t>(a.n), a.k));
+  TACHYON_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
+      &p.b, cuda_type(a.x_type), static_cast<uint64_t>(a.k), static_cast<uint64_t>(a.m), a.k));
+  TACHYON_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
+      &p.c, cuda_type(a.y_type), static_cast<uint64_t>(a.n), static_cast<uint64_t>(a.m), a.ldy));
+  cublasLtMatmulPreference_t pref = nullptr;
+  TACHYON_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = workspace_bytes_;
+  TACHYON_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const uint32_t al_a = alignment(a.w), al_b = alignment(a.x), al_c = alignment(a.y);
+  TACHYON_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+  TACHYON_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+  TACHYON_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+  TACHYON_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int count = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &count);
+  cublasLtMatmulPreferenceDestroy(pref);
+  p.ok = st == CUBLAS_STATUS_SUCCESS && count > 0;
+  if (p.ok) p.algo = result.algo;
+  p.fused = with_epilogue;
+  return p;
+}
+
+// Whether the epilogue (bias and/or ReLU) can go to cuBLASLt: a bias must be 16-byte
+// aligned; otherwise the caller applies both.
+bool Gemm::wants_fused(const GemmArgs& a) {
+  const bool any = a.bias != nullptr || a.relu;
+  return any && (a.bias == nullptr || alignment(a.bias) >= 16);
+}
+
+Gemm::Plan& Gemm::plan_for(const GemmArgs& a) {
+  const bool fuse = wants_fused(a);
+  const Key key{a.m,
+                a.n,
+                a.k,
+                static_cast<int>(a.x_type),
+                static_cast<int>(a.w_type),
+                static_cast<int>(a.y_type),
+                a.ldy,
+                fuse ? 1 + (a.bias != nullptr ? 1 : 0) : 0,
+                fuse && a.relu ? 1 : 0,
+                static_cast<int>(alignment(a.x)),
+                static_cast<int>(alignment(a.w)),
+                static_cast<int>(alignment(a.y))};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  Plan p = make_plan(a, fuse);
+  if (fuse && !p.ok) {
+    cublasLtMatrixLayoutDestroy(p.a);
+    cublasLtMatrixLayoutDestroy(p.b);
+    cublasLtMatrixLayoutDestroy(p.c);
+    cublasLtMatmulDescDestroy(p.desc);
+    p = make_plan(a, false);
+  }
+  return plans_.emplace(key, p).first->second;
+}
+
+bool Gemm::run(const GemmArgs& a) {
+  const bool wants_epilogue = a.bias != nullptr || a.relu;
+  if (a.m == 0 || a.n == 0) return true;
+  TACHYON_CHECK(a.m <= INT_MAX && a.n <= INT_MAX && a.k <= INT_MAX && a.ldy <= INT_MAX,
+                "GEMM {}x{}x{} too large", a.m, a.n, a.k);
+  Plan& p = plan_for(a);
+  const float alpha = 1.f, beta = 0.f;
+  if (!p.ok) {
+    fallback(a);
+    return !wants_epilogue;
+  }
+  if (p.fused && a.bias != nullptr) set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, a.bias);
+  TACHYON_CUBLAS_CHECK(cublasLtMatmul(lt_, p.desc, &alpha, a.w, p.a, a.x, p.b, &beta, a.y, p.c, a.y,
+                                      p.c, &p.algo, workspace_, workspace_bytes_, stream_));
+  return !wants_epilogue || p.fused;
+}
+
+void Gemm::fallback(const GemmArgs& a) {
+  const float alpha = 1.f, beta = 0.f;
+  TACHYON_CUBLAS_CHECK(
+      cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(a.n), static_cast<int>(a.m),
+                   static_cast<int>(a.k), &alpha, a.w, cuda_type(a.w_type), static_cast<int>(a.k),
+                   a.x, cuda_type(a.x_type), static_cast<int>(a.k), &beta, a.y, cuda_type(a.y_type),
+                   static_cast<int>(a.ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace tachyon::cuda

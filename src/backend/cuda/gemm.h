@@ -1,0 +1,69 @@
+// Dense matrix products for the CUDA backend through cuBLASLt, with the bias and ReLU
+// fused into the epilogue where cuBLASLt offers it. A plan (descriptors + the
+// heuristic's algorithm) is cached per shape, dtypes, strides and alignments; shapes
+// cuBLASLt finds no algorithm for go through cublasGemmEx.
+#pragma once
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "core/dtype.h"
+
+namespace tachyon::cuda {
+
+struct GemmArgs {
+  // y[m, n] (row stride ldy) = x[m, k] · w[n, k]ᵀ (+ bias[n]) (then ReLU when relu).
+  int64_t m = 0, n = 0, k = 0;
+  const void* x = nullptr;
+  DType x_type = DType::kBF16;
+  const void* w = nullptr;
+  DType w_type = DType::kBF16;
+  void* y = nullptr;
+  DType y_type = DType::kBF16;
+  int64_t ldy = 0;
+  const void* bias = nullptr;  // in y_type
+  bool relu = false;
+};
+
+class Gemm {
+ public:
+  Gemm(cudaStream_t stream, void* workspace, size_t workspace_bytes);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  // Returns false when the epilogue could not be fused: the product was computed
+  // without bias and ReLU, which the caller must then apply.
+  bool run(const GemmArgs& a);
+
+  size_t num_plans() const { return plans_.size(); }
+
+ private:
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool ok = false;     // cuBLASLt has an algorithm for it
+    bool fused = false;  // with the epilogue
+  };
+  using Key =
+      std::tuple<int64_t, int64_t, int64_t, int, int, int, int64_t, int, int, int, int, int>;
+  static bool wants_fused(const GemmArgs& a);
+  Plan& plan_for(const GemmArgs& a);
+  Plan make_plan(const GemmArgs& a, bool with_epilogue);
+  void fallback(const GemmArgs& a);
+
+  cudaStream_t stream_;
+  cublasLtHandle_t lt_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  void* workspace_;
+  size_t workspace_bytes_;
+  std::map<Key, Plan> plans_;
+};
+
+}  // namespace tachyon::cuda

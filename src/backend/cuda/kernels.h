@@ -1,0 +1,158 @@
+// Launchers of the CUDA kernels (one .cu file per kernel family). They take raw
+// device pointers, the storage dtype and the stream; shapes are validated by the
+// caller (CudaBackend). `err` is the backend's device error word (codes below).
+// This header and the .cu files stay free of backend/ops.h and core/error.h (nvcc
+// cannot compile the fmt headers those bring); the enums below mirror ops.h's, value
+// for value (checked in cuda_ops.cc).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace tachyon::cuda {
+
+enum class KAct : int { kIdentity, kSilu, kGelu, kGeluTanh, kRelu, kQuickGelu };
+enum class KNorm : int { kRMSNorm, kLayerNorm };
+enum class KRotary : int { kNone, kHalf, kInterleaved };
+
+// Codes a kernel ORs into the device error word on input it cannot honour.
+enum DeviceError : int {
+  kErrEmbeddingId = 1,
+  kErrKvSlot = 2,
+  kErrBlockTable = 4,
+  kErrExpertId = 8,
+  kErrGatherRow = 16,
+};
+
+// ---- convert.cu -------------------------------------------------------------------
+// dst[i] = dtype-convert(src[i]) for n elements (f32/f16/bf16 either side).
+void launch_convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n,
+                    cudaStream_t stream);
+
+// ---- embedding.cu -----------------------------------------------------------------
+// out[t, :] (= or +=) scale * table[ids[t] + id_offset, :]; table [vocab, dim].
+void launch_embedding(const void* table, DType table_type, int64_t vocab, int64_t dim,
+                      const int32_t* ids, int64_t n, int32_t id_offset, float scale,
+                      bool accumulate, void* out, DType out_type, int* err, cudaStream_t stream);
+
+// ---- norm.cu ----------------------------------------------------------------------
+struct NormArgs {
+  const float* weight = nullptr;
+  const float* bias = nullptr;
+  KNorm type = KNorm::kRMSNorm;
+  float eps = 1e-5f;
+  float weight_offset = 0.f;
+};
+// residual [rows, d] += delta1 + delta2 (each optional); out = norm(residual).
+void launch_add_norm(void* residual, const void* delta1, const void* delta2, DType type,
+                     int64_t rows, int64_t d, const NormArgs& norm, void* out, cudaStream_t stream);
+// Per-head norm of the first q_heads (q_norm) and next k_heads (k_norm) heads of each
+// row of qkv [rows, cols], in place.
+void launch_qk_norm(void* qkv, DType type, int64_t rows, int64_t cols, int q_heads, int k_heads,
+                    int head_dim, const NormArgs& q_norm, const NormArgs& k_norm,
+                    cudaStream_t stream);
+
+// ---- elementwise.cu ---------------------------------------------------------------
+// y[r, c] = act(y[r, c] + bias[c]) for a [rows, cols] view with row stride ld.
+void launch_bias_act(void* y, DType type, int64_t ld, int64_t rows, int64_t cols, const float* bias,
+                     KAct act, cudaStream_t stream);
+// out[r, i] = act(in[r, i]) * in[r, inter + i]; in [rows, 2 inter], out [rows, inter].
+void launch_gated(const void* in, void* out, DType type, int64_t rows, int64_t inter, KAct act,
+                  cudaStream_t stream);
+void launch_add(const void* a, const void* b, void* out, DType type, int64_t n,
+                cudaStream_t stream);
+void launch_softcap(void* x, DType type, int64_t n, float cap, cudaStream_t stream);
+void launch_clamp(void* x, DType type, int64_t n, float limit, cudaStream_t stream);
+// out[r, :] = src[rows[r], :]; src [src_rows, cols].
+void launch_gather_rows(const void* src, DType type, int64_t src_rows, int64_t cols,
+                        const int32_t* rows, int64_t n, void* out, int* err, cudaStream_t stream);
+// out[r, :] += sigmoid(gate[r]) * src[r, :].
+void launch_add_sigmoid_gated(const void* src, const void* gate, DType type, int64_t rows,
+                              int64_t cols, void* out, cudaStream_t stream);
+
+// ---- rotary.cu --------------------------------------------------------------------
+// Rotates the first rot dims of the first `heads` heads of each row of qkv
+// [tokens, cols] in place; cos_sin [tokens, rot] f32 (rot/2 cosines, rot/2 sines).
+void launch_rotary(void* qkv, DType type, int64_t tokens, int64_t cols, int heads, int head_dim,
+                   const float* cos_sin, int rot, KRotary style, cudaStream_t stream);
+
+// ---- kv_cache.cu ------------------------------------------------------------------
+// Writes the k and v parts of qkv (k at column q_cols, v right after) into the paged
+// caches [num_blocks, kv_heads, block_size, head_dim] at slots[t] (negative: skip).
+void launch_write_kv(const void* qkv, DType type, int64_t tokens, int64_t cols, int64_t q_cols,
+                     int kv_heads, int head_dim, const int32_t* slots, void* k_cache, void* v_cache,
+                     int64_t num_blocks, int block_size, int* err, cudaStream_t stream);
+// Copies whole blocks of block_bytes bytes: pairs [n_pairs, 2] (src, dst) i32.
+void launch_copy_blocks(void* cache, int64_t block_bytes, const int32_t* pairs, int n_pairs,
+                        cudaStream_t stream);
+
+// ---- attention.cu -----------------------------------------------------------------
+struct AttentionArgs {
+  const void* qkv = nullptr;  // [tokens, qkv_cols]; q heads first
+  int64_t qkv_cols = 0;
+  int64_t tokens = 0;
+  const void* k_cache = nullptr;  // [num_blocks, kv_heads, block_size, head_dim]
+  const void* v_cache = nullptr;
+  void* out = nullptr;  // [tokens, heads * head_dim]
+  DType type = DType::kBF16;
+  const int32_t* query_start = nullptr;   // [seqs + 1]
+  const int32_t* context_lens = nullptr;  // [seqs]
+  const int32_t* block_tables = nullptr;  // [seqs, max_blocks]
+  int32_t num_seqs = 0;
+  int32_t max_blocks = 0;
+  int32_t max_query_len = 0;
+  int32_t max_context_len = 0;
+  int32_t num_blocks = 0;
+  int32_t block_size = 0;
+  int32_t heads = 0;
+  int32_t kv_heads = 0;
+  int32_t head_dim = 0;
+  float scale = 1.f;
+  float softcap = 0.f;
+  int32_t sliding_window = 0;
+  const float* alibi_slopes = nullptr;  // [heads] or null
+  float alibi_scale = 1.f;
+  bool alibi_bias_bf16 = false;
+  int* err = nullptr;
+};
+// Scratch the split-K path needs (bytes), for the host to provide.
+struct AttentionPlan {
+  int q_tile = 1;      // query tokens per block
+  int num_splits = 1;  // key splits per (sequence, kv head, query tile)
+  int split_keys = 0;  // keys per split
+  size_t smem_bytes = 0;
+  size_t scratch_bytes = 0;
+};
+AttentionPlan plan_attention(const AttentionArgs& a, int num_sms);
+// Runs the plan; scratch (plan.scratch_bytes, may be null when 0) holds split partials.
+void launch_attention(const AttentionArgs& a, const AttentionPlan& plan, void* scratch,
+                      cudaStream_t stream);
+
+// ---- attention_mma.cu ---------------------------------------------------------------
+// Tensor-core prefill attention (bf16/f16; head_dim 16, 32, 64, 80, 96, 128 or 256;
+// at most 64 query heads per KV head). Returns false when the arguments are outside
+// that (nothing launched).
+bool attention_mma_supports(const AttentionArgs& a);
+bool launch_attention_mma(const AttentionArgs& a, cudaStream_t stream);
+
+// ---- moe.cu -----------------------------------------------------------------------
+// Per token: softmax over logits [tokens, experts], the top_k largest (ties: lower id),
+// optionally renormalised. ids / weights [tokens, top_k].
+void launch_moe_route(const void* logits, DType type, int64_t tokens, int experts, int top_k,
+                      bool renormalize, int32_t* ids, float* weights, cudaStream_t stream);
+// out[t] (= or +=) sum_k weights[t, k] * y[row_of[t * top_k + k]]; y [tokens * top_k, d].
+void launch_moe_combine(const void* y, DType type, int64_t tokens, int top_k, int64_t d,
+                        const int32_t* row_of, const float* weights, bool accumulate, void* out,
+                        cudaStream_t stream);
+
+// ---- sampling.cu ------------------------------------------------------------------
+// ids[r] = index of the largest logit of row r (lowest on ties; -1 if the row has NaN).
+void launch_argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* ids,
+                   cudaStream_t stream);
+// x[r, :] = log_softmax(x[r, :]) in place.
+void launch_log_softmax(float* x, int64_t rows, int64_t vocab, cudaStream_t stream);
+
+}  // namespace tachyon::cuda

@@ -1,0 +1,87 @@
+// Sampling helpers on f32 logits rows: greedy argmax and in-place log-softmax, so that
+// only token ids (and the log-probabilities asked for) need to cross to the host.
+#include <climits>
+
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch_check.h"
+
+namespace tachyon::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void argmax_kernel(const float* __restrict__ logits, int64_t vocab,
+                              int32_t* __restrict__ ids) {
+  __shared__ float sv[kThreads / 32];
+  __shared__ int si[kThreads / 32];
+  __shared__ int nan_seen;
+  if (threadIdx.x == 0) nan_seen = 0;
+  __syncthreads();
+  const float* row = logits + blockIdx.x * vocab;
+  float bv = -INFINITY;
+  int bi = INT_MAX;
+  bool nan = false;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+    const float v = row[j];
+    if (isnan(v)) nan = true;
+    if (v > bv || (v == bv && j < bi)) {
+      bv = v;
+      bi = static_cast<int>(j);
+    }
+  }
+  if (nan) atomicOr(&nan_seen, 1);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (ov > bv || (ov == bv && oi < bi)) {
+      bv = ov;
+      bi = oi;
+    }
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    sv[warp] = bv;
+    si[warp] = bi;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kThreads / 32; ++w)
+      if (sv[w] > bv || (sv[w] == bv && si[w] < bi)) {
+        bv = sv[w];
+        bi = si[w];
+      }
+    ids[blockIdx.x] = (nan_seen != 0 || bi == INT_MAX) ? -1 : bi;
+  }
+}
+
+__global__ void log_softmax_kernel(float* x, int64_t vocab) {
+  __shared__ float scratch[32];
+  float* row = x + blockIdx.x * vocab;
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) mx = fmaxf(mx, row[j]);
+  mx = block_max(mx, scratch);
+  float sum = 0.f;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) sum += expf(row[j] - mx);
+  sum = block_sum(sum, scratch);
+  const float lse = mx + logf(sum);
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) row[j] -= lse;
+}
+
+}  // namespace
+
+void launch_argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* ids,
+                   cudaStream_t stream) {
+  if (rows == 0) return;
+  argmax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, vocab, ids);
+  TACHYON_CUDA_LAUNCH_CHECK();
+}
+
+void launch_log_softmax(float* x, int64_t rows, int64_t vocab, cudaStream_t stream) {
+  if (rows == 0) return;
+  log_softmax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, vocab);
+  TACHYON_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace tachyon::cuda

@@ -1,0 +1,335 @@
+// Every CUDA op (but attention and MoE: their own files) against the CPU backend on the
+// same dtype-rounded random inputs, in each compute dtype (bf16, f16, f32).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "backend/ops.h"
+#include "cuda/cuda_test_util.h"
+
+namespace tachyon::cuda_test {
+namespace {
+
+class CudaOpsTest : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    TACHYON_REQUIRE_GPU();
+    dt_ = GetParam();
+    gpu_ = make_gpu(dt_);
+    cpu_ = make_cpu_backend();
+    rng_.seed(1234);
+  }
+  // An f32 host tensor of values representable in dt_.
+  Tensor input(const Shape& s, float stddev = 1.f, float mean = 0.f) {
+    return rounded(randn(s, rng_, stddev, mean), dt_);
+  }
+  Tensor dev(const Tensor& h) { return to_gpu(*gpu_, h, dt_); }
+  Tensor dev_f32(const Tensor& h) { return to_gpu(*gpu_, h, DType::kF32); }
+  std::string tag(const std::string& s) const { return dtype_label(dt_) + " " + s; }
+
+  DType dt_ = DType::kBF16;
+  std::unique_ptr<cuda::CudaBackend> gpu_;
+  std::unique_ptr<Backend> cpu_;
+  std::mt19937 rng_;
+};
+
+TEST_P(CudaOpsTest, Embedding) {
+  for (auto [vocab, dim] : {std::pair<int64_t, int64_t>{1000, 96}, {37, 4099}}) {
+    Tensor table = input({vocab, dim});
+    std::vector<int32_t> ids(300);
+    std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(vocab) - 3);
+    for (auto& i : ids) i = pick(rng_);
+    ids[0] = 0;
+    ids[1] = static_cast<int32_t>(vocab) - 3;
+    const int64_t n = static_cast<int64_t>(ids.size());
+    for (bool accumulate : {false, true}) {
+      Tensor base = input({n, dim});
+      Tensor ref = base.clone();
+      Tensor ids_h = Tensor::empty({n}, DType::kI32);
+      std::copy(ids.begin(), ids.end(), ids_h.data<int32_t>());
+      cpu_->embedding(table, ids_h, 2, 1.5f, accumulate, ref);
+      Tensor out = accumulate ? dev(base) : poisoned(*gpu_, {n, dim}, dt_);
+      gpu_->embedding(gpu_->prepare_weight(table), to_gpu_i32(*gpu_, ids), 2, 1.5f, accumulate,
+                      out);
+      expect_near(host_values(*gpu_, out), host_values(ref), bound_for(dt_),
+                  tag("embedding " + std::to_string(dim) + (accumulate ? " +=" : "")));
+    }
+  }
+}
+
+TEST_P(CudaOpsTest, AddNorm) {
+  for (int64_t d : {64, 1000, 4099}) {
+    for (NormType type : {NormType::kRMSNorm, NormType::kLayerNorm}) {
+      for (int deltas = 0; deltas <= 2; ++deltas) {
+        const int64_t n = 33;
+        NormParams p;
+        p.type = type;
+        p.eps = 1e-5f;
+        p.weight_offset = deltas == 1 ? 1.f : 0.f;
+        Tensor w = randn({d}, rng_, 0.5f, 1.f);
+        Tensor b = randn({d}, rng_, 0.2f);
+        p.weight = w;
+        if (type == NormType::kLayerNorm) p.bias = b;
+        Tensor res = input({n, d}, 2.f, 0.5f), d1 = input({n, d}), d2 = input({n, d});
+        Tensor res_ref = res.clone(), out_ref = Tensor::empty({n, d}, DType::kF32);
+        cpu_->add_norm(res_ref, deltas > 0 ? d1 : Tensor(), deltas > 1 ? d2 : Tensor(), p, out_ref);
+        NormParams pg = p;
+        pg.weight = gpu_->prepare_weight(w);
+        pg.bias = p.bias ? gpu_->prepare_weight(b) : Tensor();
+        Tensor res_g = dev(res), out_g = poisoned(*gpu_, {n, d}, dt_);
+        gpu_->add_norm(res_g, deltas > 0 ? dev(d1) : Tensor(), deltas > 1 ? dev(d2) : Tensor(), pg,
+                       out_g);
+        const std::string what = std::string(type == NormType::kRMSNorm ? "rms" : "layer") +
+                                 "norm d=" + std::to_string(d) +
+                                 " deltas=" + std::to_string(deltas);
+        expect_near(host_values(*gpu_, out_g), host_values(out_ref), bound_for(dt_), tag(what));
+        expect_near(host_values(*gpu_, res_g), host_values(res_ref), bound_for(dt_),
+                    tag(what + " residual"));
+        // In place: out aliases the residual.
+        Tensor res_g2 = dev(res);
+        gpu_->add_norm(res_g2, deltas > 0 ? dev(d1) : Tensor(), Tensor(), pg, res_g2);
+        Tensor res_ref2 = res.clone();
+        cpu_->add_norm(res_ref2, deltas > 0 ? d1 : Tensor(), Tensor(), p, res_ref2);
+        expect_near(host_values(*gpu_, res_g2), host_values(res_ref2), bound_for(dt_),
+                    tag(what + " in place"));
+      }
+    }
+  }
+}
+
+TEST_P(CudaOpsTest, QkNorm) {
+  for (int hd : {64, 80, 128, 256}) {
+    const QkvLayout layout{6, 2, hd};
+    const int64_t n = 17;
+    Tensor qkv = input({n, layout.row_cols()}, 2.f, 0.3f);
+    NormParams qn, kn;
+    qn.weight = randn({hd}, rng_, 0.3f, 1.f);
+    kn.weight = randn({hd}, rng_, 0.3f, 1.f);
+    kn.eps = qn.eps = 1e-6f;
+    Tensor ref = qkv.clone();
+    cpu_->qk_norm(ref, layout, qn, kn);
+    NormParams qg = qn, kg = kn;
+    qg.weight = gpu_->prepare_weight(qn.weight);
+    kg.weight = gpu_->prepare_weight(kn.weight);
+    Tensor g = dev(qkv);
+    gpu_->qk_norm(g, layout, qg, kg);
+    expect_near(host_values(*gpu_, g), host_values(ref), bound_for(dt_),
+                tag("qk_norm hd=" + std::to_string(hd)));
+  }
+}
+
+struct LinearCase {
+  int64_t m, n, k;
+};
+
+TEST_P(CudaOpsTest, Linear) {
+  const LinearCase cases[] = {{1, 1, 1},     {1, 4096, 512}, {7, 33, 70},      {1000, 257, 96},
+                              {64, 128, 64}, {5, 512, 4096}, {1025, 1000, 256}};
+  for (const LinearCase& c : cases) {
+    for (Activation act : {Activation::kIdentity, Activation::kRelu, Activation::kSilu,
+                           Activation::kGelu, Activation::kGeluTanh, Activation::kQuickGelu}) {
+      for (bool with_bias : {false, true}) {
+        if (act != Activation::kIdentity && c.m > 64) continue;  // keep the matrix of cases small
+        Tensor x = input({c.m, c.k});
+        Tensor w = input({c.n, c.k}, 1.f / std::sqrt(static_cast<float>(c.k)));
+        // A 16-bit backend keeps biases, like weights, in its compute dtype (the GEMM
+        // epilogue adds them in f32 from there).
+        Tensor b = rounded(randn({c.n}, rng_, 0.5f), dt_);
+        const int64_t off = c.n % 2 == 0 ? 8 : 3;
+        const int64_t cols = c.n + off + 5;
+        Tensor ref = Tensor::zeros({c.m, cols}, DType::kF32);
+        cpu_->linear(x, w, with_bias ? b : Tensor(), ref, off, act);
+        Tensor out = poisoned(*gpu_, {c.m, cols}, dt_);
+        gpu_->linear(dev(x), gpu_->prepare_weight(w),
+                     with_bias ? gpu_->prepare_weight(b) : Tensor(), out, off, act);
+        // Compare the written columns only (the rest stays poisoned).
+        std::vector<double> got = host_values(*gpu_, out), want = host_values(ref), g, wv;
+        for (int64_t r = 0; r < c.m; ++r)
+          for (int64_t j = off; j < off + c.n; ++j) {
+            g.push_back(got[static_cast<size_t>(r * cols + j)]);
+            wv.push_back(want[static_cast<size_t>(r * cols + j)]);
+          }
+        expect_near(g, wv, bound_for(dt_),
+                    tag("linear " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" +
+                        std::to_string(c.k) + " act" + std::to_string(static_cast<int>(act)) +
+                        (with_bias ? " bias" : "")));
+      }
+    }
+  }
+}
+
+TEST_P(CudaOpsTest, LinearF32Logits) {
+  // Logits: activation-dtype input, f32 output (with and without a bias).
+  for (bool with_bias : {false, true}) {
+    Tensor x = input({9, 256});
+    Tensor w = input({32000, 256}, 0.0625f);
+    Tensor b = randn({32000}, rng_, 0.5f);
+    Tensor ref = Tensor::empty({9, 32000}, DType::kF32);
+    cpu_->linear(x, w, with_bias ? b : Tensor(), ref, 0, Activation::kIdentity);
+    Tensor out = poisoned(*gpu_, {9, 32000}, DType::kF32);
+    gpu_->linear(dev(x), gpu_->prepare_weight(w), with_bias ? gpu_->prepare_weight(b) : Tensor(),
+                 out, 0, Activation::kIdentity);
+    // f32 output of a 16-bit product: only accumulation order differs.
+    expect_near(host_values(*gpu_, out), host_values(ref), dt_ == DType::kF32 ? 1e-5 : 1e-4,
+                tag(with_bias ? "logits f32 bias" : "logits f32"));
+  }
+}
+
+TEST_P(CudaOpsTest, GatedAndElementwise) {
+  const int64_t n = 37, inter = 1000;
+  Tensor in = input({n, 2 * inter}, 2.f);
+  for (Activation act : {Activation::kSilu, Activation::kGelu, Activation::kGeluTanh,
+                         Activation::kRelu, Activation::kQuickGelu}) {
+    Tensor ref = Tensor::empty({n, inter}, DType::kF32);
+    cpu_->gated_activation(in, act, ref);
+    Tensor out = poisoned(*gpu_, {n, inter}, dt_);
+    gpu_->gated_activation(dev(in), act, out);
+    expect_near(host_values(*gpu_, out), host_values(ref), bound_for(dt_),
+                tag("gated act" + std::to_string(static_cast<int>(act))));
+    Tensor a = in.clone();
+    cpu_->activation(a, act);
+    Tensor ag = dev(in);
+    gpu_->activation(ag, act);
+    expect_near(host_values(*gpu_, ag), host_values(a), bound_for(dt_),
+                tag("activation " + std::to_string(static_cast<int>(act))));
+  }
+  Tensor a = input({n, inter}), b = input({n, inter});
+  Tensor sum = Tensor::empty({n, inter}, DType::kF32);
+  cpu_->add(a, b, sum);
+  Tensor sg = poisoned(*gpu_, {n, inter}, dt_);
+  gpu_->add(dev(a), dev(b), sg);
+  expect_near(host_values(*gpu_, sg), host_values(sum), bound_for(dt_), tag("add"));
+
+  Tensor c = input({n, inter}, 30.f);
+  Tensor cr = c.clone();
+  cpu_->softcap(cr, 20.f);
+  Tensor cg = dev(c);
+  gpu_->softcap(cg, 20.f);
+  expect_near(host_values(*gpu_, cg), host_values(cr), bound_for(dt_), tag("softcap"));
+  Tensor cr2 = c.clone();
+  cpu_->clamp(cr2, 25.f);
+  Tensor cg2 = dev(c);
+  gpu_->clamp(cg2, 25.f);
+  expect_near(host_values(*gpu_, cg2), host_values(cr2), bound_for(dt_), tag("clamp"));
+
+  std::vector<int32_t> rows = {36, 0, 5, 5, 17};
+  Tensor rows_h = Tensor::empty({5}, DType::kI32);
+  std::copy(rows.begin(), rows.end(), rows_h.data<int32_t>());
+  Tensor gr = Tensor::empty({5, inter}, DType::kF32);
+  cpu_->gather_rows(a, rows_h, gr);
+  Tensor gg = poisoned(*gpu_, {5, inter}, dt_);
+  gpu_->gather_rows(dev(a), to_gpu_i32(*gpu_, rows), gg);
+  expect_near(host_values(*gpu_, gg), host_values(gr), bound_for(dt_), tag("gather_rows"));
+
+  Tensor gate = input({n, 1}, 2.f);
+  Tensor acc = b.clone();
+  cpu_->add_sigmoid_gated(a, gate, acc);
+  Tensor accg = dev(b);
+  gpu_->add_sigmoid_gated(dev(a), dev(gate), accg);
+  expect_near(host_values(*gpu_, accg), host_values(acc), bound_for(dt_), tag("add_sigmoid_gated"));
+}
+
+TEST_P(CudaOpsTest, Rotary) {
+  for (RotaryStyle style : {RotaryStyle::kHalf, RotaryStyle::kInterleaved}) {
+    for (auto [hd, rot] : {std::pair<int, int>{64, 64}, {80, 32}, {128, 128}, {256, 64}}) {
+      const QkvLayout layout{8, 2, hd};
+      const int64_t n = 29;
+      Tensor qkv = input({n, layout.row_cols()});
+      Tensor cs = Tensor::empty({n, rot}, DType::kF32);
+      for (int64_t t = 0; t < n; ++t)
+        for (int p = 0; p < rot / 2; ++p) {
+          const double ang = (t + 3) * std::pow(10000.0, -2.0 * p / rot);
+          cs.data<float>()[t * rot + p] = static_cast<float>(std::cos(ang));
+          cs.data<float>()[t * rot + rot / 2 + p] = static_cast<float>(std::sin(ang));
+        }
+      Tensor ref = qkv.clone();
+      cpu_->rotary(ref, layout, cs, style, rot);
+      Tensor g = dev(qkv);
+      gpu_->rotary(g, layout, dev_f32(cs), style, rot);
+      expect_near(
+          host_values(*gpu_, g), host_values(ref), bound_for(dt_),
+          tag(std::string(style == RotaryStyle::kHalf ? "rotary half" : "rotary interleaved") +
+              " hd=" + std::to_string(hd) + " rot=" + std::to_string(rot)));
+    }
+  }
+}
+
+TEST_P(CudaOpsTest, WriteKvAndCopyBlocks) {
+  const QkvLayout layout{4, 2, 96};
+  const int32_t nb = 7, bs = 5;
+  const int64_t n = 12;
+  Tensor qkv = input({n, layout.row_cols()});
+  std::vector<int32_t> slots(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) slots[t] = static_cast<int32_t>((t * 3 + 2) % (nb * bs));
+  slots[4] = -1;  // skipped
+  const Shape cs = {nb, layout.num_kv_heads, bs, layout.head_dim};
+  Tensor init = input(cs);
+  LayerKvCache ref{init.clone(), init.clone()};
+  Tensor slots_h = Tensor::empty({n}, DType::kI32);
+  std::copy(slots.begin(), slots.end(), slots_h.data<int32_t>());
+  cpu_->write_kv(qkv, layout, slots_h, ref);
+  LayerKvCache g{dev(init), dev(init)};
+  gpu_->write_kv(dev(qkv), layout, to_gpu_i32(*gpu_, slots), g);
+  expect_near(host_values(*gpu_, g.k), host_values(ref.k), bound_for(dt_), tag("write_kv k"));
+  expect_near(host_values(*gpu_, g.v), host_values(ref.v), bound_for(dt_), tag("write_kv v"));
+  // A chain (block 1 is written and then read) runs pair by pair.
+  const std::vector<std::pair<int32_t, int32_t>> pairs = {{0, 3}, {2, 5}, {3, 3}};
+  const std::vector<std::pair<int32_t, int32_t>> chain = {{4, 1}, {1, 6}};
+  for (const auto& p : {pairs, chain}) {
+    cpu_->copy_blocks(ref.k, p);
+    gpu_->copy_blocks(g.k, p);
+  }
+  expect_near(host_values(*gpu_, g.k), host_values(ref.k), bound_for(dt_), tag("copy_blocks"));
+  EXPECT_THROW(gpu_->copy_blocks(g.k, {{0, nb}}), InvalidArgument);
+}
+
+TEST_P(CudaOpsTest, SamplingHelpers) {
+  const int64_t rows = 5, vocab = 50257;
+  Tensor logits = randn({rows, vocab}, rng_, 3.f);
+  logits.data<float>()[2 * vocab + 777] = 40.f;  // a clear winner
+  logits.data<float>()[3 * vocab + 5] = 50.f;    // a tie: lowest index wins
+  logits.data<float>()[3 * vocab + 9] = 50.f;
+  Tensor lg = dev_f32(logits);
+  Tensor ids = poisoned(*gpu_, {rows}, DType::kI32);
+  gpu_->argmax(lg, ids);
+  Tensor ids_h = gpu_->to_host(ids);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits.data<float>() + r * vocab;
+    EXPECT_EQ(ids_h.data<int32_t>()[r], std::max_element(row, row + vocab) - row) << "row " << r;
+  }
+  gpu_->log_softmax(lg);
+  std::vector<double> want(static_cast<size_t>(rows * vocab));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits.data<float>() + r * vocab;
+    const double mx = *std::max_element(row, row + vocab);
+    double s = 0;
+    for (int64_t j = 0; j < vocab; ++j) s += std::exp(row[j] - mx);
+    for (int64_t j = 0; j < vocab; ++j)
+      want[static_cast<size_t>(r * vocab + j)] = row[j] - mx - std::log(s);
+  }
+  expect_near(host_values(*gpu_, lg), want, 1e-5, "log_softmax f32");
+}
+
+TEST_P(CudaOpsTest, PrepareWeightConvertsEveryDtype) {
+  // Large enough to need several pieces through the pinned ring.
+  Tensor w = randn({4096, 1100}, rng_);
+  for (DType src : {DType::kF32, DType::kF16, DType::kBF16}) {
+    Tensor h = w.to(src);
+    Tensor g = gpu_->prepare_weight(h);
+    EXPECT_EQ(g.dtype(), dt_);
+    EXPECT_EQ(g.shape(), h.shape());
+    expect_near(host_values(*gpu_, g), host_values(rounded(h.to(DType::kF32), dt_)), 1e-7,
+                tag("prepare_weight from " + dtype_label(src)));
+  }
+  Tensor v = gpu_->prepare_weight(randn({300}, rng_).to(DType::kBF16));
+  EXPECT_EQ(v.dtype(), DType::kF32);  // vectors stay f32
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaOpsTest,
+                         ::testing::Values(DType::kBF16, DType::kF16, DType::kF32),
+                         [](const auto& info) { return dtype_label(info.param); });
+
+}  // namespace
+}  // namespace tachyon::cuda_test
