@@ -10,5 +10,8 @@ namespace tachyon::cli {
 using CommandArgs = std::vector<std::string>;
 
 int cmd_version(const CommandArgs& args);
+int cmd_generate(const CommandArgs& args);
+int cmd_inspect(const CommandArgs& args);
+int cmd_make_random(const CommandArgs& args);
 
 }  // namespace tachyon::cli

@@ -19,6 +19,9 @@ struct Command {
 
 constexpr Command kCommands[] = {
     {"version", cmd_version, "print the version"},
+    {"generate", cmd_generate, "generate tokens from a prompt with a model"},
+    {"inspect", cmd_inspect, "show a model's mapped config and weights"},
+    {"make-random", cmd_make_random, "write a checkpoint with random weights for a config.json"},
 };
 
 void print_usage() {

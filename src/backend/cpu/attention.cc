@@ -1,0 +1,196 @@
+// Rotary embeddings, KV-cache writes and paged attention on the CPU.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/vec.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace tachyon::cpu {
+
+void CpuBackend::rotary(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
+                        RotaryStyle style, int32_t rotary_dim) {
+  if (style == RotaryStyle::kNone || rotary_dim == 0) return;
+  TACHYON_CHECK(qkv.ndim() == 2 && qkv.dim(1) == layout.row_cols(), "rotary qkv {}", qkv.str());
+  TACHYON_CHECK(rotary_dim % 2 == 0 && rotary_dim <= layout.head_dim, "rotary_dim {} head_dim {}",
+                rotary_dim, layout.head_dim);
+  const int64_t n = qkv.dim(0), cols = qkv.dim(1);
+  TACHYON_CHECK(cos_sin.ndim() == 2 && cos_sin.dim(0) == n && cos_sin.dim(1) == rotary_dim,
+                "rotary cos_sin {} for {} tokens, rotary_dim {}", cos_sin.str(), n, rotary_dim);
+  const int half = rotary_dim / 2;
+  const int heads = layout.num_heads + layout.num_kv_heads;  // q and k heads are adjacent
+  const int hd = layout.head_dim;
+  float* base = qkv.data<float>();
+  const float* cs = cos_sin.data<float>();
+  pool_.parallel_for(0, n, std::max<int64_t>(1, 4096 / (heads * rotary_dim)),
+                     [&](int64_t t0, int64_t t1) {
+                       for (int64_t t = t0; t < t1; ++t) {
+                         const float* c = cs + t * rotary_dim;
+                         const float* s = c + half;
+                         for (int h = 0; h < heads; ++h) {
+                           float* v = base + t * cols + int64_t{h} * hd;
+                           if (style == RotaryStyle::kHalf) {
+                             for (int p = 0; p < half; ++p) {
+                               const float x0 = v[p], x1 = v[p + half];
+                               v[p] = x0 * c[p] - x1 * s[p];
+                               v[p + half] = x1 * c[p] + x0 * s[p];
+                             }
+                           } else {
+                             for (int p = 0; p < half; ++p) {
+                               const float x0 = v[2 * p], x1 = v[2 * p + 1];
+                               v[2 * p] = x0 * c[p] - x1 * s[p];
+                               v[2 * p + 1] = x1 * c[p] + x0 * s[p];
+                             }
+                           }
+                         }
+                       }
+                     });
+}
+
+void CpuBackend::write_kv(const Tensor& qkv, const QkvLayout& layout, const Tensor& slots,
+                          LayerKvCache& cache) {
+  TACHYON_CHECK(qkv.ndim() == 2 && qkv.dim(1) == layout.row_cols(), "write_kv qkv {}", qkv.str());
+  const int64_t n = qkv.dim(0), cols = qkv.dim(1);
+  TACHYON_CHECK_EQ(slots.numel(), n);
+  const int kvh = layout.num_kv_heads, hd = layout.head_dim;
+  TACHYON_CHECK(cache.k && cache.k.dim(1) == kvh && cache.k.dim(3) == hd, "write_kv cache {}",
+                cache.k ? cache.k.str() : std::string("none"));
+  const int64_t bs = cache.block_size(), nb = cache.num_blocks();
+  const int32_t* slot = slots.data<int32_t>();
+  for (int64_t t = 0; t < n; ++t)
+    TACHYON_CHECK(slot[t] < nb * bs, "write_kv slot {} of {} blocks x {}", slot[t], nb, bs);
+  const float* src = qkv.data<float>();
+  float* kc = cache.k.data<float>();
+  float* vc = cache.v.data<float>();
+  pool_.parallel_for(0, n, 64, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      if (slot[t] < 0) continue;
+      const int64_t block = slot[t] / bs, off = slot[t] % bs;
+      const float* krow = src + t * cols + layout.q_cols();
+      const float* vrow = krow + layout.kv_cols();
+      for (int h = 0; h < kvh; ++h) {
+        const int64_t dst = ((block * kvh + h) * bs + off) * hd;
+        std::memcpy(kc + dst, krow + int64_t{h} * hd, static_cast<size_t>(hd) * 4);
+        std::memcpy(vc + dst, vrow + int64_t{h} * hd, static_cast<size_t>(hd) * 4);
+      }
+    }
+  });
+}
+
+namespace {
+
+inline float round_bf16(float x) {
+  return bf16_to_f32(f32_to_bf16(x));
+}
+
+// Scratch for one attention task, grown on demand and kept per thread.
+struct AttnScratch {
+  std::vector<float> scores;
+  std::vector<float> acc;
+};
+thread_local AttnScratch tl_scratch;
+
+}  // namespace
+
+void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const LayerKvCache& cache,
+                           const AttentionMeta& meta, const AttentionParams& params, Tensor& out) {
+  TACHYON_CHECK(qkv.ndim() == 2 && qkv.dim(1) == layout.row_cols(), "attention qkv {}", qkv.str());
+  const int64_t n = qkv.dim(0), cols = qkv.dim(1);
+  const int H = layout.num_heads, KV = layout.num_kv_heads, hd = layout.head_dim;
+  TACHYON_CHECK(KV > 0 && H % KV == 0, "heads {} kv heads {}", H, KV);
+  TACHYON_CHECK(out.ndim() == 2 && out.dim(0) == n && out.dim(1) == int64_t{H} * hd,
+                "attention out {}", out.str());
+  TACHYON_CHECK(cache.k && cache.k.dim(1) == KV && cache.k.dim(3) == hd, "attention cache");
+  TACHYON_CHECK(!params.alibi_slopes || params.alibi_slopes.numel() == H, "alibi slopes {}",
+                params.alibi_slopes.str());
+  const int S = meta.num_seqs;
+  const int group = H / KV;
+  const int64_t bs = cache.block_size(), nb = cache.num_blocks();
+  const int32_t* qs = meta.query_start.data<int32_t>();
+  const int32_t* ctx = meta.context_lens.data<int32_t>();
+  const int32_t* bt = meta.block_tables.data<int32_t>();
+  const int64_t mb = meta.max_blocks_per_seq;
+  TACHYON_CHECK(qs[0] == 0 && qs[S] == n, "query_start [{} .. {}] for {} tokens", qs[0], qs[S], n);
+  for (int s = 0; s < S; ++s) {
+    const int q_len = qs[s + 1] - qs[s];
+    TACHYON_CHECK(q_len >= 0 && ctx[s] >= q_len && ctx[s] <= mb * bs,
+                  "sequence {}: {} query tokens, context {}, {} blocks of {}", s, q_len, ctx[s], mb,
+                  bs);
+  }
+
+  // Tasks: (sequence, kv head, tile of query tokens).
+  constexpr int kTile = 8;
+  std::vector<int64_t> task_start(static_cast<size_t>(S) + 1, 0);
+  for (int s = 0; s < S; ++s) {
+    const int q_len = qs[s + 1] - qs[s];
+    task_start[s + 1] = task_start[s] + int64_t{KV} * ((q_len + kTile - 1) / kTile);
+  }
+  const float* q_base = qkv.data<float>();
+  const float* kc = cache.k.data<float>();
+  const float* vc = cache.v.data<float>();
+  const float* slopes = params.alibi_slopes ? params.alibi_slopes.data<float>() : nullptr;
+  float* o = out.data<float>();
+
+  pool_.run(task_start[S], [&](int64_t task) {
+    const int s = static_cast<int>(std::upper_bound(task_start.begin(), task_start.end(), task) -
+                                   task_start.begin()) -
+                  1;
+    const int q_len = qs[s + 1] - qs[s];
+    const int tiles = (q_len + kTile - 1) / kTile;
+    const int64_t local = task - task_start[s];
+    const int g = static_cast<int>(local / tiles);
+    const int tile = static_cast<int>(local % tiles);
+    const int i0 = tile * kTile, i1 = std::min(q_len, i0 + kTile);
+    const int32_t* blocks = bt + int64_t{s} * mb;
+    AttnScratch& sc = tl_scratch;
+    if (sc.scores.size() < static_cast<size_t>(ctx[s]))
+      sc.scores.resize(static_cast<size_t>(ctx[s]));
+    if (sc.acc.size() < static_cast<size_t>(hd)) sc.acc.resize(static_cast<size_t>(hd));
+    float* scores = sc.scores.data();
+    float* acc = sc.acc.data();
+    for (int i = i0; i < i1; ++i) {
+      const int64_t t = qs[s] + i;
+      const int64_t idx = ctx[s] - q_len + i;  // this query's cache index
+      const int64_t lo =
+          params.sliding_window > 0 ? std::max<int64_t>(0, idx - params.sliding_window + 1) : 0;
+      for (int hh = 0; hh < group; ++hh) {
+        const int h = g * group + hh;
+        const float* q = q_base + t * cols + int64_t{h} * hd;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t j = lo; j <= idx; ++j) {
+          const int64_t blk = blocks[j / bs];
+          TACHYON_CHECK(blk >= 0 && blk < nb, "block table entry {} of {} blocks", blk, nb);
+          const float* k = kc + ((blk * KV + g) * bs + j % bs) * hd;
+          float sc_j = dot(q, k, hd) * params.scale;
+          if (params.softcap > 0.f) sc_j = params.softcap * std::tanh(sc_j / params.softcap);
+          if (slopes != nullptr) {
+            float b = slopes[h] * static_cast<float>(j);
+            if (params.alibi_bias_bf16) b = round_bf16(b);
+            sc_j += params.alibi_scale * b;
+          }
+          scores[j - lo] = sc_j;
+          mx = std::max(mx, sc_j);
+        }
+        double sum = 0;
+        for (int64_t j = lo; j <= idx; ++j) {
+          const float e = std::exp(scores[j - lo] - mx);
+          scores[j - lo] = e;
+          sum += e;
+        }
+        std::fill(acc, acc + hd, 0.f);
+        for (int64_t j = lo; j <= idx; ++j) {
+          const int64_t blk = blocks[j / bs];
+          axpy(scores[j - lo], vc + ((blk * KV + g) * bs + j % bs) * hd, acc, hd);
+        }
+        const float inv = static_cast<float>(1.0 / sum);
+        float* dst = o + t * int64_t{H} * hd + int64_t{h} * hd;
+        for (int d = 0; d < hd; ++d) dst[d] = acc[d] * inv;
+      }
+    }
+  });
+}
+
+}  // namespace tachyon::cpu

@@ -1,0 +1,68 @@
+// The CPU implementation of backend/ops.h. Methods are split over cpu_backend.cc
+// (memory, embeddings, norms, dense and elementwise ops), attention.cc (rotary, KV
+// cache, paged attention) and moe.cc (routing and experts).
+#pragma once
+
+#include <vector>
+
+#include "backend/ops.h"
+
+namespace tachyon {
+class ThreadPool;
+}
+
+namespace tachyon::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  // pool: the thread pool the kernels use (the global pool when null).
+  explicit CpuBackend(ThreadPool* pool = nullptr);
+
+  Device device() const override { return Device{}; }
+  const char* name() const override { return "cpu"; }
+
+  Tensor alloc(const Shape& shape, DType dtype) override;
+  Tensor upload(const void* data, const Shape& shape, DType dtype, Tensor reuse) override;
+  void download(const Tensor& src, void* dst) override;
+  void fill_zero(Tensor& t) override;
+
+  void embedding(const Tensor& table, const Tensor& ids, int32_t id_offset, float scale,
+                 bool accumulate, Tensor& out) override;
+  void add_norm(Tensor& residual, const Tensor& delta1, const Tensor& delta2,
+                const NormParams& norm, Tensor& out) override;
+  void qk_norm(Tensor& qkv, const QkvLayout& layout, const NormParams& q_norm,
+               const NormParams& k_norm) override;
+
+  void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out, int64_t col_offset,
+              Activation act) override;
+  void gated_activation(const Tensor& in, Activation act, Tensor& out) override;
+  void activation(Tensor& x, Activation act) override;
+  void add(const Tensor& a, const Tensor& b, Tensor& out) override;
+  void softcap(Tensor& x, float cap) override;
+  void clamp(Tensor& x, float limit) override;
+  void gather_rows(const Tensor& src, const Tensor& rows, Tensor& out) override;
+  void add_sigmoid_gated(const Tensor& src, const Tensor& gate_logit, Tensor& out) override;
+
+  void rotary(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin, RotaryStyle style,
+              int32_t rotary_dim) override;
+  void write_kv(const Tensor& qkv, const QkvLayout& layout, const Tensor& slots,
+                LayerKvCache& cache) override;
+  void attention(const Tensor& qkv, const QkvLayout& layout, const LayerKvCache& cache,
+                 const AttentionMeta& meta, const AttentionParams& params, Tensor& out) override;
+  void copy_blocks(Tensor& cache, const std::vector<std::pair<int32_t, int32_t>>& pairs) override;
+
+  void moe_route(const Tensor& logits, int32_t top_k, bool renormalize, Tensor& ids,
+                 Tensor& weights) override;
+  void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                   const std::vector<MoeExpertWeights>& experts, Activation act, bool accumulate,
+                   Tensor& out) override;
+
+ private:
+  ThreadPool& pool_;
+  // MoE scratch, reused between calls (one forward at a time per backend).
+  std::vector<float> moe_x_, moe_h_, moe_y_;
+  std::vector<int32_t> moe_rows_;
+  std::vector<float> moe_w_;
+};
+
+}  // namespace tachyon::cpu

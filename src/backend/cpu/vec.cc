@@ -1,0 +1,289 @@
+#include "backend/cpu/vec.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define TACHYON_X86 1
+#else
+#define TACHYON_X86 0
+#endif
+
+namespace tachyon::cpu {
+namespace {
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kInvSqrt2 = 0.7071067811865476f;
+
+bool detect_avx2() {
+#if TACHYON_X86
+  if (const char* env = std::getenv("TACHYON_CPU_PORTABLE")) {
+    if (env[0] != '\0' && env[0] != '0') return false;
+  }
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+// ---- portable paths --------------------------------------------------------------
+
+float dot_portable(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  float s = 0.f;
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s + ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+void axpy_portable(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+#if TACHYON_X86
+// ---- AVX2 paths --------------------------------------------------------------------
+
+__attribute__((target("avx2,fma"))) inline float hsum256(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v);
+  __m128 hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  __m128 sh = _mm_movehdup_ps(lo);
+  __m128 s = _mm_add_ps(lo, sh);
+  sh = _mm_movehl_ps(sh, s);
+  s = _mm_add_ss(s, sh);
+  return _mm_cvtss_f32(s);
+}
+
+__attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  __m256 s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+  }
+  for (; i + 8 <= n; i += 8)
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+  float s = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+__attribute__((target("avx2,fma"))) void axpy_avx2(float a, const float* x, float* y, int64_t n) {
+  __m256 va = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+__attribute__((target("avx2,fma,f16c"))) void convert_f16_avx2(const uint16_t* src, int64_t n,
+                                                               float* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) dst[i] = f16_to_f32(f16{src[i]});
+}
+
+__attribute__((target("avx2,fma"))) void convert_bf16_avx2(const uint16_t* src, int64_t n,
+                                                           float* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(w));
+  }
+  for (; i < n; ++i) dst[i] = bf16_to_f32(bf16{src[i]});
+}
+
+// exp(x) for x in [-87, 88]: x = k ln2 + r, |r| <= ln2 / 2, e^r by a degree-6
+// polynomial (relative error ~2e-7), 2^k through the exponent bits.
+__attribute__((target("avx2,fma"))) inline __m256 exp256(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.f)), _mm256_set1_ps(88.f));
+  __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.4426950408889634f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(1.428606765330187e-06f), r);
+  __m256 p = _mm256_set1_ps(1.f / 720.f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 120.f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 24.f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 6.f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+  __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+// tanh(y) = sign(y) (1 - 2 / (e^{2|y|} + 1)), accurate to a few 1e-7 absolute.
+__attribute__((target("avx2,fma"))) inline __m256 tanh256(__m256 y) {
+  __m256 sign = _mm256_and_ps(y, _mm256_set1_ps(-0.f));
+  __m256 ay = _mm256_andnot_ps(_mm256_set1_ps(-0.f), y);
+  __m256 e = exp256(_mm256_mul_ps(ay, _mm256_set1_ps(2.f)));
+  __m256 t =
+      _mm256_sub_ps(_mm256_set1_ps(1.f),
+                    _mm256_div_ps(_mm256_set1_ps(2.f), _mm256_add_ps(e, _mm256_set1_ps(1.f))));
+  return _mm256_or_ps(t, sign);
+}
+
+// erf by Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7).
+__attribute__((target("avx2,fma"))) inline __m256 erf256(__m256 x) {
+  __m256 sign = _mm256_and_ps(x, _mm256_set1_ps(-0.f));
+  __m256 ax = _mm256_andnot_ps(_mm256_set1_ps(-0.f), x);
+  __m256 t = _mm256_div_ps(_mm256_set1_ps(1.f),
+                           _mm256_fmadd_ps(ax, _mm256_set1_ps(0.3275911f), _mm256_set1_ps(1.f)));
+  __m256 p = _mm256_set1_ps(1.061405429f);
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.453152027f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.421413741f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.284496736f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.254829592f));
+  p = _mm256_mul_ps(p, t);
+  __m256 e = exp256(_mm256_mul_ps(_mm256_mul_ps(ax, ax), _mm256_set1_ps(-1.f)));
+  __m256 r = _mm256_fnmadd_ps(p, e, _mm256_set1_ps(1.f));
+  return _mm256_or_ps(r, sign);
+}
+
+__attribute__((target("avx2,fma"))) inline __m256 act256(__m256 x, Activation act) {
+  const __m256 one = _mm256_set1_ps(1.f);
+  const __m256 half = _mm256_set1_ps(0.5f);
+  switch (act) {
+    case Activation::kIdentity:
+      return x;
+    case Activation::kSilu: {
+      __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), x));
+      return _mm256_div_ps(x, _mm256_add_ps(one, e));
+    }
+    case Activation::kQuickGelu: {
+      __m256 e = exp256(_mm256_mul_ps(x, _mm256_set1_ps(-1.702f)));
+      return _mm256_div_ps(x, _mm256_add_ps(one, e));
+    }
+    case Activation::kRelu:
+      return _mm256_max_ps(x, _mm256_setzero_ps());
+    case Activation::kGelu: {
+      __m256 e = erf256(_mm256_mul_ps(x, _mm256_set1_ps(kInvSqrt2)));
+      return _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, e));
+    }
+    case Activation::kGeluTanh: {
+      __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+      __m256 inner = _mm256_mul_ps(_mm256_set1_ps(kSqrt2OverPi),
+                                   _mm256_fmadd_ps(x3, _mm256_set1_ps(0.044715f), x));
+      return _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, tanh256(inner)));
+    }
+  }
+  return x;
+}
+
+__attribute__((target("avx2,fma"))) void activate_avx2(float* x, int64_t n, Activation act) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, act256(_mm256_loadu_ps(x + i), act));
+  for (; i < n; ++i) x[i] = activation_ref(x[i], act);
+}
+
+__attribute__((target("avx2,fma"))) void gated_avx2(const float* gate, const float* up, float* out,
+                                                    int64_t n, Activation act) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(
+        out + i, _mm256_mul_ps(act256(_mm256_loadu_ps(gate + i), act), _mm256_loadu_ps(up + i)));
+  for (; i < n; ++i) out[i] = activation_ref(gate[i], act) * up[i];
+}
+#endif
+
+}  // namespace
+
+bool use_avx2() {
+  static const bool v = detect_avx2();
+  return v;
+}
+
+float activation_ref(float x, Activation act) {
+  switch (act) {
+    case Activation::kIdentity:
+      return x;
+    case Activation::kSilu:
+      return x / (1.f + std::exp(-x));
+    case Activation::kGelu:
+      return 0.5f * x * (1.f + std::erf(x * kInvSqrt2));
+    case Activation::kGeluTanh:
+      return 0.5f * x * (1.f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+    case Activation::kRelu:
+      return x > 0.f ? x : 0.f;
+    case Activation::kQuickGelu:
+      return x / (1.f + std::exp(-1.702f * x));
+  }
+  return x;
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+#if TACHYON_X86
+  if (use_avx2()) return dot_avx2(a, b, n);
+#endif
+  return dot_portable(a, b, n);
+}
+
+void axpy(float a, const float* x, float* y, int64_t n) {
+#if TACHYON_X86
+  if (use_avx2()) return axpy_avx2(a, x, y, n);
+#endif
+  axpy_portable(a, x, y, n);
+}
+
+void scale(float* x, float a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= a;
+}
+
+void convert_row(const void* src, DType dtype, int64_t n, float* dst) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      return;
+    case DType::kBF16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+#if TACHYON_X86
+      if (use_avx2()) return convert_bf16_avx2(s, n, dst);
+#endif
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(bf16{s[i]});
+      return;
+    }
+    case DType::kF16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+#if TACHYON_X86
+      if (use_avx2()) return convert_f16_avx2(s, n, dst);
+#endif
+      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(f16{s[i]});
+      return;
+    }
+    default:
+      TACHYON_CHECK(false, "convert_row: unsupported dtype {}", dtype_name(dtype));
+  }
+}
+
+void activate(float* x, int64_t n, Activation act) {
+  if (act == Activation::kIdentity) return;
+#if TACHYON_X86
+  if (use_avx2()) return activate_avx2(x, n, act);
+#endif
+  for (int64_t i = 0; i < n; ++i) x[i] = activation_ref(x[i], act);
+}
+
+void gated(const float* gate, const float* up, float* out, int64_t n, Activation act) {
+#if TACHYON_X86
+  if (use_avx2()) return gated_avx2(gate, up, out, n, act);
+#endif
+  for (int64_t i = 0; i < n; ++i) out[i] = activation_ref(gate[i], act) * up[i];
+}
+
+}  // namespace tachyon::cpu

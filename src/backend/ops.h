@@ -1,0 +1,197 @@
+// The backend contract: the operations the unified decoder is built from. A backend
+// (backend/cpu, later backend/cuda) implements every method for tensors on its device;
+// the decoder never reads or writes activation memory itself, it only calls these.
+//
+// Conventions for every op below:
+// - Activations are f32, row-major and contiguous: [rows, cols]. "T" is the number of
+//   tokens in the step, "D" the hidden size.
+// - Weights stay in their checkpoint dtype (f32, f16 or bf16) and in the Hugging Face
+//   Linear layout [out_features, in_features]; kernels convert them on the fly.
+//   Vectors (norm weights, biases, ALiBi slopes) are f32.
+// - Integer metadata (token ids, positions, slots, block tables) is i32 on the device.
+// - An empty Tensor (`!t`) means "absent" for optional arguments.
+// - Shapes are validated with TACHYON_CHECK (a mismatch is a bug in the caller).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tachyon {
+
+enum class Activation : uint8_t {
+  kIdentity,
+  kSilu,      // x * sigmoid(x)
+  kGelu,      // exact (erf) GELU
+  kGeluTanh,  // tanh approximation (gelu_new, gelu_pytorch_tanh, gelu_fast)
+  kRelu,
+  kQuickGelu,  // x * sigmoid(1.702 x)
+};
+
+enum class NormType : uint8_t { kRMSNorm, kLayerNorm };
+
+enum class RotaryStyle : uint8_t {
+  kNone,
+  kHalf,         // GPT-NeoX / Llama: pairs (i, i + rot/2), "rotate_half"
+  kInterleaved,  // GPT-J / GLM: pairs (2i, 2i + 1), "rotate_every_two"
+};
+
+// Where q, k and v live inside a fused activation row: [q (H*hd) | k (KV*hd) | v (KV*hd)].
+struct QkvLayout {
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int64_t q_cols() const { return int64_t{num_heads} * head_dim; }
+  int64_t kv_cols() const { return int64_t{num_kv_heads} * head_dim; }
+  int64_t row_cols() const { return q_cols() + 2 * kv_cols(); }
+};
+
+// One norm's parameters: weight [D] f32, optional bias [D] f32 (LayerNorm).
+struct NormParams {
+  NormType type = NormType::kRMSNorm;
+  Tensor weight;
+  Tensor bias;
+  float eps = 1e-5f;
+  float weight_offset = 0.f;  // the scale is (weight_offset + weight): Gemma uses 1
+};
+
+// Per-step sequence metadata for the paged KV cache, all i32 device tensors.
+// Cache slot s of a sequence is position s of that sequence; the physical slot is
+// block_tables[seq, s / block_size] * block_size + s % block_size.
+struct AttentionMeta {
+  Tensor query_start;   // [S + 1] offsets of each sequence's tokens in the step
+  Tensor context_lens;  // [S] cached tokens after this step (earlier + this step's)
+  Tensor block_tables;  // [S, max_blocks_per_seq]
+  int32_t num_seqs = 0;
+  int32_t max_blocks_per_seq = 0;
+  int32_t max_query_len = 0;  // host-side hints for work partitioning
+  int32_t max_context_len = 0;
+};
+
+struct AttentionParams {
+  float scale = 1.f;           // multiplies q.k
+  float softcap = 0.f;         // > 0: score = softcap * tanh(score / softcap)
+  int32_t sliding_window = 0;  // > 0: query at cache index i sees keys j > i - window
+  // ALiBi: [num_heads] f32 slopes; score += alibi_scale * slope * key_index (the
+  // per-row constant -slope * query_index cancels in the softmax). Added after scale
+  // and softcap.
+  Tensor alibi_slopes;
+  float alibi_scale = 1.f;
+  // Falcon's quirk: slope * key_index is rounded to bfloat16 before alibi_scale.
+  bool alibi_bias_bf16 = false;
+};
+
+// The paged KV cache of one layer: K and V each [num_blocks, num_kv_heads, block_size,
+// head_dim] f32.
+struct LayerKvCache {
+  Tensor k;
+  Tensor v;
+  int32_t num_blocks() const { return k ? static_cast<int32_t>(k.dim(0)) : 0; }
+  int32_t block_size() const { return k ? static_cast<int32_t>(k.dim(2)) : 0; }
+};
+
+// One MoE expert's weights: a gated MLP. Either gate_up [2I, D] (gate rows first) or
+// gate [I, D] + up [I, D]; down [D, I].
+struct MoeExpertWeights {
+  Tensor gate_up;
+  Tensor gate;
+  Tensor up;
+  Tensor down;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual const char* name() const = 0;
+
+  // ---- memory -------------------------------------------------------------------
+  // An uninitialised tensor on the device.
+  virtual Tensor alloc(const Shape& shape, DType dtype) = 0;
+  // A device tensor of `shape` and `dtype` copied from host memory. `reuse`, when it is
+  // a device buffer of that dtype with enough room, is filled (and viewed with the new
+  // shape) instead of allocating.
+  virtual Tensor upload(const void* data, const Shape& shape, DType dtype, Tensor reuse) = 0;
+  Tensor upload_i32(const int32_t* data, int64_t count, Tensor reuse = {}) {
+    return upload(data, {count}, DType::kI32, std::move(reuse));
+  }
+  // Copies a device tensor into host memory of src.nbytes() bytes.
+  virtual void download(const Tensor& src, void* dst) = 0;
+  virtual void fill_zero(Tensor& t) = 0;
+
+  // ---- embeddings ---------------------------------------------------------------
+  // out[t, :] (= or +=) scale * table[ids[t] + id_offset, :].
+  // table [V, D] any float dtype; ids [T] i32 (each id + id_offset in [0, V)); out [T, D].
+  virtual void embedding(const Tensor& table, const Tensor& ids, int32_t id_offset, float scale,
+                         bool accumulate, Tensor& out) = 0;
+
+  // ---- norms ----------------------------------------------------------------------
+  // residual [T, D] in/out; deltas [T, D] (each optional); out [T, D] (may be residual).
+  // residual += delta1 + delta2; out = norm(residual). With no deltas it is a plain norm.
+  virtual void add_norm(Tensor& residual, const Tensor& delta1, const Tensor& delta2,
+                        const NormParams& norm, Tensor& out) = 0;
+  // Per-head norm over the q and k parts of qkv [T, layout.row_cols()] in place
+  // (Qwen3's q_norm / k_norm): weights [head_dim] each.
+  virtual void qk_norm(Tensor& qkv, const QkvLayout& layout, const NormParams& q_norm,
+                       const NormParams& k_norm) = 0;
+
+  // ---- dense ----------------------------------------------------------------------
+  // out[:, col_offset : col_offset + N] = act(x · wᵀ + bias).
+  // x [T, K]; w [N, K] (f32/f16/bf16); bias [N] f32 optional; out [T, >= col_offset + N].
+  virtual void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
+                      int64_t col_offset = 0, Activation act = Activation::kIdentity) = 0;
+  // out[t, i] = act(in[t, i]) * in[t, I + i]; in [T, 2I] ([gate | up]), out [T, I].
+  virtual void gated_activation(const Tensor& in, Activation act, Tensor& out) = 0;
+  // x = act(x) in place, x [T, N].
+  virtual void activation(Tensor& x, Activation act) = 0;
+  // out = a + b, all [T, N].
+  virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  // x = cap * tanh(x / cap) in place.
+  virtual void softcap(Tensor& x, float cap) = 0;
+  // x = clamp(x, -limit, limit) in place.
+  virtual void clamp(Tensor& x, float limit) = 0;
+  // out[r, :] = src[rows[r], :]; src [T, N], rows [R] i32, out [R, N].
+  virtual void gather_rows(const Tensor& src, const Tensor& rows, Tensor& out) = 0;
+  // out[t, :] += sigmoid(gate_logit[t, 0]) * src[t, :]; out, src [T, N]; gate_logit [T, 1].
+  virtual void add_sigmoid_gated(const Tensor& src, const Tensor& gate_logit, Tensor& out) = 0;
+
+  // ---- attention ------------------------------------------------------------------
+  // Rotates the first rotary_dim dims of every q and k head of qkv [T, row_cols] in
+  // place. cos_sin [T, rotary_dim] f32: per token rotary_dim/2 cosines then
+  // rotary_dim/2 sines, one per frequency (any attention scaling already folded in).
+  virtual void rotary(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
+                      RotaryStyle style, int32_t rotary_dim) = 0;
+  // Writes the k and v parts of qkv [T, row_cols] into the cache at slots [T] i32
+  // (physical slot = block * block_size + offset; a negative slot is skipped).
+  virtual void write_kv(const Tensor& qkv, const QkvLayout& layout, const Tensor& slots,
+                        LayerKvCache& cache) = 0;
+  // Causal attention of the step's queries (the q part of qkv) over each sequence's
+  // cached keys/values (which already include this step's). Query t of sequence s, the
+  // i-th of its q_len tokens, sits at cache index context_len - q_len + i and sees keys
+  // [0, that index] (narrowed by the sliding window). Query head h reads KV head
+  // h / (num_heads / num_kv_heads). out [T, num_heads * head_dim].
+  virtual void attention(const Tensor& qkv, const QkvLayout& layout, const LayerKvCache& cache,
+                         const AttentionMeta& meta, const AttentionParams& params, Tensor& out) = 0;
+  // Copies whole blocks src -> dst in a cache tensor [num_blocks, ...].
+  virtual void copy_blocks(Tensor& cache,
+                           const std::vector<std::pair<int32_t, int32_t>>& pairs) = 0;
+
+  // ---- mixture of experts ---------------------------------------------------------
+  // Softmax over router logits [T, E], the top_k largest (ties: lower expert id first),
+  // optionally renormalised to sum to 1. ids [T, top_k] i32, weights [T, top_k] f32.
+  virtual void moe_route(const Tensor& logits, int32_t top_k, bool renormalize, Tensor& ids,
+                         Tensor& weights) = 0;
+  // out[t] (= or +=) sum_k weights[t, k] * expert_{ids[t, k]}(x[t]), where an expert is
+  // down(act(gate(x)) * up(x)). x [T, D]; out [T, D].
+  virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                           const std::vector<MoeExpertWeights>& experts, Activation act,
+                           bool accumulate, Tensor& out) = 0;
+};
+
+// The CPU backend (multi-threaded over the global ThreadPool).
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace tachyon

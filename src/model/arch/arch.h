@@ -1,0 +1,29 @@
+// One ArchSpec per family (src/model/arch/<family>.cc); registry.cc lists them.
+#pragma once
+
+#include "model/registry.h"
+
+namespace tachyon::arch {
+
+ArchSpec llama_spec();
+ArchSpec mistral_spec();
+ArchSpec mixtral_spec();
+ArchSpec qwen2_spec();
+ArchSpec qwen2_moe_spec();
+ArchSpec qwen3_spec();
+ArchSpec gemma_spec();
+ArchSpec gemma2_spec();
+ArchSpec phi_spec();
+ArchSpec phi3_spec();
+ArchSpec falcon_spec();
+ArchSpec bloom_spec();
+ArchSpec mpt_spec();
+ArchSpec gpt_neox_spec();
+ArchSpec gpt_bigcode_spec();
+ArchSpec gpt2_spec();
+ArchSpec gptj_spec();
+ArchSpec opt_spec();
+ArchSpec starcoder2_spec();
+ArchSpec glm_spec();
+
+}  // namespace tachyon::arch

@@ -1,0 +1,190 @@
+#include "model/config.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace tachyon {
+
+std::string_view activation_name(Activation act) {
+  switch (act) {
+    case Activation::kIdentity:
+      return "identity";
+    case Activation::kSilu:
+      return "silu";
+    case Activation::kGelu:
+      return "gelu";
+    case Activation::kGeluTanh:
+      return "gelu_tanh";
+    case Activation::kRelu:
+      return "relu";
+    case Activation::kQuickGelu:
+      return "quick_gelu";
+  }
+  return "?";
+}
+
+std::string_view rope_type_name(RopeType type) {
+  switch (type) {
+    case RopeType::kDefault:
+      return "default";
+    case RopeType::kLinear:
+      return "linear";
+    case RopeType::kDynamic:
+      return "dynamic";
+    case RopeType::kYarn:
+      return "yarn";
+    case RopeType::kLongrope:
+      return "longrope";
+    case RopeType::kLlama3:
+      return "llama3";
+  }
+  return "?";
+}
+
+namespace {
+std::string_view position_name(PositionType p) {
+  switch (p) {
+    case PositionType::kNone:
+      return "none";
+    case PositionType::kRotary:
+      return "rotary";
+    case PositionType::kAlibi:
+      return "alibi";
+    case PositionType::kLearned:
+      return "learned";
+  }
+  return "?";
+}
+std::string_view rotary_style_name(RotaryStyle s) {
+  switch (s) {
+    case RotaryStyle::kNone:
+      return "none";
+    case RotaryStyle::kHalf:
+      return "half";
+    case RotaryStyle::kInterleaved:
+      return "interleaved";
+  }
+  return "?";
+}
+}  // namespace
+
+double ModelConfig::softmax_scale(int layer) const {
+  double s = attn_scale > 0 ? attn_scale : 1.0 / std::sqrt(static_cast<double>(size_per_head));
+  if (attn_scale_inverse_layer) s /= static_cast<double>(layer + 1);
+  return s;
+}
+
+void ModelConfig::validate() const {
+  auto positive = [&](int64_t v, const char* name) {
+    if (v <= 0) raise<InvalidArgument>("model config: {} must be positive, got {}", name, v);
+  };
+  positive(head_num, "head_num (number of attention heads)");
+  positive(head_num_kv, "head_num_kv (number of key/value heads)");
+  positive(size_per_head, "size_per_head (head_dim)");
+  positive(layer_num, "layer_num (number of layers)");
+  positive(hidden_size, "hidden_size");
+  positive(vocab_size, "vocab_size");
+  positive(max_seq_len, "max_seq_len (max_position_embeddings)");
+  if (head_num % head_num_kv != 0)
+    raise<InvalidArgument>("model config: head_num_kv ({}) must divide head_num ({})", head_num_kv,
+                           head_num);
+  if (!(norm_eps > 0))
+    raise<InvalidArgument>("model config: norm eps must be positive, got {}", norm_eps);
+  if (moe.num_experts > 0) {
+    positive(moe.top_k, "moe top_k (num_experts_per_tok)");
+    positive(moe.inter_size, "moe inter_size (moe_intermediate_size)");
+    if (moe.top_k > moe.num_experts)
+      raise<InvalidArgument>(
+          "model config: num_experts_per_tok ({}) exceeds the number of experts ({})", moe.top_k,
+          moe.num_experts);
+  }
+  bool any_dense = layer_moe.empty();
+  for (uint8_t m : layer_moe) any_dense |= m == 0;
+  if (any_dense) positive(inter_size, "inter_size (intermediate_size)");
+  if (!layer_moe.empty() && static_cast<int32_t>(layer_moe.size()) != layer_num)
+    raise<InvalidArgument>("model config: {} MoE layer flags for {} layers", layer_moe.size(),
+                           layer_num);
+  if (!layer_sliding.empty() && static_cast<int32_t>(layer_sliding.size()) != layer_num)
+    raise<InvalidArgument>("model config: {} layer types for {} layers", layer_sliding.size(),
+                           layer_num);
+  if (sliding_window < 0) raise<InvalidArgument>("model config: sliding_window must be >= 0");
+  if (position == PositionType::kRotary) {
+    if (rope.dim <= 0 || rope.dim % 2 != 0 || rope.dim > size_per_head)
+      raise<InvalidArgument>("model config: rotary dims {} must be even and within head_dim {}",
+                             rope.dim, size_per_head);
+  }
+  if (attn_softcap < 0 || final_softcap < 0 || clip_qkv < 0)
+    raise<InvalidArgument>("model config: softcap / clip values must be non-negative");
+  for (int64_t id : eos_token_ids)
+    if (id >= vocab_size)
+      raise<InvalidArgument>("model config: eos_token_id {} >= vocab_size {}", id, vocab_size);
+}
+
+Json ModelConfig::to_json() const {
+  Json j;
+  j["architecture"] = architecture;
+  j["model_type"] = model_type;
+  j["family"] = family;
+  j["head_num"] = head_num;
+  j["head_num_kv"] = head_num_kv;
+  j["size_per_head"] = size_per_head;
+  j["layer_num"] = layer_num;
+  j["hidden_size"] = hidden_size;
+  j["inter_size"] = inter_size;
+  j["vocab_size"] = vocab_size;
+  j["max_seq_len"] = max_seq_len;
+  j["norm"] = {{"type", norm_type == NormType::kRMSNorm ? "rmsnorm" : "layernorm"},
+               {"eps", norm_eps},
+               {"weight_offset", norm_weight_offset},
+               {"placement", post_norm ? "post" : "pre"},
+               {"sandwich", sandwich_norm},
+               {"embedding_norm", embedding_norm},
+               {"final_norm", final_norm},
+               {"qk_norm", qk_norm}};
+  j["activation"] = activation_name(activation);
+  j["gated_mlp"] = gated_mlp;
+  j["bias"] = {{"qkv", qkv_bias}, {"o", o_bias}, {"mlp", mlp_bias}, {"lm_head", lm_head_bias}};
+  Json pos = {{"type", position_name(position)}};
+  if (position == PositionType::kRotary) {
+    pos["style"] = rotary_style_name(rope.style);
+    pos["dim"] = rope.dim;
+    pos["theta"] = rope.theta;
+    pos["scaling"] = rope_type_name(rope.type);
+    if (rope.type != RopeType::kDefault) pos["factor"] = rope.factor;
+    if (rope.original_max_position > 0) pos["original_max_position"] = rope.original_max_position;
+  } else if (position == PositionType::kAlibi) {
+    pos["style"] = alibi_style == AlibiStyle::kBloom ? "bloom" : "mpt";
+    pos["scaled"] = alibi_scaled;
+  } else if (position == PositionType::kLearned) {
+    pos["offset"] = learned_pos_offset;
+  }
+  j["position"] = pos;
+  j["attention"] = {{"scale", softmax_scale(0)},
+                    {"softcap", attn_softcap},
+                    {"final_softcap", final_softcap},
+                    {"clip_qkv", clip_qkv},
+                    {"sliding_window", sliding_window}};
+  if (!layer_sliding.empty()) j["attention"]["layer_sliding"] = layer_sliding;
+  j["parallel_residual"] = parallel_residual;
+  if (parallel_residual) j["parallel_shared_norm"] = parallel_shared_norm;
+  if (moe.num_experts > 0) {
+    j["moe"] = {{"num_experts", moe.num_experts},
+                {"top_k", moe.top_k},
+                {"inter_size", moe.inter_size},
+                {"norm_topk_prob", moe.norm_topk_prob},
+                {"shared_inter_size", moe.shared_inter_size},
+                {"shared_expert_gate", moe.shared_expert_gate},
+                {"layer_moe", layer_moe}};
+  }
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  j["embedding_scale"] = embedding_scale;
+  if (word_embed_proj_dim > 0) j["word_embed_proj_dim"] = word_embed_proj_dim;
+  j["eos_token_ids"] = eos_token_ids;
+  if (bos_token_id) j["bos_token_id"] = *bos_token_id;
+  if (pad_token_id) j["pad_token_id"] = *pad_token_id;
+  j["dtype"] = dtype_name(dtype);
+  return j;
+}
+
+}  // namespace tachyon

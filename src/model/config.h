@@ -1,0 +1,151 @@
+// ModelConfig: one framework-wide vocabulary for every architecture. Each family's
+// mapping (src/model/arch/*.cc) turns the checkpoint's config.json into this; the
+// decoder reads only these fields, never architecture names.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+#include "core/dtype.h"
+#include "core/json.h"
+
+namespace tachyon {
+
+enum class PositionType : uint8_t { kNone, kRotary, kAlibi, kLearned };
+enum class AlibiStyle : uint8_t { kBloom, kMpt };
+enum class RopeType : uint8_t { kDefault, kLinear, kDynamic, kYarn, kLongrope, kLlama3 };
+
+struct RopeConfig {
+  RotaryStyle style = RotaryStyle::kHalf;
+  int32_t dim = 0;  // rotated dims per head (even, <= head_dim)
+  double theta = 10000.0;
+  RopeType type = RopeType::kDefault;
+  double factor = 1.0;
+  // The pre-extension context length (yarn, longrope, llama3); dynamic NTK uses
+  // max_position_embeddings.
+  int64_t original_max_position = 0;
+  int64_t max_position_embeddings = 0;
+  double low_freq_factor = 1.0;                   // llama3
+  double high_freq_factor = 4.0;                  // llama3
+  double beta_fast = 32.0;                        // yarn
+  double beta_slow = 1.0;                         // yarn
+  double mscale = 0.0;                            // yarn (0 = unset)
+  double mscale_all_dim = 0.0;                    // yarn (0 = unset)
+  bool truncate = true;                           // yarn
+  std::optional<double> attention_factor;         // yarn, longrope
+  std::vector<double> short_factor, long_factor;  // longrope, dim / 2 each
+};
+
+struct MoeConfig {
+  int32_t num_experts = 0;
+  int32_t top_k = 0;
+  int64_t inter_size = 0;
+  bool norm_topk_prob = false;
+  int64_t shared_inter_size = 0;    // 0: no shared expert
+  bool shared_expert_gate = false;  // shared output scaled by sigmoid(x . w)
+};
+
+struct GenerationDefaults {
+  std::optional<double> temperature;
+  std::optional<double> top_p;
+  std::optional<int64_t> top_k;
+  std::optional<double> repetition_penalty;
+  std::optional<int64_t> max_new_tokens;
+  std::optional<bool> do_sample;
+};
+
+struct ModelConfig {
+  std::string architecture;  // architectures[0] (or the override)
+  std::string model_type;
+  std::string family;  // the registry entry that mapped it
+
+  int32_t head_num = 0;
+  int32_t head_num_kv = 0;
+  int32_t size_per_head = 0;
+  int32_t layer_num = 0;
+  int64_t hidden_size = 0;
+  int64_t inter_size = 0;
+  int64_t vocab_size = 0;
+  int64_t max_seq_len = 0;
+
+  // Norms.
+  NormType norm_type = NormType::kRMSNorm;
+  double norm_eps = 1e-5;
+  float norm_weight_offset = 0.f;  // Gemma: (1 + w)
+  bool post_norm = false;          // norm after the residual add (OPT-350m)
+  bool sandwich_norm = false;      // extra norms on the attention and MLP outputs (Gemma2)
+  bool embedding_norm = false;     // norm right after the embedding (Bloom)
+  bool final_norm = true;
+  bool qk_norm = false;  // per-head RMSNorm on q and k (Qwen3)
+
+  // MLP.
+  Activation activation = Activation::kSilu;
+  bool gated_mlp = true;  // down(act(gate(x)) * up(x)), else down(act(up(x)))
+
+  // Biases.
+  bool qkv_bias = false;
+  bool o_bias = false;
+  bool mlp_bias = false;
+  bool lm_head_bias = false;
+
+  // Positions.
+  PositionType position = PositionType::kRotary;
+  RopeConfig rope;
+  int32_t learned_pos_offset = 0;  // OPT: 2
+  AlibiStyle alibi_style = AlibiStyle::kBloom;
+  double alibi_bias_max = 8.0;
+  bool alibi_scaled = false;  // bias multiplied by the softmax scale (Falcon)
+  bool alibi_bf16 = false;    // slopes and biases rounded to bfloat16 (Falcon)
+
+  // Attention.
+  double attn_scale = 0.0;                // 0: 1 / sqrt(size_per_head)
+  bool attn_scale_inverse_layer = false;  // also divide by (layer + 1) (GPT-2 option)
+  double attn_softcap = 0.0;
+  double final_softcap = 0.0;
+  double clip_qkv = 0.0;
+  int32_t sliding_window = 0;
+  std::vector<uint8_t> layer_sliding;  // [layer_num]: 1 where the window applies
+
+  // Residual layout.
+  bool parallel_residual = false;     // x + attn(n1(x)) + mlp(n2(x))
+  bool parallel_shared_norm = false;  // n2 is n1 (GPT-J, Phi, old Falcon)
+
+  // Mixture of experts.
+  MoeConfig moe;
+  std::vector<uint8_t> layer_moe;  // [layer_num]: 1 where the MLP is the MoE block
+
+  // Embeddings.
+  bool tie_word_embeddings = false;
+  double embedding_scale = 1.0;     // Gemma: sqrt(hidden)
+  int64_t word_embed_proj_dim = 0;  // OPT: embedding width when != hidden (0: hidden)
+
+  // Special tokens.
+  std::vector<int64_t> eos_token_ids;
+  std::optional<int64_t> bos_token_id;
+  std::optional<int64_t> pad_token_id;
+
+  DType dtype = DType::kF32;  // the checkpoint's declared dtype
+  GenerationDefaults generation;
+
+  int64_t embed_dim() const { return word_embed_proj_dim > 0 ? word_embed_proj_dim : hidden_size; }
+  int64_t q_size() const { return int64_t{head_num} * size_per_head; }
+  int64_t kv_size() const { return int64_t{head_num_kv} * size_per_head; }
+  bool is_sliding(int layer) const {
+    return sliding_window > 0 && (layer_sliding.empty() || layer_sliding[layer] != 0);
+  }
+  bool is_moe(int layer) const { return !layer_moe.empty() && layer_moe[layer] != 0; }
+  double softmax_scale(int layer) const;
+
+  // Checks internal consistency; throws InvalidArgument naming the field.
+  void validate() const;
+  // A JSON description (for `tachyon inspect` and logs).
+  Json to_json() const;
+};
+
+std::string_view activation_name(Activation act);
+std::string_view rope_type_name(RopeType type);
+
+}  // namespace tachyon

@@ -1,0 +1,316 @@
+#include "model/decoder.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace tachyon {
+
+Tensor Decoder::Buffer::view(Backend& be, int64_t rows, int64_t cols, DType dtype) {
+  const int64_t n = rows * cols;
+  if (!storage || storage.dtype() != dtype || storage.numel() < n) {
+    // Grow with headroom so that slowly growing steps do not reallocate every time.
+    const int64_t cap = std::max<int64_t>(n + n / 4, 1);
+    storage = be.alloc({cap}, dtype);
+  }
+  return Tensor::wrap(storage.raw(), {rows, cols}, dtype, storage.owner(), storage.device());
+}
+
+Decoder::Decoder(ModelConfig config, ModelWeights weights, std::unique_ptr<Backend> backend)
+    : cfg_(std::move(config)), w_(std::move(weights)), be_(std::move(backend)) {
+  cfg_.validate();
+  TACHYON_CHECK_EQ(static_cast<int32_t>(w_.layers.size()), cfg_.layer_num);
+  layout_ = QkvLayout{cfg_.head_num, cfg_.head_num_kv, cfg_.size_per_head};
+  if (cfg_.position == PositionType::kRotary) rope_ = std::make_unique<RopeTable>(cfg_.rope);
+  Tensor slopes;
+  if (cfg_.position == PositionType::kAlibi) {
+    std::vector<float> s = alibi_slopes(cfg_.head_num, cfg_.alibi_style, cfg_.alibi_bias_max);
+    if (cfg_.alibi_bf16)
+      for (float& x : s) x = bf16_to_f32(f32_to_bf16(x));
+    slopes = be_->upload(s.data(), {static_cast<int64_t>(s.size())}, DType::kF32, {});
+  }
+  attn_params_.resize(static_cast<size_t>(cfg_.layer_num));
+  for (int l = 0; l < cfg_.layer_num; ++l) {
+    AttentionParams& p = attn_params_[l];
+    p.scale = static_cast<float>(cfg_.softmax_scale(l));
+    p.softcap = static_cast<float>(cfg_.attn_softcap);
+    p.sliding_window = cfg_.is_sliding(l) ? cfg_.sliding_window : 0;
+    p.alibi_slopes = slopes;
+    p.alibi_scale = cfg_.alibi_scaled ? p.scale : 1.f;
+    p.alibi_bias_bf16 = cfg_.alibi_bf16;
+  }
+}
+
+size_t Decoder::kv_bytes_per_block(int32_t block_size) const {
+  return static_cast<size_t>(cfg_.layer_num) * 2 * static_cast<size_t>(cfg_.kv_size()) *
+         static_cast<size_t>(block_size) * sizeof(float);
+}
+
+void Decoder::init_kv_cache(int32_t num_blocks, int32_t block_size) {
+  if (num_blocks <= 0 || block_size <= 0)
+    raise<InvalidArgument>("init_kv_cache: {} blocks of {} tokens", num_blocks, block_size);
+  kv_.clear();
+  kv_.resize(static_cast<size_t>(cfg_.layer_num));
+  const Shape shape = {num_blocks, cfg_.head_num_kv, block_size, cfg_.size_per_head};
+  for (auto& c : kv_) {
+    c.k = be_->alloc(shape, DType::kF32);
+    c.v = be_->alloc(shape, DType::kF32);
+    be_->fill_zero(c.k);
+    be_->fill_zero(c.v);
+  }
+  block_size_ = block_size;
+}
+
+void Decoder::copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) {
+  for (auto& c : kv_) {
+    be_->copy_blocks(c.k, src_dst);
+    be_->copy_blocks(c.v, src_dst);
+  }
+}
+
+void Decoder::validate(const ForwardBatch& b) const {
+  if (kv_.empty())
+    raise<InvalidArgument>("forward: the KV cache is not initialised (init_kv_cache)");
+  const int64_t T = b.num_tokens();
+  const int32_t S = b.num_seqs();
+  if (S < 0 || b.query_start.empty())
+    raise<InvalidArgument>("forward: query_start must have num_seqs + 1 entries");
+  if (static_cast<int64_t>(b.positions.size()) != T)
+    raise<InvalidArgument>("forward: {} positions for {} tokens", b.positions.size(), T);
+  if (static_cast<int32_t>(b.context_lens.size()) != S)
+    raise<InvalidArgument>("forward: {} context_lens for {} sequences", b.context_lens.size(), S);
+  if (b.max_blocks_per_seq < 0 ||
+      static_cast<int64_t>(b.block_tables.size()) != int64_t{S} * b.max_blocks_per_seq)
+    raise<InvalidArgument>("forward: block_tables has {} entries, expected {} x {}",
+                           b.block_tables.size(), S, b.max_blocks_per_seq);
+  if (b.query_start[0] != 0 || b.query_start[S] != T)
+    raise<InvalidArgument>("forward: query_start must run from 0 to {} tokens", T);
+  const int32_t nb = kv_[0].num_blocks();
+  for (int32_t s = 0; s < S; ++s) {
+    const int32_t q = b.query_start[s + 1] - b.query_start[s];
+    const int32_t ctx = b.context_lens[s];
+    if (q < 0) raise<InvalidArgument>("forward: query_start must not decrease (sequence {})", s);
+    if (ctx < q || ctx > cfg_.max_seq_len)
+      raise<InvalidArgument>("forward: sequence {} has context {} for {} new tokens (max {})", s,
+                             ctx, q, cfg_.max_seq_len);
+    const int64_t need = (int64_t{ctx} + block_size_ - 1) / block_size_;
+    if (need > b.max_blocks_per_seq)
+      raise<InvalidArgument>("forward: sequence {} needs {} blocks, the table has {}", s, need,
+                             b.max_blocks_per_seq);
+    for (int64_t i = 0; i < need; ++i) {
+      const int32_t blk = b.block_tables[int64_t{s} * b.max_blocks_per_seq + i];
+      if (blk < 0 || blk >= nb)
+        raise<InvalidArgument>("forward: sequence {} block {} is {} (cache has {} blocks)", s, i,
+                               blk, nb);
+    }
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    if (b.token_ids[t] < 0 || b.token_ids[t] >= cfg_.vocab_size)
+      raise<InvalidArgument>("forward: token id {} out of [0, {})", b.token_ids[t],
+                             cfg_.vocab_size);
+    if (b.positions[t] < 0 || b.positions[t] >= cfg_.max_seq_len)
+      raise<InvalidArgument>("forward: position {} out of [0, {})", b.positions[t],
+                             cfg_.max_seq_len);
+  }
+  for (int32_t r : b.logits_rows)
+    if (r < 0 || r >= T) raise<InvalidArgument>("forward: logits row {} out of [0, {})", r, T);
+}
+
+void Decoder::upload_metadata(const ForwardBatch& b) {
+  const int64_t T = b.num_tokens();
+  const int32_t S = b.num_seqs();
+  h_slots_.resize(static_cast<size_t>(T));
+  h_seq_len_.resize(static_cast<size_t>(T));
+  int32_t max_q = 0, max_ctx = 0;
+  for (int32_t s = 0; s < S; ++s) {
+    const int32_t q = b.query_start[s + 1] - b.query_start[s], ctx = b.context_lens[s];
+    max_q = std::max(max_q, q);
+    max_ctx = std::max(max_ctx, ctx);
+    for (int32_t i = 0; i < q; ++i) {
+      const int64_t t = b.query_start[s] + i;
+      const int32_t idx = ctx - q + i;
+      h_slots_[t] =
+          b.block_tables[int64_t{s} * b.max_blocks_per_seq + idx / block_size_] * block_size_ +
+          idx % block_size_;
+      h_seq_len_[t] = ctx;
+    }
+  }
+  auto upload_i32 = [&](Buffer& buf, const std::vector<int32_t>& v) {
+    buf.view(*be_, 1, std::max<int64_t>(static_cast<int64_t>(v.size()), 1),
+             DType::kI32);  // ensure capacity
+    return be_->upload(v.data(), {static_cast<int64_t>(v.size())}, DType::kI32, buf.storage);
+  };
+  meta_.query_start = upload_i32(qstart_, b.query_start);
+  meta_.context_lens = upload_i32(ctx_, b.context_lens);
+  meta_.block_tables = upload_i32(tables_, b.block_tables);
+  meta_.num_seqs = S;
+  meta_.max_blocks_per_seq = b.max_blocks_per_seq;
+  meta_.max_query_len = max_q;
+  meta_.max_context_len = max_ctx;
+  slots_t_ = upload_i32(slots_, h_slots_);
+  if (cfg_.position == PositionType::kRotary) {
+    const int32_t rot = rope_->dim();
+    h_cos_sin_.resize(static_cast<size_t>(T * rot));
+    rope_->fill(b.positions.data(), h_seq_len_.data(), T, h_cos_sin_.data());
+    cos_sin_.view(*be_, T, rot);
+    cos_sin_t_ = be_->upload(h_cos_sin_.data(), {T, rot}, DType::kF32, cos_sin_.storage);
+  }
+}
+
+Tensor Decoder::forward(const ForwardBatch& b) {
+  validate(b);
+  const int64_t T = b.num_tokens();
+  const int64_t R = static_cast<int64_t>(b.logits_rows.size());
+  const int64_t D = cfg_.hidden_size, V = cfg_.vocab_size;
+  if (T == 0) return Tensor::zeros({R, V}, DType::kF32);
+  upload_metadata(b);
+
+  // Embeddings.
+  ids_.view(*be_, 1, T, DType::kI32);
+  Tensor ids = be_->upload(b.token_ids.data(), {T}, DType::kI32, ids_.storage);
+  Tensor residual = residual_.view(*be_, T, D);
+  const float escale = static_cast<float>(cfg_.embedding_scale);
+  if (w_.project_in) {
+    Tensor e = embed_.view(*be_, T, cfg_.embed_dim());
+    be_->embedding(w_.embedding, ids, 0, escale, false, e);
+    be_->linear(e, w_.project_in.w, Tensor(), residual);
+  } else {
+    be_->embedding(w_.embedding, ids, 0, escale, false, residual);
+  }
+  if (cfg_.position == PositionType::kLearned) {
+    pos_.view(*be_, 1, T, DType::kI32);
+    Tensor pos = be_->upload(b.positions.data(), {T}, DType::kI32, pos_.storage);
+    be_->embedding(w_.pos_embedding, pos, cfg_.learned_pos_offset, 1.f, true, residual);
+  }
+  if (cfg_.embedding_norm) be_->add_norm(residual, Tensor(), Tensor(), w_.embed_norm, residual);
+
+  Tensor h = h_.view(*be_, T, D);
+  Tensor o = o_.view(*be_, T, D);
+  Tensor m = mlp_.view(*be_, T, D);
+  Tensor pending1, pending2;
+  for (int l = 0; l < cfg_.layer_num; ++l) {
+    const LayerWeights& L = w_.layers[l];
+    if (cfg_.post_norm) {
+      attention_block(l, residual, o);
+      be_->add_norm(residual, o, Tensor(), L.attn_norm, residual);
+      mlp_block(l, residual, m);
+      be_->add_norm(residual, m, Tensor(), L.mlp_norm, residual);
+      continue;
+    }
+    be_->add_norm(residual, pending1, pending2, L.attn_norm, h);
+    attention_block(l, h, o);
+    if (cfg_.parallel_residual) {
+      if (cfg_.parallel_shared_norm) {
+        mlp_block(l, h, m);
+      } else {
+        Tensor h2 = h2_.view(*be_, T, D);
+        be_->add_norm(residual, Tensor(), Tensor(), L.mlp_norm, h2);
+        mlp_block(l, h2, m);
+      }
+      pending1 = o;
+      pending2 = m;
+    } else {
+      if (cfg_.sandwich_norm) be_->add_norm(o, Tensor(), Tensor(), L.post_attn_norm, o);
+      be_->add_norm(residual, o, Tensor(), L.mlp_norm, h);
+      mlp_block(l, h, m);
+      if (cfg_.sandwich_norm) be_->add_norm(m, Tensor(), Tensor(), L.post_mlp_norm, m);
+      pending1 = m;
+      pending2 = Tensor();
+    }
+  }
+  Tensor final_h = residual;
+  if (cfg_.final_norm) {
+    be_->add_norm(residual, pending1, pending2, w_.final_norm, h);
+    final_h = h;
+  } else {
+    if (pending1) be_->add(residual, pending1, residual);
+    if (pending2) be_->add(residual, pending2, residual);
+  }
+
+  // Logits for the requested rows only.
+  Tensor logits = be_->alloc({R, V}, DType::kF32);
+  if (R == 0) return logits;
+  rows_.view(*be_, 1, R, DType::kI32);
+  Tensor rows = be_->upload(b.logits_rows.data(), {R}, DType::kI32, rows_.storage);
+  Tensor g = final_.view(*be_, R, D);
+  be_->gather_rows(final_h, rows, g);
+  if (w_.project_out) {
+    Tensor gp = final_proj_.view(*be_, R, cfg_.embed_dim());
+    be_->linear(g, w_.project_out.w, Tensor(), gp);
+    g = gp;
+  }
+  be_->linear(g, w_.lm_head.w, w_.lm_head.b, logits);
+  if (cfg_.final_softcap > 0) be_->softcap(logits, static_cast<float>(cfg_.final_softcap));
+  return logits;
+}
+
+void Decoder::attention_block(int l, const Tensor& h, Tensor& out) {
+  const LayerWeights& L = w_.layers[l];
+  const int64_t T = h.dim(0);
+  Tensor qkv = qkv_.view(*be_, T, layout_.row_cols());
+  if (L.qkv) {
+    be_->linear(h, L.qkv.w, L.qkv.b, qkv);
+  } else {
+    be_->linear(h, L.q.w, L.q.b, qkv, 0);
+    be_->linear(h, L.k.w, L.k.b, qkv, layout_.q_cols());
+    be_->linear(h, L.v.w, L.v.b, qkv, layout_.q_cols() + layout_.kv_cols());
+  }
+  if (cfg_.clip_qkv > 0) be_->clamp(qkv, static_cast<float>(cfg_.clip_qkv));
+  if (cfg_.qk_norm) be_->qk_norm(qkv, layout_, L.q_norm, L.k_norm);
+  if (cfg_.position == PositionType::kRotary) {
+    be_->rotary(qkv, layout_, cos_sin_t_, cfg_.rope.style, rope_->dim());
+  }
+  be_->write_kv(qkv, layout_, slots_t_, kv_[l]);
+  Tensor attn = attn_.view(*be_, T, layout_.q_cols());
+  be_->attention(qkv, layout_, kv_[l], meta_, attn_params_[l], attn);
+  be_->linear(attn, L.o.w, L.o.b, out);
+}
+
+void Decoder::mlp_block(int l, const Tensor& h, Tensor& out) {
+  const LayerWeights& L = w_.layers[l];
+  const int64_t T = h.dim(0);
+  if (cfg_.is_moe(l)) {
+    const int32_t E = cfg_.moe.num_experts, K = cfg_.moe.top_k;
+    Tensor logits = router_.view(*be_, T, E);
+    be_->linear(h, L.router.w, Tensor(), logits);
+    Tensor ids = moe_ids_.view(*be_, T, K, DType::kI32);
+    Tensor wts = moe_w_.view(*be_, T, K);
+    be_->moe_route(logits, K, cfg_.moe.norm_topk_prob, ids, wts);
+    be_->moe_experts(h, ids, wts, L.experts, cfg_.activation, false, out);
+    if (cfg_.moe.shared_inter_size > 0) {
+      const int64_t Is = cfg_.moe.shared_inter_size;
+      Tensor gu = gate_up_.view(*be_, T, 2 * Is);
+      be_->linear(h, L.shared_gate.w, Tensor(), gu, 0);
+      be_->linear(h, L.shared_up.w, Tensor(), gu, Is);
+      Tensor a = act_.view(*be_, T, Is);
+      be_->gated_activation(gu, cfg_.activation, a);
+      Tensor sh = shared_.view(*be_, T, cfg_.hidden_size);
+      be_->linear(a, L.shared_down.w, Tensor(), sh);
+      if (L.shared_expert_gate) {
+        Tensor gl = shared_logit_.view(*be_, T, 1);
+        be_->linear(h, L.shared_expert_gate.w, Tensor(), gl);
+        be_->add_sigmoid_gated(sh, gl, out);
+      } else {
+        be_->add(out, sh, out);
+      }
+    }
+    return;
+  }
+  const int64_t I = cfg_.inter_size;
+  Tensor a = act_.view(*be_, T, I);
+  if (cfg_.gated_mlp) {
+    Tensor gu = gate_up_.view(*be_, T, 2 * I);
+    if (L.gate_up) {
+      be_->linear(h, L.gate_up.w, L.gate_up.b, gu);
+    } else {
+      be_->linear(h, L.gate.w, L.gate.b, gu, 0);
+      be_->linear(h, L.up.w, L.up.b, gu, I);
+    }
+    be_->gated_activation(gu, cfg_.activation, a);
+  } else {
+    be_->linear(h, L.up.w, L.up.b, a, 0, cfg_.activation);
+  }
+  be_->linear(a, L.down.w, L.down.b, out);
+}
+
+}  // namespace tachyon

@@ -1,0 +1,74 @@
+// The unified decoder: one implementation of LanguageModel for every architecture,
+// driven by ModelConfig flags and built from backend ops only.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/ops.h"
+#include "model/config.h"
+#include "model/forward.h"
+#include "model/rope.h"
+#include "model/weights.h"
+
+namespace tachyon {
+
+// A loaded model: the engine contract plus what tools want to show about it.
+class Model : public LanguageModel {
+ public:
+  virtual const ModelConfig& config() const = 0;
+  virtual const ModelWeights& weights() const = 0;
+};
+
+class Decoder final : public Model {
+ public:
+  Decoder(ModelConfig config, ModelWeights weights, std::unique_ptr<Backend> backend);
+
+  int32_t vocab_size() const override { return static_cast<int32_t>(cfg_.vocab_size); }
+  int32_t max_seq_len() const override { return static_cast<int32_t>(cfg_.max_seq_len); }
+  size_t kv_bytes_per_block(int32_t block_size) const override;
+  void init_kv_cache(int32_t num_blocks, int32_t block_size) override;
+  void copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) override;
+  Tensor forward(const ForwardBatch& batch) override;
+
+  const ModelConfig& config() const override { return cfg_; }
+  const ModelWeights& weights() const override { return w_; }
+  Backend& backend() { return *be_; }
+
+ private:
+  // Reusable device buffers, grown to the largest step seen.
+  struct Buffer {
+    Tensor storage;
+    // A [rows, cols] view of the storage (grown when needed).
+    Tensor view(Backend& be, int64_t rows, int64_t cols, DType dtype = DType::kF32);
+  };
+
+  void validate(const ForwardBatch& b) const;
+  void upload_metadata(const ForwardBatch& b);
+  void embed(int64_t n);
+  void attention_block(int layer, const Tensor& h, Tensor& out);
+  void mlp_block(int layer, const Tensor& h, Tensor& out);
+
+  ModelConfig cfg_;
+  ModelWeights w_;
+  std::unique_ptr<Backend> be_;
+  QkvLayout layout_;
+  std::vector<AttentionParams> attn_params_;
+  std::unique_ptr<RopeTable> rope_;
+
+  std::vector<LayerKvCache> kv_;
+  int32_t block_size_ = 0;
+
+  // Host-side staging for the step's metadata (reused).
+  std::vector<int32_t> h_slots_, h_seq_len_, h_pos_;
+  std::vector<float> h_cos_sin_;
+  // Device metadata.
+  Buffer ids_, pos_, slots_, qstart_, ctx_, tables_, rows_, cos_sin_;
+  AttentionMeta meta_;
+  Tensor slots_t_, cos_sin_t_;
+  // Activations.
+  Buffer residual_, h_, h2_, embed_, qkv_, attn_, o_, mlp_, gate_up_, act_, shared_, router_,
+      moe_ids_, moe_w_, shared_logit_, final_, final_proj_;
+};
+
+}  // namespace tachyon

@@ -1,0 +1,94 @@
+#include "model/registry.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "core/error.h"
+#include "model/arch/arch.h"
+
+namespace tachyon {
+
+const std::vector<ArchSpec>& arch_registry() {
+  static const std::vector<ArchSpec> registry = {
+      arch::llama_spec(),     arch::mistral_spec(),  arch::mixtral_spec(),     arch::qwen2_spec(),
+      arch::qwen2_moe_spec(), arch::qwen3_spec(),    arch::gemma_spec(),       arch::gemma2_spec(),
+      arch::phi_spec(),       arch::phi3_spec(),     arch::falcon_spec(),      arch::bloom_spec(),
+      arch::mpt_spec(),       arch::gpt_neox_spec(), arch::gpt_bigcode_spec(), arch::gpt2_spec(),
+      arch::gptj_spec(),      arch::opt_spec(),      arch::starcoder2_spec(),  arch::glm_spec(),
+  };
+  return registry;
+}
+
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+const ArchSpec* match(const std::string& name, bool by_family, bool by_arch, bool by_type) {
+  const std::string key = lower(name);
+  for (const ArchSpec& s : arch_registry()) {
+    if (by_family && lower(s.family) == key) return &s;
+    if (by_arch)
+      for (const auto& a : s.architectures)
+        if (lower(a) == key) return &s;
+    if (by_type)
+      for (const auto& t : s.model_types)
+        if (lower(t) == key) return &s;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string supported_architectures() {
+  std::string out;
+  for (const ArchSpec& s : arch_registry())
+    for (const auto& a : s.architectures) {
+      if (!out.empty()) out += ", ";
+      out += a;
+    }
+  return out;
+}
+
+const ArchSpec& find_arch(const HfConfig& cfg, const std::string& override_type) {
+  if (!override_type.empty()) {
+    if (const ArchSpec* s = match(override_type, true, true, true)) return *s;
+    raise<InvalidArgument>("unknown model type '{}' (from --model-type); supported: {}",
+                           override_type, supported_architectures());
+  }
+  std::string arch_name;
+  if (const Json* a = cfg.find({"architectures"});
+      a != nullptr && a->is_array() && !a->empty() && (*a)[0].is_string()) {
+    arch_name = (*a)[0].get<std::string>();
+    if (const ArchSpec* s = match(arch_name, false, true, false)) return *s;
+  }
+  auto model_type = cfg.get_string({"model_type"});
+  if (model_type) {
+    if (const ArchSpec* s = match(*model_type, false, false, true)) return *s;
+  }
+  raise<InvalidArgument>("{}: unsupported architecture '{}' (model_type '{}'); supported: {}",
+                         cfg.source(), arch_name.empty() ? "?" : arch_name,
+                         model_type.value_or("?"), supported_architectures());
+}
+
+ModelConfig map_model_config(const HfConfig& cfg, const std::string& override_type,
+                             const std::string& generation_config_path) {
+  const ArchSpec& spec = find_arch(cfg, override_type);
+  ModelConfig mc = spec.map_config(cfg);
+  mc.family = spec.family;
+  if (const Json* a = cfg.find({"architectures"});
+      a != nullptr && a->is_array() && !a->empty() && (*a)[0].is_string())
+    mc.architecture = (*a)[0].get<std::string>();
+  if (mc.architecture.empty() || !override_type.empty())
+    mc.architecture = spec.architectures.front();
+  mc.model_type = cfg.get_string({"model_type"}).value_or(spec.model_types.front());
+  if (!generation_config_path.empty()) apply_generation_config(generation_config_path, mc);
+  if (mc.rope.max_position_embeddings == 0) mc.rope.max_position_embeddings = mc.max_seq_len;
+  mc.validate();
+  return mc;
+}
+
+}  // namespace tachyon

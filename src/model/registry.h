@@ -1,0 +1,39 @@
+// The architecture registry: each family contributes an ArchSpec (its config mapping
+// and weight mapping); a checkpoint is matched by architectures[0], then model_type,
+// or by an explicit override (--model-type).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/hf_config.h"
+#include "model/weights.h"
+
+namespace tachyon {
+
+struct ArchSpec {
+  std::string family;                      // "llama"
+  std::vector<std::string> architectures;  // Hugging Face class names ("LlamaForCausalLM")
+  std::vector<std::string> model_types;    // config.json model_type values ("llama")
+  ModelConfig (*map_config)(const HfConfig& cfg) = nullptr;
+  WeightMap (*map_weights)(const ModelConfig& cfg) = nullptr;
+};
+
+// Every registered family.
+const std::vector<ArchSpec>& arch_registry();
+
+// Picks the family for a config. `override_type` (may be empty) matches a family
+// name, an architecture name or a model_type, and wins over the config's own fields.
+// Unknown -> InvalidArgument listing the supported architectures.
+const ArchSpec& find_arch(const HfConfig& cfg, const std::string& override_type);
+
+// The supported architecture names, comma-separated (for messages and help).
+std::string supported_architectures();
+
+// Maps a config.json (+ generation_config.json next to it, when present) through the
+// registry into a validated ModelConfig.
+ModelConfig map_model_config(const HfConfig& cfg, const std::string& override_type,
+                             const std::string& generation_config_path = "");
+
+}  // namespace tachyon

@@ -1,0 +1,43 @@
+// Rotary frequencies for every scaling type (default, linear, dynamic NTK, yarn,
+// longrope, llama3), following transformers' modeling_rope_utils, and ALiBi slopes.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+
+namespace tachyon {
+
+// Inverse frequencies [rope.dim / 2] and the attention factor that multiplies cos and
+// sin, for a sequence whose length (max position + 1) is seq_len. Only dynamic and
+// longrope depend on seq_len.
+struct RopeFrequencies {
+  std::vector<double> inv_freq;
+  double attention_factor = 1.0;
+};
+RopeFrequencies rope_frequencies(const RopeConfig& rope, int64_t seq_len);
+
+// True when the frequencies depend on the sequence length (dynamic, longrope).
+bool rope_length_dependent(const RopeConfig& rope);
+
+// Fills cos/sin rows for the rotary op: out[t] = [cos(p f_0..), sin(p f_0..)] * factor,
+// with p = positions[t] and the frequencies of sequence length seq_lens[t].
+class RopeTable {
+ public:
+  explicit RopeTable(const RopeConfig& rope);
+  void fill(const int32_t* positions, const int32_t* seq_lens, int64_t n, float* out);
+  int32_t dim() const { return rope_.dim; }
+
+ private:
+  RopeConfig rope_;
+  bool length_dependent_;
+  int64_t cached_len_ = -1;
+  RopeFrequencies cached_;
+};
+
+// ALiBi slopes per head, computed as Bloom/Falcon (2^(-8/n) powers, with interleaved
+// extra slopes for a non-power-of-two head count) or as MPT (alibi_bias_max).
+std::vector<float> alibi_slopes(int32_t num_heads, AlibiStyle style, double alibi_bias_max);
+
+}  // namespace tachyon

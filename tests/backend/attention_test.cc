@@ -1,0 +1,288 @@
+// Rotary, KV-cache writes, paged attention and MoE ops of the CPU backend against
+// float64 references on random data.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "backend/ops.h"
+#include "op_test_util.h"
+
+namespace tachyon {
+namespace {
+
+using testing_util::as_f64;
+using testing_util::expect_close;
+using testing_util::random_tensor;
+
+class AttentionOpsTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> be_ = make_cpu_backend();
+  std::mt19937 rng_{99};
+};
+
+TEST_F(AttentionOpsTest, RotaryBothStylesPartialDims) {
+  for (RotaryStyle style : {RotaryStyle::kHalf, RotaryStyle::kInterleaved}) {
+    for (int rot : {4, 10, 16}) {
+      QkvLayout l{3, 1, 16};
+      const int n = 5;
+      Tensor qkv = random_tensor({n, l.row_cols()}, rng_);
+      Tensor cs = be_->alloc({n, rot}, DType::kF32);
+      std::vector<double> ang(n * rot / 2);
+      for (int t = 0; t < n; ++t)
+        for (int p = 0; p < rot / 2; ++p) {
+          double a = (t * 7 + 3) * std::pow(10000.0, -2.0 * p / rot);
+          ang[t * rot / 2 + p] = a;
+          cs.data<float>()[t * rot + p] = static_cast<float>(std::cos(a));
+          cs.data<float>()[t * rot + rot / 2 + p] = static_cast<float>(std::sin(a));
+        }
+      auto v = as_f64(qkv);
+      std::vector<double> want = v;
+      const int cols = static_cast<int>(l.row_cols());
+      for (int t = 0; t < n; ++t)
+        for (int h = 0; h < 4; ++h) {  // 3 q heads + 1 k head; v untouched
+          const double* x = v.data() + t * cols + h * 16;
+          double* y = want.data() + t * cols + h * 16;
+          for (int p = 0; p < rot / 2; ++p) {
+            const double c = std::cos(ang[t * rot / 2 + p]), s = std::sin(ang[t * rot / 2 + p]);
+            const int i0 = style == RotaryStyle::kHalf ? p : 2 * p;
+            const int i1 = style == RotaryStyle::kHalf ? p + rot / 2 : 2 * p + 1;
+            y[i0] = x[i0] * c - x[i1] * s;
+            y[i1] = x[i1] * c + x[i0] * s;
+          }
+        }
+      be_->rotary(qkv, l, cs, style, rot);
+      expect_close(qkv, want, 1e-5, 1e-6, "rotary");
+    }
+  }
+}
+
+struct SeqSpec {
+  int cached;  // tokens already in the cache
+  int q_len;   // tokens this step
+};
+
+// Runs write_kv + attention on a shuffled paged cache and compares with a float64
+// reference computed on contiguous per-sequence K/V.
+void check_paged_attention(Backend& be, std::mt19937& rng, const std::vector<SeqSpec>& seqs,
+                           QkvLayout l, int block_size, AttentionParams params) {
+  const int S = static_cast<int>(seqs.size());
+  const int hd = l.head_dim, H = l.num_heads, KV = l.num_kv_heads;
+  int max_blocks = 0, total_blocks = 0;
+  for (auto s : seqs) {
+    int b = (s.cached + s.q_len + block_size - 1) / block_size;
+    max_blocks = std::max(max_blocks, b);
+    total_blocks += b;
+  }
+  const int num_blocks = total_blocks + 3;
+  std::vector<int32_t> perm(num_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int32_t> table(S * max_blocks, -1), qs(S + 1, 0), ctx(S);
+  int next = 0;
+  for (int s = 0; s < S; ++s) {
+    int b = (seqs[s].cached + seqs[s].q_len + block_size - 1) / block_size;
+    for (int i = 0; i < b; ++i) table[s * max_blocks + i] = perm[next++];
+    qs[s + 1] = qs[s] + seqs[s].q_len;
+    ctx[s] = seqs[s].cached + seqs[s].q_len;
+  }
+  const int T = qs[S];
+  LayerKvCache cache{random_tensor({num_blocks, KV, block_size, hd}, rng),
+                     random_tensor({num_blocks, KV, block_size, hd}, rng)};
+  // Full per-sequence K/V: the cached part is written first (as an earlier step would).
+  std::vector<Tensor> full_k, full_v;
+  for (int s = 0; s < S; ++s) {
+    const int len = ctx[s];
+    Tensor kv = random_tensor({len, l.row_cols()}, rng);
+    full_k.push_back(kv);
+    std::vector<int32_t> slots;
+    for (int p = 0; p < seqs[s].cached; ++p)
+      slots.push_back(table[s * max_blocks + p / block_size] * block_size + p % block_size);
+    for (int p = seqs[s].cached; p < len; ++p) slots.push_back(-1);  // skipped now
+    be.write_kv(kv, l, be.upload_i32(slots.data(), len, {}), cache);
+  }
+  // This step's qkv: the new tokens' k/v come from the same full tensors.
+  Tensor qkv = random_tensor({T, l.row_cols()}, rng);
+  std::vector<int32_t> slots;
+  for (int s = 0; s < S; ++s)
+    for (int i = 0; i < seqs[s].q_len; ++i) {
+      const int p = seqs[s].cached + i;
+      const int t = qs[s] + i;
+      float* row = qkv.data<float>() + t * l.row_cols();
+      std::copy_n(full_k[s].data<float>() + p * l.row_cols() + l.q_cols(), 2 * l.kv_cols(),
+                  row + l.q_cols());
+      slots.push_back(table[s * max_blocks + p / block_size] * block_size + p % block_size);
+    }
+  be.write_kv(qkv, l, be.upload_i32(slots.data(), T, {}), cache);
+
+  AttentionMeta meta;
+  meta.query_start = be.upload_i32(qs.data(), S + 1, {});
+  meta.context_lens = be.upload_i32(ctx.data(), S, {});
+  meta.block_tables = be.upload_i32(table.data(), S * max_blocks, {});
+  meta.num_seqs = S;
+  meta.max_blocks_per_seq = max_blocks;
+  Tensor out = be.alloc({T, int64_t{H} * hd}, DType::kF32);
+  be.attention(qkv, l, cache, meta, params, out);
+
+  std::vector<double> slopes =
+      params.alibi_slopes ? as_f64(params.alibi_slopes) : std::vector<double>();
+  std::vector<double> want(static_cast<size_t>(T) * H * hd);
+  auto q_all = as_f64(qkv);
+  for (int s = 0; s < S; ++s) {
+    auto kv = as_f64(full_k[s]);
+    for (int i = 0; i < seqs[s].q_len; ++i) {
+      const int t = qs[s] + i, idx = seqs[s].cached + i;
+      const int lo = params.sliding_window > 0 ? std::max(0, idx - params.sliding_window + 1) : 0;
+      for (int h = 0; h < H; ++h) {
+        const int g = h / (H / KV);
+        std::vector<double> sc;
+        for (int j = lo; j <= idx; ++j) {
+          double d = 0;
+          for (int e = 0; e < hd; ++e)
+            d += q_all[t * l.row_cols() + h * hd + e] *
+                 kv[j * l.row_cols() + l.q_cols() + g * hd + e];
+          d *= params.scale;
+          if (params.softcap > 0) d = params.softcap * std::tanh(d / params.softcap);
+          if (!slopes.empty()) {
+            double b = slopes[h] * j;
+            if (params.alibi_bias_bf16) b = bf16_to_f32(f32_to_bf16(static_cast<float>(b)));
+            d += params.alibi_scale * b;
+          }
+          sc.push_back(d);
+        }
+        double mx = *std::max_element(sc.begin(), sc.end()), sum = 0;
+        for (double& x : sc) sum += (x = std::exp(x - mx));
+        for (int e = 0; e < hd; ++e) {
+          double acc = 0;
+          for (int j = lo; j <= idx; ++j)
+            acc += sc[j - lo] * kv[j * l.row_cols() + l.q_cols() + l.kv_cols() + g * hd + e];
+          want[(static_cast<size_t>(t) * H + h) * hd + e] = acc / sum;
+        }
+      }
+    }
+  }
+  expect_close(out, want, 2e-5, 1e-5, "attention");
+}
+
+TEST_F(AttentionOpsTest, PagedPrefillAndDecodeMixed) {
+  AttentionParams p;
+  p.scale = 0.25f;
+  // A fresh prefill, a chunk after cached tokens, two decodes (one at a block edge).
+  check_paged_attention(*be_, rng_, {{0, 13}, {7, 6}, {24, 1}, {9, 1}}, QkvLayout{4, 2, 16}, 5, p);
+  check_paged_attention(*be_, rng_, {{0, 1}}, QkvLayout{2, 2, 8}, 1, p);
+  check_paged_attention(*be_, rng_, {{30, 17}}, QkvLayout{6, 1, 12}, 16, p);
+}
+
+TEST_F(AttentionOpsTest, SlidingWindowAndSoftcap) {
+  AttentionParams p;
+  p.scale = 0.3f;
+  p.sliding_window = 4;
+  check_paged_attention(*be_, rng_, {{0, 11}, {6, 3}, {13, 1}}, QkvLayout{4, 2, 8}, 3, p);
+  p.sliding_window = 0;
+  p.softcap = 2.f;
+  check_paged_attention(*be_, rng_, {{0, 9}, {5, 1}}, QkvLayout{4, 4, 8}, 4, p);
+}
+
+TEST_F(AttentionOpsTest, Alibi) {
+  AttentionParams p;
+  p.scale = 0.35f;
+  p.alibi_slopes = random_tensor({6}, rng_, 0.3f, DType::kF32, 0.5f);
+  check_paged_attention(*be_, rng_, {{0, 10}, {4, 2}}, QkvLayout{6, 6, 8}, 4, p);
+  p.alibi_scale = 0.35f;
+  p.alibi_bias_bf16 = true;
+  check_paged_attention(*be_, rng_, {{3, 20}}, QkvLayout{6, 1, 8}, 7, p);
+}
+
+TEST_F(AttentionOpsTest, CopyBlocks) {
+  Tensor c = random_tensor({5, 2, 3, 4}, rng_);
+  auto before = as_f64(c);
+  be_->copy_blocks(c, {{1, 3}, {4, 0}});
+  std::vector<double> want = before;
+  const int blk = 24;
+  std::copy_n(before.begin() + 1 * blk, blk, want.begin() + 3 * blk);
+  std::copy_n(before.begin() + 4 * blk, blk, want.begin() + 0 * blk);
+  expect_close(c, want, 0, 0, "copy_blocks");
+  EXPECT_THROW(be_->copy_blocks(c, {{0, 5}}), InvalidArgument);
+}
+
+TEST_F(AttentionOpsTest, MoeRouteAndExperts) {
+  const int T = 9, D = 12, I = 7, E = 5, K = 2;
+  for (bool renorm : {false, true}) {
+    for (bool fused : {false, true}) {
+      Tensor logits = random_tensor({T, E}, rng_, 2.f);
+      Tensor ids = be_->alloc({T, K}, DType::kI32), w = be_->alloc({T, K}, DType::kF32);
+      be_->moe_route(logits, K, renorm, ids, w);
+      auto lv = as_f64(logits);
+      std::vector<double> want_w;
+      std::vector<int> want_ids;
+      for (int t = 0; t < T; ++t) {
+        std::vector<double> p(E);
+        double mx = *std::max_element(lv.begin() + t * E, lv.begin() + (t + 1) * E), sum = 0;
+        for (int e = 0; e < E; ++e) sum += (p[e] = std::exp(lv[t * E + e] - mx));
+        std::vector<int> order(E);
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
+        double picked = 0;
+        for (int k = 0; k < K; ++k) picked += p[order[k]] / sum;
+        for (int k = 0; k < K; ++k) {
+          want_ids.push_back(order[k]);
+          want_w.push_back(p[order[k]] / sum / (renorm ? picked : 1.0));
+        }
+      }
+      for (int i = 0; i < T * K; ++i) EXPECT_EQ(ids.data<int32_t>()[i], want_ids[i]);
+      expect_close(w, want_w, 1e-6, 1e-6, "routing weights");
+
+      std::vector<MoeExpertWeights> experts(E);
+      std::vector<std::vector<double>> g(E), u(E), dn(E);
+      for (int e = 0; e < E; ++e) {
+        Tensor gate = random_tensor({I, D}, rng_, 0.3f, DType::kBF16);
+        Tensor up = random_tensor({I, D}, rng_, 0.3f, DType::kBF16);
+        experts[e].down = random_tensor({D, I}, rng_, 0.3f, DType::kBF16);
+        g[e] = as_f64(gate);
+        u[e] = as_f64(up);
+        dn[e] = as_f64(experts[e].down);
+        if (fused) {
+          Tensor gu = Tensor::empty({2 * I, D}, DType::kBF16);
+          std::copy_n(static_cast<const uint16_t*>(gate.raw()), I * D,
+                      static_cast<uint16_t*>(gu.raw()));
+          std::copy_n(static_cast<const uint16_t*>(up.raw()), I * D,
+                      static_cast<uint16_t*>(gu.raw()) + I * D);
+          experts[e].gate_up = gu;
+        } else {
+          experts[e].gate = gate;
+          experts[e].up = up;
+        }
+      }
+      Tensor x = random_tensor({T, D}, rng_);
+      Tensor out = random_tensor({T, D}, rng_);
+      auto base = as_f64(out);
+      auto xv = as_f64(x);
+      be_->moe_experts(x, ids, w, experts, Activation::kSilu, true, out);
+      std::vector<double> want = base;
+      for (int t = 0; t < T; ++t)
+        for (int k = 0; k < K; ++k) {
+          const int e = want_ids[t * K + k];
+          std::vector<double> h(I);
+          for (int i = 0; i < I; ++i) {
+            double a = 0, b = 0;
+            for (int d = 0; d < D; ++d) {
+              a += xv[t * D + d] * g[e][i * D + d];
+              b += xv[t * D + d] * u[e][i * D + d];
+            }
+            h[i] = a / (1 + std::exp(-a)) * b;
+          }
+          for (int d = 0; d < D; ++d) {
+            double y = 0;
+            for (int i = 0; i < I; ++i) y += h[i] * dn[e][d * I + i];
+            want[t * D + d] += want_w[t * K + k] * y;
+          }
+        }
+      expect_close(out, want, 1e-5, 1e-5, "moe experts");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tachyon

@@ -1,0 +1,56 @@
+// The bundled trained Llama model (models/tiny-kjv-chat, bf16) against transformers'
+// greedy generations in tests/engine/data/kjv_reference.json: prefill the prompt ids,
+// then one token per step through the paged cache until EOS.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "core/json.h"
+#include "model/loader.h"
+
+namespace tachyon {
+namespace {
+
+TEST(KjvModel, GreedyMatchesTransformers) {
+  const std::string root = TACHYON_SOURCE_DIR;
+  auto model = load_model(root + "/models/tiny-kjv-chat");
+  const ModelConfig& cfg = model->config();
+  ASSERT_EQ(cfg.family, "llama");
+  ASSERT_FALSE(cfg.eos_token_ids.empty());
+  const int32_t eos = static_cast<int32_t>(cfg.eos_token_ids[0]);
+  Json ref = load_json_file(root + "/tests/engine/data/kjv_reference.json");
+  const int32_t block = 16;
+  model->init_kv_cache(64, block);
+  const int64_t vocab = model->vocab_size();
+  for (const Json& c : ref["models"]["tiny-kjv-chat"]) {
+    std::vector<int32_t> tokens = c["prompt_ids"].get<std::vector<int32_t>>();
+    std::vector<int32_t> want = c["greedy"][0].get<std::vector<int32_t>>();
+    std::vector<int32_t> got;
+    int32_t computed = 0;
+    while (got.size() < want.size()) {
+      ForwardBatch b;
+      const int32_t n = static_cast<int32_t>(tokens.size()) - computed;
+      for (int32_t i = 0; i < n; ++i) {
+        b.token_ids.push_back(tokens[computed + i]);
+        b.positions.push_back(computed + i);
+      }
+      b.query_start = {0, n};
+      b.context_lens = {computed + n};
+      b.max_blocks_per_seq = (computed + n + block - 1) / block;
+      // Blocks in reverse order to exercise the block table.
+      for (int32_t i = 0; i < b.max_blocks_per_seq; ++i) b.block_tables.push_back(63 - i);
+      b.logits_rows = {n - 1};
+      Tensor logits = model->forward(b);
+      computed += n;
+      const float* p = logits.data<float>();
+      const int32_t next = static_cast<int32_t>(std::max_element(p, p + vocab) - p);
+      got.push_back(next);
+      if (next == eos) break;
+      tokens.push_back(next);
+    }
+    EXPECT_EQ(got, want) << "prompt: " << c["prompt"].get<std::string>();
+  }
+}
+
+}  // namespace
+}  // namespace tachyon
