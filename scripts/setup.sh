@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   # libraries
   nlohmann-json3-dev libfmt-dev libpcre2-dev libutf8proc-dev libsentencepiece-dev
-  libboost-dev libyaml-cpp-dev
+  libboost-dev libyaml-cpp-dev libsimdjson-dev
   # tests and tools
   googletest libgtest-dev libgmock-dev libbenchmark-dev clang clang-format
   libclang-rt-14-dev nodejs npm curl ca-certificates python3

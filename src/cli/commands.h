@@ -13,5 +13,6 @@ int cmd_version(const CommandArgs& args);
 int cmd_generate(const CommandArgs& args);
 int cmd_inspect(const CommandArgs& args);
 int cmd_make_random(const CommandArgs& args);
+int cmd_tokenize(const CommandArgs& args);
 
 }  // namespace tachyon::cli

@@ -22,6 +22,7 @@ constexpr Command kCommands[] = {
     {"generate", cmd_generate, "generate tokens from a prompt with a model"},
     {"inspect", cmd_inspect, "show a model's mapped config and weights"},
     {"make-random", cmd_make_random, "write a checkpoint with random weights for a config.json"},
+    {"tokenize", cmd_tokenize, "encode/decode with a checkpoint's tokenizer (--jsonl)"},
 };
 
 void print_usage() {

@@ -1,0 +1,167 @@
+// Values of the template language, modelled on the Python objects jinja2 works with:
+// None, bool, int (64-bit here), float, str (UTF-8), list, tuple, dict (insertion
+// ordered, keys of any hashable kind), jinja2's Undefined, and objects (callables,
+// namespaces, loop state). Lists, tuples, dicts and strings are immutable and shared.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/json.h"
+
+namespace tachyon::jinja {
+
+// A failure while parsing or rendering; line 0 means "not known yet" (the
+// interpreter fills in the line of the node it was evaluating).
+struct TemplateError {
+  std::string message;
+  int line = 0;
+  int column = 0;
+};
+[[noreturn]] void fail(std::string message);
+
+class Value;
+class Dict;
+class Object;
+class Interpreter;
+using ValueList = std::vector<Value>;
+
+class Value {
+ public:
+  enum class Type : uint8_t {
+    kUndefined,
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kList,
+    kDict,
+    kObject
+  };
+
+  Value() = default;  // undefined
+  static Value undefined(std::string hint = {});
+  static Value none();
+  static Value boolean(bool b);
+  static Value integer(int64_t i);
+  static Value floating(double f);
+  static Value string(std::string s);
+  static Value string(std::shared_ptr<const std::string> s);
+  static Value list(ValueList items, bool tuple = false);
+  static Value dict(std::shared_ptr<const Dict> d);
+  static Value object(std::shared_ptr<Object> o);
+
+  Type type() const { return type_; }
+  bool is_undefined() const { return type_ == Type::kUndefined; }
+  bool is_none() const { return type_ == Type::kNone; }
+  bool is_bool() const { return type_ == Type::kBool; }
+  bool is_int() const { return type_ == Type::kInt; }
+  bool is_float() const { return type_ == Type::kFloat; }
+  // int or float or bool (Python's numbers.Number includes bool)
+  bool is_number() const {
+    return type_ == Type::kInt || type_ == Type::kFloat || type_ == Type::kBool;
+  }
+  bool is_string() const { return type_ == Type::kString; }
+  bool is_list() const { return type_ == Type::kList; }  // list or tuple
+  bool is_tuple() const;
+  bool is_dict() const { return type_ == Type::kDict; }
+  bool is_object() const { return type_ == Type::kObject; }
+
+  bool as_bool() const { return b_; }
+  int64_t as_int() const { return i_; }  // also valid for bool
+  double as_float() const { return f_; }
+  double to_double() const { return type_ == Type::kFloat ? f_ : static_cast<double>(i_); }
+  const std::string& str() const { return *static_cast<const std::string*>(p_.get()); }
+  const ValueList& items() const;
+  const Dict& dict() const { return *static_cast<const Dict*>(p_.get()); }
+  Object& obj() const { return *static_cast<Object*>(p_.get()); }
+  std::shared_ptr<Object> obj_ptr() const { return std::static_pointer_cast<Object>(p_); }
+  const std::string& undefined_hint() const;
+  // Identity of the shared payload (for `is sameas`).
+  const void* identity() const { return p_.get(); }
+
+ private:
+  Type type_ = Type::kUndefined;
+  bool b_ = false;
+  int64_t i_ = 0;
+  double f_ = 0;
+  std::shared_ptr<void> p_;
+};
+
+// Insertion-ordered mapping with Python key equality (1 == 1.0 == True).
+class Dict {
+ public:
+  void set(Value key, Value value);  // throws TemplateError for unhashable keys
+  const Value* find(const Value& key) const;
+  const Value* find(std::string_view key) const;
+  size_t size() const { return entries_.size(); }
+  const std::vector<std::pair<Value, Value>>& entries() const { return entries_; }
+
+ private:
+  std::vector<std::pair<Value, Value>> entries_;
+  std::unordered_map<std::string, size_t> string_index_;
+};
+
+struct CallArgs {
+  ValueList args;
+  std::vector<std::pair<std::string, Value>> kwargs;
+  const Value* kwarg(std::string_view name) const;
+};
+
+// Callables and other objects with behaviour (namespace, loop, cycler, macro...).
+class Object {
+ public:
+  virtual ~Object() = default;
+  virtual std::string type_name() const = 0;
+  virtual Value getattr(std::string_view name) const;
+  virtual bool callable() const { return false; }
+  virtual Value call(Interpreter& interp, CallArgs& args);
+  virtual std::string repr() const;
+};
+
+// namespace(): the one mutable object (`{% set ns.attr = value %}`).
+class Namespace : public Object {
+ public:
+  std::string type_name() const override { return "Namespace"; }
+  Value getattr(std::string_view name) const override;
+  std::string repr() const override;
+  void set(std::string_view name, Value v);
+  Dict attrs;
+};
+
+// Python semantics.
+bool truthy(const Value& v);
+std::string to_str(const Value& v);  // str(v); undefined gives ""
+std::string repr(const Value& v);    // repr(v)
+void append_str(std::string& out, const Value& v);
+bool equals(const Value& a, const Value& b);
+// Ordering as Python's <, raising TypeError-like errors for unorderable pairs.
+int compare(const Value& a, const Value& b);
+std::string type_name(const Value& v);         // Python type name: 'str', 'dict', ...
+std::string object_type_repr(const Value& v);  // "dict object", "None", ...
+bool is_hashable(const Value& v);
+
+// json.dumps(v, ensure_ascii=False, indent=..., separators=..., sort_keys=...).
+struct JsonFormat {
+  bool has_indent = false;
+  std::string indent;  // the string one level indents by
+  std::string item_sep = ", ";
+  std::string key_sep = ": ";
+  bool sort_keys = false;
+  bool ensure_ascii = false;
+};
+void dump_json(std::string& out, const Value& v, const JsonFormat& fmt, int depth = 0);
+
+// Converts JSON input (either nlohmann flavour) into template values.
+template <typename J>
+Value from_json(const J& j);
+extern template Value from_json<nlohmann::json>(const nlohmann::json&);
+extern template Value from_json<nlohmann::ordered_json>(const nlohmann::ordered_json&);
+
+}  // namespace tachyon::jinja

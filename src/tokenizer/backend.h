@@ -1,0 +1,105 @@
+// Internal: the engines behind Tokenizer. HfPipeline runs a tokenizer.json pipeline;
+// the SentencePiece backend wraps libsentencepiece.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "tokenizer/pipeline.h"
+#include "tokenizer/string_map.h"
+
+namespace tachyon::tok {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const = 0;
+  // Hugging Face's decode (before transformers' clean-up of spaces).
+  virtual std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const = 0;
+  virtual int32_t vocab_size() const = 0;
+  virtual std::optional<int32_t> token_to_id(std::string_view token) const = 0;
+  virtual std::optional<std::string> id_to_token(int32_t id) const = 0;
+  virtual bool is_special(int32_t id) const = 0;
+  // Adds a special token that is not in the vocabulary yet (transformers adds the
+  // special tokens named in tokenizer_config.json); returns its id.
+  virtual int32_t add_special_token(std::string_view content) = 0;
+};
+
+struct AddedToken {
+  std::string content;
+  int32_t id = 0;
+  bool special = false;
+  bool lstrip = false;
+  bool rstrip = false;
+  bool single_word = false;
+  bool normalized = true;
+};
+
+// Added tokens, matched in the text before the model runs: leftmost-longest, the
+// non-normalized ones on the raw text, the normalized ones on normalized text.
+class AddedVocabulary {
+ public:
+  // Adds or replaces (same content or same id) a token.
+  void add(AddedToken token);
+  // Builds the matchers; normalized tokens are matched in their normalized form.
+  void build(const Normalizer* normalizer);
+
+  struct Segment {
+    size_t begin, end;
+    int32_t id;  // -1: text to tokenize
+  };
+  // Splits `text` by the tokens of one pass (normalized or not).
+  void split(std::string_view text, bool normalized_pass, std::vector<Segment>& out) const;
+
+  std::optional<int32_t> find(std::string_view content) const { return by_content_.find(content); }
+  const AddedToken* by_id(int32_t id) const;
+  bool empty() const { return tokens_.empty(); }
+  int32_t max_id() const;
+
+ private:
+  struct Trie {
+    std::vector<std::vector<std::pair<uint8_t, uint32_t>>> children{{}};
+    std::vector<int32_t> token{-1};  // index into tokens_
+    bool first_byte[256] = {};
+    void insert(std::string_view s, int32_t index);
+    // Longest token starting at `pos`; returns its index and sets `len`, or -1.
+    int32_t longest(std::string_view text, size_t pos, size_t& len) const;
+  };
+  std::vector<AddedToken> tokens_;
+  StringIdMap by_content_;            // content -> id
+  std::vector<int32_t> index_of_id_;  // id -> index into tokens_, -1 (built by build())
+  std::unordered_map<int32_t, size_t> slot_of_id_;
+  Trie raw_, normalized_;
+  bool any_raw_ = false, any_normalized_ = false;
+};
+
+// A tokenizer.json pipeline.
+class HfPipeline : public Backend {
+ public:
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const override;
+  std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const override;
+  int32_t vocab_size() const override;
+  std::optional<int32_t> token_to_id(std::string_view token) const override;
+  std::optional<std::string> id_to_token(int32_t id) const override;
+  bool is_special(int32_t id) const override;
+  int32_t add_special_token(std::string_view content) override;
+
+  std::unique_ptr<Normalizer> normalizer;
+  std::unique_ptr<PreTokenizer> pre_tokenizer;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<PostProcessor> post_processor;
+  std::unique_ptr<Decoder> decoder;
+  AddedVocabulary added;
+};
+
+std::unique_ptr<Backend> make_sentencepiece_backend(const std::string& model_path, bool add_bos,
+                                                    bool add_eos,
+                                                    const std::vector<std::string>& specials);
+
+}  // namespace tachyon::tok

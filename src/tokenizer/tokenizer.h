@@ -1,0 +1,106 @@
+// Tokenizers loaded from the files real checkpoints ship, matching Hugging Face
+// (transformers' AutoTokenizer) token for token:
+//   - tokenizer.json (the `tokenizers` format: BPE / WordPiece / WordLevel / Unigram models,
+//     normalizers, pre-tokenizers, added tokens, post-processors, decoders), with the
+//     adjustments transformers makes for the tokenizer class named in tokenizer_config.json;
+//   - tokenizer.model (SentencePiece, through libsentencepiece) when there is no
+//     tokenizer.json, or a tiktoken rank file (tokenizer.model / *.tiktoken);
+//   - tokenizer_config.json: special tokens, add_bos_token / add_eos_token,
+//     model_max_length, clean_up_tokenization_spaces, chat templates (also from a
+//     chat_template.jinja sidecar).
+//
+// Thread safety: a loaded Tokenizer is immutable; encode/decode/lookups may run from any
+// number of threads at once. An IncrementalDecoder belongs to one sequence (one thread
+// at a time).
+//
+// Invalid UTF-8 input is decoded as Python does with errors="replace": each maximal
+// invalid subsequence becomes U+FFFD before tokenization.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tachyon {
+
+namespace tok {
+class Backend;
+}
+
+// Streaming detokenizer for one sequence. step() returns the text that became final
+// with this token (possibly empty): never a broken UTF-8 sequence, never text a later
+// token could still change (incomplete bytes, byte-fallback pieces, a pending leading
+// space). flush() returns what is held back at the end. The concatenation of all
+// step() results and flush() equals Tokenizer::decode() of all the ids.
+// Each step decodes only a small window of recent tokens.
+class IncrementalDecoder {
+ public:
+  virtual ~IncrementalDecoder() = default;
+  virtual std::string step(int32_t id) = 0;
+  virtual std::string flush() = 0;
+};
+
+struct ChatTemplateSource {
+  std::string name;  // "default" for the unnamed one
+  std::string source;
+};
+
+class Tokenizer {
+ public:
+  // Loads the tokenizer of a checkpoint directory (see above for the files used).
+  // Throws NotFound when none is there, InvalidArgument naming the file and field when
+  // one is malformed.
+  static std::unique_ptr<Tokenizer> load(const std::string& dir);
+  // Builds from the text of tokenizer.json and (optionally) tokenizer_config.json.
+  static std::unique_ptr<Tokenizer> from_json(std::string_view tokenizer_json,
+                                              std::string_view tokenizer_config_json = "{}");
+
+  ~Tokenizer();
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+
+  // Token ids of `text`; add_special_tokens applies the post-processor (BOS/EOS...).
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
+  // Text of `ids`; ids outside the vocabulary are skipped, as Hugging Face does.
+  std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const;
+  std::unique_ptr<IncrementalDecoder> make_incremental_decoder(bool skip_special_tokens) const;
+
+  // One more than the largest token id (model vocabulary plus added tokens).
+  int32_t vocab_size() const;
+  std::optional<int32_t> token_to_id(std::string_view token) const;
+  // The token string of `id` ("" for an unknown id).
+  std::string id_to_token(int32_t id) const;
+  // Whether `id` is a special added token (skipped by skip_special_tokens).
+  bool is_special(int32_t id) const;
+
+  // Special tokens from tokenizer_config.json (or the model's own), with their ids.
+  const std::optional<std::string>& bos_token() const { return bos_token_; }
+  const std::optional<std::string>& eos_token() const { return eos_token_; }
+  const std::optional<std::string>& pad_token() const { return pad_token_; }
+  const std::optional<std::string>& unk_token() const { return unk_token_; }
+  std::optional<int32_t> bos_id() const { return bos_id_; }
+  std::optional<int32_t> eos_id() const { return eos_id_; }
+  std::optional<int32_t> pad_id() const { return pad_id_; }
+  std::optional<int32_t> unk_id() const { return unk_id_; }
+  std::optional<int64_t> model_max_length() const { return model_max_length_; }
+
+  // Chat templates: the default one (if any) and all named ones.
+  std::optional<std::string> chat_template(std::string_view name = "default") const;
+  const std::vector<ChatTemplateSource>& chat_templates() const { return chat_templates_; }
+
+ private:
+  Tokenizer();
+  friend struct TokenizerBuilder;
+  std::unique_ptr<tok::Backend> backend_;
+  bool clean_up_tokenization_spaces_ = false;
+  std::optional<std::string> bos_token_, eos_token_, pad_token_, unk_token_;
+  std::optional<int32_t> bos_id_, eos_id_, pad_id_, unk_id_;
+  std::optional<int64_t> model_max_length_;
+  std::vector<ChatTemplateSource> chat_templates_;
+};
+
+}  // namespace tachyon
