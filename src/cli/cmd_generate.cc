@@ -115,6 +115,7 @@ int cmd_generate(const CommandArgs& argv) {
     }
     b.query_start = {0, n};
     b.context_lens = {computed + n};
+    b.prompt_lens = {static_cast<int32_t>(prompt.size())};
     b.max_blocks_per_seq = blocks;
     for (int32_t i = 0; i < blocks; ++i) b.block_tables.push_back(i);
     const bool first = computed == 0;
