@@ -244,6 +244,10 @@ struct TokenizerBuilder {
     if (tok::tokenizer_class(config) == "ChatGLMTokenizer") {
       // ChatGLM2 / ChatGLM3's own wrapper: its specials follow the SentencePiece vocabulary.
       t->backend_ = tok::make_chatglm_backend(path, cfg.added_tokens_decoder);
+      // transformers adds the named special tokens to the added tokens the text is split
+      // on, even those the SentencePiece model has (</s>, <unk>).
+      for (const auto* s : {&t->bos_token_, &t->eos_token_, &t->unk_token_, &t->pad_token_})
+        if (*s) t->backend_->add_special_token(**s);
       register_specials(*t, *t->backend_, config, {}, what);
       return t;
     }

@@ -61,7 +61,8 @@ class ChatGLMTokenizerTest : public ::testing::Test {
     const std::string prefix = (dir_->path() / "tokenizer").string();
     auto status = sentencepiece::SentencePieceTrainer::Train(
         "--input=" + (dir_->path() / "corpus.txt").string() + " --model_prefix=" + prefix +
-        " --model_type=bpe --vocab_size=120 --byte_fallback=true --character_coverage=1"
+        " --model_type=bpe --vocab_size=360 --hard_vocab_limit=false --byte_fallback=true"
+        " --character_coverage=1"
         " --user_defined_symbols=eop --num_threads=1 --minloglevel=2");
     ASSERT_TRUE(status.ok()) << status.ToString();
     ASSERT_TRUE(sp_.Load(prefix + ".model").ok());
