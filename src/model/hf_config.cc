@@ -278,12 +278,12 @@ void read_rope(const HfConfig& cfg, ModelConfig& mc, double theta_default, doubl
   };
   if (type == "default") {
     r.type = RopeType::kDefault;
-  } else if (type == "linear") {
-    r.type = RopeType::kLinear;
+  } else if (type == "linear" || type == "dynamic") {
+    // Both stretch max_position_embeddings by the factor: the model then takes
+    // sequences of max_position_embeddings * factor tokens.
+    r.type = type == "linear" ? RopeType::kLinear : RopeType::kDynamic;
     r.factor = need_factor();
-  } else if (type == "dynamic") {
-    r.type = RopeType::kDynamic;
-    r.factor = need_factor();
+    if (r.factor > 1) mc.max_seq_len = static_cast<int64_t>(static_cast<double>(mc.max_seq_len) * r.factor);
   } else if (type == "llama3") {
     r.type = RopeType::kLlama3;
     r.factor = need_factor();

@@ -46,6 +46,8 @@ bool moe_only(Slot s) {
     case Slot::kExpertUp:
     case Slot::kExpertGateUp:
     case Slot::kExpertDown:
+    case Slot::kExpertsGateUp:
+    case Slot::kExpertsDown:
     case Slot::kSharedGate:
     case Slot::kSharedUp:
     case Slot::kSharedDown:

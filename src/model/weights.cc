@@ -14,17 +14,29 @@ namespace tachyon {
 
 std::string_view slot_name(Slot slot) {
   static constexpr std::string_view kNames[] = {
-      "embedding",   "pos_embedding", "embed_norm",     "embed_norm_bias",
-      "project_in",  "project_out",   "final_norm",     "final_norm_bias",
-      "lm_head",     "lm_head_bias",  "attn_norm",      "attn_norm_bias",
-      "mlp_norm",    "mlp_norm_bias", "post_attn_norm", "post_mlp_norm",
-      "q_norm",      "k_norm",        "attn_qkv",       "attn_qkv_bias",
-      "attn_q",      "attn_q_bias",   "attn_k",         "attn_k_bias",
-      "attn_v",      "attn_v_bias",   "attn_o",         "attn_o_bias",
-      "ffn_gate_up", "ffn_gate",      "ffn_gate_bias",  "ffn_up",
-      "ffn_up_bias", "ffn_down",      "ffn_down_bias",  "moe_router",
-      "expert_gate", "expert_up",     "expert_gate_up", "expert_down",
-      "shared_gate", "shared_up",     "shared_down",    "shared_expert_gate",
+      "embedding",       "pos_embedding",
+      "embed_norm",      "embed_norm_bias",
+      "project_in",      "project_out",
+      "final_norm",      "final_norm_bias",
+      "lm_head",         "lm_head_bias",
+      "attn_norm",       "attn_norm_bias",
+      "mlp_norm",        "mlp_norm_bias",
+      "post_attn_norm",  "post_mlp_norm",
+      "q_norm",          "k_norm",
+      "attn_qkv",        "attn_qkv_bias",
+      "attn_q",          "attn_q_bias",
+      "attn_k",          "attn_k_bias",
+      "attn_v",          "attn_v_bias",
+      "attn_o",          "attn_o_bias",
+      "ffn_gate_up",     "ffn_gate",
+      "ffn_gate_bias",   "ffn_up",
+      "ffn_up_bias",     "ffn_down",
+      "ffn_down_bias",   "moe_router",
+      "expert_gate",     "expert_up",
+      "expert_gate_up",  "expert_down",
+      "experts_gate_up", "experts_down",
+      "shared_gate",     "shared_up",
+      "shared_down",     "shared_expert_gate",
   };
   static_assert(std::size(kNames) == static_cast<size_t>(Slot::kCount));
   return kNames[static_cast<size_t>(slot)];
@@ -161,6 +173,10 @@ Shape slot_shape(const ModelConfig& cfg, Slot s) {
       return {2 * Ie, D};
     case Slot::kExpertDown:
       return {D, Ie};
+    case Slot::kExpertsGateUp:
+      return {cfg.moe.num_experts, 2 * Ie, D};
+    case Slot::kExpertsDown:
+      return {cfg.moe.num_experts, D, Ie};
     case Slot::kSharedGate:
     case Slot::kSharedUp:
       return {Is, D};
@@ -223,25 +239,38 @@ class Loader {
 
   Shape expected(Slot s, int) const { return slot_shape(cfg_, s); }
 
+  // The checkpoint name of a reference (its spellings in order, each also without the
+  // wrapper prefix, as hub checkpoints saved from the base model have it); empty when
+  // none is present.
+  std::string resolve(const WeightRef& ref, int layer, int expert) const {
+    std::vector<std::string> names = {ref.name};
+    names.insert(names.end(), ref.alternatives.begin(), ref.alternatives.end());
+    for (const std::string& pattern : names) {
+      const std::string name = substitute(pattern, layer, expert);
+      if (ckpt_.contains(name)) return name;
+      const size_t dot = name.find('.');
+      if (dot != std::string::npos && ckpt_.contains(name.substr(dot + 1)))
+        return name.substr(dot + 1);
+    }
+    return {};
+  }
+
+  bool present(Slot s, int layer, int expert) const {
+    auto it = map_.find(s);
+    return it != map_.end() && !resolve(it->second, layer, expert).empty();
+  }
+
   // Fetches, checks and transforms one slot; empty when unmapped or optional+missing.
   Tensor fetch(Slot s, int layer = -1, int expert = -1) {
     auto it = map_.find(s);
     if (it == map_.end()) return {};
     const WeightRef& ref = it->second;
-    std::string name = substitute(ref.name, layer, expert);
-    if (!ckpt_.contains(name)) {
-      // Hub checkpoints saved from the base model lack the wrapper prefix
-      // ("transformer.", "model.").
-      const size_t dot = name.find('.');
-      std::string alt = dot == std::string::npos ? name : name.substr(dot + 1);
-      if (ckpt_.contains(alt)) {
-        name = alt;
-      } else if (ref.optional) {
-        return {};
-      } else {
-        raise<NotFound>("checkpoint has no tensor '{}' (slot {}{})", name, slot_name(s),
-                        layer >= 0 ? fmt::format(", layer {}", layer) : std::string());
-      }
+    std::string name = resolve(ref, layer, expert);
+    if (name.empty()) {
+      if (ref.optional) return {};
+      raise<NotFound>("checkpoint has no tensor '{}' (slot {}{})",
+                      substitute(ref.name, layer, expert), slot_name(s),
+                      layer >= 0 ? fmt::format(", layer {}", layer) : std::string());
     }
     const TensorInfo& info = ckpt_.info(name);
     if (!(info.dtype == DType::kF32 || info.dtype == DType::kF16 || info.dtype == DType::kBF16))
@@ -375,8 +404,29 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, const 
     if (cfg.is_moe(l)) {
       L.router = {ld.require(Slot::kRouter, l), {}};
       L.experts.resize(static_cast<size_t>(cfg.moe.num_experts));
+      // Per-expert tensors (hub layout) or all experts stacked (transformers 5 layout),
+      // sliced into zero-copy per-expert views.
+      const bool stacked =
+          !ld.present(Slot::kExpertDown, l, 0) && ld.present(Slot::kExpertsDown, l, -1);
+      Tensor all_gate_up, all_down;
+      if (stacked) {
+        all_gate_up = ld.require(Slot::kExpertsGateUp, l);
+        all_down = ld.require(Slot::kExpertsDown, l);
+      }
+      auto expert_view = [](const Tensor& all, int e) {
+        const int64_t rows = all.dim(1), cols = all.dim(2);
+        const size_t bytes = static_cast<size_t>(rows * cols) * dtype_size(all.dtype());
+        auto* base =
+            static_cast<uint8_t*>(const_cast<void*>(all.raw())) + bytes * static_cast<size_t>(e);
+        return Tensor::wrap(base, {rows, cols}, all.dtype(), all.owner(), all.device());
+      };
       for (int e = 0; e < cfg.moe.num_experts; ++e) {
         MoeExpertWeights& ew = L.experts[e];
+        if (stacked) {
+          ew.gate_up = expert_view(all_gate_up, e);
+          ew.down = expert_view(all_down, e);
+          continue;
+        }
         ew.gate_up = ld.fetch(Slot::kExpertGateUp, l, e);
         if (!ew.gate_up) {
           ew.gate = ld.fetch(Slot::kExpertGate, l, e);

@@ -57,9 +57,11 @@ enum class Slot : uint8_t {
   kRouter,      // [E, D]
   kExpertGate,  // per expert ("{E}" in the name): [Ie, D]
   kExpertUp,
-  kExpertGateUp,  // [2 Ie, D]
-  kExpertDown,    // [D, Ie]
-  kSharedGate,    // shared expert [Is, D]
+  kExpertGateUp,   // [2 Ie, D]
+  kExpertDown,     // [D, Ie]
+  kExpertsGateUp,  // all experts stacked [E, 2 Ie, D] (transformers 5 layout)
+  kExpertsDown,    // all experts stacked [E, D, Ie]
+  kSharedGate,     // shared expert [Is, D]
   kSharedUp,
   kSharedDown,
   kSharedExpertGate,  // [1, D]
@@ -80,7 +82,8 @@ enum class WeightTransform : uint8_t {
 struct WeightRef {
   std::string name;  // "{L}" = layer index, "{E}" = expert index
   WeightTransform transform = WeightTransform::kNone;
-  bool optional = false;  // a missing tensor leaves the slot empty
+  bool optional = false;                       // a missing tensor leaves the slot empty
+  std::vector<std::string> alternatives = {};  // other spellings, tried in order
 };
 
 // An architecture's weight mapping: slot -> tensor name (+ transform).

@@ -173,6 +173,9 @@ TEST_F(AttentionOpsTest, PagedPrefillAndDecodeMixed) {
   check_paged_attention(*be_, rng_, {{0, 13}, {7, 6}, {24, 1}, {9, 1}}, QkvLayout{4, 2, 16}, 5, p);
   check_paged_attention(*be_, rng_, {{0, 1}}, QkvLayout{2, 2, 8}, 1, p);
   check_paged_attention(*be_, rng_, {{30, 17}}, QkvLayout{6, 1, 12}, 16, p);
+  // Wide heads, a large group (tiles split), long contexts over many blocks.
+  p.scale = 0.125f;
+  check_paged_attention(*be_, rng_, {{40, 33}, {100, 1}, {0, 5}}, QkvLayout{16, 2, 64}, 16, p);
 }
 
 TEST_F(AttentionOpsTest, SlidingWindowAndSoftcap) {

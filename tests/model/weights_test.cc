@@ -1,6 +1,7 @@
 // Weight transforms and loading errors.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -163,6 +164,113 @@ TEST_F(LoadErrors, BadBatchesAreRefused) {
   bad.query_start = {0, 3};
   EXPECT_THROW(m->forward(bad), InvalidArgument);
   EXPECT_THROW(m->copy_kv_blocks({{0, 9}}), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace tachyon
+
+namespace tachyon {
+namespace {
+
+// The Mixtral fixture rewritten in the transformers 5 layout (router under mlp.gate,
+// experts stacked in mlp.experts.gate_up_proj [E, 2I, D] and down_proj [E, D, I])
+// gives the same logits as the hub layout.
+TEST(StackedExperts, SameLogitsAsPerExpertTensors) {
+  namespace fs = std::filesystem;
+  const fs::path src = fs::path(TACHYON_SOURCE_DIR) / "tests/conformance/fixtures/mixtral";
+  const fs::path dst =
+      fs::temp_directory_path() / ("tachyon_stacked_" + std::to_string(::getpid()));
+  fs::create_directories(dst);
+  fs::copy_file(src / "config.json", dst / "config.json", fs::copy_options::overwrite_existing);
+  auto ckpt = SafetensorsFile::open((src / "model.safetensors").string());
+  NamedTensors out;
+  const int E = 4, I = 176, D = 64;
+  for (const auto& e : ckpt->entries()) {
+    if (e.name.find("block_sparse_moe") == std::string::npos)
+      out.emplace_back(e.name, ckpt->get(e.name));
+  }
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    out.emplace_back(p + "mlp.gate.weight", ckpt->get(p + "block_sparse_moe.gate.weight"));
+    Tensor gu = Tensor::empty({E, 2 * I, D}, DType::kF32),
+           dn = Tensor::empty({E, D, I}, DType::kF32);
+    for (int e = 0; e < E; ++e) {
+      const std::string x = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+      std::memcpy(gu.data<float>() + e * 2 * I * D, ckpt->get(x + "w1.weight").raw(), I * D * 4);
+      std::memcpy(gu.data<float>() + e * 2 * I * D + I * D, ckpt->get(x + "w3.weight").raw(),
+                  I * D * 4);
+      std::memcpy(dn.data<float>() + e * D * I, ckpt->get(x + "w2.weight").raw(), D * I * 4);
+    }
+    out.emplace_back(p + "mlp.experts.gate_up_proj", gu);
+    out.emplace_back(p + "mlp.experts.down_proj", dn);
+  }
+  write_safetensors((dst / "model.safetensors").string(), out);
+  auto run = [](const std::string& dir) {
+    auto m = load_model(dir);
+    m->init_kv_cache(4, 8);
+    ForwardBatch b;
+    b.token_ids = {5, 77, 300, 12, 9, 41};
+    b.positions = {0, 1, 2, 3, 4, 5};
+    b.query_start = {0, 6};
+    b.context_lens = {6};
+    b.block_tables = {2};
+    b.max_blocks_per_seq = 1;
+    b.logits_rows = {0, 3, 5};
+    return m->forward(b);
+  };
+  Tensor a = run(src.string()), b = run(dst.string());
+  ASSERT_EQ(a.shape(), b.shape());
+  for (int64_t i = 0; i < a.numel(); ++i) EXPECT_FLOAT_EQ(a.data<float>()[i], b.data<float>()[i]);
+  fs::remove_all(dst);
+}
+
+}  // namespace
+}  // namespace tachyon
+
+namespace tachyon {
+namespace {
+
+// f16 and bf16 checkpoints compute exactly what an f32 checkpoint holding the same
+// (rounded) values computes: weights are converted exactly inside the kernels.
+TEST(CheckpointDtypes, HalfPrecisionWeightsConvertExactly) {
+  namespace fs = std::filesystem;
+  const fs::path src = fs::path(TACHYON_SOURCE_DIR) / "tests/conformance/fixtures/qwen3";
+  auto ckpt = SafetensorsFile::open((src / "model.safetensors").string());
+  auto run = [](const std::string& dir) {
+    auto m = load_model(dir);
+    m->init_kv_cache(4, 8);
+    ForwardBatch b;
+    b.token_ids = {5, 77, 300, 12, 9, 41, 7};
+    b.positions = {0, 1, 2, 3, 4, 5, 6};
+    b.query_start = {0, 7};
+    b.context_lens = {7};
+    b.block_tables = {1};
+    b.max_blocks_per_seq = 1;
+    b.logits_rows = {0, 6};
+    return m->forward(b);
+  };
+  for (DType half : {DType::kF16, DType::kBF16}) {
+    const fs::path dh = fs::temp_directory_path() / ("tachyon_half_" + std::to_string(::getpid()));
+    const fs::path df =
+        fs::temp_directory_path() / ("tachyon_rounded_" + std::to_string(::getpid()));
+    NamedTensors th, tf;
+    for (const auto& e : ckpt->entries()) {
+      Tensor h = ckpt->get(e.name).to(half);
+      th.emplace_back(e.name, h);
+      tf.emplace_back(e.name, h.to(DType::kF32));
+    }
+    for (const auto& [d, t] : {std::pair{dh, &th}, std::pair{df, &tf}}) {
+      fs::create_directories(d);
+      fs::copy_file(src / "config.json", d / "config.json", fs::copy_options::overwrite_existing);
+      write_safetensors((d / "model.safetensors").string(), *t);
+    }
+    Tensor a = run(dh.string()), b = run(df.string());
+    ASSERT_EQ(a.shape(), b.shape());
+    for (int64_t i = 0; i < a.numel(); ++i)
+      EXPECT_NEAR(a.data<float>()[i], b.data<float>()[i], 1e-5) << i;
+    fs::remove_all(dh);
+    fs::remove_all(df);
+  }
 }
 
 }  // namespace

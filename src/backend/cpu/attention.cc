@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "backend/cpu/attention_tile.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/vec.h"
 #include "core/error.h"
@@ -90,6 +91,7 @@ inline float round_bf16(float x) {
 struct AttnScratch {
   std::vector<float> scores;
   std::vector<float> acc;
+  std::vector<float> tile;
 };
 thread_local AttnScratch tl_scratch;
 
@@ -134,6 +136,14 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
   const float* slopes = params.alibi_slopes ? params.alibi_slopes.data<float>() : nullptr;
   float* o = out.data<float>();
 
+  for (int s = 0; s < S; ++s) {
+    const int64_t need = (int64_t{ctx[s]} + bs - 1) / bs;
+    for (int64_t i = 0; i < need; ++i) {
+      const int32_t blk = bt[int64_t{s} * mb + i];
+      TACHYON_CHECK(blk >= 0 && blk < nb, "block table entry {} of {} blocks", blk, nb);
+    }
+  }
+  const bool tiled = use_avx2() && hd % 8 == 0;
   pool_.run(task_start[S], [&](int64_t task) {
     const int s = static_cast<int>(std::upper_bound(task_start.begin(), task_start.end(), task) -
                                    task_start.begin()) -
@@ -146,6 +156,42 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
     const int i0 = tile * kTile, i1 = std::min(q_len, i0 + kTile);
     const int32_t* blocks = bt + int64_t{s} * mb;
     AttnScratch& sc = tl_scratch;
+    if (tiled) {
+      // Rows (query, head of the group) in order, in tiles of at most kAttnTileMaxRows.
+      if (sc.tile.size() < static_cast<size_t>(attn_tile_scratch(kAttnTileMaxRows, hd)))
+        sc.tile.resize(static_cast<size_t>(attn_tile_scratch(kAttnTileMaxRows, hd)));
+      AttnTile tile;
+      tile.k_cache = kc;
+      tile.v_cache = vc;
+      tile.blocks = blocks;
+      tile.block_size = bs;
+      tile.num_kv_heads = KV;
+      tile.kv_head = g;
+      tile.head_dim = hd;
+      tile.params = &params;
+      tile.alibi = slopes != nullptr;
+      for (int i = i0; i < i1; ++i) {
+        const int64_t t = qs[s] + i;
+        const int64_t idx = ctx[s] - q_len + i;
+        const int64_t lo =
+            params.sliding_window > 0 ? std::max<int64_t>(0, idx - params.sliding_window + 1) : 0;
+        for (int hh = 0; hh < group; ++hh) {
+          const int h = g * group + hh;
+          const int r = tile.rows++;
+          tile.q[r] = q_base + t * cols + int64_t{h} * hd;
+          tile.out[r] = o + t * int64_t{H} * hd + int64_t{h} * hd;
+          tile.idx[r] = idx;
+          tile.lo[r] = lo;
+          tile.slope[r] = slopes != nullptr ? slopes[h] : 0.f;
+          if (tile.rows == kAttnTileMaxRows) {
+            attention_tile_avx2(tile, sc.tile.data());
+            tile.rows = 0;
+          }
+        }
+      }
+      if (tile.rows > 0) attention_tile_avx2(tile, sc.tile.data());
+      return;
+    }
     if (sc.scores.size() < static_cast<size_t>(ctx[s]))
       sc.scores.resize(static_cast<size_t>(ctx[s]));
     if (sc.acc.size() < static_cast<size_t>(hd)) sc.acc.resize(static_cast<size_t>(hd));

@@ -17,7 +17,8 @@ void gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, 
   tp.parallel_for(0, n, 16, [&](int64_t n0, int64_t n1) {
     std::vector<float> row(static_cast<size_t>(k));
     for (int64_t j = n0; j < n1; ++j) {
-      for (int64_t p = 0; p < k; ++p) row[p] = load_as_f32(w, w_dtype, static_cast<size_t>(j * k + p));
+      for (int64_t p = 0; p < k; ++p)
+        row[p] = load_as_f32(w, w_dtype, static_cast<size_t>(j * k + p));
       for (int64_t i = 0; i < m; ++i) {
         const float* xi = x + i * ldx;
         float acc = 0.f;

@@ -29,10 +29,16 @@ ArchSpec mixtral_spec() {
     m.erase(Slot::kUp);
     m.erase(Slot::kDown);
     const std::string l = "model.layers.{L}.block_sparse_moe.";
-    m[Slot::kRouter] = {l + "gate.weight"};
+    m[Slot::kRouter] = {
+        l + "gate.weight", WeightTransform::kNone, false, {"model.layers.{L}.mlp.gate.weight"}};
     m[Slot::kExpertGate] = {l + "experts.{E}.w1.weight"};
     m[Slot::kExpertDown] = {l + "experts.{E}.w2.weight"};
     m[Slot::kExpertUp] = {l + "experts.{E}.w3.weight"};
+    // transformers 5 writes all experts stacked.
+    m[Slot::kExpertsGateUp] = {"model.layers.{L}.mlp.experts.gate_up_proj", WeightTransform::kNone,
+                               true};
+    m[Slot::kExpertsDown] = {"model.layers.{L}.mlp.experts.down_proj", WeightTransform::kNone,
+                             true};
     return m;
   };
   return s;

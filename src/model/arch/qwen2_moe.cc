@@ -48,6 +48,8 @@ ArchSpec qwen2_moe_spec() {
     m[Slot::kExpertGate] = {l + "experts.{E}.gate_proj.weight"};
     m[Slot::kExpertUp] = {l + "experts.{E}.up_proj.weight"};
     m[Slot::kExpertDown] = {l + "experts.{E}.down_proj.weight"};
+    m[Slot::kExpertsGateUp] = {l + "experts.gate_up_proj", WeightTransform::kNone, true};
+    m[Slot::kExpertsDown] = {l + "experts.down_proj", WeightTransform::kNone, true};
     m[Slot::kSharedGate] = {l + "shared_expert.gate_proj.weight"};
     m[Slot::kSharedUp] = {l + "shared_expert.up_proj.weight"};
     m[Slot::kSharedDown] = {l + "shared_expert.down_proj.weight"};

@@ -1,0 +1,175 @@
+#include "backend/cpu/attention_tile.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/dtype.h"
+
+#if defined(__x86_64__)
+#include "backend/cpu/avx2_math.h"
+#endif
+
+namespace tachyon::cpu {
+
+#if defined(__x86_64__)
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// s[r][j] = q_r . k_j for rows [r0, r0 + 4) and keys [j0, j0 + 2); missing rows or
+// keys point at valid memory and their results are not used.
+__attribute__((target("avx2,fma"))) inline void dot_block(const float* const* q, const float* k0,
+                                                          const float* k1, int hd,
+                                                          float out[4][2]) {
+  __m256 a00 = _mm256_setzero_ps(), a01 = _mm256_setzero_ps(), a10 = _mm256_setzero_ps(),
+         a11 = _mm256_setzero_ps(), a20 = _mm256_setzero_ps(), a21 = _mm256_setzero_ps(),
+         a30 = _mm256_setzero_ps(), a31 = _mm256_setzero_ps();
+  for (int d = 0; d < hd; d += 8) {
+    const __m256 x0 = _mm256_loadu_ps(k0 + d), x1 = _mm256_loadu_ps(k1 + d);
+    __m256 y = _mm256_loadu_ps(q[0] + d);
+    a00 = _mm256_fmadd_ps(y, x0, a00);
+    a01 = _mm256_fmadd_ps(y, x1, a01);
+    y = _mm256_loadu_ps(q[1] + d);
+    a10 = _mm256_fmadd_ps(y, x0, a10);
+    a11 = _mm256_fmadd_ps(y, x1, a11);
+    y = _mm256_loadu_ps(q[2] + d);
+    a20 = _mm256_fmadd_ps(y, x0, a20);
+    a21 = _mm256_fmadd_ps(y, x1, a21);
+    y = _mm256_loadu_ps(q[3] + d);
+    a30 = _mm256_fmadd_ps(y, x0, a30);
+    a31 = _mm256_fmadd_ps(y, x1, a31);
+  }
+  out[0][0] = hsum256(a00);
+  out[0][1] = hsum256(a01);
+  out[1][0] = hsum256(a10);
+  out[1][1] = hsum256(a11);
+  out[2][0] = hsum256(a20);
+  out[2][1] = hsum256(a21);
+  out[3][0] = hsum256(a30);
+  out[3][1] = hsum256(a31);
+}
+
+}  // namespace
+
+__attribute__((target("avx2,fma"))) void attention_tile_avx2(const AttnTile& t, float* scratch) {
+  const int R = t.rows, hd = t.head_dim;
+  const AttentionParams& p = *t.params;
+  float* acc = scratch;                       // [R, hd]
+  float* s = acc + int64_t{R} * hd;           // [R, kAttnKeyChunk]
+  float* m = s + int64_t{R} * kAttnKeyChunk;  // [R] running max
+  float* l = m + R;                           // [R] running sum
+  std::fill(acc, acc + int64_t{R} * hd, 0.f);
+  std::fill(m, m + R, kNegInf);
+  std::fill(l, l + R, 0.f);
+
+  int64_t jmin = t.lo[0], jmax = t.idx[0];
+  for (int r = 1; r < R; ++r) {
+    jmin = std::min(jmin, t.lo[r]);
+    jmax = std::max(jmax, t.idx[r]);
+  }
+  const float* qrows[kAttnTileMaxRows + 3];
+  for (int r = 0; r < R; ++r) qrows[r] = t.q[r];
+  for (int r = R; r < R + 3; ++r) qrows[r] = t.q[0];
+  const int64_t bs = t.block_size;
+
+  for (int64_t j0 = jmin; j0 <= jmax;) {
+    const int64_t block_end = (j0 / bs + 1) * bs;
+    const int64_t j1 = std::min({block_end, j0 + kAttnKeyChunk, jmax + 1});
+    const int n = static_cast<int>(j1 - j0);
+    const int64_t blk = t.blocks[j0 / bs];
+    const int64_t row0 = ((blk * t.num_kv_heads + t.kv_head) * bs + j0 % bs) * hd;
+    const float* kc = t.k_cache + row0;  // keys j0 .. j1 - 1, contiguous
+    const float* vc = t.v_cache + row0;
+
+    // Scores.
+    for (int r0 = 0; r0 < R; r0 += 4) {
+      for (int jj = 0; jj < n; jj += 2) {
+        float out[4][2];
+        dot_block(qrows + r0, kc + int64_t{jj} * hd, kc + int64_t{std::min(jj + 1, n - 1)} * hd, hd,
+                  out);
+        for (int rr = 0; rr < 4 && r0 + rr < R; ++rr) {
+          s[(r0 + rr) * kAttnKeyChunk + jj] = out[rr][0];
+          if (jj + 1 < n) s[(r0 + rr) * kAttnKeyChunk + jj + 1] = out[rr][1];
+        }
+      }
+    }
+    // Scale, softcap, ALiBi, mask; online softmax; accumulate V.
+    const __m256 lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int r = 0; r < R; ++r) {
+      float* sr = s + r * kAttnKeyChunk;
+      for (int jj = n; jj < kAttnKeyChunk; ++jj) sr[jj] = 0.f;
+      const float lo = static_cast<float>(std::max<int64_t>(t.lo[r] - j0, 0));
+      const float hi = static_cast<float>(std::min<int64_t>(t.idx[r] - j0, n - 1));
+      __m256 v[2], keep[2];
+      __m256 vmax = _mm256_set1_ps(kNegInf);
+      for (int h = 0; h < 2; ++h) {
+        const __m256 jj = _mm256_add_ps(lane, _mm256_set1_ps(8.f * h));
+        keep[h] = _mm256_and_ps(_mm256_cmp_ps(jj, _mm256_set1_ps(lo), _CMP_GE_OQ),
+                                _mm256_cmp_ps(jj, _mm256_set1_ps(hi), _CMP_LE_OQ));
+        __m256 x = _mm256_mul_ps(_mm256_loadu_ps(sr + 8 * h), _mm256_set1_ps(p.scale));
+        if (p.softcap > 0.f) {
+          x = _mm256_mul_ps(_mm256_set1_ps(p.softcap),
+                            tanh256(_mm256_mul_ps(x, _mm256_set1_ps(1.f / p.softcap))));
+        }
+        if (t.alibi) {
+          __m256 b = _mm256_mul_ps(_mm256_set1_ps(t.slope[r]),
+                                   _mm256_add_ps(jj, _mm256_set1_ps(static_cast<float>(j0))));
+          if (p.alibi_bias_bf16) {
+            // Round to bfloat16, nearest even.
+            __m256i u = _mm256_castps_si256(b);
+            __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+            u = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd));
+            b = _mm256_castsi256_ps(
+                _mm256_and_si256(u, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+          }
+          x = _mm256_fmadd_ps(_mm256_set1_ps(p.alibi_scale), b, x);
+        }
+        v[h] = _mm256_blendv_ps(_mm256_set1_ps(kNegInf), x, keep[h]);
+        vmax = _mm256_max_ps(vmax, v[h]);
+      }
+      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+      m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+      const float cmax = _mm_cvtss_f32(m4);
+      if (cmax == kNegInf) continue;  // no visible key in this chunk
+      const float mnew = std::max(m[r], cmax);
+      const float corr = m[r] == kNegInf ? 0.f : std::exp(m[r] - mnew);
+      m[r] = mnew;
+      __m256 esum = _mm256_setzero_ps();
+      for (int h = 0; h < 2; ++h) {
+        __m256 e = exp256(_mm256_sub_ps(v[h], _mm256_set1_ps(mnew)));
+        e = _mm256_and_ps(e, keep[h]);
+        _mm256_storeu_ps(sr + 8 * h, e);
+        esum = _mm256_add_ps(esum, e);
+      }
+      const float psum = hsum256(esum);
+      l[r] = l[r] * corr + psum;
+      float* ar = acc + int64_t{r} * hd;
+      const __m256 vcorr = _mm256_set1_ps(corr);
+      for (int d = 0; d < hd; d += 8) {
+        __m256 a = _mm256_mul_ps(_mm256_loadu_ps(ar + d), vcorr);
+        for (int jj = 0; jj < n; ++jj)
+          a = _mm256_fmadd_ps(_mm256_set1_ps(sr[jj]), _mm256_loadu_ps(vc + int64_t{jj} * hd + d),
+                              a);
+        _mm256_storeu_ps(ar + d, a);
+      }
+    }
+    j0 = j1;
+  }
+  for (int r = 0; r < R; ++r) {
+    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+    const __m256 vi = _mm256_set1_ps(inv);
+    for (int d = 0; d < hd; d += 8)
+      _mm256_storeu_ps(t.out[r] + d, _mm256_mul_ps(_mm256_loadu_ps(acc + int64_t{r} * hd + d), vi));
+  }
+}
+
+#else
+
+void attention_tile_avx2(const AttnTile&, float*) {}
+
+#endif
+
+}  // namespace tachyon::cpu

@@ -1,0 +1,42 @@
+// The AVX2 paged-attention tile kernel: a block of query rows (several query tokens
+// x the query heads sharing one KV head) against the keys/values of one sequence,
+// with an online softmax over key chunks (each chunk inside one cache block), so K
+// and V are read once per tile.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/ops.h"
+
+namespace tachyon::cpu {
+
+inline constexpr int kAttnTileMaxRows = 32;
+inline constexpr int kAttnKeyChunk = 16;
+
+struct AttnTile {
+  int rows = 0;
+  const float* q[kAttnTileMaxRows];
+  float* out[kAttnTileMaxRows];
+  int64_t idx[kAttnTileMaxRows];  // the row's cache index (last visible key)
+  int64_t lo[kAttnTileMaxRows];   // first visible key
+  float slope[kAttnTileMaxRows];  // ALiBi slope of the row's head (unused without ALiBi)
+  const float* k_cache = nullptr;
+  const float* v_cache = nullptr;
+  const int32_t* blocks = nullptr;  // the sequence's block table
+  int64_t block_size = 0;
+  int32_t num_kv_heads = 0;
+  int32_t kv_head = 0;
+  int32_t head_dim = 0;  // a multiple of 8
+  const AttentionParams* params = nullptr;
+  bool alibi = false;
+};
+
+// Scratch floats the kernel needs for a tile of `rows` rows.
+inline int64_t attn_tile_scratch(int rows, int head_dim) {
+  return int64_t{rows} * head_dim + int64_t{rows} * (kAttnKeyChunk + 2) + 8;
+}
+
+// Computes the tile's outputs. Requires use_avx2() and head_dim % 8 == 0.
+void attention_tile_avx2(const AttnTile& t, float* scratch);
+
+}  // namespace tachyon::cpu
