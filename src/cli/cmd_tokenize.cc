@@ -4,6 +4,7 @@
 //     {"text": "...", "add_special_tokens": true}          -> {"ids": [...]}
 //     {"ids": [...], "skip_special_tokens": false}          -> {"text": "..."}
 //     {"messages": [...], "add_generation_prompt": true}    -> {"rendered": "...", "ids": [...]}
+//       (optional "tools", "documents", "chat_template_kwargs", "chat_template_name")
 //     a request that fails                                  -> {"error": "..."}
 //   --tokenizer DIR --text T  prints the ids of T (with special tokens unless
 //                             --no-special-tokens).
@@ -48,7 +49,25 @@ Json handle(const Tokenizer& tok, const std::string& line) {
     return Json{{"text", tok.decode(v, bool_field(req, "skip_special_tokens", false))}};
   }
   if (req.contains("messages")) {
-    raise<InvalidArgument>("chat templates are not available in this build");
+    // Re-read keeping key order: tools and arguments render in the order given.
+    auto ordered = nlohmann::ordered_json::parse(line);
+    OrderedChatRequest chat;
+    chat.messages = ordered["messages"];
+    if (!chat.messages.is_array()) raise<InvalidArgument>("\"messages\" must be an array");
+    chat.add_generation_prompt = bool_field(req, "add_generation_prompt", false);
+    if (ordered.contains("tools")) chat.tools = ordered["tools"];
+    if (ordered.contains("documents")) chat.documents = ordered["documents"];
+    if (ordered.contains("chat_template_kwargs") && !ordered["chat_template_kwargs"].is_null()) {
+      if (!ordered["chat_template_kwargs"].is_object()) {
+        raise<InvalidArgument>("\"chat_template_kwargs\" must be an object");
+      }
+      chat.extra = ordered["chat_template_kwargs"];
+    }
+    if (req.contains("chat_template_name") && req["chat_template_name"].is_string()) {
+      chat.template_name = req["chat_template_name"].get<std::string>();
+    }
+    ChatEncoding enc = tok.apply_chat_template(chat);
+    return Json{{"rendered", enc.rendered}, {"ids", enc.ids}};
   }
   raise<InvalidArgument>("request needs \"text\", \"ids\" or \"messages\"");
 }

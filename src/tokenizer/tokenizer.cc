@@ -3,6 +3,9 @@
 #include "tokenizer/tokenizer.h"
 
 #include <filesystem>
+#include <fstream>
+
+#include "chat/chat_template.h"
 
 #include "core/error.h"
 #include "core/json.h"
@@ -67,8 +70,9 @@ constexpr const char* kQwenPattern =
 bool is_sentencepiece_model(const std::string& path) {
   // A serialized ModelProto starts with field 1 (pieces, length-delimited): tag 0x0A.
   // A tiktoken file is base64 text.
-  std::string head = read_file(path, 1 << 20).substr(0, 1);
-  return !head.empty() && head[0] == '\x0A';
+  std::ifstream f(path, std::ios::binary);
+  char head = 0;
+  return f.get(head) && head == '\x0A';
 }
 
 }  // namespace
@@ -90,23 +94,8 @@ struct TokenizerBuilder {
         t.model_max_length_ = static_cast<int64_t>(m.get<uint64_t>());
       }
     }
-    if (config.is_object() && config.contains("chat_template")) {
-      const Json& c = config["chat_template"];
-      if (c.is_string()) {
-        t.chat_templates_.push_back({"default", c.get<std::string>()});
-      } else if (c.is_array()) {
-        for (const Json& e : c) {
-          if (!e.is_object() || !e.contains("name") || !e.contains("template") ||
-              !e["name"].is_string() || !e["template"].is_string()) {
-            raise<InvalidArgument>("{}: chat_template: expected {{\"name\", \"template\"}} items",
-                                   what);
-          }
-          t.chat_templates_.push_back(
-              {e["name"].get<std::string>(), e["template"].get<std::string>()});
-        }
-      } else if (!c.is_null()) {
-        raise<InvalidArgument>("{}: chat_template: expected a string or a list", what);
-      }
+    for (auto& [name, source] : chat_templates_from_config(config).templates) {
+      t.chat_templates_.push_back({name, std::move(source)});
     }
   }
 
@@ -313,16 +302,18 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& dir) {
     }
     t = TokenizerBuilder::from_tiktoken(tiktoken, cfg, tiktoken);
   }
-  if (file_exists(jinja)) {
-    std::string src = read_file(jinja);
-    auto it = std::find_if(t->chat_templates_.begin(), t->chat_templates_.end(),
-                           [](const ChatTemplateSource& c) { return c.name == "default"; });
-    if (it != t->chat_templates_.end()) {
-      it->source = std::move(src);
-    } else {
-      t->chat_templates_.insert(t->chat_templates_.begin(), {"default", std::move(src)});
+  // As transformers: template files, when there are any, replace the config's.
+  std::vector<ChatTemplateSource> files;
+  if (file_exists(jinja)) files.push_back({"default", read_file(jinja)});
+  const fs::path extra = root / "additional_chat_templates";
+  if (fs::is_directory(extra)) {
+    for (const auto& e : fs::directory_iterator(extra)) {
+      if (e.path().extension() == ".jinja") {
+        files.push_back({e.path().stem().string(), read_file(e.path().string())});
+      }
     }
   }
+  if (!files.empty()) t->chat_templates_ = std::move(files);
   return t;
 }
 
@@ -357,6 +348,61 @@ std::optional<std::string> Tokenizer::chat_template(std::string_view name) const
     if (c.name == name) return c.source;
   }
   return std::nullopt;
+}
+
+}  // namespace tachyon
+
+namespace tachyon {
+
+std::shared_ptr<const ChatTemplate> Tokenizer::compiled_template(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(chat_mu_);
+  auto it = compiled_.find(name);
+  if (it != compiled_.end()) return it->second;
+  auto source = chat_template(name);
+  if (!source) raise<InvalidArgument>("the tokenizer has no chat template named '{}'", name);
+  auto compiled = std::make_shared<const ChatTemplate>(ChatTemplate::compile(*source));
+  compiled_.emplace(name, compiled);
+  return compiled;
+}
+
+template <typename J>
+ChatEncoding Tokenizer::apply_chat_template_impl(const BasicChatRequest<J>& request) const {
+  ChatTemplateSet set;
+  for (const auto& c : chat_templates_) set.templates[c.name] = c.source;
+  if (set.empty()) {
+    raise<InvalidArgument>(
+        "cannot apply a chat template: the tokenizer has none (no chat_template in "
+        "tokenizer_config.json and no chat_template.jinja)");
+  }
+  const bool has_tools = !request.tools.is_null() && !request.tools.empty();
+  const std::string& source = set.select(request.template_name, has_tools);
+  std::string name;
+  for (const auto& [n, src] : set.templates) {
+    if (&src == &source) name = n;
+  }
+  auto tmpl = compiled_template(name);
+  BasicChatTemplateInputs<J> in;
+  in.messages = request.messages;
+  in.add_generation_prompt = request.add_generation_prompt;
+  in.tools = request.tools;
+  in.documents = request.documents;
+  in.extra = request.extra.is_null() ? J::object() : request.extra;
+  in.bos_token = bos_token_.value_or("");
+  in.eos_token = eos_token_.value_or("");
+  in.pad_token = pad_token_.value_or("");
+  in.unk_token = unk_token_.value_or("");
+  ChatEncoding out;
+  out.rendered = tmpl->render(in);
+  out.ids = encode(out.rendered, /*add_special_tokens=*/false);
+  return out;
+}
+
+ChatEncoding Tokenizer::apply_chat_template(const ChatRequest& request) const {
+  return apply_chat_template_impl(request);
+}
+
+ChatEncoding Tokenizer::apply_chat_template(const OrderedChatRequest& request) const {
+  return apply_chat_template_impl(request);
 }
 
 }  // namespace tachyon

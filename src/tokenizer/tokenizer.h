@@ -18,15 +18,20 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/json.h"
+
 namespace tachyon {
 
+class ChatTemplate;
 namespace tok {
 class Backend;
 }
@@ -47,6 +52,26 @@ class IncrementalDecoder {
 struct ChatTemplateSource {
   std::string name;  // "default" for the unnamed one
   std::string source;
+};
+
+// What apply_chat_template renders: messages and the template's other inputs.
+template <typename J>
+struct BasicChatRequest {
+  J messages = J::array();
+  bool add_generation_prompt = false;
+  J tools;                                   // null: none
+  J documents;                               // null: none
+  J extra = J::object();                     // chat_template_kwargs (enable_thinking, ...)
+  std::optional<std::string> template_name;  // default: transformers' choice
+};
+using ChatRequest = BasicChatRequest<Json>;
+// Keeps the key order of objects (tools render byte for byte as transformers renders
+// them when the request was parsed with nlohmann::ordered_json).
+using OrderedChatRequest = BasicChatRequest<nlohmann::ordered_json>;
+
+struct ChatEncoding {
+  std::string rendered;
+  std::vector<int32_t> ids;
 };
 
 class Tokenizer {
@@ -88,11 +113,23 @@ class Tokenizer {
   std::optional<int32_t> unk_id() const { return unk_id_; }
   std::optional<int64_t> model_max_length() const { return model_max_length_; }
 
-  // Chat templates: the default one (if any) and all named ones.
+  // Chat templates: the default one (if any) and all named ones. chat_template.jinja
+  // and additional_chat_templates/*.jinja take priority over tokenizer_config.json.
   std::optional<std::string> chat_template(std::string_view name = "default") const;
   const std::vector<ChatTemplateSource>& chat_templates() const { return chat_templates_; }
 
+  // transformers' apply_chat_template(tokenize=True): renders the request with the chat
+  // template (the named one; else "tool_use" when tools are given and it exists; else
+  // "default") and this tokenizer's bos/eos/pad/unk tokens, then encodes the text with
+  // add_special_tokens=false. Throws InvalidArgument when there is no template or the
+  // template fails (raise_exception, syntax errors, limits).
+  ChatEncoding apply_chat_template(const ChatRequest& request) const;
+  ChatEncoding apply_chat_template(const OrderedChatRequest& request) const;
+
  private:
+  template <typename J>
+  ChatEncoding apply_chat_template_impl(const BasicChatRequest<J>& request) const;
+  std::shared_ptr<const ChatTemplate> compiled_template(const std::string& name) const;
   Tokenizer();
   friend struct TokenizerBuilder;
   std::unique_ptr<tok::Backend> backend_;
@@ -101,6 +138,8 @@ class Tokenizer {
   std::optional<int32_t> bos_id_, eos_id_, pad_id_, unk_id_;
   std::optional<int64_t> model_max_length_;
   std::vector<ChatTemplateSource> chat_templates_;
+  mutable std::mutex chat_mu_;
+  mutable std::map<std::string, std::shared_ptr<const ChatTemplate>> compiled_;
 };
 
 }  // namespace tachyon

@@ -5,6 +5,7 @@
 // generations to the reference texts.
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "core/json.h"
 #include "tokenizer/test_util.h"
 
@@ -55,10 +56,33 @@ TEST_P(ReferenceTest, SpecialTokens) {
   }
 }
 
+TEST_P(ReferenceTest, ChatTemplatesRenderAsTransformers) {
+  const std::string name = GetParam();
+  auto tok = load_reference(name);
+  ASSERT_NE(tok, nullptr);
+  const Json& ref = reference()[name];
+  ASSERT_FALSE(ref["chat"].empty());
+  for (const Json& c : ref["chat"]) {
+    ChatRequest req;
+    req.messages = c["messages"];
+    req.add_generation_prompt = c["add_generation_prompt"].get<bool>();
+    SCOPED_TRACE(name + ": " + c.dump());
+    if (c.contains("error")) {
+      // transformers: "Cannot use chat template functions because tokenizer.chat_template is not
+      // set"
+      EXPECT_THROW(tok->apply_chat_template(req), InvalidArgument);
+      continue;
+    }
+    ChatEncoding enc = tok->apply_chat_template(req);
+    EXPECT_EQ(enc.rendered, c["rendered"].get<std::string>());
+    EXPECT_EQ(enc.ids, tok->encode(c["rendered"].get<std::string>(), false));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Tokenizers, ReferenceTest, ::testing::ValuesIn(reference_names()),
                          [](const auto& info) { return info.param; });
 
-TEST(KjvReference, PlainPromptsAndGreedyTexts) {
+TEST(KjvReference, PromptsAndGreedyTexts) {
   auto tok = Tokenizer::load(kjv_dir());
   const Json ref =
       load_json_file(std::string(TACHYON_SOURCE_DIR) + "/tests/engine/data/kjv_reference.json");
@@ -69,11 +93,13 @@ TEST(KjvReference, PlainPromptsAndGreedyTexts) {
       SCOPED_TRACE(prompt);
       if (e["kind"] == "text") {
         EXPECT_EQ(tok->encode(prompt, true), to_ids(e["prompt_ids"]));
-        ++checked;
+      } else {
+        ChatRequest req;
+        req.messages = Json::array({{{"role", "user"}, {"content", prompt}}});
+        req.add_generation_prompt = true;
+        EXPECT_EQ(tok->apply_chat_template(req).ids, to_ids(e["prompt_ids"]));
       }
-      for (const Json& g : e["greedy"]) {
-        (void)g;
-      }
+      ++checked;
       const Json& greedy = e["greedy"];
       EXPECT_EQ(tok->decode(to_ids(greedy[0]), true), greedy[1].get<std::string>());
     }
