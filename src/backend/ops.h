@@ -188,6 +188,22 @@ class Backend {
   // rotary_dim/2 sines, one per frequency (any attention scaling already folded in).
   virtual void rotary(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
                       RotaryStyle style, int32_t rotary_dim) = 0;
+  // Multiplies the q part of every row of qkv [T, row_cols] by factors[t] (factors [T]
+  // f32): per-query scaling of the attention logits (log-n scaling past the training
+  // length). This default goes through host memory; a backend may override it.
+  virtual void scale_queries(Tensor& qkv, const QkvLayout& layout, const Tensor& factors) {
+    TACHYON_CHECK(qkv.ndim() == 2 && qkv.dim(1) == layout.row_cols() &&
+                      qkv.dtype() == DType::kF32 && factors.numel() == qkv.dim(0),
+                  "scale_queries qkv {} factors {}", qkv.str(), factors.str());
+    std::vector<float> rows(static_cast<size_t>(qkv.numel()));
+    std::vector<float> f(static_cast<size_t>(factors.numel()));
+    download(qkv, rows.data());
+    download(factors, f.data());
+    const int64_t cols = layout.row_cols();
+    for (int64_t t = 0; t < qkv.dim(0); ++t)
+      for (int64_t c = 0; c < layout.q_cols(); ++c) rows[t * cols + c] *= f[t];
+    qkv = upload(rows.data(), qkv.shape(), DType::kF32, qkv);
+  }
   // Writes the k and v parts of qkv [T, row_cols] into the cache at slots [T] i32
   // (physical slot = block * block_size + offset; a negative slot is skipped).
   virtual void write_kv(const Tensor& qkv, const QkvLayout& layout, const Tensor& slots,

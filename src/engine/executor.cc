@@ -30,6 +30,7 @@ ForwardBatch build_forward_batch(const SchedulerOutput& plan, const TokenSource&
     const int32_t end = static_cast<int32_t>(b.token_ids.size());
     b.query_start.push_back(end);
     b.context_lens.push_back(s.start + s.num_tokens);
+    b.prompt_lens.push_back(s.prompt_len > 0 ? s.prompt_len : s.start + s.num_tokens);
     std::copy(s.block_table.begin(), s.block_table.end(),
               b.block_tables.begin() + static_cast<ptrdiff_t>(i * static_cast<size_t>(max_blocks)));
     for (int32_t k = s.num_logits; k > 0; --k) b.logits_rows.push_back(end - k);

@@ -56,7 +56,7 @@ void Scheduler::add_group(int64_t group_id, int64_t seq_id, int32_t num_prompt_t
   g.seqs = {seq_id};
   waiting_.insert({g.arrival, group_id});
   groups_.emplace(group_id, std::move(g));
-  seqs_[seq_id] = SeqState{group_id, num_prompt_tokens, 0};
+  seqs_[seq_id] = SeqState{group_id, num_prompt_tokens, 0, num_prompt_tokens};
 }
 
 void Scheduler::fork_seq(int64_t parent, int64_t child) {
@@ -181,6 +181,7 @@ void Scheduler::apply_plan(Group& g, const Plan& plan, SchedulerOutput* out) {
     ss.num_tokens = plan.take[i];
     ss.num_logits = plan.sample ? 1 : 0;
     ss.block_table = kv_->block_table(s);
+    ss.prompt_len = st.prompt_len;
     st.num_computed += plan.take[i];
     out->num_batched_tokens += plan.take[i];
     out->seqs.push_back(std::move(ss));

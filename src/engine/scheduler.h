@@ -42,6 +42,7 @@ struct ScheduledSeq {
   // the group samples (k + 1 for a step that verifies k draft tokens).
   int32_t num_logits = 0;
   std::vector<int32_t> block_table;  // covers positions [0, start + num_tokens)
+  int32_t prompt_len = 0;            // the request's prompt (rotary scalings fixed there)
 };
 
 struct SchedulerOutput {
@@ -85,6 +86,7 @@ class Scheduler {
     int64_t group_id = 0;
     int32_t num_tokens = 0;
     int32_t num_computed = 0;
+    int32_t prompt_len = 0;
   };
   const SeqState& seq_state(int64_t seq_id) const;
   std::vector<int64_t> waiting_groups() const;  // arrival order

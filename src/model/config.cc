@@ -38,6 +38,8 @@ std::string_view rope_type_name(RopeType type) {
       return "longrope";
     case RopeType::kLlama3:
       return "llama3";
+    case RopeType::kQwenDynamic:
+      return "qwen_dynamic";
   }
   return "?";
 }
@@ -109,11 +111,19 @@ void ModelConfig::validate() const {
     raise<InvalidArgument>("model config: {} layer types for {} layers", layer_sliding.size(),
                            layer_num);
   if (sliding_window < 0) raise<InvalidArgument>("model config: sliding_window must be >= 0");
+  if (logn_scaling_len < 0 || logn_scaling_len == 1)
+    raise<InvalidArgument>("model config: logn_scaling_len must be 0 or > 1, got {}",
+                           logn_scaling_len);
   if (position == PositionType::kRotary) {
     if (rope.dim <= 0 || rope.dim % 2 != 0 || rope.dim > size_per_head)
       raise<InvalidArgument>("model config: rotary dims {} must be even and within head_dim {}",
                              rope.dim, size_per_head);
   }
+  if (position == PositionType::kRotary && rope.type == RopeType::kQwenDynamic &&
+      (rope.original_max_position <= 0 || rope.dim <= 2))
+    raise<InvalidArgument>(
+        "model config: Qwen dynamic NTK needs the training length (seq_length) and more than 2 "
+        "rotary dims");
   if (attn_softcap < 0 || final_softcap < 0 || clip_qkv < 0)
     raise<InvalidArgument>("model config: softcap / clip values must be non-negative");
   for (int64_t id : eos_token_ids)
@@ -160,11 +170,9 @@ Json ModelConfig::to_json() const {
     pos["offset"] = learned_pos_offset;
   }
   j["position"] = pos;
-  j["attention"] = {{"scale", softmax_scale(0)},
-                    {"softcap", attn_softcap},
-                    {"final_softcap", final_softcap},
-                    {"clip_qkv", clip_qkv},
-                    {"sliding_window", sliding_window}};
+  j["attention"] = {{"scale", softmax_scale(0)}, {"logn_scaling_len", logn_scaling_len},
+                    {"softcap", attn_softcap},   {"final_softcap", final_softcap},
+                    {"clip_qkv", clip_qkv},      {"sliding_window", sliding_window}};
   if (!layer_sliding.empty()) j["attention"]["layer_sliding"] = layer_sliding;
   j["parallel_residual"] = parallel_residual;
   if (parallel_residual) j["parallel_shared_norm"] = parallel_shared_norm;
@@ -178,6 +186,7 @@ Json ModelConfig::to_json() const {
                 {"layer_moe", layer_moe}};
   }
   j["tie_word_embeddings"] = tie_word_embeddings;
+  if (lm_head_normalized) j["lm_head_normalized"] = true;
   j["embedding_scale"] = embedding_scale;
   if (word_embed_proj_dim > 0) j["word_embed_proj_dim"] = word_embed_proj_dim;
   j["eos_token_ids"] = eos_token_ids;

@@ -16,7 +16,18 @@ namespace tachyon {
 
 enum class PositionType : uint8_t { kNone, kRotary, kAlibi, kLearned };
 enum class AlibiStyle : uint8_t { kBloom, kMpt };
-enum class RopeType : uint8_t { kDefault, kLinear, kDynamic, kYarn, kLongrope, kLlama3 };
+// kQwenDynamic: Qwen-1's dynamic NTK. The base grows by alpha^(dim / (dim - 2)) with
+// alpha = max(1, 2^ceil(log2(L / original_max_position) + 1) - 1), where L is the length
+// of the sequence's prompt (the first forward over it); decoding keeps that alpha.
+enum class RopeType : uint8_t {
+  kDefault,
+  kLinear,
+  kDynamic,
+  kYarn,
+  kLongrope,
+  kLlama3,
+  kQwenDynamic,
+};
 
 struct RopeConfig {
   RotaryStyle style = RotaryStyle::kHalf;
@@ -108,6 +119,9 @@ struct ModelConfig {
   double clip_qkv = 0.0;
   int32_t sliding_window = 0;
   std::vector<uint8_t> layer_sliding;  // [layer_num]: 1 where the window applies
+  // > 0: a query at position p with p + 1 > logn_scaling_len is multiplied by
+  // log(p + 1) / log(logn_scaling_len) (Qwen-1's use_logn_attn).
+  int64_t logn_scaling_len = 0;
 
   // Residual layout.
   bool parallel_residual = false;     // x + attn(n1(x)) + mlp(n2(x))
@@ -119,6 +133,10 @@ struct ModelConfig {
 
   // Embeddings.
   bool tie_word_embeddings = false;
+  bool lm_head_normalized = false;  // lm_head rows L2-normalised (Baichuan2's NormHead)
+  // The fused qkv weight is stored per head ([head][q, k, v]) where a config flag, not
+  // the head counts, says so (ChatGLM without multi_query_attention). Read by mappings.
+  bool qkv_per_head_layout = false;
   double embedding_scale = 1.0;     // Gemma: sqrt(hidden)
   int64_t word_embed_proj_dim = 0;  // OPT: embedding width when != hidden (0: hidden)
 

@@ -1,6 +1,7 @@
 #include "model/decoder.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 
@@ -192,6 +193,14 @@ void Decoder::validate(const ForwardBatch& b) const {
       raise<InvalidArgument>("forward: position {} out of [0, {})", b.positions[t],
                              cfg_.max_seq_len);
   }
+  if (!b.prompt_lens.empty()) {
+    if (static_cast<int32_t>(b.prompt_lens.size()) != S)
+      raise<InvalidArgument>("forward: {} prompt_lens for {} sequences", b.prompt_lens.size(), S);
+    for (int32_t s = 0; s < S; ++s)
+      if (b.prompt_lens[s] <= 0 || b.prompt_lens[s] > cfg_.max_seq_len)
+        raise<InvalidArgument>("forward: sequence {} has prompt length {} (max {})", s,
+                               b.prompt_lens[s], cfg_.max_seq_len);
+  }
   for (int32_t r : b.logits_rows)
     if (r < 0 || r >= T) raise<InvalidArgument>("forward: logits row {} out of [0, {})", r, T);
 }
@@ -202,8 +211,11 @@ void Decoder::upload_metadata(const ForwardBatch& b) {
   h_slots_.resize(static_cast<size_t>(T));
   h_seq_len_.resize(static_cast<size_t>(T));
   int32_t max_q = 0, max_ctx = 0;
+  const bool rope_at_prompt = cfg_.position == PositionType::kRotary &&
+                              rope_uses_prompt_length(cfg_.rope) && !b.prompt_lens.empty();
   for (int32_t s = 0; s < S; ++s) {
     const int32_t q = b.query_start[s + 1] - b.query_start[s], ctx = b.context_lens[s];
+    const int32_t rope_len = rope_at_prompt ? b.prompt_lens[s] : ctx;
     max_q = std::max(max_q, q);
     max_ctx = std::max(max_ctx, ctx);
     for (int32_t i = 0; i < q; ++i) {
@@ -212,7 +224,7 @@ void Decoder::upload_metadata(const ForwardBatch& b) {
       h_slots_[t] =
           b.block_tables[int64_t{s} * b.max_blocks_per_seq + idx / block_size_] * block_size_ +
           idx % block_size_;
-      h_seq_len_[t] = ctx;
+      h_seq_len_[t] = rope_len;
     }
   }
   auto upload_i32 = [&](Buffer& buf, const std::vector<int32_t>& v) {
@@ -228,6 +240,23 @@ void Decoder::upload_metadata(const ForwardBatch& b) {
   meta_.max_query_len = max_q;
   meta_.max_context_len = max_ctx;
   slots_t_ = upload_i32(slots_, h_slots_);
+  logn_active_ = false;
+  if (cfg_.logn_scaling_len > 0) {
+    // log(p + 1) / log(n) past the training length n, 1 before it.
+    h_logn_.assign(static_cast<size_t>(T), 1.f);
+    const double log_n = std::log(static_cast<double>(cfg_.logn_scaling_len));
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t p1 = int64_t{b.positions[t]} + 1;
+      if (p1 > cfg_.logn_scaling_len) {
+        h_logn_[t] = static_cast<float>(std::log(static_cast<double>(p1)) / log_n);
+        logn_active_ = true;
+      }
+    }
+    if (logn_active_) {
+      logn_.view(*be_, 1, T);
+      logn_t_ = be_->upload(h_logn_.data(), {T}, DType::kF32, logn_.storage);
+    }
+  }
   if (cfg_.position == PositionType::kRotary) {
     const int32_t rot = rope_->dim();
     h_cos_sin_.resize(static_cast<size_t>(T * rot));
@@ -337,6 +366,7 @@ void Decoder::attention_block(int l, const Tensor& h, Tensor& out) {
   }
   if (cfg_.clip_qkv > 0) be_->clamp(qkv, static_cast<float>(cfg_.clip_qkv));
   if (cfg_.qk_norm) be_->qk_norm(qkv, layout_, L.q_norm, L.k_norm);
+  if (logn_active_) be_->scale_queries(qkv, layout_, logn_t_);
   if (cfg_.position == PositionType::kRotary) {
     be_->rotary(qkv, layout_, cos_sin_t_, cfg_.rope.style, rope_->dim());
   }

@@ -70,8 +70,11 @@ class Decoder final : public Model {
   // Host-side staging for the step's metadata (reused).
   std::vector<int32_t> h_slots_, h_seq_len_, h_pos_;
   std::vector<float> h_cos_sin_;
+  std::vector<float> h_logn_;  // per-token query scale (logn_scaling_len)
+  bool logn_active_ = false;   // some token of this step is past logn_scaling_len
+  Tensor logn_t_;
   // Device metadata.
-  Buffer ids_, pos_, slots_, qstart_, ctx_, tables_, rows_, cos_sin_;
+  Buffer ids_, pos_, slots_, qstart_, ctx_, tables_, rows_, cos_sin_, logn_;
   AttentionMeta meta_;
   Tensor slots_t_, cos_sin_t_;
   // Activations.

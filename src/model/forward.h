@@ -26,6 +26,11 @@ struct ForwardBatch {
   std::vector<int32_t> block_tables;
   int32_t max_blocks_per_seq = 0;
 
+  // Optional, [num_seqs] or empty: the length of each sequence's prompt (its first
+  // prefill, counted from position 0). Rotary scalings that fix their frequencies at
+  // prefill (Qwen-1's dynamic NTK) read it; when empty they use context_lens.
+  std::vector<int32_t> prompt_lens;
+
   // Rows of token_ids whose logits the step returns, in this order (usually the last
   // token of each sequence; every prompt row for prompt logits).
   std::vector<int32_t> logits_rows;

@@ -10,11 +10,35 @@ namespace tachyon {
 
 const std::vector<ArchSpec>& arch_registry() {
   static const std::vector<ArchSpec> registry = {
-      arch::llama_spec(),     arch::mistral_spec(),  arch::mixtral_spec(),     arch::qwen2_spec(),
-      arch::qwen2_moe_spec(), arch::qwen3_spec(),    arch::gemma_spec(),       arch::gemma2_spec(),
-      arch::phi_spec(),       arch::phi3_spec(),     arch::falcon_spec(),      arch::bloom_spec(),
-      arch::mpt_spec(),       arch::gpt_neox_spec(), arch::gpt_bigcode_spec(), arch::gpt2_spec(),
-      arch::gptj_spec(),      arch::opt_spec(),      arch::starcoder2_spec(),  arch::glm_spec(),
+      arch::llama_spec(),
+      arch::mistral_spec(),
+      arch::mixtral_spec(),
+      arch::qwen2_spec(),
+      arch::qwen2_moe_spec(),
+      arch::qwen3_spec(),
+      arch::gemma_spec(),
+      arch::gemma2_spec(),
+      arch::phi_spec(),
+      arch::phi3_spec(),
+      arch::falcon_spec(),
+      arch::bloom_spec(),
+      arch::mpt_spec(),
+      arch::gpt_neox_spec(),
+      arch::gpt_bigcode_spec(),
+      arch::gpt2_spec(),
+      arch::gptj_spec(),
+      arch::opt_spec(),
+      arch::starcoder2_spec(),
+      arch::glm_spec(),
+      // Remote-code checkpoints (their own modeling files on the hub).
+      arch::baichuan_spec(),
+      arch::chatglm_spec(),
+      arch::qwen_spec(),
+      arch::internlm_spec(),
+      arch::internlm2_spec(),
+      // Reached only by name (--model-type): configs that cannot be told apart.
+      arch::baichuan2_spec(),
+      arch::chatglm2_spec(),
   };
   return registry;
 }
@@ -82,9 +106,11 @@ ModelConfig map_model_config(const HfConfig& cfg, const std::string& override_ty
   if (const Json* a = cfg.find({"architectures"});
       a != nullptr && a->is_array() && !a->empty() && (*a)[0].is_string())
     mc.architecture = (*a)[0].get<std::string>();
-  if (mc.architecture.empty() || !override_type.empty())
+  // Families reached only by name (no architectures of their own) keep the config's.
+  if ((mc.architecture.empty() || !override_type.empty()) && !spec.architectures.empty())
     mc.architecture = spec.architectures.front();
-  mc.model_type = cfg.get_string({"model_type"}).value_or(spec.model_types.front());
+  mc.model_type = cfg.get_string({"model_type"})
+                      .value_or(spec.model_types.empty() ? spec.family : spec.model_types.front());
   if (!generation_config_path.empty()) apply_generation_config(generation_config_path, mc);
   if (mc.rope.max_position_embeddings == 0) mc.rope.max_position_embeddings = mc.max_seq_len;
   mc.validate();

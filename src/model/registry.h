@@ -13,9 +13,12 @@
 namespace tachyon {
 
 struct ArchSpec {
-  std::string family;                      // "llama"
-  std::vector<std::string> architectures;  // Hugging Face class names ("LlamaForCausalLM")
-  std::vector<std::string> model_types;    // config.json model_type values ("llama")
+  std::string family;  // "llama"
+  // Hugging Face class names ("LlamaForCausalLM") and config.json model_type values
+  // ("llama"). A family with neither is reached only by name (--model-type): a variant
+  // whose config cannot be told apart from another family's.
+  std::vector<std::string> architectures;
+  std::vector<std::string> model_types;
   ModelConfig (*map_config)(const HfConfig& cfg) = nullptr;
   WeightMap (*map_weights)(const ModelConfig& cfg) = nullptr;
 };

@@ -77,7 +77,12 @@ RopeFrequencies llama3(const RopeConfig& r) {
 }  // namespace
 
 bool rope_length_dependent(const RopeConfig& rope) {
-  return rope.type == RopeType::kDynamic || rope.type == RopeType::kLongrope;
+  return rope.type == RopeType::kDynamic || rope.type == RopeType::kLongrope ||
+         rope.type == RopeType::kQwenDynamic;
+}
+
+bool rope_uses_prompt_length(const RopeConfig& rope) {
+  return rope.type == RopeType::kQwenDynamic;
 }
 
 RopeFrequencies rope_frequencies(const RopeConfig& r, int64_t seq_len) {
@@ -119,6 +124,17 @@ RopeFrequencies rope_frequencies(const RopeConfig& r, int64_t seq_len) {
     case RopeType::kLlama3:
       out = llama3(r);
       break;
+    case RopeType::kQwenDynamic: {
+      // Evaluated as the published code does (math.log(x, 2) is log(x) / log(2)), so
+      // that the ceiling lands on the same side at exact powers of two.
+      const double ratio =
+          static_cast<double>(seq_len) / static_cast<double>(r.original_max_position);
+      const double context_value = std::log(ratio) / std::log(2.0) + 1;
+      const double alpha = std::max(std::pow(2.0, std::ceil(context_value)) - 1, 1.0);
+      const double base = r.theta * std::pow(alpha, static_cast<double>(r.dim) / (r.dim - 2));
+      out.inv_freq = base_inv_freq(base, r.dim);
+      break;
+    }
   }
   return out;
 }

@@ -18,8 +18,13 @@ struct RopeFrequencies {
 };
 RopeFrequencies rope_frequencies(const RopeConfig& rope, int64_t seq_len);
 
-// True when the frequencies depend on the sequence length (dynamic, longrope).
+// True when the frequencies depend on the sequence length (dynamic, longrope, Qwen's
+// dynamic NTK).
 bool rope_length_dependent(const RopeConfig& rope);
+// True when that length is the sequence's prompt length rather than its current length
+// (Qwen's dynamic NTK fixes the frequencies at prefill): the decoder passes
+// ForwardBatch::prompt_lens when the engine gives them.
+bool rope_uses_prompt_length(const RopeConfig& rope);
 
 // Fills cos/sin rows for the rotary op: out[t] = [cos(p f_0..), sin(p f_0..)] * factor,
 // with p = positions[t] and the frequencies of sequence length seq_lens[t].

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -96,6 +98,23 @@ Tensor reorder_qkv_grouped(const Tensor& t, int32_t kv_heads, int32_t group, int
               head_dim, rb);
   }
   return out;
+}
+
+Tensor normalize_rows(const Tensor& t) {
+  TACHYON_CHECK(t.ndim() == 2, "normalize_rows of {}", t.str());
+  const int64_t rows = t.dim(0), cols = t.dim(1);
+  Tensor in = t.dtype() == DType::kF32 ? t : t.to(DType::kF32);
+  Tensor out = Tensor::empty({rows, cols}, DType::kF32);
+  const float* src = in.data<float>();
+  float* dst = out.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    double sum = 0;
+    for (int64_t c = 0; c < cols; ++c) sum += double{src[r * cols + c]} * src[r * cols + c];
+    const double denom = std::max(std::sqrt(sum), 1e-12);
+    for (int64_t c = 0; c < cols; ++c)
+      dst[r * cols + c] = static_cast<float>(src[r * cols + c] / denom);
+  }
+  return t.dtype() == DType::kF32 ? out : out.to(t.dtype());
 }
 
 Shape slot_shape(const ModelConfig& cfg, Slot s) {
@@ -289,6 +308,10 @@ class Loader {
         t = reorder_qkv_grouped(t, cfg_.head_num_kv, cfg_.head_num / cfg_.head_num_kv,
                                 cfg_.size_per_head);
         transform = "qkv grouped -> [q; k; v]";
+        break;
+      case WeightTransform::kNormalizeRows:
+        t = normalize_rows(t);
+        transform = "rows normalised";
         break;
     }
     if (is_vector_slot(s) && t.dtype() != DType::kF32) {

@@ -75,6 +75,8 @@ enum class WeightTransform : uint8_t {
   kTranspose,   // stored [in, out] (GPT-2 Conv1D)
   kQkvPerHead,  // rows [head][q, k, v][hd] (Bloom, GPT-NeoX, old Falcon)
   kQkvGrouped,  // rows [kv head][q x group, k, v][hd] (Falcon new decoder)
+  // Each row scaled to unit L2 norm (Baichuan2's NormHead lm_head).
+  kNormalizeRows,
 };
 
 struct WeightRef {
@@ -136,5 +138,8 @@ Shape slot_shape(const ModelConfig& cfg, Slot slot);
 Tensor transpose_2d(const Tensor& t);
 Tensor reorder_qkv_per_head(const Tensor& t, int32_t heads, int32_t head_dim);
 Tensor reorder_qkv_grouped(const Tensor& t, int32_t kv_heads, int32_t group, int32_t head_dim);
+// Each row divided by max(its L2 norm, 1e-12) (torch.nn.functional.normalize), computed
+// in float64 and rounded back to the tensor's dtype.
+Tensor normalize_rows(const Tensor& t);
 
 }  // namespace tachyon

@@ -101,5 +101,10 @@ class HfPipeline : public Backend {
 std::unique_ptr<Backend> make_sentencepiece_backend(const std::string& model_path, bool add_bos,
                                                     bool add_eos,
                                                     const std::vector<std::string>& specials);
+// ChatGLM2 / ChatGLM3's tokenizer (tokenizer_class ChatGLMTokenizer): SentencePiece plus
+// nine special tokens numbered after its vocabulary, [gMASK] sop prepended
+// (chatglm_backend.cc). `added`: tokenizer_config.json's added_tokens_decoder.
+std::unique_ptr<Backend> make_chatglm_backend(const std::string& model_path,
+                                              const std::vector<AddedToken>& added);
 
 }  // namespace tachyon::tok

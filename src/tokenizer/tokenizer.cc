@@ -203,6 +203,23 @@ struct TokenizerBuilder {
     auto pipeline =
         tok::build_tiktoken_pipeline(text, path, qwen ? kQwenPattern : kCl100kPattern, specials);
     register_specials(*t, *pipeline, config, {}, what);
+    if (tok::tokenizer_class(config) == "ChatGLM4Tokenizer") {
+      // GLM-4's tokenization_chatglm.py prepends [gMASK] <sop> (no BOS).
+      Json single = Json::array();
+      Json special_tokens = Json::object();
+      for (const char* s : {"[gMASK]", "<sop>"}) {
+        auto id = pipeline->added.find(s);
+        if (!id)
+          raise<InvalidArgument>("{}: ChatGLM4Tokenizer needs the added token '{}'", what, s);
+        single.push_back({{"SpecialToken", {{"id", s}, {"type_id", 0}}}});
+        special_tokens[s] = {{"id", s}, {"ids", {*id}}};
+      }
+      single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+      pipeline->post_processor = tok::make_post_processor(Json{{"type", "TemplateProcessing"},
+                                                               {"single", single},
+                                                               {"special_tokens", special_tokens}},
+                                                          what + ": ChatGLM4Tokenizer prefix");
+    }
     t->backend_ = std::move(pipeline);
     return t;
   }
@@ -213,6 +230,16 @@ struct TokenizerBuilder {
     const Json& config = cfg.json;
     auto t = std::unique_ptr<Tokenizer>(new Tokenizer());
     apply_config(*t, config, what);
+    if (tok::tokenizer_class(config) == "ChatGLMTokenizer") {
+      // ChatGLM2 / ChatGLM3's own wrapper: its specials follow the SentencePiece vocabulary.
+      t->backend_ = tok::make_chatglm_backend(path, cfg.added_tokens_decoder);
+      // transformers adds the named special tokens to the added tokens the text is split
+      // on, even those the SentencePiece model has (</s>, <unk>).
+      for (const auto* s : {&t->bos_token_, &t->eos_token_, &t->unk_token_, &t->pad_token_})
+        if (*s) t->backend_->add_special_token(**s);
+      register_specials(*t, *t->backend_, config, {}, what);
+      return t;
+    }
     std::vector<std::string> specials;
     for (const auto* s : {&t->bos_token_, &t->eos_token_, &t->unk_token_, &t->pad_token_}) {
       if (*s) specials.push_back(**s);

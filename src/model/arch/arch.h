@@ -25,5 +25,12 @@ ArchSpec gptj_spec();
 ArchSpec opt_spec();
 ArchSpec starcoder2_spec();
 ArchSpec glm_spec();
+ArchSpec baichuan_spec();
+ArchSpec baichuan2_spec();
+ArchSpec chatglm_spec();
+ArchSpec chatglm2_spec();
+ArchSpec qwen_spec();
+ArchSpec internlm_spec();
+ArchSpec internlm2_spec();
 
 }  // namespace tachyon::arch
