@@ -389,9 +389,14 @@ def build(fixture, natives):
         check_twin("%s (twin of %s)" % (fixture["name"], fixture["source"]), make_port, layers,
                    natives[fixture["source"]])
         folder = os.path.join(FIXTURES, fixture["source"])
-        for name in ("reference.json", "reference.safetensors"):
-            with open(os.path.join(folder, name), "rb") as f:
-                files[name] = f.read()
+        with open(os.path.join(folder, "reference.safetensors"), "rb") as f:
+            files["reference.safetensors"] = f.read()
+        # The native fixture's cases and logits; the tensor list is this folder's own.
+        with open(os.path.join(folder, "reference.json")) as f:
+            reference = json.load(f)
+        reference["checkpoint_tensors"] = {k: list(v.shape) for k, v in sorted(tensors.items())}
+        reference.pop("weight_names_seen_by_transformers", None)
+        files["reference.json"] = sorted_json(reference).encode()
         return files
 
     cases, logits = [], {}
