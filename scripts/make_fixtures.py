@@ -62,13 +62,6 @@ VARIANTS = {
              max_position_embeddings=256, rope_theta=10000.0, tie_word_embeddings=False),
         "Falcon-7B layout: multi-query attention, one norm feeding attention and MLP in parallel, rotary",
     ),
-    "falcon_old_alibi": (
-        "falcon",
-        dict(COMMON, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, new_decoder_architecture=False,
-             multi_query=False, parallel_attn=False, bias=True, alibi=True, layer_norm_epsilon=1e-5,
-             max_position_embeddings=256, tie_word_embeddings=True),
-        "Falcon-RW layout: per-head interleaved qkv, serial block with post_attention_layernorm, ALiBi, biases",
-    ),
     "opt_project_postln": (
         "opt",
         dict(COMMON, bos_token_id=2, pad_token_id=1, hidden_size=64, ffn_dim=176, num_hidden_layers=2,

@@ -39,7 +39,9 @@ ArchSpec mpt_spec() {
       raise<InvalidArgument>("{}: field 'attn_config.qk_ln' = true is not supported", cfg.source());
     mc.position = PositionType::kAlibi;
     mc.alibi_style = AlibiStyle::kMpt;
-    mc.alibi_bias_max = attn.double_or({"alibi_bias_max"}, 8.0);
+    // transformers builds MPT's ALiBi with its default alibi_bias_max of 8 whatever the
+    // config says (the published MPT checkpoints all use 8); its outputs are the reference.
+    mc.alibi_bias_max = 8.0;
     mc.clip_qkv = attn.double_or({"clip_qkv"}, 0.0);
     if (auto scale = attn.get_double({"softmax_scale"})) mc.attn_scale = *scale;
     read_common(cfg, mc, true);
