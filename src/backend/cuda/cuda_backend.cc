@@ -59,8 +59,10 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
       attention_kernel_ = AttentionKernel::kSimple;
     else if (v == "mma")
       attention_kernel_ = AttentionKernel::kMma;
+    else if (v == "decode")
+      attention_kernel_ = AttentionKernel::kDecode;
     else if (!v.empty() && v != "auto")
-      raise<InvalidArgument>("TACHYON_CUDA_ATTENTION: '{}' is not auto, simple or mma", v);
+      raise<InvalidArgument>("TACHYON_CUDA_ATTENTION: '{}' is not auto, simple, mma or decode", v);
   }
   TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_));
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -172,8 +174,10 @@ void CudaBackend::fill_zero(Tensor& t) {
 }
 
 void* CudaBackend::scratch(Tensor& slot, size_t bytes) {
-  if (!slot || slot.nbytes() < bytes)
+  if (!slot || slot.nbytes() < bytes) {
     slot = alloc_->alloc_bytes(std::max(bytes, slot ? slot.nbytes() * 2 : size_t{0}));
+    ++*scratch_epoch_;
+  }
   return slot.raw();
 }
 

@@ -29,6 +29,7 @@ class CudaBackend final : public Backend {
   Tensor to_host(const Tensor& t) override;
   void synchronize() override;
   MemoryInfo memory_info() const override;
+  std::unique_ptr<DeviceGraph> record(const std::function<void()>& fn) override;
 
   Tensor alloc(const Shape& shape, DType dtype) override;
   Tensor upload(const void* data, const Shape& shape, DType dtype, Tensor reuse) override;
@@ -56,6 +57,9 @@ class CudaBackend final : public Backend {
               int32_t rotary_dim) override;
   void write_kv(const Tensor& qkv, const QkvLayout& layout, const Tensor& slots,
                 LayerKvCache& cache) override;
+  void rotary_write_kv(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
+                       RotaryStyle style, int32_t rotary_dim, const Tensor& slots,
+                       LayerKvCache& cache) override;
   void attention(const Tensor& qkv, const QkvLayout& layout, const LayerKvCache& cache,
                  const AttentionMeta& meta, const AttentionParams& params, Tensor& out) override;
   void copy_blocks(Tensor& cache, const std::vector<std::pair<int32_t, int32_t>>& pairs) override;
@@ -70,9 +74,11 @@ class CudaBackend final : public Backend {
   void log_softmax(Tensor& logits) override;
 
   // Which attention kernel runs: kAuto picks the tensor-core kernel for prefill-sized
-  // steps where it applies and the CUDA-core split-K kernel otherwise (the
-  // TACHYON_CUDA_ATTENTION environment variable, "simple" or "mma", overrides it).
-  enum class AttentionKernel { kAuto, kSimple, kMma };
+  // steps where it applies, the decode kernel (attention_decode.cu) for steps of one
+  // query per sequence where it applies, and the CUDA-core split-K kernel otherwise
+  // (the TACHYON_CUDA_ATTENTION environment variable, "simple", "mma" or "decode",
+  // overrides it; a forced kernel that does not apply falls back to the simple one).
+  enum class AttentionKernel { kAuto, kSimple, kMma, kDecode };
   void set_attention_kernel(AttentionKernel k) { attention_kernel_ = k; }
   // The kernel the last attention() call ran (for tests and benchmarks).
   AttentionKernel last_attention_kernel() const { return last_attention_kernel_; }
@@ -95,6 +101,8 @@ class CudaBackend final : public Backend {
   void gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor& w, void* y, DType y_type,
             int64_t ldy, const Tensor& bias, Activation act);
 
+  // Bumped whenever backend-owned scratch a recorded graph may use is reallocated.
+  std::shared_ptr<uint64_t> scratch_epoch_ = std::make_shared<uint64_t>(0);
   AttentionKernel attention_kernel_ = AttentionKernel::kAuto;
   AttentionKernel last_attention_kernel_ = AttentionKernel::kAuto;
   int device_ = 0;
