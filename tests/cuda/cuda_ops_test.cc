@@ -256,6 +256,42 @@ TEST_P(CudaOpsTest, Rotary) {
   }
 }
 
+// The fused pass against rotary() then write_kv() on the same device (same roundings:
+// the results must be identical), both styles, partial rotary, skipped slots.
+TEST_P(CudaOpsTest, RotaryWriteKvFused) {
+  for (RotaryStyle style : {RotaryStyle::kHalf, RotaryStyle::kInterleaved}) {
+    for (auto [hd, rot] : {std::pair<int, int>{64, 64}, {80, 32}, {128, 128}, {256, 64}}) {
+      const QkvLayout layout{8, 2, hd};
+      const int64_t n = 13;
+      const int32_t nb = 5, bs = 4;
+      Tensor qkv = input({n, layout.row_cols()});
+      Tensor cs = Tensor::empty({n, rot}, DType::kF32);
+      for (int64_t t = 0; t < n; ++t)
+        for (int p = 0; p < rot / 2; ++p) {
+          const double ang = (t + 5) * std::pow(10000.0, -2.0 * p / rot);
+          cs.data<float>()[t * rot + p] = static_cast<float>(std::cos(ang));
+          cs.data<float>()[t * rot + rot / 2 + p] = static_cast<float>(std::sin(ang));
+        }
+      std::vector<int32_t> slots(static_cast<size_t>(n));
+      for (int64_t t = 0; t < n; ++t) slots[t] = static_cast<int32_t>((t * 7 + 3) % (nb * bs));
+      slots[2] = -1;
+      const Shape cshape = {nb, layout.num_kv_heads, bs, hd};
+      Tensor init = input(cshape);
+      Tensor cs_g = dev_f32(cs), slots_g = to_gpu_i32(*gpu_, slots);
+      Tensor a = dev(qkv), b = dev(qkv);
+      LayerKvCache ca{dev(init), dev(init)}, cb{dev(init), dev(init)};
+      gpu_->rotary(a, layout, cs_g, style, rot);
+      gpu_->write_kv(a, layout, slots_g, ca);
+      gpu_->rotary_write_kv(b, layout, cs_g, style, rot, slots_g, cb);
+      const std::string what = std::string(style == RotaryStyle::kHalf ? "half" : "interleaved") +
+                               " hd=" + std::to_string(hd) + " rot=" + std::to_string(rot);
+      EXPECT_EQ(host_values(*gpu_, b), host_values(*gpu_, a)) << "qkv " << what;
+      EXPECT_EQ(host_values(*gpu_, cb.k), host_values(*gpu_, ca.k)) << "k cache " << what;
+      EXPECT_EQ(host_values(*gpu_, cb.v), host_values(*gpu_, ca.v)) << "v cache " << what;
+    }
+  }
+}
+
 TEST_P(CudaOpsTest, WriteKvAndCopyBlocks) {
   const QkvLayout layout{4, 2, 96};
   const int32_t nb = 7, bs = 5;

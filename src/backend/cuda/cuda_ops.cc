@@ -240,6 +240,40 @@ void CudaBackend::write_kv(const Tensor& qkv, const QkvLayout& layout, const Ten
                   cache.num_blocks(), cache.block_size(), err_.data<int>(), stream_);
 }
 
+void CudaBackend::rotary_write_kv(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
+                                  RotaryStyle style, int32_t rotary_dim, const Tensor& slots,
+                                  LayerKvCache& cache) {
+  if (style == RotaryStyle::kNone || rotary_dim == 0 || layout.head_dim % 2 != 0) {
+    rotary(qkv, layout, cos_sin, style, rotary_dim);
+    write_kv(qkv, layout, slots, cache);
+    return;
+  }
+  check_act(qkv, "rotary_write_kv qkv");
+  check_here(cos_sin, "rotary_write_kv cos_sin");
+  check_here(slots, "rotary_write_kv slots");
+  TACHYON_CHECK(qkv.ndim() == 2 && qkv.dim(1) == layout.row_cols(), "rotary_write_kv qkv {}",
+                qkv.str());
+  TACHYON_CHECK(rotary_dim % 2 == 0 && rotary_dim <= layout.head_dim, "rotary_dim {} head_dim {}",
+                rotary_dim, layout.head_dim);
+  TACHYON_CHECK(cos_sin.ndim() == 2 && cos_sin.dim(0) == qkv.dim(0) &&
+                    cos_sin.dim(1) == rotary_dim && cos_sin.dtype() == DType::kF32,
+                "rotary cos_sin {} for {} tokens, rotary_dim {}", cos_sin.str(), qkv.dim(0),
+                rotary_dim);
+  TACHYON_CHECK_EQ(slots.numel(), qkv.dim(0));
+  TACHYON_CHECK(cache.k && cache.v && cache.k.ndim() == 4 &&
+                    cache.k.dim(1) == layout.num_kv_heads && cache.k.dim(3) == layout.head_dim &&
+                    cache.v.shape() == cache.k.shape() && cache.k.dtype() == dtype_ &&
+                    cache.v.dtype() == dtype_,
+                "rotary_write_kv cache {}", cache.k ? cache.k.str() : std::string("none"));
+  check_here(cache.k, "rotary_write_kv k cache");
+  check_here(cache.v, "rotary_write_kv v cache");
+  launch_rotary_write_kv(qkv.raw(), dtype_, qkv.dim(0), qkv.dim(1), layout.num_heads,
+                         layout.num_kv_heads, layout.head_dim, cos_sin.data<float>(), rotary_dim,
+                         static_cast<KRotary>(static_cast<int>(style)), slots.data<int32_t>(),
+                         cache.k.raw(), cache.v.raw(), cache.num_blocks(), cache.block_size(),
+                         err_.data<int>(), stream_);
+}
+
 void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const LayerKvCache& cache,
                             const AttentionMeta& meta, const AttentionParams& params, Tensor& out) {
   check_act(qkv, "attention qkv");
@@ -298,6 +332,18 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
   if (use_mma) {
     last_attention_kernel_ = AttentionKernel::kMma;
     launch_attention_mma(a, stream_);
+    return;
+  }
+  const bool decode_ok = attention_decode_supports(a);
+  const bool use_decode =
+      attention_kernel_ == AttentionKernel::kDecode
+          ? decode_ok
+          : attention_kernel_ == AttentionKernel::kAuto && decode_ok && meta.max_query_len == 1;
+  if (use_decode) {
+    last_attention_kernel_ = AttentionKernel::kDecode;
+    const AttentionPlan plan = plan_attention_decode(a, num_sms_);
+    void* ws = plan.scratch_bytes > 0 ? scratch(attn_scratch_, plan.scratch_bytes) : nullptr;
+    launch_attention_decode(a, plan, ws, stream_);
     return;
   }
   last_attention_kernel_ = AttentionKernel::kSimple;

@@ -79,6 +79,13 @@ void launch_add_sigmoid_gated(const void* src, const void* gate, DType type, int
 void launch_rotary(void* qkv, DType type, int64_t tokens, int64_t cols, int heads, int head_dim,
                    const float* cos_sin, int rot, KRotary style, cudaStream_t stream);
 
+// rotary over the q and k heads (style not kNone) and the k and v heads written into
+// the paged caches at slots[t] (negative: skipped), in one pass. head_dim even.
+void launch_rotary_write_kv(void* qkv, DType type, int64_t tokens, int64_t cols, int heads,
+                            int kv_heads, int head_dim, const float* cos_sin, int rot,
+                            KRotary style, const int32_t* slots, void* k_cache, void* v_cache,
+                            int64_t num_blocks, int block_size, int* err, cudaStream_t stream);
+
 // ---- kv_cache.cu ------------------------------------------------------------------
 // Writes the k and v parts of qkv (k at column q_cols, v right after) into the paged
 // caches [num_blocks, kv_heads, block_size, head_dim] at slots[t] (negative: skip).
@@ -137,6 +144,15 @@ void launch_attention(const AttentionArgs& a, const AttentionPlan& plan, void* s
 // that (nothing launched).
 bool attention_mma_supports(const AttentionArgs& a);
 bool launch_attention_mma(const AttentionArgs& a, cudaStream_t stream);
+
+// ---- attention_decode.cu ------------------------------------------------------------
+// FlashDecoding-style kernel for decode steps (one query token per sequence; more are
+// handled, slowly): bf16/f16, head_dim 64, 128 or 256, at most 8 query heads per KV
+// head. The plan splits the keys (max_context_len hint) and sizes the scratch.
+bool attention_decode_supports(const AttentionArgs& a);
+AttentionPlan plan_attention_decode(const AttentionArgs& a, int num_sms);
+void launch_attention_decode(const AttentionArgs& a, const AttentionPlan& plan, void* scratch,
+                             cudaStream_t stream);
 
 // ---- moe.cu -----------------------------------------------------------------------
 // Per token: softmax over logits [tokens, experts], the top_k largest (ties: lower id),
