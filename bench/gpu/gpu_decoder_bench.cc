@@ -27,6 +27,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/kernels.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/json.h"
@@ -142,18 +143,25 @@ void op_breakdown(DType dtype, const Dims& dm) {
                 Nk{"lm_head", dm.vocab, dm.hidden}}) {
     const int64_t n = nk.n, k = nk.k;
     Tensor w = random_device(be, {n, k}, dtype, rng);
-    for (int64_t m : {1, 64, 1024, 8192}) {
+    for (int64_t m : {1, 4, 64, 1024, 8192}) {
       Tensor x = random_device(be, {m, k}, dtype, rng);
       Tensor y = be.alloc({m, n}, dtype);
-      const double t =
-          time_op(be, 20, [&] { be.linear(x, w, Tensor(), y, 0, Activation::kIdentity); });
-      const double flops = 2.0 * m * n * k;
-      const double bytes = dtype_size(dtype) * double(m * k + n * k + m * n);
-      std::printf("gemm %-8s %5lld x %6lld x %5lld           %10.4f %7.1f TFLOP/s %6.0f GB/s\n",
-                  nk.name, static_cast<long long>(m), static_cast<long long>(n),
-                  static_cast<long long>(k), t * 1e3, flops / t / 1e12, bytes / t / 1e9);
-      std::printf("RESULT gemm_%s_m%lld_us %.2f tflops %.1f gbs %.0f\n", nk.name,
-                  static_cast<long long>(m), t * 1e6, flops / t / 1e12, bytes / t / 1e9);
+      // Rows within the matrix-vector kernel's reach: timed with it and with cuBLASLt.
+      for (bool gemv : {true, false}) {
+        if (!gemv && m > cuda::kGemvMaxRows) continue;
+        be.set_gemv(gemv);
+        const double t =
+            time_op(be, 20, [&] { be.linear(x, w, Tensor(), y, 0, Activation::kIdentity); });
+        const double flops = 2.0 * m * n * k;
+        const double bytes = dtype_size(dtype) * double(m * k + n * k + m * n);
+        const char* how = m > cuda::kGemvMaxRows ? "" : gemv ? "_gemv" : "_cublas";
+        std::printf("gemm %-8s %5lld x %6lld x %5lld %-7s   %10.4f %7.1f TFLOP/s %6.0f GB/s\n",
+                    nk.name, static_cast<long long>(m), static_cast<long long>(n),
+                    static_cast<long long>(k), how, t * 1e3, flops / t / 1e12, bytes / t / 1e9);
+        std::printf("RESULT gemm_%s_m%lld%s_us %.2f tflops %.1f gbs %.0f\n", nk.name,
+                    static_cast<long long>(m), how, t * 1e6, flops / t / 1e12, bytes / t / 1e9);
+      }
+      be.set_gemv(true);
     }
   }
   const int32_t hd = static_cast<int32_t>(dm.head_dim);
@@ -194,13 +202,18 @@ void op_breakdown(DType dtype, const Dims& dm) {
     pairs *= sh.seqs;
     const double flops = 4.0 * pairs * nh * hd;
     const double kv_bytes = 2.0 * sh.seqs * sh.ctx * nkv * hd * dtype_size(dtype);
-    for (K kern : {K::kSimple, K::kMma, K::kDecode}) {
+    meta.host_query_start = &qs;
+    meta.host_context_lens = &ctx;
+    for (K kern : {K::kSimple, K::kMma, K::kDecode, K::kGemm}) {
       if (kern == K::kDecode && sh.q_len > 1) continue;
       be.set_attention_kernel(kern);
       be.attention(qkv, layout, cache, meta, p, out);
       if (be.last_attention_kernel() != kern) continue;
       const double t = time_op(be, 10, [&] { be.attention(qkv, layout, cache, meta, p, out); });
-      const char* kname = kern == K::kMma ? "mma" : kern == K::kDecode ? "decode" : "simple";
+      const char* kname = kern == K::kMma      ? "mma"
+                          : kern == K::kDecode ? "decode"
+                          : kern == K::kGemm   ? "gemm"
+                                               : "simple";
       std::printf("attention %-6s %3d seqs x %5d q, ctx %6d     %10.4f %7.1f TFLOP/s %6.0f GB/s\n",
                   kname, sh.seqs, sh.q_len, sh.ctx, t * 1e3, flops / t / 1e12, kv_bytes / t / 1e9);
       std::printf("RESULT attn_%s_%dx%d_ctx%d_us %.2f tflops %.2f gbs %.0f\n", kname, sh.seqs,
@@ -313,7 +326,7 @@ int run(int argc, char** argv) {
   int32_t need = 0;
   for (auto [s, l] : prefills) need = std::max(need, s * ((l + kBlock - 1) / kBlock));
   for (int32_t b : batches)
-    need = std::max(need, b * ((decode_ctx + 2 * decode_steps + 16 + kBlock - 1) / kBlock));
+    need = std::max(need, b * ((decode_ctx + 4 * decode_steps + 16 + kBlock - 1) / kBlock));
   model->init_kv_cache(need, kBlock);
 
   std::printf("\n%-34s %12s %14s\n", "figure", "step ms", "tokens/s");
@@ -333,7 +346,8 @@ int run(int argc, char** argv) {
   }
   bool agree = true;
   for (int32_t bsz : batches) {
-    Seqs q = make_seqs(bsz, decode_ctx + 2 * decode_steps + 16, vocab, rng);
+    // Three timed modes of decode_steps steps and three check steps.
+    Seqs q = make_seqs(bsz, decode_ctx + 4 * decode_steps + 16, vocab, rng);
     // Fill the context in prefill steps of at most 8192 tokens.
     for (int32_t s0 = 0; s0 < bsz;) {
       const int32_t take = std::max(1, std::min(bsz - s0, 8192 / decode_ctx));
@@ -353,7 +367,10 @@ int run(int argc, char** argv) {
       for (int32_t s = s0; s < s0 + take; ++s) q.computed[s] = decode_ctx;
       s0 += take;
     }
-    // Graphs against eager on the same step (the step's K/V rewritten identically).
+    // Graphs against eager on the same step (the step's K/V rewritten identically). The
+    // two differ only in summation order (the graph's attention is split for the context
+    // bucket, not the exact context), so the relative L2 error of the logits stays at
+    // bf16 rounding level; a stale or misplaced buffer gives errors of order 1.
     if (decoder != nullptr) {
       decoder->set_step_graphs(false);
       const Tensor eager = decode_logits(*model, q);
@@ -369,14 +386,18 @@ int run(int argc, char** argv) {
         den += e * e;
       }
       const double rel = std::sqrt(num / std::max(den, 1e-30));
-      const bool ok = finite && den > 0 && rel <= 2e-2;
+      const bool ok = finite && den > 0 && rel <= 5e-2;
       agree = agree && ok;
       std::printf("check decode batch %d: graph vs eager logits, relative error %.2e %s\n", bsz,
                   rel, ok ? "ok" : "MISMATCH");
       std::printf("RESULT check_decode_b%d_rel %.3e %s\n", bsz, rel, ok ? "ok" : "MISMATCH");
     }
-    for (int mode = 0; mode < (decoder != nullptr ? 2 : 1); ++mode) {
-      const bool graphs = mode == 0;
+    auto* cbe = dynamic_cast<cuda::CudaBackend*>(&model->backend());
+    for (int mode = 0; mode < (decoder != nullptr ? 3 : 1); ++mode) {
+      // graphs; eager; graphs with cuBLASLt for the few-row GEMMs too
+      const bool graphs = mode != 1;
+      if (mode == 2 && (bsz > cuda::kGemvMaxRows || cbe == nullptr)) continue;
+      if (cbe != nullptr) cbe->set_gemv(mode != 2);
       if (decoder != nullptr) decoder->set_step_graphs(graphs);
       std::vector<double> times;
       const std::vector<int32_t> one(static_cast<size_t>(bsz), 1);
@@ -388,12 +409,13 @@ int run(int argc, char** argv) {
         for (auto& c : q.computed) ++c;
       }
       const double t = median(times);
-      const char* tag = graphs ? "graphs" : "eager";
+      const char* tag = mode == 2 ? "cublas" : graphs ? "graphs" : "eager";
       std::printf("decode batch %-4d ctx %-5d %-6s  %12.3f %14.0f\n", bsz, decode_ctx, tag, t * 1e3,
                   bsz / t);
       std::printf("RESULT decode_b%d_ctx%d_%s_ms %.4f tok_s %.1f\n", bsz, decode_ctx, tag, t * 1e3,
                   bsz / t);
     }
+    if (cbe != nullptr) cbe->set_gemv(true);
   }
   if (decoder != nullptr)
     std::printf("graph replays %lld, recordings %lld\n",

@@ -11,9 +11,12 @@
 # Build here first: STAGE=<dir> scripts/gpu_build.sh (stages the binaries in bins.tgz).
 # On the GPU machine, from the repository root, with <dir> carried:
 #   SRC_DIR=<source path of the build> bash bench/gpu/llama8b.sh <dir>
-# SKIP_TESTS=1 skips the tests; SKIP_HF=1 skips transformers.
+# (the companion files -- llama3_8b_config.json, hf_baseline.py, llama8b_table.py --
+# are read from this script's folder, so a copy of the four next to the binaries works
+# too). SKIP_TESTS=1 skips the tests; SKIP_HF=1 skips transformers.
 set -uo pipefail
 ROOT=$(pwd)
+HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=${1:?usage: llama8b.sh STAGE_DIR}
 BIN=$(cd "$BIN" && pwd)
 OUT=${OUT:-/tmp/out}
@@ -25,7 +28,7 @@ export LD_LIBRARY_PATH=$BIN:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 if [ -n "${SRC_DIR:-}" ] && [ "$SRC_DIR" != "$ROOT" ] && [ ! -e "$SRC_DIR" ]; then
   mkdir -p "$(dirname "$SRC_DIR")" && ln -s "$ROOT" "$SRC_DIR"
 fi
-CONFIG=bench/gpu/llama3_8b_config.json
+CONFIG=$HERE/llama3_8b_config.json
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
 T0=$SECONDS
 run() {  # name, timeout, command...
@@ -48,11 +51,11 @@ run bench8b 300 "$BIN/tachyon_gpu_bench" --config "$CONFIG" --dir /tmp/tachyon_8
   --prefill 1x1024,8x1024 --decode 1,64 --ctx 1024 || FAIL=1
 grep -vE '^RESULT' "$OUT/bench8b.log"
 if [ -z "${SKIP_HF:-}" ]; then
-  run hf8b 240 env PYTHONUNBUFFERED=1 python3 bench/gpu/hf_baseline.py --config "$CONFIG" \
+  run hf8b 240 env PYTHONUNBUFFERED=1 python3 "$HERE/hf_baseline.py" --config "$CONFIG" \
     --decode 1,64 --ctx 1024 --no-generate
   cat "$OUT/hf8b.log" | grep figure
 fi
 echo
-python3 bench/gpu/llama8b_table.py "$CONFIG" "$OUT/bench8b.log" "$OUT/hf8b.log" | tee "$OUT/table.md"
+python3 "$HERE/llama8b_table.py" "$CONFIG" "$OUT/bench8b.log" "$OUT/hf8b.log" | tee "$OUT/table.md"
 echo "total $((SECONDS - T0)) s, failures: $FAIL"
 exit $FAIL

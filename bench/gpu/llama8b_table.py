@@ -64,7 +64,10 @@ def main():
             eager = ours.get(f"decode_b{b}_ctx{c}_eager_ms")
             rows.append((f"decode batch {b}, context {c}", float(ours[key][2]), ht, roof))
             if eager:
-                rows.append((f"  (same, graphs off)", float(eager[2]), None, roof))
+                rows.append(("  (same, graphs off)", float(eager[2]), None, roof))
+            cublas = ours.get(f"decode_b{b}_ctx{c}_cublas_ms")
+            if cublas:
+                rows.append(("  (same, cuBLASLt for every GEMM)", float(cublas[2]), None, roof))
     print(f"weights {weight_bytes / 1e9:.2f} GB ({params / 1e9:.3f} B parameters), "
           f"KV {kv_per_token / 1024:.0f} KiB per token; {BW / 1e12:.2f} TB/s, "
           f"{FLOPS / 1e12:.0f} TFLOP/s\n")

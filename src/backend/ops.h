@@ -73,6 +73,10 @@ struct AttentionMeta {
   int32_t max_blocks_per_seq = 0;
   int32_t max_query_len = 0;  // host-side hints for work partitioning
   int32_t max_context_len = 0;
+  // Optional host copies of query_start and context_lens (valid during the call), for
+  // kernels that partition work per sequence on the host.
+  const std::vector<int32_t>* host_query_start = nullptr;
+  const std::vector<int32_t>* host_context_lens = nullptr;
 };
 
 struct AttentionParams {

@@ -300,6 +300,8 @@ void Decoder::upload_metadata(const ForwardBatch& b, int64_t live_tokens) {
   meta_.max_blocks_per_seq = b.max_blocks_per_seq;
   meta_.max_query_len = max_q;
   meta_.max_context_len = max_ctx;
+  meta_.host_query_start = &b.query_start;
+  meta_.host_context_lens = &b.context_lens;
   slots_t_ = upload_i32(slots_, h_slots_);
   logn_active_ = false;
   if (cfg_.logn_scaling_len > 0) {

@@ -46,7 +46,11 @@ class Decoder final : public Model {
   // records graphs run as a replayed graph per (batch bucket, context bucket): the
   // batch is padded to the bucket and its metadata refreshed in place. On by default;
   // TACHYON_GRAPHS=0 in the environment turns it off.
-  void set_step_graphs(bool on) { graphs_on_ = on; }
+  // Setting it drops the graphs recorded so far (backend settings may have changed).
+  void set_step_graphs(bool on) {
+    graphs_on_ = on;
+    graphs_.clear();
+  }
   bool step_graphs() const { return graphs_on_; }
   // Steps that ran as a graph replay, and graphs recorded, so far.
   int64_t graph_replays() const { return graph_replays_; }

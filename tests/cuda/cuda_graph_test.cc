@@ -85,6 +85,7 @@ TEST_P(CudaGraphTest, DecodeGraphsMatchEager) {
     eager->forward(b);
     graph->forward(b);
     s->computed = static_cast<int32_t>(s->tokens.size());
+    s->tokens.push_back(tok(rng));  // the first token to decode
   }
   int decode_steps = 0;
   for (int step = 0; step < 40; ++step) {
@@ -96,6 +97,7 @@ TEST_P(CudaGraphTest, DecodeGraphsMatchEager) {
       eager->forward(b);
       graph->forward(b);
       s->computed = static_cast<int32_t>(s->tokens.size());
+      s->tokens.push_back(tok(rng));
       live.push_back(s);
     }
     // Next tokens: the eager model's argmax (the same for both).

@@ -61,9 +61,14 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
       attention_kernel_ = AttentionKernel::kMma;
     else if (v == "decode")
       attention_kernel_ = AttentionKernel::kDecode;
+    else if (v == "gemm")
+      attention_kernel_ = AttentionKernel::kGemm;
     else if (!v.empty() && v != "auto")
-      raise<InvalidArgument>("TACHYON_CUDA_ATTENTION: '{}' is not auto, simple, mma or decode", v);
+      raise<InvalidArgument>(
+          "TACHYON_CUDA_ATTENTION: '{}' is not auto, simple, mma, decode or gemm", v);
   }
+  if (const char* env = std::getenv("TACHYON_CUDA_GEMV"); env != nullptr && std::string(env) == "0")
+    use_gemv_ = false;
   TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_));
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   alloc_ = std::make_unique<DeviceAllocator>(device_);
