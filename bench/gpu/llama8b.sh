@@ -13,7 +13,8 @@
 #   SRC_DIR=<source path of the build> bash bench/gpu/llama8b.sh <dir>
 # (the companion files -- llama3_8b_config.json, hf_baseline.py, llama8b_table.py --
 # are read from this script's folder, so a copy of the four next to the binaries works
-# too). SKIP_TESTS=1 skips the tests; SKIP_HF=1 skips transformers.
+# too). SKIP_TESTS=1 skips the tests; SKIP_HF=1 skips transformers; CUDA_TEST_FILTER
+# narrows the CUDA tests (a gtest filter).
 set -uo pipefail
 ROOT=$(pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -43,9 +44,11 @@ run() {  # name, timeout, command...
 }
 FAIL=0
 if [ -z "${SKIP_TESTS:-}" ]; then
-  run cuda_tests 200 "$BIN/tachyon_cuda_tests" || FAIL=1
+  run cuda_tests 200 "$BIN/tachyon_cuda_tests" ${CUDA_TEST_FILTER:+--gtest_filter=$CUDA_TEST_FILTER} ||
+    FAIL=1
   run conformance_bf16 90 env TACHYON_DEVICE=cuda "$BIN/tachyon_conformance_tests" || FAIL=1
   grep -E '^  (f32|bf16): .*graph replays' "$OUT/cuda_tests.log"
+  grep -E ' (decode|gemm) ' "$OUT/cuda_tests.log" | sort -k5 -g | tail -3
 fi
 run bench8b 300 "$BIN/tachyon_gpu_bench" --config "$CONFIG" --dir /tmp/tachyon_8b \
   --prefill 1x1024,8x1024 --decode 1,64 --ctx 1024 || FAIL=1
