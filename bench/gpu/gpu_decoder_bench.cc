@@ -6,10 +6,17 @@
 // LanguageModel::forward (which includes the metadata upload, every kernel and the
 // logits download), i.e. what the engine sees.
 //
+// Decode steps of pure-decode batches run as replayed CUDA graphs (the default); each
+// decode figure is also timed with graphs off, and one step's logits are compared
+// between the two (the benchmark fails when they disagree). Lines starting with
+// "RESULT" are for scripts (bench/gpu/llama8b.sh).
+//
 // Usage: tachyon_gpu_bench [--config CONFIG.json] [--dtype bf16|f16|f32] [--quick]
-//                          [--dir WORKDIR]
+//                          [--dir WORKDIR] [--prefill SxL,...] [--decode B,...]
+//                          [--ctx C] [--no-ops]
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -20,8 +27,11 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/kernels.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/json.h"
+#include "model/decoder.h"
 #include "model/loader.h"
 #include "model/random_model.h"
 
@@ -111,37 +121,63 @@ Tensor random_device(cuda::CudaBackend& be, const Shape& shape, DType dtype, std
   return be.upload(c.raw(), shape, dtype, {});
 }
 
-// Single ops at the benchmark model's shapes (hidden 2048, 32 heads of 64, 8 KV heads,
-// MLP 8192), against the machine's ceilings: bf16 GEMM FLOP/s and attention.
-void op_breakdown(DType dtype) {
+struct Dims {
+  int64_t hidden, inter, heads, kv_heads, head_dim, vocab;
+};
+
+// Single ops at the benchmark model's shapes, against the machine's ceilings: GEMM
+// FLOP/s and bytes/s (weights read once) and attention.
+void op_breakdown(DType dtype, const Dims& dm) {
   CudaBackendOptions o;
   o.dtype = dtype;
   cuda::CudaBackend be(o);
   std::mt19937 rng(3);
   std::printf("\n%-46s %10s %12s\n", "op", "ms", "rate");
-  for (int64_t m : {1, 64, 1024, 8192}) {
-    const int64_t k = 2048, n = 8192;
-    Tensor x = random_device(be, {m, k}, dtype, rng);
+  const int64_t qkv_n = (dm.heads + 2 * dm.kv_heads) * dm.head_dim;
+  struct Nk {
+    const char* name;
+    int64_t n, k;
+  };
+  for (Nk nk : {Nk{"qkv", qkv_n, dm.hidden}, Nk{"o", dm.hidden, dm.heads * dm.head_dim},
+                Nk{"gate_up", 2 * dm.inter, dm.hidden}, Nk{"down", dm.hidden, dm.inter},
+                Nk{"lm_head", dm.vocab, dm.hidden}}) {
+    const int64_t n = nk.n, k = nk.k;
     Tensor w = random_device(be, {n, k}, dtype, rng);
-    Tensor y = be.alloc({m, n}, dtype);
-    const double t =
-        time_op(be, 20, [&] { be.linear(x, w, Tensor(), y, 0, Activation::kIdentity); });
-    const double flops = 2.0 * m * n * k, bytes = 2.0 * (m * k + n * k + m * n);
-    std::printf("gemm %5lld x %5lld x %5lld                     %10.4f %7.1f TFLOP/s %6.0f GB/s\n",
-                static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
-                t * 1e3, flops / t / 1e12, bytes / t / 1e9);
+    for (int64_t m : {1, 64, 1024, 8192}) {
+      Tensor x = random_device(be, {m, k}, dtype, rng);
+      Tensor y = be.alloc({m, n}, dtype);
+      // Rows within the matrix-vector kernel's reach: timed with it and with cuBLASLt.
+      for (bool gemv : {true, false}) {
+        if (!gemv && m > cuda::kGemvAutoRows) continue;
+        be.set_gemv(gemv);
+        const double t =
+            time_op(be, 20, [&] { be.linear(x, w, Tensor(), y, 0, Activation::kIdentity); });
+        const double flops = 2.0 * m * n * k;
+        const double bytes = dtype_size(dtype) * double(m * k + n * k + m * n);
+        const char* how = m > cuda::kGemvAutoRows ? "" : gemv ? "_gemv" : "_cublas";
+        std::printf("gemm %-8s %5lld x %6lld x %5lld %-7s   %10.4f %7.1f TFLOP/s %6.0f GB/s\n",
+                    nk.name, static_cast<long long>(m), static_cast<long long>(n),
+                    static_cast<long long>(k), how, t * 1e3, flops / t / 1e12, bytes / t / 1e9);
+        std::printf("RESULT gemm_%s_m%lld%s_us %.2f tflops %.1f gbs %.0f\n", nk.name,
+                    static_cast<long long>(m), how, t * 1e6, flops / t / 1e12, bytes / t / 1e9);
+      }
+      be.set_gemv(true);
+    }
   }
-  const QkvLayout layout{32, 8, 64};
+  const int32_t hd = static_cast<int32_t>(dm.head_dim);
+  const int32_t nh = static_cast<int32_t>(dm.heads), nkv = static_cast<int32_t>(dm.kv_heads);
+  const QkvLayout layout{nh, nkv, hd};
   using K = cuda::CudaBackend::AttentionKernel;
   struct Shape2 {
     int32_t seqs, q_len, ctx;
   };
-  for (Shape2 sh : {Shape2{1, 1024, 1024}, Shape2{1, 4096, 4096}, Shape2{64, 1, 512},
-                    Shape2{8, 1, 4096}, Shape2{1, 1, 32768}}) {
+  for (Shape2 sh :
+       {Shape2{1, 1024, 1024}, Shape2{8, 1024, 1024}, Shape2{1, 4096, 4096}, Shape2{1, 1, 1024},
+        Shape2{64, 1, 1024}, Shape2{8, 1, 4096}, Shape2{1, 1, 32768}}) {
     const int32_t bs = 16, blocks_each = (sh.ctx + bs - 1) / bs;
     const int64_t T = int64_t{sh.seqs} * sh.q_len;
-    LayerKvCache cache{random_device(be, {sh.seqs * blocks_each, 8, bs, 64}, dtype, rng),
-                       random_device(be, {sh.seqs * blocks_each, 8, bs, 64}, dtype, rng)};
+    LayerKvCache cache{random_device(be, {sh.seqs * blocks_each, nkv, bs, hd}, dtype, rng),
+                       random_device(be, {sh.seqs * blocks_each, nkv, bs, hd}, dtype, rng)};
     Tensor qkv = random_device(be, {T, layout.row_cols()}, dtype, rng);
     std::vector<int32_t> qs = {0}, ctx, tables;
     for (int32_t s = 0; s < sh.seqs; ++s) {
@@ -158,30 +194,56 @@ void op_breakdown(DType dtype) {
     meta.max_query_len = sh.q_len;
     meta.max_context_len = sh.ctx;
     AttentionParams p;
-    p.scale = 0.125f;
+    p.scale = 1.f / std::sqrt(static_cast<float>(hd));
     Tensor out = be.alloc({T, layout.q_cols()}, dtype);
     // Causal pairs (query, key) and the K/V bytes read once.
     double pairs = 0;
     for (int32_t i = 0; i < sh.q_len; ++i) pairs += sh.ctx - sh.q_len + i + 1;
     pairs *= sh.seqs;
-    const double flops = 4.0 * pairs * 32 * 64;
-    const double kv_bytes = 2.0 * sh.seqs * sh.ctx * 8 * 64 * dtype_size(dtype);
-    for (K kern : {K::kSimple, K::kMma}) {
+    const double flops = 4.0 * pairs * nh * hd;
+    const double kv_bytes = 2.0 * sh.seqs * sh.ctx * nkv * hd * dtype_size(dtype);
+    meta.host_query_start = &qs;
+    meta.host_context_lens = &ctx;
+    for (K kern : {K::kSimple, K::kMma, K::kDecode, K::kGemm}) {
+      if (kern == K::kDecode && sh.q_len > 1) continue;
       be.set_attention_kernel(kern);
       be.attention(qkv, layout, cache, meta, p, out);
       if (be.last_attention_kernel() != kern) continue;
       const double t = time_op(be, 10, [&] { be.attention(qkv, layout, cache, meta, p, out); });
+      const char* kname = kern == K::kMma      ? "mma"
+                          : kern == K::kDecode ? "decode"
+                          : kern == K::kGemm   ? "gemm"
+                                               : "simple";
       std::printf("attention %-6s %3d seqs x %5d q, ctx %6d     %10.4f %7.1f TFLOP/s %6.0f GB/s\n",
-                  kern == K::kMma ? "mma" : "simple", sh.seqs, sh.q_len, sh.ctx, t * 1e3,
-                  flops / t / 1e12, kv_bytes / t / 1e9);
+                  kname, sh.seqs, sh.q_len, sh.ctx, t * 1e3, flops / t / 1e12, kv_bytes / t / 1e9);
+      std::printf("RESULT attn_%s_%dx%d_ctx%d_us %.2f tflops %.2f gbs %.0f\n", kname, sh.seqs,
+                  sh.q_len, sh.ctx, t * 1e6, flops / t / 1e12, kv_bytes / t / 1e9);
     }
   }
 }
 
+std::vector<int32_t> parse_ints(const std::string& s, char sep = ',') {
+  std::vector<int32_t> v;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(sep, i);
+    if (j == std::string::npos) j = s.size();
+    v.push_back(std::stoi(s.substr(i, j - i)));
+    i = j + 1;
+  }
+  return v;
+}
+
+// One decode step's logits for every sequence of q (no advance).
+Tensor decode_logits(Model& model, const Seqs& q) {
+  return model.forward(make_batch(q, std::vector<int32_t>(static_cast<size_t>(q.count), 1)));
+}
+
 int run(int argc, char** argv) {
   std::string config_path, dir = (fs::temp_directory_path() / "tachyon_gpu_bench").string();
-  std::string dtype_name_s = "bf16";
-  bool quick = false;
+  std::string dtype_name_s = "bf16", prefill_s, decode_s;
+  bool quick = false, ops = true;
+  int32_t decode_ctx = 512;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--config" && i + 1 < argc)
@@ -190,8 +252,16 @@ int run(int argc, char** argv) {
       dtype_name_s = argv[++i];
     else if (a == "--dir" && i + 1 < argc)
       dir = argv[++i];
+    else if (a == "--prefill" && i + 1 < argc)
+      prefill_s = argv[++i];
+    else if (a == "--decode" && i + 1 < argc)
+      decode_s = argv[++i];
+    else if (a == "--ctx" && i + 1 < argc)
+      decode_ctx = std::stoi(argv[++i]);
     else if (a == "--quick")
       quick = true;
+    else if (a == "--no-ops")
+      ops = false;
     else
       raise<InvalidArgument>("unknown argument '{}'", a);
   }
@@ -202,6 +272,16 @@ int run(int argc, char** argv) {
     config_path = dir + "/bench_config.json";
     std::ofstream(config_path) << kDefaultConfig;
   }
+  const Json cj = load_json_file(config_path);
+  const int64_t heads = cj["num_attention_heads"].get<int64_t>();
+  const int64_t hidden = cj["hidden_size"].get<int64_t>();
+  const Dims dims{
+      hidden,
+      cj["intermediate_size"].get<int64_t>(),
+      heads,
+      cj.contains("num_key_value_heads") ? cj["num_key_value_heads"].get<int64_t>() : heads,
+      cj.contains("head_dim") ? cj["head_dim"].get<int64_t>() : hidden / heads,
+      cj["vocab_size"].get<int64_t>()};
   const std::string model_dir = dir + "/model";
   double t0 = now_s();
   RandomModelOptions ro;
@@ -209,35 +289,44 @@ int run(int argc, char** argv) {
   const uint64_t params = write_random_model(config_path, model_dir, ro);
   std::printf("random checkpoint: %.3f B parameters, written in %.1f s\n", params / 1e9,
               now_s() - t0);
+  std::printf("RESULT params %llu\n", static_cast<unsigned long long>(params));
   t0 = now_s();
   LoadOptions lo;
   lo.device = Device{DeviceType::kCUDA, 0};
   lo.dtype = *dtype;
   auto model = load_model(model_dir, lo);
+  auto* decoder = dynamic_cast<Decoder*>(model.get());
   const auto mem = model->backend().memory_info();
   std::printf("loaded on the GPU in %.1f s (%s); device memory %.1f GiB free of %.1f GiB\n",
               now_s() - t0, dtype_name_s.c_str(), mem.free_bytes / double(1 << 30),
               mem.total_bytes / double(1 << 30));
-  const int64_t budget = kv_cache_budget_bytes(*model, 0.9, 8192);
-  std::printf(
-      "KV cache budget at --gpu-memory-fraction 0.9: %.1f GiB = %lld blocks of %d tokens\n",
-      budget / double(1 << 30),
-      static_cast<long long>(budget / static_cast<int64_t>(model->kv_bytes_per_block(kBlock))),
-      kBlock);
+  fs::remove_all(model_dir);  // loaded: the disk copy is no longer needed
 
   const int32_t vocab = model->vocab_size();
   std::mt19937 rng(1);
   const int reps = quick ? 3 : 7;
-  const std::vector<std::pair<int32_t, int32_t>> prefills = {
-      {1, 128}, {1, 1024}, {8, 512}, {4, 2048}};
-  const std::vector<int32_t> batches =
-      quick ? std::vector<int32_t>{1, 32} : std::vector<int32_t>{1, 8, 32, 64, 128};
-  const int32_t decode_ctx = 512, decode_steps = quick ? 8 : 24;
+  std::vector<std::pair<int32_t, int32_t>> prefills = {{1, 128}, {1, 1024}, {8, 512}, {4, 2048}};
+  if (!prefill_s.empty()) {
+    prefills.clear();
+    size_t i = 0;
+    while (i < prefill_s.size()) {
+      size_t j = prefill_s.find(',', i);
+      if (j == std::string::npos) j = prefill_s.size();
+      const std::vector<int32_t> sl = parse_ints(prefill_s.substr(i, j - i), 'x');
+      if (sl.size() != 2) raise<InvalidArgument>("--prefill: expected SxL, got '{}'", prefill_s);
+      prefills.emplace_back(sl[0], sl[1]);
+      i = j + 1;
+    }
+  }
+  const std::vector<int32_t> batches = !decode_s.empty() ? parse_ints(decode_s)
+                                       : quick           ? std::vector<int32_t>{1, 32}
+                                                         : std::vector<int32_t>{1, 8, 32, 64, 128};
+  const int32_t decode_steps = quick ? 8 : 24;
   // Enough blocks for the largest figure.
   int32_t need = 0;
   for (auto [s, l] : prefills) need = std::max(need, s * ((l + kBlock - 1) / kBlock));
   for (int32_t b : batches)
-    need = std::max(need, b * ((decode_ctx + decode_steps + 8 + kBlock - 1) / kBlock));
+    need = std::max(need, b * ((decode_ctx + 4 * decode_steps + 16 + kBlock - 1) / kBlock));
   model->init_kv_cache(need, kBlock);
 
   std::printf("\n%-34s %12s %14s\n", "figure", "step ms", "tokens/s");
@@ -253,9 +342,12 @@ int run(int argc, char** argv) {
     }
     const double t = median(times);
     std::printf("prefill %3d x %-5d               %12.3f %14.0f\n", s, l, t * 1e3, s * l / t);
+    std::printf("RESULT prefill_%dx%d_ms %.4f tok_s %.1f\n", s, l, t * 1e3, s * l / t);
   }
+  bool agree = true;
   for (int32_t bsz : batches) {
-    Seqs q = make_seqs(bsz, decode_ctx + decode_steps + 8, vocab, rng);
+    // Three timed modes of decode_steps steps and three check steps.
+    Seqs q = make_seqs(bsz, decode_ctx + 4 * decode_steps + 16, vocab, rng);
     // Fill the context in prefill steps of at most 8192 tokens.
     for (int32_t s0 = 0; s0 < bsz;) {
       const int32_t take = std::max(1, std::min(bsz - s0, 8192 / decode_ctx));
@@ -275,21 +367,66 @@ int run(int argc, char** argv) {
       for (int32_t s = s0; s < s0 + take; ++s) q.computed[s] = decode_ctx;
       s0 += take;
     }
-    std::vector<double> times;
-    const std::vector<int32_t> one(static_cast<size_t>(bsz), 1);
-    for (int32_t step = 0; step < decode_steps; ++step) {
-      ForwardBatch b = make_batch(q, one);
-      const double a = now_s();
-      model->forward(b);
-      if (step >= 3) times.push_back(now_s() - a);
-      for (auto& c : q.computed) ++c;
+    // Graphs against eager on the same step (the step's K/V rewritten identically). The
+    // two differ only in summation order (the graph's attention is split for the context
+    // bucket, not the exact context), so the relative L2 error of the logits stays at
+    // bf16 rounding level; a stale or misplaced buffer gives errors of order 1.
+    if (decoder != nullptr) {
+      decoder->set_step_graphs(false);
+      const Tensor eager = decode_logits(*model, q);
+      decoder->set_step_graphs(true);
+      decode_logits(*model, q);  // eager run + recording
+      const Tensor graph = decode_logits(*model, q);
+      double num = 0, den = 0;
+      bool finite = true;
+      for (int64_t i = 0; i < eager.numel(); ++i) {
+        const double e = eager.data<float>()[i], g = graph.data<float>()[i];
+        finite = finite && std::isfinite(e) && std::isfinite(g);
+        num += (g - e) * (g - e);
+        den += e * e;
+      }
+      const double rel = std::sqrt(num / std::max(den, 1e-30));
+      const bool ok = finite && den > 0 && rel <= 5e-2;
+      agree = agree && ok;
+      std::printf("check decode batch %d: graph vs eager logits, relative error %.2e %s\n", bsz,
+                  rel, ok ? "ok" : "MISMATCH");
+      std::printf("RESULT check_decode_b%d_rel %.3e %s\n", bsz, rel, ok ? "ok" : "MISMATCH");
     }
-    const double t = median(times);
-    std::printf("decode batch %-4d ctx %-5d         %12.3f %14.0f\n", bsz, decode_ctx, t * 1e3,
-                bsz / t);
+    auto* cbe = dynamic_cast<cuda::CudaBackend*>(&model->backend());
+    for (int mode = 0; mode < (decoder != nullptr ? 3 : 1); ++mode) {
+      // graphs; eager; graphs with cuBLASLt for the few-row GEMMs too
+      const bool graphs = mode != 1;
+      if (mode == 2 && (bsz > cuda::kGemvAutoRows || cbe == nullptr)) continue;
+      if (cbe != nullptr) cbe->set_gemv(mode != 2);
+      if (decoder != nullptr) decoder->set_step_graphs(graphs);
+      std::vector<double> times;
+      const std::vector<int32_t> one(static_cast<size_t>(bsz), 1);
+      for (int32_t step = 0; step < decode_steps; ++step) {
+        ForwardBatch b = make_batch(q, one);
+        const double a = now_s();
+        model->forward(b);
+        if (step >= 3) times.push_back(now_s() - a);
+        for (auto& c : q.computed) ++c;
+      }
+      const double t = median(times);
+      const char* tag = mode == 2 ? "cublas" : graphs ? "graphs" : "eager";
+      std::printf("decode batch %-4d ctx %-5d %-6s  %12.3f %14.0f\n", bsz, decode_ctx, tag, t * 1e3,
+                  bsz / t);
+      std::printf("RESULT decode_b%d_ctx%d_%s_ms %.4f tok_s %.1f\n", bsz, decode_ctx, tag, t * 1e3,
+                  bsz / t);
+    }
+    if (cbe != nullptr) cbe->set_gemv(true);
   }
-  fs::remove_all(model_dir);
-  op_breakdown(*dtype);
+  if (decoder != nullptr)
+    std::printf("graph replays %lld, recordings %lld\n",
+                static_cast<long long>(decoder->graph_replays()),
+                static_cast<long long>(decoder->graph_records()));
+  model.reset();
+  if (ops) op_breakdown(*dtype, dims);
+  if (!agree) {
+    std::fprintf(stderr, "tachyon_gpu_bench: graph and eager decode logits disagree\n");
+    return 2;
+  }
   return 0;
 }
 

@@ -3,10 +3,14 @@
 
 Runs a Llama-shaped model with random bf16 weights (initialised on the GPU) and prints
 one JSON line per figure: prefill tokens/s for 1x1024 and 8x1024 prompts, and greedy
-`generate` decode tokens/s at batch 1 and 32. Timing: CUDA events after warm-up,
-median of repeats.
+`generate` decode tokens/s at batch 1 and 32. With --decode B,... it also times single
+decode steps (one forward of one token per sequence through the model's KV cache after
+a --ctx-token prefill, logits and argmax included; no `generate` loop), which is the
+figure our decode benchmark measures. Timing: CUDA events after warm-up, median of
+repeats.
 
-Usage: python3 hf_baseline.py [--config CONFIG.json] [--quick]
+Usage: python3 hf_baseline.py [--config CONFIG.json] [--quick] [--decode 1,64]
+                              [--ctx 1024] [--no-generate]
 """
 import argparse
 import json
@@ -40,6 +44,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--decode", default="")
+    ap.add_argument("--ctx", type=int, default=1024)
+    ap.add_argument("--no-generate", action="store_true")
     args = ap.parse_args()
     cfg = dict(LLAMA3_8B)
     if args.config:
@@ -63,7 +70,29 @@ def main():
             t = timed(lambda: model(ids, use_cache=False, logits_to_keep=1), 2, repeats)
             print(json.dumps({"figure": f"prefill_{batch}x1024", "tokens_per_s": batch * 1024 / t,
                               "seconds": t}), flush=True)
-        for batch, new in ((1, 128), (32, 128)):
+        for batch in [int(b) for b in args.decode.split(",") if b]:
+            ids = torch.randint(0, vocab, (batch, args.ctx), device="cuda")
+            out = model(ids, use_cache=True, logits_to_keep=1)
+            cache = out.past_key_values
+            nxt = out.logits[:, -1:].argmax(-1)
+            del out
+            times = []
+            for step in range(19 if not args.quick else 8):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                out = model(nxt, past_key_values=cache, use_cache=True)
+                nxt = out.logits[:, -1:].argmax(-1)
+                end.record()
+                torch.cuda.synchronize()
+                if step >= 3:
+                    times.append(start.elapsed_time(end) / 1000.0)
+            t = statistics.median(times)
+            print(json.dumps({"figure": f"decode_b{batch}_ctx{args.ctx}",
+                              "tokens_per_s": batch / t, "seconds": t}), flush=True)
+            del cache, out
+            torch.cuda.empty_cache()
+        for batch, new in (() if args.no_generate else ((1, 128), (32, 128))):
             ids = torch.randint(0, vocab, (batch, 128), device="cuda")
             gen = lambda: model.generate(ids, attention_mask=torch.ones_like(ids),
                                          max_new_tokens=new, min_new_tokens=new, do_sample=False,

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -72,6 +73,10 @@ struct AttentionMeta {
   int32_t max_blocks_per_seq = 0;
   int32_t max_query_len = 0;  // host-side hints for work partitioning
   int32_t max_context_len = 0;
+  // Optional host copies of query_start and context_lens (valid during the call), for
+  // kernels that partition work per sequence on the host.
+  const std::vector<int32_t>* host_query_start = nullptr;
+  const std::vector<int32_t>* host_context_lens = nullptr;
 };
 
 struct AttentionParams {
@@ -105,6 +110,17 @@ struct MoeExpertWeights {
   Tensor down;
 };
 
+// Device work recorded once and queued again as one unit (a CUDA graph): the same
+// kernels on the same buffers, so the caller refreshes the inputs in place between
+// replays.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  // Queues the recorded work. Returns false (queuing nothing) when memory the backend
+  // owns and the work used has moved since recording: the caller records again.
+  virtual bool replay() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -129,6 +145,15 @@ class Backend {
     int64_t total_bytes = 0;  // 0: unknown (host memory)
   };
   virtual MemoryInfo memory_info() const { return {}; }
+
+  // Records the device work fn() queues, without running it, for replay(); null when
+  // this backend cannot (the CPU). fn must only queue work: no waiting for the device,
+  // no host reads of device memory, no uploads from host memory (those are recorded by
+  // address, not by value).
+  virtual std::unique_ptr<DeviceGraph> record(const std::function<void()>& fn) {
+    (void)fn;
+    return nullptr;
+  }
 
   // ---- memory -------------------------------------------------------------------
   // An uninitialised tensor on the device.
@@ -208,6 +233,13 @@ class Backend {
   // (physical slot = block * block_size + offset; a negative slot is skipped).
   virtual void write_kv(const Tensor& qkv, const QkvLayout& layout, const Tensor& slots,
                         LayerKvCache& cache) = 0;
+  // rotary() then write_kv(); a backend may do both in one pass.
+  virtual void rotary_write_kv(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
+                               RotaryStyle style, int32_t rotary_dim, const Tensor& slots,
+                               LayerKvCache& cache) {
+    rotary(qkv, layout, cos_sin, style, rotary_dim);
+    write_kv(qkv, layout, slots, cache);
+  }
   // Causal attention of the step's queries (the q part of qkv) over each sequence's
   // cached keys/values (which already include this step's). Query t of sequence s, the
   // i-th of its q_len tokens, sits at cache index context_len - q_len + i and sees keys

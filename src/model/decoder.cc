@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "core/error.h"
 
@@ -22,6 +25,57 @@ Tensor Decoder::Buffer::view(Backend& be, int64_t rows, int64_t cols, DType dtyp
 }
 
 namespace {
+
+// Rows of host matrices [n_i, K] of one dtype stacked into one [sum n_i, K] matrix (and
+// their f32 biases into one, zeros where a part has none); an empty result when the
+// parts do not fit together (other dtypes or widths, not on the host).
+LinearWeights stack_rows(const std::vector<const LinearWeights*>& parts) {
+  const Tensor& first = parts.front()->w;
+  int64_t rows = 0;
+  bool any_bias = false;
+  for (const LinearWeights* p : parts) {
+    if (!p->w || p->w.ndim() != 2 || !p->w.device().is_cpu() || p->w.dtype() != first.dtype() ||
+        p->w.dim(1) != first.dim(1))
+      return {};
+    if (p->b &&
+        (p->b.dtype() != DType::kF32 || p->b.numel() != p->w.dim(0) || !p->b.device().is_cpu()))
+      return {};
+    rows += p->w.dim(0);
+    any_bias = any_bias || static_cast<bool>(p->b);
+  }
+  LinearWeights out;
+  out.w = Tensor::empty({rows, first.dim(1)}, first.dtype());
+  if (any_bias) out.b = Tensor::zeros({rows}, DType::kF32);
+  auto* dst = static_cast<char*>(out.w.raw());
+  int64_t row = 0;
+  for (const LinearWeights* p : parts) {
+    std::memcpy(dst, p->w.raw(), p->w.nbytes());
+    dst += p->w.nbytes();
+    if (p->b) std::memcpy(out.b.data<float>() + row, p->b.raw(), p->b.nbytes());
+    row += p->w.dim(0);
+  }
+  return out;
+}
+
+// On a device backend, separate q/k/v and gate/up projections become one matrix each
+// (one GEMM instead of three or two per layer; the output columns are the same).
+void fuse_projections(LayerWeights& L, Backend& be) {
+  if (be.device().is_cpu()) return;  // the CPU keeps its mapped views
+  if (!L.qkv && L.q && L.k && L.v) {
+    LinearWeights f = stack_rows({&L.q, &L.k, &L.v});
+    if (f) {
+      L.qkv = std::move(f);
+      L.q = L.k = L.v = {};
+    }
+  }
+  if (!L.gate_up && L.gate && L.up && L.down) {
+    LinearWeights f = stack_rows({&L.gate, &L.up});
+    if (f) {
+      L.gate_up = std::move(f);
+      L.gate = L.up = {};
+    }
+  }
+}
 
 // Every weight in the form the backend's kernels read (on a GPU: converted and
 // uploaded once; on the CPU: the same tensors).
@@ -52,6 +106,7 @@ void prepare_weights(ModelWeights& w, Backend& be) {
     prep_linear(w.lm_head);
   }
   for (LayerWeights& L : w.layers) {
+    fuse_projections(L, be);
     for (NormParams* n :
          {&L.attn_norm, &L.mlp_norm, &L.post_attn_norm, &L.post_mlp_norm, &L.q_norm, &L.k_norm})
       prep_norm(*n);
@@ -84,6 +139,9 @@ Decoder::Decoder(ModelConfig config, ModelWeights weights, std::unique_ptr<Backe
       for (float& x : s) x = bf16_to_f32(f32_to_bf16(x));
     slopes = be_->upload(s.data(), {static_cast<int64_t>(s.size())}, DType::kF32, {});
   }
+  if (const char* env = std::getenv("TACHYON_GRAPHS"); env != nullptr && std::string(env) == "0")
+    graphs_on_ = false;
+  if (be_->device().is_cpu()) graphs_on_ = false;
   all_sliding_ = cfg_.sliding_window > 0;
   for (int l = 0; l < cfg_.layer_num; ++l) all_sliding_ = all_sliding_ && cfg_.is_sliding(l);
   attn_params_.resize(static_cast<size_t>(cfg_.layer_num));
@@ -136,6 +194,7 @@ void Decoder::init_kv_cache(int32_t num_blocks, int32_t block_size) {
     be_->fill_zero(c.v);
   }
   block_size_ = block_size;
+  graphs_.clear();
 }
 
 void Decoder::copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) {
@@ -205,7 +264,7 @@ void Decoder::validate(const ForwardBatch& b) const {
     if (r < 0 || r >= T) raise<InvalidArgument>("forward: logits row {} out of [0, {})", r, T);
 }
 
-void Decoder::upload_metadata(const ForwardBatch& b) {
+void Decoder::upload_metadata(const ForwardBatch& b, int64_t live_tokens) {
   const int64_t T = b.num_tokens();
   const int32_t S = b.num_seqs();
   h_slots_.resize(static_cast<size_t>(T));
@@ -221,9 +280,11 @@ void Decoder::upload_metadata(const ForwardBatch& b) {
     for (int32_t i = 0; i < q; ++i) {
       const int64_t t = b.query_start[s] + i;
       const int32_t idx = ctx - q + i;
-      h_slots_[t] =
-          b.block_tables[int64_t{s} * b.max_blocks_per_seq + idx / block_size_] * block_size_ +
-          idx % block_size_;
+      h_slots_[t] = t >= live_tokens
+                        ? -1
+                        : b.block_tables[int64_t{s} * b.max_blocks_per_seq + idx / block_size_] *
+                                  block_size_ +
+                              idx % block_size_;
       h_seq_len_[t] = rope_len;
     }
   }
@@ -239,6 +300,8 @@ void Decoder::upload_metadata(const ForwardBatch& b) {
   meta_.max_blocks_per_seq = b.max_blocks_per_seq;
   meta_.max_query_len = max_q;
   meta_.max_context_len = max_ctx;
+  meta_.host_query_start = &b.query_start;
+  meta_.host_context_lens = &b.context_lens;
   slots_t_ = upload_i32(slots_, h_slots_);
   logn_active_ = false;
   if (cfg_.logn_scaling_len > 0) {
@@ -270,13 +333,35 @@ Tensor Decoder::forward(const ForwardBatch& b) {
   validate(b);
   const int64_t T = b.num_tokens();
   const int64_t R = static_cast<int64_t>(b.logits_rows.size());
-  const int64_t D = cfg_.hidden_size, V = cfg_.vocab_size;
+  const int64_t V = cfg_.vocab_size;
   if (T == 0) return Tensor::zeros({R, V}, DType::kF32);
-  upload_metadata(b);
+  if (graph_eligible(b)) return forward_graph(b);
+  upload_metadata(b, T);
+  upload_inputs(b);
+  Tensor logits = be_->alloc({R, V}, DType::kF32);
+  compute(T, R, logits);
+  return be_->to_host(logits);
+}
 
-  // Embeddings.
+void Decoder::upload_inputs(const ForwardBatch& b) {
+  const int64_t T = b.num_tokens();
+  const int64_t R = static_cast<int64_t>(b.logits_rows.size());
   ids_.view(*be_, 1, T, DType::kI32);
-  Tensor ids = be_->upload(b.token_ids.data(), {T}, DType::kI32, ids_.storage);
+  ids_t_ = be_->upload(b.token_ids.data(), {T}, DType::kI32, ids_.storage);
+  if (cfg_.position == PositionType::kLearned) {
+    pos_.view(*be_, 1, T, DType::kI32);
+    pos_t_ = be_->upload(b.positions.data(), {T}, DType::kI32, pos_.storage);
+  }
+  if (R > 0) {
+    rows_.view(*be_, 1, R, DType::kI32);
+    rows_t_ = be_->upload(b.logits_rows.data(), {R}, DType::kI32, rows_.storage);
+  }
+}
+
+void Decoder::compute(int64_t T, int64_t R, Tensor& logits) {
+  const int64_t D = cfg_.hidden_size;
+  // Embeddings.
+  const Tensor& ids = ids_t_;
   Tensor residual = residual_.view(*be_, T, D);
   const float escale = static_cast<float>(cfg_.embedding_scale);
   if (w_.project_in) {
@@ -286,11 +371,8 @@ Tensor Decoder::forward(const ForwardBatch& b) {
   } else {
     be_->embedding(w_.embedding, ids, 0, escale, false, residual);
   }
-  if (cfg_.position == PositionType::kLearned) {
-    pos_.view(*be_, 1, T, DType::kI32);
-    Tensor pos = be_->upload(b.positions.data(), {T}, DType::kI32, pos_.storage);
-    be_->embedding(w_.pos_embedding, pos, cfg_.learned_pos_offset, 1.f, true, residual);
-  }
+  if (cfg_.position == PositionType::kLearned)
+    be_->embedding(w_.pos_embedding, pos_t_, cfg_.learned_pos_offset, 1.f, true, residual);
   if (cfg_.embedding_norm) be_->add_norm(residual, Tensor(), Tensor(), w_.embed_norm, residual);
 
   Tensor h = h_.view(*be_, T, D);
@@ -337,12 +419,9 @@ Tensor Decoder::forward(const ForwardBatch& b) {
   }
 
   // Logits for the requested rows only.
-  Tensor logits = be_->alloc({R, V}, DType::kF32);
-  if (R == 0) return be_->to_host(logits);
-  rows_.view(*be_, 1, R, DType::kI32);
-  Tensor rows = be_->upload(b.logits_rows.data(), {R}, DType::kI32, rows_.storage);
+  if (R == 0) return;
   Tensor g = final_.view(*be_, R, D);
-  be_->gather_rows(final_h, rows, g);
+  be_->gather_rows(final_h, rows_t_, g);
   if (w_.project_out) {
     Tensor gp = final_proj_.view(*be_, R, cfg_.embed_dim());
     be_->linear(g, w_.project_out.w, Tensor(), gp);
@@ -350,7 +429,6 @@ Tensor Decoder::forward(const ForwardBatch& b) {
   }
   be_->linear(g, w_.lm_head.w, w_.lm_head.b, logits);
   if (cfg_.final_softcap > 0) be_->softcap(logits, static_cast<float>(cfg_.final_softcap));
-  return be_->to_host(logits);
 }
 
 void Decoder::attention_block(int l, const Tensor& h, Tensor& out) {
@@ -367,10 +445,10 @@ void Decoder::attention_block(int l, const Tensor& h, Tensor& out) {
   if (cfg_.clip_qkv > 0) be_->clamp(qkv, static_cast<float>(cfg_.clip_qkv));
   if (cfg_.qk_norm) be_->qk_norm(qkv, layout_, L.q_norm, L.k_norm);
   if (logn_active_) be_->scale_queries(qkv, layout_, logn_t_);
-  if (cfg_.position == PositionType::kRotary) {
-    be_->rotary(qkv, layout_, cos_sin_t_, cfg_.rope.style, rope_->dim());
-  }
-  be_->write_kv(qkv, layout_, slots_t_, kv_[l]);
+  if (cfg_.position == PositionType::kRotary)
+    be_->rotary_write_kv(qkv, layout_, cos_sin_t_, cfg_.rope.style, rope_->dim(), slots_t_, kv_[l]);
+  else
+    be_->write_kv(qkv, layout_, slots_t_, kv_[l]);
   Tensor attn = attn_.view(*be_, T, layout_.q_cols());
   be_->attention(qkv, layout_, kv_[l], meta_, attn_params_[l], attn);
   be_->linear(attn, L.o.w, L.o.b, out);

@@ -2,7 +2,9 @@
 // driven by ModelConfig flags and built from backend ops only.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "backend/ops.h"
@@ -40,6 +42,20 @@ class Decoder final : public Model {
   // estimate, for sizing the KV cache from the memory left).
   size_t workspace_bytes(int32_t max_tokens) const override;
 
+  // Pure decode steps (one new token per sequence, logits for each) on a backend that
+  // records graphs run as a replayed graph per (batch bucket, context bucket): the
+  // batch is padded to the bucket and its metadata refreshed in place. On by default;
+  // TACHYON_GRAPHS=0 in the environment turns it off.
+  // Setting it drops the graphs recorded so far (backend settings may have changed).
+  void set_step_graphs(bool on) {
+    graphs_on_ = on;
+    graphs_.clear();
+  }
+  bool step_graphs() const { return graphs_on_; }
+  // Steps that ran as a graph replay, and graphs recorded, so far.
+  int64_t graph_replays() const { return graph_replays_; }
+  int64_t graph_records() const { return graph_records_; }
+
  private:
   // Reusable device buffers, grown to the largest step seen.
   struct Buffer {
@@ -51,8 +67,15 @@ class Decoder final : public Model {
   };
 
   void validate(const ForwardBatch& b) const;
-  void upload_metadata(const ForwardBatch& b);
-  void embed(int64_t n);
+  // Tokens from live_tokens on are padding: their K/V are not written.
+  void upload_metadata(const ForwardBatch& b, int64_t live_tokens);
+  // Token ids, learned positions and logits rows.
+  void upload_inputs(const ForwardBatch& b);
+  // The step on the uploaded inputs: T tokens, logits [R, V] f32 (device work only).
+  void compute(int64_t T, int64_t R, Tensor& logits);
+  bool graph_eligible(const ForwardBatch& b) const;
+  Tensor forward_graph(const ForwardBatch& b);
+  std::vector<const void*> buffer_addresses() const;
   void attention_block(int layer, const Tensor& h, Tensor& out);
   void mlp_block(int layer, const Tensor& h, Tensor& out);
 
@@ -76,10 +99,20 @@ class Decoder final : public Model {
   // Device metadata.
   Buffer ids_, pos_, slots_, qstart_, ctx_, tables_, rows_, cos_sin_, logn_;
   AttentionMeta meta_;
-  Tensor slots_t_, cos_sin_t_;
+  Tensor slots_t_, cos_sin_t_, ids_t_, pos_t_, rows_t_;
   // Activations.
   Buffer residual_, h_, h2_, embed_, qkv_, attn_, o_, mlp_, gate_up_, act_, shared_, router_,
-      moe_ids_, moe_w_, shared_logit_, final_, final_proj_;
+      moe_ids_, moe_w_, shared_logit_, final_, final_proj_, graph_logits_;
+
+  // Step graphs (decoder_graph.cc), keyed by (batch bucket, context bucket).
+  struct StepGraph {
+    std::unique_ptr<DeviceGraph> graph;
+    std::vector<const void*> addresses;  // the buffers it was recorded on
+  };
+  std::map<std::pair<int32_t, int32_t>, StepGraph> graphs_;
+  bool graphs_on_ = true;
+  ForwardBatch padded_;
+  int64_t graph_replays_ = 0, graph_records_ = 0;
 };
 
 }  // namespace tachyon

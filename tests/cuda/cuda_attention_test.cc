@@ -122,13 +122,19 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
     Tensor out_ref = Tensor::empty({T, layout.q_cols()}, DType::kF32);
     cpu_->attention(qkv, layout, ref, mh, p, out_ref);
     using K = cuda::CudaBackend::AttentionKernel;
-    for (K kernel : {K::kSimple, K::kMma}) {
+    mg.host_query_start = &qstart;
+    mg.host_context_lens = &ctx;
+    for (K kernel : {K::kSimple, K::kMma, K::kDecode, K::kGemm}) {
       gpu_->set_attention_kernel(kernel);
       Tensor out = poisoned(*gpu_, {T, layout.q_cols()}, dt_);
       gpu_->attention(qkv_g, layout, g, mg, pg, out);
       if (gpu_->last_attention_kernel() != kernel) continue;  // not applicable here
+      const char* kname = kernel == K::kMma      ? " mma "
+                          : kernel == K::kDecode ? " decode "
+                          : kernel == K::kGemm   ? " gemm "
+                                                 : " simple ";
       expect_near(host_values(*gpu_, out), host_values(out_ref), bound_for(dt_),
-                  dtype_label(dt_) + (kernel == K::kMma ? " mma " : " simple ") + c.name);
+                  dtype_label(dt_) + kname + c.name);
     }
     gpu_->set_attention_kernel(K::kAuto);
   }
@@ -171,6 +177,27 @@ TEST_P(CudaAttentionTest, DecodeSplitK) {
   run({"decode gqa 8 long", 32, 4, 128, 16, {{3000, 1}, {2999, 1}, {1, 1}, {6000, 1}}});
   run({"decode hd 256 mqa", 8, 1, 256, 32, {{5000, 1}, {700, 1}}});
   run({"decode hd 80 block 7", 12, 4, 80, 7, {{1234, 1}, {77, 1}}});
+}
+
+// The decode kernel's template cases: head_dim 64/128/256, query groups 1..8 (3, 5 and
+// 6 padded to the next instantiation), contexts around tile and split edges.
+TEST_P(CudaAttentionTest, DecodeKernelShapes) {
+  for (int hd : {64, 128, 256})
+    for (int group : {1, 2, 3, 4, 5, 6, 8})
+      run({"decode hd " + std::to_string(hd) + " group " + std::to_string(group),
+           2 * group,
+           2,
+           hd,
+           16,
+           {{0, 1}, {31, 1}, {127, 1}, {128, 1}, {129, 1}, {1023, 1}, {1536, 1}, {3001, 1}}});
+  run({"decode block 5, 64 seqs", 32, 8, 128, 5, std::vector<SeqSpec>(64, SeqSpec{517, 1})});
+}
+
+// Whole-prompt prefill through cuBLAS: several sequences of different lengths, GQA,
+// head_dim 64 and 128, a prompt long enough to be split into row chunks.
+TEST_P(CudaAttentionTest, GemmPrefill) {
+  run({"gemm prefill gqa 4", 32, 8, 128, 16, {{0, 300}, {0, 1}, {0, 129}, {0, 1030}}});
+  run({"gemm prefill mha hd 64", 8, 8, 64, 16, {{0, 517}, {0, 64}}});
 }
 
 TEST_P(CudaAttentionTest, MixedBatch) {

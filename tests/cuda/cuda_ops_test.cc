@@ -125,8 +125,17 @@ struct LinearCase {
 };
 
 TEST_P(CudaOpsTest, Linear) {
-  const LinearCase cases[] = {{1, 1, 1},     {1, 4096, 512}, {7, 33, 70},      {1000, 257, 96},
-                              {64, 128, 64}, {5, 512, 4096}, {1025, 1000, 256}};
+  const LinearCase cases[] = {{1, 1, 1},
+                              {1, 4096, 512},
+                              {7, 33, 70},
+                              {1000, 257, 96},
+                              {64, 128, 64},
+                              {5, 512, 4096},
+                              {1025, 1000, 256},
+                              // few rows: the matrix-vector kernel (k % 8 == 0)
+                              {2, 129, 2056},
+                              {3, 1000, 4104},
+                              {4, 7, 64}};
   for (const LinearCase& c : cases) {
     for (Activation act : {Activation::kIdentity, Activation::kRelu, Activation::kSilu,
                            Activation::kGelu, Activation::kGeluTanh, Activation::kQuickGelu}) {
@@ -162,19 +171,20 @@ TEST_P(CudaOpsTest, Linear) {
 
 TEST_P(CudaOpsTest, LinearF32Logits) {
   // Logits: activation-dtype input, f32 output (with and without a bias).
-  for (bool with_bias : {false, true}) {
-    Tensor x = input({9, 256});
-    Tensor w = input({32000, 256}, 0.0625f);
-    Tensor b = randn({32000}, rng_, 0.5f);
-    Tensor ref = Tensor::empty({9, 32000}, DType::kF32);
-    cpu_->linear(x, w, with_bias ? b : Tensor(), ref, 0, Activation::kIdentity);
-    Tensor out = poisoned(*gpu_, {9, 32000}, DType::kF32);
-    gpu_->linear(dev(x), gpu_->prepare_weight(w), with_bias ? gpu_->prepare_weight(b) : Tensor(),
-                 out, 0, Activation::kIdentity);
-    // f32 output of a 16-bit product: only accumulation order differs.
-    expect_near(host_values(*gpu_, out), host_values(ref), dt_ == DType::kF32 ? 1e-5 : 1e-4,
-                tag(with_bias ? "logits f32 bias" : "logits f32"));
-  }
+  for (int64_t rows : {9, 1, 4})
+    for (bool with_bias : {false, true}) {
+      Tensor x = input({rows, 256});
+      Tensor w = input({32000, 256}, 0.0625f);
+      Tensor b = randn({32000}, rng_, 0.5f);
+      Tensor ref = Tensor::empty({rows, 32000}, DType::kF32);
+      cpu_->linear(x, w, with_bias ? b : Tensor(), ref, 0, Activation::kIdentity);
+      Tensor out = poisoned(*gpu_, {rows, 32000}, DType::kF32);
+      gpu_->linear(dev(x), gpu_->prepare_weight(w), with_bias ? gpu_->prepare_weight(b) : Tensor(),
+                   out, 0, Activation::kIdentity);
+      // f32 output of a 16-bit product: only accumulation order differs.
+      expect_near(host_values(*gpu_, out), host_values(ref), dt_ == DType::kF32 ? 1e-5 : 1e-4,
+                  tag(with_bias ? "logits f32 bias" : "logits f32"));
+    }
 }
 
 TEST_P(CudaOpsTest, GatedAndElementwise) {
@@ -252,6 +262,44 @@ TEST_P(CudaOpsTest, Rotary) {
           host_values(*gpu_, g), host_values(ref), bound_for(dt_),
           tag(std::string(style == RotaryStyle::kHalf ? "rotary half" : "rotary interleaved") +
               " hd=" + std::to_string(hd) + " rot=" + std::to_string(rot)));
+    }
+  }
+}
+
+// The fused pass against rotary() then write_kv() on the same device (same roundings:
+// the 16-bit results must be identical), both styles, partial rotary, skipped slots.
+TEST_P(CudaOpsTest, RotaryWriteKvFused) {
+  for (RotaryStyle style : {RotaryStyle::kHalf, RotaryStyle::kInterleaved}) {
+    for (auto [hd, rot] : {std::pair<int, int>{64, 64}, {80, 32}, {128, 128}, {256, 64}}) {
+      const QkvLayout layout{8, 2, hd};
+      const int64_t n = 13;
+      const int32_t nb = 5, bs = 4;
+      Tensor qkv = input({n, layout.row_cols()});
+      Tensor cs = Tensor::empty({n, rot}, DType::kF32);
+      for (int64_t t = 0; t < n; ++t)
+        for (int p = 0; p < rot / 2; ++p) {
+          const double ang = (t + 5) * std::pow(10000.0, -2.0 * p / rot);
+          cs.data<float>()[t * rot + p] = static_cast<float>(std::cos(ang));
+          cs.data<float>()[t * rot + rot / 2 + p] = static_cast<float>(std::sin(ang));
+        }
+      std::vector<int32_t> slots(static_cast<size_t>(n));
+      for (int64_t t = 0; t < n; ++t) slots[t] = static_cast<int32_t>((t * 7 + 3) % (nb * bs));
+      slots[2] = -1;
+      const Shape cshape = {nb, layout.num_kv_heads, bs, hd};
+      Tensor init = input(cshape);
+      Tensor cs_g = dev_f32(cs), slots_g = to_gpu_i32(*gpu_, slots);
+      Tensor a = dev(qkv), b = dev(qkv);
+      LayerKvCache ca{dev(init), dev(init)}, cb{dev(init), dev(init)};
+      gpu_->rotary(a, layout, cs_g, style, rot);
+      gpu_->write_kv(a, layout, slots_g, ca);
+      gpu_->rotary_write_kv(b, layout, cs_g, style, rot, slots_g, cb);
+      const std::string what = std::string(style == RotaryStyle::kHalf ? "half" : "interleaved") +
+                               " hd=" + std::to_string(hd) + " rot=" + std::to_string(rot);
+      // 16-bit: the same roundings, so identical; f32: only FMA contraction may differ.
+      const double tol = dt_ == DType::kF32 ? 1e-6 : 0.0;
+      expect_near(host_values(*gpu_, b), host_values(*gpu_, a), tol, tag("qkv " + what));
+      expect_near(host_values(*gpu_, cb.k), host_values(*gpu_, ca.k), tol, tag("k cache " + what));
+      expect_near(host_values(*gpu_, cb.v), host_values(*gpu_, ca.v), tol, tag("v cache " + what));
     }
   }
 }

@@ -59,9 +59,16 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
       attention_kernel_ = AttentionKernel::kSimple;
     else if (v == "mma")
       attention_kernel_ = AttentionKernel::kMma;
+    else if (v == "decode")
+      attention_kernel_ = AttentionKernel::kDecode;
+    else if (v == "gemm")
+      attention_kernel_ = AttentionKernel::kGemm;
     else if (!v.empty() && v != "auto")
-      raise<InvalidArgument>("TACHYON_CUDA_ATTENTION: '{}' is not auto, simple or mma", v);
+      raise<InvalidArgument>(
+          "TACHYON_CUDA_ATTENTION: '{}' is not auto, simple, mma, decode or gemm", v);
   }
+  if (const char* env = std::getenv("TACHYON_CUDA_GEMV"); env != nullptr && std::string(env) == "0")
+    use_gemv_ = false;
   TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_));
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   alloc_ = std::make_unique<DeviceAllocator>(device_);
@@ -172,8 +179,10 @@ void CudaBackend::fill_zero(Tensor& t) {
 }
 
 void* CudaBackend::scratch(Tensor& slot, size_t bytes) {
-  if (!slot || slot.nbytes() < bytes)
+  if (!slot || slot.nbytes() < bytes) {
     slot = alloc_->alloc_bytes(std::max(bytes, slot ? slot.nbytes() * 2 : size_t{0}));
+    ++*scratch_epoch_;
+  }
   return slot.raw();
 }
 

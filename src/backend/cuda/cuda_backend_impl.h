@@ -15,6 +15,13 @@
 
 namespace tachyon::cuda {
 
+struct AttentionArgs;  // kernels.h
+
+// GEMMs of at most this many rows go to the matrix-vector kernel (gemv.cu, which takes
+// up to kGemvMaxRows): measured on the H200 at Llama-3-8B shapes it beats cuBLASLt at
+// m = 1 (by 2-20%) and loses at m = 4.
+constexpr int64_t kGemvAutoRows = 1;
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const CudaBackendOptions& options);
@@ -29,6 +36,7 @@ class CudaBackend final : public Backend {
   Tensor to_host(const Tensor& t) override;
   void synchronize() override;
   MemoryInfo memory_info() const override;
+  std::unique_ptr<DeviceGraph> record(const std::function<void()>& fn) override;
 
   Tensor alloc(const Shape& shape, DType dtype) override;
   Tensor upload(const void* data, const Shape& shape, DType dtype, Tensor reuse) override;
@@ -54,8 +62,12 @@ class CudaBackend final : public Backend {
 
   void rotary(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin, RotaryStyle style,
               int32_t rotary_dim) override;
+  void scale_queries(Tensor& qkv, const QkvLayout& layout, const Tensor& factors) override;
   void write_kv(const Tensor& qkv, const QkvLayout& layout, const Tensor& slots,
                 LayerKvCache& cache) override;
+  void rotary_write_kv(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
+                       RotaryStyle style, int32_t rotary_dim, const Tensor& slots,
+                       LayerKvCache& cache) override;
   void attention(const Tensor& qkv, const QkvLayout& layout, const LayerKvCache& cache,
                  const AttentionMeta& meta, const AttentionParams& params, Tensor& out) override;
   void copy_blocks(Tensor& cache, const std::vector<std::pair<int32_t, int32_t>>& pairs) override;
@@ -69,13 +81,24 @@ class CudaBackend final : public Backend {
   void argmax(const Tensor& logits, Tensor& ids) override;
   void log_softmax(Tensor& logits) override;
 
-  // Which attention kernel runs: kAuto picks the tensor-core kernel for prefill-sized
-  // steps where it applies and the CUDA-core split-K kernel otherwise (the
-  // TACHYON_CUDA_ATTENTION environment variable, "simple" or "mma", overrides it).
-  enum class AttentionKernel { kAuto, kSimple, kMma };
+  // Which attention kernel runs: kAuto picks batched cuBLAS GEMMs around a causal
+  // softmax (kGemm) for prefill steps of whole prompts (every sequence's context is its
+  // tokens of this step, at least 128 of them, no window/softcap/ALiBi), the
+  // tensor-core kernel for other prefill-sized steps where it applies, the decode kernel
+  // (attention_decode.cu) for steps of one query per sequence where it applies, and the CUDA-core
+  // split-K kernel otherwise (the TACHYON_CUDA_ATTENTION environment variable, "simple", "mma",
+  // "decode" or "gemm", overrides it; a forced kernel that does not apply falls back to the simple
+  // one).
+  enum class AttentionKernel { kAuto, kSimple, kMma, kDecode, kGemm };
   void set_attention_kernel(AttentionKernel k) { attention_kernel_ = k; }
   // The kernel the last attention() call ran (for tests and benchmarks).
   AttentionKernel last_attention_kernel() const { return last_attention_kernel_; }
+
+  // GEMMs of at most kGemvAutoRows rows (16-bit, no bias) run on the matrix-vector
+  // kernel (gemv.cu) instead of cuBLASLt; on by default, TACHYON_CUDA_GEMV=0 turns it
+  // off.
+  void set_gemv(bool on) { use_gemv_ = on; }
+  bool gemv() const { return use_gemv_; }
 
   cudaStream_t stream() const { return stream_; }
   DeviceAllocator& allocator() { return *alloc_; }
@@ -92,9 +115,16 @@ class CudaBackend final : public Backend {
   const void* bias_for(const Tensor& bias, DType y_type);
   // A scratch buffer of at least `bytes`, kept and grown between calls.
   void* scratch(Tensor& slot, size_t bytes);
+  // Prefill attention through cuBLAS (kGemm): whether it applies, and the run.
+  bool gemm_attention_applies(const AttentionArgs& a, const AttentionMeta& meta,
+                              const AttentionParams& params) const;
+  void attention_gemm(const AttentionArgs& a, const AttentionMeta& meta);
   void gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor& w, void* y, DType y_type,
             int64_t ldy, const Tensor& bias, Activation act);
 
+  // Bumped whenever backend-owned scratch a recorded graph may use is reallocated.
+  std::shared_ptr<uint64_t> scratch_epoch_ = std::make_shared<uint64_t>(0);
+  bool use_gemv_ = true;
   AttentionKernel attention_kernel_ = AttentionKernel::kAuto;
   AttentionKernel last_attention_kernel_ = AttentionKernel::kAuto;
   int device_ = 0;
@@ -116,7 +146,7 @@ class CudaBackend final : public Backend {
   };
   std::unordered_map<const void*, BiasEntry> bias_cache_;
 
-  Tensor attn_scratch_;
+  Tensor attn_scratch_, attn_gemm_scratch_;
   // MoE scratch.
   Tensor moe_meta_, moe_x_, moe_h_, moe_a_, moe_y_;
   std::vector<int32_t> moe_ids_host_, moe_sorted_token_, moe_row_of_, moe_offsets_;

@@ -107,6 +107,13 @@ void CudaBackend::gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor&
   g.y = y;
   g.y_type = y_type;
   g.ldy = ldy;
+  if (use_gemv_ && !bias && m <= kGemvAutoRows &&
+      gemv_supports(x.dtype(), y_type, m, k, g.x, g.w)) {
+    launch_gemv(g.x, g.w, x.dtype(), y, y_type, m, n, k, ldy, stream_);
+    if (act != Activation::kIdentity)
+      launch_bias_act(y, y_type, ldy, m, n, nullptr, kact(act), stream_);
+    return;
+  }
   g.bias = bias_for(bias, y_type);
   g.relu = act == Activation::kRelu;
   const bool done = gemm_->run(g);
@@ -240,6 +247,134 @@ void CudaBackend::write_kv(const Tensor& qkv, const QkvLayout& layout, const Ten
                   cache.num_blocks(), cache.block_size(), err_.data<int>(), stream_);
 }
 
+void CudaBackend::scale_queries(Tensor& qkv, const QkvLayout& layout, const Tensor& factors) {
+  check_act(qkv, "scale_queries qkv");
+  check_here(factors, "scale_queries factors");
+  TACHYON_CHECK(qkv.ndim() == 2 && qkv.dim(1) == layout.row_cols() &&
+                    factors.dtype() == DType::kF32 && factors.numel() == qkv.dim(0),
+                "scale_queries qkv {} factors {}", qkv.str(), factors.str());
+  launch_scale_rows(qkv.raw(), dtype_, qkv.dim(0), layout.q_cols(), qkv.dim(1),
+                    factors.data<float>(), stream_);
+}
+
+bool CudaBackend::gemm_attention_applies(const AttentionArgs& a, const AttentionMeta& meta,
+                                         const AttentionParams& params) const {
+  if (a.type != DType::kBF16 && a.type != DType::kF16) return false;
+  if (params.softcap > 0.f || params.sliding_window > 0 || params.alibi_slopes) return false;
+  if (meta.host_query_start == nullptr || meta.host_context_lens == nullptr) return false;
+  const std::vector<int32_t>& qs = *meta.host_query_start;
+  const std::vector<int32_t>& ctx = *meta.host_context_lens;
+  if (static_cast<int32_t>(qs.size()) != a.num_seqs + 1 ||
+      static_cast<int32_t>(ctx.size()) != a.num_seqs || qs.back() != a.tokens)
+    return false;
+  if (a.head_dim % 8 != 0 || a.qkv_cols % 8 != 0) return false;
+  for (int32_t s = 0; s < a.num_seqs; ++s)
+    if (ctx[s] != qs[s + 1] - qs[s]) return false;  // a cached prefix: keys not in qkv
+  return a.kv_heads <= 65535;
+}
+
+// Per sequence (its keys are its own rows of qkv) and per chunk of query rows, for each
+// of the group's query heads g: S_j = scale Q_{j,g} K_jᵀ for every KV head j in one
+// strided-batched GEMM (f32), the causal softmax into P, O_{j,g} = P V_j in another.
+// Only keys up to the chunk's last query are computed.
+void CudaBackend::attention_gemm(const AttentionArgs& a, const AttentionMeta& meta) {
+  const std::vector<int32_t>& qs = *meta.host_query_start;
+  const int64_t group = a.heads / a.kv_heads, hd = a.head_dim, kv = a.kv_heads;
+  const int64_t C = a.qkv_cols, q_cols = a.heads * hd, kv_cols = kv * hd;
+  const int64_t es = static_cast<int64_t>(dtype_size(a.type));
+  constexpr int64_t kBudget = int64_t{256} << 20;  // scratch bytes for S and P
+  for (int32_t s = 0; s < a.num_seqs; ++s) {
+    const int64_t q0 = qs[s], n = qs[s + 1] - qs[s];
+    if (n == 0) continue;
+    const char* base = static_cast<const char*>(a.qkv) + q0 * C * es;
+    const int64_t rc = std::min(n, std::max<int64_t>(1, kBudget / (kv * n * (4 + es))));
+    for (int64_t i0 = 0; i0 < n; i0 += rc) {
+      const int64_t rows = std::min(rc, n - i0), keys = i0 + rows;
+      const int64_t s_bytes = (kv * rows * keys * 4 + 255) / 256 * 256;
+      char* ws = static_cast<char*>(
+          scratch(attn_gemm_scratch_, static_cast<size_t>(s_bytes + kv * rows * keys * es)));
+      auto* sm = reinterpret_cast<float*>(ws);
+      void* pm = ws + s_bytes;
+      for (int64_t g = 0; g < group; ++g) {
+        Gemm::Batched qk;
+        qk.trans_a = true;
+        qk.m = keys;
+        qk.n = rows;
+        qk.k = hd;
+        qk.alpha = a.scale;
+        qk.a = base + q_cols * es;  // K of KV head 0, token 0
+        qk.a_type = a.type;
+        qk.lda = C;
+        qk.stride_a = hd;
+        qk.b = base + (i0 * C + g * hd) * es;  // Q of head g, token i0
+        qk.b_type = a.type;
+        qk.ldb = C;
+        qk.stride_b = group * hd;
+        qk.c = sm;
+        qk.c_type = DType::kF32;
+        qk.ldc = keys;
+        qk.stride_c = rows * keys;
+        qk.batch = static_cast<int>(kv);
+        gemm_->batched(qk);
+        launch_causal_softmax(sm, pm, a.type, static_cast<int>(rows), static_cast<int>(keys),
+                              static_cast<int>(i0), static_cast<int>(kv), rows * keys, stream_);
+        Gemm::Batched pv;
+        pv.m = hd;
+        pv.n = rows;
+        pv.k = keys;
+        pv.a = base + (q_cols + kv_cols) * es;  // V of KV head 0, token 0
+        pv.a_type = a.type;
+        pv.lda = C;
+        pv.stride_a = hd;
+        pv.b = pm;
+        pv.b_type = a.type;
+        pv.ldb = keys;
+        pv.stride_b = rows * keys;
+        pv.c = static_cast<char*>(a.out) + ((q0 + i0) * q_cols + g * hd) * es;
+        pv.c_type = a.type;
+        pv.ldc = q_cols;
+        pv.stride_c = group * hd;
+        pv.batch = static_cast<int>(kv);
+        gemm_->batched(pv);
+      }
+    }
+  }
+}
+
+void CudaBackend::rotary_write_kv(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
+                                  RotaryStyle style, int32_t rotary_dim, const Tensor& slots,
+                                  LayerKvCache& cache) {
+  if (style == RotaryStyle::kNone || rotary_dim == 0 || layout.head_dim % 2 != 0) {
+    rotary(qkv, layout, cos_sin, style, rotary_dim);
+    write_kv(qkv, layout, slots, cache);
+    return;
+  }
+  check_act(qkv, "rotary_write_kv qkv");
+  check_here(cos_sin, "rotary_write_kv cos_sin");
+  check_here(slots, "rotary_write_kv slots");
+  TACHYON_CHECK(qkv.ndim() == 2 && qkv.dim(1) == layout.row_cols(), "rotary_write_kv qkv {}",
+                qkv.str());
+  TACHYON_CHECK(rotary_dim % 2 == 0 && rotary_dim <= layout.head_dim, "rotary_dim {} head_dim {}",
+                rotary_dim, layout.head_dim);
+  TACHYON_CHECK(cos_sin.ndim() == 2 && cos_sin.dim(0) == qkv.dim(0) &&
+                    cos_sin.dim(1) == rotary_dim && cos_sin.dtype() == DType::kF32,
+                "rotary cos_sin {} for {} tokens, rotary_dim {}", cos_sin.str(), qkv.dim(0),
+                rotary_dim);
+  TACHYON_CHECK_EQ(slots.numel(), qkv.dim(0));
+  TACHYON_CHECK(cache.k && cache.v && cache.k.ndim() == 4 &&
+                    cache.k.dim(1) == layout.num_kv_heads && cache.k.dim(3) == layout.head_dim &&
+                    cache.v.shape() == cache.k.shape() && cache.k.dtype() == dtype_ &&
+                    cache.v.dtype() == dtype_,
+                "rotary_write_kv cache {}", cache.k ? cache.k.str() : std::string("none"));
+  check_here(cache.k, "rotary_write_kv k cache");
+  check_here(cache.v, "rotary_write_kv v cache");
+  launch_rotary_write_kv(qkv.raw(), dtype_, qkv.dim(0), qkv.dim(1), layout.num_heads,
+                         layout.num_kv_heads, layout.head_dim, cos_sin.data<float>(), rotary_dim,
+                         static_cast<KRotary>(static_cast<int>(style)), slots.data<int32_t>(),
+                         cache.k.raw(), cache.v.raw(), cache.num_blocks(), cache.block_size(),
+                         err_.data<int>(), stream_);
+}
+
 void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const LayerKvCache& cache,
                             const AttentionMeta& meta, const AttentionParams& params, Tensor& out) {
   check_act(qkv, "attention qkv");
@@ -290,6 +425,16 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
   a.alibi_scale = params.alibi_scale;
   a.alibi_bias_bf16 = params.alibi_bias_bf16;
   a.err = err_.data<int>();
+  const bool gemm_ok = gemm_attention_applies(a, meta, params);
+  const bool use_gemm =
+      attention_kernel_ == AttentionKernel::kGemm
+          ? gemm_ok
+          : attention_kernel_ == AttentionKernel::kAuto && gemm_ok && meta.max_query_len >= 128;
+  if (use_gemm) {
+    last_attention_kernel_ = AttentionKernel::kGemm;
+    attention_gemm(a, meta);
+    return;
+  }
   const bool mma_ok = attention_mma_supports(a);
   const bool use_mma =
       attention_kernel_ == AttentionKernel::kMma
@@ -298,6 +443,18 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
   if (use_mma) {
     last_attention_kernel_ = AttentionKernel::kMma;
     launch_attention_mma(a, stream_);
+    return;
+  }
+  const bool decode_ok = attention_decode_supports(a);
+  const bool use_decode =
+      attention_kernel_ == AttentionKernel::kDecode
+          ? decode_ok
+          : attention_kernel_ == AttentionKernel::kAuto && decode_ok && meta.max_query_len == 1;
+  if (use_decode) {
+    last_attention_kernel_ = AttentionKernel::kDecode;
+    const AttentionPlan plan = plan_attention_decode(a, num_sms_);
+    void* ws = plan.scratch_bytes > 0 ? scratch(attn_scratch_, plan.scratch_bytes) : nullptr;
+    launch_attention_decode(a, plan, ws, stream_);
     return;
   }
   last_attention_kernel_ = AttentionKernel::kSimple;

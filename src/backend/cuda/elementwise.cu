@@ -141,6 +141,26 @@ void launch_gather_rows(const void* src, DType type, int64_t src_rows, int64_t c
   TACHYON_CUDA_LAUNCH_CHECK();
 }
 
+template <typename T>
+__global__ void scale_rows_kernel(T* x, int64_t rows, int64_t cols, int64_t ld,
+                                  const float* __restrict__ factors) {
+  TACHYON_GRID_STRIDE(i, rows * cols) {
+    const int64_t r = i / cols, c = i % cols;
+    T* p = x + r * ld + c;
+    *p = from_f<T>(to_f(*p) * factors[r]);
+  }
+}
+
+void launch_scale_rows(void* x, DType type, int64_t rows, int64_t cols, int64_t ld,
+                       const float* factors, cudaStream_t stream) {
+  if (rows * cols == 0) return;
+  TACHYON_DISPATCH_FLOAT(type, T, {
+    scale_rows_kernel<T>
+        <<<grid_for(rows * cols), 256, 0, stream>>>(static_cast<T*>(x), rows, cols, ld, factors);
+  });
+  TACHYON_CUDA_LAUNCH_CHECK();
+}
+
 void launch_add_sigmoid_gated(const void* src, const void* gate, DType type, int64_t rows,
                               int64_t cols, void* out, cudaStream_t stream) {
   if (rows * cols == 0) return;

@@ -162,4 +162,13 @@ void Gemm::fallback(const GemmArgs& a) {
                    static_cast<int>(a.ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+void Gemm::batched(const Batched& g) {
+  TACHYON_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      blas_, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+      static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), &g.alpha, g.a,
+      cuda_type(g.a_type), static_cast<int>(g.lda), g.stride_a, g.b, cuda_type(g.b_type),
+      static_cast<int>(g.ldb), g.stride_b, &g.beta, g.c, cuda_type(g.c_type),
+      static_cast<int>(g.ldc), g.stride_c, g.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 }  // namespace tachyon::cuda

@@ -41,6 +41,25 @@ class Gemm {
   // without bias and ReLU, which the caller must then apply.
   bool run(const GemmArgs& a);
 
+  // Column-major strided-batched product through cublasGemmStridedBatchedEx (f32
+  // compute): C_i = alpha op(A_i) op(B_i) + beta C_i, i < batch.
+  struct Batched {
+    bool trans_a = false, trans_b = false;
+    int64_t m = 0, n = 0, k = 0;
+    float alpha = 1.f, beta = 0.f;
+    const void* a = nullptr;
+    DType a_type = DType::kBF16;
+    int64_t lda = 0, stride_a = 0;
+    const void* b = nullptr;
+    DType b_type = DType::kBF16;
+    int64_t ldb = 0, stride_b = 0;
+    void* c = nullptr;
+    DType c_type = DType::kF32;
+    int64_t ldc = 0, stride_c = 0;
+    int batch = 1;
+  };
+  void batched(const Batched& g);
+
   size_t num_plans() const { return plans_.size(); }
 
  private:

@@ -69,6 +69,9 @@ void launch_clamp(void* x, DType type, int64_t n, float limit, cudaStream_t stre
 // out[r, :] = src[rows[r], :]; src [src_rows, cols].
 void launch_gather_rows(const void* src, DType type, int64_t src_rows, int64_t cols,
                         const int32_t* rows, int64_t n, void* out, int* err, cudaStream_t stream);
+// x[r, c] *= factors[r] for c < cols of a [rows, >= cols] view with row stride ld.
+void launch_scale_rows(void* x, DType type, int64_t rows, int64_t cols, int64_t ld,
+                       const float* factors, cudaStream_t stream);
 // out[r, :] += sigmoid(gate[r]) * src[r, :].
 void launch_add_sigmoid_gated(const void* src, const void* gate, DType type, int64_t rows,
                               int64_t cols, void* out, cudaStream_t stream);
@@ -78,6 +81,13 @@ void launch_add_sigmoid_gated(const void* src, const void* gate, DType type, int
 // [tokens, cols] in place; cos_sin [tokens, rot] f32 (rot/2 cosines, rot/2 sines).
 void launch_rotary(void* qkv, DType type, int64_t tokens, int64_t cols, int heads, int head_dim,
                    const float* cos_sin, int rot, KRotary style, cudaStream_t stream);
+
+// rotary over the q and k heads (style not kNone) and the k and v heads written into
+// the paged caches at slots[t] (negative: skipped), in one pass. head_dim even.
+void launch_rotary_write_kv(void* qkv, DType type, int64_t tokens, int64_t cols, int heads,
+                            int kv_heads, int head_dim, const float* cos_sin, int rot,
+                            KRotary style, const int32_t* slots, void* k_cache, void* v_cache,
+                            int64_t num_blocks, int block_size, int* err, cudaStream_t stream);
 
 // ---- kv_cache.cu ------------------------------------------------------------------
 // Writes the k and v parts of qkv (k at column q_cols, v right after) into the paged
@@ -137,6 +147,29 @@ void launch_attention(const AttentionArgs& a, const AttentionPlan& plan, void* s
 // that (nothing launched).
 bool attention_mma_supports(const AttentionArgs& a);
 bool launch_attention_mma(const AttentionArgs& a, cudaStream_t stream);
+
+// ---- attention_decode.cu ------------------------------------------------------------
+// FlashDecoding-style kernel for decode steps (one query token per sequence; more are
+// handled, slowly): bf16/f16, head_dim 64, 128 or 256, at most 8 query heads per KV
+// head. The plan splits the keys (max_context_len hint) and sizes the scratch.
+bool attention_decode_supports(const AttentionArgs& a);
+AttentionPlan plan_attention_decode(const AttentionArgs& a, int num_sms);
+void launch_attention_decode(const AttentionArgs& a, const AttentionPlan& plan, void* scratch,
+                             cudaStream_t stream);
+
+// ---- attention_gemm.cu --------------------------------------------------------------
+// p = causal softmax of the rows of s (f32 [batch][rows][cols], batch_stride elements
+// apart): row r sees columns [0, row0 + r]; the rest of p's row is 0. p in type.
+void launch_causal_softmax(const float* s, void* p, DType type, int rows, int cols, int row0,
+                           int batch, int64_t batch_stride, cudaStream_t stream);
+
+// ---- gemv.cu ------------------------------------------------------------------------
+// y[i, j] (row stride ldy) = sum_c x[i, c] w[j, c] for m <= kGemvMaxRows rows: x [m, k]
+// and w [n, k] bf16 or f16 (16-byte aligned, k a multiple of 8), y in that dtype or f32.
+constexpr int64_t kGemvMaxRows = 4;
+bool gemv_supports(DType type, DType y_type, int64_t m, int64_t k, const void* x, const void* w);
+void launch_gemv(const void* x, const void* w, DType type, void* y, DType y_type, int64_t m,
+                 int64_t n, int64_t k, int64_t ldy, cudaStream_t stream);
 
 // ---- moe.cu -----------------------------------------------------------------------
 // Per token: softmax over logits [tokens, experts], the top_k largest (ties: lower id),

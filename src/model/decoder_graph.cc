@@ -1,0 +1,128 @@
+// Decode steps as replayed device graphs. A pure decode step (every sequence advances
+// by one token and wants its logits) is padded to a batch bucket; its metadata goes
+// into the decoder's device buffers in place (block tables repacked to a width fixed by
+// the context bucket, attention hints set to the bucket), and the recorded kernels of
+// that (batch, context) bucket run again. Padding sequences have context 1 on block 0
+// and write no K/V; their logits rows are dropped. The first step of a bucket runs
+// eagerly (sizing every buffer and scratch), then is recorded; a graph whose buffers
+// have moved since (a larger step regrew them) is recorded again.
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/decoder.h"
+
+namespace tachyon {
+namespace {
+
+constexpr int32_t kMaxGraphBatch = 256;
+
+int32_t batch_bucket(int32_t s) {
+  static constexpr int32_t kBuckets[] = {1,  2,  4,   8,   16,  24,  32,  48, 64,
+                                         80, 96, 112, 128, 160, 192, 224, 256};
+  for (int32_t b : kBuckets)
+    if (s <= b) return b;
+  return s;
+}
+
+// Multiples of 512 up to 8192 tokens, then powers of two.
+int32_t context_bucket(int32_t ctx) {
+  if (ctx <= 8192) return std::max<int32_t>(512, (ctx + 511) / 512 * 512);
+  int64_t b = 8192;
+  while (b < ctx) b *= 2;
+  return static_cast<int32_t>(b);
+}
+
+}  // namespace
+
+bool Decoder::graph_eligible(const ForwardBatch& b) const {
+  if (!graphs_on_ || kv_.empty()) return false;
+  const int32_t S = b.num_seqs();
+  if (S <= 0 || S > kMaxGraphBatch || b.num_tokens() != S) return false;
+  if (static_cast<int32_t>(b.logits_rows.size()) != S) return false;
+  for (int32_t s = 0; s < S; ++s)
+    if (b.query_start[s] != s || b.logits_rows[s] != s) return false;
+  // Steps that go through host memory (log-n query scaling, MoE routing) stay eager.
+  if (cfg_.logn_scaling_len > 0 || cfg_.moe.num_experts > 0) return false;
+  int32_t max_ctx = 0;
+  for (int32_t c : b.context_lens) max_ctx = std::max(max_ctx, c);
+  if (context_bucket(max_ctx) > cfg_.max_seq_len + 512) return false;
+  return true;
+}
+
+std::vector<const void*> Decoder::buffer_addresses() const {
+  std::vector<const void*> a;
+  for (const Buffer* buf :
+       {&ids_,     &pos_,   &slots_,        &qstart_,  &ctx_,        &tables_,      &rows_,
+        &cos_sin_, &logn_,  &residual_,     &h_,       &h2_,         &embed_,       &qkv_,
+        &attn_,    &o_,     &mlp_,          &gate_up_, &act_,        &shared_,      &router_,
+        &moe_ids_, &moe_w_, &shared_logit_, &final_,   &final_proj_, &graph_logits_})
+    a.push_back(buf->storage.raw());
+  for (const LayerKvCache& c : kv_) {
+    a.push_back(c.k.raw());
+    a.push_back(c.v.raw());
+  }
+  return a;
+}
+
+Tensor Decoder::forward_graph(const ForwardBatch& b) {
+  const int32_t S = b.num_seqs();
+  const int32_t B = batch_bucket(S);
+  int32_t max_ctx = 0;
+  for (int32_t c : b.context_lens) max_ctx = std::max(max_ctx, c);
+  const int32_t C = context_bucket(max_ctx);
+  const int32_t W = (C + block_size_ - 1) / block_size_;
+  const int64_t V = cfg_.vocab_size;
+
+  ForwardBatch& p = padded_;
+  p.token_ids.assign(b.token_ids.begin(), b.token_ids.end());
+  p.positions.assign(b.positions.begin(), b.positions.end());
+  p.context_lens.assign(b.context_lens.begin(), b.context_lens.end());
+  p.prompt_lens.clear();
+  if (!b.prompt_lens.empty()) p.prompt_lens.assign(b.prompt_lens.begin(), b.prompt_lens.end());
+  p.max_blocks_per_seq = W;
+  p.block_tables.assign(static_cast<size_t>(B) * W, -1);
+  const int32_t copy = std::min(W, b.max_blocks_per_seq);
+  for (int32_t s = 0; s < S; ++s)
+    std::copy_n(b.block_tables.begin() + int64_t{s} * b.max_blocks_per_seq, copy,
+                p.block_tables.begin() + int64_t{s} * W);
+  for (int32_t s = S; s < B; ++s) {
+    p.token_ids.push_back(0);
+    p.positions.push_back(0);
+    p.context_lens.push_back(1);
+    if (!p.prompt_lens.empty()) p.prompt_lens.push_back(1);
+    p.block_tables[static_cast<size_t>(s) * W] = 0;
+  }
+  p.query_start.resize(static_cast<size_t>(B) + 1);
+  p.logits_rows.resize(static_cast<size_t>(B));
+  for (int32_t s = 0; s <= B; ++s) p.query_start[s] = s;
+  for (int32_t s = 0; s < B; ++s) p.logits_rows[s] = s;
+
+  upload_metadata(p, S);
+  meta_.max_query_len = 1;
+  meta_.max_context_len = C;
+  upload_inputs(p);
+  Tensor logits = graph_logits_.view(*be_, B, V, DType::kF32);
+
+  const auto key = std::make_pair(B, C);
+  auto it = graphs_.find(key);
+  bool ran = false;
+  if (it != graphs_.end() && it->second.addresses == buffer_addresses())
+    ran = it->second.graph->replay();
+  if (ran) {
+    ++graph_replays_;
+  } else {
+    if (it != graphs_.end()) graphs_.erase(it);
+    // Eagerly (this step's result), then recorded for the next steps of the bucket.
+    compute(B, B, logits);
+    if (graphs_.size() >= 64) graphs_.clear();
+    std::unique_ptr<DeviceGraph> g = be_->record([&] { compute(B, B, logits); });
+    if (g) {
+      ++graph_records_;
+      graphs_[key] = StepGraph{std::move(g), buffer_addresses()};
+    }
+  }
+  Tensor live = Tensor::wrap(logits.raw(), {S, V}, DType::kF32, logits.owner(), logits.device());
+  return be_->to_host(live);
+}
+
+}  // namespace tachyon
