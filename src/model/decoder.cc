@@ -267,11 +267,15 @@ void Decoder::upload_metadata(const ForwardBatch& b) {
 }
 
 Tensor Decoder::forward(const ForwardBatch& b) {
+  return be_->to_host(device_logits(b));
+}
+
+Tensor Decoder::device_logits(const ForwardBatch& b) {
   validate(b);
   const int64_t T = b.num_tokens();
   const int64_t R = static_cast<int64_t>(b.logits_rows.size());
   const int64_t D = cfg_.hidden_size, V = cfg_.vocab_size;
-  if (T == 0) return Tensor::zeros({R, V}, DType::kF32);
+  if (T == 0) return be_->alloc({R, V}, DType::kF32);  // R is 0 (validated)
   upload_metadata(b);
 
   // Embeddings.
@@ -338,7 +342,7 @@ Tensor Decoder::forward(const ForwardBatch& b) {
 
   // Logits for the requested rows only.
   Tensor logits = be_->alloc({R, V}, DType::kF32);
-  if (R == 0) return be_->to_host(logits);
+  if (R == 0) return logits;
   rows_.view(*be_, 1, R, DType::kI32);
   Tensor rows = be_->upload(b.logits_rows.data(), {R}, DType::kI32, rows_.storage);
   Tensor g = final_.view(*be_, R, D);
@@ -350,7 +354,7 @@ Tensor Decoder::forward(const ForwardBatch& b) {
   }
   be_->linear(g, w_.lm_head.w, w_.lm_head.b, logits);
   if (cfg_.final_softcap > 0) be_->softcap(logits, static_cast<float>(cfg_.final_softcap));
-  return be_->to_host(logits);
+  return logits;
 }
 
 void Decoder::attention_block(int l, const Tensor& h, Tensor& out) {

@@ -32,6 +32,8 @@ class Decoder final : public Model {
   void init_kv_cache(int32_t num_blocks, int32_t block_size) override;
   void copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) override;
   Tensor forward(const ForwardBatch& batch) override;
+  bool samples_on_device() const override { return be_->supports_sampling(); }
+  ForwardOutput forward_sample(const ForwardBatch& batch) override;
 
   const ModelConfig& config() const override { return cfg_; }
   const ModelWeights& weights() const override { return w_; }
@@ -51,6 +53,8 @@ class Decoder final : public Model {
   };
 
   void validate(const ForwardBatch& b) const;
+  // The step's f32 logits [logits_rows, vocab] on the backend's device.
+  Tensor device_logits(const ForwardBatch& b);
   void upload_metadata(const ForwardBatch& b);
   void embed(int64_t n);
   void attention_block(int layer, const Tensor& h, Tensor& out);
@@ -80,6 +84,9 @@ class Decoder final : public Model {
   // Activations.
   Buffer residual_, h_, h2_, embed_, qkv_, attn_, o_, mlp_, gate_up_, act_, shared_, router_,
       moe_ids_, moe_w_, shared_logit_, final_, final_proj_;
+  // Device sampling (decoder_sample.cc).
+  Buffer sample_ids_;
+  std::vector<int32_t> h_sample_ids_;
 };
 
 }  // namespace tachyon
