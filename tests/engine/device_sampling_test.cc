@@ -49,7 +49,9 @@ TEST(DeviceSampling, AdjustmentsReproduceProcessLogits) {
     apply_token_adjustments(got.data(), V, row, adj);
     for (int32_t v = 0; v < V; ++v)
       ASSERT_EQ(got[v], want[v]) << "trial " << trial << " token " << v;
-    EXPECT_EQ(adj.empty(), processors_inactive(ctx)) << trial;
+    if (processors_inactive(ctx)) {
+      EXPECT_TRUE(adj.empty()) << trial;
+    }
   }
 }
 
