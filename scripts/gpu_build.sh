@@ -7,7 +7,8 @@
 # carried:
 #   cd STAGE && tar xzf bins.tgz && cd .. && SRC_DIR=<this checkout> bash STAGE/gpu_suite.sh STAGE
 # (SRC_DIR: the tests read data through the source path compiled into them.)
-# Usage: [STAGE=dir] scripts/gpu_build.sh [extra ninja targets...]
+# Usage: [STAGE=dir] [GPU_TARGETS="t1 t2"] scripts/gpu_build.sh [extra ninja targets...]
+#   GPU_TARGETS replaces the default target list (e.g. only the test binaries).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=build-gpu
@@ -16,7 +17,9 @@ if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTACHYON_CUDA=ON \
     -DTACHYON_CUDA_ARCHS=90a -DTACHYON_STATIC_DEPS=ON >/dev/null
 fi
-TARGETS=(tachyon tachyon_cuda_tests tachyon_conformance_tests tachyon_gpu_bench "$@")
+TARGETS=(tachyon tachyon_cuda_tests tachyon_conformance_tests tachyon_engine_tests tachyon_gpu_bench)
+if [ -n "${GPU_TARGETS:-}" ]; then read -r -a TARGETS <<<"$GPU_TARGETS"; fi
+TARGETS+=("$@")
 cmake --build "$BUILD_DIR" --parallel "$(nproc)" --target "${TARGETS[@]}"
 rm -rf "$STAGE" && mkdir -p "$STAGE/bin"
 for t in "${TARGETS[@]}"; do
@@ -24,7 +27,7 @@ for t in "${TARGETS[@]}"; do
   [ -n "$f" ] || { echo "gpu_build: $t not built" >&2; exit 1; }
   strip -o "$STAGE/bin/$t" "$f"
 done
-if ldd "$STAGE/bin/tachyon" | grep -q libsentencepiece; then
+if [ -f "$STAGE/bin/tachyon" ] && ldd "$STAGE/bin/tachyon" | grep -q libsentencepiece; then
   cp -L /usr/lib/x86_64-linux-gnu/libsentencepiece.so.0 "$STAGE/bin/"
 fi
 (cd "$STAGE/bin" && tar czf ../bins.tgz ./*)

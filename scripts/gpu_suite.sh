@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (through the device tool, with the staged binaries carried):
-# the CUDA op and model tests, the conformance fixtures on the GPU (bf16, then f32),
-# a compute-sanitizer subset (memcheck + racecheck) and the decoder benchmark. Logs go
-# to $OUT; a short summary is printed last.
+# the CUDA op and model tests (token sampling included), the conformance fixtures on
+# the GPU (bf16, then f32), the engine on the GPU (the trained model's transformers
+# references, device sampling against the host sampler, batch invariance and preemption
+# in batch-invariant mode), a compute-sanitizer subset (memcheck + racecheck) and the
+# decoder benchmark. Logs go to $OUT; a short summary is printed last.
 #
 # Usage: scripts/gpu_suite.sh [BIN_DIR] (default .devbin-cuda, else .devbin)
 #   SRC_DIR=/path  the source path compiled into the test binaries (TACHYON_SOURCE_DIR):
@@ -40,11 +42,23 @@ step() {  # name, timeout seconds, command...
 step cuda_tests 170 "$BIN/tachyon_cuda_tests"
 step conformance_bf16 60 env TACHYON_DEVICE=cuda "$BIN/tachyon_conformance_tests"
 step conformance_f32 60 env TACHYON_DEVICE=cuda TACHYON_DTYPE=f32 "$BIN/tachyon_conformance_tests"
+if [ -x "$BIN/tachyon_engine_tests" ]; then
+  # TACHYON_DEVICE=cuda: the engine tests' model on the GPU (the CLI tests need the
+  # build tree and stay on the CPU machine).
+  # Batch invariance and preemption need the batch-invariant mode (docs/architecture.md);
+  # transformers' greedy references are float32 (skipped in bf16).
+  step engine_cuda 120 env TACHYON_DEVICE=cuda TACHYON_BATCH_INVARIANT=1 \
+    "$BIN/tachyon_engine_tests" --gtest_filter='KjvEngine.*:DeviceSampling.*'
+  step engine_cuda_f32 120 env TACHYON_DEVICE=cuda TACHYON_DTYPE=f32 TACHYON_BATCH_INVARIANT=1 \
+    "$BIN/tachyon_engine_tests" --gtest_filter='KjvEngine.*'
+fi
 if command -v compute-sanitizer >/dev/null; then
   step memcheck 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/tachyon_cuda_tests" \
-    --gtest_filter='Dtypes/CudaOpsTest.*/bf16:Dtypes/CudaAttentionTest.DecodeSplitK/bf16:Dtypes/CudaAttentionTest.ChunkedPrefillOddBlocks/bf16:Dtypes/CudaAttentionTest.SlidingWindowSoftcapAlibi/bf16:Dtypes/CudaMoeTest.*/bf16'
+    --gtest_filter='Dtypes/CudaOpsTest.*/bf16:Dtypes/CudaAttentionTest.DecodeSplitK/bf16:Dtypes/CudaAttentionTest.ChunkedPrefillOddBlocks/bf16:Dtypes/CudaAttentionTest.SlidingWindowSoftcapAlibi/bf16:Dtypes/CudaMoeTest.*/bf16:CudaSampling.ErrorsAndHostRows'
   step racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/tachyon_cuda_tests" \
     --gtest_filter='Dtypes/CudaAttentionTest.DecodeSplitK/f16:Dtypes/CudaAttentionTest.GroupRatiosAndMqa/bf16:Dtypes/CudaOpsTest.AddNorm/f32:Dtypes/CudaOpsTest.SamplingHelpers/bf16:Dtypes/CudaMoeTest.RouteMatchesCpu/bf16'
+  step sanitize_sampling 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$BIN/tachyon_cuda_tests" --gtest_filter='CudaSampling.ErrorsAndHostRows'
 fi
 if [ -x "$BIN/tachyon" ]; then  # the CLI end to end on the bundled model
   step generate_cuda 60 "$BIN/tachyon" generate --model models/tiny-kjv-chat --device cuda \

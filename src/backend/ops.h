@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/sampling.h"
 #include "core/tensor.h"
 
 namespace tachyon {
@@ -271,6 +272,21 @@ class Backend {
   virtual void argmax(const Tensor& logits, Tensor& ids) = 0;
   // Each row replaced by its log-softmax, in place.
   virtual void log_softmax(Tensor& logits) = 0;
+
+  // ---- sampling on the device (backend/sampling.h) ----------------------------------
+  // Whether sample() runs on this backend (otherwise the logits go to the host).
+  virtual bool supports_sampling() const { return false; }
+  // Chooses one token per kDevice row of logits [R, V] f32 (R = batch.rows.size()):
+  // applies the row's TokenAdjustments in place, then greedy or temperature / top_k /
+  // top_p / min_p sampling keyed by the row's Philox key; the result depends on that row
+  // alone. kHost rows are left untouched. ids [R] i32 on the device: the token, or
+  // kTokenOnHost, kTokenBadLogits (NaN or +inf), kTokenNoneAllowed (all -inf).
+  virtual void sample(Tensor& logits, const SamplingBatch& batch, Tensor& ids) {
+    (void)logits;
+    (void)batch;
+    (void)ids;
+    TACHYON_CHECK(false, "the {} backend does not sample on its device", name());
+  }
 };
 
 // The CPU backend (multi-threaded over the global ThreadPool).

@@ -89,6 +89,7 @@ AsyncModel::AsyncModel(std::shared_ptr<LanguageModel> model,
   loop_stats_.num_kv_blocks = num_blocks_;
   loop_stats_.block_size = config_.block_size;
   update_stats();
+  device_sampling_ = config_.device_sampling && model_->samples_on_device();
   inbox_ = std::make_shared<Inbox>();
   log_info("engine: {} KV blocks of {} tokens, max {} sequences, {} tokens per step", num_blocks_,
            config_.block_size, config_.max_num_seqs, config_.max_num_batched_tokens);
@@ -321,8 +322,9 @@ void AsyncModel::step() {
     }
   }
   loop_stats_.tokens_computed += plan.num_batched_tokens;
-  const ForwardBatch batch = build_forward_batch(
+  ForwardBatch batch = build_forward_batch(
       plan, [this](int64_t id) { return std::span<const int32_t>(seqs_.at(id)->tokens); });
+  add_sampling(plan, &batch);
   const auto t1 = Clock::now();
   const double c1 = thread_cpu_ms();
 
@@ -342,16 +344,27 @@ void AsyncModel::step() {
 
 void AsyncModel::run_forward(const SchedulerOutput& plan, const ForwardBatch& batch,
                              LogitRows* rows, std::vector<Tensor>* keep) {
-  auto take_rows = [&](const std::vector<const ScheduledSeq*>& seqs, const Tensor& logits,
+  // The model's result for each sequence: a token chosen on the device, or a row of
+  // logits for the host (the rows in order, only those sampled on the host).
+  auto take_rows = [&](const std::vector<const ScheduledSeq*>& seqs, const ForwardOutput& out,
                        size_t expected_rows) {
-    TACHYON_CHECK(logits.ndim() == 2 && logits.dim(0) == static_cast<int64_t>(expected_rows) &&
-                      logits.dim(1) == vocab_size_ && logits.dtype() == DType::kF32,
+    const Tensor& logits = out.logits;
+    TACHYON_CHECK(out.tokens.size() == expected_rows, "the model returned {} tokens for {} rows",
+                  out.tokens.size(), expected_rows);
+    const int64_t host_rows = std::count(out.tokens.begin(), out.tokens.end(), kTokenOnHost);
+    TACHYON_CHECK(host_rows == 0 || (logits.ndim() == 2 && logits.dim(0) == host_rows &&
+                                     logits.dim(1) == vocab_size_ && logits.dtype() == DType::kF32),
                   "the model returned logits {} for {} rows of vocabulary {}", logits.str(),
-                  expected_rows, vocab_size_);
-    int64_t row = 0;
+                  host_rows, vocab_size_);
+    size_t row = 0;
+    int64_t host_row = 0;
     for (const ScheduledSeq* s : seqs) {
-      row += s->num_logits;
-      if (s->num_logits > 0) (*rows)[s->seq_id] = logits.data<float>() + (row - 1) * vocab_size_;
+      for (int32_t k = 0; k < s->num_logits; ++k, ++row) {
+        StepRow r;
+        r.token = out.tokens[row];
+        if (r.token == kTokenOnHost) r.logits = logits.data<float>() + (host_row++) * vocab_size_;
+        (*rows)[s->seq_id] = r;  // the last row of the sequence
+      }
     }
     keep->push_back(logits);
   };
@@ -375,8 +388,9 @@ void AsyncModel::run_forward(const SchedulerOutput& plan, const ForwardBatch& ba
     SchedulerOutput one;
     one.seqs.push_back(s);
     one.num_batched_tokens = s.num_tokens;
-    const ForwardBatch b = build_forward_batch(
+    ForwardBatch b = build_forward_batch(
         one, [this](int64_t id) { return std::span<const int32_t>(seqs_.at(id)->tokens); });
+    add_sampling(one, &b);
     try {
       take_rows({&s}, executor_.forward(b), b.logits_rows.size());
     } catch (const Error& e) {
@@ -390,6 +404,40 @@ void AsyncModel::run_forward(const SchedulerOutput& plan, const ForwardBatch& ba
     auto it = reqs_.find(g);
     if (it != reqs_.end()) finish_request(*it->second, FinishReason::kError, &info);
   }
+}
+
+void AsyncModel::add_sampling(const SchedulerOutput& plan, ForwardBatch* batch) const {
+  if (!device_sampling_) return;
+  SamplingBatch& sb = batch->sampling;
+  sb.rows.reserve(batch->logits_rows.size());
+  sb.adjust_start.push_back(0);
+  for (const ScheduledSeq& s : plan.seqs) {
+    for (int32_t k = 0; k < s.num_logits; ++k) {
+      RowSampling row;  // kHost unless the device can do all the row needs
+      const Req& r = *reqs_.at(s.group_id);
+      const Seq& seq = *seqs_.at(s.seq_id);
+      const GenerateConfig& cfg = r.cfg;
+      // Beams and log-probabilities need the logits; the prompt of a request of n
+      // samples feeds n draws from one row.
+      const bool on_device = k + 1 == s.num_logits && !cfg.is_beam_search() &&
+                             !cfg.return_logprobs && (r.forked || cfg.num_return_sequences == 1);
+      if (on_device) {
+        SamplingContext ctx;
+        ctx.config = &cfg;
+        ctx.tokens = seq.tokens;
+        ctx.prompt_len = r.prompt_len;
+        ctx.eos_ids = eos_ids_;
+        const RngKey key{
+            r.seed, static_cast<uint32_t>(seq.index),
+            static_cast<uint64_t>(seq.tokens.size() - static_cast<size_t>(r.prompt_len)), 0};
+        row = row_sampling(cfg, key);
+        if (!processors_inactive(ctx)) token_adjustments(ctx, vocab_size_, &sb.adjustments);
+      }
+      sb.rows.push_back(row);
+      sb.adjust_start.push_back(static_cast<int32_t>(sb.adjustments.size()));
+    }
+  }
+  if (!sb.any_on_device()) sb = SamplingBatch{};
 }
 
 void AsyncModel::update_stats() {

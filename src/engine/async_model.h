@@ -55,6 +55,9 @@ struct EngineConfig {
 
   std::vector<int32_t> eos_token_ids;  // empty: the tokenizer's
   bool skip_special_tokens = true;     // in streamed text
+  // Choose tokens on the model's device when it can (LanguageModel::samples_on_device):
+  // only token ids come back, except for rows that need the host (logprobs, beams).
+  bool device_sampling = true;
 };
 
 struct EngineStats {
@@ -116,7 +119,13 @@ class AsyncModel {
   struct Seq;
   struct Req;
   struct Inbox;
-  using LogitRows = std::unordered_map<int64_t, const float*>;  // seq id -> [vocab]
+  // A sequence's result of a step: its logits row [vocab] on the host, or the token the
+  // device chose (kTokenOnHost when the row came back instead).
+  struct StepRow {
+    const float* logits = nullptr;
+    int32_t token = kTokenOnHost;
+  };
+  using LogitRows = std::unordered_map<int64_t, StepRow>;  // seq id -> its row
 
   void loop();
   void take_inbox(std::vector<std::unique_ptr<Req>>* incoming, std::vector<int64_t>* cancels,
@@ -125,6 +134,8 @@ class AsyncModel {
   void step();
   void run_forward(const SchedulerOutput& plan, const ForwardBatch& batch, LogitRows* rows,
                    std::vector<Tensor>* keep);
+  // Fills batch->sampling for the plan's logits rows when the model samples on its device.
+  void add_sampling(const SchedulerOutput& plan, ForwardBatch* batch) const;
   void die(const std::string& reason);
   // engine_outputs.cc: from logits to streamed results.
   void process_groups(const std::vector<int64_t>& groups, LogitRows& rows);
@@ -155,6 +166,7 @@ class AsyncModel {
   std::unique_ptr<Scheduler> scheduler_;
   ModelExecutor executor_;
   std::vector<Sampler> samplers_;  // one per compute thread
+  bool device_sampling_ = false;   // config_.device_sampling and the model can
   std::unordered_map<int64_t, std::unique_ptr<Req>> reqs_;
   std::unordered_map<int64_t, Seq*> seqs_;
   int64_t next_seq_id_ = 0;

@@ -54,7 +54,7 @@ void AsyncModel::process_groups(const std::vector<int64_t>& groups, LogitRows& r
   struct Job {
     int64_t request = 0;
     Seq* seq = nullptr;
-    const float* row = nullptr;
+    StepRow row;
     SampledToken token;
     std::exception_ptr error;
   };
@@ -74,7 +74,7 @@ void AsyncModel::process_groups(const std::vector<int64_t>& groups, LogitRows& r
         // blocks and sample their first tokens from the same logits.
         r.forked = true;
         const int64_t parent = r.seqs[0]->id;
-        const float* row = rows.at(parent);
+        const StepRow row = rows.at(parent);
         for (int32_t i = 1; i < r.cfg.num_return_sequences; ++i) {
           const int64_t child = new_seq(r, i, r.seqs[0]->tokens);
           scheduler_->fork_seq(parent, child);
@@ -112,7 +112,15 @@ void AsyncModel::process_groups(const std::vector<int64_t>& groups, LogitRows& r
           RngKey{r.seed, static_cast<uint32_t>(s.index),
                  static_cast<uint64_t>(s.tokens.size() - static_cast<size_t>(r.prompt_len)), 0};
       try {
-        job.token = samplers_[static_cast<size_t>(w)].sample(job.row, vocab_size_, ctx);
+        if (job.row.token == kTokenOnHost) {
+          job.token = samplers_[static_cast<size_t>(w)].sample(job.row.logits, vocab_size_, ctx);
+        } else if (job.row.token >= 0) {
+          job.token.token = job.row.token;  // chosen on the device
+        } else if (job.row.token == kTokenNoneAllowed) {
+          raise<InvalidArgument>("no token is allowed: every logit is -inf");
+        } else {
+          raise<InvalidArgument>("the model produced NaN or infinite logits");
+        }
       } catch (...) {
         job.error = std::current_exception();
       }
@@ -234,7 +242,8 @@ void AsyncModel::beam_group(Req& r, LogitRows& rows) {
   std::vector<std::vector<int32_t>> beam_tokens(nb);
   for (size_t b = 0; b < nb; ++b) {
     const Seq& s = *r.seqs[b];
-    const float* row = rows.at(s.id);
+    const float* row = rows.at(s.id).logits;
+    TACHYON_CHECK(row != nullptr, "no logits for beam sequence {}", s.id);
     const double lse = log_sum_exp(row, vocab_size_);
     if (!std::isfinite(lse)) raise<InvalidArgument>("the model produced non-finite logits");
     float* lp = beam_scratch_.data() + b * vocab;

@@ -38,14 +38,14 @@ ForwardBatch build_forward_batch(const SchedulerOutput& plan, const TokenSource&
   return b;
 }
 
-Tensor ModelExecutor::execute(const SchedulerOutput& plan, const ForwardBatch& batch) {
+ForwardOutput ModelExecutor::execute(const SchedulerOutput& plan, const ForwardBatch& batch) {
   if (!plan.copies.empty()) {
     std::vector<std::pair<int32_t, int32_t>> pairs;
     pairs.reserve(plan.copies.size());
     for (const auto& c : plan.copies) pairs.emplace_back(c.src, c.dst);
     model_->copy_kv_blocks(pairs);
   }
-  return model_->forward(batch);
+  return model_->forward_sample(batch);
 }
 
 }  // namespace tachyon

@@ -24,11 +24,12 @@ class ModelExecutor {
  public:
   explicit ModelExecutor(std::shared_ptr<LanguageModel> model) : model_(std::move(model)) {}
 
-  // Copies the blocks the plan asks for, then runs the forward pass. Returns logits
-  // [logits rows, vocab] (float32, CPU).
-  Tensor execute(const SchedulerOutput& plan, const ForwardBatch& batch);
+  // Copies the blocks the plan asks for, then runs the forward pass
+  // (LanguageModel::forward_sample: tokens chosen on the device where batch.sampling
+  // says so, logits [host rows, vocab] (float32, CPU) for the others).
+  ForwardOutput execute(const SchedulerOutput& plan, const ForwardBatch& batch);
   // Runs one batch without block copies (retrying sequences one by one).
-  Tensor forward(const ForwardBatch& batch) { return model_->forward(batch); }
+  ForwardOutput forward(const ForwardBatch& batch) { return model_->forward_sample(batch); }
 
   LanguageModel& model() { return *model_; }
 

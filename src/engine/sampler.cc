@@ -263,3 +263,97 @@ SampledToken Sampler::sample(const float* logits, int32_t vocab, const SamplingC
 }
 
 }  // namespace tachyon
+
+namespace tachyon {
+
+void token_adjustments(const SamplingContext& ctx, int32_t vocab,
+                       std::vector<TokenAdjustment>* out) {
+  const GenerateConfig& c = *ctx.config;
+  const std::span<const int32_t> all = ctx.tokens;
+  const std::span<const int32_t> generated = all.subspan(static_cast<size_t>(ctx.prompt_len));
+  const size_t first = out->size();
+  auto add = [&](int32_t t) -> TokenAdjustment& {
+    out->push_back(TokenAdjustment{t, 0, 0.0f, 0});
+    return out->back();
+  };
+  if (c.repetition_penalty != 1.0f)
+    for (int32_t t : all)
+      if (t >= 0 && t < vocab) add(t).flags |= TokenAdjustment::kInContext;
+  if (c.presence_penalty != 0.0f || c.frequency_penalty != 0.0f)
+    for (int32_t t : generated)
+      if (t >= 0 && t < vocab) add(t).count = 1;
+  for (const auto& [t, b] : c.logit_bias)
+    if (t >= 0 && t < vocab) add(t).bias = b;
+  auto ban = [&](int32_t t) {
+    if (t >= 0 && t < vocab) add(t).flags |= TokenAdjustment::kBanned;
+  };
+  if (c.no_repeat_ngram_size > 0) {
+    const size_t n = static_cast<size_t>(c.no_repeat_ngram_size);
+    const size_t len = all.size();
+    if (len + 1 >= n) {
+      const auto prefix = all.subspan(len - (n - 1));
+      for (size_t i = 0; i + n <= len; ++i)
+        if (std::equal(prefix.begin(), prefix.end(), all.begin() + static_cast<ptrdiff_t>(i)))
+          ban(all[i + n - 1]);
+    }
+  }
+  for (const auto& word : c.bad_words_list) {
+    const std::span<const int32_t> w(word);
+    if (ends_with(all, w.first(w.size() - 1))) ban(w.back());
+  }
+  if (static_cast<int32_t>(generated.size()) < c.min_new_tokens)
+    for (int32_t e : ctx.eos_ids) ban(e);
+  // Merge the entries of each token: flags OR'd, counts summed, biases summed.
+  auto begin = out->begin() + static_cast<ptrdiff_t>(first);
+  std::stable_sort(begin, out->end(), [](const TokenAdjustment& a, const TokenAdjustment& b) {
+    return a.token < b.token;
+  });
+  auto w = begin;
+  for (auto r = begin; r != out->end();) {
+    TokenAdjustment m = *r;
+    for (++r; r != out->end() && r->token == m.token; ++r) {
+      m.count += r->count;
+      m.bias += r->bias;
+      m.flags |= r->flags;
+    }
+    *w++ = m;
+  }
+  out->erase(w, out->end());
+}
+
+void apply_token_adjustments(float* logits, int32_t vocab, const RowSampling& row,
+                             std::span<const TokenAdjustment> adjustments) {
+  for (const TokenAdjustment& a : adjustments) {
+    if (a.token < 0 || a.token >= vocab) continue;
+    float x = logits[a.token];
+    if ((a.flags & TokenAdjustment::kInContext) != 0 && row.repetition_penalty != 1.0f)
+      x = x < 0.0f ? x * row.repetition_penalty : x / row.repetition_penalty;
+    if (a.count > 0 && (row.presence_penalty != 0.0f || row.frequency_penalty != 0.0f)) {
+      const float freq = row.frequency_penalty * static_cast<float>(a.count);
+      const float sub = row.presence_penalty + freq;
+      x -= sub;
+    }
+    if (a.bias != 0.0f) x += a.bias;
+    if ((a.flags & TokenAdjustment::kBanned) != 0) x = kNegInf;
+    logits[a.token] = x;
+  }
+}
+
+RowSampling row_sampling(const GenerateConfig& c, const RngKey& key) {
+  RowSampling r;
+  r.mode = RowSampling::Mode::kDevice;
+  r.greedy = c.is_greedy();
+  r.temperature = c.temperature;
+  r.top_k = c.top_k;
+  r.top_p = c.top_p;
+  r.min_p = c.min_p;
+  r.repetition_penalty = c.repetition_penalty;
+  r.presence_penalty = c.presence_penalty;
+  r.frequency_penalty = c.frequency_penalty;
+  r.seed = key.seed;
+  r.seq_index = key.seq_index;
+  r.step = key.step;
+  return r;
+}
+
+}  // namespace tachyon

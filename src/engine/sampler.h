@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/sampling.h"
 #include "engine/generate_config.h"
 #include "engine/rng.h"
 
@@ -50,6 +51,17 @@ double log_sum_exp(const float* x, int32_t n);
 // The k largest entries of log-softmax(x) (lse = log_sum_exp(x)), largest first, lowest
 // index first on ties.
 std::vector<TokenLogprob> top_logprobs(const float* x, int32_t n, double lse, int32_t k);
+
+// process_logits in sparse form, for sampling on a device: every token it would touch
+// for this context, once each, sorted by token (appended to *out).
+void token_adjustments(const SamplingContext& ctx, int32_t vocab,
+                       std::vector<TokenAdjustment>* out);
+// Applies a row's adjustments in place as the device does (the reference of tests):
+// the same result as process_logits on the context they came from.
+void apply_token_adjustments(float* logits, int32_t vocab, const RowSampling& row,
+                             std::span<const TokenAdjustment> adjustments);
+// The device-side parameters of a config's draw keyed by `key` (mode kDevice).
+RowSampling row_sampling(const GenerateConfig& config, const RngKey& key);
 
 class Sampler {
  public:

@@ -330,17 +330,21 @@ void Decoder::upload_metadata(const ForwardBatch& b, int64_t live_tokens) {
 }
 
 Tensor Decoder::forward(const ForwardBatch& b) {
+  return be_->to_host(device_logits(b));
+}
+
+Tensor Decoder::device_logits(const ForwardBatch& b) {
   validate(b);
   const int64_t T = b.num_tokens();
   const int64_t R = static_cast<int64_t>(b.logits_rows.size());
   const int64_t V = cfg_.vocab_size;
-  if (T == 0) return Tensor::zeros({R, V}, DType::kF32);
+  if (T == 0) return be_->alloc({R, V}, DType::kF32);  // R is 0 (validated)
   if (graph_eligible(b)) return forward_graph(b);
   upload_metadata(b, T);
   upload_inputs(b);
   Tensor logits = be_->alloc({R, V}, DType::kF32);
   compute(T, R, logits);
-  return be_->to_host(logits);
+  return logits;
 }
 
 void Decoder::upload_inputs(const ForwardBatch& b) {

@@ -34,6 +34,8 @@ class Decoder final : public Model {
   void init_kv_cache(int32_t num_blocks, int32_t block_size) override;
   void copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) override;
   Tensor forward(const ForwardBatch& batch) override;
+  bool samples_on_device() const override { return be_->supports_sampling(); }
+  ForwardOutput forward_sample(const ForwardBatch& batch) override;
 
   const ModelConfig& config() const override { return cfg_; }
   const ModelWeights& weights() const override { return w_; }
@@ -76,6 +78,8 @@ class Decoder final : public Model {
   bool graph_eligible(const ForwardBatch& b) const;
   Tensor forward_graph(const ForwardBatch& b);
   std::vector<const void*> buffer_addresses() const;
+  // The step's f32 logits [logits_rows, vocab] on the backend's device.
+  Tensor device_logits(const ForwardBatch& b);
   void attention_block(int layer, const Tensor& h, Tensor& out);
   void mlp_block(int layer, const Tensor& h, Tensor& out);
 
@@ -113,6 +117,9 @@ class Decoder final : public Model {
   bool graphs_on_ = true;
   ForwardBatch padded_;
   int64_t graph_replays_ = 0, graph_records_ = 0;
+  // Device sampling (decoder_sample.cc).
+  Buffer sample_ids_;
+  std::vector<int32_t> h_sample_ids_;
 };
 
 }  // namespace tachyon

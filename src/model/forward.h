@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/sampling.h"
 #include "core/tensor.h"
 
 namespace tachyon {
@@ -35,8 +36,22 @@ struct ForwardBatch {
   // token of each sequence; every prompt row for prompt logits).
   std::vector<int32_t> logits_rows;
 
+  // Optional: how each logits row becomes a token (backend/sampling.h). Empty: every
+  // row's logits go back (forward()). Read by forward_sample() only.
+  SamplingBatch sampling;
+
   int32_t num_seqs() const { return static_cast<int32_t>(query_start.size()) - 1; }
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
+};
+
+// What forward_sample() returns.
+struct ForwardOutput {
+  // [logits_rows.size()]: the token chosen on the device for each kDevice row, or
+  // kTokenOnHost (the row's logits are in `logits`), kTokenBadLogits, kTokenNoneAllowed.
+  std::vector<int32_t> tokens;
+  // float32 logits on the CPU of the kHost rows only, in logits_rows order
+  // [number of kHost rows, vocab_size] (every row when batch.sampling is empty).
+  Tensor logits;
 };
 
 // What a model offers the engine. The decoder implements it; tests may fake it.
@@ -59,6 +74,18 @@ class LanguageModel {
   // by the block tables and returns float32 logits [logits_rows.size(), vocab_size] on
   // the CPU. Throws InvalidArgument on an inconsistent batch.
   virtual Tensor forward(const ForwardBatch& batch) = 0;
+
+  // Whether forward_sample() draws tokens on the model's device.
+  virtual bool samples_on_device() const { return false; }
+  // forward() that chooses the tokens of batch.sampling's kDevice rows where the model
+  // runs and returns only their ids (plus the kHost rows' logits). This default, for
+  // models that cannot, returns every row's logits (all rows kTokenOnHost).
+  virtual ForwardOutput forward_sample(const ForwardBatch& batch) {
+    ForwardOutput out;
+    out.logits = forward(batch);
+    out.tokens.assign(batch.logits_rows.size(), kTokenOnHost);
+    return out;
+  }
 };
 
 }  // namespace tachyon

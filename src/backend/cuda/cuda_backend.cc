@@ -45,7 +45,7 @@ std::string error_names(int code) {
 }  // namespace
 
 CudaBackend::CudaBackend(const CudaBackendOptions& options)
-    : device_(options.device), dtype_(options.dtype) {
+    : batch_invariant_(options.batch_invariant), device_(options.device), dtype_(options.dtype) {
   if (dtype_ != DType::kBF16 && dtype_ != DType::kF16 && dtype_ != DType::kF32)
     raise<InvalidArgument>("the CUDA backend computes in bf16, f16 or f32, not {}",
                            dtype_name(dtype_));
@@ -69,6 +69,13 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   }
   if (const char* env = std::getenv("TACHYON_CUDA_GEMV"); env != nullptr && std::string(env) == "0")
     use_gemv_ = false;
+  if (const char* env = std::getenv("TACHYON_BATCH_INVARIANT")) {
+    const std::string v = env;
+    if (v == "1" || v == "true")
+      batch_invariant_ = true;
+    else if (!v.empty() && v != "0" && v != "false")
+      raise<InvalidArgument>("TACHYON_BATCH_INVARIANT: '{}' is not 0 or 1", v);
+  }
   TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_));
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   alloc_ = std::make_unique<DeviceAllocator>(device_);

@@ -20,6 +20,11 @@ namespace tachyon {
 struct CudaBackendOptions {
   int device = 0;
   DType dtype = DType::kBF16;  // bf16, f16 or f32
+  // Batch-invariant mode: every row's result is independent of the batch it runs in
+  // (matrix products through one fixed-order kernel instead of cuBLASLt's shape-tuned
+  // choices; attention through the CUDA-core kernel, one query per tile, no key split).
+  // Slower. Also switched on by the environment variable TACHYON_BATCH_INVARIANT=1.
+  bool batch_invariant = false;
 };
 
 // Throws Unavailable when there is no such CUDA device, InvalidArgument on a dtype the

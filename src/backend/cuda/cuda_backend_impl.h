@@ -80,6 +80,10 @@ class CudaBackend final : public Backend {
 
   void argmax(const Tensor& logits, Tensor& ids) override;
   void log_softmax(Tensor& logits) override;
+  bool supports_sampling() const override { return true; }
+  void sample(Tensor& logits, const SamplingBatch& batch, Tensor& ids) override;
+  // The uniform draws of the rows' keys, computed on the device (for tests).
+  std::vector<double> sample_uniforms(const std::vector<RowSampling>& rows);
 
   // Which attention kernel runs: kAuto picks batched cuBLAS GEMMs around a causal
   // softmax (kGemm) for prefill steps of whole prompts (every sequence's context is its
@@ -101,6 +105,7 @@ class CudaBackend final : public Backend {
   bool gemv() const { return use_gemv_; }
 
   cudaStream_t stream() const { return stream_; }
+  bool batch_invariant() const { return batch_invariant_; }
   DeviceAllocator& allocator() { return *alloc_; }
   int num_sms() const { return num_sms_; }
 
@@ -126,6 +131,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<uint64_t> scratch_epoch_ = std::make_shared<uint64_t>(0);
   bool use_gemv_ = true;
   AttentionKernel attention_kernel_ = AttentionKernel::kAuto;
+  bool batch_invariant_ = false;
   AttentionKernel last_attention_kernel_ = AttentionKernel::kAuto;
   int device_ = 0;
   DType dtype_ = DType::kBF16;
@@ -147,6 +153,8 @@ class CudaBackend final : public Backend {
   std::unordered_map<const void*, BiasEntry> bias_cache_;
 
   Tensor attn_scratch_, attn_gemm_scratch_;
+  // Device sampling (cuda_sampling.cc): per-row parameters and adjustments.
+  Tensor sample_meta_, sample_adj_, sample_start_;
   // MoE scratch.
   Tensor moe_meta_, moe_x_, moe_h_, moe_a_, moe_y_;
   std::vector<int32_t> moe_ids_host_, moe_sorted_token_, moe_row_of_, moe_offsets_;

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/invariant_kernels.h"
 #include "backend/cuda/kernels.h"
 #include "core/error.h"
 
@@ -107,7 +108,7 @@ void CudaBackend::gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor&
   g.y = y;
   g.y_type = y_type;
   g.ldy = ldy;
-  if (use_gemv_ && !bias && m <= kGemvAutoRows &&
+  if (use_gemv_ && !batch_invariant_ && !bias && m <= kGemvAutoRows &&
       gemv_supports(x.dtype(), y_type, m, k, g.x, g.w)) {
     launch_gemv(g.x, g.w, x.dtype(), y, y_type, m, n, k, ldy, stream_);
     if (act != Activation::kIdentity)
@@ -116,6 +117,13 @@ void CudaBackend::gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor&
   }
   g.bias = bias_for(bias, y_type);
   g.relu = act == Activation::kRelu;
+  if (batch_invariant_) {
+    launch_invariant_matmul(g.x, w.raw(), x.dtype(), m, n, k, y, y_type, ldy, stream_);
+    if (bias || act != Activation::kIdentity)
+      launch_bias_act(y, y_type, ldy, m, n, bias ? bias.data<float>() : nullptr, kact(act),
+                      stream_);
+    return;
+  }
   const bool done = gemm_->run(g);
   if (!done) {
     launch_bias_act(y, y_type, ldy, m, n, bias ? bias.data<float>() : nullptr, kact(act), stream_);
@@ -426,30 +434,31 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
   a.alibi_bias_bf16 = params.alibi_bias_bf16;
   a.err = err_.data<int>();
   const bool gemm_ok = gemm_attention_applies(a, meta, params);
-  const bool use_gemm =
-      attention_kernel_ == AttentionKernel::kGemm
-          ? gemm_ok
-          : attention_kernel_ == AttentionKernel::kAuto && gemm_ok && meta.max_query_len >= 128;
+  // Batch-invariant mode runs every step through the simple kernel below.
+  const bool use_gemm = !batch_invariant_ && attention_kernel_ == AttentionKernel::kGemm
+                            ? gemm_ok
+                            : !batch_invariant_ && attention_kernel_ == AttentionKernel::kAuto &&
+                                  gemm_ok && meta.max_query_len >= 128;
   if (use_gemm) {
     last_attention_kernel_ = AttentionKernel::kGemm;
     attention_gemm(a, meta);
     return;
   }
   const bool mma_ok = attention_mma_supports(a);
-  const bool use_mma =
-      attention_kernel_ == AttentionKernel::kMma
-          ? mma_ok
-          : attention_kernel_ == AttentionKernel::kAuto && mma_ok && meta.max_query_len >= 16;
+  const bool use_mma = !batch_invariant_ && attention_kernel_ == AttentionKernel::kMma
+                           ? mma_ok
+                           : !batch_invariant_ && attention_kernel_ == AttentionKernel::kAuto &&
+                                 mma_ok && meta.max_query_len >= 16;
   if (use_mma) {
     last_attention_kernel_ = AttentionKernel::kMma;
     launch_attention_mma(a, stream_);
     return;
   }
   const bool decode_ok = attention_decode_supports(a);
-  const bool use_decode =
-      attention_kernel_ == AttentionKernel::kDecode
-          ? decode_ok
-          : attention_kernel_ == AttentionKernel::kAuto && decode_ok && meta.max_query_len == 1;
+  const bool use_decode = !batch_invariant_ && attention_kernel_ == AttentionKernel::kDecode
+                              ? decode_ok
+                              : !batch_invariant_ && attention_kernel_ == AttentionKernel::kAuto &&
+                                    decode_ok && meta.max_query_len == 1;
   if (use_decode) {
     last_attention_kernel_ = AttentionKernel::kDecode;
     const AttentionPlan plan = plan_attention_decode(a, num_sms_);
@@ -458,7 +467,14 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
     return;
   }
   last_attention_kernel_ = AttentionKernel::kSimple;
-  const AttentionPlan plan = plan_attention(a, num_sms_);
+  AttentionArgs shape = a;
+  if (batch_invariant_) {
+    // One query per tile (a tile's key range follows its own query) and no key split:
+    // what a query computes is then the same in any batch.
+    shape.max_query_len = 1;
+    shape.max_context_len = 1;
+  }
+  const AttentionPlan plan = plan_attention(shape, num_sms_);
   void* ws = plan.scratch_bytes > 0 ? scratch(attn_scratch_, plan.scratch_bytes) : nullptr;
   launch_attention(a, plan, ws, stream_);
 }

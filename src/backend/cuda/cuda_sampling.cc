@@ -1,0 +1,93 @@
+// CudaBackend::sample: packs the step's sampling parameters, uploads them with the
+// step's other metadata (no wait) and runs the sampling kernel over the logits.
+#include <cstddef>
+#include <cstring>
+
+#include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/sampling_kernels.h"
+#include "core/error.h"
+
+namespace tachyon::cuda {
+namespace {
+
+static_assert(sizeof(KAdjust) == sizeof(TokenAdjustment));
+static_assert(offsetof(TokenAdjustment, token) == offsetof(KAdjust, token));
+static_assert(offsetof(TokenAdjustment, count) == offsetof(KAdjust, count));
+static_assert(offsetof(TokenAdjustment, bias) == offsetof(KAdjust, bias));
+static_assert(offsetof(TokenAdjustment, flags) == offsetof(KAdjust, flags));
+static_assert(TokenAdjustment::kInContext == 1 && TokenAdjustment::kBanned == 2);
+static_assert(kSampledOnHost == kTokenOnHost && kSampledBadLogits == kTokenBadLogits &&
+              kSampledNoneAllowed == kTokenNoneAllowed);
+static_assert(sizeof(KSampleRow) % 4 == 0);
+
+KSampleRow pack(const RowSampling& r) {
+  KSampleRow k;
+  k.on_device = r.mode == RowSampling::Mode::kDevice ? 1 : 0;
+  k.greedy = r.greedy ? 1 : 0;
+  k.temperature = r.temperature;
+  k.top_k = r.top_k;
+  k.top_p = r.top_p;
+  k.min_p = r.min_p;
+  k.repetition_penalty = r.repetition_penalty;
+  k.presence_penalty = r.presence_penalty;
+  k.frequency_penalty = r.frequency_penalty;
+  k.seed_lo = static_cast<uint32_t>(r.seed);
+  k.seed_hi = static_cast<uint32_t>(r.seed >> 32);
+  k.seq_index = r.seq_index;
+  k.step_lo = static_cast<uint32_t>(r.step);
+  k.step_hi = static_cast<uint32_t>(r.step >> 32);
+  return k;
+}
+
+}  // namespace
+
+void CudaBackend::sample(Tensor& logits, const SamplingBatch& batch, Tensor& ids) {
+  check_here(logits, "sample logits");
+  check_here(ids, "sample ids");
+  TACHYON_CHECK(logits.ndim() == 2 && logits.dtype() == DType::kF32, "sample logits {}",
+                logits.str());
+  const int64_t rows = logits.dim(0), vocab = logits.dim(1);
+  TACHYON_CHECK(static_cast<int64_t>(batch.rows.size()) == rows, "sample: {} rows for logits {}",
+                batch.rows.size(), logits.str());
+  TACHYON_CHECK(ids.dtype() == DType::kI32 && ids.numel() == rows, "sample ids {}", ids.str());
+  const bool has_adj = !batch.adjust_start.empty();
+  TACHYON_CHECK(
+      !has_adj || (static_cast<int64_t>(batch.adjust_start.size()) == rows + 1 &&
+                   batch.adjust_start.back() == static_cast<int32_t>(batch.adjustments.size())),
+      "sample: adjust_start has {} entries for {} rows", batch.adjust_start.size(), rows);
+  if (rows == 0) return;
+  std::vector<KSampleRow> meta(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) meta[static_cast<size_t>(r)] = pack(batch.rows[r]);
+  const int64_t meta_words = rows * static_cast<int64_t>(sizeof(KSampleRow) / 4);
+  sample_meta_ = upload(meta.data(), {meta_words}, DType::kI32, sample_meta_);
+  const int32_t* start = nullptr;
+  const KAdjust* adj = nullptr;
+  if (has_adj && !batch.adjustments.empty()) {
+    sample_start_ = upload(batch.adjust_start.data(), {rows + 1}, DType::kI32, sample_start_);
+    sample_adj_ =
+        upload(batch.adjustments.data(), {static_cast<int64_t>(batch.adjustments.size()) * 4},
+               DType::kI32, sample_adj_);
+    start = sample_start_.data<int32_t>();
+    adj = reinterpret_cast<const KAdjust*>(sample_adj_.raw());
+  }
+  launch_sample(logits.data<float>(), rows, vocab,
+                reinterpret_cast<const KSampleRow*>(sample_meta_.raw()), adj, start,
+                ids.data<int32_t>(), stream_);
+}
+
+std::vector<double> CudaBackend::sample_uniforms(const std::vector<RowSampling>& rows) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  std::vector<double> out(rows.size());
+  if (n == 0) return out;
+  std::vector<KSampleRow> meta;
+  for (const RowSampling& r : rows) meta.push_back(pack(r));
+  Tensor m =
+      upload(meta.data(), {n * static_cast<int64_t>(sizeof(KSampleRow) / 4)}, DType::kI32, {});
+  Tensor u = alloc({n}, DType::kF64);
+  launch_sample_uniforms(reinterpret_cast<const KSampleRow*>(m.raw()), n, u.data<double>(),
+                         stream_);
+  download(u, out.data());
+  return out;
+}
+
+}  // namespace tachyon::cuda

@@ -1,0 +1,52 @@
+// Launchers of the token-sampling kernels (sampling_topk.cu). Like kernels.h, free of
+// backend/ops.h and core/error.h; the structs mirror backend/sampling.h's field for
+// field (packed by CudaBackend::sample).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tachyon::cuda {
+
+// RowSampling, as the kernel reads it.
+struct KSampleRow {
+  int32_t on_device = 0;  // 0: a host row (ids = -1, logits untouched)
+  int32_t greedy = 0;
+  float temperature = 1.f;
+  int32_t top_k = 0;
+  float top_p = 1.f;
+  float min_p = 0.f;
+  float repetition_penalty = 1.f;
+  float presence_penalty = 0.f;
+  float frequency_penalty = 0.f;
+  uint32_t seed_lo = 0, seed_hi = 0;
+  uint32_t seq_index = 0;
+  uint32_t step_lo = 0, step_hi = 0;
+};
+
+// TokenAdjustment, byte for byte.
+struct KAdjust {
+  int32_t token;
+  int32_t count;
+  float bias;
+  uint32_t flags;  // 1: in context (repetition penalty), 2: banned
+};
+
+// Result codes besides token ids (backend/sampling.h's kToken*).
+inline constexpr int32_t kSampledOnHost = -1;
+inline constexpr int32_t kSampledBadLogits = -2;
+inline constexpr int32_t kSampledNoneAllowed = -3;
+
+// One block per row of logits [rows, vocab] f32: applies the row's adjustments
+// (adj[adj_start[r] .. adj_start[r + 1]), adj_start may be null) in place, then draws
+// its token into ids[r]. rows_meta, adj, adj_start on the device.
+void launch_sample(float* logits, int64_t rows, int64_t vocab, const KSampleRow* rows_meta,
+                   const KAdjust* adj, const int32_t* adj_start, int32_t* ids, cudaStream_t stream);
+
+// out[i] = the uniform draw of rows_meta[i]'s key (for tests: equal to the host's
+// rng_uniform bit for bit).
+void launch_sample_uniforms(const KSampleRow* rows_meta, int64_t n, double* out,
+                            cudaStream_t stream);
+
+}  // namespace tachyon::cuda
