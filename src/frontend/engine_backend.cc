@@ -169,8 +169,8 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
     model = load_model(o.model_dir, lo);
   } catch (const InvalidArgument& e) {
     // "auto" falls back to the CPU when the model cannot run on the GPU yet.
-    if (o.device != "auto" || lo.device.is_cpu()) throw;
-    log_warning("cannot run on {} ({}); using the CPU", lo.device.str(), e.what());
+    if (o.device != "auto" || lo.device->is_cpu()) throw;
+    log_warning("cannot run on {} ({}); using the CPU", lo.device->str(), e.what());
     lo.device = Device{};
     model = load_model(o.model_dir, lo);
   }
