@@ -12,8 +12,10 @@
 // --profile wraps the backend in a timer per op (one extra clock read per op call) and
 // prints where a decode step and a prefill spend their time.
 //
-//   cpu_model_bench --model DIR [--prompt 512] [--decode 32] [--reps 3] [--threads N]
-//                   [--profile]
+// --batch B decodes B sequences (each with its own copy of the prompt) in every step.
+//
+//   cpu_model_bench --model DIR [--prompt 512] [--decode 32] [--reps 3] [--batch 1]
+//                   [--threads N] [--profile]
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -169,6 +171,7 @@ struct Options {
   int prompt = 512;
   int decode = 32;
   int reps = 3;
+  int batch = 1;  // sequences in each decode step
   bool profile = false;
 };
 
@@ -230,10 +233,14 @@ int run(const Options& opt) {
 
   const int32_t bs = 16;
   const int32_t total = opt.prompt + opt.decode;
-  const int32_t nblocks = (total + bs - 1) / bs;
-  model.init_kv_cache(nblocks, bs);
-  std::vector<int32_t> blocks(static_cast<size_t>(nblocks));
-  for (int32_t i = 0; i < nblocks; ++i) blocks[i] = i;
+  const int32_t nblocks = (total + bs - 1) / bs;  // per sequence
+  // A cache of at least 256 blocks, as an engine would size it (the backend may put
+  // large buffers in 2 MiB pages).
+  model.init_kv_cache(std::max(nblocks * opt.batch, 256), bs);
+  std::vector<std::vector<int32_t>> seq_blocks(static_cast<size_t>(opt.batch));
+  for (int32_t s = 0; s < opt.batch; ++s)
+    for (int32_t i = 0; i < nblocks; ++i) seq_blocks[s].push_back(s * nblocks + i);
+  const std::vector<int32_t>& blocks = seq_blocks[0];
   std::mt19937 rng(7);
   std::vector<int32_t> ids(static_cast<size_t>(total));
   for (auto& t : ids)
@@ -260,13 +267,33 @@ int run(const Options& opt) {
   ProfilingBackend::Totals prof_prefill, prof_decode;
   auto profile_into = [&](ProfilingBackend::Totals* t) { pb->totals = opt.profile ? t : nullptr; };
   model.forward(prefill);  // warm-up (touches the mapped weights, grows the buffers)
+  // With --batch, the other sequences' prompts too (same tokens, their own blocks).
+  for (int32_t s = 1; s < opt.batch; ++s)
+    model.forward(make_batch(ids, 0, opt.prompt, seq_blocks[s]));
+  // A decode step of every sequence at position `pos`.
+  auto decode_step = [&](int32_t pos) {
+    if (opt.batch == 1) return make_batch(ids, pos, 1, blocks);
+    ForwardBatch b;
+    b.query_start = {0};
+    b.max_blocks_per_seq = nblocks;
+    for (int32_t s = 0; s < opt.batch; ++s) {
+      b.token_ids.push_back(ids[pos]);
+      b.positions.push_back(pos);
+      b.query_start.push_back(s + 1);
+      b.context_lens.push_back(pos + 1);
+      b.block_tables.insert(b.block_tables.end(), seq_blocks[s].begin(), seq_blocks[s].end());
+      b.prompt_lens.push_back(opt.prompt);
+      b.logits_rows.push_back(s);
+    }
+    return b;
+  };
   for (int rep = 0; rep < opt.reps; ++rep) {
     profile_into(&prof_prefill);
     auto t0 = Clock::now();
     model.forward(prefill);
     t_prefill.push_back(seconds_since(t0));
     for (int32_t d = 0; d < opt.decode; ++d) {
-      const ForwardBatch step = make_batch(ids, opt.prompt + d, 1, blocks);
+      const ForwardBatch step = decode_step(opt.prompt + d);
       profile_into(&prof_decode);
       t0 = Clock::now();
       model.forward(step);
@@ -337,6 +364,8 @@ int main(int argc, char** argv) {
       opt.reps = std::stoi(next());
     else if (a == "--threads")
       tachyon::ThreadPool::set_global_threads(std::stoi(next()));
+    else if (a == "--batch")
+      opt.batch = std::stoi(next());
     else if (a == "--profile")
       opt.profile = true;
     else {
@@ -344,10 +373,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (opt.model.empty() || opt.prompt < 1 || opt.decode < 1 || opt.reps < 1) {
+  if (opt.model.empty() || opt.prompt < 1 || opt.decode < 1 || opt.reps < 1 || opt.batch < 1) {
     std::fprintf(stderr,
                  "usage: cpu_model_bench --model DIR [--prompt 512] [--decode 32] [--reps 3] "
-                 "[--threads N] [--profile]\n");
+                 "[--batch 1] [--threads N] [--profile]\n");
     return 2;
   }
   try {
