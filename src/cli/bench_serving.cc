@@ -43,7 +43,11 @@ Json dist(const std::vector<double>& v) {
   double mean = 0;
   for (double x : v) mean += x;
   if (!v.empty()) mean /= static_cast<double>(v.size());
-  return {{"mean", mean}, {"p50", percentile(v, 50)}, {"p90", percentile(v, 90)}, {"p99", percentile(v, 99)}};
+  return {{"mean", mean},
+          {"p10", percentile(v, 10)},
+          {"p50", percentile(v, 50)},
+          {"p90", percentile(v, 90)},
+          {"p99", percentile(v, 99)}};
 }
 
 // Incremental HTTP/1.1 response reader: headers, chunked (or close-delimited) body,
