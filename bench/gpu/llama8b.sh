@@ -13,7 +13,8 @@
 #   SRC_DIR=<source path of the build> bash bench/gpu/llama8b.sh <dir>
 # (the companion files -- llama3_8b_config.json, hf_baseline.py, llama8b_table.py --
 # are read from this script's folder, so a copy of the four next to the binaries works
-# too). SKIP_TESTS=1 skips the tests; SKIP_HF=1 skips transformers; CUDA_TEST_FILTER
+# too). SKIP_TESTS=1 skips the tests; SKIP_HF=1 skips transformers; SKIP_BENCH=1 the
+# step benchmark; SERVING=1 adds the serving benchmark; CUDA_TEST_FILTER
 # narrows the CUDA tests (a gtest filter).
 set -uo pipefail
 ROOT=$(pwd)
@@ -50,14 +51,29 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   grep -E '^  (f32|bf16): .*graph replays' "$OUT/cuda_tests.log"
   grep -E ' (decode|gemm) ' "$OUT/cuda_tests.log" | sort -k5 -g | tail -3
 fi
-run bench8b 300 "$BIN/tachyon_gpu_bench" --config "$CONFIG" --dir /tmp/tachyon_8b \
-  --prefill 1x1024,8x1024 --decode 1,64 --ctx 1024 || FAIL=1
-grep -vE '^RESULT' "$OUT/bench8b.log"
+if [ -z "${SKIP_BENCH:-}" ]; then
+  run bench8b 300 "$BIN/tachyon_gpu_bench" --config "$CONFIG" --dir /tmp/tachyon_8b \
+    --prefill 1x1024,8x1024 --decode 1,64 --ctx 1024 || FAIL=1
+  grep -vE '^RESULT' "$OUT/bench8b.log"
+fi
 if [ -z "${SKIP_HF:-}" ]; then
   run hf8b 240 env PYTHONUNBUFFERED=1 python3 "$HERE/hf_baseline.py" --config "$CONFIG" \
     --decode 1,64 --ctx 1024 --no-generate
   cat "$OUT/hf8b.log" | grep figure
 fi
+# Serving (SERVING=1): `tachyon bench` through the engine (device sampling, graphs),
+# SERVING_REQUESTS requests (default 1000) of 1000 prompt and 1000 output tokens, all
+# submitted at once.
+if [ -n "${SERVING:-}" ]; then
+  N=${SERVING_REQUESTS:-1000}
+  run make8b 240 "$BIN/tachyon" make-random --config "$CONFIG" --out /tmp/tachyon_8b_serve ||
+    FAIL=1
+  run serving8b 420 "$BIN/tachyon" bench --model /tmp/tachyon_8b_serve --num-requests "$N" \
+    --input-len 1000 --output-len 1000 --concurrency "$N" --max-num-seqs 512 \
+    --max-batch-tokens 8192 || FAIL=1
+  cat "$OUT/serving8b.log"
+fi
+[ -n "${SKIP_BENCH:-}" ] && { echo "total $((SECONDS - T0)) s, failures: $FAIL"; exit $FAIL; }
 echo
 python3 "$HERE/llama8b_table.py" "$CONFIG" "$OUT/bench8b.log" "$OUT/hf8b.log" | tee "$OUT/table.md"
 echo "total $((SECONDS - T0)) s, failures: $FAIL"
