@@ -163,8 +163,7 @@ class StringIdMap {
   size_t size_ = 0;
 };
 
-// (left id, right id) -> (rank, merged id): open addressing, key and value in one
-// 16-byte slot so that a probe touches one cache line.
+// (left id, right id) -> (rank, merged id).
 class PairMap {
  public:
   struct Value {
@@ -174,29 +173,34 @@ class PairMap {
   void reserve(size_t n) {
     size_t cap = 16;
     while (cap < n * 2) cap <<= 1;
-    slots_.assign(cap, Slot{kEmpty, Value{0, 0}});
+    keys_.assign(cap, kEmpty);
+    values_.assign(cap, Value{0, 0});
     mask_ = cap - 1;
     size_ = 0;
   }
   // Inserts or overwrites (a later duplicate merge wins, as in `tokenizers`).
   void insert(int32_t a, int32_t b, Value v) {
-    if ((size_ + 1) * 2 > slots_.size()) rehash(slots_.empty() ? 16 : slots_.size() * 2);
-    const uint64_t k = key(a, b);
+    if ((size_ + 1) * 2 > keys_.size()) rehash(keys_.empty() ? 16 : keys_.size() * 2);
+    uint64_t k = key(a, b);
     size_t pos = mix(k) & mask_;
-    while (slots_[pos].key != kEmpty && slots_[pos].key != k) pos = (pos + 1) & mask_;
-    if (slots_[pos].key == kEmpty) ++size_;
-    slots_[pos] = Slot{k, v};
+    while (keys_[pos] != kEmpty && keys_[pos] != k) pos = (pos + 1) & mask_;
+    if (keys_[pos] == kEmpty) ++size_;
+    keys_[pos] = k;
+    values_[pos] = v;
   }
   // A hint that (a, b) is inserted or looked up soon.
   void prefetch(int32_t a, int32_t b) const {
-    if (!slots_.empty()) __builtin_prefetch(&slots_[mix(key(a, b)) & mask_]);
+    if (keys_.empty()) return;
+    const size_t pos = mix(key(a, b)) & mask_;
+    __builtin_prefetch(&keys_[pos]);
+    __builtin_prefetch(&values_[pos]);
   }
   const Value* find(int32_t a, int32_t b) const {
     if (size_ == 0) return nullptr;
-    const uint64_t k = key(a, b);
+    uint64_t k = key(a, b);
     size_t pos = mix(k) & mask_;
-    while (slots_[pos].key != kEmpty) {
-      if (slots_[pos].key == k) return &slots_[pos].value;
+    while (keys_[pos] != kEmpty) {
+      if (keys_[pos] == k) return &values_[pos];
       pos = (pos + 1) & mask_;
     }
     return nullptr;
@@ -205,10 +209,6 @@ class PairMap {
 
  private:
   static constexpr uint64_t kEmpty = ~0ull;
-  struct Slot {
-    uint64_t key;
-    Value value;
-  };
   static uint64_t key(int32_t a, int32_t b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
@@ -219,17 +219,21 @@ class PairMap {
     return k;
   }
   void rehash(size_t cap) {
-    std::vector<Slot> old = std::move(slots_);
-    slots_.assign(cap, Slot{kEmpty, Value{0, 0}});
+    std::vector<uint64_t> old_keys = std::move(keys_);
+    std::vector<Value> old_values = std::move(values_);
+    keys_.assign(cap, kEmpty);
+    values_.assign(cap, Value{0, 0});
     mask_ = cap - 1;
-    for (const Slot& e : old) {
-      if (e.key == kEmpty) continue;
-      size_t pos = mix(e.key) & mask_;
-      while (slots_[pos].key != kEmpty) pos = (pos + 1) & mask_;
-      slots_[pos] = e;
+    for (size_t i = 0; i < old_keys.size(); ++i) {
+      if (old_keys[i] == kEmpty) continue;
+      size_t pos = mix(old_keys[i]) & mask_;
+      while (keys_[pos] != kEmpty) pos = (pos + 1) & mask_;
+      keys_[pos] = old_keys[i];
+      values_[pos] = old_values[i];
     }
   }
-  std::vector<Slot> slots_;
+  std::vector<uint64_t> keys_;
+  std::vector<Value> values_;
   size_t mask_ = 0;
   size_t size_ = 0;
 };
