@@ -5,12 +5,17 @@
 // msgid strings are English, their translations cover dozens of scripts — concatenated
 // (repeated if needed) to the requested size.
 //
-// Usage: tokenizer_bench [--tokenizers DIR] [--mb N] [--names a,b,...]
+// Each figure is the median of --reps repetitions (a fresh load, then encoding both texts),
+// with the 10th percentile of the time in brackets (MB/s: at that time).
+//
+// Usage: tokenizer_bench [--tokenizers DIR] [--mb N] [--reps N] [--throughput a,b,...]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -70,6 +75,12 @@ void read_mo(const std::string& path, std::string& english, std::string& transla
   }
 }
 
+// The q-quantile (nearest rank) of `v`: 0.5 the median, 0.1 the 10th percentile.
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * (v.size() - 1) + 0.5)];
+}
+
 std::string grow(std::string s, size_t bytes) {
   if (s.empty()) s = "The quick brown fox jumps over the lazy dog. ";
   std::string out;
@@ -85,11 +96,13 @@ std::string grow(std::string s, size_t bytes) {
 int main(int argc, char** argv) {
   std::string dir = "build/tokenizers";
   double mb = 10;
+  int reps = 5;
   std::vector<std::string> names = {"llama3", "gemma3", "qwen3", "llama2", "gpt4o", "deepseek_v3"};
   std::set<std::string> throughput = {"llama3", "gemma3"};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--tokenizers")) dir = argv[i + 1];
     if (!std::strcmp(argv[i], "--mb")) mb = std::atof(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--reps")) reps = std::max(1, std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--throughput")) {
       throughput.clear();
       std::string s = argv[i + 1];
@@ -111,7 +124,8 @@ int main(int argc, char** argv) {
   mixed = grow(mixed, bytes);
   std::printf("text: %.1f MB English, %.1f MB mixed-script; MB/s per thread-CPU-second (wall)\n",
               english.size() / 1e6, mixed.size() / 1e6);
-  std::printf("%-12s %18s %24s %24s %14s\n", "tokenizer", "load cpu_s (wall)", "english MB/s",
+  std::printf("%d repetitions: median [p10] (median wall)\n", reps);
+  std::printf("%-12s %24s %24s %24s %14s\n", "tokenizer", "load cpu_s", "english MB/s",
               "mixed MB/s", "tokens/byte");
   for (const auto& name : names) {
     const std::string path = dir + "/" + name;
@@ -120,33 +134,39 @@ int main(int argc, char** argv) {
                   dir.c_str());
       continue;
     }
-    double best_load = 1e9, best_load_wall = 1e9;
-    std::unique_ptr<tachyon::Tokenizer> tok;
-    for (int r = 0; r < 3; ++r) {
-      tok.reset();
+    // Each repetition loads the tokenizer afresh and encodes both texts with it (an
+    // empty word cache, as the first encode after a load).
+    std::vector<double> load, load_wall, enc[2], enc_wall[2];
+    double per_byte[2] = {0, 0};
+    const std::string* texts[2] = {&english, &mixed};
+    for (int r = 0; r < reps; ++r) {
+      std::unique_ptr<tachyon::Tokenizer> tok;
       auto t0 = Clock::now();
       double c0 = process_cpu();
       tok = tachyon::Tokenizer::load(path);
-      best_load = std::min(best_load, process_cpu() - c0);
-      best_load_wall = std::min(best_load_wall, seconds_since(t0));
+      load.push_back(process_cpu() - c0);
+      load_wall.push_back(seconds_since(t0));
+      if (!throughput.count(name)) continue;
+      for (int k = 0; k < 2; ++k) {
+        auto t1 = Clock::now();
+        double c1 = thread_cpu();
+        auto ids = tok->encode(*texts[k], false);
+        enc[k].push_back(thread_cpu() - c1);
+        enc_wall[k].push_back(seconds_since(t1));
+        per_byte[k] = double(ids.size()) / texts[k]->size();
+      }
     }
-    if (!throughput.count(name)) {
-      std::printf("%-12s %8.3f (%6.3f)\n", name.c_str(), best_load, best_load_wall);
-      continue;
+    std::printf("%-12s %7.3f [%5.3f] (%6.3f)", name.c_str(), quantile(load, 0.5),
+                quantile(load, 0.1), quantile(load_wall, 0.5));
+    if (throughput.count(name)) {
+      for (int k = 0; k < 2; ++k) {
+        const double mb = texts[k]->size() / 1e6;
+        std::printf(" %8.2f [%6.2f] (%6.2f)", mb / quantile(enc[k], 0.5),
+                    mb / quantile(enc[k], 0.1), mb / quantile(enc_wall[k], 0.5));
+      }
+      std::printf("   %.3f, %.3f", per_byte[0], per_byte[1]);
     }
-    double rates[2], wall_rates[2], per_byte[2];
-    const std::string* texts[2] = {&english, &mixed};
-    for (int k = 0; k < 2; ++k) {
-      auto t0 = Clock::now();
-      double c0 = thread_cpu();
-      auto ids = tok->encode(*texts[k], false);
-      rates[k] = texts[k]->size() / 1e6 / (thread_cpu() - c0);
-      wall_rates[k] = texts[k]->size() / 1e6 / seconds_since(t0);
-      per_byte[k] = double(ids.size()) / texts[k]->size();
-    }
-    std::printf("%-12s %8.3f (%6.3f) %14.2f (%6.2f) %14.2f (%6.2f)   %.3f, %.3f\n", name.c_str(),
-                best_load, best_load_wall, rates[0], wall_rates[0], rates[1], wall_rates[1],
-                per_byte[0], per_byte[1]);
+    std::printf("\n");
     std::fflush(stdout);
   }
   return 0;

@@ -14,20 +14,13 @@
 
 namespace tachyon::tok {
 
-void Vocab::add(std::string_view token, int32_t id, const std::string& what) {
+void Vocab::add(std::string_view token, uint64_t hash, int32_t id, const std::string& what) {
   if (id < 0 || id >= (1 << 26)) raise<InvalidArgument>("{}: token id {} out of range", what, id);
-  if (static_cast<size_t>(id) >= tokens_.size()) {
-    tokens_.resize(static_cast<size_t>(id) + 1);
-    present_.resize(static_cast<size_t>(id) + 1, false);
+  if (token.size() >= kAbsent) raise<InvalidArgument>("{}: token {} is too long", what, id);
+  if (static_cast<size_t>(id) >= entries_.size()) {
+    entries_.resize(static_cast<size_t>(id) + 1, Entry{0, kAbsent});
   }
-  tokens_[id] = std::string(token);
-  present_[id] = true;
-  map_.insert(token, id);
-}
-
-std::optional<std::string_view> Vocab::token(int32_t id) const {
-  if (id < 0 || static_cast<size_t>(id) >= tokens_.size() || !present_[id]) return std::nullopt;
-  return std::string_view(tokens_[id]);
+  entries_[id] = Entry{map_.insert(token, hash, id), static_cast<uint32_t>(token.size())};
 }
 
 BpeModel::BpeModel(Vocab vocab,
@@ -43,21 +36,37 @@ BpeModel::BpeModel(Vocab vocab,
   const std::string& prefix = options_.continuing_subword_prefix;
   ThreadPool::global().parallel_for(
       0, static_cast<int64_t>(merges.size()), 8192, [&](int64_t lo, int64_t hi) {
-        std::string joined;
-        for (int64_t r = lo; r < hi; ++r) {
-          const auto& [a, b] = merges[r];
-          std::string_view right = b;
-          if (!prefix.empty() && right.substr(0, prefix.size()) == prefix) {
-            right.remove_prefix(prefix.size());
+        // In batches, so that the hash table's cache misses overlap.
+        constexpr size_t kBatch = 16;
+        std::string joined[kBatch];
+        std::string_view keys[3 * kBatch];
+        int32_t ids[3 * kBatch];
+        for (int64_t r0 = lo; r0 < hi; r0 += kBatch) {
+          const size_t n = static_cast<size_t>(std::min<int64_t>(kBatch, hi - r0));
+          for (size_t i = 0; i < n; ++i) {
+            const auto& [a, b] = merges[r0 + i];
+            std::string_view right = b;
+            if (!prefix.empty() && right.substr(0, prefix.size()) == prefix) {
+              right.remove_prefix(prefix.size());
+            }
+            joined[i].assign(a);
+            joined[i].append(right);
+            keys[3 * i] = a;
+            keys[3 * i + 1] = b;
+            keys[3 * i + 2] = joined[i];
           }
-          joined.assign(a);
-          joined.append(right);
-          resolved[r] = {vocab_.find(a).value_or(-1), vocab_.find(b).value_or(-1),
-                         vocab_.find(joined).value_or(-1)};
+          vocab_.find_batch<3 * kBatch>(keys, 3 * n, ids);
+          for (size_t i = 0; i < n; ++i) {
+            resolved[r0 + i] = {ids[3 * i], ids[3 * i + 1], ids[3 * i + 2]};
+          }
         }
       });
   merges_.reserve(merges.size());
+  constexpr size_t kAhead = 16;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
+    if (rank + kAhead < merges.size()) {
+      merges_.prefetch(resolved[rank + kAhead].a, resolved[rank + kAhead].b);
+    }
     const Resolved& m = resolved[rank];
     if (m.a < 0 || m.b < 0) {
       raise<InvalidArgument>("{}.merges[{}]: token '{}' is not in the vocabulary", path, rank,

@@ -38,13 +38,29 @@ Vocab read_vocab_object(const simdjson::dom::element& e, const std::string& what
   if (e.get_object().get(obj)) raise<InvalidArgument>("{}: expected an object of token: id", what);
   Vocab v;
   v.reserve(obj.size());
+  // In batches, in file order: hash and prefetch the slots of a batch, then insert it.
+  constexpr size_t kBatch = 16;
+  std::string_view keys[kBatch];
+  uint64_t hashes[kBatch];
+  int32_t ids[kBatch];
+  size_t n = 0;
+  auto flush = [&] {
+    for (size_t i = 0; i < n; ++i) v.add(keys[i], hashes[i], ids[i], what);
+    n = 0;
+  };
   for (auto kv : obj) {
     int64_t id;
     if (kv.value.get_int64().get(id) || id < 0 || id > INT32_MAX) {
+      flush();  // earlier entries' errors first
       raise<InvalidArgument>("{}['{}']: expected a non-negative integer id", what, kv.key);
     }
-    v.add(kv.key, static_cast<int32_t>(id), what);
+    keys[n] = kv.key;
+    hashes[n] = hash_bytes(kv.key);
+    ids[n] = static_cast<int32_t>(id);
+    v.prefetch(hashes[n]);
+    if (++n == kBatch) flush();
   }
+  flush();
   return v;
 }
 
@@ -118,23 +134,29 @@ std::unique_ptr<Model> build_model(const TokenizerJson& tj) {
         raise<InvalidArgument>("{}.merges: expected an array", path);
       merges.reserve(arr.size());
       size_t i = 0;
+      // The item's path, only built for a message.
+      auto p = [&] { return path + ".merges[" + std::to_string(i) + "]"; };
       for (auto item : arr) {
-        const std::string p = path + ".merges[" + std::to_string(i++) + "]";
-        if (item.is_string()) {
-          std::string_view s = get_sv(item, p);
+        std::string_view s;
+        if (!item.get_string().get(s)) {
           size_t sp = s.find(' ');
           if (sp == std::string_view::npos || s.find(' ', sp + 1) != std::string_view::npos) {
-            raise<InvalidArgument>("{}: expected 'left right', got '{}'", p, s);
+            raise<InvalidArgument>("{}: expected 'left right', got '{}'", p(), s);
           }
           merges.push_back({s.substr(0, sp), s.substr(sp + 1)});
         } else {
           simdjson::dom::array pair;
+          std::string_view left, right;
           if (item.get_array().get(pair) || pair.size() != 2) {
-            raise<InvalidArgument>("{}: expected a string or a pair of strings", p);
+            raise<InvalidArgument>("{}: expected a string or a pair of strings", p());
           }
-          merges.push_back(
-              {get_sv(pair.at(0).value_unsafe(), p), get_sv(pair.at(1).value_unsafe(), p)});
+          auto it = pair.begin();
+          if ((*it).get_string().get(left) || (*++it).get_string().get(right)) {
+            raise<InvalidArgument>("{}: expected a string", p());
+          }
+          merges.push_back({left, right});
         }
+        ++i;
       }
     }
     BpeOptions o;

@@ -18,25 +18,44 @@
 
 namespace tachyon::tok {
 
-// id <-> token for a vocabulary with possibly sparse ids.
+// id <-> token for a vocabulary with possibly sparse ids. The token bytes are stored
+// once, in the hash table's key arena; ids index (offset, length) pairs into it.
 class Vocab {
  public:
   // Throws InvalidArgument naming `what` for a negative or huge id.
-  void add(std::string_view token, int32_t id, const std::string& what);
+  void add(std::string_view token, int32_t id, const std::string& what) {
+    add(token, hash_bytes(token), id, what);
+  }
+  // add() with the token's hash_bytes() computed by the caller, who may prefetch() it.
+  void add(std::string_view token, uint64_t hash, int32_t id, const std::string& what);
+  void prefetch(uint64_t hash) const { map_.prefetch(hash); }
   void reserve(size_t n) {
     map_.reserve(n);
-    tokens_.reserve(n);
-    present_.reserve(n);
+    entries_.reserve(n);
   }
   std::optional<int32_t> find(std::string_view token) const { return map_.find(token); }
-  std::optional<std::string_view> token(int32_t id) const;
-  int32_t size() const { return static_cast<int32_t>(tokens_.size()); }
+  // find() for n <= kMax tokens at once (faster than one by one): ids[i] = -1 if absent.
+  template <size_t kMax>
+  void find_batch(const std::string_view* tokens, size_t n, int32_t* ids) const {
+    map_.find_batch<kMax>(tokens, n, ids);
+  }
+  std::optional<std::string_view> token(int32_t id) const {
+    if (id < 0 || static_cast<size_t>(id) >= entries_.size() || entries_[id].len == kAbsent) {
+      return std::nullopt;
+    }
+    return map_.key_at(entries_[id].offset, entries_[id].len);
+  }
+  int32_t size() const { return static_cast<int32_t>(entries_.size()); }
   size_t count() const { return map_.size(); }
 
  private:
+  static constexpr uint32_t kAbsent = 0xFFFFFFFFu;
+  struct Entry {
+    uint32_t offset;
+    uint32_t len;  // kAbsent: no token has this id
+  };
   StringIdMap map_;
-  std::vector<std::string> tokens_;
-  std::vector<bool> present_;
+  std::vector<Entry> entries_;
 };
 
 struct BpeOptions {

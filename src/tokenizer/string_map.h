@@ -39,24 +39,76 @@ class StringIdMap {
     if (cap > slots_.size()) rehash(cap);
   }
 
-  // Inserts or overwrites.
-  void insert(std::string_view key, int32_t id) {
+  // Inserts or overwrites; returns where the key's bytes are (see key_at).
+  uint32_t insert(std::string_view key, int32_t id) { return insert(key, hash_bytes(key), id); }
+  // The same with the key's hash_bytes() computed by the caller (see prefetch).
+  uint32_t insert(std::string_view key, uint64_t h, int32_t id) {
     if ((size_ + 1) * 2 > slots_.size()) rehash(slots_.empty() ? 16 : slots_.size() * 2);
-    const uint64_t h = hash_bytes(key);
     const uint32_t tag = static_cast<uint32_t>(h >> 32);
     size_t pos = h & mask_;
     while (slots_[pos].len != kEmpty) {
       Slot& e = slots_[pos];
       if (e.tag == tag && view(e) == key) {
         e.id = id;
-        return;
+        return e.offset;
       }
       pos = (pos + 1) & mask_;
     }
-    slots_[pos] =
-        Slot{tag, static_cast<uint32_t>(arena_.size()), static_cast<uint32_t>(key.size()), id};
+    const auto offset = static_cast<uint32_t>(arena_.size());
+    slots_[pos] = Slot{tag, offset, static_cast<uint32_t>(key.size()), id};
     arena_.append(key);
     ++size_;
+    return offset;
+  }
+
+  // A hint that a key with hash_bytes() `h` is inserted or looked up soon: filling a
+  // table larger than the caches in batches of (hash and prefetch all, then insert
+  // all) overlaps the cache misses.
+  void prefetch(uint64_t h) const {
+    if (!slots_.empty()) __builtin_prefetch(&slots_[h & mask_]);
+  }
+
+  // The bytes of a key inserted at `offset` (as insert returned) with length `len`.
+  std::string_view key_at(uint32_t offset, uint32_t len) const {
+    return {arena_.data() + offset, len};
+  }
+
+  // find() for n keys at once, with their slots and key bytes fetched ahead of the
+  // comparisons (a table larger than the caches costs a memory round trip per probe:
+  // overlapping them is several times faster). out[i] is -1 where keys[i] is absent.
+  template <size_t kMax>
+  void find_batch(const std::string_view* keys, size_t n, int32_t* out) const {
+    static_assert(kMax <= 64);
+    if (size_ == 0) {
+      for (size_t i = 0; i < n; ++i) out[i] = -1;
+      return;
+    }
+    uint64_t hashes[kMax];
+    size_t first[kMax];
+    for (size_t i = 0; i < n; ++i) {
+      hashes[i] = hash_bytes(keys[i]);
+      __builtin_prefetch(&slots_[hashes[i] & mask_]);
+    }
+    // The first slot with a matching tag is almost always the key's own.
+    for (size_t i = 0; i < n; ++i) {
+      const auto tag = static_cast<uint32_t>(hashes[i] >> 32);
+      size_t pos = hashes[i] & mask_;
+      while (slots_[pos].len != kEmpty && slots_[pos].tag != tag) pos = (pos + 1) & mask_;
+      first[i] = pos;
+      if (slots_[pos].len != kEmpty) __builtin_prefetch(arena_.data() + slots_[pos].offset);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const auto tag = static_cast<uint32_t>(hashes[i] >> 32);
+      out[i] = -1;
+      for (size_t pos = first[i]; slots_[pos].len != kEmpty; pos = (pos + 1) & mask_) {
+        const Slot& e = slots_[pos];
+        if (e.tag == tag && e.len == keys[i].size() &&
+            std::memcmp(arena_.data() + e.offset, keys[i].data(), keys[i].size()) == 0) {
+          out[i] = e.id;
+          break;
+        }
+      }
+    }
   }
 
   std::optional<int32_t> find(std::string_view key) const {
@@ -135,6 +187,13 @@ class PairMap {
     if (keys_[pos] == kEmpty) ++size_;
     keys_[pos] = k;
     values_[pos] = v;
+  }
+  // A hint that (a, b) is inserted or looked up soon.
+  void prefetch(int32_t a, int32_t b) const {
+    if (keys_.empty()) return;
+    const size_t pos = mix(key(a, b)) & mask_;
+    __builtin_prefetch(&keys_[pos]);
+    __builtin_prefetch(&values_[pos]);
   }
   const Value* find(int32_t a, int32_t b) const {
     if (size_ == 0) return nullptr;
