@@ -22,7 +22,8 @@ class Args {
   std::optional<std::string> get(const std::string& name) const;
   std::string get_or(const std::string& name, const std::string& fallback) const;
   // The flag's value, or the environment variable's, or the fallback.
-  std::string get_env_or(const std::string& name, const char* env, const std::string& fallback) const;
+  std::string get_env_or(const std::string& name, const char* env,
+                         const std::string& fallback) const;
   std::string require(const std::string& name) const;
   int64_t get_int(const std::string& name, int64_t fallback) const;
   double get_double(const std::string& name, double fallback) const;

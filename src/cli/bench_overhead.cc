@@ -31,17 +31,25 @@ class TimingBackend : public InferenceBackend {
  public:
   explicit TimingBackend(std::shared_ptr<EngineBackend> b) : b_(std::move(b)) {}
   const ModelInfo& model_info() const override { return b_->model_info(); }
-  std::vector<int32_t> encode(std::string_view t, bool s) const override { return b_->encode(t, s); }
-  std::string decode(const std::vector<int32_t>& ids, bool s) const override { return b_->decode(ids, s); }
+  std::vector<int32_t> encode(std::string_view t, bool s) const override {
+    return b_->encode(t, s);
+  }
+  std::string decode(const std::vector<int32_t>& ids, bool s) const override {
+    return b_->decode(ids, s);
+  }
   std::string token_bytes(int32_t id) const override { return b_->token_bytes(id); }
-  std::string render_chat(const Json& m, bool g, const Json& e) const override { return b_->render_chat(m, g, e); }
-  std::shared_ptr<GenerationHandle> generate(std::vector<int32_t> prompt, const GenerationParams& params,
+  std::string render_chat(const Json& m, bool g, const Json& e) const override {
+    return b_->render_chat(m, g, e);
+  }
+  std::shared_ptr<GenerationHandle> generate(std::vector<int32_t> prompt,
+                                             const GenerationParams& params,
                                              GenSink sink) override {
-    return b_->generate(std::move(prompt), params, [this, sink = std::move(sink)](std::vector<GenEvent>&& evs) {
-      for (const auto& e : evs)
-        if (e.done) engine_first_token_ms.store(e.timings.first_token_ms);
-      sink(std::move(evs));
-    });
+    return b_->generate(std::move(prompt), params,
+                        [this, sink = std::move(sink)](std::vector<GenEvent>&& evs) {
+                          for (const auto& e : evs)
+                            if (e.done) engine_first_token_ms.store(e.timings.first_token_ms);
+                          sink(std::move(evs));
+                        });
   }
   bool healthy() const override { return b_->healthy(); }
   std::string dead_reason() const override { return b_->dead_reason(); }
@@ -55,13 +63,16 @@ class TimingBackend : public InferenceBackend {
 }  // namespace
 
 int run_overhead_bench(const std::vector<std::string>& argv) {
-  Args args(argv, {"model", "num-requests", "input-len", "output-len", "threads", "seed"}, {"overhead", "json"});
+  Args args(argv, {"model", "num-requests", "input-len", "output-len", "threads", "seed"},
+            {"overhead", "json"});
   std::string model = args.get_or("model", "models/tiny-kjv-chat");
   int64_t n = args.get_int("num-requests", 200);
   int64_t input_len = args.get_int("input-len", 32);
   int64_t output_len = args.get_int("output-len", 4);
-  if (args.has("threads")) ThreadPool::set_global_threads(static_cast<int>(args.get_int("threads", 0)));
-  if (n < 1 || input_len < 1 || output_len < 1) raise<InvalidArgument>("counts and lengths must be positive");
+  if (args.has("threads"))
+    ThreadPool::set_global_threads(static_cast<int>(args.get_int("threads", 0)));
+  if (n < 1 || input_len < 1 || output_len < 1)
+    raise<InvalidArgument>("counts and lengths must be positive");
 
   EngineBackendOptions bo;
   bo.model_dir = model;
@@ -74,13 +85,15 @@ int run_overhead_bench(const std::vector<std::string>& argv) {
   server::HttpServerOptions ho;
   ho.port = 0;
   ho.io_threads = 1;
-  server::HttpServer http(ho, [&app](server::HttpRequest&& r, std::shared_ptr<server::ResponseWriter> w) {
-    app.handle(std::move(r), std::move(w));
-  });
+  server::HttpServer http(
+      ho, [&app](server::HttpRequest&& r, std::shared_ptr<server::ResponseWriter> w) {
+        app.handle(std::move(r), std::move(w));
+      });
   http.start();
 
   std::mt19937_64 rng(static_cast<uint64_t>(args.get_int("seed", 0)));
-  std::uniform_int_distribution<int32_t> tok(300, std::max(301, backend->model_info().vocab_size - 1));
+  std::uniform_int_distribution<int32_t> tok(300,
+                                             std::max(301, backend->model_info().vocab_size - 1));
   std::vector<std::vector<int32_t>> prompts;
   for (int64_t i = 0; i < 2 * n; ++i) {  // distinct prompts: no prefix-cache hits
     std::vector<int32_t> p;
@@ -103,7 +116,8 @@ int run_overhead_bench(const std::vector<std::string>& argv) {
       auto e = stream->next(std::chrono::seconds(60));
       if (!e) raise<Internal>("the engine did not answer");
       if (ttft < 0 && !e->token_ids.empty())
-        ttft = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        ttft = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                   .count();
       if (e->done) {
         engine_ttft = e->timings.first_token_ms;
         break;

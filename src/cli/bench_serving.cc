@@ -29,7 +29,9 @@ using Result = BenchResult;
 using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -64,7 +66,8 @@ class SseReader {
       std::string head = raw_.substr(0, end);
       status_ = head.size() > 12 ? std::atoi(head.c_str() + 9) : 0;
       std::string lower = head;
-      std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+      std::transform(lower.begin(), lower.end(), lower.begin(),
+                     [](unsigned char c) { return std::tolower(c); });
       chunked_ = lower.find("transfer-encoding: chunked") != std::string::npos;
       raw_.erase(0, end + 4);
       headers_done_ = true;
@@ -137,14 +140,19 @@ class Bench {
 
  private:
   std::string body() {
-    Json b = {{"max_tokens", o_.output_len}, {"ignore_eos", true}, {"stream", true},
-              {"stream_options", {{"include_usage", true}}}, {"temperature", 0.0}};
+    Json b = {{"max_tokens", o_.output_len},
+              {"ignore_eos", true},
+              {"stream", true},
+              {"stream_options", {{"include_usage", true}}},
+              {"temperature", 0.0}};
     if (!o_.model.empty()) b["model"] = o_.model;
     std::uniform_int_distribution<int32_t> tok(300, 20000);
     if (o_.endpoint == "/v1/chat/completions") {
-      static const char* kWords[] = {"the", "lord", "spake", "unto", "moses", "saying", "and", "it", "came", "to", "pass"};
+      static const char* kWords[] = {"the", "lord", "spake", "unto", "moses", "saying",
+                                     "and", "it",   "came",  "to",   "pass"};
       std::string text;
-      for (int64_t i = 0; i < o_.input_len; ++i) text += std::string(i ? " " : "") + kWords[rng_() % 11];
+      for (int64_t i = 0; i < o_.input_len; ++i)
+        text += std::string(i ? " " : "") + kWords[rng_() % 11];
       b["messages"] = Json::array({{{"role", "user"}, {"content", text}}});
       return b.dump();
     }
@@ -186,22 +194,27 @@ class Bench {
     c->index = static_cast<size_t>(next_);
     std::string b = body();
     ++next_;
-    c->request = "POST " + o_.endpoint + " HTTP/1.1\r\nHost: " + o_.host + "\r\nContent-Type: application/json\r\n" +
+    c->request = "POST " + o_.endpoint + " HTTP/1.1\r\nHost: " + o_.host +
+                 "\r\nContent-Type: application/json\r\n" +
                  (o_.api_key.empty() ? "" : "Authorization: Bearer " + o_.api_key + "\r\n") +
-                 "Connection: close\r\nContent-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b;
+                 "Connection: close\r\nContent-Length: " + std::to_string(b.size()) + "\r\n\r\n" +
+                 b;
     c->t0 = Clock::now();
-    net::async_connect(c->socket, endpoints_, [this, c](boost::system::error_code ec, const tcp::endpoint&) {
-      if (ec) return done(c, "connect: " + ec.message());
-      c->socket.set_option(tcp::no_delay(true));
-      net::async_write(c->socket, net::buffer(c->request), [this, c](boost::system::error_code ec, size_t) {
-        if (ec) return done(c, "write: " + ec.message());
-        read(c);
-      });
-    });
+    net::async_connect(c->socket, endpoints_,
+                       [this, c](boost::system::error_code ec, const tcp::endpoint&) {
+                         if (ec) return done(c, "connect: " + ec.message());
+                         c->socket.set_option(tcp::no_delay(true));
+                         net::async_write(c->socket, net::buffer(c->request),
+                                          [this, c](boost::system::error_code ec, size_t) {
+                                            if (ec) return done(c, "write: " + ec.message());
+                                            read(c);
+                                          });
+                       });
   }
 
   void read(const std::shared_ptr<Call>& c) {
-    c->socket.async_read_some(net::buffer(c->buf), [this, c](boost::system::error_code ec, size_t n) {
+    c->socket.async_read_some(net::buffer(c->buf), [this, c](boost::system::error_code ec,
+                                                             size_t n) {
       Result& r = results_[c->index];
       c->reader.feed(c->buf.data(), n, [&](const std::string& ev) {
         if (ev == "[DONE]") return;
@@ -214,8 +227,9 @@ class Bench {
         }
         if (!j.contains("choices") || j["choices"].empty()) return;
         const Json& ch = j["choices"][0];
-        std::string text = ch.contains("text") ? ch.value("text", std::string())
-                                               : ch.value("delta", Json::object()).value("content", std::string());
+        std::string text = ch.contains("text")
+                               ? ch.value("text", std::string())
+                               : ch.value("delta", Json::object()).value("content", std::string());
         bool has_token = ch.contains("logprobs") && ch["logprobs"].is_object() &&
                          !ch["logprobs"].value("tokens", Json::array()).empty();
         if (text.empty() && !has_token) return;
@@ -223,13 +237,15 @@ class Bench {
           r.ttft_ms = ms_since(c->t0);
           c->first = false;
         } else {
-          r.itl_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - c->last).count());
+          r.itl_ms.push_back(
+              std::chrono::duration<double, std::milli>(Clock::now() - c->last).count());
         }
         c->last = Clock::now();
       });
       if (!ec && !c->reader.finished()) return read(c);
       if (c->reader.status() != 200)
-        return done(c, "HTTP " + std::to_string(c->reader.status()) + " " + c->reader.leftover().substr(0, 200));
+        return done(c, "HTTP " + std::to_string(c->reader.status()) + " " +
+                           c->reader.leftover().substr(0, 200));
       done(c, r.error);
     });
   }
@@ -257,12 +273,13 @@ class Bench {
 
 Options parse(const std::vector<std::string>& argv) {
   Args args(argv,
-            {"url", "endpoint", "num-requests", "concurrency", "request-rate", "input-len", "output-len", "api-key",
-             "model", "seed"},
+            {"url", "endpoint", "num-requests", "concurrency", "request-rate", "input-len",
+             "output-len", "api-key", "model", "seed"},
             {"json"});
   Options o;
   std::string url = args.get_or("url", "http://127.0.0.1:8088");
-  if (url.rfind("http://", 0) != 0) raise<InvalidArgument>("--url must start with http://, got '{}'", url);
+  if (url.rfind("http://", 0) != 0)
+    raise<InvalidArgument>("--url must start with http://, got '{}'", url);
   std::string hostport = url.substr(7);
   hostport = hostport.substr(0, hostport.find('/'));
   auto colon = hostport.rfind(':');
@@ -280,7 +297,8 @@ Options parse(const std::vector<std::string>& argv) {
   o.model = args.get_or("model", "");
   o.seed = args.get_int("seed", 0);
   o.json = args.flag("json");
-  if (o.num_requests < 1 || o.input_len < 1 || o.output_len < 1 || o.concurrency < 0 || o.request_rate < 0)
+  if (o.num_requests < 1 || o.input_len < 1 || o.output_len < 1 || o.concurrency < 0 ||
+      o.request_rate < 0)
     raise<InvalidArgument>("counts and lengths must be positive");
   return o;
 }
@@ -294,10 +312,13 @@ std::vector<BenchResult> run_http_requests(const BenchOptions& o, double* wall_m
   return results;
 }
 
-Json dist_ms(const std::vector<double>& v) { return dist(v); }
+Json dist_ms(const std::vector<double>& v) {
+  return dist(v);
+}
 
 int run_serving_bench(const std::vector<std::string>& argv) {
-  if (std::find(argv.begin(), argv.end(), "--overhead") != argv.end()) return run_overhead_bench(argv);
+  if (std::find(argv.begin(), argv.end(), "--overhead") != argv.end())
+    return run_overhead_bench(argv);
   Options o = parse(argv);
   Bench bench(o);
   std::vector<Result> results = bench.run();
@@ -315,7 +336,8 @@ int run_serving_bench(const std::vector<std::string>& argv) {
     ttft.push_back(r.ttft_ms);
     e2e.push_back(r.e2e_ms);
     itl.insert(itl.end(), r.itl_ms.begin(), r.itl_ms.end());
-    if (r.output_tokens > 1) tpot.push_back((r.e2e_ms - r.ttft_ms) / static_cast<double>(r.output_tokens - 1));
+    if (r.output_tokens > 1)
+      tpot.push_back((r.e2e_ms - r.ttft_ms) / static_cast<double>(r.output_tokens - 1));
   }
   double secs = bench.wall_ms() / 1000.0;
   Json report = {{"url", "http://" + o.host + ":" + o.port + o.endpoint},
@@ -338,9 +360,11 @@ int run_serving_bench(const std::vector<std::string>& argv) {
   if (o.json) {
     std::printf("%s\n", report.dump(2).c_str());
   } else {
-    std::printf("requests: %lld ok, %lld failed in %.2f s (%.2f req/s)\n", static_cast<long long>(ok),
-                static_cast<long long>(o.num_requests - ok), secs, report["request_throughput"].get<double>());
-    std::printf("throughput: %.1f output tok/s, %.1f total tok/s\n", report["output_throughput"].get<double>(),
+    std::printf("requests: %lld ok, %lld failed in %.2f s (%.2f req/s)\n",
+                static_cast<long long>(ok), static_cast<long long>(o.num_requests - ok), secs,
+                report["request_throughput"].get<double>());
+    std::printf("throughput: %.1f output tok/s, %.1f total tok/s\n",
+                report["output_throughput"].get<double>(),
                 report["total_token_throughput"].get<double>());
     for (const char* k : {"ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"}) {
       const Json& d = report[k];
@@ -352,6 +376,8 @@ int run_serving_bench(const std::vector<std::string>& argv) {
   return ok == o.num_requests ? 0 : 1;
 }
 
-int cmd_bench_serving(const std::vector<std::string>& args) { return run_serving_bench(args); }
+int cmd_bench_serving(const std::vector<std::string>& args) {
+  return run_serving_bench(args);
+}
 
 }  // namespace tachyon::cli

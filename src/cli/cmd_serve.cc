@@ -46,7 +46,8 @@ std::string find_demo_model() {
     fs::path p = r / "models" / "tiny-kjv-chat";
     if (fs::exists(p / "config.json", ec)) return p.string();
   }
-  raise<NotFound>("no --model given and the bundled demo model (models/tiny-kjv-chat) was not found");
+  raise<NotFound>(
+      "no --model given and the bundled demo model (models/tiny-kjv-chat) was not found");
 }
 
 std::string served_name(const ServeConfig& c, const std::string& model_dir) {
@@ -87,7 +88,8 @@ server::HttpServerOptions http_options(const ServeConfig& c) {
   return o;
 }
 
-EngineBackendOptions backend_options(const ServeConfig& c, const std::string& model_dir, const std::string& name) {
+EngineBackendOptions backend_options(const ServeConfig& c, const std::string& model_dir,
+                                     const std::string& name) {
   EngineBackendOptions o;
   o.model_dir = model_dir;
   o.tokenizer_dir = c.tokenizer;
@@ -101,8 +103,10 @@ EngineBackendOptions backend_options(const ServeConfig& c, const std::string& mo
   if (c.num_kv_blocks > 0) o.engine.num_kv_blocks = static_cast<int32_t>(c.num_kv_blocks);
   if (c.kv_cache_bytes > 0) o.engine.kv_cache_bytes = c.kv_cache_bytes;
   if (c.max_num_seqs > 0) o.engine.max_num_seqs = static_cast<int32_t>(c.max_num_seqs);
-  if (c.max_num_batched_tokens > 0) o.engine.max_num_batched_tokens = static_cast<int32_t>(c.max_num_batched_tokens);
-  if (o.engine.max_num_batched_tokens < o.engine.max_num_seqs) o.engine.max_num_batched_tokens = o.engine.max_num_seqs;
+  if (c.max_num_batched_tokens > 0)
+    o.engine.max_num_batched_tokens = static_cast<int32_t>(c.max_num_batched_tokens);
+  if (o.engine.max_num_batched_tokens < o.engine.max_num_seqs)
+    o.engine.max_num_batched_tokens = o.engine.max_num_seqs;
   o.engine.max_queue_size = static_cast<int32_t>(
       std::min<int64_t>(INT32_MAX, c.max_concurrency * std::max<int64_t>(1, c.max_n) + 16));
   return o;
@@ -141,7 +145,8 @@ int cmd_serve(const CommandArgs& args) {
   signal(SIGPIPE, SIG_IGN);
 
   server::ServerApp app(app_options(cfg, name));
-  server::HttpServer http(http_options(cfg), [&app](server::HttpRequest&& r, std::shared_ptr<server::ResponseWriter> w) {
+  server::HttpServer http(http_options(cfg), [&app](server::HttpRequest&& r,
+                                                    std::shared_ptr<server::ResponseWriter> w) {
     app.handle(std::move(r), std::move(w));
   });
   http.start();
@@ -156,7 +161,9 @@ int cmd_serve(const CommandArgs& args) {
       LoadProgress progress(cfg.progress);
       prefetch_weights(model_dir, progress);
       auto o = backend_options(cfg, model_dir, name);
-      o.progress = [&progress](double d, double t, const std::string& s) { progress.update(d, t, s); };
+      o.progress = [&progress](double d, double t, const std::string& s) {
+        progress.update(d, t, s);
+      };
       backend = EngineBackend::load(o);
       progress.finish();
     } catch (const std::exception& e) {
@@ -179,8 +186,8 @@ int cmd_serve(const CommandArgs& args) {
   }
   app.set_backend(backend);
   log_info("ready: {} (max_model_len {}, {} KV blocks of {} tokens) on http://{}:{}", name,
-           backend->model_info().max_model_len, backend->stats().num_kv_blocks, backend->stats().block_size, cfg.host,
-           http.port());
+           backend->model_info().max_model_len, backend->stats().num_kv_blocks,
+           backend->stats().block_size, cfg.host, http.port());
 
   int exit_code = 0;
   int sig = 0;
@@ -203,7 +210,8 @@ int cmd_serve(const CommandArgs& args) {
       trimmed = true;
     }
   }
-  if (sig) log_info("{}: shutting down ({} requests in flight)", strsignal(sig), app.active_calls());
+  if (sig)
+    log_info("{}: shutting down ({} requests in flight)", strsignal(sig), app.active_calls());
   app.begin_shutdown();
   http.stop_accepting();
   auto grace = std::chrono::milliseconds(static_cast<int64_t>(cfg.shutdown_timeout_s * 1000));
@@ -218,7 +226,8 @@ int cmd_serve(const CommandArgs& args) {
     log_info("cancelling {} requests still in flight", app.active_calls());
     app.cancel_all();
   }
-  for (int i = 0; i < 200 && app.active_calls() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 200 && app.active_calls() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   http.wait_idle(std::chrono::seconds(2));
   http.stop();
   backend->shutdown();

@@ -12,7 +12,7 @@
 namespace tachyon::cli {
 
 std::set<std::string> engine_flags() {
-  return {"kv-cache-mb", "max-num-seqs", "max-batch-tokens", "block-size", "model-type",
+  return {"kv-cache-mb", "max-num-seqs", "max-batch-tokens",   "block-size", "model-type",
           "device",      "dtype",        "gpu-memory-fraction"};
 }
 

@@ -11,35 +11,51 @@ namespace tachyon {
 size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::kF64:
-    case DType::kI64: return 8;
+    case DType::kI64:
+      return 8;
     case DType::kF32:
-    case DType::kI32: return 4;
+    case DType::kI32:
+      return 4;
     case DType::kF16:
     case DType::kBF16:
-    case DType::kI16: return 2;
+    case DType::kI16:
+      return 2;
     case DType::kF8E4M3:
     case DType::kF8E5M2:
     case DType::kI8:
     case DType::kU8:
-    case DType::kBool: return 1;
+    case DType::kBool:
+      return 1;
   }
   return 0;
 }
 
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kF64: return "f64";
-    case DType::kF8E4M3: return "f8_e4m3";
-    case DType::kF8E5M2: return "f8_e5m2";
-    case DType::kI8: return "i8";
-    case DType::kU8: return "u8";
-    case DType::kI16: return "i16";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
-    case DType::kBool: return "bool";
+    case DType::kF32:
+      return "f32";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF64:
+      return "f64";
+    case DType::kF8E4M3:
+      return "f8_e4m3";
+    case DType::kF8E5M2:
+      return "f8_e5m2";
+    case DType::kI8:
+      return "i8";
+    case DType::kU8:
+      return "u8";
+    case DType::kI16:
+      return "i16";
+    case DType::kI32:
+      return "i32";
+    case DType::kI64:
+      return "i64";
+    case DType::kBool:
+      return "bool";
   }
   return "?";
 }
@@ -70,8 +86,10 @@ bool is_floating(DType dtype) {
     case DType::kBF16:
     case DType::kF64:
     case DType::kF8E4M3:
-    case DType::kF8E5M2: return true;
-    default: return false;
+    case DType::kF8E5M2:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -106,7 +124,7 @@ f16 f32_to_f16(float f) {
   std::memcpy(&u, &f, 4);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t absu = u & 0x7fffffffu;
-  if (absu > 0x7f800000u) return f16{static_cast<uint16_t>(sign | 0x7e00u)};  // NaN
+  if (absu > 0x7f800000u) return f16{static_cast<uint16_t>(sign | 0x7e00u)};   // NaN
   if (absu >= 0x477ff000u) return f16{static_cast<uint16_t>(sign | 0x7c00u)};  // overflow: inf
   if (absu < 0x38800000u) {  // subnormal or zero in half
     if (absu < 0x33000000u) return f16{static_cast<uint16_t>(sign)};
@@ -129,11 +147,16 @@ f16 f32_to_f16(float f) {
 
 float load_as_f32(const void* data, DType dtype, size_t i) {
   switch (dtype) {
-    case DType::kF32: return static_cast<const float*>(data)[i];
-    case DType::kF16: return f16_to_f32(static_cast<const f16*>(data)[i]);
-    case DType::kBF16: return bf16_to_f32(static_cast<const bf16*>(data)[i]);
-    case DType::kF64: return static_cast<float>(static_cast<const double*>(data)[i]);
-    default: raise<InvalidArgument>("cannot read {} as float", dtype_name(dtype));
+    case DType::kF32:
+      return static_cast<const float*>(data)[i];
+    case DType::kF16:
+      return f16_to_f32(static_cast<const f16*>(data)[i]);
+    case DType::kBF16:
+      return bf16_to_f32(static_cast<const bf16*>(data)[i]);
+    case DType::kF64:
+      return static_cast<float>(static_cast<const double*>(data)[i]);
+    default:
+      raise<InvalidArgument>("cannot read {} as float", dtype_name(dtype));
   }
 }
 

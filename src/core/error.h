@@ -31,9 +31,9 @@ class Error : public std::runtime_error {
   ErrorCode code_;
 };
 
-#define TACHYON_DEFINE_ERROR(Name)                                                  \
-  class Name : public Error {                                                       \
-   public:                                                                          \
+#define TACHYON_DEFINE_ERROR(Name)                                                    \
+  class Name : public Error {                                                         \
+   public:                                                                            \
     explicit Name(const std::string& message) : Error(ErrorCode::k##Name, message) {} \
   };
 TACHYON_DEFINE_ERROR(InvalidArgument)
@@ -60,19 +60,18 @@ namespace detail {
 
 // Internal invariants (never for untrusted input: validate that and throw
 // InvalidArgument). A failure throws Internal naming the place and the operands.
-#define TACHYON_CHECK(cond, ...)                                                  \
-  do {                                                                            \
-    if (!(cond)) [[unlikely]]                                                     \
-      ::tachyon::detail::check_failed(__FILE__, __LINE__, #cond,                  \
-                                      ::fmt::format("" __VA_ARGS__));             \
+#define TACHYON_CHECK(cond, ...)                                                                 \
+  do {                                                                                           \
+    if (!(cond)) [[unlikely]]                                                                    \
+      ::tachyon::detail::check_failed(__FILE__, __LINE__, #cond, ::fmt::format("" __VA_ARGS__)); \
   } while (0)
 
-#define TACHYON_CHECK_OP(a, op, b)                                                \
-  do {                                                                            \
-    const auto& tachyon_a_ = (a);                                                 \
-    const auto& tachyon_b_ = (b);                                                 \
-    if (!(tachyon_a_ op tachyon_b_)) [[unlikely]]                                 \
-      ::tachyon::detail::check_failed(__FILE__, __LINE__, #a " " #op " " #b,      \
+#define TACHYON_CHECK_OP(a, op, b)                                                        \
+  do {                                                                                    \
+    const auto& tachyon_a_ = (a);                                                         \
+    const auto& tachyon_b_ = (b);                                                         \
+    if (!(tachyon_a_ op tachyon_b_)) [[unlikely]]                                         \
+      ::tachyon::detail::check_failed(__FILE__, __LINE__, #a " " #op " " #b,              \
                                       ::fmt::format("{} vs {}", tachyon_a_, tachyon_b_)); \
   } while (0)
 

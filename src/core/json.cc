@@ -26,6 +26,8 @@ Json parse_json(std::string_view text, std::string_view what, int max_depth) {
   return j;
 }
 
-Json load_json_file(const std::string& path) { return parse_json(read_file(path), path); }
+Json load_json_file(const std::string& path) {
+  return parse_json(read_file(path), path);
+}
 
 }  // namespace tachyon

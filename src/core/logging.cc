@@ -30,8 +30,12 @@ std::atomic<LogLevel>& level_ref() {
 
 }  // namespace
 
-LogLevel log_level() { return level_ref().load(std::memory_order_relaxed); }
-void set_log_level(LogLevel level) { level_ref().store(level, std::memory_order_relaxed); }
+LogLevel log_level() {
+  return level_ref().load(std::memory_order_relaxed);
+}
+void set_log_level(LogLevel level) {
+  level_ref().store(level, std::memory_order_relaxed);
+}
 
 LogLevel parse_log_level(std::string_view name) {
   if (name == "debug") return LogLevel::kDebug;

@@ -13,7 +13,9 @@ std::string Device::str() const {
   return type == DeviceType::kCPU ? std::string("cpu") : fmt::format("cuda:{}", index);
 }
 
-std::string shape_str(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+std::string shape_str(const Shape& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
@@ -101,8 +103,8 @@ Tensor Tensor::reshape(Shape shape) const {
 
 Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
   TACHYON_CHECK(ndim() >= 1, "slice_rows of a scalar");
-  TACHYON_CHECK(0 <= begin && begin <= end && end <= shape_[0], "rows [{}, {}) of {}", begin,
-                end, shape_str(shape_));
+  TACHYON_CHECK(0 <= begin && begin <= end && end <= shape_[0], "rows [{}, {}) of {}", begin, end,
+                shape_str(shape_));
   int64_t row = shape_[0] == 0 ? 0 : numel() / shape_[0];
   Tensor t = *this;
   t.data_ = static_cast<char*>(data_) + begin * row * static_cast<int64_t>(dtype_size(dtype_));
@@ -125,16 +127,27 @@ Tensor Tensor::to(DType dtype) const {
   for (int64_t i = 0; i < n; ++i) {
     float v = load_as_f32(data_, dtype_, static_cast<size_t>(i));
     switch (dtype) {
-      case DType::kF32: t.data<float>()[i] = v; break;
-      case DType::kF16: t.data<f16>()[i] = f32_to_f16(v); break;
-      case DType::kBF16: t.data<bf16>()[i] = f32_to_bf16(v); break;
-      case DType::kF64: t.data<double>()[i] = v; break;
-      default: raise<InvalidArgument>("cannot convert to {}", dtype_name(dtype));
+      case DType::kF32:
+        t.data<float>()[i] = v;
+        break;
+      case DType::kF16:
+        t.data<f16>()[i] = f32_to_f16(v);
+        break;
+      case DType::kBF16:
+        t.data<bf16>()[i] = f32_to_bf16(v);
+        break;
+      case DType::kF64:
+        t.data<double>()[i] = v;
+        break;
+      default:
+        raise<InvalidArgument>("cannot convert to {}", dtype_name(dtype));
     }
   }
   return t;
 }
 
-std::string Tensor::str() const { return fmt::format("{}{}", dtype_name(dtype_), shape_str(shape_)); }
+std::string Tensor::str() const {
+  return fmt::format("{}{}", dtype_name(dtype_), shape_str(shape_));
+}
 
 }  // namespace tachyon

@@ -51,7 +51,9 @@ ThreadPool& ThreadPool::global() {
   return *g_pool;
 }
 
-void ThreadPool::set_global_threads(int num_threads) { g_requested_threads = num_threads; }
+void ThreadPool::set_global_threads(int num_threads) {
+  g_requested_threads = num_threads;
+}
 
 ThreadPool::ThreadPool(int num_threads) {
   int workers = std::max(0, num_threads - 1);

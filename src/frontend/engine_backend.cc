@@ -8,15 +8,16 @@
 #include "model/loader.h"
 #include "tokenizer/tokenizer.h"
 
-
 namespace tachyon {
 namespace {
 
 // The engine's view of the tokenizer: streaming detokenization and the EOS ids.
 class EngineText : public TextTokenizer {
  public:
-  EngineText(std::shared_ptr<const Tokenizer> tok, std::vector<int32_t> eos) : tok_(std::move(tok)), eos_(std::move(eos)) {}
-  std::unique_ptr<IncrementalDetokenizer> make_incremental_decoder(bool skip_special_tokens) const override {
+  EngineText(std::shared_ptr<const Tokenizer> tok, std::vector<int32_t> eos)
+      : tok_(std::move(tok)), eos_(std::move(eos)) {}
+  std::unique_ptr<IncrementalDetokenizer> make_incremental_decoder(
+      bool skip_special_tokens) const override {
     struct Dec : IncrementalDetokenizer {
       std::unique_ptr<IncrementalDecoder> d;
       std::string add(int32_t token) override { return d->step(token); }
@@ -65,7 +66,8 @@ const std::unordered_map<uint32_t, uint8_t>& byte_decoder() {
     std::unordered_map<uint32_t, uint8_t> m;
     uint32_t n = 0;
     for (uint32_t b = 0; b < 256; ++b) {
-      bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      bool printable =
+          (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
       m[printable ? b : 256 + n++] = static_cast<uint8_t>(b);
     }
     return m;
@@ -77,7 +79,11 @@ const std::unordered_map<uint32_t, uint8_t>& byte_decoder() {
 bool code_points(std::string_view s, std::vector<uint32_t>* out) {
   for (size_t i = 0; i < s.size();) {
     unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    size_t n = c < 0x80             ? 1
+               : (c & 0xE0) == 0xC0 ? 2
+               : (c & 0xF0) == 0xE0 ? 3
+               : (c & 0xF8) == 0xF0 ? 4
+                                    : 0;
     if (n == 0 || i + n > s.size()) return false;
     uint32_t cp = n == 1 ? c : c & (0xFF >> (n + 1));
     for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
@@ -155,7 +161,8 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
   b->tokenizer_ = Tokenizer::load(tok_dir);
   auto templates = load_chat_templates(tok_dir);
   if (!templates.empty())
-    b->chat_ = std::make_shared<ChatTemplate>(ChatTemplate::compile(templates.select(std::nullopt, false)));
+    b->chat_ = std::make_shared<ChatTemplate>(
+        ChatTemplate::compile(templates.select(std::nullopt, false)));
   for (int32_t id : b->tokenizer_->encode(" a b", false))
     if (b->tokenizer_->id_to_token(id).find("\xC4\xA0") != std::string::npos) b->byte_level_ = true;
 
@@ -183,22 +190,26 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
   EngineConfig ec = o.engine;
   if (ec.eos_token_ids.empty()) ec.eos_token_ids = eos;
   if (!lo.device->is_cpu() && ec.kv_cache_bytes <= 0 && ec.num_kv_blocks <= 0)
-    ec.kv_cache_bytes = kv_cache_budget_bytes(*model, o.gpu_memory_fraction, ec.max_num_batched_tokens);
+    ec.kv_cache_bytes =
+        kv_cache_budget_bytes(*model, o.gpu_memory_fraction, ec.max_num_batched_tokens);
 
   progress(0, 0, "kv cache");
-  b->engine_ = std::make_shared<AsyncModel>(model, std::make_shared<EngineText>(b->tokenizer_, eos), ec);
+  b->engine_ =
+      std::make_shared<AsyncModel>(model, std::make_shared<EngineText>(b->tokenizer_, eos), ec);
   b->readers_ = std::make_shared<StreamReaderPool>();
 
   b->info_.path = std::filesystem::absolute(o.model_dir).lexically_normal().string();
   b->info_.name = o.served_name;
   if (b->info_.name.empty()) {
     std::filesystem::path p(b->info_.path);
-    b->info_.name = p.filename().empty() ? p.parent_path().filename().string() : p.filename().string();
+    b->info_.name =
+        p.filename().empty() ? p.parent_path().filename().string() : p.filename().string();
   }
   int64_t window = b->engine_->max_seq_len();
   if (o.max_seq_len > 0) {
     if (o.max_seq_len > window)
-      raise<InvalidArgument>("--max-seq-len {} exceeds the model's maximum sequence length {}", o.max_seq_len, window);
+      raise<InvalidArgument>("--max-seq-len {} exceeds the model's maximum sequence length {}",
+                             o.max_seq_len, window);
     window = o.max_seq_len;
   }
   b->info_.max_model_len = static_cast<int32_t>(window);
@@ -208,7 +219,9 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
   return b;
 }
 
-EngineBackend::~EngineBackend() { shutdown(); }
+EngineBackend::~EngineBackend() {
+  shutdown();
+}
 
 void EngineBackend::shutdown() {
   if (engine_) engine_->shutdown();
@@ -268,8 +281,10 @@ std::string EngineBackend::token_bytes(int32_t id) const {
   return t.empty() ? tokenizer_->decode(std::vector<int32_t>{id}, false) : t;
 }
 
-std::string EngineBackend::render_chat(const Json& messages, bool add_generation_prompt, const Json& extra) const {
-  if (!chat_) raise<InvalidArgument>("this model has no chat template; use /v1/completions or a text prompt");
+std::string EngineBackend::render_chat(const Json& messages, bool add_generation_prompt,
+                                       const Json& extra) const {
+  if (!chat_)
+    raise<InvalidArgument>("this model has no chat template; use /v1/completions or a text prompt");
   ChatTemplateInputs in;
   in.messages = messages;
   in.add_generation_prompt = add_generation_prompt;
@@ -281,7 +296,8 @@ std::string EngineBackend::render_chat(const Json& messages, bool add_generation
   return chat_->render(in);
 }
 
-std::shared_ptr<GenerationHandle> EngineBackend::generate(std::vector<int32_t> prompt, const GenerationParams& params,
+std::shared_ptr<GenerationHandle> EngineBackend::generate(std::vector<int32_t> prompt,
+                                                          const GenerationParams& params,
                                                           GenSink sink) {
   GenerateRequest req;
   req.prompt_ids = std::move(prompt);
@@ -302,9 +318,13 @@ std::shared_ptr<GenerationHandle> EngineBackend::generate(std::vector<int32_t> p
   return std::make_shared<EngineHandle>(std::move(stream));
 }
 
-bool EngineBackend::healthy() const { return engine_ && engine_->healthy(); }
+bool EngineBackend::healthy() const {
+  return engine_ && engine_->healthy();
+}
 
-std::string EngineBackend::dead_reason() const { return engine_ ? engine_->dead_reason() : "not loaded"; }
+std::string EngineBackend::dead_reason() const {
+  return engine_ ? engine_->dead_reason() : "not loaded";
+}
 
 BackendStats EngineBackend::stats() const {
   EngineStats e = engine_->stats();
@@ -314,7 +334,8 @@ BackendStats EngineBackend::stats() const {
   s.num_kv_blocks = e.num_kv_blocks;
   s.num_free_kv_blocks = e.num_free_blocks;
   s.block_size = e.block_size;
-  s.kv_cache_usage = e.num_kv_blocks > 0 ? 1.0 - static_cast<double>(e.num_free_blocks) / e.num_kv_blocks : 0.0;
+  s.kv_cache_usage =
+      e.num_kv_blocks > 0 ? 1.0 - static_cast<double>(e.num_free_blocks) / e.num_kv_blocks : 0.0;
   s.num_preemptions = e.num_preemptions;
   return s;
 }

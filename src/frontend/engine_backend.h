@@ -20,15 +20,15 @@ class StreamReaderPool;
 
 struct EngineBackendOptions {
   std::string model_dir;
-  std::string tokenizer_dir;  // empty: model_dir
-  std::string model_type;     // architecture override
-  std::string served_name;    // empty: the model folder's name
+  std::string tokenizer_dir;    // empty: model_dir
+  std::string model_type;       // architecture override
+  std::string served_name;      // empty: the model folder's name
   std::string device = "auto";  // cpu, cuda, cuda:N, auto
   std::string dtype = "auto";   // compute dtype on a GPU: auto (bf16), bf16, f16, f32
   // On a GPU, when neither engine.kv_cache_bytes nor engine.num_kv_blocks is given, the
   // KV cache takes what this share of the device's memory leaves after the weights.
   double gpu_memory_fraction = 0.9;
-  int64_t max_seq_len = 0;      // 0: the model's; may only lower it
+  int64_t max_seq_len = 0;  // 0: the model's; may only lower it
   EngineConfig engine;
   // Called with (done, total, stage) while loading; total 0 when unknown.
   std::function<void(double done, double total, const std::string& stage)> progress;
@@ -45,9 +45,10 @@ class EngineBackend : public InferenceBackend {
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const override;
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override;
   std::string token_bytes(int32_t id) const override;
-  std::string render_chat(const Json& messages, bool add_generation_prompt, const Json& extra) const override;
-  std::shared_ptr<GenerationHandle> generate(std::vector<int32_t> prompt, const GenerationParams& params,
-                                             GenSink sink) override;
+  std::string render_chat(const Json& messages, bool add_generation_prompt,
+                          const Json& extra) const override;
+  std::shared_ptr<GenerationHandle> generate(std::vector<int32_t> prompt,
+                                             const GenerationParams& params, GenSink sink) override;
   bool healthy() const override;
   std::string dead_reason() const override;
   BackendStats stats() const override;

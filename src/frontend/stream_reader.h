@@ -22,7 +22,8 @@ class StreamReaderPool {
  public:
   using Sink = std::function<void(std::vector<StreamEvent>&&)>;
 
-  explicit StreamReaderPool(int min_idle = 4, std::chrono::milliseconds idle_exit = std::chrono::seconds(10));
+  explicit StreamReaderPool(int min_idle = 4,
+                            std::chrono::milliseconds idle_exit = std::chrono::seconds(10));
   ~StreamReaderPool();  // waits for the streams being read to end
   StreamReaderPool(const StreamReaderPool&) = delete;
   StreamReaderPool& operator=(const StreamReaderPool&) = delete;

@@ -1,12 +1,12 @@
+#include <sys/socket.h>
 #include <algorithm>
 #include <array>
-#include <deque>
 #include <cerrno>
-#include <sys/socket.h>
+#include <deque>
 
 #include "core/error.h"
-#include "core/logging.h"
 #include "core/json.h"
+#include "core/logging.h"
 #include "server/http_internal.h"
 
 namespace tachyon::server {
@@ -275,13 +275,14 @@ class Session : public std::enable_shared_from_this<Session> {
     drain();
   }
   void drain() {
-    socket_.async_read_some(net::buffer(watch_buf_),
-                            net::bind_executor(strand_, [self = shared_from_this()](ErrorCodeT ec, size_t n) {
-                              self->drained_ += n;
-                              if (ec || self->drained_ > (4u << 20) || self->state_ == State::kClosed)
-                                return self->close();
-                              self->drain();
-                            }));
+    socket_.async_read_some(
+        net::buffer(watch_buf_),
+        net::bind_executor(strand_, [self = shared_from_this()](ErrorCodeT ec, size_t n) {
+          self->drained_ += n;
+          if (ec || self->drained_ > (4u << 20) || self->state_ == State::kClosed)
+            return self->close();
+          self->drain();
+        }));
   }
 
   void reset_response_state() {
@@ -406,7 +407,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!queue_.empty()) return do_write();
     if (response_ended_ && state_ == State::kHandling) return response_done();
     // Streaming and idle: the writer may send directly until the next queued write.
-    if (state_ == State::kHandling && response_started_ && !response_ended_ && (chunked_ || !keep_alive_))
+    if (state_ == State::kHandling && response_started_ && !response_ended_ &&
+        (chunked_ || !keep_alive_))
       set_direct(true);
   }
 
@@ -618,7 +620,6 @@ void Session::dispatch() {
         {});
   }
 }
-
 
 void start_session(tcp::socket socket, ServerShared* shared) {
   std::make_shared<Session>(std::move(socket), shared)->start();

@@ -460,7 +460,8 @@ std::optional<ServeConfig> load_serve_config(const std::vector<std::string>& arg
     if (!value) {
       if (o->kind == Kind::kBool) {
         // "--log-requests" alone, or followed by a boolean word ("--progress false").
-        static const std::set<std::string> kWords = {"true", "false", "1", "0", "yes", "no", "on", "off"};
+        static const std::set<std::string> kWords = {"true", "false", "1",  "0",
+                                                     "yes",  "no",    "on", "off"};
         value = "true";
         if (i + 1 < args.size() && kWords.count(args[i + 1])) value = args[++i];
       } else {

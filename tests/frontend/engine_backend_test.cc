@@ -60,8 +60,9 @@ class EngineBackendTest : public ::testing::Test {
     return b;
   }
   static Json reference() {
-    return parse_json(read_file(std::string(TACHYON_SOURCE_DIR) + "/tests/engine/data/kjv_reference.json"),
-                      "kjv_reference.json")["models"]["tiny-kjv-chat"];
+    return parse_json(
+        read_file(std::string(TACHYON_SOURCE_DIR) + "/tests/engine/data/kjv_reference.json"),
+        "kjv_reference.json")["models"]["tiny-kjv-chat"];
   }
 };
 

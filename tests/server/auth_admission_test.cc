@@ -41,7 +41,12 @@ TEST(Admission, AdmitsQueuesInOrderAndRefusesBeyond) {
   auto adm = Admission::create(2, 2);
   std::vector<std::shared_ptr<Admission::Slot>> slots;
   std::vector<int> order;
-  auto take = [&](int id) { return [&, id](std::shared_ptr<Admission::Slot> s) { order.push_back(id); slots.push_back(s); }; };
+  auto take = [&](int id) {
+    return [&, id](std::shared_ptr<Admission::Slot> s) {
+      order.push_back(id);
+      slots.push_back(s);
+    };
+  };
   EXPECT_EQ(adm->submit(take(1)), Admission::Result::kAdmitted);
   EXPECT_EQ(adm->submit(take(2)), Admission::Result::kAdmitted);
   uint64_t t3 = 0, t4 = 0;

@@ -48,17 +48,18 @@ TEST(ServeConfig, FlagsEnvironmentRtpNamesAndFileInOrder) {
                                 "port: 7000\nmax_concurrency: 5\nhost: 0.0.0.0\nmodel: /from/file\n"
                                 "api-key: [a, b]\nlog_requests: true\nrequest_timeout: 2.5\n");
   Env env;
-  env.vars = {{"START_PORT", "7100"}, {"TACHYON_PORT", "7200"}, {"CONCURRENCY_LIMIT", "9"},
-              {"CHECKPOINT_PATH", "/from/rtp"}, {"TOKENIZER_PATH", "/tok"}, {"MODEL_TYPE", "qwen_2"},
+  env.vars = {{"START_PORT", "7100"},     {"TACHYON_PORT", "7200"},
+              {"CONCURRENCY_LIMIT", "9"}, {"CHECKPOINT_PATH", "/from/rtp"},
+              {"TOKENIZER_PATH", "/tok"}, {"MODEL_TYPE", "qwen_2"},
               {"MAX_SEQ_LEN", "512"}};
   ServeConfig c = load({"--config", file, "--port=7300"}, env);
-  EXPECT_EQ(c.port, 7300);               // flag beats everything
-  EXPECT_EQ(c.max_concurrency, 9);       // RTP-LLM's name beats the file
+  EXPECT_EQ(c.port, 7300);          // flag beats everything
+  EXPECT_EQ(c.max_concurrency, 9);  // RTP-LLM's name beats the file
   EXPECT_EQ(c.model, "/from/rtp");
   EXPECT_EQ(c.tokenizer, "/tok");
   EXPECT_EQ(c.model_type, "qwen_2");
   EXPECT_EQ(c.max_seq_len, 512);
-  EXPECT_EQ(c.host, "0.0.0.0");          // only in the file
+  EXPECT_EQ(c.host, "0.0.0.0");  // only in the file
   EXPECT_EQ(c.api_keys, (std::vector<std::string>{"a", "b"}));
   EXPECT_TRUE(c.log_requests);
   EXPECT_DOUBLE_EQ(c.request_timeout_s, 2.5);
@@ -108,8 +109,9 @@ TEST(ServeConfig, RefusesBadInput) {
 TEST(ServeConfig, HelpListsEverySetting) {
   std::string help;
   EXPECT_FALSE(load_serve_config({"--help"}, Env().fn(), &help).has_value());
-  for (const char* s : {"--model", "CHECKPOINT_PATH", "START_PORT", "CONCURRENCY_LIMIT", "--max-queued-requests",
-                        "--api-key", "--config", "MAX_SEQ_LEN", "TOKENIZER_PATH", "MODEL_TYPE"})
+  for (const char* s :
+       {"--model", "CHECKPOINT_PATH", "START_PORT", "CONCURRENCY_LIMIT", "--max-queued-requests",
+        "--api-key", "--config", "MAX_SEQ_LEN", "TOKENIZER_PATH", "MODEL_TYPE"})
     EXPECT_NE(help.find(s), std::string::npos) << s;
 }
 
