@@ -2,6 +2,7 @@
 //   tachyon bench --model DIR [--num-requests N] [--input-len L] [--output-len O]
 //                 [--range-ratio R] [--concurrency C | --request-rate R] [--prompts FILE]
 //                 [--temperature T] [--seed S] [--json] [engine flags]
+//   tachyon bench --url http://HOST:PORT [...]   the serving mode (see bench_serving.h)
 // Prompts are random token ids with lengths uniform in [L(1-R), L(1+R)] (or the lines of
 // a JSONL file: {"prompt": ...} / {"prompt_ids": [...]}); every request generates
 // exactly its output length (ignore_eos). Closed loop with C requests in flight, or
@@ -87,6 +88,9 @@ std::vector<std::vector<int32_t>> make_prompts(const Args& args, const EngineBun
 }  // namespace
 
 int cmd_bench(const CommandArgs& argv) {
+  // Serving mode: with --url the same benchmark runs against a running server over HTTP.
+  for (const std::string& a : argv)
+    if (a == "--url" || a.rfind("--url=", 0) == 0) return cmd_bench_serving(argv);
   std::set<std::string> flags = engine_flags();
   flags.insert({"model", "num-requests", "input-len", "output-len", "range-ratio", "concurrency",
                 "request-rate", "prompts", "temperature", "seed"});
