@@ -27,9 +27,11 @@ for t in "${TARGETS[@]}"; do
   [ -n "$f" ] || { echo "gpu_build: $t not built" >&2; exit 1; }
   strip -o "$STAGE/bin/$t" "$f"
 done
-if [ -f "$STAGE/bin/tachyon" ] && ldd "$STAGE/bin/tachyon" | grep -q libsentencepiece; then
-  cp -L /usr/lib/x86_64-linux-gnu/libsentencepiece.so.0 "$STAGE/bin/"
-fi
+# Shared libraries from Debian that the binaries still need (no static archive, or a
+# CMake package that names the shared one): copied beside them (found through $ORIGIN).
+for b in "$STAGE"/bin/*; do
+  ldd "$b" | awk '/lib(sentencepiece|simdjson|yaml-cpp)[^ ]*\.so/ && $3 ~ /^\// {print $3}'
+done | sort -u | while read -r lib; do cp -L "$lib" "$STAGE/bin/"; done
 (cd "$STAGE/bin" && tar czf ../bins.tgz ./*)
 rm -rf "$STAGE/bin"
 cp scripts/gpu_suite.sh "$STAGE/"
