@@ -433,32 +433,29 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
   a.alibi_scale = params.alibi_scale;
   a.alibi_bias_bf16 = params.alibi_bias_bf16;
   a.err = err_.data<int>();
-  const bool gemm_ok = gemm_attention_applies(a, meta, params);
-  // Batch-invariant mode runs every step through the simple kernel below.
-  const bool use_gemm = !batch_invariant_ && attention_kernel_ == AttentionKernel::kGemm
-                            ? gemm_ok
-                            : !batch_invariant_ && attention_kernel_ == AttentionKernel::kAuto &&
-                                  gemm_ok && meta.max_query_len >= 128;
+  // A kernel runs when forced (TACHYON_CUDA_ATTENTION) and applicable, or under kAuto
+  // when applicable and the step has its shape; batch-invariant mode runs every step
+  // through the simple kernel below.
+  auto pick = [&](AttentionKernel k, bool applies, bool auto_shape) {
+    if (batch_invariant_ || !applies) return false;
+    return attention_kernel_ == k || (attention_kernel_ == AttentionKernel::kAuto && auto_shape);
+  };
+  const bool use_gemm = pick(AttentionKernel::kGemm, gemm_attention_applies(a, meta, params),
+                             meta.max_query_len >= 128);
   if (use_gemm) {
     last_attention_kernel_ = AttentionKernel::kGemm;
     attention_gemm(a, meta);
     return;
   }
-  const bool mma_ok = attention_mma_supports(a);
-  const bool use_mma = !batch_invariant_ && attention_kernel_ == AttentionKernel::kMma
-                           ? mma_ok
-                           : !batch_invariant_ && attention_kernel_ == AttentionKernel::kAuto &&
-                                 mma_ok && meta.max_query_len >= 16;
+  const bool use_mma =
+      pick(AttentionKernel::kMma, attention_mma_supports(a), meta.max_query_len >= 16);
   if (use_mma) {
     last_attention_kernel_ = AttentionKernel::kMma;
     launch_attention_mma(a, stream_);
     return;
   }
-  const bool decode_ok = attention_decode_supports(a);
-  const bool use_decode = !batch_invariant_ && attention_kernel_ == AttentionKernel::kDecode
-                              ? decode_ok
-                              : !batch_invariant_ && attention_kernel_ == AttentionKernel::kAuto &&
-                                    decode_ok && meta.max_query_len == 1;
+  const bool use_decode =
+      pick(AttentionKernel::kDecode, attention_decode_supports(a), meta.max_query_len == 1);
   if (use_decode) {
     last_attention_kernel_ = AttentionKernel::kDecode;
     const AttentionPlan plan = plan_attention_decode(a, num_sms_);
