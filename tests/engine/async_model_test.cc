@@ -12,26 +12,12 @@ namespace tachyon {
 namespace {
 
 using testing::FakeModelOptions;
+using testing::greedy;
 using ::testing::HasSubstr;
 using testing::make_engine;
 using testing::random_prompt;
 using testing::reference_generate;
-
-GenerateConfig greedy(int32_t max_new) {
-  GenerateConfig c;
-  c.temperature = 0.0f;
-  c.max_new_tokens = max_new;
-  return c;
-}
-
-EngineConfig small_engine(int32_t blocks, int32_t block_size = 4) {
-  EngineConfig c;
-  c.num_kv_blocks = blocks;
-  c.block_size = block_size;
-  c.max_num_seqs = 64;
-  c.max_num_batched_tokens = 128;
-  return c;
-}
+using testing::small_engine;
 
 void expect_all_free(const AsyncModel& e) {
   const EngineStats s = e.stats();

@@ -20,6 +20,24 @@ struct TestEngine {
   std::unique_ptr<AsyncModel> engine;
 };
 
+// A greedy request of max_new tokens.
+inline GenerateConfig greedy(int32_t max_new) {
+  GenerateConfig c;
+  c.temperature = 0.0f;
+  c.max_new_tokens = max_new;
+  return c;
+}
+
+// An engine over a fixed number of small KV blocks.
+inline EngineConfig small_engine(int32_t blocks, int32_t block_size = 4) {
+  EngineConfig c;
+  c.num_kv_blocks = blocks;
+  c.block_size = block_size;
+  c.max_num_seqs = 64;
+  c.max_num_batched_tokens = 128;
+  return c;
+}
+
 inline TestEngine make_engine(const FakeModelOptions& o, EngineConfig c,
                               std::shared_ptr<const TextTokenizer> tok = nullptr) {
   TestEngine t;
