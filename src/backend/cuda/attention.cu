@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "backend/cuda/attention_combine.cuh"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch_check.h"
@@ -211,35 +212,6 @@ __global__ void __launch_bounds__(kThreads)
   }  // tiles
 }
 
-// Merges the key splits: one warp per (token, head).
-template <typename T>
-__global__ void combine_kernel(const float* __restrict__ part_o, const float* __restrict__ part_ml,
-                               int splits, int64_t tokens, int heads, int hd, T* __restrict__ out) {
-  const int64_t row = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32;
-  const int lane = threadIdx.x & 31;
-  const int64_t rows = tokens * heads;
-  if (row >= rows) return;
-  float m_max = -INFINITY;
-  for (int s = 0; s < splits; ++s) {
-    const float* ml = part_ml + 2 * (s * rows + row);
-    if (ml[1] > 0.f) m_max = fmaxf(m_max, ml[0]);
-  }
-  float total = 0.f;
-  for (int s = 0; s < splits; ++s) {
-    const float* ml = part_ml + 2 * (s * rows + row);
-    if (ml[1] > 0.f) total += __expf(ml[0] - m_max) * ml[1];
-  }
-  const float inv = total > 0.f ? 1.f / total : 0.f;
-  for (int d = lane; d < hd; d += 32) {
-    float acc = 0.f;
-    for (int s = 0; s < splits; ++s) {
-      const float* ml = part_ml + 2 * (s * rows + row);
-      if (ml[1] > 0.f) acc += __expf(ml[0] - m_max) * part_o[(s * rows + row) * hd + d];
-    }
-    out[row * hd + d] = from_f<T>(acc * inv);
-  }
-}
-
 size_t smem_for(int rows, int hd) {
   return static_cast<size_t>(2 * rows * hd + 2 * rows + kKeyTile * (2 * hd + 1)) * sizeof(float);
 }
@@ -261,7 +233,7 @@ void launch_typed(const AttentionArgs& a, const AttentionPlan& p, const KernelPl
   TACHYON_CUDA_LAUNCH_CHECK();
   if (p.num_splits > 1) {
     const int64_t rows = a.tokens * a.heads;
-    combine_kernel<T><<<ceil_div(rows, 4), 128, 0, stream>>>(
+    combine_splits_kernel<T><<<ceil_div(rows, 4), 128, 0, stream>>>(
         kp.part_o, kp.part_ml, p.num_splits, a.tokens, a.heads, a.head_dim, static_cast<T*>(a.out));
     TACHYON_CUDA_LAUNCH_CHECK();
   }

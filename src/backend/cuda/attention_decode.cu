@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "backend/cuda/attention_combine.cuh"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch_check.h"
@@ -239,36 +240,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// Merges the key splits: one warp per (token, head).
-template <typename T>
-__global__ void decode_combine_kernel(const float* __restrict__ part_o,
-                                      const float* __restrict__ part_ml, int splits, int64_t tokens,
-                                      int heads, int hd, T* __restrict__ out) {
-  const int64_t row = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32;
-  const int lane = threadIdx.x & 31;
-  const int64_t rows = tokens * heads;
-  if (row >= rows) return;
-  float m_max = -INFINITY;
-  for (int s = 0; s < splits; ++s) {
-    const float* ml = part_ml + 2 * (s * rows + row);
-    if (ml[1] > 0.f) m_max = fmaxf(m_max, ml[0]);
-  }
-  float total = 0.f;
-  for (int s = 0; s < splits; ++s) {
-    const float* ml = part_ml + 2 * (s * rows + row);
-    if (ml[1] > 0.f) total += __expf(ml[0] - m_max) * ml[1];
-  }
-  const float inv = total > 0.f ? 1.f / total : 0.f;
-  for (int d = lane; d < hd; d += 32) {
-    float acc = 0.f;
-    for (int s = 0; s < splits; ++s) {
-      const float* ml = part_ml + 2 * (s * rows + row);
-      if (ml[1] > 0.f) acc += __expf(ml[0] - m_max) * part_o[(s * rows + row) * hd + d];
-    }
-    out[row * hd + d] = from_f<T>(acc * inv);
-  }
-}
-
 template <typename T, int kHd, int kG>
 void launch_typed(const AttentionArgs& a, const AttentionPlan& p, const DecodePlan& dp,
                   cudaStream_t stream) {
@@ -278,7 +249,7 @@ void launch_typed(const AttentionArgs& a, const AttentionPlan& p, const DecodePl
   TACHYON_CUDA_LAUNCH_CHECK();
   if (p.num_splits > 1) {
     const int64_t rows = a.tokens * a.heads;
-    decode_combine_kernel<T><<<ceil_div(rows, 4), 128, 0, stream>>>(
+    combine_splits_kernel<T><<<ceil_div(rows, 4), 128, 0, stream>>>(
         dp.part_o, dp.part_ml, p.num_splits, a.tokens, a.heads, a.head_dim, static_cast<T*>(a.out));
     TACHYON_CUDA_LAUNCH_CHECK();
   }
