@@ -1,6 +1,9 @@
 // Health, status, metrics, models, tokenizer endpoints, routing and API keys.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "server/app_test_util.h"
 
 namespace tachyon::server::testing {
@@ -46,7 +49,13 @@ TEST(AdminApi, WorkerStatusAndModels) {
 TEST(AdminApi, MetricsAfterRequests) {
   TestServer s;
   ASSERT_EQ(s.post("/v1/completions", Json{{"prompt", "ab"}, {"max_tokens", 4}}).status, 200);
+  // The request leaves the running count just after its response is sent: wait for it.
+  const std::string idle = "vllm:num_requests_running{model_name=\"fake-model\"} 0";
   auto r = s.get("/metrics");
+  for (int i = 0; i < 500 && r.body.find(idle) == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    r = s.get("/metrics");
+  }
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(r.headers["content-type"].rfind("text/plain; version=0.0.4", 0), 0u);
   const std::string& m = r.body;
