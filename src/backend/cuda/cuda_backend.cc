@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 #include "core/error.h"
 #include "core/logging.h"
 
@@ -77,6 +78,18 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
       raise<InvalidArgument>("TACHYON_BATCH_INVARIANT: '{}' is not 0 or 1", v);
   }
   TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_));
+  // Programmatic dependent launch (launch.cuh) from compute capability 9.0 on.
+  int major = 0;
+  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
+  bool pdl = major >= 9;
+  if (const char* env = std::getenv("TACHYON_PDL")) {
+    const std::string v = env;
+    if (v == "0" || v == "false")
+      pdl = false;
+    else if (!v.empty() && v != "1" && v != "true")
+      raise<InvalidArgument>("TACHYON_PDL: '{}' is not 0 or 1", v);
+  }
+  set_pdl_enabled(pdl);
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   alloc_ = std::make_unique<DeviceAllocator>(device_);
   ring_ = std::make_unique<PinnedRing>(kRingBytes);

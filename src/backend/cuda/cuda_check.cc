@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+
+#include "backend/cuda/launch.cuh"
+
 namespace tachyon::cuda {
 
 void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int line) {
@@ -16,6 +20,18 @@ void throw_kernel_error(const char* message, const char* file, int line) {
 void throw_cublas_error(cublasStatus_t st, const char* expr, const char* file, int line) {
   throw Internal(fmt::format("cuBLAS error {} ({}) in {} at {}:{}", cublasGetStatusName(st),
                              cublasGetStatusString(st), expr, file, line));
+}
+
+namespace {
+std::atomic<bool> g_pdl{false};
+}  // namespace
+
+bool pdl_enabled() {
+  return g_pdl.load(std::memory_order_relaxed);
+}
+
+void set_pdl_enabled(bool on) {
+  g_pdl.store(on, std::memory_order_relaxed);
 }
 
 int device_count() {

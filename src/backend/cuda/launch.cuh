@@ -1,0 +1,59 @@
+// Kernel launches with programmatic dependent launch (PDL, sm_90 and later).
+//
+// A kernel launched through launch_kernel() may be scheduled while the kernel before it
+// on the stream is still finishing (its last blocks), so its launch latency and its
+// prologue overlap the previous kernel's tail. That is only safe because every such
+// kernel calls pdl_wait() before it reads anything an earlier kernel wrote or writes
+// anything an earlier kernel may still read; work that touches only data no kernel of
+// the step writes (weights) may come before it. pdl_wait() returns once every
+// preceding kernel has completed and its writes are visible, so a chain of such
+// kernels keeps stream order. A kernel calls pdl_launch_dependents() when the next
+// kernel may start being scheduled (its blocks then wait in pdl_wait()).
+//
+// Off (plain stream-ordered launches) before sm_90 and with TACHYON_PDL=0.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "backend/cuda/launch_check.h"
+
+namespace tachyon::cuda {
+
+// Whether launch_kernel() asks for programmatic dependent launch (set once per process
+// by the backend from the device's compute capability and TACHYON_PDL).
+bool pdl_enabled();
+void set_pdl_enabled(bool on);
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with PDL when enabled. The kernel
+// must call pdl_wait() as described above.
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                   cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  TACHYON_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace tachyon::cuda
