@@ -5,7 +5,7 @@
 
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/launch_check.h"
+#include "backend/cuda/launch.cuh"
 
 namespace tachyon::cuda {
 namespace {
@@ -19,11 +19,26 @@ unsigned grid_for(int64_t n, int threads = 256) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
        i += int64_t{gridDim.x} * blockDim.x)
 
+// Row-wise kernels take a 2-d grid: y over rows (striding past 65535), x over columns,
+// so no thread divides a 64-bit index.
+constexpr int kRowThreads = 256;
+
+dim3 row_grid(int64_t rows, int64_t col_items) {
+  return dim3(static_cast<unsigned>(std::min<int64_t>(ceil_div(col_items, kRowThreads), 4096)),
+              static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(rows, 65535))));
+}
+
+#define TACHYON_ROWS_COLS(r, c, rows, cols)                                      \
+  for (int64_t r = blockIdx.y; r < (rows); r += gridDim.y)                       \
+    for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < (cols); \
+         c += int64_t{gridDim.x} * blockDim.x)
+
 template <typename T>
 __global__ void bias_act_kernel(T* y, int64_t ld, int64_t rows, int64_t cols,
                                 const float* __restrict__ bias, KAct act) {
-  TACHYON_GRID_STRIDE(i, rows * cols) {
-    const int64_t r = i / cols, c = i % cols;
+  pdl_wait();
+  pdl_launch_dependents();
+  TACHYON_ROWS_COLS(r, c, rows, cols) {
     T* p = y + r * ld + c;
     float v = to_f(*p);
     if (bias != nullptr) v += bias[c];
@@ -31,21 +46,50 @@ __global__ void bias_act_kernel(T* y, int64_t ld, int64_t rows, int64_t cols,
   }
 }
 
+// The activation's output is rounded to the storage dtype before the product, as
+// frameworks computing in that dtype do.
+template <typename T>
+__device__ __forceinline__ T gate(T g, T u, KAct act) {
+  return from_f<T>(round_to<T>(apply_act(to_f(g), act)) * to_f(u));
+}
+
 template <typename T>
 __global__ void gated_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t rows,
                              int64_t inter, KAct act) {
-  TACHYON_GRID_STRIDE(i, rows * inter) {
-    const int64_t r = i / inter, c = i % inter;
+  pdl_wait();
+  pdl_launch_dependents();
+  TACHYON_ROWS_COLS(r, c, rows, inter) {
     const T* row = in + r * 2 * inter;
-    // The activation's output is rounded to the storage dtype before the product, as
-    // frameworks computing in that dtype do.
-    const float a = round_to<T>(apply_act(to_f(row[c]), act));
-    out[i] = from_f<T>(a * to_f(row[inter + c]));
+    out[r * inter + c] = gate(row[c], row[inter + c], act);
+  }
+}
+
+// 16 bytes of gate, of up and of output per thread (inter a multiple of the vector,
+// rows 16-byte aligned).
+template <typename T>
+__global__ void gated_vec_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t rows,
+                                 int64_t inter, KAct act) {
+  constexpr int kVec = 16 / sizeof(T);
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t vecs = inter / kVec;
+  TACHYON_ROWS_COLS(r, c, rows, vecs) {
+    const uint4* g = reinterpret_cast<const uint4*>(in + r * 2 * inter);
+    const uint4 gv = g[c], uv = g[vecs + c];
+    uint4 ov;
+    const T* ge = reinterpret_cast<const T*>(&gv);
+    const T* ue = reinterpret_cast<const T*>(&uv);
+    T* oe = reinterpret_cast<T*>(&ov);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) oe[i] = gate(ge[i], ue[i], act);
+    reinterpret_cast<uint4*>(out + r * inter)[c] = ov;
   }
 }
 
 template <typename T>
 __global__ void add_kernel(const T* a, const T* b, T* out, int64_t n) {
+  pdl_wait();
+  pdl_launch_dependents();
   TACHYON_GRID_STRIDE(i, n) out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
 }
 
@@ -63,6 +107,8 @@ template <typename T>
 __global__ void gather_rows_kernel(const T* __restrict__ src, int64_t src_rows, int64_t cols,
                                    const int32_t* __restrict__ rows, int64_t n, T* __restrict__ out,
                                    int* err) {
+  pdl_wait();
+  pdl_launch_dependents();
   TACHYON_GRID_STRIDE(i, n * cols) {
     const int64_t r = i / cols, c = i % cols;
     const int32_t s = rows[r];
@@ -91,30 +137,34 @@ void launch_bias_act(void* y, DType type, int64_t ld, int64_t rows, int64_t cols
                      KAct act, cudaStream_t stream) {
   if (rows * cols == 0 || (bias == nullptr && act == KAct::kIdentity)) return;
   TACHYON_DISPATCH_FLOAT(type, T, {
-    bias_act_kernel<T>
-        <<<grid_for(rows * cols), 256, 0, stream>>>(static_cast<T*>(y), ld, rows, cols, bias, act);
+    launch_kernel(bias_act_kernel<T>, row_grid(rows, cols), dim3(kRowThreads), 0, stream,
+                  static_cast<T*>(y), ld, rows, cols, bias, act);
   });
-  TACHYON_CUDA_LAUNCH_CHECK();
 }
 
 void launch_gated(const void* in, void* out, DType type, int64_t rows, int64_t inter, KAct act,
                   cudaStream_t stream) {
   if (rows * inter == 0) return;
   TACHYON_DISPATCH_FLOAT(type, T, {
-    gated_kernel<T><<<grid_for(rows * inter), 256, 0, stream>>>(
-        static_cast<const T*>(in), static_cast<T*>(out), rows, inter, act);
+    constexpr int64_t kVec = 16 / sizeof(T);
+    const bool vec = inter % kVec == 0 && reinterpret_cast<uintptr_t>(in) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(out) % 16 == 0;
+    if (vec)
+      launch_kernel(gated_vec_kernel<T>, row_grid(rows, inter / kVec), dim3(kRowThreads), 0, stream,
+                    static_cast<const T*>(in), static_cast<T*>(out), rows, inter, act);
+    else
+      launch_kernel(gated_kernel<T>, row_grid(rows, inter), dim3(kRowThreads), 0, stream,
+                    static_cast<const T*>(in), static_cast<T*>(out), rows, inter, act);
   });
-  TACHYON_CUDA_LAUNCH_CHECK();
 }
 
 void launch_add(const void* a, const void* b, void* out, DType type, int64_t n,
                 cudaStream_t stream) {
   if (n == 0) return;
   TACHYON_DISPATCH_FLOAT(type, T, {
-    add_kernel<T><<<grid_for(n), 256, 0, stream>>>(
-        static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), n);
+    launch_kernel(add_kernel<T>, dim3(grid_for(n)), dim3(256), 0, stream, static_cast<const T*>(a),
+                  static_cast<const T*>(b), static_cast<T*>(out), n);
   });
-  TACHYON_CUDA_LAUNCH_CHECK();
 }
 
 void launch_softcap(void* x, DType type, int64_t n, float cap, cudaStream_t stream) {
@@ -135,10 +185,9 @@ void launch_gather_rows(const void* src, DType type, int64_t src_rows, int64_t c
                         const int32_t* rows, int64_t n, void* out, int* err, cudaStream_t stream) {
   if (n * cols == 0) return;
   TACHYON_DISPATCH_FLOAT(type, T, {
-    gather_rows_kernel<T><<<grid_for(n * cols), 256, 0, stream>>>(
-        static_cast<const T*>(src), src_rows, cols, rows, n, static_cast<T*>(out), err);
+    launch_kernel(gather_rows_kernel<T>, dim3(grid_for(n * cols)), dim3(256), 0, stream,
+                  static_cast<const T*>(src), src_rows, cols, rows, n, static_cast<T*>(out), err);
   });
-  TACHYON_CUDA_LAUNCH_CHECK();
 }
 
 template <typename T>

@@ -1,7 +1,7 @@
 // Embedding lookup: one block per token row.
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/launch_check.h"
+#include "backend/cuda/launch.cuh"
 
 namespace tachyon::cuda {
 namespace {
@@ -10,6 +10,8 @@ template <typename S, typename D>
 __global__ void embedding_kernel(const S* __restrict__ table, int64_t vocab, int64_t dim,
                                  const int32_t* __restrict__ ids, int32_t id_offset, float scale,
                                  bool accumulate, D* __restrict__ out, int* err) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t t = blockIdx.x;
   const int64_t row = int64_t{ids[t]} + id_offset;
   D* o = out + t * dim;
@@ -34,11 +36,11 @@ void launch_embedding(const void* table, DType table_type, int64_t vocab, int64_
                       bool accumulate, void* out, DType out_type, int* err, cudaStream_t stream) {
   if (n == 0 || dim == 0) return;
   TACHYON_DISPATCH_FLOAT(table_type, S, TACHYON_DISPATCH_FLOAT(out_type, D, {
-                           embedding_kernel<S, D><<<static_cast<unsigned>(n), 256, 0, stream>>>(
-                               static_cast<const S*>(table), vocab, dim, ids, id_offset, scale,
-                               accumulate, static_cast<D*>(out), err);
+                           launch_kernel(embedding_kernel<S, D>, dim3(static_cast<unsigned>(n)),
+                                         dim3(256), 0, stream, static_cast<const S*>(table), vocab,
+                                         dim, ids, id_offset, scale, accumulate,
+                                         static_cast<D*>(out), err);
                          }));
-  TACHYON_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace tachyon::cuda

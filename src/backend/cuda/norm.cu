@@ -1,34 +1,85 @@
 // RMSNorm / LayerNorm with the residual add fused in (one block per row, the row kept
-// in shared memory as f32), and the per-head q/k norm (one warp per head).
+// in shared memory as f32; 16-byte loads and stores when the row allows), and the
+// per-head q/k norm (one warp per head).
+#include <algorithm>
+
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/launch_check.h"
+#include "backend/cuda/launch.cuh"
 
 namespace tachyon::cuda {
 namespace {
 
 constexpr int kNormThreads = 256;
 
-template <typename T>
+// The elements of one load: kVec of T (a 16-byte vector, or one element).
+template <typename T, int kVec>
+struct Piece {
+  T e[kVec];
+};
+
+template <typename T, int kVec>
+__device__ __forceinline__ Piece<T, kVec> load_piece(const T* p) {
+  Piece<T, kVec> v;
+  if constexpr (kVec * sizeof(T) == 16)
+    *reinterpret_cast<uint4*>(v.e) = *reinterpret_cast<const uint4*>(p);
+  else
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) v.e[i] = p[i];
+  return v;
+}
+
+template <typename T, int kVec>
+__device__ __forceinline__ void store_piece(T* p, const Piece<T, kVec>& v) {
+  if constexpr (kVec * sizeof(T) == 16)
+    *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(v.e);
+  else
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) p[i] = v.e[i];
+}
+
+// kVec: elements per load (d a multiple of it, rows aligned to its bytes).
+template <typename T, int kVec>
 __global__ void add_norm_kernel(T* residual, const T* delta1, const T* delta2, int64_t d,
                                 NormArgs p, T* out) {
   extern __shared__ float row[];  // [d]
   __shared__ float scratch[32];
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t r = blockIdx.x;
   T* res = residual + r * d;
   const bool add = delta1 != nullptr || delta2 != nullptr;
   float sum = 0.f;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    float v = to_f(res[i]);
+  for (int64_t i = threadIdx.x * int64_t{kVec}; i < d; i += blockDim.x * int64_t{kVec}) {
+    Piece<T, kVec> v = load_piece<T, kVec>(res + i);
+    float f[kVec];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) f[j] = to_f(v.e[j]);
     if (add) {
-      if (delta1 != nullptr) v += to_f(delta1[r * d + i]);
-      if (delta2 != nullptr) v += to_f(delta2[r * d + i]);
-      v = round_to<T>(v);  // the residual stream is stored in T
-      res[i] = from_f<T>(v);
+      if (delta1 != nullptr) {
+        const Piece<T, kVec> a = load_piece<T, kVec>(delta1 + r * d + i);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) f[j] += to_f(a.e[j]);
+      }
+      if (delta2 != nullptr) {
+        const Piece<T, kVec> b = load_piece<T, kVec>(delta2 + r * d + i);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) f[j] += to_f(b.e[j]);
+      }
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        v.e[j] = from_f<T>(f[j]);  // the residual stream is stored in T
+        f[j] = to_f(v.e[j]);
+      }
+      store_piece<T, kVec>(res + i, v);
     }
-    row[i] = v;
-    sum += v;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      row[i + j] = f[j];
+      sum += f[j];
+    }
   }
+  __syncthreads();  // the loops below read other threads' elements of row
   float mean = 0.f;
   float sq = 0.f;
   if (p.type == KNorm::kLayerNorm) {
@@ -42,10 +93,91 @@ __global__ void add_norm_kernel(T* residual, const T* delta1, const T* delta2, i
   }
   const float inv = rsqrtf(block_sum(sq, scratch) / static_cast<float>(d) + p.eps);
   T* o = out + r * d;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    float v = (row[i] - mean) * inv * (p.weight_offset + p.weight[i]);
-    if (p.bias != nullptr) v += p.bias[i];
-    o[i] = from_f<T>(v);
+  for (int64_t i = threadIdx.x * int64_t{kVec}; i < d; i += blockDim.x * int64_t{kVec}) {
+    Piece<T, kVec> v;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      float x = (row[i + j] - mean) * inv * (p.weight_offset + p.weight[i + j]);
+      if (p.bias != nullptr) x += p.bias[i + j];
+      v.e[j] = from_f<T>(x);
+    }
+    store_piece<T, kVec>(o + i, v);
+  }
+}
+
+// The same op with the row in registers: kPer vectors of kVec elements per thread
+// (blockDim.x * kPer * kVec >= d), no shared-memory copy of the row; the short
+// dependency chain matters for decode steps of a few rows.
+template <typename T, int kVec, int kPer>
+__global__ void add_norm_reg_kernel(T* residual, const T* delta1, const T* delta2, int64_t d,
+                                    NormArgs p, T* out) {
+  __shared__ float scratch[32];
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t r = blockIdx.x;
+  const int vecs = static_cast<int>(d / kVec);
+  T* res = residual + r * d;
+  const bool add = delta1 != nullptr || delta2 != nullptr;
+  float f[kPer][kVec];
+  float sum = 0.f;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int vi = threadIdx.x + u * blockDim.x;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) f[u][j] = 0.f;
+    if (vi >= vecs) continue;
+    const int64_t i = int64_t{vi} * kVec;
+    Piece<T, kVec> v = load_piece<T, kVec>(res + i);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) f[u][j] = to_f(v.e[j]);
+    if (add) {
+      if (delta1 != nullptr) {
+        const Piece<T, kVec> a = load_piece<T, kVec>(delta1 + r * d + i);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) f[u][j] += to_f(a.e[j]);
+      }
+      if (delta2 != nullptr) {
+        const Piece<T, kVec> b = load_piece<T, kVec>(delta2 + r * d + i);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) f[u][j] += to_f(b.e[j]);
+      }
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        v.e[j] = from_f<T>(f[u][j]);  // the residual stream is stored in T
+        f[u][j] = to_f(v.e[j]);
+      }
+      store_piece<T, kVec>(res + i, v);
+    }
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) sum += f[u][j];
+  }
+  float mean = 0.f;
+  if (p.type == KNorm::kLayerNorm) mean = block_sum(sum, scratch) / static_cast<float>(d);
+  float sq = 0.f;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    if (static_cast<int>(threadIdx.x) + u * static_cast<int>(blockDim.x) >= vecs) continue;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const float c = f[u][j] - mean;
+      sq += c * c;
+    }
+  }
+  const float inv = rsqrtf(block_sum(sq, scratch) / static_cast<float>(d) + p.eps);
+  T* o = out + r * d;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int vi = threadIdx.x + u * blockDim.x;
+    if (vi >= vecs) continue;
+    const int64_t i = int64_t{vi} * kVec;
+    Piece<T, kVec> v;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      float x = (f[u][j] - mean) * inv * (p.weight_offset + p.weight[i + j]);
+      if (p.bias != nullptr) x += p.bias[i + j];
+      v.e[j] = from_f<T>(x);
+    }
+    store_piece<T, kVec>(o + i, v);
   }
 }
 
@@ -53,6 +185,8 @@ __global__ void add_norm_kernel(T* residual, const T* delta1, const T* delta2, i
 template <typename T>
 __global__ void qk_norm_kernel(T* qkv, int64_t rows, int64_t cols, int q_heads, int k_heads, int hd,
                                NormArgs qn, NormArgs kn) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int heads = q_heads + k_heads;
   const int64_t w = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
@@ -99,11 +233,35 @@ void launch_add_norm(void* residual, const void* delta1, const void* delta2, DTy
   const size_t smem = static_cast<size_t>(d) * sizeof(float);
   TACHYON_KERNEL_CHECK(smem <= 48 * 1024, "add_norm: hidden size above 12288");
   TACHYON_DISPATCH_FLOAT(type, T, {
-    add_norm_kernel<T><<<static_cast<unsigned>(rows), kNormThreads, smem, stream>>>(
-        static_cast<T*>(residual), static_cast<const T*>(delta1), static_cast<const T*>(delta2), d,
-        norm, static_cast<T*>(out));
+    constexpr int kVec = 16 / sizeof(T);
+    bool vec = d % kVec == 0;
+    for (const void* ptr :
+         {static_cast<const void*>(residual), delta1, delta2, static_cast<const void*>(out)})
+      vec = vec && reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
+    const dim3 grid(static_cast<unsigned>(rows));
+    auto go = [&](auto kernel, unsigned threads, size_t shared) {
+      launch_kernel(kernel, grid, dim3(threads), shared, stream, static_cast<T*>(residual),
+                    static_cast<const T*>(delta1), static_cast<const T*>(delta2), d, norm,
+                    static_cast<T*>(out));
+    };
+    const int64_t vecs = d / kVec;
+    // Registers: up to 1024 threads of 1, 2 or 4 vectors each.
+    const int per = vecs <= 1024 ? 1 : vecs <= 2048 ? 2 : 4;
+    const unsigned threads =
+        static_cast<unsigned>(std::min<int64_t>(1024, (ceil_div(vecs, per) + 31) / 32 * 32));
+    if (vec && vecs <= 4096) {
+      if (per == 1)
+        go(add_norm_reg_kernel<T, kVec, 1>, threads, 0);
+      else if (per == 2)
+        go(add_norm_reg_kernel<T, kVec, 2>, threads, 0);
+      else
+        go(add_norm_reg_kernel<T, kVec, 4>, threads, 0);
+    } else if (vec) {
+      go(add_norm_kernel<T, kVec>, kNormThreads, smem);
+    } else {
+      go(add_norm_kernel<T, 1>, kNormThreads, smem);
+    }
   });
-  TACHYON_CUDA_LAUNCH_CHECK();
 }
 
 void launch_qk_norm(void* qkv, DType type, int64_t rows, int64_t cols, int q_heads, int k_heads,
@@ -113,10 +271,9 @@ void launch_qk_norm(void* qkv, DType type, int64_t rows, int64_t cols, int q_hea
   TACHYON_KERNEL_CHECK(head_dim <= 256, "qk_norm: head_dim above 256");
   const int64_t warps = rows * (q_heads + k_heads);
   TACHYON_DISPATCH_FLOAT(type, T, {
-    qk_norm_kernel<T><<<ceil_div(warps, 8), 256, 0, stream>>>(
-        static_cast<T*>(qkv), rows, cols, q_heads, k_heads, head_dim, q_norm, k_norm);
+    launch_kernel(qk_norm_kernel<T>, dim3(ceil_div(warps, 8)), dim3(256), 0, stream,
+                  static_cast<T*>(qkv), rows, cols, q_heads, k_heads, head_dim, q_norm, k_norm);
   });
-  TACHYON_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace tachyon::cuda

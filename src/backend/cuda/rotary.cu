@@ -1,14 +1,22 @@
 // Rotary position embedding over the q and k heads of the fused qkv rows, in place:
 // one thread per (token, head, frequency pair). The fused variant also writes the
-// step's k (rotated) and v heads into the paged cache in the same pass.
+// step's k (rotated) and v heads into the paged cache in the same pass; where the
+// rotary dims come in whole 16-byte vectors it moves 16 bytes per load and store.
 #include <algorithm>
 
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/launch_check.h"
+#include "backend/cuda/launch.cuh"
 
 namespace tachyon::cuda {
 namespace {
+
+// One rotation, written out so that every kernel rounds it the same way (the fused and
+// separate passes must agree bit for bit).
+__device__ __forceinline__ void rotate(float x0, float x1, float c, float s, float& y0, float& y1) {
+  y0 = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
+  y1 = __fmaf_rn(x1, c, __fmul_rn(x0, s));
+}
 
 template <typename T, bool kInterleaved>
 __global__ void rotary_kernel(T* qkv, int64_t tokens, int64_t cols, int heads, int hd,
@@ -26,61 +34,130 @@ __global__ void rotary_kernel(T* qkv, int64_t tokens, int64_t cols, int heads, i
     T* v = qkv + t * cols + int64_t{h} * hd;
     const int i0 = kInterleaved ? 2 * p : p;
     const int i1 = kInterleaved ? 2 * p + 1 : p + half;
-    const float x0 = to_f(v[i0]), x1 = to_f(v[i1]);
-    v[i0] = from_f<T>(x0 * c - x1 * s);
-    v[i1] = from_f<T>(x1 * c + x0 * s);
+    float y0, y1;
+    rotate(to_f(v[i0]), to_f(v[i1]), c, s, y0, y1);
+    v[i0] = from_f<T>(y0);
+    v[i1] = from_f<T>(y1);
   }
 }
 
-// One thread per (token, head of q|k|v, pair of dims). Pairs below rot/2 are rotary
-// pairs (rotated in place for q and k); the rest cover the unrotated dims two at a time.
-// k and v heads go to the cache at slots[t] (negative: skipped).
+// One thread per (token, head of q|k|v, pair of dims): blockIdx.y strides over tokens,
+// x over a token's (head, pair) items. Pairs below rot/2 are rotary pairs (rotated in
+// place for q and k); the rest cover the unrotated dims two at a time. k and v heads go
+// to the cache at slots[t] (negative: skipped).
 template <typename T, bool kInterleaved>
 __global__ void rotary_write_kv_kernel(T* qkv, int64_t tokens, int64_t cols, int heads,
                                        int kv_heads, int hd, const float* __restrict__ cos_sin,
                                        int rot, const int32_t* __restrict__ slots, T* kc, T* vc,
                                        int64_t num_blocks, int bs, int* err) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int half = rot / 2, pairs = hd / 2;
   const int all_heads = heads + 2 * kv_heads;
-  const int64_t n = tokens * all_heads * pairs;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int p = static_cast<int>(i % pairs);
-    const int64_t th = i / pairs;
-    const int h = static_cast<int>(th % all_heads);
-    const int64_t t = th / all_heads;
-    T* v = qkv + t * cols + int64_t{h} * hd;
-    int i0, i1;
-    if (p < half) {
-      i0 = kInterleaved ? 2 * p : p;
-      i1 = kInterleaved ? 2 * p + 1 : p + half;
-    } else {
-      i0 = rot + 2 * (p - half);
-      i1 = i0 + 1;
-    }
-    T y0 = v[i0], y1 = v[i1];
-    if (p < half && h < heads + kv_heads) {
-      const float c = cos_sin[t * rot + p];
-      const float s = cos_sin[t * rot + half + p];
-      const float x0 = to_f(y0), x1 = to_f(y1);
-      y0 = from_f<T>(x0 * c - x1 * s);
-      y1 = from_f<T>(x1 * c + x0 * s);
-      v[i0] = y0;
-      v[i1] = y1;
-    }
-    if (h < heads) continue;
+  const int items = all_heads * pairs;
+  for (int64_t t = blockIdx.y; t < tokens; t += gridDim.y) {
     const int32_t slot = slots[t];
-    if (slot < 0) continue;
-    if (slot >= num_blocks * bs) {
-      if (p == 0) report(err, kErrKvSlot);
-      continue;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < items; i += gridDim.x * blockDim.x) {
+      const int h = i / pairs, p = i - h * pairs;
+      T* v = qkv + t * cols + int64_t{h} * hd;
+      int i0, i1;
+      if (p < half) {
+        i0 = kInterleaved ? 2 * p : p;
+        i1 = kInterleaved ? 2 * p + 1 : p + half;
+      } else {
+        i0 = rot + 2 * (p - half);
+        i1 = i0 + 1;
+      }
+      T y0 = v[i0], y1 = v[i1];
+      if (p < half && h < heads + kv_heads) {
+        const float c = cos_sin[t * rot + p];
+        const float s = cos_sin[t * rot + half + p];
+        float r0, r1;
+        rotate(to_f(y0), to_f(y1), c, s, r0, r1);
+        y0 = from_f<T>(r0);
+        y1 = from_f<T>(r1);
+        v[i0] = y0;
+        v[i1] = y1;
+      }
+      if (h < heads || slot < 0) continue;
+      if (slot >= num_blocks * bs) {
+        if (p == 0) report(err, kErrKvSlot);
+        continue;
+      }
+      const bool is_k = h < heads + kv_heads;
+      const int kvh = is_k ? h - heads : h - heads - kv_heads;
+      const int64_t base = ((slot / bs * int64_t{kv_heads} + kvh) * bs + slot % bs) * hd;
+      T* dst = (is_k ? kc : vc) + base;
+      dst[i0] = y0;
+      dst[i1] = y1;
     }
-    const bool is_k = h < heads + kv_heads;
-    const int kvh = is_k ? h - heads : h - heads - kv_heads;
-    const int64_t base = ((slot / bs * int64_t{kv_heads} + kvh) * bs + slot % bs) * hd;
-    T* dst = (is_k ? kc : vc) + base;
-    dst[i0] = y0;
-    dst[i1] = y1;
+  }
+}
+
+// The same pass in 16-byte vectors of kVec elements (head_dim, rot and, for the half
+// style, rot / 2 multiples of kVec). One thread per (token, head, vector): for the half
+// style a vector of the first rotary half takes its partner vector of the second half
+// along (the partner's own thread does nothing); interleaved pairs sit inside one
+// vector; vectors past rot (and of v heads) are copied.
+template <typename T, bool kInterleaved>
+__global__ void rotary_write_kv_vec_kernel(T* qkv, int64_t tokens, int64_t cols, int heads,
+                                           int kv_heads, int hd, const float* __restrict__ cos_sin,
+                                           int rot, const int32_t* __restrict__ slots, T* kc, T* vc,
+                                           int64_t num_blocks, int bs, int* err) {
+  constexpr int kVec = 16 / sizeof(T);
+  pdl_wait();
+  pdl_launch_dependents();
+  const int half = rot / 2, vecs = hd / kVec;
+  const int all_heads = heads + 2 * kv_heads;
+  const int items = all_heads * vecs;
+  for (int64_t t = blockIdx.y; t < tokens; t += gridDim.y) {
+    const int32_t slot = slots[t];
+    const float* cs = cos_sin + t * rot;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < items; i += gridDim.x * blockDim.x) {
+      const int h = i / vecs, c = i - h * vecs;
+      const int e0 = c * kVec;  // first element of this vector
+      const bool rotated = h < heads + kv_heads && e0 < rot;
+      // Half style: the second half's vectors are done by their partner's thread.
+      if (!kInterleaved && rotated && e0 >= half) continue;
+      T* v = qkv + t * cols + int64_t{h} * hd;
+      uint4 a = *reinterpret_cast<const uint4*>(v + e0), b{};
+      const int e1 = e0 + half;  // the partner vector (half style)
+      if (rotated) {
+        T* ae = reinterpret_cast<T*>(&a);
+        if constexpr (kInterleaved) {
+#pragma unroll
+          for (int j = 0; j < kVec; j += 2) {
+            const int p = (e0 + j) / 2;
+            float y0, y1;
+            rotate(to_f(ae[j]), to_f(ae[j + 1]), cs[p], cs[half + p], y0, y1);
+            ae[j] = from_f<T>(y0);
+            ae[j + 1] = from_f<T>(y1);
+          }
+        } else {
+          b = *reinterpret_cast<const uint4*>(v + e1);
+          T* be = reinterpret_cast<T*>(&b);
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) {
+            float y0, y1;
+            rotate(to_f(ae[j]), to_f(be[j]), cs[e0 + j], cs[half + e0 + j], y0, y1);
+            ae[j] = from_f<T>(y0);
+            be[j] = from_f<T>(y1);
+          }
+          *reinterpret_cast<uint4*>(v + e1) = b;
+        }
+        *reinterpret_cast<uint4*>(v + e0) = a;
+      }
+      if (h < heads || slot < 0) continue;
+      if (slot >= num_blocks * bs) {
+        if (c == 0) report(err, kErrKvSlot);
+        continue;
+      }
+      const bool is_k = h < heads + kv_heads;
+      const int kvh = is_k ? h - heads : h - heads - kv_heads;
+      T* dst = (is_k ? kc : vc) + ((slot / bs * int64_t{kv_heads} + kvh) * bs + slot % bs) * hd;
+      *reinterpret_cast<uint4*>(dst + e0) = a;
+      if (!kInterleaved && rotated) *reinterpret_cast<uint4*>(dst + e1) = b;
+    }
   }
 }
 
@@ -90,21 +167,33 @@ void launch_rotary_write_kv(void* qkv, DType type, int64_t tokens, int64_t cols,
                             int kv_heads, int head_dim, const float* cos_sin, int rot,
                             KRotary style, const int32_t* slots, void* k_cache, void* v_cache,
                             int64_t num_blocks, int block_size, int* err, cudaStream_t stream) {
-  const int64_t n = tokens * (heads + 2 * kv_heads) * (head_dim / 2);
-  if (n == 0) return;
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(n, 256), 65536));
+  const int64_t items = int64_t{heads + 2 * kv_heads} * (head_dim / 2);
+  if (tokens == 0 || items == 0) return;
+  TACHYON_KERNEL_CHECK(items < (int64_t{1} << 30), "rotary_write_kv: too many heads");
   TACHYON_DISPATCH_FLOAT(type, T, {
-    auto go = [&](auto kernel) {
-      kernel<<<blocks, 256, 0, stream>>>(static_cast<T*>(qkv), tokens, cols, heads, kv_heads,
-                                         head_dim, cos_sin, rot, slots, static_cast<T*>(k_cache),
-                                         static_cast<T*>(v_cache), num_blocks, block_size, err);
+    constexpr int kVec = 16 / sizeof(T);
+    const bool vec = head_dim % kVec == 0 && rot % kVec == 0 &&
+                     (style == KRotary::kInterleaved || (rot / 2) % kVec == 0) &&
+                     cols % kVec == 0 && reinterpret_cast<uintptr_t>(qkv) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(k_cache) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(v_cache) % 16 == 0;
+    auto go = [&](auto kernel, int64_t per_token) {
+      const dim3 g(ceil_div(per_token, 256),
+                   static_cast<unsigned>(std::min<int64_t>(tokens, 65535)));
+      launch_kernel(kernel, g, dim3(256), 0, stream, static_cast<T*>(qkv), tokens, cols, heads,
+                    kv_heads, head_dim, cos_sin, rot, slots, static_cast<T*>(k_cache),
+                    static_cast<T*>(v_cache), num_blocks, block_size, err);
     };
-    if (style == KRotary::kInterleaved)
-      go(rotary_write_kv_kernel<T, true>);
+    const int64_t vec_items = int64_t{heads + 2 * kv_heads} * (head_dim / kVec);
+    if (vec && style == KRotary::kInterleaved)
+      go(rotary_write_kv_vec_kernel<T, true>, vec_items);
+    else if (vec)
+      go(rotary_write_kv_vec_kernel<T, false>, vec_items);
+    else if (style == KRotary::kInterleaved)
+      go(rotary_write_kv_kernel<T, true>, items);
     else
-      go(rotary_write_kv_kernel<T, false>);
+      go(rotary_write_kv_kernel<T, false>, items);
   });
-  TACHYON_CUDA_LAUNCH_CHECK();
 }
 
 void launch_rotary(void* qkv, DType type, int64_t tokens, int64_t cols, int heads, int head_dim,
