@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "backend/cuda/kernels.h"
 #include "backend/ops.h"
 #include "cuda/cuda_test_util.h"
 
@@ -169,6 +170,66 @@ TEST_P(CudaOpsTest, Linear) {
   }
 }
 
+// Every matrix-vector variant (4 or 8 pieces per batch, x through L1 or shared memory)
+// for 1..4 rows, with row lengths that end mid-batch and f32 output.
+TEST_P(CudaOpsTest, GemvVariants) {
+  if (dt_ == DType::kF32) GTEST_SKIP() << "16-bit kernel";
+  const LinearCase cases[] = {
+      {1, 37, 8}, {2, 1000, 4104}, {3, 300, 264}, {4, 64, 14336}, {1, 4099, 14336}};
+  for (const LinearCase& c : cases) {
+    Tensor x = input({c.m, c.k});
+    Tensor w = input({c.n, c.k}, 1.f / std::sqrt(static_cast<float>(c.k)));
+    Tensor ref = Tensor::zeros({c.m, c.n}, DType::kF32);
+    cpu_->linear(x, w, Tensor(), ref, 0, Activation::kIdentity);
+    Tensor xd = dev(x), wd = gpu_->prepare_weight(w);
+    for (int variant = 0; variant < 4; ++variant)
+      for (DType yt : {dt_, DType::kF32}) {
+        Tensor out = poisoned(*gpu_, {c.m, c.n}, yt);
+        cuda::launch_gemv(xd.raw(), wd.raw(), dt_, out.raw(), yt, c.m, c.n, c.k, c.n,
+                          gpu_->stream(), variant);
+        expect_near(host_values(*gpu_, out), host_values(ref),
+                    yt == DType::kF32 ? 1e-4 : bound_for(dt_),
+                    tag("gemv " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" +
+                        std::to_string(c.k) + " variant " + std::to_string(variant)));
+      }
+  }
+}
+
+// The weight-streaming tensor-core kernel for 2..128 rows: padded row counts (16, 32,
+// 64, 128 and between), column tails (n not a multiple of 128), split k with the
+// last-block reduction (small n, long k), f32 output, the bias/activation epilogue.
+TEST_P(CudaOpsTest, LinearSkinny) {
+  if (dt_ == DType::kF32) GTEST_SKIP() << "16-bit kernel";
+  gpu_->set_skinny(true);
+  const LinearCase cases[] = {{2, 128, 256},    {3, 300, 320},    {16, 4096, 512},
+                              {17, 1000, 1024}, {31, 128, 4096},  {64, 640, 14336},
+                              {100, 257, 768},  {128, 512, 4096}, {64, 4096, 4096}};
+  for (const LinearCase& c : cases) {
+    for (int variant = 0; variant < 3; ++variant) {
+      // 0: plain, 1: bias + SiLU, 2: f32 output
+      Tensor x = input({c.m, c.k});
+      Tensor w = input({c.n, c.k}, 1.f / std::sqrt(static_cast<float>(c.k)));
+      Tensor b = rounded(randn({c.n}, rng_, 0.5f), dt_);
+      const Activation act = variant == 1 ? Activation::kSilu : Activation::kIdentity;
+      const DType out_type = variant == 2 ? DType::kF32 : dt_;
+      Tensor ref = Tensor::zeros({c.m, c.n}, DType::kF32);
+      cpu_->linear(x, w, variant == 1 ? b : Tensor(), ref, 0, act);
+      Tensor out = poisoned(*gpu_, {c.m, c.n}, out_type);
+      Tensor wd = gpu_->prepare_weight(w);
+      gpu_->linear(dev(x), wd, variant == 1 ? gpu_->prepare_weight(b) : Tensor(), out, 0, act);
+      // Twice: the split counters must have been left at zero.
+      Tensor out2 = poisoned(*gpu_, {c.m, c.n}, out_type);
+      gpu_->linear(dev(x), wd, variant == 1 ? gpu_->prepare_weight(b) : Tensor(), out2, 0, act);
+      const std::string name = "skinny " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" +
+                               std::to_string(c.k) + " variant " + std::to_string(variant);
+      const double bound = out_type == DType::kF32 ? 1e-4 : bound_for(dt_);
+      expect_near(host_values(*gpu_, out), host_values(ref), bound, tag(name));
+      expect_near(host_values(*gpu_, out2), host_values(ref), bound, tag(name + " again"));
+    }
+  }
+  gpu_->set_skinny(false);
+}
+
 TEST_P(CudaOpsTest, LinearF32Logits) {
   // Logits: activation-dtype input, f32 output (with and without a bias).
   for (int64_t rows : {9, 1, 4})
@@ -204,6 +265,15 @@ TEST_P(CudaOpsTest, GatedAndElementwise) {
     gpu_->activation(ag, act);
     expect_near(host_values(*gpu_, ag), host_values(a), bound_for(dt_),
                 tag("activation " + std::to_string(static_cast<int>(act))));
+  }
+  {
+    // A width that is no multiple of the 16-byte vector: the element-wise path.
+    Tensor odd = input({5, 2 * 1001}, 2.f);
+    Tensor ref = Tensor::empty({5, 1001}, DType::kF32);
+    cpu_->gated_activation(odd, Activation::kSilu, ref);
+    Tensor out = poisoned(*gpu_, {5, 1001}, dt_);
+    gpu_->gated_activation(dev(odd), Activation::kSilu, out);
+    expect_near(host_values(*gpu_, out), host_values(ref), bound_for(dt_), tag("gated odd width"));
   }
   Tensor a = input({n, inter}), b = input({n, inter});
   Tensor sum = Tensor::empty({n, inter}, DType::kF32);

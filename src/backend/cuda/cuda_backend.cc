@@ -70,6 +70,8 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   }
   if (const char* env = std::getenv("TACHYON_CUDA_GEMV"); env != nullptr && std::string(env) == "0")
     use_gemv_ = false;
+  if (const char* env = std::getenv("TACHYON_CUDA_SKINNY"); env != nullptr)
+    use_skinny_ = std::string(env) == "1";
   if (const char* env = std::getenv("TACHYON_BATCH_INVARIANT")) {
     const std::string v = env;
     if (v == "1" || v == "true")
@@ -97,6 +99,9 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   gemm_ = std::make_unique<Gemm>(stream_, gemm_workspace_.raw(), kGemmWorkspaceBytes);
   err_ = alloc_->alloc({1}, DType::kI32);
   TACHYON_CUDA_CHECK(cudaMemsetAsync(err_.raw(), 0, sizeof(int), stream_));
+  skinny_counters_ = alloc_->alloc({kSkinnyCounters}, DType::kI32);
+  TACHYON_CUDA_CHECK(
+      cudaMemsetAsync(skinny_counters_.raw(), 0, kSkinnyCounters * sizeof(int32_t), stream_));
   TACHYON_CUDA_CHECK(
       cudaHostAlloc(reinterpret_cast<void**>(&err_host_), sizeof(int), cudaHostAllocDefault));
   TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -21,6 +21,11 @@ struct AttentionArgs;  // kernels.h
 // up to kGemvMaxRows): measured on the H200 at Llama-3-8B shapes it beats cuBLASLt at
 // m = 1 (by 2-20%) and loses at m = 4.
 constexpr int64_t kGemvAutoRows = 1;
+// GEMMs of 2..kSkinnyAutoRows rows go to the weight-streaming kernel when it is on.
+constexpr int64_t kSkinnyAutoRows = 128;
+// Split counters of the weight-streaming kernel (one per 128-column tile of the widest
+// split product).
+constexpr int64_t kSkinnyCounters = 1 << 16;
 
 class CudaBackend final : public Backend {
  public:
@@ -103,6 +108,10 @@ class CudaBackend final : public Backend {
   // off.
   void set_gemv(bool on) { use_gemv_ = on; }
   bool gemv() const { return use_gemv_; }
+  // GEMMs of 2..kSkinnyAutoRows rows (16-bit, k % 64 == 0) on the weight-streaming
+  // tensor-core kernel (gemm_skinny.cu) instead of cuBLASLt; TACHYON_CUDA_SKINNY=0|1.
+  void set_skinny(bool on) { use_skinny_ = on; }
+  bool skinny() const { return use_skinny_; }
 
   cudaStream_t stream() const { return stream_; }
   bool batch_invariant() const { return batch_invariant_; }
@@ -130,6 +139,8 @@ class CudaBackend final : public Backend {
   // Bumped whenever backend-owned scratch a recorded graph may use is reallocated.
   std::shared_ptr<uint64_t> scratch_epoch_ = std::make_shared<uint64_t>(0);
   bool use_gemv_ = true;
+  bool use_skinny_ = false;
+  Tensor skinny_partial_, skinny_counters_;
   AttentionKernel attention_kernel_ = AttentionKernel::kAuto;
   bool batch_invariant_ = false;
   AttentionKernel last_attention_kernel_ = AttentionKernel::kAuto;

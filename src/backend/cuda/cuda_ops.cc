@@ -115,6 +115,22 @@ void CudaBackend::gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor&
       launch_bias_act(y, y_type, ldy, m, n, nullptr, kact(act), stream_);
     return;
   }
+  if (use_skinny_ && !batch_invariant_ && m >= 2 && m <= kSkinnyAutoRows &&
+      skinny_gemm_supports(x.dtype(), y_type, m, n, k, g.x, g.w, ldy)) {
+    const SkinnyPlan plan = plan_skinny_gemm(m, n, k, num_sms_);
+    void* partial = nullptr;
+    if (plan.splits > 1) {
+      TACHYON_CHECK(plan.counter_count <= kSkinnyCounters, "skinny GEMM: {} column tiles",
+                    plan.counter_count);
+      partial = scratch(skinny_partial_, plan.partial_bytes);
+    }
+    launch_skinny_gemm(g.x, g.w, x.dtype(), y, y_type, m, n, k, ldy, plan, partial,
+                       skinny_counters_.data<int32_t>(), stream_);
+    if (bias || act != Activation::kIdentity)
+      launch_bias_act(y, y_type, ldy, m, n, bias ? bias.data<float>() : nullptr, kact(act),
+                      stream_);
+    return;
+  }
   g.bias = bias_for(bias, y_type);
   g.relu = act == Activation::kRelu;
   if (batch_invariant_) {

@@ -1,21 +1,25 @@
 // Matrix-vector products for the few-row GEMMs of decode steps: y[i, :] = x[i, :] . w^T
 // for m <= 4 rows. One warp per output column; each lane streams 16-byte pieces of the
-// weight row (8 in flight, evict-first loads: the weights are read once per step) and
-// multiplies them with the matching pieces of every x row (small, cached); f32
+// weight row (kUnroll in flight, evict-first loads: the weights are read once per step)
+// and multiplies them with the matching pieces of every x row (small, cached); f32
 // accumulation, one warp reduction per row at the end. The weight matrix is read once
 // at close to the memory bandwidth, where a tiled GEMM at m = 1 wastes most of its
 // tile and launch.
+//
+// The weights do not depend on earlier kernels, so each warp issues its first weight
+// loads before pdl_wait() (launch.cuh): with programmatic dependent launch they are in
+// flight while the previous kernel drains, which hides most of the memory latency at
+// the start of every product.
 #include <algorithm>
 
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/launch_check.h"
+#include "backend/cuda/launch.cuh"
 
 namespace tachyon::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr int kUnroll = 8;
 
 __device__ __forceinline__ void dot8(const uint4& w, const uint4& x, float& acc, bf16_t) {
   const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
@@ -41,33 +45,65 @@ __device__ __forceinline__ void dot8(const uint4& w, const uint4& x, float& acc,
   }
 }
 
-template <typename T, typename Y, int kM>
+// kUnroll: pieces per lane per batch; the next batch is loaded while one is multiplied.
+// kSmemX: x is first copied to shared memory (m * k elements), so that the x pieces
+// the warps multiply with come from there rather than through L1 next to the weights.
+template <typename T, typename Y, int kM, int kUnroll, bool kSmemX>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, Y* __restrict__ y, int64_t n,
                 int64_t k, int64_t ldy) {
+  extern __shared__ uint4 xs[];  // [kM * k / 8] when kSmemX
   const int lane = threadIdx.x & 31;
   const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + (threadIdx.x >> 5);
-  if (row >= n) return;
-  const int64_t pieces = k / 8;
-  const uint4* wr = reinterpret_cast<const uint4*>(w + row * k);
+  const int pieces = static_cast<int>(k / 8);
+  const uint4* wr = reinterpret_cast<const uint4*>(w + (row < n ? row : 0) * k);
+  // The first kUnroll pieces of this lane (weights only) before the dependency wait.
+  uint4 wv[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int p = lane + 32 * u;
+    wv[u] = row < n && p < pieces ? __ldcs(wr + p) : make_uint4(0, 0, 0, 0);
+  }
+  pdl_wait();
+  pdl_launch_dependents();
   const uint4* xr = reinterpret_cast<const uint4*>(x);
+  if constexpr (kSmemX) {
+    for (int i = threadIdx.x; i < kM * pieces; i += blockDim.x) xs[i] = __ldg(xr + i);
+    __syncthreads();
+    xr = xs;
+  }
+  if (row >= n) return;
   float acc[kM];
 #pragma unroll
   for (int i = 0; i < kM; ++i) acc[i] = 0.f;
-  int64_t p = lane;
-  for (; p + 32 * (kUnroll - 1) < pieces; p += 32 * kUnroll) {
-    uint4 wv[kUnroll];
+  int p = lane;
+  for (;;) {
+    // wv holds pieces p, p + 32, ..., p + 32 (kUnroll - 1) (zeros past the row's end).
+    const int next = p + 32 * kUnroll;
+    uint4 nv[kUnroll];
+    const bool more = next < pieces;
+    if (more) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) wv[u] = __ldcs(wr + p + 32 * u);
+      for (int u = 0; u < kUnroll; ++u) {
+        const int q = next + 32 * u;
+        nv[u] = q < pieces ? __ldcs(wr + q) : make_uint4(0, 0, 0, 0);
+      }
+    }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
+    for (int u = 0; u < kUnroll; ++u) {
+      const int q = p + 32 * u;
+      if (q < pieces) {
 #pragma unroll
-      for (int i = 0; i < kM; ++i) dot8(wv[u], __ldg(xr + i * pieces + p + 32 * u), acc[i], T{});
-  }
-  for (; p < pieces; p += 32) {
-    const uint4 wv = __ldcs(wr + p);
+        for (int i = 0; i < kM; ++i) {
+          const uint4 xv = kSmemX ? xr[i * pieces + q] : __ldg(xr + i * pieces + q);
+          dot8(wv[u], xv, acc[i], T{});
+        }
+      }
+    }
+    if (!more) break;
 #pragma unroll
-    for (int i = 0; i < kM; ++i) dot8(wv, __ldg(xr + i * pieces + p), acc[i], T{});
+    for (int u = 0; u < kUnroll; ++u) wv[u] = nv[u];
+    p = next;
   }
 #pragma unroll
   for (int i = 0; i < kM; ++i) {
@@ -76,28 +112,35 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
-template <typename T, typename Y>
+template <typename T, typename Y, int kUnroll, bool kSmemX>
 void launch_m(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, int64_t ldy,
               cudaStream_t stream) {
-  const unsigned blocks = ceil_div(n, kWarpsPerBlock);
+  const dim3 blocks(ceil_div(n, kWarpsPerBlock));
+  const dim3 threads(kWarpsPerBlock * 32);
   const auto* xt = static_cast<const T*>(x);
   const auto* wt = static_cast<const T*>(w);
   auto* yt = static_cast<Y*>(y);
+  const size_t smem = kSmemX ? static_cast<size_t>(m * k) * sizeof(T) : 0;
+  auto go = [&](auto kernel) {
+    if (smem > 48 * 1024)
+      TACHYON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(smem)));
+    launch_kernel(kernel, blocks, threads, smem, stream, xt, wt, yt, n, k, ldy);
+  };
   switch (m) {
     case 1:
-      gemv_kernel<T, Y, 1><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(xt, wt, yt, n, k, ldy);
+      go(gemv_kernel<T, Y, 1, kUnroll, kSmemX>);
       break;
     case 2:
-      gemv_kernel<T, Y, 2><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(xt, wt, yt, n, k, ldy);
+      go(gemv_kernel<T, Y, 2, kUnroll, kSmemX>);
       break;
     case 3:
-      gemv_kernel<T, Y, 3><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(xt, wt, yt, n, k, ldy);
+      go(gemv_kernel<T, Y, 3, kUnroll, kSmemX>);
       break;
     default:
-      gemv_kernel<T, Y, 4><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(xt, wt, yt, n, k, ldy);
+      go(gemv_kernel<T, Y, 4, kUnroll, kSmemX>);
       break;
   }
-  TACHYON_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace
@@ -105,24 +148,40 @@ void launch_m(const void* x, const void* w, void* y, int64_t m, int64_t n, int64
 bool gemv_supports(DType type, DType y_type, int64_t m, int64_t k, const void* x, const void* w) {
   if (type != DType::kBF16 && type != DType::kF16) return false;
   if (y_type != type && y_type != DType::kF32) return false;
-  if (m < 1 || m > kGemvMaxRows || k % 8 != 0) return false;
+  if (m < 1 || m > kGemvMaxRows || k % 8 != 0 || k / 8 > (int64_t{1} << 30)) return false;
   return reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
 }
 
 void launch_gemv(const void* x, const void* w, DType type, void* y, DType y_type, int64_t m,
-                 int64_t n, int64_t k, int64_t ldy, cudaStream_t stream) {
+                 int64_t n, int64_t k, int64_t ldy, cudaStream_t stream, int variant) {
   if (m == 0 || n == 0) return;
   TACHYON_KERNEL_CHECK(m <= kGemvMaxRows && k % 8 == 0, "gemv: at most 4 rows, k a multiple of 8");
+  // Variants (benchmarks compare them): 4 or 8 pieces per batch; x read through L1 or
+  // staged in shared memory (when m * k * 2 bytes fit in 64 KB).
+  const bool smem_x = (variant & kGemvSmemX) != 0 && m * k * 2 <= 64 * 1024;
+  const int unroll = (variant & kGemvUnroll8) != 0 ? 8 : 4;
+  auto go = [&](auto tag_t, auto tag_y) {
+    using T = decltype(tag_t);
+    using Y = decltype(tag_y);
+    if (unroll == 4 && smem_x)
+      launch_m<T, Y, 4, true>(x, w, y, m, n, k, ldy, stream);
+    else if (unroll == 4)
+      launch_m<T, Y, 4, false>(x, w, y, m, n, k, ldy, stream);
+    else if (smem_x)
+      launch_m<T, Y, 8, true>(x, w, y, m, n, k, ldy, stream);
+    else
+      launch_m<T, Y, 8, false>(x, w, y, m, n, k, ldy, stream);
+  };
   if (type == DType::kBF16) {
     if (y_type == DType::kF32)
-      launch_m<bf16_t, float>(x, w, y, m, n, k, ldy, stream);
+      go(bf16_t{}, float{});
     else
-      launch_m<bf16_t, bf16_t>(x, w, y, m, n, k, ldy, stream);
+      go(bf16_t{}, bf16_t{});
   } else {
     if (y_type == DType::kF32)
-      launch_m<f16_t, float>(x, w, y, m, n, k, ldy, stream);
+      go(f16_t{}, float{});
     else
-      launch_m<f16_t, f16_t>(x, w, y, m, n, k, ldy, stream);
+      go(f16_t{}, f16_t{});
   }
 }
 

@@ -168,8 +168,32 @@ void launch_causal_softmax(const float* s, void* p, DType type, int rows, int co
 // and w [n, k] bf16 or f16 (16-byte aligned, k a multiple of 8), y in that dtype or f32.
 constexpr int64_t kGemvMaxRows = 4;
 bool gemv_supports(DType type, DType y_type, int64_t m, int64_t k, const void* x, const void* w);
+// variant: kGemvUnroll8 (8 weight pieces per lane and batch instead of 4), kGemvSmemX
+// (x staged in shared memory); benchmarks compare them, kGemvDefault is the choice.
+constexpr int kGemvUnroll8 = 1, kGemvSmemX = 2;
+constexpr int kGemvDefault = kGemvSmemX;
 void launch_gemv(const void* x, const void* w, DType type, void* y, DType y_type, int64_t m,
-                 int64_t n, int64_t k, int64_t ldy, cudaStream_t stream);
+                 int64_t n, int64_t k, int64_t ldy, cudaStream_t stream,
+                 int variant = kGemvDefault);
+
+// ---- gemm_skinny.cu -----------------------------------------------------------------
+// y[i, j] (row stride ldy) = sum_c x[i, c] w[j, c] for 1 <= m <= kSkinnyMaxRows rows on
+// the tensor cores, the weights streamed once: x [m, k] and w [n, k] bf16 or f16
+// (16-byte aligned, k a multiple of 64, at least 256), y in that dtype or f32. The plan
+// splits k for small n; split products need plan.partial_bytes of scratch and
+// plan.counter_count ints of counters that are zero (and are left zero).
+constexpr int64_t kSkinnyMaxRows = 128;
+struct SkinnyPlan {
+  int splits = 1;
+  size_t partial_bytes = 0;
+  int64_t counter_count = 0;
+};
+bool skinny_gemm_supports(DType type, DType y_type, int64_t m, int64_t n, int64_t k, const void* x,
+                          const void* w, int64_t ldy);
+SkinnyPlan plan_skinny_gemm(int64_t m, int64_t n, int64_t k, int num_sms);
+void launch_skinny_gemm(const void* x, const void* w, DType type, void* y, DType y_type, int64_t m,
+                        int64_t n, int64_t k, int64_t ldy, const SkinnyPlan& plan, void* partial,
+                        int* counters, cudaStream_t stream);
 
 // ---- moe.cu -----------------------------------------------------------------------
 // Per token: softmax over logits [tokens, experts], the top_k largest (ties: lower id),
