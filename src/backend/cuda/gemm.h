@@ -1,7 +1,14 @@
 // Dense matrix products for the CUDA backend through cuBLASLt, with the bias and ReLU
-// fused into the epilogue where cuBLASLt offers it. A plan (descriptors + the
-// heuristic's algorithm) is cached per shape, dtypes, strides and alignments; shapes
-// cuBLASLt finds no algorithm for go through cublasGemmEx.
+// fused into the epilogue where cuBLASLt offers it. A plan (descriptors + algorithm)
+// is cached per shape, dtypes, strides and alignments; shapes cuBLASLt finds no
+// algorithm for go through cublasGemmEx.
+//
+// Algorithm choice: cuBLASLt's heuristic proposes up to kTuneCandidates algorithms; the
+// first time a shape family is seen outside graph capture (m bucketed, see tune_rows),
+// each candidate is timed on the actual product, every run after an L2 flush (weights
+// stream from memory in a real step), and the fastest is kept for the family (the
+// heuristic's first choice is often 1.5-3x slower at decode-sized m). Off with
+// TACHYON_GEMM_TUNE=0 (the heuristic's first choice then).
 #pragma once
 
 #include <cublasLt.h>
@@ -62,6 +69,17 @@ class Gemm {
 
   size_t num_plans() const { return plans_.size(); }
 
+  // The m a shape family is tuned at: products whose m falls into one bucket share the
+  // tuned algorithm (when cuBLASLt accepts it for their exact shape).
+  static int64_t tune_rows(int64_t m);
+  static constexpr int kTuneCandidates = 16;
+  // How many algorithms were timed, and the last tuning's result (for benchmarks).
+  struct TuneReport {
+    int candidates = 0;
+    float best_us = 0.f, heuristic_us = 0.f;
+  };
+  const TuneReport& last_tune() const { return last_tune_; }
+
  private:
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
@@ -73,8 +91,13 @@ class Gemm {
   using Key =
       std::tuple<int64_t, int64_t, int64_t, int, int, int, int64_t, int, int, int, int, int>;
   static bool wants_fused(const GemmArgs& a);
+  Key key_for(const GemmArgs& a, int64_t m) const;
   Plan& plan_for(const GemmArgs& a);
-  Plan make_plan(const GemmArgs& a, bool with_epilogue);
+  Plan make_plan(const GemmArgs& a, bool with_epilogue, const Key& family);
+  // Times each algorithm (after an L2 flush) and returns the fastest one's index.
+  int pick_fastest(const Plan& p, const GemmArgs& a, const cublasLtMatmulHeuristicResult_t* r,
+                   int count);
+  void matmul(const Plan& p, const cublasLtMatmulAlgo_t& algo, const GemmArgs& a);
   void fallback(const GemmArgs& a);
 
   cudaStream_t stream_;
@@ -83,6 +106,13 @@ class Gemm {
   void* workspace_;
   size_t workspace_bytes_;
   std::map<Key, Plan> plans_;
+  // Tuned algorithm per shape family (Key with m = tune_rows(m)).
+  std::map<Key, cublasLtMatmulAlgo_t> tuned_;
+  bool tune_ = true;
+  void* flush_ = nullptr;  // > L2: written before each timed run
+  size_t flush_bytes_ = 0;
+  cudaEvent_t ev0_ = nullptr, ev1_ = nullptr;
+  TuneReport last_tune_;
 };
 
 }  // namespace tachyon::cuda
