@@ -175,7 +175,10 @@ size_t Decoder::workspace_bytes(int32_t max_tokens) const {
   const size_t per_token = es * (8 * d + static_cast<size_t>(layout_.row_cols()) +
                                  static_cast<size_t>(layout_.q_cols()) + 3 * inter +
                                  static_cast<size_t>(cfg_.moe.num_experts) + 64);
-  const size_t logits = t * static_cast<size_t>(cfg_.vocab_size) * sizeof(float);
+  // The step's logits, and the graph steps' own logits buffer (a padded bucket).
+  const size_t graph_rows =
+      graphs_on_ ? std::min<size_t>(t, static_cast<size_t>(max_graph_batch())) : 0;
+  const size_t logits = (t + graph_rows) * static_cast<size_t>(cfg_.vocab_size) * sizeof(float);
   const size_t split_k = size_t{64} * std::min<size_t>(t, 1024) *
                          static_cast<size_t>(layout_.q_cols() + 2 * cfg_.head_num) * sizeof(float);
   return t * per_token * 5 / 4 + logits + split_k + (size_t{64} << 20);

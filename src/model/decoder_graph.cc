@@ -14,11 +14,10 @@
 namespace tachyon {
 namespace {
 
-constexpr int32_t kMaxGraphBatch = 256;
-
 int32_t batch_bucket(int32_t s) {
-  static constexpr int32_t kBuckets[] = {1,  2,  4,   8,   16,  24,  32,  48, 64,
-                                         80, 96, 112, 128, 160, 192, 224, 256};
+  static constexpr int32_t kBuckets[] = {1,   2,   4,   8,   16,  24,  32,  48,  64,
+                                         80,  96,  112, 128, 160, 192, 224, 256, 288,
+                                         320, 352, 384, 416, 448, 480, 512};
   for (int32_t b : kBuckets)
     if (s <= b) return b;
   return s;
@@ -34,10 +33,14 @@ int32_t context_bucket(int32_t ctx) {
 
 }  // namespace
 
+int32_t Decoder::max_graph_batch() {
+  return 512;
+}
+
 bool Decoder::graph_eligible(const ForwardBatch& b) const {
   if (!graphs_on_ || kv_.empty()) return false;
   const int32_t S = b.num_seqs();
-  if (S <= 0 || S > kMaxGraphBatch || b.num_tokens() != S) return false;
+  if (S <= 0 || S > max_graph_batch() || b.num_tokens() != S) return false;
   if (static_cast<int32_t>(b.logits_rows.size()) != S) return false;
   for (int32_t s = 0; s < S; ++s)
     if (b.query_start[s] != s || b.logits_rows[s] != s) return false;
