@@ -13,7 +13,9 @@
 //
 // Usage: tachyon_gpu_bench [--config CONFIG.json] [--dtype bf16|f16|f32] [--quick]
 //                          [--dir WORKDIR] [--prefill SxL,...] [--decode B,...]
-//                          [--ctx C] [--no-ops]
+//                          [--ctx C] [--no-ops] [--profile-steps] [--keep-model]
+// --profile-steps: only the steps profile_steps() describes (for ncu).
+// --keep-model: keep the random checkpoint in DIR for the next run (and use one kept).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -24,6 +26,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include <cuda_profiler_api.h>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_impl.h"
@@ -234,6 +238,60 @@ std::vector<int32_t> parse_ints(const std::string& s, char sep = ',') {
   return v;
 }
 
+// For a profiler started with --profile-from-start off (ncu): after warm-up, one
+// prefill step of 1 x prompt tokens, then one decode step at batch 1 and one at batch 64
+// at context ctx, between cudaProfilerStart and cudaProfilerStop.
+void profile_steps(Model& model, int32_t prompt, int32_t ctx, std::mt19937& rng) {
+  const int32_t vocab = model.vocab_size();
+  const int32_t len = std::max(prompt, ctx) + 8;
+  Seqs p = make_seqs(1, len, vocab, rng);
+  Seqs d1 = make_seqs(1, len, vocab, rng);
+  Seqs d64 = make_seqs(64, len, vocab, rng);
+  const int32_t each = p.blocks_each;
+  model.init_kv_cache(66 * each, kBlock);
+  auto place = [&](ForwardBatch& b, int32_t first_seq) {
+    for (int32_t s = 0; s < b.num_seqs(); ++s)
+      for (int32_t i = 0; i < each; ++i) b.block_tables[s * each + i] = (first_seq + s) * each + i;
+  };
+  auto prefill = [&](Seqs& q, int32_t first_seq, int32_t n) {
+    std::fill(q.computed.begin(), q.computed.end(), 0);
+    ForwardBatch b = make_batch(q, std::vector<int32_t>(static_cast<size_t>(q.count), n));
+    place(b, first_seq);
+    model.forward(b);
+    std::fill(q.computed.begin(), q.computed.end(), n);
+  };
+  auto decode = [&](Seqs& q, int32_t first_seq) {
+    ForwardBatch b = make_batch(q, std::vector<int32_t>(static_cast<size_t>(q.count), 1));
+    place(b, first_seq);
+    model.forward(b);
+  };
+  for (int r = 0; r < 2; ++r) prefill(p, 0, prompt);
+  prefill(d1, 1, ctx);
+  for (int32_t s0 = 0; s0 < 64; s0 += 8) {
+    Seqs sub;
+    sub.count = 8;
+    sub.blocks_each = each;
+    for (int32_t s = s0; s < s0 + 8; ++s) {
+      sub.tokens.push_back(d64.tokens[s]);
+      sub.computed.push_back(0);
+    }
+    prefill(sub, 2 + s0, ctx);
+  }
+  std::fill(d64.computed.begin(), d64.computed.end(), ctx);
+  for (int r = 0; r < 3; ++r) {  // warm-up: eager, recording, replay
+    decode(d1, 1);
+    decode(d64, 2);
+  }
+  model.backend().synchronize();
+  cudaProfilerStart();
+  prefill(p, 0, prompt);
+  decode(d1, 1);
+  decode(d64, 2);
+  model.backend().synchronize();
+  cudaProfilerStop();
+  std::printf("profiled: prefill 1 x %d, decode batch 1 and 64 at context %d\n", prompt, ctx);
+}
+
 // One decode step's logits for every sequence of q (no advance).
 Tensor decode_logits(Model& model, const Seqs& q) {
   return model.forward(make_batch(q, std::vector<int32_t>(static_cast<size_t>(q.count), 1)));
@@ -242,7 +300,7 @@ Tensor decode_logits(Model& model, const Seqs& q) {
 int run(int argc, char** argv) {
   std::string config_path, dir = (fs::temp_directory_path() / "tachyon_gpu_bench").string();
   std::string dtype_name_s = "bf16", prefill_s, decode_s;
-  bool quick = false, ops = true;
+  bool quick = false, ops = true, profile = false, keep = false;
   int32_t decode_ctx = 512;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -262,6 +320,10 @@ int run(int argc, char** argv) {
       quick = true;
     else if (a == "--no-ops")
       ops = false;
+    else if (a == "--profile-steps")
+      profile = true;
+    else if (a == "--keep-model")
+      keep = true;
     else
       raise<InvalidArgument>("unknown argument '{}'", a);
   }
@@ -286,9 +348,17 @@ int run(int argc, char** argv) {
   double t0 = now_s();
   RandomModelOptions ro;
   ro.dtype = DType::kBF16;
-  const uint64_t params = write_random_model(config_path, model_dir, ro);
-  std::printf("random checkpoint: %.3f B parameters, written in %.1f s\n", params / 1e9,
-              now_s() - t0);
+  uint64_t params = 0;
+  const std::string params_file = model_dir + "/params.txt";
+  if (keep && fs::exists(params_file)) {
+    std::ifstream(params_file) >> params;  // written by an earlier --keep-model run
+    std::printf("random checkpoint: %.3f B parameters, kept from an earlier run\n", params / 1e9);
+  } else {
+    params = write_random_model(config_path, model_dir, ro);
+    if (keep) std::ofstream(params_file) << params;
+    std::printf("random checkpoint: %.3f B parameters, written in %.1f s\n", params / 1e9,
+                now_s() - t0);
+  }
   std::printf("RESULT params %llu\n", static_cast<unsigned long long>(params));
   t0 = now_s();
   LoadOptions lo;
@@ -300,10 +370,14 @@ int run(int argc, char** argv) {
   std::printf("loaded on the GPU in %.1f s (%s); device memory %.1f GiB free of %.1f GiB\n",
               now_s() - t0, dtype_name_s.c_str(), mem.free_bytes / double(1 << 30),
               mem.total_bytes / double(1 << 30));
-  fs::remove_all(model_dir);  // loaded: the disk copy is no longer needed
+  if (!keep) fs::remove_all(model_dir);  // loaded: the disk copy is no longer needed
 
   const int32_t vocab = model->vocab_size();
   std::mt19937 rng(1);
+  if (profile) {
+    profile_steps(*model, 1024, decode_ctx, rng);
+    return 0;
+  }
   const int reps = quick ? 3 : 7;
   std::vector<std::pair<int32_t, int32_t>> prefills = {{1, 128}, {1, 1024}, {8, 512}, {4, 2048}};
   if (!prefill_s.empty()) {
@@ -392,30 +466,36 @@ int run(int argc, char** argv) {
                   rel, ok ? "ok" : "MISMATCH");
       std::printf("RESULT check_decode_b%d_rel %.3e %s\n", bsz, rel, ok ? "ok" : "MISMATCH");
     }
-    auto* cbe = dynamic_cast<cuda::CudaBackend*>(&model->backend());
+    // sampled: graphs, greedy tokens chosen on the device and only their ids back (the
+    // engine's step); graphs: logits of every row back to the host; eager: graphs off.
     for (int mode = 0; mode < (decoder != nullptr ? 3 : 1); ++mode) {
-      // graphs; eager; graphs with cuBLASLt for the few-row GEMMs too
-      const bool graphs = mode != 1;
-      if (mode == 2 && (bsz > cuda::kGemvAutoRows || cbe == nullptr)) continue;
-      if (cbe != nullptr) cbe->set_gemv(mode != 2);
+      const bool graphs = mode != 2;
       if (decoder != nullptr) decoder->set_step_graphs(graphs);
       std::vector<double> times;
       const std::vector<int32_t> one(static_cast<size_t>(bsz), 1);
       for (int32_t step = 0; step < decode_steps; ++step) {
         ForwardBatch b = make_batch(q, one);
+        if (mode == 0) {
+          RowSampling r;
+          r.mode = RowSampling::Mode::kDevice;
+          r.greedy = true;
+          b.sampling.rows.assign(static_cast<size_t>(bsz), r);
+        }
         const double a = now_s();
-        model->forward(b);
+        if (mode == 0)
+          model->forward_sample(b);
+        else
+          model->forward(b);
         if (step >= 3) times.push_back(now_s() - a);
         for (auto& c : q.computed) ++c;
       }
       const double t = median(times);
-      const char* tag = mode == 2 ? "cublas" : graphs ? "graphs" : "eager";
-      std::printf("decode batch %-4d ctx %-5d %-6s  %12.3f %14.0f\n", bsz, decode_ctx, tag, t * 1e3,
+      const char* tag = mode == 0 ? "sampled" : graphs ? "graphs" : "eager";
+      std::printf("decode batch %-4d ctx %-5d %-7s %12.3f %14.0f\n", bsz, decode_ctx, tag, t * 1e3,
                   bsz / t);
       std::printf("RESULT decode_b%d_ctx%d_%s_ms %.4f tok_s %.1f\n", bsz, decode_ctx, tag, t * 1e3,
                   bsz / t);
     }
-    if (cbe != nullptr) cbe->set_gemv(true);
   }
   if (decoder != nullptr)
     std::printf("graph replays %lld, recordings %lld\n",

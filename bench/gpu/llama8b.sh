@@ -8,14 +8,18 @@
 # (bench/gpu/hf_baseline.py), and one table: figure, ours, transformers, roofline,
 # ratios (bench/gpu/llama8b_table.py). Logs go to $OUT.
 #
-# Build here first: STAGE=<dir> scripts/gpu_build.sh (stages the binaries in bins.tgz).
+# Build here first: STAGE=<dir> scripts/gpu_build.sh (stages the binaries in bins.txz).
 # On the GPU machine, from the repository root, with <dir> carried:
 #   SRC_DIR=<source path of the build> bash bench/gpu/llama8b.sh <dir>
 # (the companion files -- llama3_8b_config.json, hf_baseline.py, llama8b_table.py --
 # are read from this script's folder, so a copy of the four next to the binaries works
 # too). SKIP_TESTS=1 skips the tests; SKIP_HF=1 skips transformers; SKIP_BENCH=1 the
 # step benchmark; SERVING=1 adds the serving benchmark; CUDA_TEST_FILTER
-# narrows the CUDA tests (a gtest filter).
+# narrows the CUDA tests (a gtest filter); KERNELS=1 adds tachyon_kernel_bench (GEMM
+# variants and row kernels at the model's shapes, event-timed); PROFILE=1 adds an ncu
+# pass over one prefill and two decode steps (bench/gpu/ncu_summary.py prints it);
+# VARIANTS="A=1 B=0,C=1" reruns the decode figures once per comma-separated set of
+# environment settings (the checkpoint is written once and kept).
 set -uo pipefail
 ROOT=$(pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -23,7 +27,9 @@ BIN=${1:?usage: llama8b.sh STAGE_DIR}
 BIN=$(cd "$BIN" && pwd)
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-if [ -f "$BIN/bins.tgz" ] && [ ! -x "$BIN/tachyon_gpu_bench" ]; then
+if [ -f "$BIN/bins.txz" ] && [ ! -x "$BIN/tachyon_gpu_bench" ]; then
+  (cd "$BIN" && tar xJf bins.txz)
+elif [ -f "$BIN/bins.tgz" ] && [ ! -x "$BIN/tachyon_gpu_bench" ]; then
   (cd "$BIN" && tar xzf bins.tgz)
 fi
 export LD_LIBRARY_PATH=$BIN:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -47,14 +53,37 @@ FAIL=0
 if [ -z "${SKIP_TESTS:-}" ]; then
   run cuda_tests 200 "$BIN/tachyon_cuda_tests" ${CUDA_TEST_FILTER:+--gtest_filter=$CUDA_TEST_FILTER} ||
     FAIL=1
-  run conformance_bf16 90 env TACHYON_DEVICE=cuda "$BIN/tachyon_conformance_tests" || FAIL=1
+  if [ -d tests/conformance/fixtures ]; then  # (left out of trees sent without them)
+    run conformance_bf16 90 env TACHYON_DEVICE=cuda "$BIN/tachyon_conformance_tests" || FAIL=1
+  fi
   grep -E '^  (f32|bf16): .*graph replays' "$OUT/cuda_tests.log"
   grep -E ' (decode|gemm) ' "$OUT/cuda_tests.log" | sort -k5 -g | tail -3
 fi
+if [ -n "${KERNELS:-}" ] && [ -x "$BIN/tachyon_kernel_bench" ]; then
+  run kernels 240 "$BIN/tachyon_kernel_bench" --config "$CONFIG"
+  grep -vE '^RESULT' "$OUT/kernels.log"
+fi
+BENCH_ARGS=(--config "$CONFIG" --dir /tmp/tachyon_8b --keep-model)
 if [ -z "${SKIP_BENCH:-}" ]; then
-  run bench8b 300 "$BIN/tachyon_gpu_bench" --config "$CONFIG" --dir /tmp/tachyon_8b \
+  run bench8b 300 "$BIN/tachyon_gpu_bench" "${BENCH_ARGS[@]}" \
     --prefill 1x1024,8x1024 --decode 1,64 --ctx 1024 || FAIL=1
   grep -vE '^RESULT' "$OUT/bench8b.log"
+fi
+if [ -n "${PROFILE:-}" ] && command -v ncu >/dev/null; then
+  run ncu 240 ncu --profile-from-start off --clock-control none --cache-control none \
+    --metrics gpu__time_duration.sum --csv "$BIN/tachyon_gpu_bench" "${BENCH_ARGS[@]}" \
+    --ctx 1024 --profile-steps
+  python3 "$HERE/ncu_summary.py" "$OUT/ncu.log" | tee "$OUT/ncu_summary.txt" | head -90
+fi
+if [ -n "${VARIANTS:-}" ]; then
+  IFS=',' read -r -a SETS <<<"$VARIANTS"
+  for i in "${!SETS[@]}"; do
+    echo "== variant ${SETS[$i]}"
+    # shellcheck disable=SC2086
+    run "variant$i" 200 env ${SETS[$i]} "$BIN/tachyon_gpu_bench" "${BENCH_ARGS[@]}" \
+      --prefill 1x1024,8x1024 --decode 1,64 --ctx 1024 --no-ops
+    grep -E '^(prefill|decode)' "$OUT/variant$i.log"
+  done
 fi
 if [ -z "${SKIP_HF:-}" ]; then
   run hf8b 240 env PYTHONUNBUFFERED=1 python3 "$HERE/hf_baseline.py" --config "$CONFIG" \

@@ -55,19 +55,18 @@ def main():
             ht = hf.get(f"prefill_{s}x{n}", {}).get("tokens_per_s")
             rows.append((f"prefill {s} x {n}", float(ours[key][2]), ht, roof))
     for key in sorted(ours, key=lambda k: (len(k), k)):
-        m = re.match(r"decode_b(\d+)_ctx(\d+)_graphs_ms", key)
+        m = re.match(r"decode_b(\d+)_ctx(\d+)_sampled_ms", key)
         if m:
             b, c = int(m.group(1)), int(m.group(2))
             steps_ctx = c + 12  # the median timed step's context
             roof = b / ((weight_bytes + b * steps_ctx * kv_per_token) / BW)
             ht = hf.get(f"decode_b{b}_ctx{c}", {}).get("tokens_per_s")
-            eager = ours.get(f"decode_b{b}_ctx{c}_eager_ms")
             rows.append((f"decode batch {b}, context {c}", float(ours[key][2]), ht, roof))
-            if eager:
-                rows.append(("  (same, graphs off)", float(eager[2]), None, roof))
-            cublas = ours.get(f"decode_b{b}_ctx{c}_cublas_ms")
-            if cublas:
-                rows.append(("  (same, cuBLASLt for every GEMM)", float(cublas[2]), None, roof))
+            for tag, label in (("graphs", "logits of every row to the host"),
+                               ("eager", "graphs off, logits to the host")):
+                other = ours.get(f"decode_b{b}_ctx{c}_{tag}_ms")
+                if other:
+                    rows.append((f"  (same, {label})", float(other[2]), None, roof))
     print(f"weights {weight_bytes / 1e9:.2f} GB ({params / 1e9:.3f} B parameters), "
           f"KV {kv_per_token / 1024:.0f} KiB per token; {BW / 1e12:.2f} TB/s, "
           f"{FLOPS / 1e12:.0f} TFLOP/s\n")

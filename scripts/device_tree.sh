@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The device tool sends the checkout's working tree (tracked and untracked-not-ignored
+# files) plus what a call carries, at most 64 MiB; the tracked tree alone is ~60 MiB.
+# `hide PATH...` takes tracked paths a GPU call does not need out of the working tree
+# (they are deleted, not moved: git has them); `restore` brings every deleted tracked
+# file back from the index. `size` prints what would travel (without carried paths).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+case "${1:-}" in
+  hide)
+    shift
+    for p in "$@"; do
+      git ls-files -z -- "$p" | xargs -0 -r rm -f --
+    done
+    ;;
+  restore)
+    git ls-files -z --deleted | xargs -0 -r git checkout --
+    ;;
+  size)
+    { git ls-files -z; git ls-files -z --others --exclude-standard; } |
+      xargs -0 -r stat -c %s 2>/dev/null | awk '{s += $1} END {printf "%.1f MiB\n", s / 1048576}'
+    ;;
+  *)
+    echo "usage: scripts/device_tree.sh hide PATH... | restore | size" >&2
+    exit 2
+    ;;
+esac
