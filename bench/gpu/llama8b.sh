@@ -51,13 +51,13 @@ run() {  # name, timeout, command...
 }
 FAIL=0
 if [ -z "${SKIP_TESTS:-}" ]; then
-  run cuda_tests 200 "$BIN/tachyon_cuda_tests" ${CUDA_TEST_FILTER:+--gtest_filter=$CUDA_TEST_FILTER} ||
+  run cuda_tests 260 "$BIN/tachyon_cuda_tests" ${CUDA_TEST_FILTER:+--gtest_filter=$CUDA_TEST_FILTER} ||
     FAIL=1
   if [ -d tests/conformance/fixtures ]; then  # (left out of trees sent without them)
     run conformance_bf16 90 env TACHYON_DEVICE=cuda "$BIN/tachyon_conformance_tests" || FAIL=1
   fi
   grep -E '^  (f32|bf16): .*graph replays' "$OUT/cuda_tests.log"
-  grep -E ' (decode|gemm) ' "$OUT/cuda_tests.log" | sort -k5 -g | tail -3
+  grep -E ' (decode|gemm|flash) ' "$OUT/cuda_tests.log" | sort -k5 -g | tail -3
 fi
 if [ -n "${KERNELS:-}" ] && [ -x "$BIN/tachyon_kernel_bench" ]; then
   run kernels 240 "$BIN/tachyon_kernel_bench" --config "$CONFIG"

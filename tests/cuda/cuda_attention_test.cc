@@ -1,6 +1,8 @@
 // Paged attention on the GPU against the CPU backend: prefill, chunked prefill, decode
 // (the split-K path), mixed batches; head_dim 64..256; GQA ratios 1, 4, 8 and MQA;
-// block boundaries (odd block sizes); sliding window, softcapping, ALiBi.
+// block boundaries (odd block sizes); sliding window, softcapping, ALiBi. Every case
+// runs through each kernel that applies to it; the Flash* cases are shaped around the
+// FlashAttention-2 kernel's tiles (128 rows of query x head, 64 keys).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,7 +28,32 @@ struct AttnCase {
   float softcap = 0.f;
   bool alibi = false;
   bool alibi_bf16 = false;
+  // Block-table entries of blocks wholly before a sequence's sliding window are -1 (an
+  // engine may have freed them): no kernel may read them.
+  bool unset_before_window = false;
+  // No host copies of the lengths in the metadata (the flash kernel then runs its dense
+  // grid instead of a work list; the gemm path does not apply).
+  bool no_host_lens = false;
 };
+
+using Kernel = cuda::CudaBackend::AttentionKernel;
+
+const char* kernel_name(Kernel k) {
+  switch (k) {
+    case Kernel::kSimple:
+      return "simple";
+    case Kernel::kMma:
+      return "mma";
+    case Kernel::kDecode:
+      return "decode";
+    case Kernel::kGemm:
+      return "gemm";
+    case Kernel::kFlash:
+      return "flash";
+    default:
+      return "auto";
+  }
+}
 
 class CudaAttentionTest : public ::testing::TestWithParam<DType> {
  protected:
@@ -58,6 +85,10 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
     for (int32_t s = 0, next = 0; s < S; ++s) {
       const int32_t nb = (c.seqs[s].cached + c.seqs[s].q_len + bs - 1) / bs;
       for (int32_t i = 0; i < nb; ++i) tables[s * max_blocks + i] = pool[next++];
+      if (c.unset_before_window && c.window > 0) {
+        const int32_t first_key = std::max(0, c.seqs[s].cached - c.window + 1);
+        for (int32_t i = 0; (i + 1) * bs <= first_key; ++i) tables[s * max_blocks + i] = -1;
+      }
     }
     auto slot_of = [&](int32_t s, int32_t idx) {
       return tables[s * max_blocks + idx / bs] * bs + idx % bs;
@@ -121,25 +152,41 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
     }
     Tensor out_ref = Tensor::empty({T, layout.q_cols()}, DType::kF32);
     cpu_->attention(qkv, layout, ref, mh, p, out_ref);
-    using K = cuda::CudaBackend::AttentionKernel;
-    mg.host_query_start = &qstart;
-    mg.host_context_lens = &ctx;
-    for (K kernel : {K::kSimple, K::kMma, K::kDecode, K::kGemm}) {
+    if (!c.no_host_lens) {
+      mg.host_query_start = &qstart;
+      mg.host_context_lens = &ctx;
+    }
+    ran_.clear();
+    for (Kernel kernel :
+         {Kernel::kSimple, Kernel::kMma, Kernel::kDecode, Kernel::kGemm, Kernel::kFlash}) {
       gpu_->set_attention_kernel(kernel);
       Tensor out = poisoned(*gpu_, {T, layout.q_cols()}, dt_);
       gpu_->attention(qkv_g, layout, g, mg, pg, out);
       if (gpu_->last_attention_kernel() != kernel) continue;  // not applicable here
-      const char* kname = kernel == K::kMma      ? " mma "
-                          : kernel == K::kDecode ? " decode "
-                          : kernel == K::kGemm   ? " gemm "
-                                                 : " simple ";
+      ran_.push_back(kernel);
       expect_near(host_values(*gpu_, out), host_values(out_ref), bound_for(dt_),
-                  dtype_label(dt_) + kname + c.name);
+                  dtype_label(dt_) + " " + kernel_name(kernel) + " " + c.name);
     }
-    gpu_->set_attention_kernel(K::kAuto);
+    // Which kernel the automatic choice takes for the case.
+    gpu_->set_attention_kernel(Kernel::kAuto);
+    Tensor out = gpu_->alloc({T, layout.q_cols()}, dt_);
+    gpu_->attention(qkv_g, layout, g, mg, pg, out);
+    auto_ran_ = gpu_->last_attention_kernel();
+  }
+
+  // Whether the last run() ran the kernel (it applied to the case).
+  bool ran(Kernel k) const { return std::find(ran_.begin(), ran_.end(), k) != ran_.end(); }
+  // run(), and for bf16/f16 a check that the flash kernel took the case.
+  void run_flash(const AttnCase& c) {
+    run(c);
+    if (dt_ != DType::kF32) {
+      EXPECT_TRUE(ran(Kernel::kFlash)) << c.name;
+    }
   }
 
   DType dt_ = DType::kBF16;
+  std::vector<Kernel> ran_;
+  Kernel auto_ran_ = Kernel::kAuto;
   std::unique_ptr<cuda::CudaBackend> gpu_;
   std::unique_ptr<Backend> cpu_;
   std::mt19937 rng_;
@@ -219,6 +266,139 @@ TEST_P(CudaAttentionTest, SlidingWindowSoftcapAlibi) {
   alb.alibi = true;
   alb.alibi_bf16 = true;
   run(alb);
+}
+
+// Prompt lengths around the flash kernel's query tiles (128 / group queries: 32 at
+// group 4, 128 at group 1) and key tiles (64), each next to 1-token sequences.
+TEST_P(CudaAttentionTest, FlashTileEdges) {
+  const std::vector<SeqSpec> lens = {{0, 1},   {0, 15},  {0, 16},  {0, 31},  {0, 32},
+                                     {0, 33},  {0, 63},  {0, 64},  {0, 65},  {0, 1},
+                                     {0, 127}, {0, 128}, {0, 129}, {0, 255}, {0, 257}};
+  run_flash({"flash edges gqa 4", 8, 2, 128, 16, lens});
+  run_flash({"flash edges mha", 4, 4, 128, 16, lens});
+  run_flash({"flash edges gqa 8 hd 64", 16, 2, 64, 16, {{0, 16}, {0, 1}, {0, 17}, {0, 200}}});
+}
+
+// Chunked prefill and prefix caching: queries after a cached prefix (the diagonal
+// falls anywhere in a key tile), odd and power-of-two block sizes.
+TEST_P(CudaAttentionTest, FlashCachedPrefixes) {
+  const std::vector<SeqSpec> seqs = {{100, 37}, {513, 64}, {31, 1}, {4, 6}, {1000, 300},
+                                     {64, 64},  {63, 65},  {0, 16}, {1, 1}, {127, 129}};
+  for (int bs : {5, 7, 16, 32}) {
+    run_flash({"flash cached, block " + std::to_string(bs), 8, 2, 128, bs, seqs});
+    run_flash({"flash cached hd 64 mha, block " + std::to_string(bs), 4, 4, 64, bs, seqs});
+  }
+  AttnCase dense{"flash cached, dense grid", 8, 2, 128, 16, seqs};
+  dense.no_host_lens = true;
+  run_flash(dense);
+  dense.name = "flash cached hd 96 group 3, dense grid";
+  dense.heads = 12;
+  dense.kv_heads = 4;
+  dense.head_dim = 96;
+  run_flash(dense);
+}
+
+// Query heads per KV head 1..128: groups that do not divide the 128 rows (3, 5, 48)
+// leave rows and warps of a block idle.
+TEST_P(CudaAttentionTest, FlashGroups) {
+  const std::vector<SeqSpec> seqs = {{0, 70}, {20, 13}, {300, 1}, {5, 40}};
+  run_flash({"flash group 1", 8, 8, 128, 16, seqs});
+  run_flash({"flash group 2", 8, 4, 128, 16, seqs});
+  run_flash({"flash group 3", 12, 4, 128, 16, seqs});
+  run_flash({"flash group 4", 8, 2, 128, 16, seqs});
+  run_flash({"flash group 5", 10, 2, 128, 16, seqs});
+  run_flash({"flash group 8", 32, 4, 128, 16, seqs});
+  run_flash({"flash mqa 16", 16, 1, 128, 16, seqs});
+  run_flash({"flash mqa 48 hd 64", 48, 1, 64, 16, seqs});
+  run_flash({"flash mqa 128 hd 64", 128, 1, 64, 16, {{0, 20}, {7, 3}}});
+}
+
+TEST_P(CudaAttentionTest, FlashHeadDims) {
+  for (int hd : {64, 80, 96, 128, 256})
+    run_flash({"flash hd " + std::to_string(hd),
+               8,
+               2,
+               hd,
+               16,
+               {{0, 100}, {0, 1}, {200, 70}, {0, 129}, {33, 1}}});
+}
+
+// Windows narrower and wider than a key tile, with cached prefixes, and block-table
+// entries before the window unset.
+TEST_P(CudaAttentionTest, FlashSlidingWindow) {
+  for (int w : {1, 17, 64, 100, 700}) {
+    AttnCase c{"flash window " + std::to_string(w),
+               8,
+               2,
+               128,
+               16,
+               {{0, 300}, {500, 90}, {1000, 1}, {63, 1}, {40, 200}}};
+    c.window = w;
+    c.unset_before_window = true;
+    run_flash(c);
+  }
+  AttnCase mha{"flash window 50 mha block 7 hd 64", 4, 4, 64, 7, {{0, 260}, {333, 33}}};
+  mha.window = 50;
+  mha.unset_before_window = true;
+  run_flash(mha);
+  mha.name = "flash window 50 mha block 7 hd 64, dense grid";
+  mha.no_host_lens = true;
+  run_flash(mha);
+}
+
+TEST_P(CudaAttentionTest, FlashManySequences) {
+  std::vector<SeqSpec> seqs;
+  for (int i = 0; i < 64; ++i) seqs.push_back({(i % 5) * 37, i % 7 == 3 ? 1 : 1 + (i * 29) % 150});
+  run_flash({"flash 64 seqs", 16, 4, 128, 16, seqs});
+  // A chunked-prefill step: many decode rows beside one long chunk.
+  std::vector<SeqSpec> mixed(100, SeqSpec{300, 1});
+  mixed.push_back({200, 2000});
+  mixed.push_back({0, 17});
+  run_flash({"flash 100 decode rows + 2000-token chunk", 32, 8, 128, 16, mixed});
+}
+
+TEST_P(CudaAttentionTest, FlashLongPrompt) {
+  run_flash({"flash prefill 4000 tokens", 8, 2, 128, 16, {{0, 4000}}});
+  run_flash({"flash chunk 1000 after 3000 cached, block 32", 8, 2, 128, 32, {{3000, 1000}}});
+}
+
+// The Llama-3-8B attention shape (32 heads, 8 KV heads, head_dim 128).
+TEST_P(CudaAttentionTest, FlashLlama8bShape) {
+  run_flash({"flash llama-3-8b 1 x 1024", 32, 8, 128, 16, {{0, 1024}}});
+  run_flash({"flash llama-3-8b 8 x 1024", 32, 8, 128, 16, std::vector<SeqSpec>(8, {0, 1024})});
+}
+
+// The automatic choice: flash for prefill-sized steps in bf16/f16, the decode kernel
+// for decode steps; softcapping keeps the older kernels.
+TEST_P(CudaAttentionTest, AutoPicksFlashForPrefill) {
+  run({"auto prefill", 8, 2, 128, 16, {{0, 100}, {50, 20}}});
+  if (dt_ != DType::kF32) {
+    EXPECT_EQ(auto_ran_, Kernel::kFlash);
+  }
+  run({"auto mixed", 8, 2, 128, 16, {{600, 1}, {0, 45}, {2100, 1}}});
+  if (dt_ != DType::kF32) {
+    EXPECT_EQ(auto_ran_, Kernel::kFlash);
+  }
+  run({"auto decode", 8, 2, 128, 16, {{600, 1}, {10, 1}}});
+  if (dt_ != DType::kF32) {
+    EXPECT_EQ(auto_ran_, Kernel::kDecode);
+  }
+  AttnCase sc{"auto softcap", 8, 2, 128, 16, {{0, 100}}};
+  sc.softcap = 30.f;
+  run(sc);
+  EXPECT_NE(auto_ran_, Kernel::kFlash);
+  EXPECT_FALSE(ran(Kernel::kFlash));
+}
+
+// Batch-invariant mode keeps every step on the simple kernel, flash forced or not.
+TEST_P(CudaAttentionTest, BatchInvariantSkipsFlash) {
+  CudaBackendOptions o;
+  o.dtype = dt_;
+  o.batch_invariant = true;
+  gpu_ = std::make_unique<cuda::CudaBackend>(o);
+  run({"batch invariant prefill", 8, 2, 128, 16, {{0, 100}, {50, 20}}});
+  EXPECT_EQ(auto_ran_, Kernel::kSimple);
+  EXPECT_EQ(ran_, std::vector<Kernel>{Kernel::kSimple});
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttentionTest,

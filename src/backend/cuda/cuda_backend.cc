@@ -64,9 +64,11 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
       attention_kernel_ = AttentionKernel::kDecode;
     else if (v == "gemm")
       attention_kernel_ = AttentionKernel::kGemm;
+    else if (v == "flash")
+      attention_kernel_ = AttentionKernel::kFlash;
     else if (!v.empty() && v != "auto")
       raise<InvalidArgument>(
-          "TACHYON_CUDA_ATTENTION: '{}' is not auto, simple, mma, decode or gemm", v);
+          "TACHYON_CUDA_ATTENTION: '{}' is not auto, simple, mma, decode, gemm or flash", v);
   }
   if (const char* env = std::getenv("TACHYON_CUDA_GEMV"); env != nullptr && std::string(env) == "0")
     use_gemv_ = false;

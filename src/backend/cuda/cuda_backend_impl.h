@@ -90,15 +90,18 @@ class CudaBackend final : public Backend {
   // The uniform draws of the rows' keys, computed on the device (for tests).
   std::vector<double> sample_uniforms(const std::vector<RowSampling>& rows);
 
-  // Which attention kernel runs: kAuto picks batched cuBLAS GEMMs around a causal
-  // softmax (kGemm) for prefill steps of whole prompts (every sequence's context is its
-  // tokens of this step, at least 128 of them, no window/softcap/ALiBi), the
-  // tensor-core kernel for other prefill-sized steps where it applies, the decode kernel
-  // (attention_decode.cu) for steps of one query per sequence where it applies, and the CUDA-core
-  // split-K kernel otherwise (the TACHYON_CUDA_ATTENTION environment variable, "simple", "mma",
-  // "decode" or "gemm", overrides it; a forced kernel that does not apply falls back to the simple
+  // Which attention kernel runs: kAuto picks the FlashAttention-2 kernel
+  // (attention_flash.cu, kFlash) for prefill-sized steps (a sequence with at least 16
+  // queries) where it applies (bf16/f16, its head dims, no softcap/ALiBi); where it does
+  // not, batched cuBLAS GEMMs around a causal softmax (kGemm) for steps of whole prompts
+  // (every sequence's context is its tokens of this step, at least 128 of them, no
+  // window/softcap/ALiBi) and the WMMA tensor-core kernel (kMma) for other prefill-sized
+  // steps; the decode kernel (attention_decode.cu) for steps of one query per sequence
+  // where it applies, and the CUDA-core split-K kernel otherwise (the
+  // TACHYON_CUDA_ATTENTION environment variable, "simple", "mma", "decode", "gemm" or
+  // "flash", overrides it; a forced kernel that does not apply falls back to the simple
   // one).
-  enum class AttentionKernel { kAuto, kSimple, kMma, kDecode, kGemm };
+  enum class AttentionKernel { kAuto, kSimple, kMma, kDecode, kGemm, kFlash };
   void set_attention_kernel(AttentionKernel k) { attention_kernel_ = k; }
   // The kernel the last attention() call ran (for tests and benchmarks).
   AttentionKernel last_attention_kernel() const { return last_attention_kernel_; }
@@ -133,6 +136,8 @@ class CudaBackend final : public Backend {
   bool gemm_attention_applies(const AttentionArgs& a, const AttentionMeta& meta,
                               const AttentionParams& params) const;
   void attention_gemm(const AttentionArgs& a, const AttentionMeta& meta);
+  // The flash kernel's work list for the step (null: the kernel's dense grid).
+  const int32_t* flash_items(const AttentionArgs& a, const AttentionMeta& meta, int32_t& n);
   void gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor& w, void* y, DType y_type,
             int64_t ldy, const Tensor& bias, Activation act);
 
@@ -144,6 +149,12 @@ class CudaBackend final : public Backend {
   AttentionKernel attention_kernel_ = AttentionKernel::kAuto;
   bool batch_invariant_ = false;
   AttentionKernel last_attention_kernel_ = AttentionKernel::kAuto;
+  // The flash work list of the last step, kept across its layers: what it was built
+  // from (q_tile, sequences, then query_start and context_lens) and its device copy.
+  std::vector<int32_t> flash_key_;
+  std::vector<int32_t> flash_host_items_;
+  Tensor flash_items_;
+  int32_t flash_num_items_ = 0;
   int device_ = 0;
   DType dtype_ = DType::kBF16;
   int num_sms_ = 0;

@@ -281,16 +281,25 @@ void CudaBackend::scale_queries(Tensor& qkv, const QkvLayout& layout, const Tens
                     factors.data<float>(), stream_);
 }
 
+namespace {
+
+// Whether the metadata carries host copies of the step's lengths that fit the call.
+bool host_lengths(const AttentionArgs& a, const AttentionMeta& meta) {
+  return meta.host_query_start != nullptr && meta.host_context_lens != nullptr &&
+         static_cast<int32_t>(meta.host_query_start->size()) == a.num_seqs + 1 &&
+         static_cast<int32_t>(meta.host_context_lens->size()) == a.num_seqs &&
+         meta.host_query_start->back() == a.tokens;
+}
+
+}  // namespace
+
 bool CudaBackend::gemm_attention_applies(const AttentionArgs& a, const AttentionMeta& meta,
                                          const AttentionParams& params) const {
   if (a.type != DType::kBF16 && a.type != DType::kF16) return false;
   if (params.softcap > 0.f || params.sliding_window > 0 || params.alibi_slopes) return false;
-  if (meta.host_query_start == nullptr || meta.host_context_lens == nullptr) return false;
+  if (!host_lengths(a, meta)) return false;
   const std::vector<int32_t>& qs = *meta.host_query_start;
   const std::vector<int32_t>& ctx = *meta.host_context_lens;
-  if (static_cast<int32_t>(qs.size()) != a.num_seqs + 1 ||
-      static_cast<int32_t>(ctx.size()) != a.num_seqs || qs.back() != a.tokens)
-    return false;
   if (a.head_dim % 8 != 0 || a.qkv_cols % 8 != 0) return false;
   for (int32_t s = 0; s < a.num_seqs; ++s)
     if (ctx[s] != qs[s + 1] - qs[s]) return false;  // a cached prefix: keys not in qkv
@@ -363,6 +372,38 @@ void CudaBackend::attention_gemm(const AttentionArgs& a, const AttentionMeta& me
       }
     }
   }
+}
+
+// Built on the host from the step's lengths once, uploaded, and reused by every layer of
+// the step (the key is compared in place: O(sequences) per call).
+const int32_t* CudaBackend::flash_items(const AttentionArgs& a, const AttentionMeta& meta,
+                                        int32_t& n) {
+  n = 0;
+  if (!host_lengths(a, meta)) return nullptr;
+  const std::vector<int32_t>& qs = *meta.host_query_start;
+  const std::vector<int32_t>& ctx = *meta.host_context_lens;
+  // An upload while a graph is being recorded would replay stale lengths.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  TACHYON_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return nullptr;
+  const int32_t q_tile = attention_flash_q_tile(a);
+  const size_t key_size = 2 + qs.size() + ctx.size();
+  const bool same = flash_key_.size() == key_size && flash_key_[0] == q_tile &&
+                    flash_key_[1] == a.num_seqs &&
+                    std::equal(qs.begin(), qs.end(), flash_key_.begin() + 2) &&
+                    std::equal(ctx.begin(), ctx.end(), flash_key_.begin() + 2 + qs.size());
+  if (!same) {
+    attention_flash_items(a, qs.data(), ctx.data(), flash_host_items_);
+    flash_items_ =
+        upload(flash_host_items_.data(), {static_cast<int64_t>(flash_host_items_.size())},
+               DType::kI32, flash_items_);
+    flash_num_items_ = static_cast<int32_t>(flash_host_items_.size() / 2);
+    flash_key_.assign({q_tile, a.num_seqs});
+    flash_key_.insert(flash_key_.end(), qs.begin(), qs.end());
+    flash_key_.insert(flash_key_.end(), ctx.begin(), ctx.end());
+  }
+  n = flash_num_items_;
+  return flash_items_.data<int32_t>();
 }
 
 void CudaBackend::rotary_write_kv(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
@@ -456,6 +497,17 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
     if (batch_invariant_ || !applies) return false;
     return attention_kernel_ == k || (attention_kernel_ == AttentionKernel::kAuto && auto_shape);
   };
+  // Prefill steps (mixed ones too: a sequence's single query fills `group` of a
+  // block's 128 rows, the block's other warps idle).
+  const bool use_flash =
+      pick(AttentionKernel::kFlash, attention_flash_supports(a), meta.max_query_len >= 16);
+  if (use_flash) {
+    last_attention_kernel_ = AttentionKernel::kFlash;
+    int32_t n_items = 0;
+    const int32_t* items = flash_items(a, meta, n_items);
+    launch_attention_flash(a, items, n_items, stream_);
+    return;
+  }
   const bool use_gemm = pick(AttentionKernel::kGemm, gemm_attention_applies(a, meta, params),
                              meta.max_query_len >= 128);
   if (use_gemm) {

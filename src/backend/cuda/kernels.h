@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -147,6 +148,24 @@ void launch_attention(const AttentionArgs& a, const AttentionPlan& plan, void* s
 // that (nothing launched).
 bool attention_mma_supports(const AttentionArgs& a);
 bool launch_attention_mma(const AttentionArgs& a, cudaStream_t stream);
+
+// ---- attention_flash.cu -------------------------------------------------------------
+// FlashAttention-2 prefill kernel on mma.sync (bf16/f16; head_dim 64, 80, 96, 128 or
+// 256; at most 128 query heads per KV head; causal with an optional sliding window, no
+// softcap or ALiBi; 16-byte aligned tensors). Returns false when the arguments are
+// outside that (nothing launched). Trusts the max_query_len hint.
+bool attention_flash_supports(const AttentionArgs& a);
+// Query tokens per block: 128 / (heads / kv_heads).
+int attention_flash_q_tile(const AttentionArgs& a);
+// The blocks' work from host copies of query_start [seqs + 1] and context_lens [seqs]:
+// items [n][2] of (sequence, query tile counted from the sequence's end), the tiles
+// with the most keys first.
+void attention_flash_items(const AttentionArgs& a, const int32_t* query_start,
+                           const int32_t* context_lens, std::vector<int32_t>& items);
+// items: a device copy of attention_flash_items' list (num_items pairs), or null for
+// the grid of every (tile, sequence) pair the max_query_len hint allows.
+bool launch_attention_flash(const AttentionArgs& a, const int32_t* items, int32_t num_items,
+                            cudaStream_t stream);
 
 // ---- attention_decode.cu ------------------------------------------------------------
 // FlashDecoding-style kernel for decode steps (one query token per sequence; more are

@@ -1,0 +1,566 @@
+// FlashAttention-2 prefill attention over the paged KV cache (bf16/f16; head_dim 64,
+// 80, 96, 128 or 256; causal, optional sliding window).
+//
+// A block (8 warps) owns 128 rows: a tile of q_tile = 128 / group query tokens of one
+// sequence times the `group` query heads that share one KV head, so the group reads
+// each K/V tile once. Warp w owns rows [16w, 16w + 16). Per tile of 64 keys:
+//   the K and V rows are gathered from the paged cache with cp.async into a ring of
+//     kStages shared-memory buffers (rows padded by 16 bytes, so the eight 16-byte
+//     rows an ldmatrix phase reads fall in distinct banks), kStages - 1 tiles ahead;
+//   S = Q Kᵀ with mma.sync m16n8k16 into f32 registers (Q fragments kept in registers
+//     for head_dim <= 128, re-read from shared memory with ldmatrix for 256; K through
+//     ldmatrix);
+//   online softmax on the registers (exp2 with the scale pre-multiplied by log2 e; the
+//     mask only on tiles that cross a row's causal or window edge);
+//   P, rounded to the storage dtype, is the A operand of P V straight from the S
+//     registers (the m16n8 accumulator layout of two adjacent key tiles is the m16k16
+//     A layout), V through ldmatrix.trans.
+// Tiles wholly masked for a warp's rows (above the diagonal, before the window) are
+// skipped by that warp. The cache row of each key is looked up once per tile, one tile
+// ahead of its copy, so the block-table read never stalls the pipeline.
+//
+// Query tiles are aligned to the end of their sequence (the partial one is the first,
+// the cheapest). With host copies of the lengths the blocks follow a work list of
+// (sequence, tile) items sorted by keys, most first (causal load balance, and no block
+// for a sequence's missing tiles: a step of 200 decode rows and one 8k-token chunk
+// would otherwise launch hundreds of thousands of empty blocks); without, the grid is
+// every (tile counted from the sequence's end, sequence) pair, tile-major, and blocks
+// past a sequence's tiles exit. Either way a block's KV head is the fastest index.
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <type_traits>
+
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/launch_check.h"
+
+namespace tachyon::cuda {
+namespace {
+
+constexpr int kRows = 128;  // rows (query, head) per block
+constexpr int kWarps = 8;   // 16 rows each
+constexpr int kThreads = 32 * kWarps;
+constexpr int kKeys = 64;  // keys per K/V tile
+
+template <int HD>
+struct FlashTraits {
+  // head_dim 256 keeps Q in shared memory: its 64 fragment registers next to the 128
+  // of O would spill.
+  static constexpr bool kQInRegs = HD <= 128;
+  static constexpr int kStages = HD <= 128 ? 3 : 2;
+  static constexpr int kMinBlocks = HD <= 64 ? 2 : 1;
+  static constexpr int kLd = HD + 8;      // shared row stride in elements (16-byte pad)
+  static constexpr int kChunks = HD / 8;  // 16-byte pieces per row
+  static constexpr int kTileElems = kKeys * kLd;
+  static constexpr int kLoadIters = (kKeys * kChunks + kThreads - 1) / kThreads;
+  static constexpr size_t kQBytes = size_t{kRows} * kLd * 2;           // Q, then the O staging
+  static constexpr size_t kStageBytes = size_t{2} * kTileElems * 2;    // K then V
+  static constexpr size_t kKeyRows = kQBytes + kStages * kStageBytes;  // int [2][kKeys]
+  static constexpr size_t kBytes = kKeyRows + size_t{2} * kKeys * sizeof(int);
+  static_assert(HD % 16 == 0, "head_dim a multiple of 16");
+  static_assert(kQBytes % 128 == 0 && kStageBytes % 128 == 0, "aligned buffers");
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, bypassing L1; zero-filled (nothing read) when !pred.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool pred) {
+  const int n = pred ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Waits until at most n of this thread's most recent groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, and
+// register i of lane l holds row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of it
+// (with .trans: column l / 4, rows 2 (l % 4) and 2 (l % 4) + 1).
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// d += a b for A 16x16 (row), B 16x8 (col), f32 accumulators. Lane l (g = l / 4,
+// t = l % 4): a = {(g, 2t..), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..)},
+// b = {(k 2t.., n g), (k 2t + 8.., n g)}, d = {(g, 2t), (g, 2t + 1), (g + 8, 2t),
+// (g + 8, 2t + 1)}.
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats as one register of T (lo in the low half: the lower column).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+}
+
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <typename T, int HD>
+__global__ void __launch_bounds__(kThreads, FlashTraits<HD>::kMinBlocks)
+    attention_flash_kernel(const AttentionArgs a, const int32_t* __restrict__ items,
+                           const int group, const int q_tile, const float scale_log2) {
+  using L = FlashTraits<HD>;
+  constexpr int kKSteps = HD / 16;    // k-steps of Q Kᵀ
+  constexpr int kOTiles = HD / 8;     // n-tiles of O
+  constexpr int kSTiles = kKeys / 8;  // n-tiles of S
+  constexpr int kChunks = L::kChunks;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* q_s = reinterpret_cast<T*>(smem);                         // [kRows][kLd]
+  T* kv_s = reinterpret_cast<T*>(smem + L::kQBytes);           // [kStages][K, V][kKeys][kLd]
+  int* key_rows = reinterpret_cast<int*>(smem + L::kKeyRows);  // [2][kKeys]
+
+  pdl_wait();  // qkv and the caches come from the previous kernels
+  const int item = static_cast<int>(blockIdx.x) / a.kv_heads;
+  const int kvh = static_cast<int>(blockIdx.x) - item * a.kv_heads;
+  int s, j;  // sequence, query tile counted from its end
+  if (items != nullptr) {
+    s = items[2 * item];
+    j = items[2 * item + 1];
+  } else {
+    j = item / a.num_seqs;
+    s = item - j * a.num_seqs;
+  }
+  const int q0 = a.query_start[s];
+  const int q_len = a.query_start[s + 1] - q0;
+  const int hi = q_len - j * q_tile;  // the tile is queries [tile0, hi) of the sequence
+  if (hi <= 0) return;
+  const int tile0 = max(0, hi - q_tile);
+  const int n_q = hi - tile0;
+  const int ctx = a.context_lens[s];
+  const int first_idx = ctx - q_len + tile0;  // cache index of the tile's first query
+  const int window = a.sliding_window;
+  const int k_begin = window > 0 ? max(0, first_idx - window + 1) : 0;
+  const int k_end = first_idx + n_q;  // one past the last query's own key
+  const int n_tiles = (k_end - k_begin + kKeys - 1) / kKeys;
+  const int used_rows = q_tile * group;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int w0 = warp * 16;
+  // The cache index of row r's query; rows past the tile repeat its last query (their
+  // results are never stored), which keeps the function monotone in r.
+  auto query_of = [&](int r) {
+    return first_idx + (r < used_rows ? min(r / group, n_q - 1) : n_q - 1);
+  };
+  const int qa = query_of(w0 + (lane >> 2));  // this lane's rows: g and g + 8
+  const int qb = query_of(w0 + (lane >> 2) + 8);
+  const int wq_lo = query_of(w0), wq_hi = query_of(w0 + 15);
+  const bool warp_live = w0 < used_rows && w0 / group < n_q;
+
+  // Q rows (zero for rows past the tile).
+  const T* qkv = static_cast<const T*>(a.qkv);
+  for (int i = tid; i < kRows * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i - r * kChunks;
+    const int qi = r / group;
+    const bool live = r < used_rows && qi < n_q;
+    const T* src = qkv;
+    if (live)
+      src += (int64_t{q0} + tile0 + qi) * a.qkv_cols +
+             int64_t{kvh * group + (r - qi * group)} * HD + c * 8;
+    cp_async_16(smem_u32(q_s + r * L::kLd + c * 8), src, live);
+  }
+  cp_async_commit();
+
+  // Key rows: key_rows[u & 1][k] is the cache row (block * kv_heads + kvh) * block_size
+  // + offset of key k of tile u, or -1 (past the keys, or a bad block-table entry).
+  const int32_t* table = a.block_tables + int64_t{s} * a.max_blocks;
+  const bool row_thread = tid < kKeys;
+  auto key_of = [&](int u) { return k_begin + u * kKeys + tid; };
+  auto fetch_block = [&](int u) {  // the table entry of this thread's key of tile u
+    const int key = key_of(u);
+    return u < n_tiles && key < k_end ? table[key / a.block_size] : 0;
+  };
+  auto put_key_row = [&](int u, int blk) {
+    const int key = key_of(u);
+    int row = -1;
+    if (key < k_end) {
+      if (blk >= 0 && blk < a.num_blocks)
+        row = (blk * a.kv_heads + kvh) * a.block_size + key % a.block_size;
+      else
+        report(a.err, kErrBlockTable);
+    }
+    key_rows[(u & 1) * kKeys + tid] = row;
+  };
+  const T* kc = static_cast<const T*>(a.k_cache);
+  const T* vc = static_cast<const T*>(a.v_cache);
+  auto issue_tile = [&](int u) {  // needs key_rows of tile u visible to every thread
+    T* ks = kv_s + (u % L::kStages) * 2 * L::kTileElems;
+    T* vs = ks + L::kTileElems;
+    const int* rows = key_rows + (u & 1) * kKeys;
+#pragma unroll
+    for (int p = 0; p < L::kLoadIters; ++p) {
+      const int i = tid + p * kThreads;
+      if (kKeys * kChunks % kThreads == 0 || i < kKeys * kChunks) {
+        const int r = i / kChunks, c = i - r * kChunks;
+        const int row = rows[r];
+        const int64_t off = row >= 0 ? int64_t{row} * HD + c * 8 : 0;
+        cp_async_16(smem_u32(ks + r * L::kLd + c * 8), kc + off, row >= 0);
+        cp_async_16(smem_u32(vs + r * L::kLd + c * 8), vc + off, row >= 0);
+      }
+    }
+  };
+
+  // Prologue: tiles 0 .. kStages - 2 in flight, the key rows of tile kStages - 1 ready.
+  static_assert(L::kStages == 2 || L::kStages == 3, "two key-row slots serve 3 stages");
+#pragma unroll
+  for (int u = 0; u < L::kStages - 1; ++u)
+    if (row_thread && u < n_tiles) put_key_row(u, fetch_block(u));
+  __syncthreads();
+#pragma unroll
+  for (int u = 0; u < L::kStages - 1; ++u) {
+    if (u < n_tiles) issue_tile(u);
+    cp_async_commit();
+  }
+  __syncthreads();  // tile 0's slot is read; tile 2's may overwrite it
+  if (row_thread && L::kStages - 1 < n_tiles)
+    put_key_row(L::kStages - 1, fetch_block(L::kStages - 1));
+  cp_async_wait<L::kStages - 2>();  // Q and tile 0
+  __syncthreads();
+
+  // Pointers for ldmatrix: Q (A operand) rows w0 + (l & 7) + 8 ((l >> 3) & 1), column
+  // 8 (l >> 4); K (B operand of Q Kᵀ, non-transposed) keys (l & 7) + 8 (l >> 4),
+  // column 8 ((l >> 3) & 1); V (B operand of P V, transposed) keys (l & 7) +
+  // 8 ((l >> 3) & 1), column 8 (l >> 4).
+  const uint32_t q_addr =
+      smem_u32(q_s + (w0 + (lane & 7) + ((lane >> 3) & 1) * 8) * L::kLd + (lane >> 4) * 8);
+  const int k_off = ((lane & 7) + (lane >> 4) * 8) * L::kLd + ((lane >> 3) & 1) * 8;
+  const int v_off = ((lane & 7) + ((lane >> 3) & 1) * 8) * L::kLd + (lane >> 4) * 8;
+
+  uint32_t qf[L::kQInRegs ? kKSteps : 1][4];
+  if constexpr (L::kQInRegs) {
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) ldsm_x4(q_addr + kk * 32, qf[kk]);
+  }
+
+  float o[kOTiles][4];
+#pragma unroll
+  for (int d = 0; d < kOTiles; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
+  float m_a = -INFINITY, m_b = -INFINITY;  // running max of raw scores, rows g and g + 8
+  float l_a = 0.f, l_b = 0.f;              // this lane's part of the running sums
+
+  for (int t = 0; t < n_tiles; ++t) {
+    cp_async_wait<L::kStages - 2>();  // tile t (this thread's part)
+    __syncthreads();                  // ... everyone's; tile t - 1's buffer is free
+    if (t + L::kStages - 1 < n_tiles) issue_tile(t + L::kStages - 1);
+    cp_async_commit();
+    const int next = t + L::kStages;  // key rows one tile ahead of their copy
+    const int next_blk = row_thread ? fetch_block(next) : 0;
+
+    const int kt = k_begin + t * kKeys;
+    const bool visible =
+        warp_live && kt <= wq_hi && (window <= 0 || kt + kKeys - 1 > wq_lo - window);
+    if (visible) {
+      const T* ks = kv_s + (t % L::kStages) * 2 * L::kTileElems;
+      const uint32_t k_addr = smem_u32(ks + k_off);
+      const uint32_t v_addr = smem_u32(ks + L::kTileElems + v_off);
+
+      float sc[kSTiles][4];
+#pragma unroll
+      for (int n = 0; n < kSTiles; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk) {
+        uint32_t qa4[4];
+        if constexpr (L::kQInRegs) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) qa4[i] = qf[kk][i];
+        } else {
+          ldsm_x4(q_addr + kk * 32, qa4);
+        }
+#pragma unroll
+        for (int np = 0; np < kSTiles / 2; ++np) {
+          uint32_t b[4];  // keys 16 np + 0..7 then 8..15; dims 16 kk + 0..7, 8..15
+          ldsm_x4(k_addr + (np * 16 * L::kLd + kk * 16) * 2, b);
+          mma_16816<T>(sc[2 * np], qa4, b[0], b[1]);
+          mma_16816<T>(sc[2 * np + 1], qa4, b[2], b[3]);
+        }
+      }
+
+      // Only tiles crossing a row's edge (diagonal, window start, the context's end).
+      const bool edge = kt + kKeys - 1 > wq_lo || (window > 0 && kt <= wq_hi - window);
+      if (edge) {
+#pragma unroll
+        for (int n = 0; n < kSTiles; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = kt + n * 8 + (lane & 3) * 2 + (e & 1);
+            const int q = e < 2 ? qa : qb;
+            if (key > q || (window > 0 && key <= q - window)) sc[n][e] = -INFINITY;
+          }
+      }
+
+      float mx_a = m_a, mx_b = m_b;
+#pragma unroll
+      for (int n = 0; n < kSTiles; ++n) {
+        mx_a = fmaxf(mx_a, fmaxf(sc[n][0], sc[n][1]));
+        mx_b = fmaxf(mx_b, fmaxf(sc[n][2], sc[n][3]));
+      }
+      // The four lanes of a quad hold one row.
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+      // A row with no visible key yet keeps max -inf: its p are 0 and nothing rescales.
+      const float base_a = mx_a == -INFINITY ? 0.f : mx_a * scale_log2;
+      const float base_b = mx_b == -INFINITY ? 0.f : mx_b * scale_log2;
+      const float alpha_a = mx_a == -INFINITY ? 1.f : exp2_approx(m_a * scale_log2 - base_a);
+      const float alpha_b = mx_b == -INFINITY ? 1.f : exp2_approx(m_b * scale_log2 - base_b);
+      m_a = mx_a;
+      m_b = mx_b;
+      l_a *= alpha_a;
+      l_b *= alpha_b;
+#pragma unroll
+      for (int d = 0; d < kOTiles; ++d) {
+        o[d][0] *= alpha_a;
+        o[d][1] *= alpha_a;
+        o[d][2] *= alpha_b;
+        o[d][3] *= alpha_b;
+      }
+#pragma unroll
+      for (int n = 0; n < kSTiles; ++n) {
+        sc[n][0] = exp2_approx(fmaf(sc[n][0], scale_log2, -base_a));
+        sc[n][1] = exp2_approx(fmaf(sc[n][1], scale_log2, -base_a));
+        sc[n][2] = exp2_approx(fmaf(sc[n][2], scale_log2, -base_b));
+        sc[n][3] = exp2_approx(fmaf(sc[n][3], scale_log2, -base_b));
+        l_a += sc[n][0] + sc[n][1];
+        l_b += sc[n][2] + sc[n][3];
+      }
+
+      // O += P V: the S accumulators of key tiles 2kk and 2kk + 1 are the A fragment of
+      // keys [16 kk, 16 kk + 16).
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk) {
+        const uint32_t pa[4] = {pack2<T>(sc[2 * kk][0], sc[2 * kk][1]),
+                                pack2<T>(sc[2 * kk][2], sc[2 * kk][3]),
+                                pack2<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                                pack2<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+#pragma unroll
+        for (int dp = 0; dp < HD / 16; ++dp) {
+          uint32_t b[4];  // dims 16 dp + 0..7 (keys 0..7, 8..15), then dims 16 dp + 8..15
+          ldsm_x4_trans(v_addr + (kk * 16 * L::kLd + dp * 16) * 2, b);
+          mma_16816<T>(o[2 * dp], pa, b[0], b[1]);
+          mma_16816<T>(o[2 * dp + 1], pa, b[2], b[3]);
+        }
+      }
+    }
+    // Published by the next iteration's barrier; its slot was last read by the issue of
+    // tile next - 2, before this iteration's barrier.
+    if (row_thread && next < n_tiles) put_key_row(next, next_blk);
+  }
+  pdl_launch_dependents();
+  cp_async_wait<0>();
+  if (!warp_live) return;  // no barrier below: each warp finishes its own rows
+
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+  const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f;
+  const float inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
+  // O through the warp's own rows of the Q buffer (only this warp reads them), then out
+  // in 16-byte pieces: whole rows per lane group, coalesced.
+  __syncwarp();
+  {
+    T* ra = q_s + (w0 + (lane >> 2)) * L::kLd + (lane & 3) * 2;
+    T* rb = ra + 8 * L::kLd;
+#pragma unroll
+    for (int d = 0; d < kOTiles; ++d) {
+      *reinterpret_cast<uint32_t*>(ra + d * 8) = pack2<T>(o[d][0] * inv_a, o[d][1] * inv_a);
+      *reinterpret_cast<uint32_t*>(rb + d * 8) = pack2<T>(o[d][2] * inv_b, o[d][3] * inv_b);
+    }
+  }
+  __syncwarp();
+  T* out = static_cast<T*>(a.out);
+  const int64_t out_cols = int64_t{a.heads} * HD;
+#pragma unroll
+  for (int i = lane; i < 16 * kChunks; i += 32) {
+    const int r = w0 + i / kChunks, c = i % kChunks;
+    const int qi = r / group;
+    if (r < used_rows && qi < n_q) {
+      const int64_t tok = int64_t{q0} + tile0 + qi;
+      const int h = kvh * group + (r - qi * group);
+      *reinterpret_cast<uint4*>(out + tok * out_cols + int64_t{h} * HD + c * 8) =
+          *reinterpret_cast<const uint4*>(q_s + r * L::kLd + c * 8);
+    }
+  }
+}
+
+// The largest dynamic shared memory a block may opt into on the current device.
+int max_smem_optin() {
+  static std::atomic<int> cache[64];  // per device + 1; 0: not read yet
+  int dev = 0;
+  TACHYON_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= 64) return 0;
+  int v = cache[dev].load(std::memory_order_relaxed);
+  if (v == 0) {
+    TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    cache[dev].store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+size_t smem_bytes(int head_dim) {
+  switch (head_dim) {
+    case 64:
+      return FlashTraits<64>::kBytes;
+    case 80:
+      return FlashTraits<80>::kBytes;
+    case 96:
+      return FlashTraits<96>::kBytes;
+    case 128:
+      return FlashTraits<128>::kBytes;
+    case 256:
+      return FlashTraits<256>::kBytes;
+    default:
+      return 0;
+  }
+}
+
+int64_t dense_blocks(const AttentionArgs& a) {
+  const int q_tile = attention_flash_q_tile(a);
+  return (int64_t{a.max_query_len} + q_tile - 1) / q_tile * a.num_seqs * a.kv_heads;
+}
+
+template <typename T, int HD>
+void launch_hd(const AttentionArgs& a, const int32_t* items, int32_t num_items,
+               cudaStream_t stream) {
+  using L = FlashTraits<HD>;
+  auto kernel = attention_flash_kernel<T, HD>;
+  // The attribute is per device (context): raised once on each.
+  static std::atomic<uint64_t> raised{0};
+  int dev = 0;
+  TACHYON_CUDA_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = uint64_t{1} << (dev & 63);
+  if ((raised.load(std::memory_order_relaxed) & bit) == 0) {
+    TACHYON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(L::kBytes)));
+    raised.fetch_or(bit, std::memory_order_relaxed);
+  }
+  const int group = a.heads / a.kv_heads;
+  const float log2e = 1.4426950408889634f;
+  const int64_t blocks = items != nullptr ? int64_t{num_items} * a.kv_heads : dense_blocks(a);
+  if (blocks == 0) return;
+  launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), L::kBytes, stream, a,
+                items, group, kRows / group, a.scale * log2e);
+}
+
+template <typename T>
+void launch_typed(const AttentionArgs& a, const int32_t* items, int32_t num_items,
+                  cudaStream_t stream) {
+  switch (a.head_dim) {
+    case 64:
+      return launch_hd<T, 64>(a, items, num_items, stream);
+    case 80:
+      return launch_hd<T, 80>(a, items, num_items, stream);
+    case 96:
+      return launch_hd<T, 96>(a, items, num_items, stream);
+    case 128:
+      return launch_hd<T, 128>(a, items, num_items, stream);
+    default:
+      return launch_hd<T, 256>(a, items, num_items, stream);
+  }
+}
+
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+}  // namespace
+
+int attention_flash_q_tile(const AttentionArgs& a) {
+  return kRows / (a.heads / a.kv_heads);
+}
+
+void attention_flash_items(const AttentionArgs& a, const int32_t* query_start,
+                           const int32_t* context_lens, std::vector<int32_t>& items) {
+  struct Item {
+    int32_t keys, s, j;
+  };
+  const int q_tile = attention_flash_q_tile(a);
+  std::vector<Item> work;
+  for (int32_t s = 0; s < a.num_seqs; ++s) {
+    const int32_t q_len = query_start[s + 1] - query_start[s];
+    for (int32_t j = 0; j * q_tile < q_len; ++j)  // keys up to the tile's last query
+      work.push_back({context_lens[s] - j * q_tile, s, j});
+  }
+  std::sort(work.begin(), work.end(), [](const Item& x, const Item& y) {
+    if (x.keys != y.keys) return x.keys > y.keys;
+    return x.s != y.s ? x.s < y.s : x.j < y.j;
+  });
+  items.resize(2 * work.size());
+  for (size_t i = 0; i < work.size(); ++i) {
+    items[2 * i] = work[i].s;
+    items[2 * i + 1] = work[i].j;
+  }
+}
+
+bool attention_flash_supports(const AttentionArgs& a) {
+  if (a.type != DType::kBF16 && a.type != DType::kF16) return false;
+  if (a.softcap > 0.f || a.alibi_slopes != nullptr || !(a.scale > 0.f)) return false;
+  if (a.kv_heads <= 0 || a.heads % a.kv_heads != 0 || a.heads / a.kv_heads > kRows) return false;
+  const size_t smem = smem_bytes(a.head_dim);
+  if (smem == 0) return false;
+  if (!aligned16(a.qkv) || !aligned16(a.k_cache) || !aligned16(a.v_cache) || !aligned16(a.out) ||
+      a.qkv_cols % 8 != 0)
+    return false;
+  // Cache rows are int32 in the kernel.
+  if (a.block_size <= 0 || int64_t{a.num_blocks} * a.kv_heads * a.block_size > INT_MAX)
+    return false;
+  if (a.max_query_len <= 0 || dense_blocks(a) > INT_MAX) return false;
+  return smem <= static_cast<size_t>(max_smem_optin());
+}
+
+bool launch_attention_flash(const AttentionArgs& a, const int32_t* items, int32_t num_items,
+                            cudaStream_t stream) {
+  if (!attention_flash_supports(a)) return false;
+  if (a.tokens == 0 || a.num_seqs == 0) return true;
+  if (a.type == DType::kBF16)
+    launch_typed<bf16_t>(a, items, num_items, stream);
+  else
+    launch_typed<f16_t>(a, items, num_items, stream);
+  return true;
+}
+
+}  // namespace tachyon::cuda
