@@ -514,7 +514,7 @@ int layout_bytes(int head_dim) {
 int choose_splits(int64_t pairs, int64_t ctx, int64_t slots, int num_sms, int64_t key_bytes,
                   int64_t rows_per_item, int head_dim) {
   constexpr double kBwPerSm = 30e3;  // bytes per µs (about 4 TB/s over 132 SMs)
-  constexpr double kLatency = 2.5;   // µs, memory latency under load
+  constexpr double kLatency = 3.0;   // µs, memory latency under load (conservative)
   constexpr double kStartup = 1.0;   // µs per wave: metadata and first tiles
   constexpr double kMerge = 2.0;     // µs: the merge kernel's own latency
   const double bw = kBwPerSm * std::max(num_sms, 1);
