@@ -11,9 +11,14 @@
 // between the two (the benchmark fails when they disagree). Lines starting with
 // "RESULT" are for scripts (bench/gpu/llama8b.sh).
 //
+// The op breakdown ends with decode attention timed on the device (CUDA events around
+// a recorded graph of back-to-back calls on caches that do not fit in L2); --attn-only
+// runs just that, at the config's attention shape, without building a model.
+//
 // Usage: tachyon_gpu_bench [--config CONFIG.json] [--dtype bf16|f16|f32] [--quick]
 //                          [--dir WORKDIR] [--prefill SxL,...] [--decode B,...]
-//                          [--ctx C] [--no-ops] [--profile-steps] [--keep-model]
+//                          [--ctx C] [--no-ops] [--attn-only] [--profile-steps]
+//                          [--keep-model]
 // --profile-steps: only the steps profile_steps() describes (for ncu).
 // --keep-model: keep the random checkpoint in DIR for the next run (and use one kept).
 #include <algorithm>
@@ -23,6 +28,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -31,6 +37,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -235,6 +242,121 @@ void op_breakdown(DType dtype, const Dims& dm) {
   }
 }
 
+// Decode attention alone (one query per sequence, block size 16, the blocks of each
+// sequence scattered over the pool), timed on the device: CUDA events around replays
+// of a graph of kCalls back-to-back attention calls, call i on cache i % copies, the
+// copies together over kRotateBytes so that K/V come from memory as in a real step
+// (every layer has its own cache; the L2 holds 60 MB). Reports µs per call and the K/V
+// bytes read per second.
+void decode_attention_bench(DType dtype, const Dims& dm) {
+  if (dtype != DType::kBF16 && dtype != DType::kF16) return;
+  CudaBackendOptions o;
+  o.dtype = dtype;
+  cuda::CudaBackend be(o);
+  using K = cuda::CudaBackend::AttentionKernel;
+  constexpr int kCalls = 50, kReps = 5;
+  constexpr double kRotateBytes = 512e6;
+  const int32_t hd = static_cast<int32_t>(dm.head_dim);
+  const int32_t nh = static_cast<int32_t>(dm.heads), nkv = static_cast<int32_t>(dm.kv_heads);
+  const QkvLayout layout{nh, nkv, hd};
+  const int64_t es = static_cast<int64_t>(dtype_size(dtype));
+  std::mt19937 rng(5);
+  // Random values copied over every cache (drawing gigabytes on the host takes minutes).
+  const int64_t pattern_elems = int64_t{1} << 22;
+  Tensor pattern = random_device(be, {pattern_elems}, dtype, rng);
+  auto fill = [&](Tensor& t) {
+    const int64_t bytes = t.numel() * es, chunk = pattern_elems * es;
+    for (int64_t off = 0; off < bytes; off += chunk)
+      TACHYON_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(t.raw()) + off, pattern.raw(),
+                                         static_cast<size_t>(std::min(chunk, bytes - off)),
+                                         cudaMemcpyDeviceToDevice, be.stream()));
+  };
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  TACHYON_CUDA_CHECK(cudaEventCreate(&e0));
+  TACHYON_CUDA_CHECK(cudaEventCreate(&e1));
+  std::printf("\ndecode attention on the device (%d heads, %d KV heads, head_dim %d, %s)\n", nh,
+              nkv, hd, std::string(dtype_name(dtype)).c_str());
+  std::printf("%-22s %10s %9s %8s %7s\n", "seqs x ctx", "us", "TB/s", "splits", "caches");
+  struct Sh {
+    int32_t seqs, ctx;
+  };
+  for (Sh sh :
+       {Sh{64, 1024}, Sh{128, 1024}, Sh{256, 2048}, Sh{8, 4096}, Sh{1, 32768}, Sh{1, 1024}}) {
+    const int32_t bs = 16, blocks_each = (sh.ctx + bs - 1) / bs;
+    const int64_t blocks = int64_t{sh.seqs} * blocks_each;
+    const double kv_bytes = 2.0 * sh.seqs * sh.ctx * nkv * hd * es;
+    const int copies = static_cast<int>(
+        std::clamp<double>(std::ceil(kRotateBytes / kv_bytes), 2.0, double{kCalls}));
+    std::vector<LayerKvCache> caches(static_cast<size_t>(copies));
+    for (LayerKvCache& c : caches) {
+      c.k = be.alloc({blocks, nkv, bs, hd}, dtype);
+      c.v = be.alloc({blocks, nkv, bs, hd}, dtype);
+      fill(c.k);
+      fill(c.v);
+    }
+    std::vector<int32_t> perm(static_cast<size_t>(blocks));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<int32_t> qs = {0}, ctx(static_cast<size_t>(sh.seqs), sh.ctx);
+    for (int32_t s = 0; s < sh.seqs; ++s) qs.push_back(s + 1);
+    AttentionMeta meta;
+    meta.query_start = be.upload_i32(qs.data(), static_cast<int64_t>(qs.size()));
+    meta.context_lens = be.upload_i32(ctx.data(), static_cast<int64_t>(ctx.size()));
+    meta.block_tables = be.upload_i32(perm.data(), blocks);
+    meta.num_seqs = sh.seqs;
+    meta.max_blocks_per_seq = blocks_each;
+    meta.max_query_len = 1;
+    meta.max_context_len = sh.ctx;
+    meta.host_query_start = &qs;
+    meta.host_context_lens = &ctx;
+    AttentionParams p;
+    p.scale = 1.f / std::sqrt(static_cast<float>(hd));
+    Tensor qkv = random_device(be, {sh.seqs, layout.row_cols()}, dtype, rng);
+    Tensor out = be.alloc({sh.seqs, layout.q_cols()}, dtype);
+    be.set_attention_kernel(K::kDecode);
+    for (const LayerKvCache& c : caches) be.attention(qkv, layout, c, meta, p, out);
+    be.synchronize();
+    if (be.last_attention_kernel() != K::kDecode) {
+      std::printf("%4d x %-15d the decode kernel does not apply\n", sh.seqs, sh.ctx);
+      continue;
+    }
+    std::unique_ptr<DeviceGraph> graph = be.record([&] {
+      for (int i = 0; i < kCalls; ++i) be.attention(qkv, layout, caches[i % copies], meta, p, out);
+    });
+    if (!graph || !graph->replay()) {
+      std::printf("%4d x %-15d recording the graph failed\n", sh.seqs, sh.ctx);
+      continue;
+    }
+    be.synchronize();
+    TACHYON_CUDA_CHECK(cudaEventRecord(e0, be.stream()));
+    for (int r = 0; r < kReps; ++r) graph->replay();
+    TACHYON_CUDA_CHECK(cudaEventRecord(e1, be.stream()));
+    TACHYON_CUDA_CHECK(cudaEventSynchronize(e1));
+    be.synchronize();
+    float ms = 0.f;
+    TACHYON_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    const double us = 1e3 * ms / (kReps * kCalls);
+    cuda::AttentionArgs a;
+    a.type = dtype;
+    a.heads = nh;
+    a.kv_heads = nkv;
+    a.head_dim = hd;
+    a.block_size = bs;
+    a.num_seqs = sh.seqs;
+    a.tokens = sh.seqs;
+    a.max_query_len = 1;
+    a.max_context_len = sh.ctx;
+    const cuda::AttentionPlan plan = cuda::plan_attention_decode(a, be.num_sms());
+    std::printf("%4d x %-15d %10.2f %9.3f %8d %7d\n", sh.seqs, sh.ctx, us, kv_bytes / us / 1e6,
+                plan.num_splits, copies);
+    std::printf("RESULT decode_attn_%dx%d_us %.2f tbs %.3f splits %d\n", sh.seqs, sh.ctx, us,
+                kv_bytes / us / 1e6, plan.num_splits);
+  }
+  be.set_attention_kernel(K::kAuto);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+}
+
 std::vector<int32_t> parse_ints(const std::string& s, char sep = ',') {
   std::vector<int32_t> v;
   size_t i = 0;
@@ -309,7 +431,7 @@ Tensor decode_logits(Model& model, const Seqs& q) {
 int run(int argc, char** argv) {
   std::string config_path, dir = (fs::temp_directory_path() / "tachyon_gpu_bench").string();
   std::string dtype_name_s = "bf16", prefill_s, decode_s;
-  bool quick = false, ops = true, profile = false, keep = false;
+  bool quick = false, ops = true, attn_only = false, profile = false, keep = false;
   int32_t decode_ctx = 512;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -329,6 +451,8 @@ int run(int argc, char** argv) {
       quick = true;
     else if (a == "--no-ops")
       ops = false;
+    else if (a == "--attn-only")
+      attn_only = true;
     else if (a == "--profile-steps")
       profile = true;
     else if (a == "--keep-model")
@@ -353,6 +477,10 @@ int run(int argc, char** argv) {
       cj.contains("num_key_value_heads") ? cj["num_key_value_heads"].get<int64_t>() : heads,
       cj.contains("head_dim") ? cj["head_dim"].get<int64_t>() : hidden / heads,
       cj["vocab_size"].get<int64_t>()};
+  if (attn_only) {
+    decode_attention_bench(*dtype, dims);
+    return 0;
+  }
   const std::string model_dir = dir + "/model";
   double t0 = now_s();
   RandomModelOptions ro;
@@ -511,7 +639,10 @@ int run(int argc, char** argv) {
                 static_cast<long long>(decoder->graph_replays()),
                 static_cast<long long>(decoder->graph_records()));
   model.reset();
-  if (ops) op_breakdown(*dtype, dims);
+  if (ops) {
+    op_breakdown(*dtype, dims);
+    decode_attention_bench(*dtype, dims);
+  }
   if (!agree) {
     std::fprintf(stderr, "tachyon_gpu_bench: graph and eager decode logits disagree\n");
     return 2;

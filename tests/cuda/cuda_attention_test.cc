@@ -2,14 +2,19 @@
 // (the split-K path), mixed batches; head_dim 64..256; GQA ratios 1, 4, 8 and MQA;
 // block boundaries (odd block sizes); sliding window, softcapping, ALiBi. Every case
 // runs through each kernel that applies to it; the Flash* cases are shaped around the
-// FlashAttention-2 kernel's tiles (128 rows of query x head, 64 keys).
+// FlashAttention-2 kernel's tiles (128 rows of query x head, 64 keys), and the decode
+// kernel's own cases (tile, split and pipeline edges, the Llama-3-8B shape, long
+// contexts, many sequences, several queries per sequence, bucketed context hints, bad
+// block ids) follow the general ones.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
+#include "backend/cuda/kernels.h"
 #include "backend/ops.h"
+#include "core/error.h"
 #include "cuda/cuda_test_util.h"
 
 namespace tachyon::cuda_test {
@@ -34,6 +39,11 @@ struct AttnCase {
   // No host copies of the lengths in the metadata (the flash kernel then runs its dense
   // grid instead of a work list; the gemm path does not apply).
   bool no_host_lens = false;
+  // Fill the whole cache with random values directly (instead of writing the cached
+  // tokens through write_kv): fast enough for contexts of many thousand tokens.
+  bool direct_cache = false;
+  // > 0: the max_context_len hint (a bucketed bound, as in CUDA-graph replay).
+  int32_t ctx_hint = 0;
 };
 
 using Kernel = cuda::CudaBackend::AttentionKernel;
@@ -55,6 +65,21 @@ const char* kernel_name(Kernel k) {
   }
 }
 
+// Uniform values in [-1.7, 1.7) (about unit variance) from a counter hash: quick for
+// caches of a hundred million elements.
+inline Tensor fast_uniform(const Shape& shape, uint64_t seed) {
+  Tensor t = Tensor::empty(shape, DType::kF32);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    uint64_t z = seed + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    p[i] = (static_cast<float>(z >> 40) * (1.f / 16777216.f) - 0.5f) * 3.4f;
+  }
+  return t;
+}
+
 class CudaAttentionTest : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
@@ -65,6 +90,8 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
     rng_.seed(99);
   }
 
+  // Runs the case through every kernel that applies (ran() says which did), then once
+  // with the automatic choice (auto_ran_).
   void run(const AttnCase& c) {
     const QkvLayout layout{c.heads, c.kv_heads, c.head_dim};
     const int32_t bs = c.block_size;
@@ -102,15 +129,22 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
       ctx.push_back(c.seqs[s].cached + c.seqs[s].q_len);
     }
     const Shape cache_shape = {total_blocks, c.kv_heads, bs, c.head_dim};
-    Tensor zero = Tensor::zeros(cache_shape, DType::kF32);
-    LayerKvCache ref{zero.clone(), zero.clone()};
-    LayerKvCache g{to_gpu(*gpu_, zero, dt_), to_gpu(*gpu_, zero, dt_)};
+    LayerKvCache ref, g;
+    if (c.direct_cache) {
+      ref = {rounded(fast_uniform(cache_shape, rng_()), dt_),
+             rounded(fast_uniform(cache_shape, rng_()), dt_)};
+      g = {to_gpu(*gpu_, ref.k, dt_), to_gpu(*gpu_, ref.v, dt_)};
+    } else {
+      Tensor zero = Tensor::zeros(cache_shape, DType::kF32);
+      ref = {zero.clone(), zero.clone()};
+      g = {to_gpu(*gpu_, zero, dt_), to_gpu(*gpu_, zero, dt_)};
+    }
     auto host_i32 = [](const std::vector<int32_t>& v) {
       Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kI32);
       std::copy(v.begin(), v.end(), t.data<int32_t>());
       return t;
     };
-    if (!pre_slots.empty()) {
+    if (!pre_slots.empty() && !c.direct_cache) {
       Tensor pre =
           rounded(randn({static_cast<int64_t>(pre_slots.size()), layout.row_cols()}, rng_), dt_);
       cpu_->write_kv(pre, layout, host_i32(pre_slots), ref);
@@ -148,7 +182,7 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
       m->num_seqs = S;
       m->max_blocks_per_seq = max_blocks;
       m->max_query_len = max_q;
-      m->max_context_len = max_ctx;
+      m->max_context_len = std::max(max_ctx, c.ctx_hint);
     }
     Tensor out_ref = Tensor::empty({T, layout.q_cols()}, DType::kF32);
     cpu_->attention(qkv, layout, ref, mh, p, out_ref);
@@ -181,6 +215,37 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
     run(c);
     if (dt_ != DType::kF32) {
       EXPECT_TRUE(ran(Kernel::kFlash)) << c.name;
+    }
+  }
+
+  // The decode kernel's plan for the case's shape (what it splits the keys by).
+  cuda::AttentionPlan decode_plan(const AttnCase& c) const {
+    cuda::AttentionArgs a;
+    a.type = dt_;
+    a.heads = c.heads;
+    a.kv_heads = c.kv_heads;
+    a.head_dim = c.head_dim;
+    a.block_size = c.block_size;
+    a.num_seqs = static_cast<int32_t>(c.seqs.size());
+    for (const SeqSpec& q : c.seqs) {
+      a.tokens += q.q_len;
+      a.max_query_len = std::max(a.max_query_len, q.q_len);
+      a.max_context_len = std::max(a.max_context_len, q.cached + q.q_len);
+    }
+    a.max_context_len = std::max(a.max_context_len, c.ctx_hint);
+    return cuda::plan_attention_decode(a, gpu_->num_sms());
+  }
+
+  // run() for a case the decode kernel must take (in bf16 and f16), with its plan.
+  void run_decode(const AttnCase& c) {
+    if (dt_ != DType::kF32) {
+      const cuda::AttentionPlan p = decode_plan(c);
+      std::printf("  %s: decode plan %d split(s) of %d keys\n", c.name.c_str(), p.num_splits,
+                  p.num_splits > 1 ? p.split_keys : 0);
+    }
+    run(c);
+    if (dt_ != DType::kF32) {
+      EXPECT_TRUE(ran(Kernel::kDecode)) << c.name << ": the decode kernel did not run";
     }
   }
 
@@ -399,6 +464,183 @@ TEST_P(CudaAttentionTest, BatchInvariantSkipsFlash) {
   run({"batch invariant prefill", 8, 2, 128, 16, {{0, 100}, {50, 20}}});
   EXPECT_EQ(auto_ran_, Kernel::kSimple);
   EXPECT_EQ(ran_, std::vector<Kernel>{Kernel::kSimple});
+}
+
+// ---- the decode kernel (attention_decode.cu) ----------------------------------------
+
+#define TACHYON_SKIP_F32()                                                          \
+  do {                                                                              \
+    if (dt_ == DType::kF32) GTEST_SKIP() << "the decode kernel takes bf16 and f16"; \
+  } while (0)
+
+TEST_P(CudaAttentionTest, DecodeLlama8bShape) {
+  TACHYON_SKIP_F32();
+  AttnCase c{
+      "decode llama-3-8b 64 x 1024", 32, 8, 128, 16, std::vector<SeqSpec>(64, SeqSpec{1023, 1})};
+  c.direct_cache = true;
+  run_decode(c);
+}
+
+// Contexts at the edges of a 16-key tile, of a round of the 4 warps (64 keys), of the
+// pipeline (3 tiles per warp: 192 keys) and of the splits around them.
+TEST_P(CudaAttentionTest, DecodeContextEdges) {
+  TACHYON_SKIP_F32();
+  std::vector<SeqSpec> seqs;
+  for (int32_t ctx :
+       {1,   2,   15,  16,  17,  63,   64,   65,   127,  128,  129,  191,  192,  193, 255,
+        256, 257, 511, 512, 513, 1023, 1024, 1025, 2047, 2048, 2049, 4095, 4096, 4097})
+    seqs.push_back({ctx - 1, 1});
+  auto edges = [&](const std::string& name, int32_t heads, int32_t kv_heads, int32_t hd) {
+    AttnCase c{name, heads, kv_heads, hd, 16, seqs};
+    c.direct_cache = true;
+    run_decode(c);
+  };
+  for (int hd : {64, 128, 256}) edges("decode context edges hd " + std::to_string(hd), 8, 2, hd);
+  edges("decode context edges mha", 4, 4, 128);
+  edges("decode context edges group 8", 16, 2, 128);
+}
+
+// Contexts one below, at and one above the plan's split boundaries.
+TEST_P(CudaAttentionTest, DecodeSplitEdges) {
+  TACHYON_SKIP_F32();
+  for (int group : {1, 3, 4, 8}) {
+    for (int32_t max_ctx : {1000, group == 4 ? 4097 : 9000}) {
+      AttnCase c{
+          "decode split edges group " + std::to_string(group) + " ctx " + std::to_string(max_ctx),
+          2 * group,
+          2,
+          128,
+          16,
+          std::vector<SeqSpec>(24, SeqSpec{max_ctx - 1, 1})};
+      c.direct_cache = true;
+      const cuda::AttentionPlan p = decode_plan(c);
+      std::vector<int32_t> ctxs;
+      for (int k : {1, 2, p.num_splits - 1}) {
+        if (k < 1 || k >= p.num_splits) continue;
+        for (int d : {-1, 0, 1}) ctxs.push_back(k * p.split_keys + d);
+      }
+      const int32_t last = (p.num_splits - 1) * (p.num_splits > 1 ? p.split_keys : 0);
+      for (int d : {1, 15, 17, 64, 65, 193}) ctxs.push_back(last + d);
+      std::mt19937 r(static_cast<uint32_t>(max_ctx + group));
+      for (size_t i = 0; i + 1 < c.seqs.size(); ++i) {
+        const int32_t x = i < ctxs.size() ? ctxs[i] : 1 + static_cast<int32_t>(r() % max_ctx);
+        c.seqs[i] = {std::clamp(x, 1, max_ctx) - 1, 1};
+      }
+      run_decode(c);
+    }
+  }
+}
+
+TEST_P(CudaAttentionTest, DecodeLongContext) {
+  TACHYON_SKIP_F32();
+  AttnCase c{"decode 1 x 32768", 32, 8, 128, 16, {{32767, 1}}};
+  c.direct_cache = true;
+  run_decode(c);
+  AttnCase w{"decode 20000 + 5000, window 4096", 8, 2, 128, 16, {{19999, 1}, {4999, 1}}};
+  w.window = 4096;
+  w.direct_cache = true;
+  run_decode(w);
+  AttnCase sc{"decode 12000, softcap + alibi bf16", 8, 8, 64, 16, {{11999, 1}, {3000, 1}}};
+  sc.softcap = 5.f;
+  sc.alibi = true;
+  sc.alibi_bf16 = true;
+  sc.direct_cache = true;
+  run_decode(sc);
+}
+
+TEST_P(CudaAttentionTest, DecodeOddBlockSizes) {
+  TACHYON_SKIP_F32();
+  for (int bs : {1, 3, 5, 7, 24, 32, 48})
+    run_decode({"decode block " + std::to_string(bs),
+                8,
+                2,
+                128,
+                bs,
+                {{0, 1}, {15, 1}, {16, 1}, {63, 1}, {64, 1}, {200, 1}, {1100, 1}, {2500, 1}}});
+}
+
+// Sequences with several queries through the decode kernel (8 / group per pass).
+TEST_P(CudaAttentionTest, DecodeSeveralQueries) {
+  for (int group : {1, 2, 3, 4, 8})
+    run_decode({"decode several queries group " + std::to_string(group),
+                2 * group,
+                2,
+                128,
+                16,
+                {{100, 2}, {0, 9}, {33, 3}, {700, 17}, {5, 1}, {1500, 8}}});
+  AttnCase w{
+      "decode several queries, window 50, softcap", 8, 2, 64, 16, {{300, 7}, {20, 40}, {999, 3}}};
+  w.window = 50;
+  w.softcap = 3.f;
+  run_decode(w);
+  AttnCase al{"decode several queries, alibi bf16, block 7", 8, 8, 128, 7, {{77, 5}, {900, 2}}};
+  al.alibi = true;
+  al.alibi_bf16 = true;
+  run_decode(al);
+}
+
+TEST_P(CudaAttentionTest, DecodeManySequences) {
+  TACHYON_SKIP_F32();
+  std::mt19937 r(7);
+  std::vector<SeqSpec> seqs;
+  for (int i = 0; i < 320; ++i) seqs.push_back({static_cast<int32_t>(r() % 1200), 1});
+  AttnCase c{"decode 320 seqs, contexts 1..1200", 8, 2, 128, 16, seqs};
+  c.direct_cache = true;
+  run_decode(c);
+  seqs.resize(300);
+  AttnCase mha{"decode 300 seqs, mha hd 64", 4, 4, 64, 16, seqs};
+  mha.direct_cache = true;
+  run_decode(mha);
+}
+
+// A context hint above every real context (a CUDA-graph bucket): splits past a
+// sequence's end are empty and must not disturb the merge.
+TEST_P(CudaAttentionTest, DecodeBucketedContextHint) {
+  TACHYON_SKIP_F32();
+  AttnCase c{"decode contexts to 3000, hint 8192",  32, 8, 128, 16,
+             {{0, 1}, {99, 1}, {999, 1}, {2999, 1}}};
+  c.ctx_hint = 8192;
+  run_decode(c);
+  AttnCase one{"decode context 700, hint 32768", 8, 2, 128, 16, {{699, 1}}};
+  one.ctx_hint = 32768;
+  run_decode(one);
+}
+
+// A block id past the pool for a key the query needs is reported (and the step's
+// error raised on synchronisation); one past the context is not read.
+TEST_P(CudaAttentionTest, DecodeBadBlockIdReported) {
+  TACHYON_SKIP_F32();
+  using K = cuda::CudaBackend::AttentionKernel;
+  const QkvLayout layout{8, 2, 128};
+  const int32_t bs = 16, ctx = 40;
+  LayerKvCache g{to_gpu(*gpu_, randn({3, 2, bs, 128}, rng_), dt_),
+                 to_gpu(*gpu_, randn({3, 2, bs, 128}, rng_), dt_)};
+  Tensor qkv = to_gpu(*gpu_, randn({1, layout.row_cols()}, rng_), dt_);
+  const std::vector<int32_t> qs = {0, 1}, ctxs = {ctx};
+  AttentionParams p;
+  p.scale = 1.f / std::sqrt(128.f);
+  gpu_->set_attention_kernel(K::kDecode);
+  for (const std::vector<int32_t>& tables :
+       {std::vector<int32_t>{0, 1, 7, 2}, std::vector<int32_t>{0, -1, 2, 2},
+        std::vector<int32_t>{0, 1, 2, -1}}) {
+    AttentionMeta m;
+    m.query_start = to_gpu_i32(*gpu_, qs);
+    m.context_lens = to_gpu_i32(*gpu_, ctxs);
+    m.block_tables = to_gpu_i32(*gpu_, tables);
+    m.num_seqs = 1;
+    m.max_blocks_per_seq = 4;
+    m.max_query_len = 1;
+    m.max_context_len = ctx;
+    Tensor out = gpu_->alloc({1, layout.q_cols()}, dt_);
+    gpu_->attention(qkv, layout, g, m, p, out);
+    EXPECT_EQ(gpu_->last_attention_kernel(), K::kDecode);
+    if (tables[3] == -1)
+      EXPECT_NO_THROW(gpu_->synchronize());
+    else
+      EXPECT_THROW(gpu_->synchronize(), Internal);
+    EXPECT_NO_THROW(gpu_->synchronize());  // the error word was cleared
+  }
+  gpu_->set_attention_kernel(K::kAuto);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttentionTest,

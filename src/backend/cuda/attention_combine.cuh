@@ -1,9 +1,11 @@
 // The merge of split-key attention partials shared by the attention kernels: each split
 // leaves per (token, head) row its running max and exp-sum (part_ml, [splits, rows, 2])
-// and its unnormalised output (part_o, [splits, rows, hd]).
+// and its unnormalised output (part_o, [splits, rows, hd]). It waits for the kernel
+// before it (pdl_wait: a no-op unless launched with programmatic dependent launch).
 #pragma once
 
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace tachyon::cuda {
 
@@ -12,6 +14,8 @@ template <typename T>
 __global__ void combine_splits_kernel(const float* __restrict__ part_o,
                                       const float* __restrict__ part_ml, int splits, int64_t tokens,
                                       int heads, int hd, T* __restrict__ out) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t row = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   const int64_t rows = tokens * heads;

@@ -1,51 +1,60 @@
-// Paged attention for decode steps (FlashDecoding): a block owns (key split, KV head,
-// sequence) and computes all the group's query heads against each key it reads, so a
-// K/V row is read from memory once for the whole group. The block's four warps take
-// tiles of 32 keys in turn; in a tile, lane j holds key j's full K row in registers
-// (16-byte loads straight from the paged cache) and scores it against every query head
-// (queries pre-scaled in shared memory, read as broadcasts); an online softmax per head
-// and warp follows; then the tile's values are accumulated with lanes splitting the
-// head dimension (coalesced V reads, the probabilities broadcast from shared memory).
-// The warps merge in shared memory, and the key splits in a second kernel.
+// Paged attention for decode steps (FlashDecoding on the tensor cores). A block owns
+// (key split, KV head, sequence); its four warps stream the split's keys in tiles of
+// 16, tile i of the split going to warp i % 4. Each warp runs its own pipeline: it
+// copies its next tiles' K and V rows (16 bytes a lane, cp.async, zero-filled past the
+// keys it needs) into its own shared-memory stages, kStages deep, and computes on the
+// oldest one, so no block barrier sits in the key loop. Per tile, with the group's
+// (query, head) pairs as the 8 columns of the mma's N:
+//   Sᵀ[16 keys][8 cols] = K Qᵀ       (mma.sync m16n8k16; K by ldmatrix, Qᵀ in registers)
+//   online softmax per column in f32 (log2 domain; mask, scale, softcap, ALiBi)
+//   Oᵀ[hd][8 cols]     += Vᵀ Pᵀ      (Vᵀ by ldmatrix.trans; Pᵀ from Sᵀ by movmatrix)
+// P is rounded to the storage dtype for the mma and summed as rounded. The warps merge
+// in shared memory at the end; key splits, when the plan makes them, are merged by
+// combine_splits_kernel. Both kernels go through launch_kernel (programmatic dependent
+// launch).
 //
-// Sequences with more than one query token this step (the kernel is chosen on a host
-// hint) are handled one query after the other: correct, only slower.
+// Sequences with more than one query token this step are computed 8 / group queries at
+// a time (the columns of one pass), each pass streaming the keys again: correct, only
+// slower.
 #include <algorithm>
 #include <climits>
+#include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/attention_combine.cuh"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/launch_check.h"
 
 namespace tachyon::cuda {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kTile = 32;
-constexpr int kSplitUnit = kWarps * kTile;  // keys per split come in multiples of this
+constexpr int kThreads = 32 * kWarps;
+constexpr int kKeys = 16;                   // keys per warp tile (the mma's M)
+constexpr int kCols = 8;                    // (query, head) columns per pass (the mma's N)
+constexpr int kStages = 3;                  // tiles per warp in shared memory
+constexpr int kSplitUnit = kWarps * kKeys;  // keys per split come in multiples of this
+constexpr int kMaxSplits = 256;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 
-template <typename T, int kN>
-__device__ __forceinline__ void load_row(const T* src, float* dst) {
-  // kN elements (kN * sizeof(T) in {4, 8, 16} bytes, aligned).
-  if constexpr (kN * sizeof(T) == 16) {
-    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(src));
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < kN; ++i) dst[i] = to_f(e[i]);
-  } else if constexpr (kN * sizeof(T) == 8) {
-    const uint2 raw = __ldg(reinterpret_cast<const uint2*>(src));
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < kN; ++i) dst[i] = to_f(e[i]);
-  } else {
-    static_assert(kN * sizeof(T) == 4, "row piece of 4, 8 or 16 bytes");
-    const unsigned raw = __ldg(reinterpret_cast<const unsigned*>(src));
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < kN; ++i) dst[i] = to_f(e[i]);
-  }
-}
+// Shared memory: per warp kStages stages of [K tile | V tile], each tile 16 rows of
+// kHd elements with the 16-byte chunks of row r XOR-swizzled by r % 8 (ldmatrix reads
+// 8 rows of one logical chunk: 8 distinct bank groups). After its key loop a warp
+// reuses its own stages for its merge record: m[8], l[8], O[8][kLdo] floats.
+template <int kHd>
+struct DecodeLayout {
+  static constexpr int kChunks = kHd / 8;  // 16-byte chunks per row
+  static constexpr int kTileBytes = kKeys * kHd * 2;
+  static constexpr int kStageBytes = 2 * kTileBytes;
+  static constexpr int kWarpBytes = kStages * kStageBytes;
+  static constexpr int kBytes = kWarps * kWarpBytes;
+  static constexpr int kLdo = kHd + 4;  // floats; the fragment stores hit 32 banks
+  static_assert(kChunks % 8 == 0, "the swizzle permutes groups of 8 chunks");
+  static_assert((2 * kCols + kCols * kLdo) * 4 <= kWarpBytes, "merge record fits a warp's stages");
+};
 
 struct DecodePlan {
   int num_splits;
@@ -54,219 +63,486 @@ struct DecodePlan {
   float* part_ml;  // [splits, tokens, heads, 2]
 };
 
-// kHd: head_dim; kG: query heads per KV head rounded up (1, 2, 4 or 8).
-template <typename T, int kHd, int kG>
-__global__ void __launch_bounds__(kWarps * 32)
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, bypassing L1; zeros when !fill (nothing is read then).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool fill) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(fill ? 16 : 0)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// The transpose of an 8x8 b16 matrix held as an mma fragment (lane l: row l / 4,
+// columns 2 (l % 4) and 2 (l % 4) + 1), returned in the same fragment layout.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
+// c += a b for one m16n8k16 tile (row-major A, column-major B, f32 accumulators).
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// (lo, hi) rounded to T and packed (lo in the low half), and back.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ float2 unpack2(uint32_t u) {
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+  } else {
+    return __half22float2(*reinterpret_cast<const __half2*>(&u));
+  }
+}
+
+// Byte offset of element (row r, logical chunk c) of a swizzled tile.
+template <int kHd>
+__device__ __forceinline__ uint32_t tile_offset(int r, int c) {
+  return static_cast<uint32_t>(r * kHd + ((c ^ (r & 7)) << 3)) * 2u;
+}
+
+template <typename T, int kHd>
+__global__ void __launch_bounds__(kThreads)
     decode_kernel(const AttentionArgs a, const DecodePlan plan) {
-  constexpr int kVpl = kHd / 32;                       // head dims per lane in the PV product
-  constexpr int kEpp = 16 / sizeof(T);                 // elements per 16-byte piece of a K row
-  constexpr int kPieces = kHd / kEpp;                  // 16-byte pieces per K row
-  constexpr int kChunk = kPieces < 16 ? kPieces : 16;  // pieces in flight per lane
-  __shared__ __align__(16) float q_s[kG][kHd];
-  __shared__ __align__(16) float p_s[kWarps][kTile][kG];
-  __shared__ float o_s[kWarps][kG][kHd];
-  __shared__ float ml_s[kWarps][kG][2];
+  using L = DecodeLayout<kHd>;
+  constexpr int kSteps = kHd / 16;        // k-steps of K Qᵀ = m-tiles of Vᵀ Pᵀ
+  constexpr int kIters = L::kChunks / 2;  // 16-byte copies per lane per K (or V) tile
+  extern __shared__ __align__(128) unsigned char smem[];
+
+  pdl_wait();
+  pdl_launch_dependents();
 
   const int s = blockIdx.z, kvh = blockIdx.y, split = blockIdx.x;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g8 = lane >> 2, t4 = lane & 3;  // the fragments' row group and thread in group
   const int group = a.heads / a.kv_heads;
+  const int qpc = kCols / group;  // queries per pass
   const int q0 = a.query_start[s];
   const int q_len = a.query_start[s + 1] - q0;
   const int ctx = a.context_lens[s];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int bs = a.block_size;
+  const bool bs_pow2 = (bs & (bs - 1)) == 0;
+  const int bs_shift = __ffs(bs) - 1;
+  const bool general = a.softcap > 0.f || a.alibi_slopes != nullptr;
+  const float scale_log2 = a.scale * kLog2e;
   const T* qkv = static_cast<const T*>(a.qkv);
   const T* kc = static_cast<const T*>(a.k_cache);
   const T* vc = static_cast<const T*>(a.v_cache);
   const int32_t* table = a.block_tables + int64_t{s} * a.max_blocks;
+  unsigned char* wsm = smem + warp * L::kWarpBytes;
+  const uint32_t wsm_a = smem_u32(wsm);
 
-  for (int qi = 0; qi < q_len; ++qi) {
-    const int64_t t = int64_t{q0} + qi;
-    const int qidx = ctx - q_len + qi;  // cache index of this query
-    int k_begin = a.sliding_window > 0 ? max(0, qidx - a.sliding_window + 1) : 0;
-    int k_end = qidx + 1;
-    k_begin = max(k_begin, split * plan.split_keys);
-    if (split + 1 < plan.num_splits) k_end = min(k_end, (split + 1) * plan.split_keys);
+  for (int qt0 = 0; qt0 < q_len; qt0 += qpc) {
+    const int n_q = min(qpc, q_len - qt0);
+    const int n_cols = n_q * group;
+    const int first_idx = ctx - q_len + qt0;  // cache index of the pass's first query
+    // Keys [kb, ke) of this split that some query of the pass sees.
+    int kb = a.sliding_window > 0 ? max(0, first_idx - a.sliding_window + 1) : 0;
+    int ke = first_idx + n_q;
+    kb = max(kb, split * plan.split_keys);
+    if (split + 1 < plan.num_splits) ke = min(ke, (split + 1) * plan.split_keys);
+    const int t_first = kb / kKeys;
+    const int n_tiles = ke > kb ? (ke + kKeys - 1) / kKeys - t_first : 0;
+    const int n_mine = n_tiles > warp ? (n_tiles - warp + kWarps - 1) / kWarps : 0;
 
-    __syncthreads();  // the previous query is done with shared memory
-    for (int i = threadIdx.x; i < kG * kHd; i += blockDim.x) {
-      const int g = i / kHd, d = i - g * kHd;
-      float v = 0.f;
-      if (g < group) v = to_f(qkv[t * a.qkv_cols + int64_t{kvh * group + g} * kHd + d]) * a.scale;
-      q_s[g][d] = v;
-    }
-    __syncthreads();
-
-    float m[kG], l[kG], acc[kG][kVpl];
+    // Qᵀ as the B operand of Sᵀ = K Qᵀ: column g8, dims 16 k + 2 t4 (+1) and (+8, +9).
+    uint32_t qf[kSteps][2];
+    {
+      const bool live = g8 < n_cols;
+      const int qi = g8 / group;
+      const int h = kvh * group + (g8 - qi * group);
+      const int64_t base =
+          live ? ((int64_t{q0} + qt0 + qi) * a.qkv_cols + int64_t{h} * kHd) / 2 : 0;
+      const uint32_t* qp = reinterpret_cast<const uint32_t*>(qkv) + base;
 #pragma unroll
-    for (int g = 0; g < kG; ++g) {
-      m[g] = -INFINITY;
-      l[g] = 0.f;
-#pragma unroll
-      for (int v = 0; v < kVpl; ++v) acc[g][v] = 0.f;
-    }
-
-    for (int kt = k_begin + warp * kTile; kt < k_end; kt += kWarps * kTile) {
-      const int key = kt + lane;
-      int64_t off = -1;
-      if (key < k_end) {
-        const int blk = table[key / a.block_size];
-        if (blk >= 0 && blk < a.num_blocks)
-          off = ((int64_t{blk} * a.kv_heads + kvh) * a.block_size + key % a.block_size) * kHd;
-        else
-          report(a.err, kErrBlockTable);
+      for (int k = 0; k < kSteps; ++k) {
+        qf[k][0] = live ? qp[8 * k + t4] : 0u;
+        qf[k][1] = live ? qp[8 * k + 4 + t4] : 0u;
       }
-      float sc[kG];
+    }
+    // The accumulators' columns 2 t4 and 2 t4 + 1: their query's cache index, ALiBi slope.
+    int col_idx[2];
+    float col_slope[2] = {0.f, 0.f};
 #pragma unroll
-      for (int g = 0; g < kG; ++g) sc[g] = 0.f;
-      if (off >= 0) {
-        const uint4* kr = reinterpret_cast<const uint4*>(kc + off);
+    for (int jj = 0; jj < 2; ++jj) {
+      const int n = 2 * t4 + jj;
+      const int qi = n / group;
+      col_idx[jj] = first_idx + qi;
+      if (a.alibi_slopes != nullptr) col_slope[jj] = a.alibi_slopes[kvh * group + (n - qi * group)];
+    }
+
+    float m2[2] = {-INFINITY, -INFINITY};  // running max per column (log2 units)
+    float lsum[2] = {0.f, 0.f};            // this lane's share of the exp-sum per column
+    float acc[kSteps][4];                  // Oᵀ: rows 16 mt + g8 (+8), columns 2 t4 (+1)
 #pragma unroll
-        for (int c0 = 0; c0 < kPieces; c0 += kChunk) {
-          uint4 raw[kChunk];
+    for (int mt = 0; mt < kSteps; ++mt)
 #pragma unroll
-          for (int c = 0; c < kChunk; ++c) raw[c] = __ldg(kr + c0 + c);
-#pragma unroll
-          for (int c = 0; c < kChunk; ++c) {
-            const T* e = reinterpret_cast<const T*>(&raw[c]);
-            float kf[kEpp];
-#pragma unroll
-            for (int i = 0; i < kEpp; ++i) kf[i] = to_f(e[i]);
-#pragma unroll
-            for (int g = 0; g < kG; ++g) {
-              const float4* qv = reinterpret_cast<const float4*>(&q_s[g][(c0 + c) * kEpp]);
-#pragma unroll
-              for (int i4 = 0; i4 < kEpp / 4; ++i4) {
-                const float4 q4 = qv[i4];
-                sc[g] = fmaf(q4.x, kf[4 * i4], sc[g]);
-                sc[g] = fmaf(q4.y, kf[4 * i4 + 1], sc[g]);
-                sc[g] = fmaf(q4.z, kf[4 * i4 + 2], sc[g]);
-                sc[g] = fmaf(q4.w, kf[4 * i4 + 3], sc[g]);
-              }
-            }
-          }
+      for (int e = 0; e < 4; ++e) acc[mt][e] = 0.f;
+
+    auto tile_key0 = [&](int j) { return (t_first + warp + kWarps * j) * kKeys; };
+    // The block id for this lane's key (lane % 16) of the warp's tile j (-1 when not
+    // needed or past the table) and the key's slot in its block. The table load is
+    // issued an iteration before its use.
+    auto fetch = [&](int j, int& blk, int& within) {
+      blk = -1;
+      within = 0;
+      const int key = tile_key0(j) + (lane & 15);
+      if (j < n_mine && key >= kb && key < ke) {
+        int bi;
+        if (bs_pow2) {
+          bi = key >> bs_shift;
+          within = key & (bs - 1);
+        } else {
+          bi = key / bs;
+          within = key - bi * bs;
         }
+        blk = bi < a.max_blocks ? __ldg(table + bi) : -1;
+      }
+    };
+    // Queues the copies of tile j into `stage`; returns the tile's mask of keys with
+    // data (bit i: key i is needed and its block id is valid).
+    auto issue = [&](int j, int blk, int within, int stage) -> uint32_t {
+      const int key = tile_key0(j) + (lane & 15);
+      const bool need = j < n_mine && key >= kb && key < ke;
+      const bool good = blk >= 0 && blk < a.num_blocks;
+      if (__ballot_sync(0xffffffffu, need && !good) != 0u && lane == 0)
+        report(a.err, kErrBlockTable);
+      const int row = need && good ? (blk * a.kv_heads + kvh) * bs + within : -1;
+      const uint32_t mask = __ballot_sync(0xffffffffu, row >= 0) & 0xffffu;
+      if (j < n_mine) {
+        const uint32_t k_dst = wsm_a + static_cast<uint32_t>(stage * L::kStageBytes);
+        const uint32_t v_dst = k_dst + L::kTileBytes;
 #pragma unroll
-        for (int g = 0; g < kG; ++g) {
-          if (a.softcap > 0.f) sc[g] = a.softcap * tanhf(sc[g] / a.softcap);
-          if (a.alibi_slopes != nullptr && g < group) {
-            float b = a.alibi_slopes[kvh * group + g] * static_cast<float>(key);
+        for (int i = 0; i < kIters; ++i) {
+          const int q = i * 32 + lane;
+          const int r = q / L::kChunks, c = q % L::kChunks;
+          const int src = __shfl_sync(0xffffffffu, row, r);
+          const int64_t off = src >= 0 ? int64_t{src} * kHd + c * 8 : 0;
+          const uint32_t dst = tile_offset<kHd>(r, c);
+          cp_async16(k_dst + dst, kc + off, src >= 0);
+          cp_async16(v_dst + dst, vc + off, src >= 0);
+        }
+      }
+      return mask;
+    };
+    auto compute = [&](int j, int stage, uint32_t mask) {
+      const uint32_t k_s = wsm_a + static_cast<uint32_t>(stage * L::kStageBytes);
+      const uint32_t v_s = k_s + L::kTileBytes;
+      // Sᵀ = K Qᵀ, even and odd k-steps in two accumulators (a shorter chain).
+      float sa[4] = {0.f, 0.f, 0.f, 0.f}, sb[4] = {0.f, 0.f, 0.f, 0.f};
+      {
+        const int r = lane & 15;
+#pragma unroll
+        for (int k = 0; k < kSteps; ++k) {
+          uint32_t af[4];
+          ldsm_x4(k_s + tile_offset<kHd>(r, 2 * k + (lane >> 4)), af);
+          if (k & 1)
+            mma_16816<T>(sb, af, qf[k][0], qf[k][1]);
+          else
+            mma_16816<T>(sa, af, qf[k][0], qf[k][1]);
+        }
+      }
+      // Element e: key g8 + 8 (e / 2) of the tile, column 2 t4 + e % 2.
+      const int key0 = tile_key0(j);
+      float sc[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int jj = e & 1, kr = g8 + 8 * (e >> 1);
+        const int key = key0 + kr;
+        const bool ok = ((mask >> kr) & 1u) != 0u && key <= col_idx[jj] &&
+                        (a.sliding_window <= 0 || key > col_idx[jj] - a.sliding_window);
+        float x = sa[e] + sb[e];
+        if (general) {
+          x *= a.scale;
+          if (a.softcap > 0.f) x = a.softcap * tanhf(x / a.softcap);
+          if (a.alibi_slopes != nullptr) {
+            float b = col_slope[jj] * static_cast<float>(key);
             if (a.alibi_bias_bf16) b = round_to<bf16_t>(b);
-            sc[g] += a.alibi_scale * b;
+            x += a.alibi_scale * b;
           }
+          x *= kLog2e;
+        } else {
+          x *= scale_log2;
         }
+        sc[e] = ok ? x : -INFINITY;
       }
-      const bool valid = off >= 0;
+      // Online softmax; a column's 16 keys are spread over the 8 lanes of one t4.
+      float alpha[2], p[4];
 #pragma unroll
-      for (int g = 0; g < kG; ++g) {
-        const float sg = valid ? sc[g] : -INFINITY;
-        const float m_new = fmaxf(m[g], warp_max(sg));
-        const float p = valid ? __expf(sg - m_new) : 0.f;
-        const float alpha = m[g] == -INFINITY ? 0.f : __expf(m[g] - m_new);
-        l[g] = l[g] * alpha + warp_sum(p);
-        m[g] = m_new;
-#pragma unroll
-        for (int v = 0; v < kVpl; ++v) acc[g][v] *= alpha;
-        p_s[warp][lane][g] = p;
+      for (int jj = 0; jj < 2; ++jj) {
+        float mx = fmaxf(sc[jj], sc[jj + 2]);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        const float m_new = fmaxf(m2[jj], mx);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;
+        alpha[jj] = ex2(m2[jj] - m_use);
+        m2[jj] = m_new;
+        p[jj] = ex2(sc[jj] - m_use);
+        p[jj + 2] = ex2(sc[jj + 2] - m_use);
       }
-      __syncwarp();
-      // Values: 8 keys' rows in flight at a time, lanes over the head dimension.
-      const int n_keys = min(kTile, k_end - kt);
-      for (int j0 = 0; j0 < n_keys; j0 += 8) {
-        float vf[8][kVpl];
+      const uint32_t p_lo = pack2<T>(p[0], p[1]);  // key g8: columns 2 t4, 2 t4 + 1
+      const uint32_t p_hi = pack2<T>(p[2], p[3]);  // key g8 + 8
+      const float2 r_lo = unpack2<T>(p_lo), r_hi = unpack2<T>(p_hi);
+      lsum[0] = lsum[0] * alpha[0] + (r_lo.x + r_hi.x);
+      lsum[1] = lsum[1] * alpha[1] + (r_lo.y + r_hi.y);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const int64_t oj = __shfl_sync(0xffffffffu, off, j0 + j);
-          if (j0 + j < n_keys && oj >= 0) {
-            load_row<T, kVpl>(vc + oj + lane * kVpl, vf[j]);
-          } else {
-#pragma unroll
-            for (int v = 0; v < kVpl; ++v) vf[j][v] = 0.f;
-          }
-        }
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          float pj[kG];
-#pragma unroll
-          for (int g = 0; g < kG; ++g) pj[g] = p_s[warp][(j0 + j) & (kTile - 1)][g];
-#pragma unroll
-          for (int g = 0; g < kG; ++g)
-#pragma unroll
-            for (int v = 0; v < kVpl; ++v) acc[g][v] = fmaf(pj[g], vf[j][v], acc[g][v]);
-        }
+      for (int mt = 0; mt < kSteps; ++mt) {
+        acc[mt][0] *= alpha[0];
+        acc[mt][1] *= alpha[1];
+        acc[mt][2] *= alpha[0];
+        acc[mt][3] *= alpha[1];
       }
-      __syncwarp();  // p_s is rewritten by the next tile
-    }
+      // Pᵀ as the B operand (keys 2 t4 (+1) and (+8, +9), column g8).
+      const uint32_t pb0 = movmatrix_trans(p_lo), pb1 = movmatrix_trans(p_hi);
+      // Oᵀ += Vᵀ Pᵀ: matrix i of ldmatrix.trans is keys 8 (i / 2).., dims 8 (i % 2)..
+      const int vr = (lane & 7) + ((lane >> 4) << 3);
+#pragma unroll
+      for (int mt = 0; mt < kSteps; ++mt) {
+        uint32_t af[4];
+        ldsm_x4_trans(v_s + tile_offset<kHd>(vr, 2 * mt + ((lane >> 3) & 1)), af);
+        mma_16816<T>(acc[mt], af, pb0, pb1);
+      }
+    };
 
-    // Merge the warps.
+    // The pipeline: kStages - 1 tiles queued ahead of the one computed.
+    uint32_t vm[kStages];  // key masks of the tiles in flight, oldest first
+    int nb_blk, nb_within;
+    {
+      int pb[kStages], pw[kStages];
 #pragma unroll
-    for (int g = 0; g < kG; ++g) {
+      for (int i = 0; i < kStages; ++i) fetch(i, pb[i], pw[i]);
 #pragma unroll
-      for (int v = 0; v < kVpl; ++v) o_s[warp][g][lane * kVpl + v] = acc[g][v];
-      if (lane == 0) {
-        ml_s[warp][g][0] = m[g];
-        ml_s[warp][g][1] = l[g];
+      for (int i = 0; i < kStages - 1; ++i) {
+        vm[i] = issue(i, pb[i], pw[i], i);
+        cp_async_commit();
       }
+      nb_blk = pb[kStages - 1];
+      nb_within = pw[kStages - 1];
+    }
+    for (int j = 0; j < n_mine; ++j) {
+      const int blk = nb_blk, within = nb_within;
+      fetch(j + kStages, nb_blk, nb_within);
+      __syncwarp();  // every lane is done with the stage refilled below (tile j - 1's)
+      vm[kStages - 1] = issue(j + kStages - 1, blk, within, (j + kStages - 1) % kStages);
+      cp_async_commit();
+      cp_async_wait<kStages - 1>();  // this lane's copies of tile j have landed
+      __syncwarp();                  // and every lane's
+      compute(j, j % kStages, vm[0]);
+#pragma unroll
+      for (int i = 0; i < kStages - 1; ++i) vm[i] = vm[i + 1];
+    }
+    cp_async_wait<0>();
+    __syncwarp();
+
+    // The warp's record: m, l (summed over the 8 lanes of a column) and O.
+#pragma unroll
+    for (int jj = 0; jj < 2; ++jj) {
+      lsum[jj] += __shfl_xor_sync(0xffffffffu, lsum[jj], 4);
+      lsum[jj] += __shfl_xor_sync(0xffffffffu, lsum[jj], 8);
+      lsum[jj] += __shfl_xor_sync(0xffffffffu, lsum[jj], 16);
+    }
+    float* w_m = reinterpret_cast<float*>(wsm);
+    float* w_l = w_m + kCols;
+    float* w_o = w_l + kCols;
+    if (g8 == 0) {
+      w_m[2 * t4] = m2[0];
+      w_m[2 * t4 + 1] = m2[1];
+      w_l[2 * t4] = lsum[0];
+      w_l[2 * t4 + 1] = lsum[1];
+    }
+#pragma unroll
+    for (int mt = 0; mt < kSteps; ++mt) {
+      const int d = 16 * mt + g8;
+      w_o[(2 * t4) * L::kLdo + d] = acc[mt][0];
+      w_o[(2 * t4 + 1) * L::kLdo + d] = acc[mt][1];
+      w_o[(2 * t4) * L::kLdo + d + 8] = acc[mt][2];
+      w_o[(2 * t4 + 1) * L::kLdo + d + 8] = acc[mt][3];
     }
     __syncthreads();
-    T* out = static_cast<T*>(a.out);
-    for (int i = threadIdx.x; i < group * kHd; i += blockDim.x) {
-      const int g = i / kHd, d = i - g * kHd;
+
+    // Merge the warps: out (one split) or the split's partial.
+    for (int i = threadIdx.x; i < n_cols * kHd; i += kThreads) {
+      const int n = i / kHd, d = i % kHd;
       float mx = -INFINITY;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w)
-        if (ml_s[w][g][1] > 0.f) mx = fmaxf(mx, ml_s[w][g][0]);
-      float lsum = 0.f, o = 0.f;
+      for (int w = 0; w < kWarps; ++w) {
+        const float* rec = reinterpret_cast<const float*>(smem + w * L::kWarpBytes);
+        if (rec[kCols + n] > 0.f) mx = fmaxf(mx, rec[n]);
+      }
+      float l_all = 0.f, o = 0.f;
       if (mx != -INFINITY) {
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) {
-          if (ml_s[w][g][1] > 0.f) {
-            const float f = __expf(ml_s[w][g][0] - mx);
-            lsum += f * ml_s[w][g][1];
-            o += f * o_s[w][g][d];
+          const float* rec = reinterpret_cast<const float*>(smem + w * L::kWarpBytes);
+          if (rec[kCols + n] > 0.f) {
+            const float f = ex2(rec[n] - mx);
+            l_all += f * rec[kCols + n];
+            o += f * rec[2 * kCols + n * L::kLdo + d];
           }
         }
       }
-      const int h = kvh * group + g;
+      const int qi = n / group;
+      const int64_t tok = int64_t{q0} + qt0 + qi;
+      const int h = kvh * group + (n - qi * group);
       if (plan.num_splits == 1) {
-        out[(t * a.heads + h) * kHd + d] = from_f<T>(lsum > 0.f ? o / lsum : 0.f);
+        static_cast<T*>(a.out)[(tok * a.heads + h) * kHd + d] =
+            from_f<T>(l_all > 0.f ? o / l_all : 0.f);
       } else {
-        const int64_t row = (int64_t{split} * a.tokens + t) * a.heads + h;
+        const int64_t row = (int64_t{split} * a.tokens + tok) * a.heads + h;
         plan.part_o[row * kHd + d] = o;
         if (d == 0) {
-          plan.part_ml[2 * row] = mx;
-          plan.part_ml[2 * row + 1] = lsum;
+          plan.part_ml[2 * row] = mx * kLn2;  // the merge works in natural-log units
+          plan.part_ml[2 * row + 1] = l_all;
         }
       }
     }
+    __syncthreads();  // the records are overwritten by the next pass's copies
   }
 }
 
-template <typename T, int kHd, int kG>
-void launch_typed(const AttentionArgs& a, const AttentionPlan& p, const DecodePlan& dp,
-                  cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(p.num_splits), static_cast<unsigned>(a.kv_heads),
-                  static_cast<unsigned>(a.num_seqs));
-  decode_kernel<T, kHd, kG><<<grid, kWarps * 32, 0, stream>>>(a, dp);
-  TACHYON_CUDA_LAUNCH_CHECK();
-  if (p.num_splits > 1) {
-    const int64_t rows = a.tokens * a.heads;
-    combine_splits_kernel<T><<<ceil_div(rows, 4), 128, 0, stream>>>(
-        dp.part_o, dp.part_ml, p.num_splits, a.tokens, a.heads, a.head_dim, static_cast<T*>(a.out));
-    TACHYON_CUDA_LAUNCH_CHECK();
-  }
-}
-
-template <typename T, int kHd>
-void launch_hd(const AttentionArgs& a, const AttentionPlan& p, const DecodePlan& dp,
-               cudaStream_t stream) {
-  const int group = a.heads / a.kv_heads;
-  if (group <= 1)
-    launch_typed<T, kHd, 1>(a, p, dp, stream);
-  else if (group <= 2)
-    launch_typed<T, kHd, 2>(a, p, dp, stream);
-  else if (group <= 4)
-    launch_typed<T, kHd, 4>(a, p, dp, stream);
+// Runs f.template operator()<T, kHd>() for the arguments' dtype and head_dim.
+template <typename F>
+void with_kernel(const AttentionArgs& a, F&& f) {
+  auto by_hd = [&]<typename T>() {
+    if (a.head_dim == 64)
+      f.template operator()<T, 64>();
+    else if (a.head_dim == 128)
+      f.template operator()<T, 128>();
+    else
+      f.template operator()<T, 256>();
+  };
+  if (a.type == DType::kBF16)
+    by_hd.template operator()<bf16_t>();
   else
-    launch_typed<T, kHd, 8>(a, p, dp, stream);
+    by_hd.template operator()<f16_t>();
+}
+
+// Blocks of decode_kernel<T, kHd> resident per SM; raises its shared-memory limit once.
+template <typename T, int kHd>
+int blocks_per_sm() {
+  static const int blocks = [] {
+    constexpr int kBytes = DecodeLayout<kHd>::kBytes;
+    TACHYON_CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<T, kHd>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
+    int n = 0;
+    TACHYON_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_kernel<T, kHd>, kThreads, kBytes));
+    return std::max(n, 1);
+  }();
+  return blocks;
+}
+
+size_t max_block_smem() {
+  static const size_t bytes = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+      cudaGetLastError();
+      return size_t{0};
+    }
+    return static_cast<size_t>(n);
+  }();
+  return bytes;
+}
+
+int layout_bytes(int head_dim) {
+  return head_dim == 64    ? DecodeLayout<64>::kBytes
+         : head_dim == 128 ? DecodeLayout<128>::kBytes
+                           : DecodeLayout<256>::kBytes;
+}
+
+// The split count with the least modelled time (µs). Items (split, KV head, sequence)
+// run in waves of `slots` resident blocks; a wave streams at the lesser of the device
+// bandwidth and what its blocks keep in flight, plus a start-up latency; splitting
+// adds the merge kernel and its partials' traffic. Constants: H200-class bandwidth
+// per SM and loaded memory latency.
+int choose_splits(int64_t pairs, int64_t ctx, int64_t slots, int num_sms, int64_t key_bytes,
+                  int64_t rows_per_item, int head_dim) {
+  constexpr double kBwPerSm = 30e3;  // bytes per µs (about 4 TB/s over 132 SMs)
+  constexpr double kLatency = 3.0;   // µs, memory latency under load (conservative)
+  constexpr double kStartup = 1.0;   // µs per wave: metadata and first tiles
+  constexpr double kMerge = 2.0;     // µs: the merge kernel's own latency
+  const double bw = kBwPerSm * std::max(num_sms, 1);
+  const double in_flight = double{kWarps} * (kStages - 1) * kKeys * key_bytes;
+  const double block_rate = in_flight / kLatency;
+  const int64_t max_splits =
+      std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, (ctx + kSplitUnit - 1) / kSplitUnit));
+  double best_t = 0;
+  int best = 1;
+  for (int64_t s = 1; s <= max_splits; ++s) {
+    int64_t keys = (ctx + s - 1) / s;
+    keys = (keys + kSplitUnit - 1) / kSplitUnit * kSplitUnit;
+    const int64_t splits = (ctx + keys - 1) / keys;
+    if (splits != s) continue;  // the same split size as a smaller count
+    const int64_t items = pairs * splits;
+    const double item_bytes = double(keys) * double(key_bytes);
+    auto wave = [&](int64_t n) {
+      return std::max(double(n) * item_bytes / bw, item_bytes / block_rate) + kStartup;
+    };
+    double t = double(items / slots) * wave(slots) + (items % slots ? wave(items % slots) : 0.0);
+    if (splits > 1)
+      t += kMerge + 2.0 * double(items) * double(rows_per_item) * (head_dim + 2) * 4.0 / bw;
+    if (s == 1 || t < best_t) {
+      best_t = t;
+      best = static_cast<int>(splits);
+    }
+  }
+  return best;
 }
 
 }  // namespace
@@ -274,24 +550,50 @@ void launch_hd(const AttentionArgs& a, const AttentionPlan& p, const DecodePlan&
 bool attention_decode_supports(const AttentionArgs& a) {
   if (a.type != DType::kBF16 && a.type != DType::kF16) return false;
   if (a.head_dim != 64 && a.head_dim != 128 && a.head_dim != 256) return false;
-  if (a.kv_heads <= 0 || a.heads % a.kv_heads != 0 || a.heads / a.kv_heads > 8) return false;
-  return a.num_seqs <= 65535 && a.kv_heads <= 65535;
+  if (a.kv_heads <= 0 || a.heads % a.kv_heads != 0 || a.heads / a.kv_heads > kCols) return false;
+  if (a.num_seqs > 65535 || a.kv_heads > 65535 || a.block_size <= 0) return false;
+  // Cache rows are indexed in 32 bits; 16-byte copies need aligned caches, and the
+  // query pairs 4-byte aligned rows.
+  if (int64_t{a.num_blocks} * a.kv_heads * a.block_size > INT_MAX) return false;
+  if ((reinterpret_cast<uintptr_t>(a.k_cache) | reinterpret_cast<uintptr_t>(a.v_cache)) % 16 != 0)
+    return false;
+  if (reinterpret_cast<uintptr_t>(a.qkv) % 4 != 0 || a.qkv_cols % 2 != 0) return false;
+  return static_cast<size_t>(layout_bytes(a.head_dim)) <= max_block_smem();
 }
 
 AttentionPlan plan_attention_decode(const AttentionArgs& a, int num_sms) {
   AttentionPlan p;
   p.q_tile = 1;
-  const int64_t base = int64_t{a.kv_heads} * a.num_seqs;
+  const int64_t pairs = int64_t{a.kv_heads} * a.num_seqs;
   const int64_t ctx = std::max<int64_t>(a.max_context_len, 1);
-  // Enough blocks for several per SM, but at least one tile per warp in a split.
-  const int64_t want = (8 * int64_t{num_sms} + base - 1) / base;
-  const int64_t by_len = (ctx + kSplitUnit - 1) / kSplitUnit;
-  int64_t splits = std::max<int64_t>(1, std::min<int64_t>({want, by_len, 256}));
-  int64_t keys = (ctx + splits - 1) / splits;
-  keys = (keys + kSplitUnit - 1) / kSplitUnit * kSplitUnit;
-  splits = (ctx + keys - 1) / keys;
+  const int64_t key_bytes = int64_t{2} * a.head_dim * static_cast<int64_t>(dtype_size(a.type));
+  const int64_t rows_per_item =
+      int64_t{a.heads / std::max(a.kv_heads, 1)} * std::max<int64_t>(1, a.max_query_len);
+  // The choice is the same for every layer of a step: remember the last one.
+  struct Memo {
+    int64_t pairs = -1, ctx = -1, key_bytes = -1, rows = -1;
+    int num_sms = -1, head_dim = -1;
+    DType type = DType::kF32;
+    int splits = 1;
+  };
+  thread_local Memo memo;
+  if (memo.pairs != pairs || memo.ctx != ctx || memo.key_bytes != key_bytes ||
+      memo.rows != rows_per_item || memo.num_sms != num_sms || memo.head_dim != a.head_dim ||
+      memo.type != a.type) {
+    int occupancy = 1;
+    const bool known = (a.type == DType::kBF16 || a.type == DType::kF16) &&
+                       (a.head_dim == 64 || a.head_dim == 128 || a.head_dim == 256);
+    if (known) with_kernel(a, [&]<typename T, int kHd>() { occupancy = blocks_per_sm<T, kHd>(); });
+    memo = Memo{pairs, ctx, key_bytes, rows_per_item, num_sms, a.head_dim, a.type, 1};
+    memo.splits = choose_splits(pairs, ctx, int64_t{std::max(num_sms, 1)} * occupancy, num_sms,
+                                key_bytes, rows_per_item, a.head_dim);
+  }
+  const int64_t splits = memo.splits;
+  const int64_t keys = (ctx + splits - 1) / splits;
   p.num_splits = static_cast<int>(splits);
-  p.split_keys = splits > 1 ? static_cast<int>(keys) : INT_MAX / 2;
+  p.split_keys = splits > 1 ? static_cast<int>((keys + kSplitUnit - 1) / kSplitUnit * kSplitUnit)
+                            : INT_MAX / 2;
+  p.smem_bytes = static_cast<size_t>(layout_bytes(a.head_dim));
   if (splits > 1)
     p.scratch_bytes = static_cast<size_t>(splits) * static_cast<size_t>(a.tokens) *
                       static_cast<size_t>(a.heads) * static_cast<size_t>(a.head_dim + 2) *
@@ -303,25 +605,28 @@ void launch_attention_decode(const AttentionArgs& a, const AttentionPlan& p, voi
                              cudaStream_t stream) {
   if (a.tokens == 0 || a.num_seqs == 0) return;
   TACHYON_KERNEL_CHECK(attention_decode_supports(a), "attention_decode: unsupported arguments");
+  TACHYON_KERNEL_CHECK(p.num_splits >= 1 && (p.num_splits == 1 || p.split_keys > 0),
+                       "attention_decode: bad plan");
   DecodePlan dp{p.num_splits, p.split_keys, nullptr, nullptr};
   if (p.num_splits > 1) {
     TACHYON_KERNEL_CHECK(scratch != nullptr, "attention_decode: split-K needs scratch");
     dp.part_o = static_cast<float*>(scratch);
     dp.part_ml = dp.part_o + static_cast<size_t>(p.num_splits) * a.tokens * a.heads * a.head_dim;
   }
-  auto by_hd = [&](auto tag) {
-    using T = decltype(tag);
-    if (a.head_dim == 64)
-      launch_hd<T, 64>(a, p, dp, stream);
-    else if (a.head_dim == 128)
-      launch_hd<T, 128>(a, p, dp, stream);
-    else
-      launch_hd<T, 256>(a, p, dp, stream);
-  };
-  if (a.type == DType::kBF16)
-    by_hd(bf16_t{});
-  else
-    by_hd(f16_t{});
+  with_kernel(a, [&]<typename T, int kHd>() {
+    blocks_per_sm<T, kHd>();  // the shared-memory attribute
+    const dim3 grid(static_cast<unsigned>(p.num_splits), static_cast<unsigned>(a.kv_heads),
+                    static_cast<unsigned>(a.num_seqs));
+    launch_kernel(decode_kernel<T, kHd>, grid, dim3(kThreads), DecodeLayout<kHd>::kBytes, stream, a,
+                  dp);
+    if (p.num_splits > 1) {
+      const int64_t rows = a.tokens * a.heads;
+      launch_kernel(combine_splits_kernel<T>, dim3(ceil_div(rows, 4)), dim3(128), 0, stream,
+                    static_cast<const float*>(dp.part_o), static_cast<const float*>(dp.part_ml),
+                    p.num_splits, a.tokens, static_cast<int>(a.heads), static_cast<int>(a.head_dim),
+                    static_cast<T*>(a.out));
+    }
+  });
 }
 
 }  // namespace tachyon::cuda

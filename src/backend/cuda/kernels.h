@@ -168,9 +168,11 @@ bool launch_attention_flash(const AttentionArgs& a, const int32_t* items, int32_
                             cudaStream_t stream);
 
 // ---- attention_decode.cu ------------------------------------------------------------
-// FlashDecoding-style kernel for decode steps (one query token per sequence; more are
-// handled, slowly): bf16/f16, head_dim 64, 128 or 256, at most 8 query heads per KV
-// head. The plan splits the keys (max_context_len hint) and sizes the scratch.
+// FlashDecoding-style tensor-core kernel for decode steps (one query token per sequence;
+// more are handled, slowly): bf16/f16, head_dim 64, 128 or 256, at most 8 query heads
+// per KV head. The plan splits the keys (from the max_context_len hint, the number of
+// sequences and the device's SMs) and sizes the scratch; the kernel reads the real
+// context lengths on the device.
 bool attention_decode_supports(const AttentionArgs& a);
 AttentionPlan plan_attention_decode(const AttentionArgs& a, int num_sms);
 void launch_attention_decode(const AttentionArgs& a, const AttentionPlan& plan, void* scratch,
