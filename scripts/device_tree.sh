@@ -2,8 +2,9 @@
 # The device tool sends the checkout's working tree (tracked and untracked-not-ignored
 # files) plus what a call carries, at most 64 MiB; the tracked tree alone is ~60 MiB.
 # `hide PATH...` takes tracked paths a GPU call does not need out of the working tree
-# (they are deleted, not moved: git has them); `restore` brings every deleted tracked
-# file back from the index. `size` prints what would travel (without carried paths).
+# (they are deleted, not moved: git has them; folders left empty go too); `restore`
+# brings every deleted tracked file back from the index. `size` prints what would travel
+# (without carried paths).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
@@ -11,6 +12,7 @@ case "${1:-}" in
     shift
     for p in "$@"; do
       git ls-files -z -- "$p" | xargs -0 -r rm -f --
+      [ -d "$p" ] && find "$p" -depth -type d -empty -delete
     done
     ;;
   restore)

@@ -150,8 +150,17 @@ void gemm_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
                     err);
       };
       if (m <= cuda::kGemvMaxRows) {
-        for (int variant :
-             {0, cuda::kGemvUnroll8, cuda::kGemvSmemX, cuda::kGemvSmemX | cuda::kGemvUnroll8}) {
+        struct Variant {
+          int bits;
+          const char* name;
+        };
+        for (const Variant v : {Variant{0, "gemv_u4"}, Variant{cuda::kGemvUnroll8, "gemv_u8"},
+                                Variant{cuda::kGemvSmemX, "gemv_u4_sx"},
+                                Variant{cuda::kGemvSmemX | cuda::kGemvUnroll8, "gemv_u8_sx"},
+                                Variant{cuda::kGemvSmemX | cuda::kGemvSplit2, "gemv_sx_s2"},
+                                Variant{cuda::kGemvSmemX | cuda::kGemvSplit4, "gemv_sx_s4"},
+                                Variant{cuda::kGemvDefault, "gemv_default"}}) {
+          const int variant = v.bits;
           auto call = [&](int i) {
             cuda::launch_gemv(xt.raw(), wt[i % copies].raw(), DType::kBF16, yt.raw(), DType::kBF16,
                               m, s.n, s.k, s.n, tuned.stream(), variant);
@@ -160,8 +169,7 @@ void gemm_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
           call(0);
           const double err = rel_error(to_floats(tuned, yt), ref);
           const double t = time_calls(tuned, reps, call);
-          const char* names[] = {"gemv_u4", "gemv_u8", "gemv_u4_sx", "gemv_u8_sx"};
-          report(names[variant], t, err);
+          report(v.name, t, err);
           if (variant == cuda::kGemvDefault) {  // the same without programmatic launch
             const bool pdl = cuda::pdl_enabled();
             cuda::set_pdl_enabled(false);

@@ -60,7 +60,8 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   grep -E ' (decode|gemm|flash) ' "$OUT/cuda_tests.log" | sort -k5 -g | tail -3
 fi
 if [ -n "${KERNELS:-}" ] && [ -x "$BIN/tachyon_kernel_bench" ]; then
-  run kernels 240 "$BIN/tachyon_kernel_bench" --config "$CONFIG"
+  # shellcheck disable=SC2086
+  run kernels 240 "$BIN/tachyon_kernel_bench" --config "$CONFIG" ${KERNEL_ARGS:-}
   grep -vE '^RESULT' "$OUT/kernels.log"
 fi
 BENCH_ARGS=(--config "$CONFIG" --dir /tmp/tachyon_8b --keep-model)
@@ -95,9 +96,12 @@ fi
 # submitted at once.
 if [ -n "${SERVING:-}" ]; then
   N=${SERVING_REQUESTS:-1000}
-  run make8b 240 "$BIN/tachyon" make-random --config "$CONFIG" --out /tmp/tachyon_8b_serve ||
-    FAIL=1
-  run serving8b 420 "$BIN/tachyon" bench --model /tmp/tachyon_8b_serve --num-requests "$N" \
+  MODEL=/tmp/tachyon_8b/model  # the step benchmark's checkpoint when it kept one
+  if [ ! -f "$MODEL/config.json" ]; then
+    MODEL=/tmp/tachyon_8b_serve
+    run make8b 240 "$BIN/tachyon" make-random --config "$CONFIG" --out "$MODEL" || FAIL=1
+  fi
+  run serving8b 420 "$BIN/tachyon" bench --model "$MODEL" --num-requests "$N" \
     --input-len 1000 --output-len 1000 --concurrency "$N" --max-num-seqs 512 \
     --max-batch-tokens 8192 || FAIL=1
   cat "$OUT/serving8b.log"

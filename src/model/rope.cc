@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 
 #include "core/error.h"
@@ -145,22 +146,46 @@ RopeTable::RopeTable(const RopeConfig& rope)
   cached_len_ = length_dependent_ ? rope_.max_position_embeddings : 0;
 }
 
-void RopeTable::fill(const int32_t* positions, const int32_t* seq_lens, int64_t n, float* out) {
+void RopeTable::compute_row(double position, float* row) const {
   const int32_t half = rope_.dim / 2;
+  for (int32_t i = 0; i < half; ++i) {
+    const double a = position * cached_.inv_freq[i];
+    row[i] = static_cast<float>(std::cos(a) * cached_.attention_factor);
+    row[half + i] = static_cast<float>(std::sin(a) * cached_.attention_factor);
+  }
+}
+
+void RopeTable::fill(const int32_t* positions, const int32_t* seq_lens, int64_t n, float* out) {
+  const size_t dim = static_cast<size_t>(rope_.dim);
   for (int64_t t = 0; t < n; ++t) {
-    if (length_dependent_ && seq_lens[t] != cached_len_) {
-      // Frequencies change only across the original-length threshold (longrope) or
-      // with each new length past it (dynamic); recompute when the length differs.
-      cached_ = rope_frequencies(rope_, seq_lens[t]);
-      cached_len_ = seq_lens[t];
-    }
-    const double p = positions[t];
     float* row = out + t * rope_.dim;
-    for (int32_t i = 0; i < half; ++i) {
-      const double a = p * cached_.inv_freq[i];
-      row[i] = static_cast<float>(std::cos(a) * cached_.attention_factor);
-      row[half + i] = static_cast<float>(std::sin(a) * cached_.attention_factor);
+    if (length_dependent_) {
+      if (seq_lens[t] != cached_len_) {
+        // Frequencies change only across the original-length threshold (longrope) or
+        // with each new length past it (dynamic); recompute when the length differs.
+        cached_ = rope_frequencies(rope_, seq_lens[t]);
+        cached_len_ = seq_lens[t];
+      }
+      compute_row(positions[t], row);
+      continue;
     }
+    const int32_t p = positions[t];
+    if (p < 0) {
+      compute_row(p, row);
+      continue;
+    }
+    const size_t pi = static_cast<size_t>(p);
+    if (pi >= row_ready_.size()) {
+      const size_t grow = std::max(pi + 1, row_ready_.size() * 2);
+      row_ready_.resize(grow, 0);
+      rows_.resize(grow * dim);
+    }
+    float* cached = rows_.data() + pi * dim;
+    if (!row_ready_[pi]) {
+      compute_row(p, cached);
+      row_ready_[pi] = 1;
+    }
+    std::memcpy(row, cached, dim * sizeof(float));
   }
 }
 

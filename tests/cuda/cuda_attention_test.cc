@@ -60,6 +60,8 @@ const char* kernel_name(Kernel k) {
       return "gemm";
     case Kernel::kFlash:
       return "flash";
+    case Kernel::kDecodeAndFlash:
+      return "decode+flash";
     default:
       return "auto";
   }
@@ -201,11 +203,14 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
       expect_near(host_values(*gpu_, out), host_values(out_ref), bound_for(dt_),
                   dtype_label(dt_) + " " + kernel_name(kernel) + " " + c.name);
     }
-    // Which kernel the automatic choice takes for the case.
+    // The automatic choice (which may split a mixed step between two kernels), checked
+    // the same way.
     gpu_->set_attention_kernel(Kernel::kAuto);
-    Tensor out = gpu_->alloc({T, layout.q_cols()}, dt_);
+    Tensor out = poisoned(*gpu_, {T, layout.q_cols()}, dt_);
     gpu_->attention(qkv_g, layout, g, mg, pg, out);
     auto_ran_ = gpu_->last_attention_kernel();
+    expect_near(host_values(*gpu_, out), host_values(out_ref), bound_for(dt_),
+                dtype_label(dt_) + " auto (" + kernel_name(auto_ran_) + ") " + c.name);
   }
 
   // Whether the last run() ran the kernel (it applied to the case).
@@ -433,8 +438,9 @@ TEST_P(CudaAttentionTest, FlashLlama8bShape) {
   run_flash({"flash llama-3-8b 8 x 1024", 32, 8, 128, 16, std::vector<SeqSpec>(8, {0, 1024})});
 }
 
-// The automatic choice: flash for prefill-sized steps in bf16/f16, the decode kernel
-// for decode steps; softcapping keeps the older kernels.
+// The automatic choice: flash for prefill-sized steps in bf16/f16 (with the decode
+// kernel for the single-query sequences of mixed steps), the decode kernel for decode
+// steps; softcapping keeps the older kernels.
 TEST_P(CudaAttentionTest, AutoPicksFlashForPrefill) {
   run({"auto prefill", 8, 2, 128, 16, {{0, 100}, {50, 20}}});
   if (dt_ != DType::kF32) {
@@ -442,7 +448,7 @@ TEST_P(CudaAttentionTest, AutoPicksFlashForPrefill) {
   }
   run({"auto mixed", 8, 2, 128, 16, {{600, 1}, {0, 45}, {2100, 1}}});
   if (dt_ != DType::kF32) {
-    EXPECT_EQ(auto_ran_, Kernel::kFlash);
+    EXPECT_EQ(auto_ran_, Kernel::kDecodeAndFlash);
   }
   run({"auto decode", 8, 2, 128, 16, {{600, 1}, {10, 1}}});
   if (dt_ != DType::kF32) {

@@ -9,7 +9,11 @@
 
 namespace tachyon::cuda {
 
-// Merges the key splits: one warp per (token, head).
+// Merges the key splits: one warp per (token, head). The lanes read the splits' maxima
+// and sums in parallel (lane s holds split s's weight, for the first 32), then each lane
+// accumulates 4 output dims (16-byte loads) over the splits; the loads of different
+// splits are independent, so a short decode step's merge takes a few memory round
+// trips instead of one per split.
 template <typename T>
 __global__ void combine_splits_kernel(const float* __restrict__ part_o,
                                       const float* __restrict__ part_ml, int splits, int64_t tokens,
@@ -20,24 +24,60 @@ __global__ void combine_splits_kernel(const float* __restrict__ part_o,
   const int lane = threadIdx.x & 31;
   const int64_t rows = tokens * heads;
   if (row >= rows) return;
+  const float2* ml = reinterpret_cast<const float2*>(part_ml);
   float m_max = -INFINITY;
-  for (int s = 0; s < splits; ++s) {
-    const float* ml = part_ml + 2 * (s * rows + row);
-    if (ml[1] > 0.f) m_max = fmaxf(m_max, ml[0]);
+  for (int s = lane; s < splits; s += 32) {
+    const float2 v = ml[s * rows + row];
+    if (v.y > 0.f) m_max = fmaxf(m_max, v.x);
   }
-  float total = 0.f;
-  for (int s = 0; s < splits; ++s) {
-    const float* ml = part_ml + 2 * (s * rows + row);
-    if (ml[1] > 0.f) total += __expf(ml[0] - m_max) * ml[1];
+  m_max = warp_max(m_max);
+  auto weight = [&](int s) {
+    const float2 v = ml[s * rows + row];
+    return v.y > 0.f ? __expf(v.x - m_max) : 0.f;
+  };
+  float total = 0.f, w_lane = 0.f;
+  for (int s = lane; s < splits; s += 32) {
+    const float w = weight(s);
+    total += w * ml[s * rows + row].y;
+    if (s < 32) w_lane = w;
   }
+  total = warp_sum(total);
   const float inv = total > 0.f ? 1.f / total : 0.f;
-  for (int d = lane; d < hd; d += 32) {
+  const float* po = part_o + row * hd;
+  const int64_t split_stride = rows * hd;
+  if (hd % 4 == 0) {
+    for (int base = 0; base < hd; base += 128) {
+      const int d0 = base + 4 * lane;
+      const bool active = d0 < hd;
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int s = 0; s < splits; ++s) {
+        const float w = s < 32 ? __shfl_sync(0xffffffffu, w_lane, s) : weight(s);
+        if (active && w != 0.f) {
+          const float4 o = *reinterpret_cast<const float4*>(po + s * split_stride + d0);
+          acc.x += w * o.x;
+          acc.y += w * o.y;
+          acc.z += w * o.z;
+          acc.w += w * o.w;
+        }
+      }
+      if (active) {
+        T* dst = out + row * hd + d0;
+        dst[0] = from_f<T>(acc.x * inv);
+        dst[1] = from_f<T>(acc.y * inv);
+        dst[2] = from_f<T>(acc.z * inv);
+        dst[3] = from_f<T>(acc.w * inv);
+      }
+    }
+    return;
+  }
+  for (int base = 0; base < hd; base += 32) {
+    const int d = base + lane;
     float acc = 0.f;
     for (int s = 0; s < splits; ++s) {
-      const float* ml = part_ml + 2 * (s * rows + row);
-      if (ml[1] > 0.f) acc += __expf(ml[0] - m_max) * part_o[(s * rows + row) * hd + d];
+      const float w = s < 32 ? __shfl_sync(0xffffffffu, w_lane, s) : weight(s);
+      if (d < hd && w != 0.f) acc += w * po[s * split_stride + d];
     }
-    out[row * hd + d] = from_f<T>(acc * inv);
+    if (d < hd) out[row * hd + d] = from_f<T>(acc * inv);
   }
 }
 

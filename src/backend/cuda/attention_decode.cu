@@ -173,6 +173,7 @@ __global__ void __launch_bounds__(kThreads)
   const int qpc = kCols / group;  // queries per pass
   const int q0 = a.query_start[s];
   const int q_len = a.query_start[s + 1] - q0;
+  if (a.single_queries_only && q_len != 1) return;  // another kernel's rows
   const int ctx = a.context_lens[s];
   const int bs = a.block_size;
   const bool bs_pow2 = (bs & (bs - 1)) == 0;

@@ -522,7 +522,8 @@ void attention_flash_items(const AttentionArgs& a, const int32_t* query_start,
   std::vector<Item> work;
   for (int32_t s = 0; s < a.num_seqs; ++s) {
     const int32_t q_len = query_start[s + 1] - query_start[s];
-    for (int32_t j = 0; j * q_tile < q_len; ++j)  // keys up to the tile's last query
+    if (a.multi_queries_only && q_len == 1) continue;  // the decode kernel's
+    for (int32_t j = 0; j * q_tile < q_len; ++j)       // keys up to the tile's last query
       work.push_back({context_lens[s] - j * q_tile, s, j});
   }
   std::sort(work.begin(), work.end(), [](const Item& x, const Item& y) {

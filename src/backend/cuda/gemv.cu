@@ -48,21 +48,30 @@ __device__ __forceinline__ void dot8(const uint4& w, const uint4& x, float& acc,
 // kUnroll: pieces per lane per batch; the next batch is loaded while one is multiplied.
 // kSmemX: x is first copied to shared memory (m * k elements), so that the x pieces
 // the warps multiply with come from there rather than through L1 next to the weights.
-template <typename T, typename Y, int kM, int kUnroll, bool kSmemX>
+// kSplit: warps per output column, each taking a contiguous share of the row (partial
+// sums meet in shared memory): with few columns (n = 4096..8192) one warp per column
+// leaves the last wave of warps short of work, or the SMs unevenly loaded.
+template <typename T, typename Y, int kM, int kUnroll, bool kSmemX, int kSplit>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, Y* __restrict__ y, int64_t n,
                 int64_t k, int64_t ldy) {
   extern __shared__ uint4 xs[];  // [kM * k / 8] when kSmemX
-  const int lane = threadIdx.x & 31;
-  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + (threadIdx.x >> 5);
+  __shared__ float partial[kSplit > 1 ? kWarpsPerBlock : 1][kM];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int part = warp % kSplit;
+  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock / kSplit} + warp / kSplit;
+  const bool valid = row < n;
   const int pieces = static_cast<int>(k / 8);
-  const uint4* wr = reinterpret_cast<const uint4*>(w + (row < n ? row : 0) * k);
+  // This warp's pieces [p_begin, p_end) of the row, in multiples of 32.
+  const int share = (pieces + 32 * kSplit - 1) / (32 * kSplit) * 32;
+  const int p_begin = part * share, p_end = min(pieces, p_begin + share);
+  const uint4* wr = reinterpret_cast<const uint4*>(w + (valid ? row : 0) * k);
   // The first kUnroll pieces of this lane (weights only) before the dependency wait.
   uint4 wv[kUnroll];
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
-    const int p = lane + 32 * u;
-    wv[u] = row < n && p < pieces ? __ldcs(wr + p) : make_uint4(0, 0, 0, 0);
+    const int p = p_begin + lane + 32 * u;
+    wv[u] = valid && p < p_end ? __ldcs(wr + p) : make_uint4(0, 0, 0, 0);
   }
   pdl_wait();
   pdl_launch_dependents();
@@ -72,50 +81,65 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     __syncthreads();
     xr = xs;
   }
-  if (row >= n) return;
   float acc[kM];
 #pragma unroll
   for (int i = 0; i < kM; ++i) acc[i] = 0.f;
-  int p = lane;
-  for (;;) {
-    // wv holds pieces p, p + 32, ..., p + 32 (kUnroll - 1) (zeros past the row's end).
-    const int next = p + 32 * kUnroll;
-    uint4 nv[kUnroll];
-    const bool more = next < pieces;
-    if (more) {
+  if (valid) {
+    int p = p_begin + lane;
+    for (;;) {
+      // wv holds pieces p, p + 32, ..., p + 32 (kUnroll - 1) (zeros past the share's end).
+      const int next = p + 32 * kUnroll;
+      uint4 nv[kUnroll];
+      const bool more = next < p_end;
+      if (more) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int q = next + 32 * u;
-        nv[u] = q < pieces ? __ldcs(wr + q) : make_uint4(0, 0, 0, 0);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int q = p + 32 * u;
-      if (q < pieces) {
-#pragma unroll
-        for (int i = 0; i < kM; ++i) {
-          const uint4 xv = kSmemX ? xr[i * pieces + q] : __ldg(xr + i * pieces + q);
-          dot8(wv[u], xv, acc[i], T{});
+        for (int u = 0; u < kUnroll; ++u) {
+          const int q = next + 32 * u;
+          nv[u] = q < p_end ? __ldcs(wr + q) : make_uint4(0, 0, 0, 0);
         }
       }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int q = p + 32 * u;
+        if (q < p_end) {
+#pragma unroll
+          for (int i = 0; i < kM; ++i) {
+            const uint4 xv = kSmemX ? xr[i * pieces + q] : __ldg(xr + i * pieces + q);
+            dot8(wv[u], xv, acc[i], T{});
+          }
+        }
+      }
+      if (!more) break;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) wv[u] = nv[u];
+      p = next;
     }
-    if (!more) break;
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) wv[u] = nv[u];
-    p = next;
   }
 #pragma unroll
-  for (int i = 0; i < kM; ++i) {
-    const float v = warp_sum(acc[i]);
-    if (lane == 0) y[i * ldy + row] = from_f<Y>(v);
+  for (int i = 0; i < kM; ++i) acc[i] = warp_sum(acc[i]);
+  if constexpr (kSplit > 1) {
+    if (lane == 0)
+#pragma unroll
+      for (int i = 0; i < kM; ++i) partial[warp][i] = acc[i];
+    __syncthreads();
+    if (part != 0) return;
+#pragma unroll
+    for (int i = 0; i < kM; ++i) {
+      float v = 0.f;
+#pragma unroll
+      for (int j = 0; j < kSplit; ++j) v += partial[warp + j][i];
+      acc[i] = v;
+    }
   }
+  if (!valid || lane != 0) return;
+#pragma unroll
+  for (int i = 0; i < kM; ++i) y[i * ldy + row] = from_f<Y>(acc[i]);
 }
 
-template <typename T, typename Y, int kUnroll, bool kSmemX>
+template <typename T, typename Y, int kUnroll, bool kSmemX, int kSplit>
 void launch_m(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, int64_t ldy,
               cudaStream_t stream) {
-  const dim3 blocks(ceil_div(n, kWarpsPerBlock));
+  const dim3 blocks(ceil_div(n, kWarpsPerBlock / kSplit));
   const dim3 threads(kWarpsPerBlock * 32);
   const auto* xt = static_cast<const T*>(x);
   const auto* wt = static_cast<const T*>(w);
@@ -129,16 +153,16 @@ void launch_m(const void* x, const void* w, void* y, int64_t m, int64_t n, int64
   };
   switch (m) {
     case 1:
-      go(gemv_kernel<T, Y, 1, kUnroll, kSmemX>);
+      go(gemv_kernel<T, Y, 1, kUnroll, kSmemX, kSplit>);
       break;
     case 2:
-      go(gemv_kernel<T, Y, 2, kUnroll, kSmemX>);
+      go(gemv_kernel<T, Y, 2, kUnroll, kSmemX, kSplit>);
       break;
     case 3:
-      go(gemv_kernel<T, Y, 3, kUnroll, kSmemX>);
+      go(gemv_kernel<T, Y, 3, kUnroll, kSmemX, kSplit>);
       break;
     default:
-      go(gemv_kernel<T, Y, 4, kUnroll, kSmemX>);
+      go(gemv_kernel<T, Y, 4, kUnroll, kSmemX, kSplit>);
       break;
   }
 }
@@ -157,20 +181,32 @@ void launch_gemv(const void* x, const void* w, DType type, void* y, DType y_type
   if (m == 0 || n == 0) return;
   TACHYON_KERNEL_CHECK(m <= kGemvMaxRows && k % 8 == 0, "gemv: at most 4 rows, k a multiple of 8");
   // Variants (benchmarks compare them): 4 or 8 pieces per batch; x read through L1 or
-  // staged in shared memory (when m * k * 2 bytes fit in 64 KB).
+  // staged in shared memory (when m * k * 2 bytes fit in 64 KB); 1, 2 or 4 warps per
+  // column (kGemvAutoSplit: 2 below 16384 columns, where one warp per column leaves
+  // too few or unevenly spread warps).
   const bool smem_x = (variant & kGemvSmemX) != 0 && m * k * 2 <= 64 * 1024;
-  const int unroll = (variant & kGemvUnroll8) != 0 ? 8 : 4;
+  const bool u8 = (variant & kGemvUnroll8) != 0;
+  int split = (variant & kGemvSplit4) != 0 ? 4 : (variant & kGemvSplit2) != 0 ? 2 : 1;
+  if ((variant & kGemvAutoSplit) != 0) split = n < 16384 ? 2 : 1;
   auto go = [&](auto tag_t, auto tag_y) {
     using T = decltype(tag_t);
     using Y = decltype(tag_y);
-    if (unroll == 4 && smem_x)
-      launch_m<T, Y, 4, true>(x, w, y, m, n, k, ldy, stream);
-    else if (unroll == 4)
-      launch_m<T, Y, 4, false>(x, w, y, m, n, k, ldy, stream);
+    auto by_split = [&]<int kUnroll, bool kSmem>() {
+      if (split == 4)
+        launch_m<T, Y, kUnroll, kSmem, 4>(x, w, y, m, n, k, ldy, stream);
+      else if (split == 2)
+        launch_m<T, Y, kUnroll, kSmem, 2>(x, w, y, m, n, k, ldy, stream);
+      else
+        launch_m<T, Y, kUnroll, kSmem, 1>(x, w, y, m, n, k, ldy, stream);
+    };
+    if (!u8 && smem_x)
+      by_split.template operator()<4, true>();
+    else if (!u8)
+      by_split.template operator()<4, false>();
     else if (smem_x)
-      launch_m<T, Y, 8, true>(x, w, y, m, n, k, ldy, stream);
+      by_split.template operator()<8, true>();
     else
-      launch_m<T, Y, 8, false>(x, w, y, m, n, k, ldy, stream);
+      by_split.template operator()<8, false>();
   };
   if (type == DType::kBF16) {
     if (y_type == DType::kF32)

@@ -128,6 +128,11 @@ struct AttentionArgs {
   float alibi_scale = 1.f;
   bool alibi_bias_bf16 = false;
   int* err = nullptr;
+  // Mixed steps split between kernels: the decode kernel leaves sequences with more than
+  // one query this step alone (another kernel writes their rows afterwards), the flash
+  // kernel's work list leaves out sequences with one query.
+  bool single_queries_only = false;
+  bool multi_queries_only = false;
 };
 // Scratch the split-K path needs (bytes), for the host to provide.
 struct AttentionPlan {
@@ -160,6 +165,7 @@ int attention_flash_q_tile(const AttentionArgs& a);
 // The blocks' work from host copies of query_start [seqs + 1] and context_lens [seqs]:
 // items [n][2] of (sequence, query tile counted from the sequence's end), the tiles
 // with the most keys first.
+// (Without the sequences of one query when a.multi_queries_only.)
 void attention_flash_items(const AttentionArgs& a, const int32_t* query_start,
                            const int32_t* context_lens, std::vector<int32_t>& items);
 // items: a device copy of attention_flash_items' list (num_items pairs), or null for
@@ -184,15 +190,23 @@ void launch_attention_decode(const AttentionArgs& a, const AttentionPlan& plan, 
 void launch_causal_softmax(const float* s, void* p, DType type, int rows, int cols, int row0,
                            int batch, int64_t batch_stride, cudaStream_t stream);
 
+// ---- prefetch.cu --------------------------------------------------------------------
+// Asks the copy engine to bring [p, p + bytes) into L2 (sm_90 bulk prefetch; nothing
+// before sm_90). p 16-byte aligned.
+void launch_prefetch_l2(const void* p, size_t bytes, cudaStream_t stream);
+
 // ---- gemv.cu ------------------------------------------------------------------------
 // y[i, j] (row stride ldy) = sum_c x[i, c] w[j, c] for m <= kGemvMaxRows rows: x [m, k]
 // and w [n, k] bf16 or f16 (16-byte aligned, k a multiple of 8), y in that dtype or f32.
 constexpr int64_t kGemvMaxRows = 4;
 bool gemv_supports(DType type, DType y_type, int64_t m, int64_t k, const void* x, const void* w);
 // variant: kGemvUnroll8 (8 weight pieces per lane and batch instead of 4), kGemvSmemX
-// (x staged in shared memory); benchmarks compare them, kGemvDefault is the choice.
-constexpr int kGemvUnroll8 = 1, kGemvSmemX = 2;
-constexpr int kGemvDefault = kGemvSmemX;
+// (x staged in shared memory), kGemvSplit2/4 (2 or 4 warps per output column),
+// kGemvAutoSplit (the split chosen by n); benchmarks compare them, kGemvDefault is the
+// choice.
+constexpr int kGemvUnroll8 = 1, kGemvSmemX = 2, kGemvSplit2 = 4, kGemvSplit4 = 8,
+              kGemvAutoSplit = 16;
+constexpr int kGemvDefault = kGemvSmemX | kGemvAutoSplit;
 void launch_gemv(const void* x, const void* w, DType type, void* y, DType y_type, int64_t m,
                  int64_t n, int64_t k, int64_t ldy, cudaStream_t stream,
                  int variant = kGemvDefault);
