@@ -193,10 +193,6 @@ class Backend {
   // dtype or f32 (logits).
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
                       int64_t col_offset = 0, Activation act = Activation::kIdentity) = 0;
-  // A hint that w (prepared) is read by a linear() soon, with little other memory
-  // traffic in between: a device may start bringing it into its cache. No effect on
-  // any result; the default does nothing.
-  virtual void prefetch(const Tensor& w) { (void)w; }
   // out[t, i] = act(in[t, i]) * in[t, I + i]; in [T, 2I] ([gate | up]), out [T, I].
   virtual void gated_activation(const Tensor& in, Activation act, Tensor& out) = 0;
   // x = act(x) in place, x [T, N].

@@ -9,14 +9,6 @@
 #include "core/error.h"
 
 namespace tachyon {
-namespace {
-
-// Steps of at most this many tokens prefetch the output projection (see
-// attention_block).
-constexpr int64_t kPrefetchRows = 4;
-
-}  // namespace
-
 Tensor Decoder::Buffer::view(Backend& be, int64_t rows, int64_t cols) {
   return view(be, rows, cols, be.activation_dtype());
 }
@@ -456,10 +448,6 @@ void Decoder::attention_block(int l, const Tensor& h, Tensor& out) {
     be_->linear(h, L.k.w, L.k.b, qkv, layout_.q_cols());
     be_->linear(h, L.v.w, L.v.b, qkv, layout_.q_cols() + layout_.kv_cols());
   }
-  // A few rows: the step is bound by weight reads, and the rotary, KV write and
-  // attention kernels that follow read little, so the output projection's weights can
-  // come into the device cache meanwhile.
-  if (T <= kPrefetchRows) be_->prefetch(L.o.w);
   if (cfg_.clip_qkv > 0) be_->clamp(qkv, static_cast<float>(cfg_.clip_qkv));
   if (cfg_.qk_norm) be_->qk_norm(qkv, layout_, L.q_norm, L.k_norm);
   if (logn_active_) be_->scale_queries(qkv, layout_, logn_t_);

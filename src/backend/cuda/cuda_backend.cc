@@ -95,14 +95,6 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   }
   set_pdl_enabled(pdl);
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  if (const char* env = std::getenv("TACHYON_CUDA_PREFETCH"); env != nullptr)
-    prefetch_on_ = std::string(env) != "0";
-  int l2 = 0;
-  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device_));
-  l2_bytes_ = static_cast<size_t>(l2);
-  TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
-  TACHYON_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
-  TACHYON_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
   alloc_ = std::make_unique<DeviceAllocator>(device_);
   ring_ = std::make_unique<PinnedRing>(kRingBytes);
   gemm_workspace_ = alloc_->alloc_bytes(kGemmWorkspaceBytes);
@@ -126,10 +118,6 @@ CudaBackend::~CudaBackend() {
   if (err_host_ != nullptr) cudaFreeHost(err_host_);
   // Device tensors handed out may outlive the backend; they return their memory to the
   // allocator's shared state, which frees it when the last one goes.
-  cudaStreamSynchronize(side_);
-  cudaEventDestroy(fork_);
-  cudaEventDestroy(join_);
-  cudaStreamDestroy(side_);
   cudaStreamDestroy(stream_);
 }
 
@@ -156,7 +144,6 @@ void CudaBackend::raise_device_errors() {
 }
 
 void CudaBackend::synchronize() {
-  join_side();
   TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));
   raise_device_errors();
 }
@@ -187,7 +174,6 @@ Tensor CudaBackend::upload(const void* data, const Shape& shape, DType dtype, Te
 }
 
 void CudaBackend::download(const Tensor& src, void* dst) {
-  join_side();
   const size_t bytes = src.nbytes();
   if (src.device().is_cpu()) {
     std::memcpy(dst, src.raw(), bytes);
@@ -225,26 +211,6 @@ void* CudaBackend::scratch(Tensor& slot, size_t bytes) {
     ++*scratch_epoch_;
   }
   return slot.raw();
-}
-
-void CudaBackend::prefetch(const Tensor& w) {
-  // Only what fits in a part of L2 next to the activations and KV the kernels in
-  // between touch.
-  if (!prefetch_on_ || !w || w.device() != device() || w.nbytes() > l2_bytes_ * 3 / 4 ||
-      reinterpret_cast<uintptr_t>(w.raw()) % 16 != 0)
-    return;
-  join_side();
-  TACHYON_CUDA_CHECK(cudaEventRecord(fork_, stream_));
-  TACHYON_CUDA_CHECK(cudaStreamWaitEvent(side_, fork_, 0));
-  launch_prefetch_l2(w.raw(), w.nbytes(), side_);
-  TACHYON_CUDA_CHECK(cudaEventRecord(join_, side_));
-  join_pending_ = true;
-}
-
-void CudaBackend::join_side() {
-  if (!join_pending_) return;
-  TACHYON_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_, 0));
-  join_pending_ = false;
 }
 
 // ---- weights ---------------------------------------------------------------------

@@ -57,10 +57,6 @@ class CudaBackend final : public Backend {
 
   void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out, int64_t col_offset,
               Activation act) override;
-  // An L2 prefetch of w on a side stream (forked from the backend's stream, joined back
-  // before the next product), for weights that fit in a part of L2; TACHYON_CUDA_PREFETCH=0
-  // turns it off.
-  void prefetch(const Tensor& w) override;
   void gated_activation(const Tensor& in, Activation act, Tensor& out) override;
   void activation(Tensor& x, Activation act) override;
   void add(const Tensor& a, const Tensor& b, Tensor& out) override;
@@ -151,13 +147,6 @@ class CudaBackend final : public Backend {
   std::shared_ptr<uint64_t> scratch_epoch_ = std::make_shared<uint64_t>(0);
   bool use_gemv_ = true;
   bool use_skinny_ = false;
-  // Prefetch side stream (prefetch()): the fork and join events, whether a join is owed.
-  void join_side();
-  bool prefetch_on_ = true;
-  size_t l2_bytes_ = 0;
-  cudaStream_t side_ = nullptr;
-  cudaEvent_t fork_ = nullptr, join_ = nullptr;
-  bool join_pending_ = false;
   Tensor skinny_partial_, skinny_counters_;
   AttentionKernel attention_kernel_ = AttentionKernel::kAuto;
   bool batch_invariant_ = false;

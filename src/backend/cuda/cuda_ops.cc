@@ -150,7 +150,6 @@ void CudaBackend::gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor&
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
                          int64_t col_offset, Activation act) {
-  join_side();  // a prefetch of w (or an earlier one) completes first
   check_act(x, "linear x");
   check_here(w, "linear weight");
   check_here(out, "linear out");

@@ -37,9 +37,7 @@ std::unique_ptr<DeviceGraph> CudaBackend::record(const std::function<void()>& fn
   cudaGraph_t graph = nullptr;
   try {
     fn();
-    join_side();  // the side stream rejoins before the capture ends
   } catch (...) {
-    join_pending_ = false;  // a fork made while recording went with the failed capture
     cudaStreamEndCapture(stream_, &graph);
     if (graph != nullptr) cudaGraphDestroy(graph);
     cudaGetLastError();

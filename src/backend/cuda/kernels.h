@@ -190,23 +190,17 @@ void launch_attention_decode(const AttentionArgs& a, const AttentionPlan& plan, 
 void launch_causal_softmax(const float* s, void* p, DType type, int rows, int cols, int row0,
                            int batch, int64_t batch_stride, cudaStream_t stream);
 
-// ---- prefetch.cu --------------------------------------------------------------------
-// Asks the copy engine to bring [p, p + bytes) into L2 (sm_90 bulk prefetch; nothing
-// before sm_90). p 16-byte aligned.
-void launch_prefetch_l2(const void* p, size_t bytes, cudaStream_t stream);
-
 // ---- gemv.cu ------------------------------------------------------------------------
 // y[i, j] (row stride ldy) = sum_c x[i, c] w[j, c] for m <= kGemvMaxRows rows: x [m, k]
 // and w [n, k] bf16 or f16 (16-byte aligned, k a multiple of 8), y in that dtype or f32.
 constexpr int64_t kGemvMaxRows = 4;
 bool gemv_supports(DType type, DType y_type, int64_t m, int64_t k, const void* x, const void* w);
 // variant: kGemvUnroll8 (8 weight pieces per lane and batch instead of 4), kGemvSmemX
-// (x staged in shared memory), kGemvSplit2/4 (2 or 4 warps per output column),
-// kGemvAutoSplit (the split chosen by n); benchmarks compare them, kGemvDefault is the
-// choice.
-constexpr int kGemvUnroll8 = 1, kGemvSmemX = 2, kGemvSplit2 = 4, kGemvSplit4 = 8,
-              kGemvAutoSplit = 16;
-constexpr int kGemvDefault = kGemvSmemX | kGemvAutoSplit;
+// (x staged in shared memory), kGemvSplit2/4 (2 or 4 warps per output column);
+// benchmarks compare them. kGemvDefault is the fastest at every Llama-3-8B shape on the
+// H200 (docs/performance.md).
+constexpr int kGemvUnroll8 = 1, kGemvSmemX = 2, kGemvSplit2 = 4, kGemvSplit4 = 8;
+constexpr int kGemvDefault = kGemvSmemX | kGemvSplit2;
 void launch_gemv(const void* x, const void* w, DType type, void* y, DType y_type, int64_t m,
                  int64_t n, int64_t k, int64_t ldy, cudaStream_t stream,
                  int variant = kGemvDefault);
