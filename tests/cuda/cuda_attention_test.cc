@@ -1,6 +1,7 @@
 // Paged attention on the GPU against the CPU backend: prefill, chunked prefill, decode
 // (the split-K path), mixed batches; head_dim 64..256; GQA ratios 1, 4, 8 and MQA;
-// block boundaries (odd block sizes); sliding window, softcapping, ALiBi.
+// block boundaries (odd block sizes); sliding window, softcapping, ALiBi; a bidirectional
+// prefix (ChatGLM-6B's prompt context: the simple kernel only).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,8 +15,9 @@ namespace tachyon::cuda_test {
 namespace {
 
 struct SeqSpec {
-  int32_t cached;  // tokens already in the cache
-  int32_t q_len;   // tokens of this step
+  int32_t cached;      // tokens already in the cache
+  int32_t q_len;       // tokens of this step
+  int32_t prefix = 0;  // a bidirectional prefix (AttentionMeta::prefix_lens)
 };
 
 struct AttnCase {
@@ -119,6 +121,13 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
       m->max_query_len = max_q;
       m->max_context_len = max_ctx;
     }
+    std::vector<int32_t> prefix;
+    for (const SeqSpec& s : c.seqs) prefix.push_back(s.prefix);
+    if (std::any_of(prefix.begin(), prefix.end(), [](int32_t p) { return p > 0; })) {
+      mh.prefix_lens = host_i32(prefix);
+      mg.prefix_lens = to_gpu_i32(*gpu_, prefix);
+      mh.host_prefix_lens = mg.host_prefix_lens = &prefix;
+    }
     Tensor out_ref = Tensor::empty({T, layout.q_cols()}, DType::kF32);
     cpu_->attention(qkv, layout, ref, mh, p, out_ref);
     using K = cuda::CudaBackend::AttentionKernel;
@@ -219,6 +228,14 @@ TEST_P(CudaAttentionTest, SlidingWindowSoftcapAlibi) {
   alb.alibi = true;
   alb.alibi_bf16 = true;
   run(alb);
+}
+
+// Every kernel choice falls back to the simple kernel, which widens each query to its
+// sequence's prefix: prompts with a context (long enough for key splits and several
+// query tiles), a causal prompt beside them, decodes after a context.
+TEST_P(CudaAttentionTest, BidirectionalPrefix) {
+  run({"prefix, mha", 8, 8, 128, 16, {{0, 37, 36}, {0, 64, 64}, {0, 20, 0}, {300, 1, 290}}});
+  run({"prefix, gqa hd 64 block 5", 8, 2, 64, 5, {{0, 700, 650}, {0, 3, 1}, {40, 1, 12}}});
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttentionTest,

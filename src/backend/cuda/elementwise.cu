@@ -45,8 +45,8 @@ __global__ void gated_kernel(const T* __restrict__ in, T* __restrict__ out, int6
 }
 
 template <typename T>
-__global__ void add_kernel(const T* a, const T* b, T* out, int64_t n) {
-  TACHYON_GRID_STRIDE(i, n) out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
+__global__ void scale_add_kernel(const T* a, float scale, const T* b, T* out, int64_t n) {
+  TACHYON_GRID_STRIDE(i, n) out[i] = from_f<T>(fmaf(scale, to_f(a[i]), to_f(b[i])));
 }
 
 template <typename T>
@@ -107,12 +107,12 @@ void launch_gated(const void* in, void* out, DType type, int64_t rows, int64_t i
   TACHYON_CUDA_LAUNCH_CHECK();
 }
 
-void launch_add(const void* a, const void* b, void* out, DType type, int64_t n,
-                cudaStream_t stream) {
+void launch_scale_add(const void* a, float scale, const void* b, void* out, DType type, int64_t n,
+                      cudaStream_t stream) {
   if (n == 0) return;
   TACHYON_DISPATCH_FLOAT(type, T, {
-    add_kernel<T><<<grid_for(n), 256, 0, stream>>>(
-        static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), n);
+    scale_add_kernel<T><<<grid_for(n), 256, 0, stream>>>(
+        static_cast<const T*>(a), scale, static_cast<const T*>(b), static_cast<T*>(out), n);
   });
   TACHYON_CUDA_LAUNCH_CHECK();
 }

@@ -10,7 +10,23 @@
 namespace tachyon::cuda {
 namespace {
 
-template <typename T, bool kInterleaved>
+// The dims rotary pair p (of half = rot / 2 pairs) turns, in each style.
+template <KRotary kStyle>
+__device__ __forceinline__ void pair_dims(int p, int half, int& i0, int& i1) {
+  if constexpr (kStyle == KRotary::kInterleaved) {
+    i0 = 2 * p;
+    i1 = 2 * p + 1;
+  } else if constexpr (kStyle == KRotary::kHalf2D) {
+    const int quarter = half / 2;  // rotate_half within each half of the rotated dims
+    i0 = (p / quarter) * half + p % quarter;
+    i1 = i0 + quarter;
+  } else {
+    i0 = p;
+    i1 = p + half;
+  }
+}
+
+template <typename T, KRotary kStyle>
 __global__ void rotary_kernel(T* qkv, int64_t tokens, int64_t cols, int heads, int hd,
                               const float* __restrict__ cos_sin, int rot) {
   const int half = rot / 2;
@@ -24,8 +40,8 @@ __global__ void rotary_kernel(T* qkv, int64_t tokens, int64_t cols, int heads, i
     const float c = cos_sin[t * rot + p];
     const float s = cos_sin[t * rot + half + p];
     T* v = qkv + t * cols + int64_t{h} * hd;
-    const int i0 = kInterleaved ? 2 * p : p;
-    const int i1 = kInterleaved ? 2 * p + 1 : p + half;
+    int i0, i1;
+    pair_dims<kStyle>(p, half, i0, i1);
     const float x0 = to_f(v[i0]), x1 = to_f(v[i1]);
     v[i0] = from_f<T>(x0 * c - x1 * s);
     v[i1] = from_f<T>(x1 * c + x0 * s);
@@ -35,7 +51,7 @@ __global__ void rotary_kernel(T* qkv, int64_t tokens, int64_t cols, int heads, i
 // One thread per (token, head of q|k|v, pair of dims). Pairs below rot/2 are rotary
 // pairs (rotated in place for q and k); the rest cover the unrotated dims two at a time.
 // k and v heads go to the cache at slots[t] (negative: skipped).
-template <typename T, bool kInterleaved>
+template <typename T, KRotary kStyle>
 __global__ void rotary_write_kv_kernel(T* qkv, int64_t tokens, int64_t cols, int heads,
                                        int kv_heads, int hd, const float* __restrict__ cos_sin,
                                        int rot, const int32_t* __restrict__ slots, T* kc, T* vc,
@@ -52,8 +68,7 @@ __global__ void rotary_write_kv_kernel(T* qkv, int64_t tokens, int64_t cols, int
     T* v = qkv + t * cols + int64_t{h} * hd;
     int i0, i1;
     if (p < half) {
-      i0 = kInterleaved ? 2 * p : p;
-      i1 = kInterleaved ? 2 * p + 1 : p + half;
+      pair_dims<kStyle>(p, half, i0, i1);
     } else {
       i0 = rot + 2 * (p - half);
       i1 = i0 + 1;
@@ -100,9 +115,11 @@ void launch_rotary_write_kv(void* qkv, DType type, int64_t tokens, int64_t cols,
                                          static_cast<T*>(v_cache), num_blocks, block_size, err);
     };
     if (style == KRotary::kInterleaved)
-      go(rotary_write_kv_kernel<T, true>);
+      go(rotary_write_kv_kernel<T, KRotary::kInterleaved>);
+    else if (style == KRotary::kHalf2D)
+      go(rotary_write_kv_kernel<T, KRotary::kHalf2D>);
     else
-      go(rotary_write_kv_kernel<T, false>);
+      go(rotary_write_kv_kernel<T, KRotary::kHalf>);
   });
   TACHYON_CUDA_LAUNCH_CHECK();
 }
@@ -113,12 +130,16 @@ void launch_rotary(void* qkv, DType type, int64_t tokens, int64_t cols, int head
   if (n == 0 || style == KRotary::kNone) return;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(n, 256), 65536));
   TACHYON_DISPATCH_FLOAT(type, T, {
+    auto go = [&](auto kernel) {
+      kernel<<<blocks, 256, 0, stream>>>(static_cast<T*>(qkv), tokens, cols, heads, head_dim,
+                                         cos_sin, rot);
+    };
     if (style == KRotary::kInterleaved)
-      rotary_kernel<T, true><<<blocks, 256, 0, stream>>>(static_cast<T*>(qkv), tokens, cols, heads,
-                                                         head_dim, cos_sin, rot);
+      go(rotary_kernel<T, KRotary::kInterleaved>);
+    else if (style == KRotary::kHalf2D)
+      go(rotary_kernel<T, KRotary::kHalf2D>);
     else
-      rotary_kernel<T, false><<<blocks, 256, 0, stream>>>(static_cast<T*>(qkv), tokens, cols, heads,
-                                                          head_dim, cos_sin, rot);
+      go(rotary_kernel<T, KRotary::kHalf>);
   });
   TACHYON_CUDA_LAUNCH_CHECK();
 }
