@@ -98,6 +98,9 @@ class ProfilingBackend : public Backend {
   void add(const Tensor& a, const Tensor& b, Tensor& o) override {
     timed("add", [&] { b_->add(a, b, o); });
   }
+  void scale_add(const Tensor& a, float s, const Tensor& b, Tensor& o) override {
+    timed("scale_add", [&] { b_->scale_add(a, s, b, o); });
+  }
   void softcap(Tensor& x, float c) override {
     timed("softcap", [&] { b_->softcap(x, c); });
   }

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Conformance fixtures for the families whose checkpoints ship their own modeling code
-(trust_remote_code): Aquila, Baichuan, ChatGLM2/3 and GLM-4 (ChatGLMModel), Qwen (first
-generation), InternLM and InternLM2.
+(trust_remote_code): Aquila, Baichuan, the first ChatGLM-6B, ChatGLM2/3 and GLM-4
+(ChatGLMModel), Qwen (first generation), InternLM and InternLM2.
 
 transformers cannot run these without their remote code, so every fixture is built from
 the natively supported fixtures in tests/conformance/fixtures (Hugging Face reference
@@ -13,8 +13,9 @@ logits from transformers 5.17):
     reference.json / reference.safetensors;
   * where the remote family's mathematics has no native twin (ALiBi with RMSNorm and
     SwiGLU, Baichuan2's NormHead, Qwen's dynamic NTK and log-n scaling, InternLM's o_proj
-    bias, GLM-4's rope_ratio), the reference is computed here by a float64 forward pass
-    written from the published modeling code's definitions.
+    bias, GLM-4's rope_ratio, all of ChatGLM-6B: 2-D positions, the bidirectional prompt
+    context, the residual from the scaled LayerNorm output), the reference is computed here
+    by a float64 forward pass written from the published modeling code's definitions.
 
 Every family forward below is a small port of the published modeling file (its weight
 names, its splits and rearranges of the fused projections, its rotary and ALiBi tables),
@@ -23,8 +24,9 @@ published `generate()` computes. Before any fixture is written, each port is run
 twins and must reproduce the native fixtures' Hugging Face logits and greedy tokens.
 
 Run with Debian's python3-torch (1.13) and python3-numpy:
-    /usr/bin/python3 scripts/make_remote_code_fixtures.py [--check]
---check rebuilds everything in memory and compares it with the files in the repository.
+    /usr/bin/python3 scripts/make_remote_code_fixtures.py [--check] [--only NAME]...
+--check rebuilds everything in memory and compares it with the files in the repository;
+--only limits either to the fixtures named.
 """
 
 import argparse
@@ -36,8 +38,8 @@ import sys
 import torch
 
 sys.dont_write_bytecode = True  # keep scripts/ free of __pycache__
-from remote_code_ports import (BaichuanPort, ChatGLMPort, InternLM2Port, InternLMPort,
-                               LlamaPort, QwenPort, check_twin, read_safetensors,
+from remote_code_ports import (BaichuanPort, ChatGLM6BPort, ChatGLMPort, InternLM2Port,
+                               InternLMPort, LlamaPort, QwenPort, check_twin, read_safetensors,
                                load_native, run_case, safetensors_bytes)
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -103,10 +105,11 @@ def fixture_list():
     fixtures = []
 
     def add(name, config, tensors, port, source, cases=None, note="", prompt_lengths=None,
-            fmt="safetensors"):
+            fmt="safetensors", prompt_makers=None):
         fixtures.append({"name": name, "config": config, "tensors": tensors, "port": port,
                          "source": source, "cases": cases, "note": note,
-                         "prompt_lengths": prompt_lengths, "format": fmt})
+                         "prompt_lengths": prompt_lengths, "format": fmt,
+                         "prompt_makers": prompt_makers})
 
     common = {"bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": D,
               "initializer_range": 0.02, "intermediate_size": I, "num_attention_heads": H,
@@ -354,8 +357,90 @@ def fixture_list():
              "key/value head ([q x 2, k, v]), renamed to tok_embeddings / attention / "
              "feed_forward / output. Dynamic NTK (factor 2) only acts past "
              "max_position_embeddings, which no test sequence reaches.")
+    add_chatglm6b(add)
     natives = {"llama": llama_cases, "qwen2": qwen2_cases, "glm": glm_cases}
     return fixtures, natives
+
+
+def add_chatglm6b(add):
+    """The first ChatGLM-6B: no native twin, random weights, prompts laid out with the
+    tokenizer's special tokens ([gMASK] <sop> appended) and the variants the modeling
+    file's position and mask rules distinguish."""
+    V, D, H, I, layers = 256, 64, 4, 192, 2
+    # The hub's layout of the special ids, at the end of a small vocabulary
+    # (130000.. of 130528): [MASK] [gMASK] [sMASK] <unused_0> <sop> <eop>; <pad> is 3.
+    MASK, GMASK, SOP, EOP = V - 32, V - 31, V - 28, V - 27
+    shapes = {"transformer.word_embeddings.weight": [V, D],
+              "transformer.final_layernorm.weight": [D], "transformer.final_layernorm.bias": [D]}
+    for i in range(layers):
+        L = "transformer.layers.%d." % i
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            shapes[L + norm + ".weight"] = [D]
+            shapes[L + norm + ".bias"] = [D]
+        for name, out, inp in (("attention.query_key_value", 3 * D, D), ("attention.dense", D, D),
+                               ("mlp.dense_h_to_4h", I, D), ("mlp.dense_4h_to_h", D, I)):
+            shapes[L + name + ".weight"] = [out, inp]
+            shapes[L + name + ".bias"] = [out]
+    t = random_like_fixture(shapes, 6006)
+    # With tied embeddings and random weights the residual, the token's own scaled
+    # normalised embedding, would decide every continuation (the model repeats its last
+    # token); larger projections let attention and the MLP decide.
+    for name in t:
+        for suffix, gain in (("query_key_value.weight", 2), ("attention.dense.weight", 3),
+                             ("dense_h_to_4h.weight", 2), ("dense_4h_to_h.weight", 3)):
+            if name.endswith(suffix):
+                t[name] = t[name] * gain
+    t = cast(t, torch.float16)
+    # As on the hub: lm_head.weight (equal to the word embeddings, which from_pretrained
+    # ties to it) and each layer's rotary inv_freq buffer, which the modeling file ignores
+    # when loading.
+    t["lm_head.weight"] = t["transformer.word_embeddings.weight"].clone()
+    dim = D // H // 2
+    for i in range(layers):
+        t["transformer.layers.%d.attention.rotary_emb.inv_freq" % i] = (
+            1. / (10000 ** (torch.arange(0, dim, 2).float() / dim))).half()
+    config = {
+        "_name_or_path": "THUDM/chatglm-6b", "architectures": ["ChatGLMModel"],
+        "auto_map": {"AutoConfig": "configuration_chatglm.ChatGLMConfig",
+                     "AutoModel": "modeling_chatglm.ChatGLMForConditionalGeneration",
+                     "AutoModelForSeq2SeqLM": "modeling_chatglm.ChatGLMForConditionalGeneration"},
+        "bos_token_id": SOP, "eos_token_id": EOP, "mask_token_id": MASK, "gmask_token_id": GMASK,
+        "pad_token_id": 3, "hidden_size": D, "inner_hidden_size": I, "layernorm_epsilon": 1e-05,
+        "max_sequence_length": 2048, "model_type": "chatglm", "num_attention_heads": H,
+        "num_layers": layers, "position_encoding_2d": True, "quantization_bit": 0,
+        "pre_seq_len": None, "prefix_projection": False, "torch_dtype": "float16",
+        "transformers_version": "4.27.1", "use_cache": True, "vocab_size": V}
+
+    def text(gen, n):  # ordinary tokens: above <unk> <s> </s> <pad> <n>, below the specials
+        return torch.randint(5, MASK, (n,), generator=gen).tolist()
+
+    makers = [
+        # The tokenizer's layout: text [gMASK] <sop>.
+        lambda g: text(g, 6) + [GMASK, SOP],
+        # The shortest prompt: a context of [gMASK] alone.
+        lambda g: [GMASK, SOP],
+        # [MASK] inside the context and no [gMASK]: the block positions anchor at [MASK].
+        lambda g: text(g, 3) + [MASK] + text(g, 4) + [SOP],
+        # Both: [gMASK] wins although [MASK] comes first.
+        lambda g: text(g, 2) + [MASK] + text(g, 3) + [GMASK, SOP],
+        # Tokens after <sop> in the prompt: block positions 1, 2, 3, 4 already there.
+        lambda g: text(g, 5) + [GMASK, SOP] + text(g, 3),
+        # A longer context, so that chunked prefill has a part to chunk after it.
+        lambda g: text(g, 17) + [GMASK, SOP],
+    ]
+    add("chatglm6b", config, t, lambda c, tt: ChatGLM6BPort(c, tt), None, fmt="bin-sharded",
+        prompt_makers=makers,
+        note="The first ChatGLM-6B (THUDM/chatglm-6b's config.json fields; ChatGLMModel with "
+             "position_encoding_2d): 2 layers of hidden 64, 4 heads, inner 192, a vocabulary of "
+             "256 with the special ids laid out as the hub's ([MASK] 224, [gMASK] 225, <sop> "
+             "228, <eop> 229, <pad> 3); random weights scaled as the native fixtures' (the "
+             "attention and MLP projections 2-3 times larger, so that the layers rather than "
+             "the residual of the token's own embedding decide the continuations), float16 "
+             "as the hub's, in two pytorch_model-0000N-of-00002.bin shards with their index; "
+             "lm_head.weight equal to the word embeddings and the per-layer rotary inv_freq "
+             "buffers, as the hub's checkpoint has them. Prompts: text [gMASK] <sop>; [gMASK] "
+             "<sop> alone; [MASK] inside the context without [gMASK]; [MASK] and [gMASK] "
+             "([gMASK] wins); tokens after <sop>; a 17-token context.")
 
 
 MIN_MARGIN = 2e-3
@@ -400,7 +485,10 @@ def build(fixture, natives):
         return files
 
     cases, logits = [], {}
-    if fixture.get("prompt_lengths"):
+    makers = fixture.get("prompt_makers")
+    if makers:
+        prompts = [None for _ in makers]
+    elif fixture.get("prompt_lengths"):
         prompts = [[] for _ in fixture["prompt_lengths"]]
     else:
         prompts = [c["input_ids"] for c in fixture["cases"]]
@@ -410,16 +498,18 @@ def build(fixture, natives):
         # (or when none is given) seeded random prompts of the same length until every
         # greedy step has a top-1 / top-2 margin of at least MIN_MARGIN, so that float32
         # arithmetic cannot flip a token.
-        length = len(prompt) or fixture["prompt_lengths"][i]
+        length = 0 if makers else len(prompt) or fixture["prompt_lengths"][i]
         for attempt in range(200):
-            if not prompt or attempt > 0:
+            if makers:
+                prompt = makers[i](gen)  # the same layout, other text tokens
+            elif not prompt or attempt > 0:
                 prompt = torch.randint(3, config_vocab(config), (length,), generator=gen).tolist()
             prompt_logits, greedy, margin = run_case(make_port, layers, prompt)
             if margin >= MIN_MARGIN:
                 break
         else:
-            sys.exit("%s: no prompt of length %d with a greedy margin of %g" %
-                     (fixture["name"], length, MIN_MARGIN))
+            sys.exit("%s: no prompt %d with a greedy margin of %g" %
+                     (fixture["name"], i, MIN_MARGIN))
         cases.append({"input_ids": prompt, "greedy_new_ids": greedy, "min_greedy_margin": margin})
         logits["case%d.logits" % i] = prompt_logits.to(torch.float32)
     reference = {
@@ -497,14 +587,18 @@ def readme(fixture):
                   "before writing it, that a float64 port of the published modeling code run on "
                   "these files reproduces those logits and greedy tokens." % fixture["source"]]
     else:
+        prompts = ("laid out as above, their text tokens seeded random ones redrawn until every "
+                   "greedy step of the reference has a top-1 / top-2 logit margin of at least %g"
+                   if fixture.get("prompt_makers") else
+                   "the native fixture's where every greedy step of the reference has a "
+                   "top-1 / top-2 logit margin of at least %g, seeded random ones of the same "
+                   "length otherwise")
         lines += ["No natively supported architecture computes this, so the reference is a "
                   "float64 forward written from the published modeling code's definitions "
                   "(`scripts/make_remote_code_fixtures.py`; the same port reproduces the "
                   "native fixtures' Hugging Face logits on the twins), with greedy decoding "
                   "through a key/value cache as the modeling code's `generate()` does. Prompts: "
-                  "the native fixture's where every greedy step of the reference has a "
-                  "top-1 / top-2 logit margin of at least %g, seeded random ones of the same "
-                  "length otherwise." % MIN_MARGIN]
+                  + prompts % MIN_MARGIN + "."]
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -512,10 +606,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true",
                     help="compare with the fixtures in the repository instead of writing")
+    ap.add_argument("--only", action="append", default=[], metavar="NAME",
+                    help="build only this fixture (repeatable)")
     args = ap.parse_args()
     fixtures, natives = fixture_list()
     stale = []
     for fx in fixtures:
+        if args.only and fx["name"] not in args.only:
+            continue
         files = build(fx, natives)
         files["README.md"] = readme(fx)
         folder = os.path.join(FIXTURES, fx["name"])

@@ -1,6 +1,6 @@
 """Float64 ports of the published modeling code of the remote-code families (Llama /
-Aquila, Baichuan 7B and 13B with NormHead, ChatGLM2/3 and GLM-4, Qwen-1 with dynamic NTK
-and log-n attention, InternLM, InternLM2), with a key/value cache so that greedy decoding
+Aquila, Baichuan 7B and 13B with NormHead, the first ChatGLM-6B, ChatGLM2/3 and GLM-4,
+Qwen-1 with dynamic NTK and log-n attention, InternLM, InternLM2), with a key/value cache so that greedy decoding
 follows the modeling files' generate(), plus the safetensors reading and writing that
 make_remote_code_fixtures.py needs. Each port takes (config.json as a dict, the
 checkpoint's tensors by name) and exposes step(ids, cache) -> logits [len(ids), vocab].
@@ -306,6 +306,111 @@ class ChatGLMPort:
         if self.c.get("post_layer_norm", True):
             x = self.norm(x, "transformer.encoder.final_layernorm")
         return linear(x, t["transformer.output_layer.weight"])
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * x * (1.0 + 0.044715 * x * x)))
+
+
+class ChatGLM6BPort:
+    """A port (not transformers, which cannot run it) of the first ChatGLM-6B's
+    modeling_chatglm.py (THUDM/chatglm-6b: ChatGLMForConditionalGeneration with
+    position_encoding_2d), written from its definitions:
+      * GLMBlock: attention_input = input_layernorm(x); h = attention_input * alpha +
+        attention(attention_input); mlp_input = post_attention_layernorm(h);
+        out = mlp_input * alpha + mlp(mlp_input), alpha = sqrt(2 * num_layers); GLU is
+        dense_h_to_4h -> gelu_impl (the tanh form) -> dense_4h_to_h, all with biases;
+        final_layernorm; lm_head tied to word_embeddings (from_pretrained ties them:
+        tie_word_embeddings is left at its default and get_output_embeddings is lm_head);
+      * SelfAttention: query_key_value viewed [heads, 3 * head_dim] and split into q, k,
+        v; with position_encoding_2d each of q and k is chunked in two halves, the first
+        turned by position_ids and the second by block_position_ids through
+        RotaryEmbedding(head_dim // 2, base 10000) (inv_freq computed in float32 and kept
+        in float16, .half(); cos/sin of cat(freqs, freqs); rotate_half);
+      * attention_fn: query / (sqrt(head_dim) * (layer_id + 1)), masked_fill(-10000.0),
+        scores * (layer_id + 1), softmax;
+      * get_masks: causal, plus every query sees the keys before context_length (the
+        index of bos_token_id, <sop>); get_position_ids (2-D): position_ids = arange with
+        [context_length:] set to the mask position (the first [gMASK] when the prompt has
+        one, else the first [MASK], as prepare_inputs_for_generation picks it),
+        block_position_ids = 0 before context_length then 1, 2, ...;
+      * generate(): each step feeds the last token with the position copied and the block
+        position + 1 (_update_model_kwargs_for_generation), and a mask row that sees every
+        earlier key and itself.
+    Everything runs in float64; only inv_freq keeps the file's float16 rounding."""
+
+    def __init__(self, config, t):
+        self.c, self.t = config, t
+        self.layers = config["num_layers"]
+        self.heads = config["num_attention_heads"]
+        self.hd = config["hidden_size"] // self.heads
+        self.eps = config.get("layernorm_epsilon", 1e-5)
+        self.alpha = (2 * self.layers) ** 0.5
+        dim = self.hd // 2
+        freq = 1. / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+        self.inv_freq = freq.half().to(F64)
+        self.positions = None  # [2, tokens so far]: position_ids, block_position_ids
+        self.context_length = 0
+
+    def layout(self, prompt):
+        c = self.c
+        mask = c["gmask_token_id"] if c["gmask_token_id"] in prompt else c["mask_token_id"]
+        mask_position = prompt.index(mask)
+        self.context_length = prompt.index(c["bos_token_id"])
+        n = len(prompt)
+        pos = torch.arange(n)
+        pos[self.context_length:] = mask_position
+        block = torch.cat((torch.zeros(self.context_length, dtype=torch.long),
+                           torch.arange(n - self.context_length) + 1))
+        self.positions = torch.stack((pos, block))
+
+    def rope(self, x, pos):
+        ang = pos.to(F64)[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((ang, ang), dim=-1)[:, None, :]
+        return x * emb.cos() + rotate_half(x) * emb.sin()
+
+    def step(self, ids, cache):
+        t, p0, n = self.t, cache.length, len(ids)
+        if p0 == 0:
+            self.layout(list(ids))
+            pos = self.positions
+        else:
+            assert n == 1
+            new = self.positions[:, -1:].clone()
+            new[1] += 1
+            self.positions = torch.cat((self.positions, new), dim=1)
+            pos = new
+        x = t["transformer.word_embeddings.weight"].to(F64)[torch.tensor(ids)]
+        for i in range(self.layers):
+            L = "transformer.layers.%d." % i
+            ln = lambda y, name: layer_norm(y, t[L + name + ".weight"], t[L + name + ".bias"], self.eps)
+            a_in = ln(x, "input_layernorm")
+            mixed = linear(a_in, t[L + "attention.query_key_value.weight"],
+                           t[L + "attention.query_key_value.bias"])
+            q, k, v = mixed.view(n, self.heads, 3 * self.hd).split(self.hd, dim=-1)
+            q1, q2 = q.chunk(2, dim=-1)
+            k1, k2 = k.chunk(2, dim=-1)
+            q = torch.cat((self.rope(q1, pos[0]), self.rope(q2, pos[1])), dim=-1)
+            k = torch.cat((self.rope(k1, pos[0]), self.rope(k2, pos[1])), dim=-1)
+            k, v = cache.append(i, k, v)
+            coeff = float(i + 1)
+            scores = torch.einsum("thd,lhd->htl", q / (math.sqrt(self.hd) * coeff), k)
+            qidx = torch.arange(n)[:, None] + p0
+            kidx = torch.arange(k.shape[0])[None, :]
+            hidden = (kidx > qidx) & (kidx >= self.context_length)
+            scores = scores.masked_fill(hidden[None], -10000.0) * coeff
+            a = torch.einsum("htl,lhd->thd", torch.softmax(scores, dim=-1), v).reshape(n, -1)
+            h = a_in * self.alpha + linear(a, t[L + "attention.dense.weight"],
+                                           t[L + "attention.dense.bias"])
+            m_in = ln(h, "post_attention_layernorm")
+            g = gelu_tanh(linear(m_in, t[L + "mlp.dense_h_to_4h.weight"],
+                                 t[L + "mlp.dense_h_to_4h.bias"]))
+            x = m_in * self.alpha + linear(g, t[L + "mlp.dense_4h_to_h.weight"],
+                                           t[L + "mlp.dense_4h_to_h.bias"])
+        cache.length += n
+        x = layer_norm(x, t["transformer.final_layernorm.weight"],
+                       t["transformer.final_layernorm.bias"], self.eps)
+        return linear(x, t["transformer.word_embeddings.weight"])
 
 
 class QwenPort:

@@ -42,6 +42,10 @@ enum class RotaryStyle : uint8_t {
   kNone,
   kHalf,         // GPT-NeoX / Llama: pairs (i, i + rot/2), "rotate_half"
   kInterleaved,  // GPT-J / GLM: pairs (2i, 2i + 1), "rotate_every_two"
+  // rotate_half within each half of the rotated dims: pairs (i, i + rot/4) and
+  // (rot/2 + i, rot/2 + i + rot/4); rot a multiple of 4. ChatGLM-6B's 2-D positions turn
+  // the two halves by two different positions (the cos/sin table says which).
+  kHalf2D,
 };
 
 // Where q, k and v live inside a fused activation row: [q (H*hd) | k (KV*hd) | v (KV*hd)].
@@ -78,6 +82,13 @@ struct AttentionMeta {
   // kernels that partition work per sequence on the host.
   const std::vector<int32_t>* host_query_start = nullptr;
   const std::vector<int32_t>* host_context_lens = nullptr;
+  // Optional [S] i32, with its host copy: each sequence's bidirectional prefix (a
+  // prefix-LM prompt, ChatGLM-6B's context). A query at cache index i then sees keys
+  // [0, max(i, prefix_len - 1)]; every prefix key is in the cache (prefix_len <=
+  // context_len). Absent (the usual case, and whenever no query of the step lies inside
+  // a prefix): causal. Not combined with a sliding window.
+  Tensor prefix_lens;
+  const std::vector<int32_t>* host_prefix_lens = nullptr;
 };
 
 struct AttentionParams {
@@ -199,6 +210,9 @@ class Backend {
   virtual void activation(Tensor& x, Activation act) = 0;
   // out = a + b, all [T, N].
   virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  // out = scale * a + b, all [T, N] (out may be b, not a). A residual taken from a norm's
+  // output and scaled (ChatGLM-6B: sqrt(2 * num_layers) * LN(x) + attn(LN(x))).
+  virtual void scale_add(const Tensor& a, float scale, const Tensor& b, Tensor& out) = 0;
   // x = cap * tanh(x / cap) in place.
   virtual void softcap(Tensor& x, float cap) = 0;
   // x = clamp(x, -limit, limit) in place.
@@ -244,7 +258,8 @@ class Backend {
   // Causal attention of the step's queries (the q part of qkv) over each sequence's
   // cached keys/values (which already include this step's). Query t of sequence s, the
   // i-th of its q_len tokens, sits at cache index context_len - q_len + i and sees keys
-  // [0, that index] (narrowed by the sliding window). Query head h reads KV head
+  // [0, that index] (narrowed by the sliding window; widened to the sequence's
+  // bidirectional prefix when meta.prefix_lens is given). Query head h reads KV head
   // h / (num_heads / num_kv_heads). out [T, num_heads * head_dim]. Block-table entries
   // for blocks wholly before every query's sliding window are not read (may be -1).
   virtual void attention(const Tensor& qkv, const QkvLayout& layout, const LayerKvCache& cache,

@@ -65,6 +65,7 @@ void dump_prompt_logits(Model& model, const std::vector<int32_t>& prompt, const 
   }
   b.query_start = {0, n};
   b.context_lens = {n};
+  b.layouts = {model.prompt_layout(prompt)};
   b.max_blocks_per_seq = blocks;
   for (int32_t i = 0; i < blocks; ++i) b.block_tables.push_back(i);
   write_safetensors(path, {{"prompt_logits", model.forward(b)}});

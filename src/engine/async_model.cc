@@ -135,6 +135,12 @@ std::shared_ptr<RequestStream> AsyncModel::submit(GenerateRequest request) {
   if (prompt.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max() / 2))
     raise<InvalidArgument>("prompt_ids: too long");
   const int32_t prompt_len = static_cast<int32_t>(prompt.size());
+  const PromptLayout layout = model_->prompt_layout(prompt);
+  if (layout.atomic_len() > config_.max_num_batched_tokens)
+    raise<InvalidArgument>(
+        "prompt_ids: the prompt's bidirectional context of {} tokens is computed in one step, "
+        "and a step holds at most {} tokens (max_num_batched_tokens)",
+        layout.atomic_len(), config_.max_num_batched_tokens);
   cfg.validate();
   cfg.validate_for_model(vocab_size_, max_seq_len_, prompt_len);
   const int32_t width = cfg.width();
@@ -157,6 +163,7 @@ std::shared_ptr<RequestStream> AsyncModel::submit(GenerateRequest request) {
   auto r = std::make_unique<Req>();
   r->prompt = std::move(request.prompt_ids);
   r->prompt_len = prompt_len;
+  r->layout = layout;
   r->max_new_tokens = max_new;
   r->cfg = std::move(cfg);
   r->submitted = Clock::now();
@@ -216,7 +223,7 @@ void AsyncModel::add_request(std::unique_ptr<Req> r) {
   const int64_t seq = new_seq(req, 0, req.prompt);
   req.prompt.clear();
   req.prompt.shrink_to_fit();
-  scheduler_->add_group(req.id, seq, req.prompt_len, req.cfg.width());
+  scheduler_->add_group(req.id, seq, req.prompt_len, req.cfg.width(), req.layout);
 }
 
 void AsyncModel::loop() {

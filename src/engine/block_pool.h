@@ -15,6 +15,9 @@ namespace tachyon {
 // order they were freed: allocation takes the least recently freed one, so a block that
 // was just released keeps its contents longest (what prefix reuse by block hash will
 // look up), and a cached block can be taken out of the middle of the list when reused.
+// (A block's K/V depends on the tokens before it, and inside a bidirectional prompt
+// context (PromptLayout) on the whole context and its layout: reuse by hash must cover
+// those before it may take any block of such a prompt.)
 class BlockPool {
  public:
   explicit BlockPool(int32_t num_blocks);

@@ -28,6 +28,7 @@ struct AsyncModel::Req {
   GenerateConfig cfg;
   std::vector<int32_t> prompt;  // until the first sequence takes it
   int32_t prompt_len = 0;
+  PromptLayout layout;  // the model's reading of the prompt
   int32_t max_new_tokens = 0;
   uint64_t seed = 0;
   std::shared_ptr<RequestStream> stream;

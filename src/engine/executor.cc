@@ -31,6 +31,7 @@ ForwardBatch build_forward_batch(const SchedulerOutput& plan, const TokenSource&
     b.query_start.push_back(end);
     b.context_lens.push_back(s.start + s.num_tokens);
     b.prompt_lens.push_back(s.prompt_len > 0 ? s.prompt_len : s.start + s.num_tokens);
+    b.layouts.push_back(s.layout);
     std::copy(s.block_table.begin(), s.block_table.end(),
               b.block_tables.begin() + static_cast<ptrdiff_t>(i * static_cast<size_t>(max_blocks)));
     for (int32_t k = s.num_logits; k > 0; --k) b.logits_rows.push_back(end - k);

@@ -43,12 +43,16 @@ std::vector<int64_t> Scheduler::running_groups() const {
 }
 
 void Scheduler::add_group(int64_t group_id, int64_t seq_id, int32_t num_prompt_tokens,
-                          int32_t max_width) {
+                          int32_t max_width, const PromptLayout& layout) {
   TACHYON_CHECK(!groups_.count(group_id), "request {} added twice", group_id);
   TACHYON_CHECK(!seqs_.count(seq_id), "sequence {} added twice", seq_id);
   TACHYON_CHECK_GT(num_prompt_tokens, 0);
   TACHYON_CHECK(max_width >= 1 && max_width <= config_.max_num_seqs, "width {} outside [1, {}]",
                 max_width, config_.max_num_seqs);
+  TACHYON_CHECK(layout.atomic_len() >= 0 && layout.atomic_len() < num_prompt_tokens &&
+                    layout.atomic_len() <= config_.max_num_batched_tokens,
+                "request {}: a bidirectional context of {} tokens (prompt {}, {} tokens per step)",
+                group_id, layout.atomic_len(), num_prompt_tokens, config_.max_num_batched_tokens);
   Group g;
   g.id = group_id;
   g.arrival = next_arrival_++;
@@ -56,7 +60,7 @@ void Scheduler::add_group(int64_t group_id, int64_t seq_id, int32_t num_prompt_t
   g.seqs = {seq_id};
   waiting_.insert({g.arrival, group_id});
   groups_.emplace(group_id, std::move(g));
-  seqs_[seq_id] = SeqState{group_id, num_prompt_tokens, 0, num_prompt_tokens};
+  seqs_[seq_id] = SeqState{group_id, num_prompt_tokens, 0, num_prompt_tokens, layout};
 }
 
 void Scheduler::fork_seq(int64_t parent, int64_t child) {
@@ -152,17 +156,25 @@ Scheduler::Plan Scheduler::plan_group(const Group& g, int32_t token_budget,
   int32_t budget = token_budget;
   int32_t free_left = free_blocks;
   int32_t planned = 0;
+  bool budget_short = false;  // a bidirectional context does not fit the budget left
   for (size_t i = 0; i < n && budget > 0; ++i) {
     const SeqState& st = seqs_.at(g.seqs[i]);
+    // Tokens that attend to one another both ways are computed together, or not yet.
+    const int32_t atomic = st.layout.atomic_len();
     int32_t take = std::min(st.num_tokens - st.num_computed - 1, budget);
+    if (st.num_computed + take < atomic) {
+      budget_short = true;
+      continue;
+    }
     take = std::min(take, kv_->max_writable(g.seqs[i], st.num_computed, free_left));
+    if (st.num_computed + take < atomic) take = 0;
     if (take <= 0) continue;
     free_left -= kv_->blocks_needed(g.seqs[i], st.num_computed, st.num_computed + take);
     budget -= take;
     planned += take;
     plan.take[i] = take;
   }
-  plan.status = planned > 0 ? Plan::kOk : Plan::kNoMemory;
+  plan.status = planned > 0 ? Plan::kOk : budget_short ? Plan::kNoBudget : Plan::kNoMemory;
   return plan;
 }
 
@@ -182,6 +194,7 @@ void Scheduler::apply_plan(Group& g, const Plan& plan, SchedulerOutput* out) {
     ss.num_logits = plan.sample ? 1 : 0;
     ss.block_table = kv_->block_table(s);
     ss.prompt_len = st.prompt_len;
+    ss.layout = st.layout;
     st.num_computed += plan.take[i];
     out->num_batched_tokens += plan.take[i];
     out->seqs.push_back(std::move(ss));

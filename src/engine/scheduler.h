@@ -14,6 +14,9 @@
 // admitted only if their whole current length fits beside a reserve of free blocks.
 // When a running group cannot get its blocks, the most recently arrived running group
 // is preempted: its blocks are freed and it is recomputed later from its tokens.
+// A prompt whose leading tokens attend bidirectionally (PromptLayout::atomic_len, a
+// prefix LM) has them computed in one chunk: a chunk that starts inside them reaches
+// their end or is not scheduled.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "engine/block_pool.h"
+#include "model/forward.h"
 
 namespace tachyon {
 
@@ -43,6 +47,7 @@ struct ScheduledSeq {
   int32_t num_logits = 0;
   std::vector<int32_t> block_table;  // covers positions [0, start + num_tokens)
   int32_t prompt_len = 0;            // the request's prompt (rotary scalings fixed there)
+  PromptLayout layout;               // the request's prompt layout (the model's)
 };
 
 struct SchedulerOutput {
@@ -59,8 +64,10 @@ class Scheduler {
   Scheduler(SchedulerConfig config, KVCacheManager* kv);
 
   // A new request with one sequence of num_prompt_tokens tokens. max_width: the most
-  // sequences it will run at once (seats are kept for them from admission on).
-  void add_group(int64_t group_id, int64_t seq_id, int32_t num_prompt_tokens, int32_t max_width);
+  // sequences it will run at once (seats are kept for them from admission on). The
+  // layout's atomic_len() must fit in one step (max_num_batched_tokens) and the prompt.
+  void add_group(int64_t group_id, int64_t seq_id, int32_t num_prompt_tokens, int32_t max_width,
+                 const PromptLayout& layout = {});
   // A new sequence in the parent's group, sharing its tokens and KV blocks.
   void fork_seq(int64_t parent, int64_t child);
   // The engine sampled one more token for the sequence.
@@ -87,6 +94,7 @@ class Scheduler {
     int32_t num_tokens = 0;
     int32_t num_computed = 0;
     int32_t prompt_len = 0;
+    PromptLayout layout;
   };
   const SeqState& seq_state(int64_t seq_id) const;
   std::vector<int64_t> waiting_groups() const;  // arrival order

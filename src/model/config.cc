@@ -66,6 +66,8 @@ std::string_view rotary_style_name(RotaryStyle s) {
       return "half";
     case RotaryStyle::kInterleaved:
       return "interleaved";
+    case RotaryStyle::kHalf2D:
+      return "half_2d";
   }
   return "?";
 }
@@ -124,6 +126,33 @@ void ModelConfig::validate() const {
     raise<InvalidArgument>(
         "model config: Qwen dynamic NTK needs the training length (seq_length) and more than 2 "
         "rotary dims");
+  if ((position == PositionType::kRotary && rope.style == RotaryStyle::kHalf2D) != glm_2d_positions)
+    raise<InvalidArgument>("model config: GLM's 2-D positions go with the 2-D rotary style");
+  if (glm_2d_positions && (rope.dim % 4 != 0 || rope.type != RopeType::kDefault))
+    raise<InvalidArgument>(
+        "model config: 2-D positions need a multiple of 4 rotary dims (got {}) and unscaled "
+        "frequencies",
+        rope.dim);
+  if (needs_prompt_layout()) {
+    if (!glm_prompt.enabled() || glm_prompt.context_end_token >= vocab_size ||
+        (glm_2d_positions && glm_prompt.mask_token_ids.empty()))
+      raise<InvalidArgument>(
+          "model config: 2-D positions and a bidirectional context need the <sop> token (got {}) "
+          "and mask tokens inside the vocabulary of {}",
+          glm_prompt.context_end_token, vocab_size);
+    for (int64_t id : glm_prompt.mask_token_ids)
+      if (id < 0 || id >= vocab_size)
+        raise<InvalidArgument>("model config: mask token id {} outside the vocabulary of {}", id,
+                               vocab_size);
+  }
+  if (bidirectional_context && sliding_window > 0)
+    raise<InvalidArgument>("model config: a bidirectional context with a sliding window");
+  if (residual_from_norm && (post_norm || parallel_residual || sandwich_norm ||
+                             !std::isfinite(residual_scale) || !(residual_scale > 0)))
+    raise<InvalidArgument>(
+        "model config: a residual from the norm output (scale {}) goes with pre-norm serial "
+        "blocks only",
+        residual_scale);
   if (attn_softcap < 0 || final_softcap < 0 || clip_qkv < 0)
     raise<InvalidArgument>("model config: softcap / clip values must be non-negative");
   for (int64_t id : eos_token_ids)
@@ -163,6 +192,10 @@ Json ModelConfig::to_json() const {
     pos["scaling"] = rope_type_name(rope.type);
     if (rope.type != RopeType::kDefault) pos["factor"] = rope.factor;
     if (rope.original_max_position > 0) pos["original_max_position"] = rope.original_max_position;
+    if (rope.inv_freq_f16) pos["inv_freq_f16"] = true;
+    if (glm_2d_positions)
+      pos["glm_2d"] = {{"context_end_token", glm_prompt.context_end_token},
+                       {"mask_token_ids", glm_prompt.mask_token_ids}};
   } else if (position == PositionType::kAlibi) {
     pos["style"] = alibi_style == AlibiStyle::kBloom ? "bloom" : "mpt";
     pos["scaled"] = alibi_scaled;
@@ -174,7 +207,9 @@ Json ModelConfig::to_json() const {
                     {"softcap", attn_softcap},   {"final_softcap", final_softcap},
                     {"clip_qkv", clip_qkv},      {"sliding_window", sliding_window}};
   if (!layer_sliding.empty()) j["attention"]["layer_sliding"] = layer_sliding;
+  if (bidirectional_context) j["attention"]["bidirectional_context"] = true;
   j["parallel_residual"] = parallel_residual;
+  if (residual_from_norm) j["residual_from_norm"] = {{"scale", residual_scale}};
   if (parallel_residual) j["parallel_shared_norm"] = parallel_shared_norm;
   if (moe.num_experts > 0) {
     j["moe"] = {{"num_experts", moe.num_experts},

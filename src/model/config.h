@@ -48,6 +48,19 @@ struct RopeConfig {
   bool truncate = true;                           // yarn
   std::optional<double> attention_factor;         // yarn, longrope
   std::vector<double> short_factor, long_factor;  // longrope, dim / 2 each
+  // The inverse frequencies rounded to float16, as a modeling file that stores them in
+  // half precision has them (ChatGLM-6B's RotaryEmbedding: inv_freq.half()).
+  bool inv_freq_f16 = false;
+};
+
+// How a prompt's special tokens lay it out (ChatGLM-6B): its context ends at the first
+// context_end_token (<sop>), and the first of mask_token_ids found in the prompt, in
+// that order of preference ([gMASK], then [MASK]), anchors the positions after it.
+// model/prompt_layout.h computes a prompt's PromptLayout from these.
+struct GlmPromptConfig {
+  int64_t context_end_token = -1;
+  std::vector<int64_t> mask_token_ids;
+  bool enabled() const { return context_end_token >= 0; }
 };
 
 struct MoeConfig {
@@ -106,6 +119,11 @@ struct ModelConfig {
   PositionType position = PositionType::kRotary;
   RopeConfig rope;
   int32_t learned_pos_offset = 0;  // OPT: 2
+  // GLM's 2-D positions (rope.style kHalf2D): the first half of each head turns by the
+  // position, the second by the block position; (i, 0) for a token at index i inside the
+  // prompt's context, (mask position, i - context_len + 1) from there on (PromptLayout).
+  bool glm_2d_positions = false;
+  GlmPromptConfig glm_prompt;
   AlibiStyle alibi_style = AlibiStyle::kBloom;
   double alibi_bias_max = 8.0;
   bool alibi_scaled = false;  // bias multiplied by the softmax scale (Falcon)
@@ -123,9 +141,17 @@ struct ModelConfig {
   // log(p + 1) / log(logn_scaling_len) (Qwen-1's use_logn_attn).
   int64_t logn_scaling_len = 0;
 
+  // The prompt's context (PromptLayout::context_len tokens) attends in both directions, a
+  // prefix LM (ChatGLM-6B); the tokens after it attend causally.
+  bool bidirectional_context = false;
+
   // Residual layout.
   bool parallel_residual = false;     // x + attn(n1(x)) + mlp(n2(x))
   bool parallel_shared_norm = false;  // n2 is n1 (GPT-J, Phi, old Falcon)
+  // The residual is the norm's output scaled, not its input (ChatGLM-6B):
+  // h = s * n1(x) + attn(n1(x)), out = s * n2(h) + mlp(n2(h)), s = residual_scale.
+  bool residual_from_norm = false;
+  double residual_scale = 1.0;
 
   // Mixture of experts.
   MoeConfig moe;
@@ -155,6 +181,8 @@ struct ModelConfig {
     return sliding_window > 0 && (layer_sliding.empty() || layer_sliding[layer] != 0);
   }
   bool is_moe(int layer) const { return !layer_moe.empty() && layer_moe[layer] != 0; }
+  // Whether a step needs each sequence's PromptLayout (ForwardBatch::layouts).
+  bool needs_prompt_layout() const { return glm_2d_positions || bidirectional_context; }
   double softmax_scale(int layer) const;
 
   // Checks internal consistency; throws InvalidArgument naming the field.

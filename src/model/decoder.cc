@@ -264,6 +264,7 @@ void Decoder::validate(const ForwardBatch& b) const {
   }
   for (int32_t r : b.logits_rows)
     if (r < 0 || r >= T) raise<InvalidArgument>("forward: logits row {} out of [0, {})", r, T);
+  validate_layouts(b);
 }
 
 void Decoder::upload_metadata(const ForwardBatch& b, int64_t live_tokens) {
@@ -304,6 +305,7 @@ void Decoder::upload_metadata(const ForwardBatch& b, int64_t live_tokens) {
   meta_.max_context_len = max_ctx;
   meta_.host_query_start = &b.query_start;
   meta_.host_context_lens = &b.context_lens;
+  upload_prefix_lens(b);
   slots_t_ = upload_i32(slots_, h_slots_);
   logn_active_ = false;
   if (cfg_.logn_scaling_len > 0) {
@@ -325,7 +327,12 @@ void Decoder::upload_metadata(const ForwardBatch& b, int64_t live_tokens) {
   if (cfg_.position == PositionType::kRotary) {
     const int32_t rot = rope_->dim();
     h_cos_sin_.resize(static_cast<size_t>(T * rot));
-    rope_->fill(b.positions.data(), h_seq_len_.data(), T, h_cos_sin_.data());
+    if (cfg_.glm_2d_positions) {
+      rotary_positions(b);
+      rope_->fill(h_pos_.data(), h_seq_len_.data(), T, h_cos_sin_.data(), h_block_.data());
+    } else {
+      rope_->fill(b.positions.data(), h_seq_len_.data(), T, h_cos_sin_.data());
+    }
     cos_sin_.view(*be_, T, rot, DType::kF32);
     cos_sin_t_ = be_->upload(h_cos_sin_.data(), {T, rot}, DType::kF32, cos_sin_.storage);
   }
@@ -385,8 +392,19 @@ void Decoder::compute(int64_t T, int64_t R, Tensor& logits) {
   Tensor o = o_.view(*be_, T, D);
   Tensor m = mlp_.view(*be_, T, D);
   Tensor pending1, pending2;
+  const float rscale = static_cast<float>(cfg_.residual_scale);
   for (int l = 0; l < cfg_.layer_num; ++l) {
     const LayerWeights& L = w_.layers[l];
+    if (cfg_.residual_from_norm) {
+      // h = s * n1(x) + attn(n1(x)); x' = s * n2(h) + mlp(n2(h)).
+      be_->add_norm(residual, Tensor(), Tensor(), L.attn_norm, h);
+      attention_block(l, h, o);
+      be_->scale_add(h, rscale, o, residual);
+      be_->add_norm(residual, Tensor(), Tensor(), L.mlp_norm, h);
+      mlp_block(l, h, m);
+      be_->scale_add(h, rscale, m, residual);
+      continue;
+    }
     if (cfg_.post_norm) {
       attention_block(l, residual, o);
       be_->add_norm(residual, o, Tensor(), L.attn_norm, residual);

@@ -30,6 +30,7 @@ class Decoder final : public Model {
 
   int32_t vocab_size() const override { return static_cast<int32_t>(cfg_.vocab_size); }
   int32_t max_seq_len() const override { return static_cast<int32_t>(cfg_.max_seq_len); }
+  PromptLayout prompt_layout(std::span<const int32_t> prompt) const override;
   size_t kv_bytes_per_block(int32_t block_size) const override;
   void init_kv_cache(int32_t num_blocks, int32_t block_size) override;
   void copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) override;
@@ -69,6 +70,12 @@ class Decoder final : public Model {
   };
 
   void validate(const ForwardBatch& b) const;
+  void validate_layouts(const ForwardBatch& b) const;
+  // Rotary positions of the step's tokens into h_pos_ (and h_block_ with 2-D positions).
+  void rotary_positions(const ForwardBatch& b);
+  // meta_.prefix_lens: set when some query of the step lies inside a bidirectional
+  // context (only a prompt's first step can have one), else absent.
+  void upload_prefix_lens(const ForwardBatch& b);
   // Tokens from live_tokens on are padding: their K/V are not written.
   void upload_metadata(const ForwardBatch& b, int64_t live_tokens);
   // Token ids, learned positions and logits rows.
@@ -97,13 +104,13 @@ class Decoder final : public Model {
   int32_t block_size_ = 0;
 
   // Host-side staging for the step's metadata (reused).
-  std::vector<int32_t> h_slots_, h_seq_len_, h_pos_;
+  std::vector<int32_t> h_slots_, h_seq_len_, h_pos_, h_block_, h_prefix_;
   std::vector<float> h_cos_sin_;
   std::vector<float> h_logn_;  // per-token query scale (logn_scaling_len)
   bool logn_active_ = false;   // some token of this step is past logn_scaling_len
   Tensor logn_t_;
   // Device metadata.
-  Buffer ids_, pos_, slots_, qstart_, ctx_, tables_, rows_, cos_sin_, logn_;
+  Buffer ids_, pos_, slots_, qstart_, ctx_, tables_, rows_, cos_sin_, logn_, prefix_;
   AttentionMeta meta_;
   Tensor slots_t_, cos_sin_t_, ids_t_, pos_t_, rows_t_;
   // Activations.

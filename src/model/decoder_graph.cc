@@ -3,8 +3,9 @@
 // into the decoder's device buffers in place (block tables repacked to a width fixed by
 // the context bucket, attention hints set to the bucket), and the recorded kernels of
 // that (batch, context) bucket run again. Padding sequences have context 1 on block 0
-// and write no K/V; their logits rows are dropped. The first step of a bucket runs
-// eagerly (sizing every buffer and scratch), then is recorded; a graph whose buffers
+// and write no K/V; their logits rows are dropped. (A decode step never has a query
+// inside a bidirectional context, so the graphs never carry prefix lengths.) The first step of a
+// bucket runs eagerly (sizing every buffer and scratch), then is recorded; a graph whose buffers
 // have moved since (a larger step regrew them) is recorded again.
 #include <algorithm>
 
@@ -82,6 +83,7 @@ Tensor Decoder::forward_graph(const ForwardBatch& b) {
   p.context_lens.assign(b.context_lens.begin(), b.context_lens.end());
   p.prompt_lens.clear();
   if (!b.prompt_lens.empty()) p.prompt_lens.assign(b.prompt_lens.begin(), b.prompt_lens.end());
+  p.layouts.assign(b.layouts.begin(), b.layouts.end());
   p.max_blocks_per_seq = W;
   p.block_tables.assign(static_cast<size_t>(B) * W, -1);
   const int32_t copy = std::min(W, b.max_blocks_per_seq);
@@ -93,6 +95,8 @@ Tensor Decoder::forward_graph(const ForwardBatch& b) {
     p.positions.push_back(0);
     p.context_lens.push_back(1);
     if (!p.prompt_lens.empty()) p.prompt_lens.push_back(1);
+    // A one-token causal context: positions (0, 0).
+    if (!p.layouts.empty()) p.layouts.push_back(PromptLayout{1, false, 0});
     p.block_tables[static_cast<size_t>(s) * W] = 0;
   }
   p.query_start.resize(static_cast<size_t>(B) + 1);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -11,6 +12,23 @@
 #include "core/tensor.h"
 
 namespace tachyon {
+
+// What a model reads once from a sequence's prompt and needs at every step of that
+// sequence (LanguageModel::prompt_layout): where its special tokens put it. The default
+// is a causal prompt with positions by index.
+struct PromptLayout {
+  // Tokens before the prompt's generation block (ChatGLM-6B: before <sop>). With
+  // `bidirectional` they attend to one another in both directions, so the step that
+  // computes the first of them computes them all (the scheduler never splits them).
+  int32_t context_len = 0;
+  bool bidirectional = false;
+  // GLM's 2-D positions: the index of the prompt's mask token ([gMASK] / [MASK]), which
+  // every token from context_len on takes as its first position; -1 without them.
+  int32_t mask_position = -1;
+  // Leading tokens that must be computed in one step.
+  int32_t atomic_len() const { return bidirectional ? context_len : 0; }
+  bool operator==(const PromptLayout&) const = default;
+};
 
 // One step over several sequences. Each sequence contributes a contiguous run of
 // tokens (a prefill chunk, or one token when decoding), sequence after sequence.
@@ -31,6 +49,11 @@ struct ForwardBatch {
   // prefill, counted from position 0). Rotary scalings that fix their frequencies at
   // prefill (Qwen-1's dynamic NTK) read it; when empty they use context_lens.
   std::vector<int32_t> prompt_lens;
+
+  // [num_seqs] or empty: each sequence's prompt layout. Required (all entries) by models
+  // whose positions or attention follow it (LanguageModel::prompt_layout); empty is the
+  // default layout for every sequence.
+  std::vector<PromptLayout> layouts;
 
   // Rows of token_ids whose logits the step returns, in this order (usually the last
   // token of each sequence; every prompt row for prompt logits).
@@ -62,6 +85,13 @@ class LanguageModel {
   virtual int32_t vocab_size() const = 0;
   // The longest sequence (prompt + generated) the model supports.
   virtual int32_t max_seq_len() const = 0;
+  // The layout of a prompt, passed back with every step of its sequences
+  // (ForwardBatch::layouts). Throws InvalidArgument for a prompt the model cannot take
+  // (ChatGLM-6B: no <sop>, or neither [gMASK] nor [MASK]).
+  virtual PromptLayout prompt_layout(std::span<const int32_t> prompt) const {
+    (void)prompt;
+    return {};
+  }
 
   // Bytes of KV cache one block of `block_size` tokens takes across all layers.
   virtual size_t kv_bytes_per_block(int32_t block_size) const = 0;

@@ -39,6 +39,7 @@ const std::vector<ArchSpec>& arch_registry() {
       // Reached only by name (--model-type): configs that cannot be told apart.
       arch::baichuan2_spec(),
       arch::chatglm2_spec(),
+      arch::chatglm6b_spec(),
   };
   return registry;
 }
@@ -102,7 +103,7 @@ ModelConfig map_model_config(const HfConfig& cfg, const std::string& override_ty
                              const std::string& generation_config_path) {
   const ArchSpec& spec = find_arch(cfg, override_type);
   ModelConfig mc = spec.map_config(cfg);
-  mc.family = spec.family;
+  if (mc.family.empty()) mc.family = spec.family;  // a mapping may name its variant
   if (const Json* a = cfg.find({"architectures"});
       a != nullptr && a->is_array() && !a->empty() && (*a)[0].is_string())
     mc.architecture = (*a)[0].get<std::string>();

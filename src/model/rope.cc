@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numbers>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace tachyon {
@@ -137,25 +138,44 @@ RopeFrequencies rope_frequencies(const RopeConfig& r, int64_t seq_len) {
       break;
     }
   }
+  if (r.inv_freq_f16) {
+    // Rounded as torch rounds a float32 tensor with .half().
+    for (double& f : out.inv_freq) f = f16_to_f32(f32_to_f16(static_cast<float>(f)));
+  }
   return out;
 }
 
 RopeTable::RopeTable(const RopeConfig& rope)
-    : rope_(rope), length_dependent_(rope_length_dependent(rope)) {
-  cached_ = rope_frequencies(rope_, rope_.max_position_embeddings);
+    : rope_(rope),
+      two_d_(rope.style == RotaryStyle::kHalf2D),
+      length_dependent_(rope_length_dependent(rope)) {
+  TACHYON_CHECK(!two_d_ || (rope.dim % 4 == 0 && !length_dependent_),
+                "2-D rotary over {} dims (type {})", rope.dim, rope_type_name(rope.type));
+  RopeConfig freq = rope_;
+  if (two_d_) freq.dim = rope_.dim / 2;  // each half is a rotary of its own
+  cached_ = rope_frequencies(freq, rope_.max_position_embeddings);
   cached_len_ = length_dependent_ ? rope_.max_position_embeddings : 0;
 }
 
-void RopeTable::compute_row(double position, float* row) const {
+void RopeTable::fill(const int32_t* positions, const int32_t* seq_lens, int64_t n, float* out,
+                     const int32_t* block_positions) {
   const int32_t half = rope_.dim / 2;
-  for (int32_t i = 0; i < half; ++i) {
-    const double a = position * cached_.inv_freq[i];
-    row[i] = static_cast<float>(std::cos(a) * cached_.attention_factor);
-    row[half + i] = static_cast<float>(std::sin(a) * cached_.attention_factor);
+  if (two_d_) {
+    TACHYON_CHECK(block_positions != nullptr, "a 2-D rotary needs block positions");
+    const int32_t q = half / 2;
+    for (int64_t t = 0; t < n; ++t) {
+      float* row = out + t * rope_.dim;
+      for (int32_t part = 0; part < 2; ++part) {
+        const double p = part == 0 ? positions[t] : block_positions[t];
+        for (int32_t i = 0; i < q; ++i) {
+          const double a = p * cached_.inv_freq[i];
+          row[part * q + i] = static_cast<float>(std::cos(a) * cached_.attention_factor);
+          row[half + part * q + i] = static_cast<float>(std::sin(a) * cached_.attention_factor);
+        }
+      }
+    }
+    return;
   }
-}
-
-void RopeTable::fill(const int32_t* positions, const int32_t* seq_lens, int64_t n, float* out) {
   const size_t dim = static_cast<size_t>(rope_.dim);
   for (int64_t t = 0; t < n; ++t) {
     float* row = out + t * rope_.dim;
@@ -186,6 +206,15 @@ void RopeTable::fill(const int32_t* positions, const int32_t* seq_lens, int64_t 
       row_ready_[pi] = 1;
     }
     std::memcpy(row, cached, dim * sizeof(float));
+  }
+}
+
+void RopeTable::compute_row(double position, float* row) const {
+  const int32_t half = rope_.dim / 2;
+  for (int32_t i = 0; i < half; ++i) {
+    const double a = position * cached_.inv_freq[i];
+    row[i] = static_cast<float>(std::cos(a) * cached_.attention_factor);
+    row[half + i] = static_cast<float>(std::sin(a) * cached_.attention_factor);
   }
 }
 

@@ -28,19 +28,25 @@ bool rope_uses_prompt_length(const RopeConfig& rope);
 
 // Fills cos/sin rows for the rotary op: out[t] = [cos(p f_0..), sin(p f_0..)] * factor,
 // with p = positions[t] and the frequencies of sequence length seq_lens[t].
-// Where the frequencies do not depend on the length, each position's row is computed
-// once (double-precision cos and sin, a few microseconds a row) and copied afterwards:
+// Style kHalf2D (GLM's 2-D positions): each half of the rotated dims is a rotary of
+// dim / 2 with its own position, p = positions[t] for the first and
+// b = block_positions[t] for the second: out[t] = [cos(p f), cos(b f), sin(p f),
+// sin(b f)] over the dim / 4 frequencies f of a rotary of dim / 2.
+// Where the frequencies do not depend on the length (and positions are 1-D), each
+// position's row is computed once (double-precision cos and sin) and copied afterwards:
 // a 1024-token prefill would otherwise spend milliseconds of host time on them.
 class RopeTable {
  public:
   explicit RopeTable(const RopeConfig& rope);
-  void fill(const int32_t* positions, const int32_t* seq_lens, int64_t n, float* out);
+  void fill(const int32_t* positions, const int32_t* seq_lens, int64_t n, float* out,
+            const int32_t* block_positions = nullptr);
   int32_t dim() const { return rope_.dim; }
 
  private:
   void compute_row(double position, float* row) const;
 
   RopeConfig rope_;
+  bool two_d_;
   bool length_dependent_;
   int64_t cached_len_ = -1;
   RopeFrequencies cached_;

@@ -107,4 +107,24 @@ std::unique_ptr<Backend> make_sentencepiece_backend(const std::string& model_pat
 std::unique_ptr<Backend> make_chatglm_backend(const std::string& model_path,
                                               const std::vector<AddedToken>& added);
 
+// The first ChatGLM-6B's tokenizer (ice_text.model, chatglm6b_backend.cc), from
+// tokenizer_config.json as ChatGLMTokenizer reads it (its defaults when absent).
+struct ChatGLM6BOptions {
+  int32_t num_image_tokens = 20000;  // the id offset of the SentencePiece pieces
+  bool remove_space = false;
+  std::string bos_token = "<sop>";
+  std::string gmask_token = "[gMASK]";
+  std::optional<std::string> pad_token = "<pad>";
+  // The special tokens the text is split on: bos, eos, unk, pad, mask and the
+  // additional ones. A plain string strips the whitespace on both sides.
+  struct Special {
+    std::string content;
+    bool lstrip = true;
+    bool rstrip = true;
+  };
+  std::vector<Special> specials;
+};
+std::unique_ptr<Backend> make_chatglm6b_backend(const std::string& model_path,
+                                                const ChatGLM6BOptions& options);
+
 }  // namespace tachyon::tok

@@ -67,6 +67,25 @@ constexpr const char* kQwenPattern =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+// A special token of ChatGLM-6B's tokenizer_config.json: absent -> ChatGLMTokenizer's
+// default, null -> none; a plain string strips the whitespace around it when the text
+// is split (transformers 4.27), an AddedToken object as its lstrip / rstrip say.
+std::optional<tok::ChatGLM6BOptions::Special> chatglm6b_special(const Json& config, const char* key,
+                                                                const char* fallback,
+                                                                const std::string& what) {
+  using Special = tok::ChatGLM6BOptions::Special;
+  if (!config.is_object() || !config.contains(key)) return Special{fallback};
+  const Json& v = config[key];
+  auto content = special_value(config, key, what);
+  if (!content) return std::nullopt;
+  Special s{*content};
+  if (v.is_object()) {
+    s.lstrip = v.contains("lstrip") && v["lstrip"].is_boolean() && v["lstrip"].get<bool>();
+    s.rstrip = v.contains("rstrip") && v["rstrip"].is_boolean() && v["rstrip"].get<bool>();
+  }
+  return s;
+}
+
 bool is_sentencepiece_model(const std::string& path) {
   // A serialized ModelProto starts with field 1 (pieces, length-delimited): tag 0x0A.
   // A tiktoken file is base64 text.
@@ -251,6 +270,57 @@ struct TokenizerBuilder {
     register_specials(*t, *t->backend_, Json::object(), {}, what);
     return t;
   }
+
+  // The first ChatGLM-6B's ice_text.model with ChatGLMTokenizer's defaults.
+  static std::unique_ptr<Tokenizer> from_chatglm6b(const std::string& path,
+                                                   const tok::TokenizerConfig& cfg,
+                                                   const std::string& what) {
+    const Json& config = cfg.json.is_object() ? cfg.json : Json::object();
+    auto flag = [&](const char* key) {
+      return config.contains(key) && config[key].is_boolean() && config[key].get<bool>();
+    };
+    if (flag("do_lower_case"))
+      raise<InvalidArgument>("{}: do_lower_case = true is not supported", what);
+    tok::ChatGLM6BOptions o;
+    const Json* images =
+        config.contains("num_image_tokens") ? &config["num_image_tokens"] : nullptr;
+    if (images != nullptr) {
+      if (!images->is_number_integer() || images->get<int64_t>() < 0 ||
+          images->get<int64_t>() > (1 << 24))
+        raise<InvalidArgument>("{}: num_image_tokens must be an integer in [0, 2^24]", what);
+      o.num_image_tokens = images->get<int32_t>();
+    }
+    o.remove_space = flag("remove_space");
+    auto t = std::unique_ptr<Tokenizer>(new Tokenizer());
+    apply_config(*t, config, what);
+    if (!config.contains("clean_up_tokenization_spaces"))
+      t->clean_up_tokenization_spaces_ = true;  // transformers 4.27's default
+    const std::pair<const char*, const char*> named[] = {{"bos_token", "<sop>"},
+                                                         {"eos_token", "<eop>"},
+                                                         {"unk_token", "<unk>"},
+                                                         {"pad_token", "<pad>"},
+                                                         {"mask_token", "[MASK]"}};
+    for (const auto& [key, fallback] : named) {
+      if (auto s = chatglm6b_special(config, key, fallback, what)) o.specials.push_back(*s);
+    }
+    for (const auto& s : special_list(config, "additional_special_tokens", what))
+      o.specials.push_back({s});
+    auto text_of = [&](const char* key, const char* fallback) {
+      auto s = chatglm6b_special(config, key, fallback, what);
+      return s ? std::optional<std::string>(s->content) : std::nullopt;
+    };
+    t->bos_token_ = text_of("bos_token", "<sop>");
+    t->eos_token_ = text_of("eos_token", "<eop>");
+    t->unk_token_ = text_of("unk_token", "<unk>");
+    t->pad_token_ = text_of("pad_token", "<pad>");
+    if (!t->bos_token_) raise<InvalidArgument>("{}: ChatGLM-6B needs its bos_token (<sop>)", what);
+    o.bos_token = *t->bos_token_;
+    o.gmask_token = text_of("gmask_token", "[gMASK]").value_or("[gMASK]");
+    o.pad_token = t->pad_token_;
+    t->backend_ = tok::make_chatglm6b_backend(path, o);
+    register_specials(*t, *t->backend_, config, {}, what);
+    return t;
+  }
 };
 
 std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view tokenizer_json,
@@ -292,13 +362,17 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& dir) {
     t = is_sentencepiece_model(model_path)
             ? TokenizerBuilder::from_sentencepiece(model_path, cfg, model_path)
             : TokenizerBuilder::from_tiktoken(model_path, cfg, model_path);
+  } else if (const std::string ice = (root / "ice_text.model").string(); file_exists(ice)) {
+    // The first ChatGLM-6B's vocabulary file (ChatGLMTokenizer.vocab_files_names).
+    t = TokenizerBuilder::from_chatglm6b(ice, cfg, ice);
   } else {
     std::string tiktoken;
     for (const auto& e : fs::directory_iterator(root)) {
       if (e.path().extension() == ".tiktoken") tiktoken = e.path().string();
     }
     if (tiktoken.empty()) {
-      raise<NotFound>("'{}' has no tokenizer.json, tokenizer.model or *.tiktoken", dir);
+      raise<NotFound>("'{}' has no tokenizer.json, tokenizer.model, ice_text.model or *.tiktoken",
+                      dir);
     }
     t = TokenizerBuilder::from_tiktoken(tiktoken, cfg, tiktoken);
   }

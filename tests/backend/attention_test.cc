@@ -23,9 +23,10 @@ class AttentionOpsTest : public ::testing::Test {
   std::mt19937 rng_{99};
 };
 
-TEST_F(AttentionOpsTest, RotaryBothStylesPartialDims) {
-  for (RotaryStyle style : {RotaryStyle::kHalf, RotaryStyle::kInterleaved}) {
+TEST_F(AttentionOpsTest, RotaryAllStylesPartialDims) {
+  for (RotaryStyle style : {RotaryStyle::kHalf, RotaryStyle::kInterleaved, RotaryStyle::kHalf2D}) {
     for (int rot : {4, 10, 16}) {
+      if (style == RotaryStyle::kHalf2D && rot % 4 != 0) continue;
       QkvLayout l{3, 1, 16};
       const int n = 5;
       Tensor qkv = random_tensor({n, l.row_cols()}, rng_);
@@ -47,8 +48,14 @@ TEST_F(AttentionOpsTest, RotaryBothStylesPartialDims) {
           double* y = want.data() + t * cols + h * 16;
           for (int p = 0; p < rot / 2; ++p) {
             const double c = std::cos(ang[t * rot / 2 + p]), s = std::sin(ang[t * rot / 2 + p]);
-            const int i0 = style == RotaryStyle::kHalf ? p : 2 * p;
-            const int i1 = style == RotaryStyle::kHalf ? p + rot / 2 : 2 * p + 1;
+            // kHalf2D: rotate_half inside each half of the rotated dims.
+            const int q = rot / 4, half2d = (p / q) * (rot / 2) + p % q;
+            const int i0 = style == RotaryStyle::kHalf          ? p
+                           : style == RotaryStyle::kInterleaved ? 2 * p
+                                                                : half2d;
+            const int i1 = style == RotaryStyle::kHalf          ? p + rot / 2
+                           : style == RotaryStyle::kInterleaved ? 2 * p + 1
+                                                                : half2d + q;
             y[i0] = x[i0] * c - x[i1] * s;
             y[i1] = x[i1] * c + x[i0] * s;
           }
@@ -60,8 +67,9 @@ TEST_F(AttentionOpsTest, RotaryBothStylesPartialDims) {
 }
 
 struct SeqSpec {
-  int cached;  // tokens already in the cache
-  int q_len;   // tokens this step
+  int cached;      // tokens already in the cache
+  int q_len;       // tokens this step
+  int prefix = 0;  // a bidirectional prefix (AttentionMeta::prefix_lens), <= cached + q_len
 };
 
 // Runs write_kv + attention on a shuffled paged cache and compares with a float64
@@ -131,6 +139,12 @@ void check_paged_attention(Backend& be, std::mt19937& rng, const std::vector<Seq
   meta.block_tables = be.upload_i32(table.data(), S * max_blocks, {});
   meta.num_seqs = S;
   meta.max_blocks_per_seq = max_blocks;
+  std::vector<int32_t> prefix(S);
+  for (int s = 0; s < S; ++s) prefix[s] = seqs[s].prefix;
+  if (std::any_of(prefix.begin(), prefix.end(), [](int32_t p) { return p > 0; })) {
+    meta.prefix_lens = be.upload_i32(prefix.data(), S, {});
+    meta.host_prefix_lens = &prefix;
+  }
   Tensor out = be.alloc({T, int64_t{H} * hd}, DType::kF32);
   be.attention(qkv, l, cache, meta, params, out);
 
@@ -143,10 +157,11 @@ void check_paged_attention(Backend& be, std::mt19937& rng, const std::vector<Seq
     for (int i = 0; i < seqs[s].q_len; ++i) {
       const int t = qs[s] + i, idx = seqs[s].cached + i;
       const int lo = params.sliding_window > 0 ? std::max(0, idx - params.sliding_window + 1) : 0;
+      const int hi = std::max(idx, seqs[s].prefix - 1);  // the last key it sees
       for (int h = 0; h < H; ++h) {
         const int g = h / (H / KV);
         std::vector<double> sc;
-        for (int j = lo; j <= idx; ++j) {
+        for (int j = lo; j <= hi; ++j) {
           double d = 0;
           for (int e = 0; e < hd; ++e)
             d += q_all[t * l.row_cols() + h * hd + e] *
@@ -164,7 +179,7 @@ void check_paged_attention(Backend& be, std::mt19937& rng, const std::vector<Seq
         for (double& x : sc) sum += (x = std::exp(x - mx));
         for (int e = 0; e < hd; ++e) {
           double acc = 0;
-          for (int j = lo; j <= idx; ++j)
+          for (int j = lo; j <= hi; ++j)
             acc += sc[j - lo] * kv[j * l.row_cols() + l.q_cols() + l.kv_cols() + g * hd + e];
           want[(static_cast<size_t>(t) * H + h) * hd + e] = acc / sum;
         }
@@ -206,6 +221,18 @@ TEST_F(AttentionOpsTest, Alibi) {
   p.alibi_scale = 0.35f;
   p.alibi_bias_bf16 = true;
   check_paged_attention(*be_, rng_, {{3, 20}}, QkvLayout{6, 1, 8}, 7, p);
+}
+
+TEST_F(AttentionOpsTest, BidirectionalPrefix) {
+  AttentionParams p;
+  p.scale = 0.3f;
+  // A prompt whose context is all but its last token, one that is all context, a causal
+  // prompt in the same step, a decode after a context, a one-token context.
+  for (QkvLayout l : {QkvLayout{4, 2, 16}, QkvLayout{3, 3, 12}}) {  // tiled and scalar paths
+    check_paged_attention(*be_, rng_, {{0, 13, 12}, {0, 6, 6}, {0, 7, 0}, {24, 1, 10}, {0, 3, 1}},
+                          l, 5, p);
+    check_paged_attention(*be_, rng_, {{0, 40, 37}}, l, 16, p);
+  }
 }
 
 TEST_F(AttentionOpsTest, CopyBlocks) {

@@ -179,6 +179,13 @@ TEST_F(OpsTest, ElementwiseOps) {
   for (size_t i = 0; i < av.size(); ++i) want.push_back(av[i] + bv[i]);
   expect_close(out, want, 1e-5, 1e-6, "add");
 
+  // out may be b: the residual update of a block whose residual is its scaled norm output.
+  Tensor sum = b.clone();
+  be_->scale_add(a, 2.6457513f, sum, sum);
+  want.clear();
+  for (size_t i = 0; i < av.size(); ++i) want.push_back(2.6457513 * av[i] + bv[i]);
+  expect_close(sum, want, 1e-5, 1e-6, "scale_add");
+
   Tensor c = a.clone();
   be_->softcap(c, 20.f);
   want.clear();

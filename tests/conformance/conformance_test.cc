@@ -2,7 +2,9 @@
 // checkpoint with transformers' reference outputs) is loaded through the public path
 // (load_model) and checked: prompt logits within 1e-3 at every position, and greedy
 // continuations through the paged KV cache — whole-prompt prefill, chunked prefill,
-// and all cases batched in one step.
+// and all cases batched in one step. Each sequence carries the model's layout of its
+// prompt (LanguageModel::prompt_layout), and chunked prefill computes a bidirectional
+// prompt context in its first chunk, as the scheduler does.
 //
 // On a device computing in bf16/f16 (TACHYON_DEVICE=cuda), logits are held to a
 // relative tolerance instead (kRelTolerance16 of the reference's largest magnitude),
@@ -55,6 +57,7 @@ struct Case {
 struct Seq {
   std::vector<int32_t> tokens;
   int32_t prompt_len = 0;
+  PromptLayout layout;
   int32_t computed = 0;
   std::vector<int32_t> blocks;
 };
@@ -93,6 +96,7 @@ class ConformanceTest : public ::testing::TestWithParam<std::string> {
     Seq s;
     s.tokens = prompt;
     s.prompt_len = static_cast<int32_t>(prompt.size());
+    s.layout = model_->prompt_layout(prompt);
     return s;
   }
 
@@ -119,6 +123,7 @@ class ConformanceTest : public ::testing::TestWithParam<std::string> {
       b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
       b.context_lens.push_back(s->computed + n);
       b.prompt_lens.push_back(s->prompt_len);
+      b.layouts.push_back(s->layout);
       for (int32_t i = 0; i < max_blocks; ++i)
         b.block_tables.push_back(i < static_cast<int32_t>(s->blocks.size()) ? s->blocks[i] : -1);
       s->computed += n;
@@ -244,7 +249,8 @@ TEST_P(ConformanceTest, ChunkedPrefill) {
     int32_t done = 0, last = -1;
     double last_margin = INFINITY;
     for (int32_t chunk = 3; done < n; chunk += 2) {  // uneven chunks: 3, 5, 7, ...
-      const int32_t take = std::min(chunk, n - done);
+      // The first chunk covers a bidirectional context whole.
+      const int32_t take = std::min(std::max(chunk, s.layout.atomic_len() - done), n - done);
       Tensor l = step({{&s, take}});
       expect_logits(l, 0, c, done, take,
                     "case " + std::to_string(i) + " chunk at " + std::to_string(done));

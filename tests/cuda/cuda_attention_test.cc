@@ -1,7 +1,8 @@
 // Paged attention on the GPU against the CPU backend: prefill, chunked prefill, decode
 // (the split-K path), mixed batches; head_dim 64..256; GQA ratios 1, 4, 8 and MQA;
-// block boundaries (odd block sizes); sliding window, softcapping, ALiBi. Every case
-// runs through each kernel that applies to it; the Flash* cases are shaped around the
+// block boundaries (odd block sizes); sliding window, softcapping, ALiBi; a bidirectional
+// prefix (ChatGLM-6B's prompt context: the simple kernel only). Every case runs through
+// each kernel that applies to it; the Flash* cases are shaped around the
 // FlashAttention-2 kernel's tiles (128 rows of query x head, 64 keys), and the decode
 // kernel's own cases (tile, split and pipeline edges, the Llama-3-8B shape, long
 // contexts, many sequences, several queries per sequence, bucketed context hints, bad
@@ -21,8 +22,9 @@ namespace tachyon::cuda_test {
 namespace {
 
 struct SeqSpec {
-  int32_t cached;  // tokens already in the cache
-  int32_t q_len;   // tokens of this step
+  int32_t cached;      // tokens already in the cache
+  int32_t q_len;       // tokens of this step
+  int32_t prefix = 0;  // a bidirectional prefix (AttentionMeta::prefix_lens)
 };
 
 struct AttnCase {
@@ -185,6 +187,13 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
       m->max_blocks_per_seq = max_blocks;
       m->max_query_len = max_q;
       m->max_context_len = std::max(max_ctx, c.ctx_hint);
+    }
+    std::vector<int32_t> prefix;
+    for (const SeqSpec& s : c.seqs) prefix.push_back(s.prefix);
+    if (std::any_of(prefix.begin(), prefix.end(), [](int32_t p) { return p > 0; })) {
+      mh.prefix_lens = host_i32(prefix);
+      mg.prefix_lens = to_gpu_i32(*gpu_, prefix);
+      mh.host_prefix_lens = mg.host_prefix_lens = &prefix;
     }
     Tensor out_ref = Tensor::empty({T, layout.q_cols()}, DType::kF32);
     cpu_->attention(qkv, layout, ref, mh, p, out_ref);
@@ -647,6 +656,14 @@ TEST_P(CudaAttentionTest, DecodeBadBlockIdReported) {
     EXPECT_NO_THROW(gpu_->synchronize());  // the error word was cleared
   }
   gpu_->set_attention_kernel(K::kAuto);
+}
+
+// Every kernel choice falls back to the simple kernel, which widens each query to its
+// sequence's prefix: prompts with a context (long enough for key splits and several
+// query tiles), a causal prompt beside them, decodes after a context.
+TEST_P(CudaAttentionTest, BidirectionalPrefix) {
+  run({"prefix, mha", 8, 8, 128, 16, {{0, 37, 36}, {0, 64, 64}, {0, 20, 0}, {300, 1, 290}}});
+  run({"prefix, gqa hd 64 block 5", 8, 2, 64, 5, {{0, 700, 650}, {0, 3, 1}, {40, 1, 12}}});
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttentionTest,

@@ -284,6 +284,11 @@ TEST_P(CudaOpsTest, GatedAndElementwise) {
   Tensor sg = poisoned(*gpu_, {n, inter}, dt_);
   gpu_->add(dev(a), dev(b), sg);
   expect_near(host_values(*gpu_, sg), host_values(sum), bound_for(dt_), tag("add"));
+  Tensor ssum = b.clone();
+  cpu_->scale_add(a, 5.29f, ssum, ssum);
+  Tensor ssg = dev(b);
+  gpu_->scale_add(dev(a), 5.29f, ssg, ssg);
+  expect_near(host_values(*gpu_, ssg), host_values(ssum), bound_for(dt_), tag("scale_add"));
 
   Tensor c = input({n, inter}, 30.f);
   Tensor cr = c.clone();
@@ -315,7 +320,7 @@ TEST_P(CudaOpsTest, GatedAndElementwise) {
 }
 
 TEST_P(CudaOpsTest, Rotary) {
-  for (RotaryStyle style : {RotaryStyle::kHalf, RotaryStyle::kInterleaved}) {
+  for (RotaryStyle style : {RotaryStyle::kHalf, RotaryStyle::kInterleaved, RotaryStyle::kHalf2D}) {
     for (auto [hd, rot] : {std::pair<int, int>{64, 64}, {80, 32}, {128, 128}, {256, 64}}) {
       const QkvLayout layout{8, 2, hd};
       const int64_t n = 29;
@@ -331,10 +336,11 @@ TEST_P(CudaOpsTest, Rotary) {
       cpu_->rotary(ref, layout, cs, style, rot);
       Tensor g = dev(qkv);
       gpu_->rotary(g, layout, dev_f32(cs), style, rot);
-      expect_near(
-          host_values(*gpu_, g), host_values(ref), bound_for(dt_),
-          tag(std::string(style == RotaryStyle::kHalf ? "rotary half" : "rotary interleaved") +
-              " hd=" + std::to_string(hd) + " rot=" + std::to_string(rot)));
+      expect_near(host_values(*gpu_, g), host_values(ref), bound_for(dt_),
+                  tag(std::string(style == RotaryStyle::kHalf          ? "rotary half"
+                                  : style == RotaryStyle::kInterleaved ? "rotary interleaved"
+                                                                       : "rotary half 2d") +
+                      " hd=" + std::to_string(hd) + " rot=" + std::to_string(rot)));
     }
   }
 }
@@ -342,7 +348,7 @@ TEST_P(CudaOpsTest, Rotary) {
 // The fused pass against rotary() then write_kv() on the same device (same roundings:
 // the 16-bit results must be identical), both styles, partial rotary, skipped slots.
 TEST_P(CudaOpsTest, RotaryWriteKvFused) {
-  for (RotaryStyle style : {RotaryStyle::kHalf, RotaryStyle::kInterleaved}) {
+  for (RotaryStyle style : {RotaryStyle::kHalf, RotaryStyle::kInterleaved, RotaryStyle::kHalf2D}) {
     for (auto [hd, rot] : {std::pair<int, int>{64, 64}, {80, 32}, {128, 128}, {256, 64}}) {
       const QkvLayout layout{8, 2, hd};
       const int64_t n = 13;

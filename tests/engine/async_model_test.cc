@@ -125,6 +125,68 @@ TEST(AsyncModel, PreemptionUnderATinyCacheKeepsTheOutputs) {
   EXPECT_EQ(tiny, ample);
 }
 
+// Prefix-LM prompts (ChatGLM-6B): the model's layout of each prompt reaches every step,
+// and a bidirectional context is computed in one step (chunked prefill around it, and
+// again when a preempted request recomputes); prompts the model refuses and contexts
+// longer than a step fail at submit.
+TEST(AsyncModel, BidirectionalContextsAreComputedWhole) {
+  FakeModelOptions o;
+  o.layout_token = 7;
+  std::mt19937 rng(5);
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < 24; ++i) {
+    GenerateRequest r;
+    r.prompt_ids = random_prompt(rng, 1 + static_cast<int32_t>(rng() % 30), o.vocab, 7);
+    r.prompt_ids.push_back(7);
+    for (int32_t k = static_cast<int32_t>(rng() % 12); k > 0; --k)
+      r.prompt_ids.push_back(static_cast<int32_t>(rng() % o.vocab));
+    r.config = greedy(1 + static_cast<int32_t>(rng() % 20));
+    reqs.push_back(std::move(r));
+  }
+  auto run = [&](int32_t blocks) {
+    EngineConfig c = small_engine(blocks);
+    c.max_num_seqs = 16;
+    c.max_num_batched_tokens = 32;
+    auto t = make_engine(o, c);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const auto& r : reqs) streams.push_back(t.engine->submit(r));
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const auto r = streams[i]->wait();
+      EXPECT_FALSE(r.error) << r.error->message;
+      if (r.error) continue;
+      const auto ref = reference_generate(reqs[i].prompt_ids, reqs[i].config, o, 0, 0,
+                                          *reqs[i].config.max_new_tokens);
+      EXPECT_EQ(r.sequences[0].output_ids, ref.ids) << "request " << i;
+    }
+    EXPECT_EQ(t.model->violations(), 0);
+    EXPECT_GE(t.model->context_steps(), static_cast<int64_t>(reqs.size()));
+    expect_all_free(*t.engine);
+    return t.engine->stats().num_preemptions;
+  };
+  EXPECT_EQ(run(2048), 0);
+  // The longest request needs 31 + 11 + 20 tokens: 16 blocks of 4.
+  EXPECT_GT(run(17), 0);
+
+  EngineConfig c = small_engine(64);
+  c.max_num_seqs = 16;
+  c.max_num_batched_tokens = 32;
+  auto t = make_engine(o, c);
+  try {
+    t.engine->submit({{1, 2, 3}, greedy(2)});
+    ADD_FAILURE() << "a prompt without its context end was taken";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("no context end token 7"));
+  }
+  std::vector<int32_t> long_context(40, 3);
+  long_context.push_back(7);
+  try {
+    t.engine->submit({long_context, greedy(2)});
+    ADD_FAILURE() << "a context longer than a step was taken";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("bidirectional context of 40 tokens"));
+  }
+}
+
 TEST(AsyncModel, CancellationFreesBlocksAtOnce) {
   FakeModelOptions o;
   o.delay_us = 300;

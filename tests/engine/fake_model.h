@@ -8,6 +8,7 @@
 // the output (and is counted in violations()).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -41,6 +42,10 @@ struct FakeModelOptions {
   int32_t poison_token = -1;  // a batch holding it throws InvalidArgument
   int32_t fault_token = -1;   // a batch holding it throws Internal (a device fault)
   int32_t delay_us = 0;       // each forward pass sleeps this long
+  // >= 0: prompts are prefix-LM prompts whose bidirectional context ends at the first
+  // layout_token (a prompt without one is refused); a step that computes part of a
+  // context without all of it counts as a violation.
+  int32_t layout_token = -1;
 };
 
 class FakeModel : public LanguageModel {
@@ -62,6 +67,12 @@ class FakeModel : public LanguageModel {
 
   int32_t vocab_size() const override { return o_.vocab; }
   int32_t max_seq_len() const override { return o_.max_seq_len; }
+  PromptLayout prompt_layout(std::span<const int32_t> prompt) const override {
+    if (o_.layout_token < 0) return {};
+    auto it = std::find(prompt.begin(), prompt.end(), o_.layout_token);
+    if (it == prompt.end()) raise<InvalidArgument>("no context end token {}", o_.layout_token);
+    return PromptLayout{static_cast<int32_t>(it - prompt.begin()), true, -1};
+  }
   size_t kv_bytes_per_block(int32_t block_size) const override {
     return static_cast<size_t>(block_size) * 64;
   }
@@ -90,6 +101,7 @@ class FakeModel : public LanguageModel {
       if (t == o_.poison_token) raise<InvalidArgument>("poisoned token {}", t);
     }
     const int32_t n = b.num_seqs();
+    check_layouts(b);
     // Write this step's tokens.
     for (int32_t s = 0; s < n; ++s)
       for (int32_t i = b.query_start[s]; i < b.query_start[s + 1]; ++i)
@@ -113,6 +125,7 @@ class FakeModel : public LanguageModel {
   }
 
   int64_t violations() const { return violations_; }
+  int64_t context_steps() const { return context_steps_; }
   int64_t forwards() const { return forwards_; }
   int64_t copies() const { return copies_; }
   int64_t max_batch_tokens() const { return max_batch_tokens_; }
@@ -153,11 +166,30 @@ class FakeModel : public LanguageModel {
       if (r < 0 || r >= b.num_tokens()) bad("logits row");
   }
 
+  // With layout_token: every sequence has a layout, and a step that starts inside a
+  // bidirectional context covers all of it.
+  void check_layouts(const ForwardBatch& b) {
+    if (o_.layout_token < 0) return;
+    if (static_cast<int32_t>(b.layouts.size()) != b.num_seqs()) {
+      ++violations_;
+      return;
+    }
+    for (int32_t s = 0; s < b.num_seqs(); ++s) {
+      const int32_t ctx = b.context_lens[s];
+      const int32_t start = ctx - (b.query_start[s + 1] - b.query_start[s]);
+      const PromptLayout& l = b.layouts[s];
+      if (!l.bidirectional || start >= l.context_len) continue;
+      ++context_steps_;
+      if (start != 0 || ctx < l.context_len) ++violations_;
+    }
+  }
+
   FakeModelOptions o_;
   int32_t num_blocks_ = 0;
   int32_t block_size_ = 16;
   std::vector<Slot> slots_;
   int64_t violations_ = 0;
+  int64_t context_steps_ = 0;
   int64_t forwards_ = 0;
   int64_t copies_ = 0;
   int64_t max_batch_tokens_ = 0;

@@ -94,6 +94,45 @@ TEST(Scheduler, LongPromptDoesNotStallDecodes) {
   }
 }
 
+// A prefix-LM prompt's bidirectional context is computed in one chunk: the chunk that
+// starts it covers it whole, or waits for the budget (without preempting anyone), while
+// a causal prompt of the same length is chunked to the budget.
+TEST(Scheduler, BidirectionalContextIsOneChunk) {
+  Fixture f(64, 4, config(4, 12));
+  f.s.add_group(1, 10, 2, 1);
+  f.s.add_group(2, 20, 2, 1);
+  EXPECT_EQ(describe(f.s.schedule()), "10:0+2* 20:0+2*");
+  f.s.append_token(10);
+  f.s.append_token(20);
+  f.s.add_group(3, 30, 14, 1, PromptLayout{11, true, -1});
+  // Two decodes leave 10 tokens: not enough for the context of 11.
+  auto out = f.s.schedule();
+  EXPECT_EQ(describe(out), "10:2+1* 20:2+1*");
+  EXPECT_THAT(out.preempted_groups, IsEmpty());
+  EXPECT_THAT(f.s.waiting_groups(), ElementsAre(3));
+  f.s.append_token(10);
+  f.s.append_token(20);
+  f.s.remove_group(2);
+  // One decode leaves 11: the context and nothing more, then the rest of the prompt.
+  EXPECT_EQ(describe(f.s.schedule()), "10:3+1* 30:0+11");
+  f.s.append_token(10);
+  out = f.s.schedule();
+  EXPECT_EQ(describe(out), "10:4+1* 30:11+3*");
+  EXPECT_EQ(out.seqs[1].layout, (PromptLayout{11, true, -1}));
+
+  // The same prompt, causal: chunked to what the decode leaves.
+  Fixture g(64, 4, config(4, 12));
+  g.s.add_group(1, 10, 2, 1);
+  EXPECT_EQ(describe(g.s.schedule()), "10:0+2*");
+  g.s.append_token(10);
+  g.s.add_group(2, 20, 2, 1);
+  g.s.add_group(3, 30, 14, 1);
+  EXPECT_EQ(describe(g.s.schedule()), "10:2+1* 20:0+2* 30:0+9");
+
+  // A context no step can hold is a caller's error (the engine refuses it first).
+  EXPECT_THROW(g.s.add_group(4, 40, 20, 1, PromptLayout{13, true, -1}), Error);
+}
+
 TEST(Scheduler, FifoAdmissionHeadOfLineBlocks) {
   Fixture f(64, 4, config(2, 64));
   f.s.add_group(1, 10, 4, 1);

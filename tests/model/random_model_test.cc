@@ -67,6 +67,11 @@ TEST(RandomModel, EveryFamilyLoadsAndRuns) {
     model->init_kv_cache(8, 8);
     ForwardBatch b;
     b.token_ids = {3, 1, 4, 1, 5};
+    // A prefix-LM prompt (ChatGLM-6B) ends its context with <sop> after a mask token.
+    if (const GlmPromptConfig& g = model->config().glm_prompt; g.enabled())
+      b.token_ids = {3, 1, static_cast<int32_t>(g.mask_token_ids.at(0)),
+                     static_cast<int32_t>(g.context_end_token), 5};
+    b.layouts = {model->prompt_layout(b.token_ids)};
     b.positions = {0, 1, 2, 3, 4};
     b.query_start = {0, 5};
     b.context_lens = {5};

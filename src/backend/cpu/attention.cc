@@ -18,6 +18,8 @@ void CpuBackend::rotary(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_
   TACHYON_CHECK(qkv.ndim() == 2 && qkv.dim(1) == layout.row_cols(), "rotary qkv {}", qkv.str());
   TACHYON_CHECK(rotary_dim % 2 == 0 && rotary_dim <= layout.head_dim, "rotary_dim {} head_dim {}",
                 rotary_dim, layout.head_dim);
+  TACHYON_CHECK(style != RotaryStyle::kHalf2D || rotary_dim % 4 == 0,
+                "rotary_dim {} of a 2-D rotary is not a multiple of 4", rotary_dim);
   const int64_t n = qkv.dim(0), cols = qkv.dim(1);
   TACHYON_CHECK(cos_sin.ndim() == 2 && cos_sin.dim(0) == n && cos_sin.dim(1) == rotary_dim,
                 "rotary cos_sin {} for {} tokens, rotary_dim {}", cos_sin.str(), n, rotary_dim);
@@ -38,6 +40,16 @@ void CpuBackend::rotary(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_
                                const float x0 = v[p], x1 = v[p + half];
                                v[p] = x0 * c[p] - x1 * s[p];
                                v[p + half] = x1 * c[p] + x0 * s[p];
+                             }
+                           } else if (style == RotaryStyle::kHalf2D) {
+                             // Pair p of half g (g = p / quarter) is (g * half + j,
+                             // g * half + j + quarter), j = p % quarter.
+                             const int quarter = half / 2;
+                             for (int p = 0; p < half; ++p) {
+                               const int i0 = (p / quarter) * half + p % quarter;
+                               const float x0 = v[i0], x1 = v[i0 + quarter];
+                               v[i0] = x0 * c[p] - x1 * s[p];
+                               v[i0 + quarter] = x1 * c[p] + x0 * s[p];
                              }
                            } else {
                              for (int p = 0; p < half; ++p) {
@@ -116,12 +128,27 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
   const int32_t* bt = meta.block_tables.data<int32_t>();
   const int64_t mb = meta.max_blocks_per_seq;
   TACHYON_CHECK(qs[0] == 0 && qs[S] == n, "query_start [{} .. {}] for {} tokens", qs[0], qs[S], n);
+  const int32_t* prefix = nullptr;
+  if (meta.prefix_lens) {
+    TACHYON_CHECK(meta.prefix_lens.numel() == S && meta.prefix_lens.dtype() == DType::kI32 &&
+                      params.sliding_window == 0,
+                  "attention prefix_lens {} for {} sequences (sliding window {})",
+                  meta.prefix_lens.str(), S, params.sliding_window);
+    prefix = meta.prefix_lens.data<int32_t>();
+  }
   for (int s = 0; s < S; ++s) {
     const int q_len = qs[s + 1] - qs[s];
     TACHYON_CHECK(q_len >= 0 && ctx[s] >= q_len && ctx[s] <= mb * bs,
                   "sequence {}: {} query tokens, context {}, {} blocks of {}", s, q_len, ctx[s], mb,
                   bs);
+    TACHYON_CHECK(prefix == nullptr || (prefix[s] >= 0 && prefix[s] <= ctx[s]),
+                  "sequence {}: bidirectional prefix {} with context {}", s, prefix ? prefix[s] : 0,
+                  ctx[s]);
   }
+  // The last key a query at cache index idx of sequence s sees.
+  auto last_key = [&](int s, int64_t idx) {
+    return prefix != nullptr ? std::max<int64_t>(idx, int64_t{prefix[s]} - 1) : idx;
+  };
 
   // Tasks: (sequence, kv head, tile of query tokens).
   constexpr int kTile = 8;
@@ -185,7 +212,7 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
           const int r = tile.rows++;
           tile.q[r] = q_base + t * cols + int64_t{h} * hd;
           tile.out[r] = o + t * int64_t{H} * hd + int64_t{h} * hd;
-          tile.idx[r] = idx;
+          tile.idx[r] = last_key(s, idx);
           tile.lo[r] = lo;
           tile.slope[r] = slopes != nullptr ? slopes[h] : 0.f;
           if (tile.rows == kAttnTileMaxRows) {
@@ -207,11 +234,12 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
       const int64_t idx = ctx[s] - q_len + i;  // this query's cache index
       const int64_t lo =
           params.sliding_window > 0 ? std::max<int64_t>(0, idx - params.sliding_window + 1) : 0;
+      const int64_t hi = last_key(s, idx);
       for (int hh = 0; hh < group; ++hh) {
         const int h = g * group + hh;
         const float* q = q_base + t * cols + int64_t{h} * hd;
         float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t j = lo; j <= idx; ++j) {
+        for (int64_t j = lo; j <= hi; ++j) {
           const int64_t blk = blocks[j / bs];
           TACHYON_CHECK(blk >= 0 && blk < nb, "block table entry {} of {} blocks", blk, nb);
           const float* k = kc + ((blk * KV + g) * bs + j % bs) * hd;
@@ -226,13 +254,13 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
           mx = std::max(mx, sc_j);
         }
         double sum = 0;
-        for (int64_t j = lo; j <= idx; ++j) {
+        for (int64_t j = lo; j <= hi; ++j) {
           const float e = std::exp(scores[j - lo] - mx);
           scores[j - lo] = e;
           sum += e;
         }
         std::fill(acc, acc + hd, 0.f);
-        for (int64_t j = lo; j <= idx; ++j) {
+        for (int64_t j = lo; j <= hi; ++j) {
           const int64_t blk = blocks[j / bs];
           axpy(scores[j - lo], vc + ((blk * KV + g) * bs + j % bs) * hd, acc, hd);
         }

@@ -235,13 +235,17 @@ void CpuBackend::activation(Tensor& x, Activation act) {
 }
 
 void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
+  scale_add(a, 1.f, b, out);  // 1 * x + y is x + y exactly
+}
+
+void CpuBackend::scale_add(const Tensor& a, float scale, const Tensor& b, Tensor& out) {
   TACHYON_CHECK(a.shape() == b.shape() && a.shape() == out.shape(), "add {} {} {}", a.str(),
                 b.str(), out.str());
   const float* pa = a.data<float>();
   const float* pb = b.data<float>();
   float* po = out.data<float>();
   pool_.parallel_for(0, a.numel(), 16384, [&](int64_t s, int64_t e) {
-    for (int64_t i = s; i < e; ++i) po[i] = pa[i] + pb[i];
+    for (int64_t i = s; i < e; ++i) po[i] = scale * pa[i] + pb[i];
   });
 }
 

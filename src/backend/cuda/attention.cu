@@ -1,4 +1,5 @@
-// Paged attention for prefill, chunked prefill and decode in one kernel family.
+// Paged attention for prefill, chunked prefill and decode in one kernel family, and
+// the one that honours a bidirectional prefix (ChatGLM-6B's prompt context).
 //
 // A block owns (sequence, KV head, tile of query tokens, key split). Its rows are the
 // tile's queries times the KV group's query heads, so GQA/MQA heads that share a KV
@@ -71,8 +72,10 @@ __global__ void __launch_bounds__(kThreads)
     const int n_q = min(plan.q_tile, q_len - tile0);
     const int first_idx = ctx - q_len + tile0;  // cache index of the tile's first query
     const int last_idx = first_idx + n_q - 1;
+    // A bidirectional prefix widens every query's keys to [0, prefix) at least.
+    const int prefix = a.prefix_lens != nullptr ? a.prefix_lens[s] : 0;
     int k_begin = a.sliding_window > 0 ? max(0, first_idx - a.sliding_window + 1) : 0;
-    int k_end = last_idx + 1;
+    int k_end = max(last_idx + 1, min(prefix, ctx));
     k_begin = max(k_begin, split * plan.split_keys);
     if (split + 1 < plan.num_splits) k_end = min(k_end, (split + 1) * plan.split_keys);
 
@@ -135,8 +138,8 @@ __global__ void __launch_bounds__(kThreads)
         const int qidx = first_idx + qi;
         const int h = kvh * group + (r - qi * group);
         const int key = kt + lane;
-        const bool valid =
-            key < k_end && key <= qidx && (a.sliding_window <= 0 || key > qidx - a.sliding_window);
+        const bool valid = key < k_end && (key <= qidx || key < prefix) &&
+                           (a.sliding_window <= 0 || key > qidx - a.sliding_window);
         float sc = -INFINITY;
         if (valid) {
           const float* qr = q_s + r * hd;

@@ -189,13 +189,17 @@ void CudaBackend::activation(Tensor& x, Activation act) {
 }
 
 void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
+  scale_add(a, 1.f, b, out);
+}
+
+void CudaBackend::scale_add(const Tensor& a, float scale, const Tensor& b, Tensor& out) {
   check_here(a, "add a");
   check_here(b, "add b");
   check_here(out, "add out");
   TACHYON_CHECK(a.shape() == b.shape() && a.shape() == out.shape() && a.dtype() == b.dtype() &&
                     a.dtype() == out.dtype(),
                 "add {} {} {}", a.str(), b.str(), out.str());
-  launch_add(a.raw(), b.raw(), out.raw(), a.dtype(), a.numel(), stream_);
+  launch_scale_add(a.raw(), scale, b.raw(), out.raw(), a.dtype(), a.numel(), stream_);
 }
 
 void CudaBackend::softcap(Tensor& x, float cap) {
@@ -244,6 +248,8 @@ void CudaBackend::rotary(Tensor& qkv, const QkvLayout& layout, const Tensor& cos
   TACHYON_CHECK(qkv.ndim() == 2 && qkv.dim(1) == layout.row_cols(), "rotary qkv {}", qkv.str());
   TACHYON_CHECK(rotary_dim % 2 == 0 && rotary_dim <= layout.head_dim, "rotary_dim {} head_dim {}",
                 rotary_dim, layout.head_dim);
+  TACHYON_CHECK(style != RotaryStyle::kHalf2D || rotary_dim % 4 == 0,
+                "rotary_dim {} of a 2-D rotary is not a multiple of 4", rotary_dim);
   TACHYON_CHECK(cos_sin.ndim() == 2 && cos_sin.dim(0) == qkv.dim(0) &&
                     cos_sin.dim(1) == rotary_dim && cos_sin.dtype() == DType::kF32,
                 "rotary cos_sin {} for {} tokens, rotary_dim {}", cos_sin.str(), qkv.dim(0),
@@ -422,6 +428,8 @@ void CudaBackend::rotary_write_kv(Tensor& qkv, const QkvLayout& layout, const Te
                 qkv.str());
   TACHYON_CHECK(rotary_dim % 2 == 0 && rotary_dim <= layout.head_dim, "rotary_dim {} head_dim {}",
                 rotary_dim, layout.head_dim);
+  TACHYON_CHECK(style != RotaryStyle::kHalf2D || rotary_dim % 4 == 0,
+                "rotary_dim {} of a 2-D rotary is not a multiple of 4", rotary_dim);
   TACHYON_CHECK(cos_sin.ndim() == 2 && cos_sin.dim(0) == qkv.dim(0) &&
                     cos_sin.dim(1) == rotary_dim && cos_sin.dtype() == DType::kF32,
                 "rotary cos_sin {} for {} tokens, rotary_dim {}", cos_sin.str(), qkv.dim(0),
@@ -491,18 +499,27 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
   a.alibi_scale = params.alibi_scale;
   a.alibi_bias_bf16 = params.alibi_bias_bf16;
   a.err = err_.data<int>();
+  if (meta.prefix_lens) {
+    // Only the simple kernel below widens queries to a bidirectional prefix.
+    check_here(meta.prefix_lens, "attention prefix_lens");
+    TACHYON_CHECK(meta.prefix_lens.numel() == meta.num_seqs &&
+                      meta.prefix_lens.dtype() == DType::kI32 && params.sliding_window == 0,
+                  "attention prefix_lens {} for {} sequences (sliding window {})",
+                  meta.prefix_lens.str(), meta.num_seqs, params.sliding_window);
+    a.prefix_lens = meta.prefix_lens.data<int32_t>();
+  }
   // A kernel runs when forced (TACHYON_CUDA_ATTENTION) and applicable, or under kAuto
-  // when applicable and the step has its shape; batch-invariant mode runs every step
-  // through the simple kernel below.
+  // when applicable and the step has its shape; batch-invariant mode and steps with a
+  // bidirectional prefix run through the simple kernel below.
   auto pick = [&](AttentionKernel k, bool applies, bool auto_shape) {
-    if (batch_invariant_ || !applies) return false;
+    if (batch_invariant_ || a.prefix_lens != nullptr || !applies) return false;
     return attention_kernel_ == k || (attention_kernel_ == AttentionKernel::kAuto && auto_shape);
   };
   // A mixed step, decode rows beside prefill chunks: the decode kernel takes the
   // sequences of one query (split keys, every warp busy), the flash kernel the others
   // afterwards (the decode kernel's split merge writes every row; flash's rows win).
   if (attention_kernel_ == AttentionKernel::kAuto && !batch_invariant_ &&
-      meta.max_query_len >= 16 && host_lengths(a, meta)) {
+      a.prefix_lens == nullptr && meta.max_query_len >= 16 && host_lengths(a, meta)) {
     const std::vector<int32_t>& qs = *meta.host_query_start;
     const std::vector<int32_t>& ctx = *meta.host_context_lens;
     int32_t singles = 0, single_ctx = 1;

@@ -87,10 +87,10 @@ __global__ void gated_vec_kernel(const T* __restrict__ in, T* __restrict__ out, 
 }
 
 template <typename T>
-__global__ void add_kernel(const T* a, const T* b, T* out, int64_t n) {
+__global__ void scale_add_kernel(const T* a, float scale, const T* b, T* out, int64_t n) {
   pdl_wait();
   pdl_launch_dependents();
-  TACHYON_GRID_STRIDE(i, n) out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
+  TACHYON_GRID_STRIDE(i, n) out[i] = from_f<T>(fmaf(scale, to_f(a[i]), to_f(b[i])));
 }
 
 template <typename T>
@@ -158,12 +158,13 @@ void launch_gated(const void* in, void* out, DType type, int64_t rows, int64_t i
   });
 }
 
-void launch_add(const void* a, const void* b, void* out, DType type, int64_t n,
-                cudaStream_t stream) {
+void launch_scale_add(const void* a, float scale, const void* b, void* out, DType type, int64_t n,
+                      cudaStream_t stream) {
   if (n == 0) return;
   TACHYON_DISPATCH_FLOAT(type, T, {
-    launch_kernel(add_kernel<T>, dim3(grid_for(n)), dim3(256), 0, stream, static_cast<const T*>(a),
-                  static_cast<const T*>(b), static_cast<T*>(out), n);
+    launch_kernel(scale_add_kernel<T>, dim3(grid_for(n)), dim3(256), 0, stream,
+                  static_cast<const T*>(a), scale, static_cast<const T*>(b), static_cast<T*>(out),
+                  n);
   });
 }
 

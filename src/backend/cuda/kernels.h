@@ -17,7 +17,7 @@ namespace tachyon::cuda {
 
 enum class KAct : int { kIdentity, kSilu, kGelu, kGeluTanh, kRelu, kQuickGelu };
 enum class KNorm : int { kRMSNorm, kLayerNorm };
-enum class KRotary : int { kNone, kHalf, kInterleaved };
+enum class KRotary : int { kNone, kHalf, kInterleaved, kHalf2D };  // as RotaryStyle
 
 // Codes a kernel ORs into the device error word on input it cannot honour.
 enum DeviceError : int {
@@ -63,8 +63,9 @@ void launch_bias_act(void* y, DType type, int64_t ld, int64_t rows, int64_t cols
 // out[r, i] = act(in[r, i]) * in[r, inter + i]; in [rows, 2 inter], out [rows, inter].
 void launch_gated(const void* in, void* out, DType type, int64_t rows, int64_t inter, KAct act,
                   cudaStream_t stream);
-void launch_add(const void* a, const void* b, void* out, DType type, int64_t n,
-                cudaStream_t stream);
+// out = scale * a + b (add: scale 1, exact).
+void launch_scale_add(const void* a, float scale, const void* b, void* out, DType type, int64_t n,
+                      cudaStream_t stream);
 void launch_softcap(void* x, DType type, int64_t n, float cap, cudaStream_t stream);
 void launch_clamp(void* x, DType type, int64_t n, float limit, cudaStream_t stream);
 // out[r, :] = src[rows[r], :]; src [src_rows, cols].
@@ -127,6 +128,9 @@ struct AttentionArgs {
   const float* alibi_slopes = nullptr;  // [heads] or null
   float alibi_scale = 1.f;
   bool alibi_bias_bf16 = false;
+  // [seqs] or null: each sequence's bidirectional prefix (AttentionMeta::prefix_lens);
+  // only the simple kernel (attention.cu) reads it.
+  const int32_t* prefix_lens = nullptr;
   int* err = nullptr;
   // Mixed steps split between kernels: the decode kernel leaves sequences with more than
   // one query this step alone (another kernel writes their rows afterwards), the flash

@@ -1,7 +1,8 @@
 // Rotary position embedding over the q and k heads of the fused qkv rows, in place:
 // one thread per (token, head, frequency pair). The fused variant also writes the
 // step's k (rotated) and v heads into the paged cache in the same pass; where the
-// rotary dims come in whole 16-byte vectors it moves 16 bytes per load and store.
+// rotary dims come in whole 16-byte vectors it moves 16 bytes per load and store (the
+// half and interleaved styles; the 2-D style of GLM goes element by element).
 #include <algorithm>
 
 #include "backend/cuda/device_util.cuh"
@@ -18,7 +19,23 @@ __device__ __forceinline__ void rotate(float x0, float x1, float c, float s, flo
   y1 = __fmaf_rn(x1, c, __fmul_rn(x0, s));
 }
 
-template <typename T, bool kInterleaved>
+// The dims rotary pair p (of half = rot / 2 pairs) turns, in each style.
+template <KRotary kStyle>
+__device__ __forceinline__ void pair_dims(int p, int half, int& i0, int& i1) {
+  if constexpr (kStyle == KRotary::kInterleaved) {
+    i0 = 2 * p;
+    i1 = 2 * p + 1;
+  } else if constexpr (kStyle == KRotary::kHalf2D) {
+    const int quarter = half / 2;  // rotate_half within each half of the rotated dims
+    i0 = (p / quarter) * half + p % quarter;
+    i1 = i0 + quarter;
+  } else {
+    i0 = p;
+    i1 = p + half;
+  }
+}
+
+template <typename T, KRotary kStyle>
 __global__ void rotary_kernel(T* qkv, int64_t tokens, int64_t cols, int heads, int hd,
                               const float* __restrict__ cos_sin, int rot) {
   const int half = rot / 2;
@@ -32,8 +49,8 @@ __global__ void rotary_kernel(T* qkv, int64_t tokens, int64_t cols, int heads, i
     const float c = cos_sin[t * rot + p];
     const float s = cos_sin[t * rot + half + p];
     T* v = qkv + t * cols + int64_t{h} * hd;
-    const int i0 = kInterleaved ? 2 * p : p;
-    const int i1 = kInterleaved ? 2 * p + 1 : p + half;
+    int i0, i1;
+    pair_dims<kStyle>(p, half, i0, i1);
     float y0, y1;
     rotate(to_f(v[i0]), to_f(v[i1]), c, s, y0, y1);
     v[i0] = from_f<T>(y0);
@@ -45,7 +62,7 @@ __global__ void rotary_kernel(T* qkv, int64_t tokens, int64_t cols, int heads, i
 // x over a token's (head, pair) items. Pairs below rot/2 are rotary pairs (rotated in
 // place for q and k); the rest cover the unrotated dims two at a time. k and v heads go
 // to the cache at slots[t] (negative: skipped).
-template <typename T, bool kInterleaved>
+template <typename T, KRotary kStyle>
 __global__ void rotary_write_kv_kernel(T* qkv, int64_t tokens, int64_t cols, int heads,
                                        int kv_heads, int hd, const float* __restrict__ cos_sin,
                                        int rot, const int32_t* __restrict__ slots, T* kc, T* vc,
@@ -62,8 +79,7 @@ __global__ void rotary_write_kv_kernel(T* qkv, int64_t tokens, int64_t cols, int
       T* v = qkv + t * cols + int64_t{h} * hd;
       int i0, i1;
       if (p < half) {
-        i0 = kInterleaved ? 2 * p : p;
-        i1 = kInterleaved ? 2 * p + 1 : p + half;
+        pair_dims<kStyle>(p, half, i0, i1);
       } else {
         i0 = rot + 2 * (p - half);
         i1 = i0 + 1;
@@ -187,12 +203,14 @@ void launch_rotary_write_kv(void* qkv, DType type, int64_t tokens, int64_t cols,
     const int64_t vec_items = int64_t{heads + 2 * kv_heads} * (head_dim / kVec);
     if (vec && style == KRotary::kInterleaved)
       go(rotary_write_kv_vec_kernel<T, true>, vec_items);
-    else if (vec)
+    else if (vec && style == KRotary::kHalf)
       go(rotary_write_kv_vec_kernel<T, false>, vec_items);
     else if (style == KRotary::kInterleaved)
-      go(rotary_write_kv_kernel<T, true>, items);
+      go(rotary_write_kv_kernel<T, KRotary::kInterleaved>, items);
+    else if (style == KRotary::kHalf2D)
+      go(rotary_write_kv_kernel<T, KRotary::kHalf2D>, items);
     else
-      go(rotary_write_kv_kernel<T, false>, items);
+      go(rotary_write_kv_kernel<T, KRotary::kHalf>, items);
   });
 }
 
@@ -202,12 +220,16 @@ void launch_rotary(void* qkv, DType type, int64_t tokens, int64_t cols, int head
   if (n == 0 || style == KRotary::kNone) return;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(n, 256), 65536));
   TACHYON_DISPATCH_FLOAT(type, T, {
+    auto go = [&](auto kernel) {
+      kernel<<<blocks, 256, 0, stream>>>(static_cast<T*>(qkv), tokens, cols, heads, head_dim,
+                                         cos_sin, rot);
+    };
     if (style == KRotary::kInterleaved)
-      rotary_kernel<T, true><<<blocks, 256, 0, stream>>>(static_cast<T*>(qkv), tokens, cols, heads,
-                                                         head_dim, cos_sin, rot);
+      go(rotary_kernel<T, KRotary::kInterleaved>);
+    else if (style == KRotary::kHalf2D)
+      go(rotary_kernel<T, KRotary::kHalf2D>);
     else
-      rotary_kernel<T, false><<<blocks, 256, 0, stream>>>(static_cast<T*>(qkv), tokens, cols, heads,
-                                                          head_dim, cos_sin, rot);
+      go(rotary_kernel<T, KRotary::kHalf>);
   });
   TACHYON_CUDA_LAUNCH_CHECK();
 }

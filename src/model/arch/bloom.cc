@@ -39,28 +39,16 @@ ArchSpec bloom_spec() {
     return mc;
   };
   s.map_weights = [](const ModelConfig&) {
-    const std::string l = "transformer.h.{L}.";
-    const auto per_head = WeightTransform::kQkvPerHead;
-    return WeightMap{
+    WeightMap m = {
         {Slot::kEmbedding, {"transformer.word_embeddings.weight"}},
         {Slot::kEmbedNorm, {"transformer.word_embeddings_layernorm.weight"}},
         {Slot::kEmbedNormBias, {"transformer.word_embeddings_layernorm.bias"}},
-        {Slot::kAttnNorm, {l + "input_layernorm.weight"}},
-        {Slot::kAttnNormBias, {l + "input_layernorm.bias"}},
-        {Slot::kQkv, {l + "self_attention.query_key_value.weight", per_head}},
-        {Slot::kQkvBias, {l + "self_attention.query_key_value.bias", per_head}},
-        {Slot::kO, {l + "self_attention.dense.weight"}},
-        {Slot::kOBias, {l + "self_attention.dense.bias"}},
-        {Slot::kMlpNorm, {l + "post_attention_layernorm.weight"}},
-        {Slot::kMlpNormBias, {l + "post_attention_layernorm.bias"}},
-        {Slot::kUp, {l + "mlp.dense_h_to_4h.weight"}},
-        {Slot::kUpBias, {l + "mlp.dense_h_to_4h.bias"}},
-        {Slot::kDown, {l + "mlp.dense_4h_to_h.weight"}},
-        {Slot::kDownBias, {l + "mlp.dense_4h_to_h.bias"}},
         {Slot::kFinalNorm, {"transformer.ln_f.weight"}},
         {Slot::kFinalNormBias, {"transformer.ln_f.bias"}},
         {Slot::kLmHead, {"lm_head.weight", WeightTransform::kNone, true}},
     };
+    add_megatron_layer(m, "transformer.h.{L}.", "self_attention", true);
+    return m;
   };
   return s;
 }

@@ -6,6 +6,8 @@
 // ([gate; up] rows), output_layer as the lm_head. Config fields: num_layers,
 // kv_channels (head size), ffn_hidden_size, padded_vocab_size, seq_length.
 //
+// The first ChatGLM-6B has the same names and is mapped by chatglm6b.cc.
+//
 // ChatGLM2-6B-32k's modeling file reads rope_ratio differently (positions divided by
 // it, a linear interpolation); its config cannot be told apart, so it is reached by
 // name: --model-type chatglm2.
@@ -15,18 +17,8 @@
 #include "core/error.h"
 
 namespace tachyon::arch {
-namespace {
 
-ModelConfig map_chatglm(const HfConfig& cfg, bool rope_ratio_interpolates) {
-  if (cfg.has({"position_encoding_2d"}) || cfg.has({"inner_hidden_size"}))
-    raise<InvalidArgument>(
-        "{}: the first ChatGLM-6B (2-D positions, field 'position_encoding_2d') is not supported; "
-        "ChatGLM2, ChatGLM3 and GLM-4 checkpoints are",
-        cfg.source());
-  if (cfg.bool_or({"apply_residual_connection_post_layernorm"}, false))
-    raise<InvalidArgument>(
-        "{}: field 'apply_residual_connection_post_layernorm' = true is not supported",
-        cfg.source());
+void refuse_chatglm_extras(const HfConfig& cfg) {
   if (cfg.has({"pre_seq_len"}))
     raise<InvalidArgument>("{}: P-tuning prefixes (field 'pre_seq_len') are not supported",
                            cfg.source());
@@ -35,6 +27,24 @@ ModelConfig map_chatglm(const HfConfig& cfg, bool rope_ratio_interpolates) {
         "{}: field 'quantization_bit' = {}: the modeling file's own quantized weights are not "
         "supported",
         cfg.source(), cfg.int_or({"quantization_bit"}, 0));
+}
+
+namespace {
+
+ModelConfig map_chatglm(const HfConfig& cfg, bool rope_ratio_interpolates) {
+  if (is_chatglm6b_config(cfg)) {
+    if (rope_ratio_interpolates)
+      raise<InvalidArgument>(
+          "{}: a ChatGLM-6B config (fields 'position_encoding_2d' / 'inner_hidden_size') is not "
+          "ChatGLM2-6B-32k's: load it without --model-type chatglm2",
+          cfg.source());
+    return map_chatglm6b(cfg);
+  }
+  if (cfg.bool_or({"apply_residual_connection_post_layernorm"}, false))
+    raise<InvalidArgument>(
+        "{}: field 'apply_residual_connection_post_layernorm' = true is not supported",
+        cfg.source());
+  refuse_chatglm_extras(cfg);
   const bool bias_linear = cfg.bool_or({"add_bias_linear"}, false);
   if (bias_linear)
     raise<InvalidArgument>("{}: field 'add_bias_linear' = true is not supported", cfg.source());
@@ -117,7 +127,10 @@ ArchSpec chatglm_spec() {
   s.architectures = {"ChatGLMModel", "ChatGLMForConditionalGeneration"};
   s.model_types = {"chatglm"};
   s.map_config = [](const HfConfig& cfg) { return map_chatglm(cfg, false); };
-  s.map_weights = chatglm_weights;
+  // The same names carry the first ChatGLM-6B, whose mapping sets 2-D positions.
+  s.map_weights = [](const ModelConfig& mc) {
+    return mc.glm_2d_positions ? chatglm6b_weights(mc) : chatglm_weights(mc);
+  };
   return s;
 }
 

@@ -59,6 +59,26 @@ void read_qwen_sliding(const HfConfig& cfg, ModelConfig& mc) {
   }
 }
 
+void add_megatron_layer(WeightMap& m, const std::string& l, const std::string& attention,
+                        bool attention_bias) {
+  const auto per_head = WeightTransform::kQkvPerHead;
+  const std::string a = l + attention + ".";
+  m[Slot::kAttnNorm] = {l + "input_layernorm.weight"};
+  m[Slot::kAttnNormBias] = {l + "input_layernorm.bias"};
+  m[Slot::kQkv] = {a + "query_key_value.weight", per_head};
+  m[Slot::kO] = {a + "dense.weight"};
+  m[Slot::kMlpNorm] = {l + "post_attention_layernorm.weight"};
+  m[Slot::kMlpNormBias] = {l + "post_attention_layernorm.bias"};
+  m[Slot::kUp] = {l + "mlp.dense_h_to_4h.weight"};
+  m[Slot::kUpBias] = {l + "mlp.dense_h_to_4h.bias"};
+  m[Slot::kDown] = {l + "mlp.dense_4h_to_h.weight"};
+  m[Slot::kDownBias] = {l + "mlp.dense_4h_to_h.bias"};
+  if (attention_bias) {
+    m[Slot::kQkvBias] = {a + "query_key_value.bias", per_head};
+    m[Slot::kOBias] = {a + "dense.bias"};
+  }
+}
+
 WeightMap llama_weights(const ModelConfig& mc, const std::string& p) {
   const std::string l = p + "layers.{L}.";
   WeightMap m = {

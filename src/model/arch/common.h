@@ -37,6 +37,14 @@ void read_qwen_sliding(const HfConfig& cfg, ModelConfig& mc);
 // input/post-attention norms, final norm, lm_head. Biases per the config flags.
 WeightMap llama_weights(const ModelConfig& mc, const std::string& prefix = "model.");
 
+// The per-layer tensors of Megatron-style blocks (Bloom, GPT-NeoX, ChatGLM-6B) under
+// `layer` ("transformer.h.{L}."): input_layernorm, <attention>.query_key_value (rows per
+// head, reordered at load), <attention>.dense, post_attention_layernorm,
+// mlp.dense_h_to_4h and mlp.dense_4h_to_h, with the norm and MLP biases, and the
+// attention biases when attention_bias.
+void add_megatron_layer(WeightMap& m, const std::string& layer, const std::string& attention,
+                        bool attention_bias);
+
 // Sets per-layer flags to one value.
 inline std::vector<uint8_t> all_layers(const ModelConfig& mc, bool v) {
   return std::vector<uint8_t>(static_cast<size_t>(mc.layer_num), v ? 1 : 0);

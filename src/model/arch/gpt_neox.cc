@@ -39,28 +39,13 @@ ArchSpec gpt_neox_spec() {
     return mc;
   };
   s.map_weights = [](const ModelConfig& mc) {
-    const std::string l = "gpt_neox.layers.{L}.";
-    const auto per_head = WeightTransform::kQkvPerHead;
     WeightMap m = {
         {Slot::kEmbedding, {"gpt_neox.embed_in.weight"}},
-        {Slot::kAttnNorm, {l + "input_layernorm.weight"}},
-        {Slot::kAttnNormBias, {l + "input_layernorm.bias"}},
-        {Slot::kQkv, {l + "attention.query_key_value.weight", per_head}},
-        {Slot::kO, {l + "attention.dense.weight"}},
-        {Slot::kMlpNorm, {l + "post_attention_layernorm.weight"}},
-        {Slot::kMlpNormBias, {l + "post_attention_layernorm.bias"}},
-        {Slot::kUp, {l + "mlp.dense_h_to_4h.weight"}},
-        {Slot::kUpBias, {l + "mlp.dense_h_to_4h.bias"}},
-        {Slot::kDown, {l + "mlp.dense_4h_to_h.weight"}},
-        {Slot::kDownBias, {l + "mlp.dense_4h_to_h.bias"}},
         {Slot::kFinalNorm, {"gpt_neox.final_layer_norm.weight"}},
         {Slot::kFinalNormBias, {"gpt_neox.final_layer_norm.bias"}},
         {Slot::kLmHead, {"embed_out.weight", WeightTransform::kNone, true}},
     };
-    if (mc.qkv_bias) {
-      m[Slot::kQkvBias] = {l + "attention.query_key_value.bias", per_head};
-      m[Slot::kOBias] = {l + "attention.dense.bias"};
-    }
+    add_megatron_layer(m, "gpt_neox.layers.{L}.", "attention", mc.qkv_bias);
     return m;
   };
   return s;
