@@ -19,7 +19,8 @@
 # variants and row kernels at the model's shapes, event-timed); PROFILE=1 adds an ncu
 # pass over one prefill and two decode steps (bench/gpu/ncu_summary.py prints it);
 # VARIANTS="A=1 B=0,C=1" reruns the decode figures once per comma-separated set of
-# environment settings (the checkpoint is written once and kept).
+# environment settings (the checkpoint is written once and kept); CONFORMANCE_F32=1 also
+# runs the conformance fixtures in f32 on the GPU.
 set -uo pipefail
 ROOT=$(pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -55,6 +56,10 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     FAIL=1
   if [ -d tests/conformance/fixtures ]; then  # (left out of trees sent without them)
     run conformance_bf16 90 env TACHYON_DEVICE=cuda "$BIN/tachyon_conformance_tests" || FAIL=1
+    if [ -n "${CONFORMANCE_F32:-}" ]; then
+      run conformance_f32 90 env TACHYON_DEVICE=cuda TACHYON_DTYPE=f32 \
+        "$BIN/tachyon_conformance_tests" || FAIL=1
+    fi
   fi
   grep -E '^  (f32|bf16): .*graph replays' "$OUT/cuda_tests.log"
   grep -E ' (decode|gemm|flash) ' "$OUT/cuda_tests.log" | sort -k5 -g | tail -3

@@ -68,11 +68,12 @@ Device default_device() {
 
 namespace {
 
-std::unique_ptr<Backend> make_backend(const LoadOptions& opts) {
+// checkpoint_dtype: the config's torch_dtype.
+std::unique_ptr<Backend> make_backend(const LoadOptions& opts, DType checkpoint_dtype) {
   const Device dev = opts.device ? *opts.device : default_device();
   if (dev.is_cpu()) return make_cpu_backend();
 #if defined(TACHYON_WITH_CUDA)
-  DType dtype = DType::kBF16;
+  DType dtype = default_gpu_dtype(checkpoint_dtype);
   if (opts.dtype) {
     dtype = *opts.dtype;
   } else if (const char* env = std::getenv("TACHYON_DTYPE"); env != nullptr && env[0] != '\0') {
@@ -85,11 +86,17 @@ std::unique_ptr<Backend> make_backend(const LoadOptions& opts) {
   o.dtype = dtype;
   return make_cuda_backend(o);
 #else
+  (void)checkpoint_dtype;
   raise<Unavailable>("device {} asked for, but this build has no CUDA backend", dev.str());
 #endif
 }
 
 }  // namespace
+
+DType default_gpu_dtype(DType checkpoint_dtype) {
+  // f16 weights stay exact in f16; bf16 would drop three bits of each.
+  return checkpoint_dtype == DType::kF16 ? DType::kF16 : DType::kBF16;
+}
 
 std::optional<DType> parse_compute_dtype(const std::string& spec) {
   if (spec.empty() || spec == "auto") return std::nullopt;
@@ -119,12 +126,12 @@ int64_t kv_cache_budget_bytes(Model& model, double memory_fraction, int32_t max_
 }
 
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opts) {
-  std::unique_ptr<Backend> backend = make_backend(opts);
   const std::string path = join_path(dir, "config.json");
   if (!file_exists(path)) raise<NotFound>("no config.json in model folder '{}'", dir);
   HfConfig cfg = HfConfig::load(path);
   const ArchSpec& spec = find_arch(cfg, opts.model_type);
   ModelConfig mc = map_model_config(cfg, opts.model_type, join_path(dir, "generation_config.json"));
+  std::unique_ptr<Backend> backend = make_backend(opts, mc.dtype);
   std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(dir);
   WeightMap map = spec.map_weights(mc);
   ModelWeights weights = load_weights(*ckpt, mc, map);

@@ -13,8 +13,9 @@ namespace tachyon {
 
 struct LoadOptions {
   std::string model_type;  // override of architectures[0] / model_type (--model-type)
-  // Compute dtype on a GPU (--dtype): bf16 (default), f16 or f32; unset: the
-  // TACHYON_DTYPE environment variable, else bf16. The CPU computes in f32.
+  // Compute dtype on a GPU (--dtype): bf16, f16 or f32; unset: the TACHYON_DTYPE
+  // environment variable, else f16 for a checkpoint whose torch_dtype is float16 and
+  // bf16 for the others. The CPU computes in f32.
   std::optional<DType> dtype;
   // Where to run (--device); unset: the TACHYON_DEVICE environment variable, else
   // CUDA device 0 when a GPU is present, else the CPU.
@@ -26,8 +27,12 @@ struct LoadOptions {
 // without it.
 Device parse_device(const std::string& spec);
 // The compute dtype named by --dtype / TACHYON_DTYPE: "auto" (or empty) leaves it unset
-// (bf16 on a GPU), else bf16, f16 or f32. Throws InvalidArgument on anything else.
+// (on a GPU: f16 for float16 checkpoints, else bf16), else bf16, f16 or f32. Throws
+// InvalidArgument on anything else.
 std::optional<DType> parse_compute_dtype(const std::string& spec);
+// What a GPU computes in when neither --dtype nor TACHYON_DTYPE says: f16 for a
+// checkpoint whose torch_dtype is float16, bf16 for the others (bf16, f32).
+DType default_gpu_dtype(DType checkpoint_dtype);
 // The device LoadOptions{} resolves to: TACHYON_DEVICE, else "auto".
 Device default_device();
 // Whether this build has the CUDA backend and the machine a CUDA device.

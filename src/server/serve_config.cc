@@ -114,7 +114,8 @@ const std::vector<Option>& options() {
         {"dtype",
          {"TACHYON_DTYPE"},
          Kind::kString,
-         "compute type on a GPU: auto (bf16), bf16, f16, f32; the CPU computes in f32",
+         "compute type on a GPU: auto (f16 for float16 checkpoints, else bf16), bf16, f16, f32; "
+         "the CPU computes in f32",
          STR(dtype)},
         {"gpu-memory-fraction",
          {"TACHYON_GPU_MEMORY_FRACTION"},

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "model/hf_config.h"
+#include "model/loader.h"
 #include "model/registry.h"
 #include "model/rope.h"
 
@@ -345,6 +346,24 @@ TEST(Alibi, SlopesForNonPowerOfTwoHeads) {
   // Powers of two: plain geometric sequences.
   got = alibi_slopes(4, AlibiStyle::kBloom, 8);
   EXPECT_EQ(got, (std::vector<float>{0.25f, 0.0625f, 0.015625f, 0.00390625f}));
+}
+
+}  // namespace
+}  // namespace tachyon
+
+namespace tachyon {
+namespace {
+
+// The GPU's compute dtype when none is asked for follows a float16 checkpoint; "auto"
+// leaves it to that rule; anything but bf16/f16/f32 is refused.
+TEST(LoadOptions, ComputeDtypeFollowsFloat16Checkpoints) {
+  EXPECT_EQ(default_gpu_dtype(DType::kF16), DType::kF16);
+  EXPECT_EQ(default_gpu_dtype(DType::kBF16), DType::kBF16);
+  EXPECT_EQ(default_gpu_dtype(DType::kF32), DType::kBF16);
+  EXPECT_FALSE(parse_compute_dtype("auto").has_value());
+  EXPECT_FALSE(parse_compute_dtype("").has_value());
+  EXPECT_EQ(parse_compute_dtype("f16"), DType::kF16);
+  EXPECT_THROW(parse_compute_dtype("i32"), InvalidArgument);
 }
 
 }  // namespace
