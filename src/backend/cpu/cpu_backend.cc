@@ -1,13 +1,12 @@
 #include "backend/cpu/cpu_backend.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/packed_weight.h"
 #include "backend/cpu/vec.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -42,20 +41,23 @@ Tensor CpuBackend::alloc(const Shape& shape, DType dtype) {
   // in 4 KiB pages every block costs a TLB miss, which in a virtual machine is a
   // two-level page walk. Measured: decode attention and KV writes ~3-6x faster. Buffers
   // allocated every step (logits) stay on the heap: no page faults or compaction there.
-  constexpr size_t kHuge = size_t{2} << 20;
-  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
-  if (shape.size() == 4 && bytes >= kHuge) {
-    const size_t len = (bytes + kHuge - 1) / kHuge * kHuge + kHuge;  // room to align
-    void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p != MAP_FAILED) {
-      const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~uintptr_t{kHuge - 1};
-      madvise(reinterpret_cast<void*>(a), len - (a - reinterpret_cast<uintptr_t>(p)),
-              MADV_HUGEPAGE);  // advice only: 4 KiB pages if refused
-      std::shared_ptr<void> owner(p, [len](void* q) { munmap(q, len); });
-      return Tensor::wrap(reinterpret_cast<void*>(a), shape, dtype, std::move(owner));
-    }
+  if (shape.size() == 4) {
+    const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+    std::shared_ptr<void> memory = alloc_large(bytes);
+    return Tensor::wrap(memory.get(), shape, dtype, memory);
   }
   return Tensor::empty(shape, dtype);
+}
+
+bool CpuBackend::repacks_linear_weights() const {
+  // The AVX-512 kernels read packed weights with no per-call conversion pass (faster
+  // from about 17 rows of x on, as fast below); the other paths read the checkpoint.
+  return active_cpu_isa() == CpuIsa::kAvx512;
+}
+
+Tensor CpuBackend::prepare_linear_weight(const Tensor& host) {
+  if (!repacks_linear_weights()) return host;
+  return pack_linear_weight(host, pool_);
 }
 
 Tensor CpuBackend::upload(const void* data, const Shape& shape, DType dtype, Tensor reuse) {
@@ -206,8 +208,9 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, Te
   if (m == 0) return;
   const int64_t ldy = out.dim(1);
   float* y = out.data<float>() + col_offset;
-  gemm_xwt(x.data<float>(), m, k, k, w.raw(), w.dtype(), n, bias ? bias.data<float>() : nullptr, y,
-           ldy, &pool_);
+  const GemmWeight e{w.raw(), w.dtype(),          n, bias ? bias.data<float>() : nullptr, y,
+                     ldy,     is_packed_weight(w)};
+  gemm_xwt_multi(x.data<float>(), m, k, k, {&e, 1}, &pool_);
   if (act != Activation::kIdentity) {
     pool_.parallel_for(0, m, row_grain(n), [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) activate(y + t * ldy, n, act);

@@ -21,6 +21,10 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device{}; }
   const char* name() const override { return "cpu"; }
 
+  // Linear weights are packed (backend/cpu/gemm.h) on the AVX-512 path.
+  Tensor prepare_linear_weight(const Tensor& host) override;
+  bool repacks_linear_weights() const override;
+
   Tensor alloc(const Shape& shape, DType dtype) override;
   Tensor upload(const void* data, const Shape& shape, DType dtype, Tensor reuse) override;
   void download(const Tensor& src, void* dst) override;
