@@ -32,7 +32,10 @@ int64_t row_grain(int64_t cols) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(ThreadPool* pool) : pool_(pool != nullptr ? *pool : ThreadPool::global()) {}
+CpuBackend::CpuBackend(ThreadPool* pool, std::optional<CpuIsa> isa)
+    : pool_(pool != nullptr ? *pool : ThreadPool::global()), isa_(isa.value_or(active_cpu_isa())) {
+  TACHYON_CHECK(cpu_isa_supported(isa_), "this CPU cannot run the {} path", cpu_isa_name(isa_));
+}
 
 Tensor CpuBackend::alloc(const Shape& shape, DType dtype) {
   // The paged KV cache ([blocks, kv heads, block size, head dim], the only 4-d buffer
@@ -52,7 +55,7 @@ Tensor CpuBackend::alloc(const Shape& shape, DType dtype) {
 bool CpuBackend::repacks_linear_weights() const {
   // The AVX-512 kernels read packed weights with no per-call conversion pass (faster
   // from about 17 rows of x on, as fast below); the other paths read the checkpoint.
-  return active_cpu_isa() == CpuIsa::kAvx512;
+  return isa_ == CpuIsa::kAvx512;
 }
 
 Tensor CpuBackend::prepare_linear_weight(const Tensor& host) {
@@ -210,7 +213,7 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, Te
   float* y = out.data<float>() + col_offset;
   const GemmWeight e{w.raw(), w.dtype(),          n, bias ? bias.data<float>() : nullptr, y,
                      ldy,     is_packed_weight(w)};
-  gemm_xwt_multi(x.data<float>(), m, k, k, {&e, 1}, &pool_);
+  gemm_xwt_multi_isa(isa_, x.data<float>(), m, k, k, {&e, 1}, &pool_);
   if (act != Activation::kIdentity) {
     pool_.parallel_for(0, m, row_grain(n), [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) activate(y + t * ldy, n, act);

@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "backend/cpu/avx512_math.h"
 #include "backend/cpu/gemm_kernels.h"
 #include "core/error.h"
 
@@ -180,35 +181,6 @@ void gemv(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DTyp
 }
 
 // ---- Packing: 16 weight rows x 16 columns at a time, converted and transposed.
-
-// In place: r[i] lane l  ->  r[l] lane i.
-TACHYON_AVX512_INLINE void transpose16(__m512 r[16]) {
-  __m512 t[16], u[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  // u[4i + c], 128-bit lane q: rows 4i..4i+3 of column 4q + c.
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    u[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
-    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
-  }
-#pragma GCC unroll 4
-  for (int c = 0; c < 4; ++c) {
-    const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
-    const __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xee);
-    const __m512 v2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
-    const __m512 v3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xee);
-    r[c] = _mm512_shuffle_f32x4(v0, v2, 0x88);
-    r[4 + c] = _mm512_shuffle_f32x4(v0, v2, 0xdd);
-    r[8 + c] = _mm512_shuffle_f32x4(v1, v3, 0x88);
-    r[12 + c] = _mm512_shuffle_f32x4(v1, v3, 0xdd);
-  }
-}
 
 template <DType D>
 TACHYON_AVX512 void pack_w_dtype(const void* wv, int64_t k, int64_t j0, int64_t rows, int64_t p0,
