@@ -343,6 +343,11 @@ TACHYON_AVX512 void packed_rows(const float* xp, const void* panel, int64_t stri
           // Few rows: the product runs at the speed of the weights' stream (decode).
           _mm_prefetch(reinterpret_cast<const char*>(wq + kPackedAhead), _MM_HINT_T0);
           _mm_prefetch(reinterpret_cast<const char*>(wq + kPackedAhead + kNr), _MM_HINT_T0);
+        } else if (q == 0) {
+          // More rows: while this panel is computed, bring in the one after the group
+          // at the same pace (later row tiles of this panel find it in L1 anyway).
+          _mm_prefetch(reinterpret_cast<const char*>(wq + P * stride), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(wq + P * stride + kNr), _MM_HINT_T0);
         }
         const __m512i w0 = _mm512_loadu_si512(wq);
         const __m512i w1 = _mm512_loadu_si512(wq + kNr);
