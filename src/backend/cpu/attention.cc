@@ -128,7 +128,9 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
   // Tasks: (sequence, kv head, tile of query tokens); on the AVX-512 path a sequence
   // with few query tokens (a decode) is one task over every head, which then reads each
   // block's keys and values of all heads as one contiguous run.
-  constexpr int kTile = 8;
+  // Query tokens per tile: a tile's rows (tokens x the group's heads) share each chunk
+  // of keys, so a full tile on the AVX-512 path (which transposes every chunk).
+  const int kTile = wide ? std::max(1, kAttnTileMaxRows / group) : 8;
   auto all_heads = [&](int q_len) { return wide && int64_t{q_len} * H <= kAttnTileMaxRows; };
   std::vector<int64_t> task_start(static_cast<size_t>(S) + 1, 0);
   for (int s = 0; s < S; ++s) {
