@@ -30,15 +30,19 @@ int64_t panel_count(int64_t n) {
   return (n + kPanel - 1) / kPanel;
 }
 
-// Panel s of w ([n, k], elements of T copied bit for bit), zeros past n and k.
-template <typename T>
-void pack_panel(const T* w, int64_t n, int64_t k, int64_t g, int64_t s, T* out) {
-  const int64_t kp = (k + g - 1) / g * g;
-  for (int64_t r = 0; r < kPanel; ++r) {
-    const int64_t j = s * kPanel + r;
-    const T* row = j < n ? w + j * k : nullptr;
-    for (int64_t p = 0; p < kp; ++p) {
-      out[((p / g) * kPanel + r) * g + p % g] = row != nullptr && p < k ? row[p] : T{0};
+// Panel s of w ([n, k], elements of T copied bit for bit, G k steps per group), zeros
+// past n and k. Written in order: the 32 rows' current cache lines stay in L1 while
+// each is read 64 bytes at a time (stores scattered 64 bytes apart were ~5x slower).
+template <typename T, int G>
+void pack_panel(const T* w, int64_t n, int64_t k, int64_t s, T* out) {
+  const int64_t kp = (k + G - 1) / G * G;
+  const T* rows[kPanel];
+  for (int64_t r = 0; r < kPanel; ++r)
+    rows[r] = s * kPanel + r < n ? w + (s * kPanel + r) * k : nullptr;
+  for (int64_t p0 = 0; p0 < kp; p0 += G) {
+    for (int64_t r = 0; r < kPanel; ++r) {
+      for (int e = 0; e < G; ++e)
+        *out++ = rows[r] != nullptr && p0 + e < k ? rows[r][p0 + e] : T{0};
     }
   }
 }
@@ -85,11 +89,14 @@ void pack_weight(const void* w, DType dtype, int64_t n, int64_t k, void* out, Th
   ThreadPool& tp = pool != nullptr ? *pool : ThreadPool::global();
   tp.run(panel_count(n), [&](int64_t s) {
     if (dtype == DType::kF32) {
-      pack_panel(static_cast<const uint32_t*>(w), n, k, g, s,
-                 static_cast<uint32_t*>(out) + s * panel);
+      pack_panel<uint32_t, 1>(static_cast<const uint32_t*>(w), n, k, s,
+                              static_cast<uint32_t*>(out) + s * panel);
+    } else if (g == 1) {
+      pack_panel<uint16_t, 1>(static_cast<const uint16_t*>(w), n, k, s,
+                              static_cast<uint16_t*>(out) + s * panel);
     } else {
-      pack_panel(static_cast<const uint16_t*>(w), n, k, g, s,
-                 static_cast<uint16_t*>(out) + s * panel);
+      pack_panel<uint16_t, 2>(static_cast<const uint16_t*>(w), n, k, s,
+                              static_cast<uint16_t*>(out) + s * panel);
     }
   });
 }
