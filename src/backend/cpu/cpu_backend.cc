@@ -121,23 +121,14 @@ inline void norm_row(const float* x, float* out, int64_t d, const NormParams& p)
   const float* w = p.weight.data<float>();
   const float* b = p.bias ? p.bias.data<float>() : nullptr;
   const float off = p.weight_offset;
-  if (p.type == NormType::kRMSNorm) {
-    double ss = 0;
-    for (int64_t i = 0; i < d; ++i) ss += double{x[i]} * x[i];
-    const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + p.eps));
-    for (int64_t i = 0; i < d; ++i) out[i] = x[i] * inv * (off + w[i]) + (b ? b[i] : 0.f);
+  const double n = static_cast<double>(d);
+  const double mean = p.type == NormType::kRMSNorm ? 0.0 : sum_f64(x, d) / n;
+  const float inv = static_cast<float>(1.0 / std::sqrt(sum_squares_f64(x, d, mean) / n + p.eps));
+  const float m = static_cast<float>(mean);
+  if (b == nullptr) {
+    for (int64_t i = 0; i < d; ++i) out[i] = (x[i] - m) * inv * (off + w[i]);
   } else {
-    double s = 0;
-    for (int64_t i = 0; i < d; ++i) s += x[i];
-    const double mean = s / static_cast<double>(d);
-    double var = 0;
-    for (int64_t i = 0; i < d; ++i) {
-      double c = x[i] - mean;
-      var += c * c;
-    }
-    const float inv = static_cast<float>(1.0 / std::sqrt(var / static_cast<double>(d) + p.eps));
-    const float m = static_cast<float>(mean);
-    for (int64_t i = 0; i < d; ++i) out[i] = (x[i] - m) * inv * (off + w[i]) + (b ? b[i] : 0.f);
+    for (int64_t i = 0; i < d; ++i) out[i] = (x[i] - m) * inv * (off + w[i]) + b[i];
   }
 }
 
