@@ -2,9 +2,9 @@
 // threading around GemmKernels::packed_micro (or, on paths without one, around micro on
 // panels unpacked to f32).
 //
-// Every output element is one f32 accumulation over k in increasing order, in chunks
-// that depend on k only: a row's result does not depend on m, on the other rows or on
-// how the work is split.
+// Every output element is one f32 accumulation over k in increasing order (the partial
+// sums of k chunks pass through y in f32): a row's result does not depend on m, on the
+// other rows or on how the work is split.
 #include <algorithm>
 #include <cstring>
 
@@ -68,7 +68,6 @@ void unpack_panel(const void* panel, DType dtype, int64_t kcb, int64_t nr, float
 }
 
 // The k chunk: k split evenly into pieces of at most `most` (even, for bf16 pairs).
-// Chunks do not change results (partial sums go through y in f32, in the same order).
 int64_t k_chunk(int64_t k, int64_t most) {
   const int64_t chunks = (k + most - 1) / most;
   return ((k + chunks - 1) / chunks + 1) / 2 * 2;
@@ -113,7 +112,7 @@ struct PackedJob {
   int64_t stride, k;
 };
 
-// A run of panels [s, s + count) of one entry, from global panel g on.
+// A run of panels [s, s + count) of one entry.
 struct PanelRun {
   const GemmWeight* w;
   int64_t s, count;
