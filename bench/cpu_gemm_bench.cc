@@ -1,9 +1,12 @@
 // Times cpu::gemm_xwt on the matrix shapes of a Llama-shaped 349M model (hidden 1024,
-// 24 layers, 16 heads / 8 KV heads of 64, intermediate 2816, vocab 32000) and derives
-// the GEMM part of a decode token and of a 512-token prefill.
+// 24 layers, 16 heads / 8 KV heads of 64, intermediate 2816, vocab 32000; or the
+// --dims given: tiny-kjv-chat is 256,128,704,32000,6) and derives the GEMM part of a
+// decode token and of a 512-token prefill. --packed runs every product on weights in
+// the packed layout (cpu::pack_weight) instead of the checkpoint's.
 //
 //   cpu_gemm_bench [--isa active|all|portable|avx2|avx512] [--dtype bf16,f16]
 //                  [--m 1,512] [--threads 2] [--arena-mb 1024] [--no-model]
+//                  [--dims hidden,kv,inter,vocab,layers] [--packed] [--only SHAPE]
 //
 // m < 128 rotates over copies of the weights spread through an arena (default 1 GiB, over
 // twice the 480 MiB L3 this machine reports) so each call streams from memory.
@@ -35,13 +38,18 @@ struct Shape {
   int per_layer;  // how many such products a layer has (0: once per model)
 };
 
-// Separate projections, as a checkpoint stores them.
-const Shape kShapes[] = {
-    {"q", 1024, 1024, 1},       {"k/v", 1024, 512, 2},   {"o", 1024, 1024, 1},
-    {"gate/up", 1024, 2816, 2}, {"down", 2816, 1024, 1}, {"lm_head", 1024, 32000, 0},
+// The model's dimensions (--dims): the 349M shape by default.
+struct Dims {
+  int64_t hidden = 1024, kv = 512, inter = 2816, vocab = 32000;
+  int layers = 24;
+
+  // Separate projections, as a checkpoint stores them.
+  std::vector<Shape> shapes() const {
+    return {{"q", hidden, hidden, 1},   {"k/v", hidden, kv, 2},
+            {"o", hidden, hidden, 1},   {"gate/up", hidden, inter, 2},
+            {"down", inter, hidden, 1}, {"lm_head", hidden, vocab, 0}};
+  }
 };
-constexpr int kLayers = 24;
-constexpr int64_t kHidden = 1024, kKv = 512, kInter = 2816, kVocab = 32000;
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -79,6 +87,9 @@ std::vector<float> random_floats(size_t count, uint32_t seed) {
 }
 
 struct Options {
+  Dims dims;
+  bool packed = false;  // weights in the packed layout (pack_weight)
+  std::string only;     // run only the shape of this name (table rows)
   std::vector<cpu::CpuIsa> isas;
   std::vector<DType> dtypes = {DType::kBF16, DType::kF16};
   std::vector<int64_t> ms = {1, 512};
@@ -145,70 +156,75 @@ struct Model {
   struct Layer {
     const uint16_t *q, *k, *v, *o, *gate, *up, *down;
   };
+  Dims d;
+  bool packed;
   std::vector<AlignedArray<uint16_t>> storage;
   std::vector<Layer> layers;
   const uint16_t* lm_head = nullptr;
 
   const uint16_t* alloc(int64_t n, int64_t k, DType dtype, uint32_t seed) {
-    storage.push_back(aligned_array<uint16_t>(static_cast<size_t>(n * k)));
-    fill_weights(storage.back().get(), static_cast<size_t>(n * k), dtype, seed);
+    const size_t count = static_cast<size_t>(n * k);
+    storage.push_back(aligned_array<uint16_t>(count));
+    fill_weights(storage.back().get(), count, dtype, seed);
+    if (!packed) return storage.back().get();
+    storage.push_back(
+        aligned_array<uint16_t>(static_cast<size_t>(cpu::packed_weight_elems(dtype, n, k))));
+    cpu::pack_weight(storage[storage.size() - 2].get(), dtype, n, k, storage.back().get());
     return storage.back().get();
   }
-  Model(DType dtype) {
+  Model(const Dims& dims, DType dtype, bool pack) : d(dims), packed(pack) {
     uint32_t seed = 100;
-    for (int l = 0; l < kLayers; ++l) {
+    for (int l = 0; l < d.layers; ++l) {
       Layer L;
-      L.q = alloc(kHidden, kHidden, dtype, seed++);
-      L.k = alloc(kKv, kHidden, dtype, seed++);
-      L.v = alloc(kKv, kHidden, dtype, seed++);
-      L.o = alloc(kHidden, kHidden, dtype, seed++);
-      L.gate = alloc(kInter, kHidden, dtype, seed++);
-      L.up = alloc(kInter, kHidden, dtype, seed++);
-      L.down = alloc(kHidden, kInter, dtype, seed++);
+      L.q = alloc(d.hidden, d.hidden, dtype, seed++);
+      L.k = alloc(d.kv, d.hidden, dtype, seed++);
+      L.v = alloc(d.kv, d.hidden, dtype, seed++);
+      L.o = alloc(d.hidden, d.hidden, dtype, seed++);
+      L.gate = alloc(d.inter, d.hidden, dtype, seed++);
+      L.up = alloc(d.inter, d.hidden, dtype, seed++);
+      L.down = alloc(d.hidden, d.inter, dtype, seed++);
       layers.push_back(L);
     }
-    lm_head = alloc(kVocab, kHidden, dtype, seed++);
+    lm_head = alloc(d.vocab, d.hidden, dtype, seed++);
   }
 };
 
-// Runs the model's GEMMs for m rows; fused uses gemm_xwt_multi for q/k/v and gate/up.
+// One product through gemm_xwt_multi_isa (packed or not).
+void product(cpu::CpuIsa isa, const float* x, int64_t m, int64_t k, int64_t ldx,
+             std::initializer_list<cpu::GemmWeight> entries, ThreadPool& pool) {
+  cpu::gemm_xwt_multi_isa(isa, x, m, k, ldx, std::span(entries.begin(), entries.size()), &pool);
+}
+
+// Runs the model's GEMMs for m rows; fused puts q/k/v and gate/up in one call each.
 void model_gemms(const Model& model, DType dtype, cpu::CpuIsa isa, int64_t m, bool fused,
                  const float* x, float* qkv, float* gu, float* h, float* logits, ThreadPool& pool) {
   using cpu::GemmWeight;
-  const int64_t ld_qkv = kHidden + 2 * kKv, ld_gu = 2 * kInter;
+  const Dims& d = model.d;
+  const bool p = model.packed;
+  const int64_t ld_qkv = d.hidden + 2 * d.kv, ld_gu = 2 * d.inter;
   for (const Model::Layer& L : model.layers) {
+    const GemmWeight q{L.q, dtype, d.hidden, nullptr, qkv, ld_qkv, p};
+    const GemmWeight k{L.k, dtype, d.kv, nullptr, qkv + d.hidden, ld_qkv, p};
+    const GemmWeight v{L.v, dtype, d.kv, nullptr, qkv + d.hidden + d.kv, ld_qkv, p};
     if (fused) {
-      const GemmWeight a[] = {{L.q, dtype, kHidden, nullptr, qkv, ld_qkv},
-                              {L.k, dtype, kKv, nullptr, qkv + kHidden, ld_qkv},
-                              {L.v, dtype, kKv, nullptr, qkv + kHidden + kKv, ld_qkv}};
-      cpu::gemm_xwt_multi_isa(isa, x, m, kHidden, kHidden, a, &pool);
+      product(isa, x, m, d.hidden, d.hidden, {q, k, v}, pool);
     } else {
-      cpu::gemm_xwt_isa(isa, x, m, kHidden, kHidden, L.q, dtype, kHidden, nullptr, qkv, ld_qkv,
-                        &pool);
-      cpu::gemm_xwt_isa(isa, x, m, kHidden, kHidden, L.k, dtype, kKv, nullptr, qkv + kHidden,
-                        ld_qkv, &pool);
-      cpu::gemm_xwt_isa(isa, x, m, kHidden, kHidden, L.v, dtype, kKv, nullptr, qkv + kHidden + kKv,
-                        ld_qkv, &pool);
+      for (const GemmWeight& e : {q, k, v}) product(isa, x, m, d.hidden, d.hidden, {e}, pool);
     }
     // Attention output -> o (the attention itself is not a GEMM here; reuse q's part).
-    cpu::gemm_xwt_isa(isa, qkv, m, kHidden, ld_qkv, L.o, dtype, kHidden, nullptr, h, kHidden,
-                      &pool);
+    product(isa, qkv, m, d.hidden, ld_qkv, {{L.o, dtype, d.hidden, nullptr, h, d.hidden, p}}, pool);
+    const GemmWeight g{L.gate, dtype, d.inter, nullptr, gu, ld_gu, p};
+    const GemmWeight u{L.up, dtype, d.inter, nullptr, gu + d.inter, ld_gu, p};
     if (fused) {
-      const GemmWeight b[] = {{L.gate, dtype, kInter, nullptr, gu, ld_gu},
-                              {L.up, dtype, kInter, nullptr, gu + kInter, ld_gu}};
-      cpu::gemm_xwt_multi_isa(isa, h, m, kHidden, kHidden, b, &pool);
+      product(isa, h, m, d.hidden, d.hidden, {g, u}, pool);
     } else {
-      cpu::gemm_xwt_isa(isa, h, m, kHidden, kHidden, L.gate, dtype, kInter, nullptr, gu, ld_gu,
-                        &pool);
-      cpu::gemm_xwt_isa(isa, h, m, kHidden, kHidden, L.up, dtype, kInter, nullptr, gu + kInter,
-                        ld_gu, &pool);
+      for (const GemmWeight& e : {g, u}) product(isa, h, m, d.hidden, d.hidden, {e}, pool);
     }
-    cpu::gemm_xwt_isa(isa, gu, m, kInter, ld_gu, L.down, dtype, kHidden, nullptr, h, kHidden,
-                      &pool);
+    product(isa, gu, m, d.inter, ld_gu, {{L.down, dtype, d.hidden, nullptr, h, d.hidden, p}}, pool);
   }
   // Logits of the last row only (a prefill needs them for its last token).
-  cpu::gemm_xwt_isa(isa, h + (m - 1) * kHidden, 1, kHidden, kHidden, model.lm_head, dtype, kVocab,
-                    nullptr, logits, kVocab, &pool);
+  product(isa, h + (m - 1) * d.hidden, 1, d.hidden, d.hidden,
+          {{model.lm_head, dtype, d.vocab, nullptr, logits, d.vocab, p}}, pool);
 }
 
 int run(const Options& opt) {
@@ -231,8 +247,10 @@ int run(const Options& opt) {
       std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
       std::map<int64_t, std::pair<double, double>> per_token;  // m -> model GEMM s (median, p10)
       for (int64_t m : opt.ms) {
-        for (const Shape& s : kShapes) {
-          const size_t elems = static_cast<size_t>(s.k * s.n);
+        for (const Shape& s : opt.dims.shapes()) {
+          if (!opt.only.empty() && opt.only != s.name) continue;
+          const size_t elems = static_cast<size_t>(
+              opt.packed ? cpu::packed_weight_elems(dtype, s.n, s.k) : s.k * s.n);
           // Copies start at 4 KiB-aligned offsets spread through the arena.
           const size_t stride = (elems + 2047) / 2048 * 2048;
           // Up to a few dozen rows a product still streams its weights from memory in a
@@ -243,9 +261,11 @@ int run(const Options& opt) {
           auto weights = [&](int64_t i) {
             return arena.get() + static_cast<size_t>(i % static_cast<int64_t>(copies)) * stride;
           };
+          // Packed: the arena's values are read as packed panels (the timing does not
+          // depend on them).
           auto gemm = [&](int64_t i) {
-            cpu::gemm_xwt_isa(isa, x.data(), m, s.k, s.k, weights(i), dtype, s.n, nullptr, y.data(),
-                              s.n, &pool);
+            product(isa, x.data(), m, s.k, s.k,
+                    {{weights(i), dtype, s.n, nullptr, y.data(), s.n, opt.packed}}, pool);
           };
           Timing t;
           double bound = 0, share = 0;
@@ -266,12 +286,13 @@ int run(const Options& opt) {
             share = peak > 0 ? 2.0 * static_cast<double>(m * s.k * s.n) / t.median / 1e9 / peak : 0;
           }
           print_row(s, m, dtype, isa, t, bound, share);
-          const int count = s.per_layer == 0 ? 1 : kLayers * s.per_layer;
+          const int count = s.per_layer == 0 ? 1 : opt.dims.layers * s.per_layer;
           per_token[m].first += count * t.median;
           per_token[m].second += count * t.p10;
         }
       }
-      std::printf("\nImplied for the whole model's GEMMs (24 layers + lm_head), median / p10:\n");
+      std::printf("\nImplied for the whole model's GEMMs (%d layers + lm_head), median / p10:\n",
+                  opt.dims.layers);
       for (const auto& [m, sec] : per_token) {
         if (m == 1) {
           std::printf("  decode: %.2f / %.2f ms per token -> %.1f / %.1f tokens/s\n",
@@ -285,15 +306,16 @@ int run(const Options& opt) {
       }
     }
     if (!opt.model) continue;
-    // Whole-model runs: one checkpoint-like set of weights (697 MB in 16-bit).
-    Model model(dtype);
+    // Whole-model runs: one checkpoint-like set of weights (697 MB in 16-bit for 349M).
+    const Dims& d = opt.dims;
+    Model model(d, dtype, opt.packed);
     for (cpu::CpuIsa isa : opt.isas) {
       for (int64_t m : opt.ms) {
-        std::vector<float> x = random_floats(static_cast<size_t>(m * kHidden), 3);
-        std::vector<float> qkv(static_cast<size_t>(m * (kHidden + 2 * kKv)));
-        std::vector<float> gu(static_cast<size_t>(m * 2 * kInter));
-        std::vector<float> h = random_floats(static_cast<size_t>(m * kHidden), 4);
-        std::vector<float> logits(kVocab);
+        std::vector<float> x = random_floats(static_cast<size_t>(m * d.hidden), 3);
+        std::vector<float> qkv(static_cast<size_t>(m * (d.hidden + 2 * d.kv)));
+        std::vector<float> gu(static_cast<size_t>(m * 2 * d.inter));
+        std::vector<float> h = random_floats(static_cast<size_t>(m * d.hidden), 4);
+        std::vector<float> logits(static_cast<size_t>(d.vocab));
         for (bool fused : {false, true}) {
           Timing t = time_calls(
               [&](int64_t) {
@@ -302,8 +324,8 @@ int run(const Options& opt) {
               },
               m == 1 ? 3.0 : 10.0, 3);
           const double bytes =
-              2.0 * (kLayers * (kHidden * (2 * kHidden + 2 * kKv) + 3 * kHidden * kInter) +
-                     kHidden * kVocab);
+              2.0 * (d.layers * (d.hidden * (2 * d.hidden + 2 * d.kv) + 3 * d.hidden * d.inter) +
+                     d.hidden * d.vocab);
           std::printf(
               "model %s %s m=%lld %s: median %.2f ms -> %.1f tokens/s (%.1f GB/s of weights); "
               "p10 %.2f ms -> %.1f tokens/s; %lld runs, other CPUs %.2f\n",
@@ -353,6 +375,18 @@ int main(int argc, char** argv) {
       opt.threads = std::stoi(next());
     } else if (a == "--arena-mb") {
       opt.arena_mb = std::stoull(next());
+    } else if (a == "--dims") {
+      const auto v = bench::split(next());
+      if (v.size() != 5) {
+        std::fprintf(stderr, "--dims takes hidden,kv,inter,vocab,layers\n");
+        return 2;
+      }
+      opt.dims = {std::stoll(v[0]), std::stoll(v[1]), std::stoll(v[2]), std::stoll(v[3]),
+                  std::stoi(v[4])};
+    } else if (a == "--only") {
+      opt.only = next();
+    } else if (a == "--packed") {
+      opt.packed = true;
     } else if (a == "--no-model") {
       opt.model = false;
     } else {

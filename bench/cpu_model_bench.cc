@@ -66,6 +66,8 @@ class ProfilingBackend : public Backend {
   DType activation_dtype() const override { return b_->activation_dtype(); }
   DType kv_dtype() const override { return b_->kv_dtype(); }
   Tensor prepare_weight(const Tensor& h) override { return b_->prepare_weight(h); }
+  Tensor prepare_linear_weight(const Tensor& h) override { return b_->prepare_linear_weight(h); }
+  bool repacks_linear_weights() const override { return b_->repacks_linear_weights(); }
   Tensor alloc(const Shape& s, DType d) override { return b_->alloc(s, d); }
   Tensor upload(const void* p, const Shape& s, DType d, Tensor r) override {
     return timed("upload", [&] { return b_->upload(p, s, d, std::move(r)); });

@@ -9,8 +9,9 @@
 //   other outputs the host reads (router weights) may be asked for in f32.
 // - Weights are in the Hugging Face Linear layout [out_features, in_features], in the
 //   form prepare_weight() gives: the checkpoint dtype on the CPU (kernels convert on
-//   the fly), the backend's compute dtype on a GPU. Vectors (norm weights, biases,
-//   ALiBi slopes) are f32.
+//   the fly), the backend's compute dtype on a GPU; linear() weights in the form of
+//   prepare_linear_weight() (on the CPU's AVX-512 path: packed panels, see
+//   backend/cpu/gemm.h). Vectors (norm weights, biases, ALiBi slopes) are f32.
 // - Integer metadata (token ids, positions, slots, block tables) is i32 on the device.
 // - An empty Tensor (`!t`) means "absent" for optional arguments.
 // - Shapes are validated with TACHYON_CHECK (a mismatch is a bug in the caller).
@@ -147,6 +148,13 @@ class Backend {
   // in the backend's weight dtype, vectors (norm weights, biases) in f32. The CPU
   // returns `host` itself, so a view of a mapped checkpoint stays one.
   virtual Tensor prepare_weight(const Tensor& host) { return host; }
+  // A matrix [n, k] that only linear() will read, as its weight. A backend that
+  // repacks_linear_weights() copies it into its kernels' own layout (the result keeps
+  // the shape and dtype, but only this backend's linear() may read its memory); the
+  // others give prepare_weight(host). The decoder then also stacks q/k/v and gate/up
+  // into one matrix each first, as the copy costs nothing more.
+  virtual Tensor prepare_linear_weight(const Tensor& host) { return prepare_weight(host); }
+  virtual bool repacks_linear_weights() const { return false; }
   // A host copy of a device tensor (the tensor itself on the CPU). Waits for the work
   // that produces it.
   virtual Tensor to_host(const Tensor& t) { return t; }

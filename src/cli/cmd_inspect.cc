@@ -44,8 +44,7 @@ int cmd_inspect(const CommandArgs& argv) {
     if (!r.transform.empty()) line += "  (" + r.transform + ")";
     std::printf("%s\n", line.c_str());
   }
-  if (w.lm_head.w.raw() == w.embedding.raw())
-    std::printf("  %-40s (tied to the embedding)\n", "lm_head");
+  if (w.tied_lm_head) std::printf("  %-40s (tied to the embedding)\n", "lm_head");
   std::printf("\ntotal: %llu parameters, %.1f MiB\n",
               static_cast<unsigned long long>(w.total_params),
               static_cast<double>(w.total_bytes) / (1024.0 * 1024.0));

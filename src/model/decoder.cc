@@ -56,10 +56,12 @@ LinearWeights stack_rows(const std::vector<const LinearWeights*>& parts) {
   return out;
 }
 
-// On a device backend, separate q/k/v and gate/up projections become one matrix each
-// (one GEMM instead of three or two per layer; the output columns are the same).
+// On a device backend, or one that repacks linear weights anyway, separate q/k/v and
+// gate/up projections become one matrix each (one GEMM instead of three or two per
+// layer; the output columns are the same). A CPU that reads the checkpoint in place
+// keeps its mapped views.
 void fuse_projections(LayerWeights& L, Backend& be) {
-  if (be.device().is_cpu()) return;  // the CPU keeps its mapped views
+  if (be.device().is_cpu() && !be.repacks_linear_weights()) return;
   if (!L.qkv && L.q && L.k && L.v) {
     LinearWeights f = stack_rows({&L.q, &L.k, &L.v});
     if (f) {
@@ -87,11 +89,12 @@ void prepare_weights(ModelWeights& w, Backend& be) {
     prep(n.bias);
   };
   auto prep_linear = [&](LinearWeights& l) {
-    prep(l.w);
+    if (l.w) l.w = be.prepare_linear_weight(l.w);
     prep(l.b);
   };
-  // A tied lm_head shares the embedding: prepare it once.
   const bool tied = w.lm_head.w.raw() == w.embedding.raw();
+  w.tied_lm_head = tied;
+  const Tensor table = w.embedding;  // as loaded
   prep(w.embedding);
   prep(w.pos_embedding);
   prep_norm(w.embed_norm);
@@ -99,7 +102,9 @@ void prepare_weights(ModelWeights& w, Backend& be) {
   prep_linear(w.project_in);
   prep_linear(w.project_out);
   if (tied) {
-    w.lm_head.w = w.embedding;
+    // The prepared table itself, unless linear weights are repacked: the embedding's
+    // rows are looked up as they are, so the lm_head gets its own copy.
+    w.lm_head.w = be.repacks_linear_weights() ? be.prepare_linear_weight(table) : w.embedding;
     prep(w.lm_head.b);
   } else {
     prep_linear(w.lm_head);

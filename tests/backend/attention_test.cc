@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 
+#include "backend/cpu/cpu_backend.h"
 #include "backend/ops.h"
 #include "op_test_util.h"
 
@@ -189,7 +190,21 @@ void check_paged_attention(Backend& be, std::mt19937& rng, const std::vector<Seq
   expect_close(out, want, 2e-5, 1e-5, "attention");
 }
 
-TEST_F(AttentionOpsTest, PagedPrefillAndDecodeMixed) {
+// The paged attention on every instruction-set path this CPU has (the AVX-512 tile
+// kernel takes head dims that are multiples of 16, AVX2 multiples of 8, the scalar
+// loop the rest).
+class PagedAttentionTest : public ::testing::TestWithParam<cpu::CpuIsa> {
+ protected:
+  void SetUp() override {
+    if (!cpu::cpu_isa_supported(GetParam()))
+      GTEST_SKIP() << "CPU lacks " << cpu::cpu_isa_name(GetParam());
+    be_ = std::make_unique<cpu::CpuBackend>(nullptr, GetParam());
+  }
+  std::unique_ptr<Backend> be_;
+  std::mt19937 rng_{99};
+};
+
+TEST_P(PagedAttentionTest, PrefillAndDecodeMixed) {
   AttentionParams p;
   p.scale = 0.25f;
   // A fresh prefill, a chunk after cached tokens, two decodes (one at a block edge).
@@ -201,39 +216,69 @@ TEST_F(AttentionOpsTest, PagedPrefillAndDecodeMixed) {
   check_paged_attention(*be_, rng_, {{40, 33}, {100, 1}, {0, 5}}, QkvLayout{16, 2, 64}, 16, p);
 }
 
-TEST_F(AttentionOpsTest, SlidingWindowAndSoftcap) {
+TEST_P(PagedAttentionTest, ManyDecodesAndHeadSizes) {
+  AttentionParams p;
+  p.scale = 0.18f;
+  // Decode steps of many sequences at contexts around and across block edges (the
+  // shape of a batched decode step), head dims of 1..8 vectors and odd ones.
+  std::vector<SeqSpec> decodes;
+  for (int s = 0; s < 12; ++s) decodes.push_back({100 + 7 * s, 1});
+  for (int hd : {16, 24, 32, 80, 128}) {
+    check_paged_attention(*be_, rng_, decodes, QkvLayout{8, 4, hd}, 16, p);
+    check_paged_attention(*be_, rng_, {{0, 40}, {45, 3}, {17, 1}}, QkvLayout{8, 1, hd}, 16, p);
+  }
+  // Block sizes that are no multiple of the key chunk.
+  check_paged_attention(*be_, rng_, {{50, 1}, {33, 4}, {0, 21}}, QkvLayout{4, 2, 32}, 7, p);
+  check_paged_attention(*be_, rng_, {{61, 1}, {0, 3}}, QkvLayout{4, 2, 32}, 40, p);
+}
+
+TEST_P(PagedAttentionTest, SlidingWindowAndSoftcap) {
   AttentionParams p;
   p.scale = 0.3f;
   p.sliding_window = 4;
   check_paged_attention(*be_, rng_, {{0, 11}, {6, 3}, {13, 1}}, QkvLayout{4, 2, 8}, 3, p);
   check_paged_attention(*be_, rng_, {{20, 2}, {31, 1}, {9, 1}}, QkvLayout{4, 2, 8}, 3, p, true);
   check_paged_attention(*be_, rng_, {{20, 2}, {31, 1}}, QkvLayout{4, 2, 12}, 3, p, true);
+  check_paged_attention(*be_, rng_, {{40, 2}, {35, 1}}, QkvLayout{4, 2, 32}, 16, p, true);
   p.sliding_window = 0;
   p.softcap = 2.f;
   check_paged_attention(*be_, rng_, {{0, 9}, {5, 1}}, QkvLayout{4, 4, 8}, 4, p);
+  check_paged_attention(*be_, rng_, {{0, 19}, {35, 1}}, QkvLayout{4, 2, 32}, 16, p);
 }
 
-TEST_F(AttentionOpsTest, Alibi) {
+TEST_P(PagedAttentionTest, Alibi) {
   AttentionParams p;
   p.scale = 0.35f;
   p.alibi_slopes = random_tensor({6}, rng_, 0.3f, DType::kF32, 0.5f);
   check_paged_attention(*be_, rng_, {{0, 10}, {4, 2}}, QkvLayout{6, 6, 8}, 4, p);
+  check_paged_attention(*be_, rng_, {{0, 10}, {20, 1}}, QkvLayout{6, 3, 16}, 16, p);
   p.alibi_scale = 0.35f;
   p.alibi_bias_bf16 = true;
   check_paged_attention(*be_, rng_, {{3, 20}}, QkvLayout{6, 1, 8}, 7, p);
+  check_paged_attention(*be_, rng_, {{3, 20}, {30, 1}}, QkvLayout{6, 2, 32}, 16, p);
 }
 
-TEST_F(AttentionOpsTest, BidirectionalPrefix) {
+TEST_P(PagedAttentionTest, BidirectionalPrefix) {
   AttentionParams p;
   p.scale = 0.3f;
   // A prompt whose context is all but its last token, one that is all context, a causal
   // prompt in the same step, a decode after a context, a one-token context.
-  for (QkvLayout l : {QkvLayout{4, 2, 16}, QkvLayout{3, 3, 12}}) {  // tiled and scalar paths
+  for (QkvLayout l :
+       {QkvLayout{4, 2, 16}, QkvLayout{3, 3, 12}}) {  // tiled and scalar paths of each ISA
     check_paged_attention(*be_, rng_, {{0, 13, 12}, {0, 6, 6}, {0, 7, 0}, {24, 1, 10}, {0, 3, 1}},
                           l, 5, p);
     check_paged_attention(*be_, rng_, {{0, 40, 37}}, l, 16, p);
   }
 }
+
+std::string isa_name(const ::testing::TestParamInfo<cpu::CpuIsa>& info) {
+  return std::string(cpu::cpu_isa_name(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPaths, PagedAttentionTest,
+                         ::testing::Values(cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2,
+                                           cpu::CpuIsa::kAvx512),
+                         isa_name);
 
 TEST_F(AttentionOpsTest, CopyBlocks) {
   Tensor c = random_tensor({5, 2, 3, 4}, rng_);

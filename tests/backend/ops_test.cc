@@ -228,5 +228,22 @@ TEST_F(OpsTest, ConvertRowMatchesScalarConversion) {
   }
 }
 
+// The f64 sums the norms use, against plain float64 sums (tails of every length).
+TEST_F(OpsTest, F64RowSums) {
+  for (int n : {0, 1, 3, 4, 7, 64, 257}) {
+    Tensor t = random_tensor({1, std::max(n, 1)}, rng_, 2.f, DType::kF32, 0.7f);
+    const float* x = t.data<float>();
+    double sum = 0, sq = 0, sqc = 0;
+    for (int i = 0; i < n; ++i) {
+      sum += x[i];
+      sq += double{x[i]} * x[i];
+      sqc += (x[i] - 0.7) * (x[i] - 0.7);
+    }
+    EXPECT_NEAR(cpu::sum_f64(x, n), sum, 1e-12 * (1 + std::abs(sum))) << n;
+    EXPECT_NEAR(cpu::sum_squares_f64(x, n), sq, 1e-12 * (1 + sq)) << n;
+    EXPECT_NEAR(cpu::sum_squares_f64(x, n, 0.7), sqc, 1e-12 * (1 + sqc)) << n;
+  }
+}
+
 }  // namespace
 }  // namespace tachyon

@@ -150,12 +150,20 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
     return prefix != nullptr ? std::max<int64_t>(idx, int64_t{prefix[s]} - 1) : idx;
   };
 
-  // Tasks: (sequence, kv head, tile of query tokens).
-  constexpr int kTile = 8;
+  const bool wide = isa_ == CpuIsa::kAvx512 && hd % 16 == 0;
+  const bool tiled = wide || (isa_ >= CpuIsa::kAvx2 && use_avx2() && hd % 8 == 0);
+  // Tasks: (sequence, kv head, tile of query tokens); on the AVX-512 path a sequence
+  // with few query tokens (a decode) is one task over every head, which then reads each
+  // block's keys and values of all heads as one contiguous run.
+  // Query tokens per tile: a tile's rows (tokens x the group's heads) share each chunk
+  // of keys, so a full tile on the AVX-512 path (which transposes every chunk).
+  const int kTile = wide ? std::max(1, kAttnTileMaxRows / group) : 8;
+  auto all_heads = [&](int q_len) { return wide && int64_t{q_len} * H <= kAttnTileMaxRows; };
   std::vector<int64_t> task_start(static_cast<size_t>(S) + 1, 0);
   for (int s = 0; s < S; ++s) {
     const int q_len = qs[s + 1] - qs[s];
-    task_start[s + 1] = task_start[s] + int64_t{KV} * ((q_len + kTile - 1) / kTile);
+    task_start[s + 1] =
+        task_start[s] + (all_heads(q_len) ? 1 : int64_t{KV} * ((q_len + kTile - 1) / kTile));
   }
   const float* q_base = qkv.data<float>();
   const float* kc = cache.k.data<float>();
@@ -175,23 +183,31 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
       TACHYON_CHECK(blk >= 0 && blk < nb, "block table entry {} of {} blocks", blk, nb);
     }
   }
-  const bool tiled = use_avx2() && hd % 8 == 0;
   pool_.run(task_start[S], [&](int64_t task) {
     const int s = static_cast<int>(std::upper_bound(task_start.begin(), task_start.end(), task) -
                                    task_start.begin()) -
                   1;
     const int q_len = qs[s + 1] - qs[s];
+    const bool every_head = all_heads(q_len);
     const int tiles = (q_len + kTile - 1) / kTile;
     const int64_t local = task - task_start[s];
-    const int g = static_cast<int>(local / tiles);
-    const int tile = static_cast<int>(local % tiles);
-    const int i0 = tile * kTile, i1 = std::min(q_len, i0 + kTile);
+    const int g = every_head ? 0 : static_cast<int>(local / tiles);
+    const int tile = every_head ? 0 : static_cast<int>(local % tiles);
+    const int i0 = tile * kTile, i1 = every_head ? q_len : std::min(q_len, i0 + kTile);
+    const int g1 = every_head ? KV : g + 1;
     const int32_t* blocks = bt + int64_t{s} * mb;
     AttnScratch& sc = tl_scratch;
     if (tiled) {
       // Rows (query, head of the group) in order, in tiles of at most kAttnTileMaxRows.
       if (sc.tile.size() < static_cast<size_t>(attn_tile_scratch(kAttnTileMaxRows, hd)))
         sc.tile.resize(static_cast<size_t>(attn_tile_scratch(kAttnTileMaxRows, hd)));
+      auto run_tile = [&](const AttnTile& tt) {
+        if (wide) {
+          attention_tile_avx512(tt, sc.tile.data());
+        } else {
+          attention_tile_avx2(tt, sc.tile.data());
+        }
+      };
       AttnTile tile;
       tile.k_cache = kc;
       tile.v_cache = vc;
@@ -199,29 +215,32 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
       tile.block_size = bs;
       tile.num_kv_heads = KV;
       tile.kv_head = g;
+      tile.heads = g1 - g;
       tile.head_dim = hd;
       tile.params = &params;
       tile.alibi = slopes != nullptr;
-      for (int i = i0; i < i1; ++i) {
-        const int64_t t = qs[s] + i;
-        const int64_t idx = ctx[s] - q_len + i;
-        const int64_t lo =
-            params.sliding_window > 0 ? std::max<int64_t>(0, idx - params.sliding_window + 1) : 0;
-        for (int hh = 0; hh < group; ++hh) {
-          const int h = g * group + hh;
-          const int r = tile.rows++;
-          tile.q[r] = q_base + t * cols + int64_t{h} * hd;
-          tile.out[r] = o + t * int64_t{H} * hd + int64_t{h} * hd;
-          tile.idx[r] = last_key(s, idx);
-          tile.lo[r] = lo;
-          tile.slope[r] = slopes != nullptr ? slopes[h] : 0.f;
-          if (tile.rows == kAttnTileMaxRows) {
-            attention_tile_avx2(tile, sc.tile.data());
-            tile.rows = 0;
+      // Rows head-major: for each kv head, its tokens and their query heads.
+      for (int gg = g; gg < g1; ++gg)
+        for (int i = i0; i < i1; ++i) {
+          const int64_t t = qs[s] + i;
+          const int64_t idx = ctx[s] - q_len + i;
+          const int64_t lo =
+              params.sliding_window > 0 ? std::max<int64_t>(0, idx - params.sliding_window + 1) : 0;
+          for (int hh = 0; hh < group; ++hh) {
+            const int h = gg * group + hh;
+            const int r = tile.rows++;
+            tile.q[r] = q_base + t * cols + int64_t{h} * hd;
+            tile.out[r] = o + t * int64_t{H} * hd + int64_t{h} * hd;
+            tile.idx[r] = last_key(s, idx);
+            tile.lo[r] = lo;
+            tile.slope[r] = slopes != nullptr ? slopes[h] : 0.f;
+            if (tile.rows == kAttnTileMaxRows) {
+              run_tile(tile);
+              tile.rows = 0;
+            }
           }
         }
-      }
-      if (tile.rows > 0) attention_tile_avx2(tile, sc.tile.data());
+      if (tile.rows > 0) run_tile(tile);
       return;
     }
     if (sc.scores.size() < static_cast<size_t>(ctx[s]))

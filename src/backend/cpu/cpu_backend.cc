@@ -1,13 +1,12 @@
 #include "backend/cpu/cpu_backend.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/packed_weight.h"
 #include "backend/cpu/vec.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -33,7 +32,10 @@ int64_t row_grain(int64_t cols) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(ThreadPool* pool) : pool_(pool != nullptr ? *pool : ThreadPool::global()) {}
+CpuBackend::CpuBackend(ThreadPool* pool, std::optional<CpuIsa> isa)
+    : pool_(pool != nullptr ? *pool : ThreadPool::global()), isa_(isa.value_or(active_cpu_isa())) {
+  TACHYON_CHECK(cpu_isa_supported(isa_), "this CPU cannot run the {} path", cpu_isa_name(isa_));
+}
 
 Tensor CpuBackend::alloc(const Shape& shape, DType dtype) {
   // The paged KV cache ([blocks, kv heads, block size, head dim], the only 4-d buffer
@@ -42,20 +44,23 @@ Tensor CpuBackend::alloc(const Shape& shape, DType dtype) {
   // in 4 KiB pages every block costs a TLB miss, which in a virtual machine is a
   // two-level page walk. Measured: decode attention and KV writes ~3-6x faster. Buffers
   // allocated every step (logits) stay on the heap: no page faults or compaction there.
-  constexpr size_t kHuge = size_t{2} << 20;
-  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
-  if (shape.size() == 4 && bytes >= kHuge) {
-    const size_t len = (bytes + kHuge - 1) / kHuge * kHuge + kHuge;  // room to align
-    void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p != MAP_FAILED) {
-      const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~uintptr_t{kHuge - 1};
-      madvise(reinterpret_cast<void*>(a), len - (a - reinterpret_cast<uintptr_t>(p)),
-              MADV_HUGEPAGE);  // advice only: 4 KiB pages if refused
-      std::shared_ptr<void> owner(p, [len](void* q) { munmap(q, len); });
-      return Tensor::wrap(reinterpret_cast<void*>(a), shape, dtype, std::move(owner));
-    }
+  if (shape.size() == 4) {
+    const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+    std::shared_ptr<void> memory = alloc_large(bytes);
+    return Tensor::wrap(memory.get(), shape, dtype, memory);
   }
   return Tensor::empty(shape, dtype);
+}
+
+bool CpuBackend::repacks_linear_weights() const {
+  // The AVX-512 kernels read packed weights with no per-call conversion pass (faster
+  // from about 17 rows of x on, as fast below); the other paths read the checkpoint.
+  return isa_ == CpuIsa::kAvx512;
+}
+
+Tensor CpuBackend::prepare_linear_weight(const Tensor& host) {
+  if (!repacks_linear_weights()) return host;
+  return pack_linear_weight(host, pool_);
 }
 
 Tensor CpuBackend::upload(const void* data, const Shape& shape, DType dtype, Tensor reuse) {
@@ -116,23 +121,14 @@ inline void norm_row(const float* x, float* out, int64_t d, const NormParams& p)
   const float* w = p.weight.data<float>();
   const float* b = p.bias ? p.bias.data<float>() : nullptr;
   const float off = p.weight_offset;
-  if (p.type == NormType::kRMSNorm) {
-    double ss = 0;
-    for (int64_t i = 0; i < d; ++i) ss += double{x[i]} * x[i];
-    const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + p.eps));
-    for (int64_t i = 0; i < d; ++i) out[i] = x[i] * inv * (off + w[i]) + (b ? b[i] : 0.f);
+  const double n = static_cast<double>(d);
+  const double mean = p.type == NormType::kRMSNorm ? 0.0 : sum_f64(x, d) / n;
+  const float inv = static_cast<float>(1.0 / std::sqrt(sum_squares_f64(x, d, mean) / n + p.eps));
+  const float m = static_cast<float>(mean);
+  if (b == nullptr) {
+    for (int64_t i = 0; i < d; ++i) out[i] = (x[i] - m) * inv * (off + w[i]);
   } else {
-    double s = 0;
-    for (int64_t i = 0; i < d; ++i) s += x[i];
-    const double mean = s / static_cast<double>(d);
-    double var = 0;
-    for (int64_t i = 0; i < d; ++i) {
-      double c = x[i] - mean;
-      var += c * c;
-    }
-    const float inv = static_cast<float>(1.0 / std::sqrt(var / static_cast<double>(d) + p.eps));
-    const float m = static_cast<float>(mean);
-    for (int64_t i = 0; i < d; ++i) out[i] = (x[i] - m) * inv * (off + w[i]) + (b ? b[i] : 0.f);
+    for (int64_t i = 0; i < d; ++i) out[i] = (x[i] - m) * inv * (off + w[i]) + b[i];
   }
 }
 
@@ -206,8 +202,9 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, Te
   if (m == 0) return;
   const int64_t ldy = out.dim(1);
   float* y = out.data<float>() + col_offset;
-  gemm_xwt(x.data<float>(), m, k, k, w.raw(), w.dtype(), n, bias ? bias.data<float>() : nullptr, y,
-           ldy, &pool_);
+  const GemmWeight e{w.raw(), w.dtype(),          n, bias ? bias.data<float>() : nullptr, y,
+                     ldy,     is_packed_weight(w)};
+  gemm_xwt_multi_isa(isa_, x.data<float>(), m, k, k, {&e, 1}, &pool_);
   if (act != Activation::kIdentity) {
     pool_.parallel_for(0, m, row_grain(n), [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) activate(y + t * ldy, n, act);

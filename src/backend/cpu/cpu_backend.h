@@ -3,8 +3,10 @@
 // cache, paged attention) and moe.cc (routing and experts).
 #pragma once
 
+#include <optional>
 #include <vector>
 
+#include "backend/cpu/gemm.h"
 #include "backend/ops.h"
 
 namespace tachyon {
@@ -15,11 +17,17 @@ namespace tachyon::cpu {
 
 class CpuBackend final : public Backend {
  public:
-  // pool: the thread pool the kernels use (the global pool when null).
-  explicit CpuBackend(ThreadPool* pool = nullptr);
+  // pool: the thread pool the kernels use (the global pool when null). isa: the
+  // instruction-set path of the products and attention (the active one when unset;
+  // tests run every path the CPU has). Elementwise ops follow use_avx2().
+  explicit CpuBackend(ThreadPool* pool = nullptr, std::optional<CpuIsa> isa = std::nullopt);
 
   Device device() const override { return Device{}; }
   const char* name() const override { return "cpu"; }
+
+  // Linear weights are packed (backend/cpu/gemm.h) on the AVX-512 path.
+  Tensor prepare_linear_weight(const Tensor& host) override;
+  bool repacks_linear_weights() const override;
 
   Tensor alloc(const Shape& shape, DType dtype) override;
   Tensor upload(const void* data, const Shape& shape, DType dtype, Tensor reuse) override;
@@ -63,6 +71,7 @@ class CpuBackend final : public Backend {
 
  private:
   ThreadPool& pool_;
+  CpuIsa isa_;
   // MoE scratch, reused between calls (one forward at a time per backend).
   std::vector<float> moe_x_, moe_h_, moe_y_;
   std::vector<int32_t> moe_rows_;

@@ -88,20 +88,6 @@ const detail::GemmKernels& kernels_for(CpuIsa isa) {
   }
 }
 
-// Per-thread scratch for packed weight panels, 64-byte aligned, grown on demand.
-float* scratch(size_t floats) {
-  struct Deleter {
-    void operator()(float* p) const { ::operator delete[](p, std::align_val_t(64)); }
-  };
-  thread_local std::unique_ptr<float[], Deleter> buf;
-  thread_local size_t cap = 0;
-  if (floats > cap) {
-    buf.reset(static_cast<float*>(::operator new[](floats * sizeof(float), std::align_val_t(64))));
-    cap = floats;
-  }
-  return buf.get();
-}
-
 void check_args(const float* x, int64_t m, int64_t k, int64_t ldx,
                 std::span<const GemmWeight> weights) {
   TACHYON_CHECK(m >= 0 && k >= 0, "gemm shape m={} k={}", m, k);
@@ -167,9 +153,7 @@ void gemm_block(const detail::GemmKernels& kern, const PackedX& xp, int64_t i0, 
                 int64_t k, const GemmWeight& w, int64_t j0, int64_t j1) {
   const int64_t mr = kern.mr, nr = kern.nr, kc = kern.kc;
   const int64_t panels = (j1 - j0 + nr - 1) / nr;
-  float* panel = scratch(static_cast<size_t>(panels * kc * nr + mr * nr + nr));
-  float* tile_buf = panel + panels * kc * nr;  // [mr][nr] for partial tiles
-  float* bias_pad = tile_buf + mr * nr;        // [nr]
+  float* panel = detail::task_scratch(static_cast<size_t>(panels * kc * nr));
   for (int64_t p0 = 0; p0 < k; p0 += kc) {
     const int64_t kcb = std::min(kc, k - p0);
     const bool last = p0 + kcb == k;
@@ -177,54 +161,21 @@ void gemm_block(const detail::GemmKernels& kern, const PackedX& xp, int64_t i0, 
       const int64_t jj = j0 + s * nr;
       kern.pack_w(w.w, w.dtype, k, jj, std::min(nr, j1 - jj), p0, kcb, panel + s * kc * nr);
     }
-    auto tile = [&](int64_t i, int64_t s) {
-      const int rows = static_cast<int>(std::min(mr, i1 - i));
-      const float* xi = xp.data + (i / mr) * xp.stride + p0 * mr;
-      const int64_t jj = j0 + s * nr;
-      const int64_t cols = std::min(nr, j1 - jj);
-      const float* bias = last && w.bias != nullptr ? w.bias + jj : nullptr;
-      float* yt = w.y + i * w.ldy + jj;
-      if (cols == nr) {
-        kern.micro(rows, xi, panel + s * kc * nr, kcb, yt, w.ldy, p0 > 0, bias);
-        return;
-      }
-      // Partial tile: compute nr columns into the side tile, copy the valid ones.
-      for (int r = 0; r < rows; ++r) {
-        if (p0 > 0) std::memcpy(tile_buf + r * nr, yt + r * w.ldy, cols * sizeof(float));
-        std::fill(tile_buf + r * nr + (p0 > 0 ? cols : 0), tile_buf + (r + 1) * nr, 0.f);
-      }
-      if (bias != nullptr) {
-        std::memcpy(bias_pad, bias, cols * sizeof(float));
-        std::fill(bias_pad + cols, bias_pad + nr, 0.f);
-      }
-      kern.micro(rows, xi, panel + s * kc * nr, kcb, tile_buf, nr, p0 > 0,
-                 bias != nullptr ? bias_pad : nullptr);
-      for (int r = 0; r < rows; ++r) {
-        std::memcpy(yt + r * w.ldy, tile_buf + r * nr, cols * sizeof(float));
-      }
-    };
     // A block of x (mr x kcb) stays in L1 while it meets every panel in turn.
     for (int64_t i = i0; i < i1; i += mr) {
-      for (int64_t s = 0; s < panels; ++s) tile(i, s);
+      const int rows = static_cast<int>(std::min(mr, i1 - i));
+      const float* xi = xp.data + (i / mr) * xp.stride + p0 * mr;
+      for (int64_t s = 0; s < panels; ++s) {
+        const int64_t jj = j0 + s * nr;
+        const float* bias = last && w.bias != nullptr ? w.bias + jj : nullptr;
+        detail::micro_cols(kern, rows, xi, panel + s * kc * nr, kcb, w.y + i * w.ldy + jj, w.ldy,
+                           std::min(nr, j1 - jj), p0 > 0, bias);
+      }
     }
   }
 }
 
 constexpr int64_t kNc = 128;  // weight rows per GEMM block (a multiple of every nr)
-
-// The caller's buffer for packed x (a job's workers only read it).
-float* packed_x_buffer(size_t floats) {
-  struct Deleter {
-    void operator()(float* p) const { ::operator delete[](p, std::align_val_t(64)); }
-  };
-  thread_local std::unique_ptr<float[], Deleter> buf;
-  thread_local size_t cap = 0;
-  if (floats > cap) {
-    buf.reset(static_cast<float*>(::operator new[](floats * sizeof(float), std::align_val_t(64))));
-    cap = floats;
-  }
-  return buf.get();
-}
 
 // Rows of x in one pass (rounded up to a multiple of mr): bounds the packed copy of x
 // (and keeps it cache-sized) at the price of converting the weights once per pass.
@@ -235,13 +186,9 @@ void run_gemm_rows(const detail::GemmKernels& kern, const float* x, int64_t m, i
                    int64_t ldx, std::span<const GemmWeight> weights, ThreadPool& pool) {
   const int64_t mr = kern.mr;
   const int64_t mblocks = (m + mr - 1) / mr;
-  // Each block's slot has room for the kernel's overrun and stays 64-byte aligned.
-  const int64_t stride = (k * mr + 16 + 15) / 16 * 16;
-  float* xbuf = packed_x_buffer(static_cast<size_t>(mblocks * stride));
-  pool.run(mblocks, [&](int64_t ib) {
-    const int rows = static_cast<int>(std::min(mr, m - ib * mr));
-    kern.pack_x(x + ib * mr * ldx, ldx, rows, k, xbuf + ib * stride);
-  });
+  const int64_t stride = detail::packed_x_stride(kern, k);
+  float* xbuf = detail::caller_scratch(static_cast<size_t>(mblocks * stride));
+  detail::pack_x_blocks(kern, x, m, k, ldx, xbuf, stride, pool);
   const PackedX xp{xbuf, stride};
 
   Blocks blocks(weights, kNc);
@@ -262,23 +209,45 @@ void run_gemm_rows(const detail::GemmKernels& kern, const float* x, int64_t m, i
   });
 }
 
-void run_gemm(const detail::GemmKernels& kern, const float* x, int64_t m, int64_t k, int64_t ldx,
-              std::span<const GemmWeight> weights, ThreadPool& pool) {
+// fn(x rows, row count, entries with y moved to those rows) for passes of about kMChunk
+// rows: bounds the packed copy of x at the price of reading the weights once per pass.
+template <typename Fn>
+void for_row_chunks(const detail::GemmKernels& kern, const float* x, int64_t m, int64_t ldx,
+                    std::span<const GemmWeight> weights, Fn&& fn) {
   const int64_t chunk = (kMChunk + kern.mr - 1) / kern.mr * kern.mr;
-  if (m <= chunk) return run_gemm_rows(kern, x, m, k, ldx, weights, pool);
+  if (m <= chunk) return fn(x, m, weights);
   std::vector<GemmWeight> part(weights.begin(), weights.end());
   for (int64_t c0 = 0; c0 < m; c0 += chunk) {
     for (size_t e = 0; e < part.size(); ++e) part[e].y = weights[e].y + c0 * weights[e].ldy;
-    run_gemm_rows(kern, x + c0 * ldx, std::min(chunk, m - c0), k, ldx, part, pool);
+    fn(x + c0 * ldx, std::min(chunk, m - c0), std::span<const GemmWeight>(part));
+  }
+}
+
+// Entries all of one kind (packed or not).
+void run_uniform(const detail::GemmKernels& kern, const float* x, int64_t m, int64_t k, int64_t ldx,
+                 std::span<const GemmWeight> weights, ThreadPool& pool) {
+  int64_t total_n = 0;
+  for (const GemmWeight& e : weights) total_n += e.n;
+  if (total_n == 0) return;
+  if (weights.front().packed) {
+    for_row_chunks(kern, x, m, ldx, weights,
+                   [&](const float* xc, int64_t mc, std::span<const GemmWeight> part) {
+                     detail::run_packed(kern, xc, mc, k, ldx, part, pool);
+                   });
+  } else if (m <= kern.gemv_max_m) {
+    run_gemv(kern, x, m, k, ldx, weights, total_n, pool);
+  } else {
+    for_row_chunks(kern, x, m, ldx, weights,
+                   [&](const float* xc, int64_t mc, std::span<const GemmWeight> part) {
+                     run_gemm_rows(kern, xc, mc, k, ldx, part, pool);
+                   });
   }
 }
 
 void run(CpuIsa isa, const float* x, int64_t m, int64_t k, int64_t ldx,
          std::span<const GemmWeight> weights, ThreadPool* pool) {
   check_args(x, m, k, ldx, weights);
-  int64_t total_n = 0;
-  for (const GemmWeight& e : weights) total_n += e.n;
-  if (m == 0 || total_n == 0) return;
+  if (m == 0 || weights.empty()) return;
   if (k == 0) {
     for (const GemmWeight& e : weights) {
       for (int64_t i = 0; i < m; ++i) {
@@ -289,11 +258,14 @@ void run(CpuIsa isa, const float* x, int64_t m, int64_t k, int64_t ldx,
   }
   const detail::GemmKernels& kern = kernels_for(isa);
   ThreadPool& tp = pool != nullptr ? *pool : ThreadPool::global();
-  if (m <= kern.gemv_max_m) {
-    run_gemv(kern, x, m, k, ldx, weights, total_n, tp);
-  } else {
-    run_gemm(kern, x, m, k, ldx, weights, tp);
-  }
+  const bool mixed = std::any_of(weights.begin(), weights.end(), [&](const GemmWeight& e) {
+    return e.packed != weights.front().packed;
+  });
+  if (!mixed) return run_uniform(kern, x, m, k, ldx, weights, tp);
+  std::vector<GemmWeight> packed, plain;
+  for (const GemmWeight& e : weights) (e.packed ? packed : plain).push_back(e);
+  run_uniform(kern, x, m, k, ldx, packed, tp);
+  run_uniform(kern, x, m, k, ldx, plain, tp);
 }
 
 void require_supported(CpuIsa isa) {
@@ -364,5 +336,78 @@ void gemm_xwt_multi_isa(CpuIsa isa, const float* x, int64_t m, int64_t k, int64_
   require_supported(isa);
   run(isa, x, m, k, ldx, weights, pool);
 }
+
+namespace detail {
+namespace {
+
+float* grow(std::unique_ptr<float[], void (*)(float*)>& buf, size_t& cap, size_t floats) {
+  if (floats > cap) {
+    buf.reset(static_cast<float*>(::operator new[](floats * sizeof(float), std::align_val_t(64))));
+    cap = floats;
+  }
+  return buf.get();
+}
+
+void free_aligned(float* p) {
+  ::operator delete[](p, std::align_val_t(64));
+}
+
+}  // namespace
+
+float* task_scratch(size_t floats) {
+  thread_local std::unique_ptr<float[], void (*)(float*)> buf(nullptr, free_aligned);
+  thread_local size_t cap = 0;
+  return grow(buf, cap, floats);
+}
+
+float* caller_scratch(size_t floats) {
+  thread_local std::unique_ptr<float[], void (*)(float*)> buf(nullptr, free_aligned);
+  thread_local size_t cap = 0;
+  return grow(buf, cap, floats);
+}
+
+void micro_cols(const GemmKernels& kern, int rows, const float* xp, const float* panel, int64_t kcb,
+                float* y, int64_t ldy, int64_t cols, bool accumulate, const float* bias) {
+  const int64_t nr = kern.nr;
+  if (cols == nr) return kern.micro(rows, xp, panel, kcb, y, ldy, accumulate, bias);
+  // Partial tile: compute nr columns into a side tile, copy the valid ones.
+  constexpr int64_t kMaxTile = 16 * 32;  // >= mr * nr on every path
+  alignas(64) float tile[kMaxTile];
+  alignas(64) float bias_pad[32];
+  for (int r = 0; r < rows; ++r) {
+    if (accumulate) std::memcpy(tile + r * nr, y + r * ldy, cols * sizeof(float));
+    std::fill(tile + r * nr + (accumulate ? cols : 0), tile + (r + 1) * nr, 0.f);
+  }
+  if (bias != nullptr) {
+    std::memcpy(bias_pad, bias, cols * sizeof(float));
+    std::fill(bias_pad + cols, bias_pad + nr, 0.f);
+  }
+  kern.micro(rows, xp, panel, kcb, tile, nr, accumulate, bias != nullptr ? bias_pad : nullptr);
+  for (int r = 0; r < rows; ++r) std::memcpy(y + r * ldy, tile + r * nr, cols * sizeof(float));
+}
+
+int64_t packed_x_stride(const GemmKernels& kern, int64_t k) {
+  return ((k + 1) / 2 * 2 * kern.mr + 16 + 15) / 16 * 16;
+}
+
+void pack_x_blocks(const GemmKernels& kern, const float* x, int64_t m, int64_t k, int64_t ldx,
+                   float* out, int64_t stride, ThreadPool& pool) {
+  const int64_t mr = kern.mr;
+  const int64_t mblocks = (m + mr - 1) / mr;
+  auto one = [&](int64_t ib) {
+    const int rows = static_cast<int>(std::min(mr, m - ib * mr));
+    float* o = out + ib * stride;
+    kern.pack_x(x + ib * mr * ldx, ldx, rows, k, o);
+    if (k % 2 != 0) std::fill(o + k * mr, o + (k + 1) * mr, 0.f);  // bf16 pair padding
+  };
+  // A few blocks are packed faster here than a fork-join takes.
+  if (mblocks <= 8) {
+    for (int64_t ib = 0; ib < mblocks; ++ib) one(ib);
+  } else {
+    pool.run(mblocks, one);
+  }
+}
+
+}  // namespace detail
 
 }  // namespace tachyon::cpu

@@ -1,14 +1,17 @@
-// Matrix products for the CPU backend. Weights stay in their checkpoint dtype
-// (f32, f16, bf16) and layout ([out_features, in_features], as a Hugging Face Linear
-// stores them) and are converted to f32 on the fly inside the kernel, in registers or
-// in small cache-resident panels; they are never expanded or copied as a whole.
+// Matrix products for the CPU backend. Weights are f32, f16 or bf16, either as the
+// checkpoint stores them ([out_features, in_features], as a Hugging Face Linear does,
+// read in place and converted on the fly in registers or in small cache-resident
+// panels) or packed once into the kernels' own layout (pack_weight below: converted in
+// registers, no per-call pass; the CPU backend packs the decoder's weights at load on
+// the AVX-512 path).
 //
 // Accumulation is f32 throughout (the result matches an f32 reference to rounding).
 // The instruction set is chosen at run time: AVX-512 (F/BW/VL/DQ), AVX2+FMA+F16C, or
 // portable C++; TACHYON_CPU_ISA=portable|avx2|avx512 caps the choice.
 //
-// Up to 16 rows of x (8 on AVX2) the weights are streamed once and converted in
-// registers (decode); beyond, a blocked GEMM converts cache-sized weight panels (prefill).
+// Checkpoint layout: up to 16 rows of x (8 on AVX2) the weights are streamed once and
+// converted in registers (decode); beyond, a blocked GEMM converts cache-sized weight
+// panels (prefill). Packed layout: one blocked product for every m.
 // Scratch, reused across calls: each thread of the pool keeps one converted panel
 // (<= 512 KiB) and the calling thread a packed copy of up to ~512 rows of x.
 // Calls from several threads at once are safe; a call from inside a pool job runs on
@@ -37,17 +40,36 @@ void gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, 
 
 // One weight matrix of a fused product (see gemm_xwt_multi).
 struct GemmWeight {
-  const void* w = nullptr;  // [n, k] row-major, dtype `dtype`
+  const void* w = nullptr;  // [n, k] row-major, dtype `dtype` (or packed, below)
   DType dtype = DType::kF32;
   int64_t n = 0;
   const float* bias = nullptr;  // [n] or null
   float* y = nullptr;           // [m, n] with row stride ldy
   int64_t ldy = 0;
+  bool packed = false;  // w is in the packed layout of pack_weight()
 };
+
+// ---- Packed weights ------------------------------------------------------------------
+// A weight matrix copied once (at load) into the layout the kernels read directly: the
+// n rows of w (output columns) in panels of kPanel, each panel holding its rows' k values
+// interleaved so that one k step of a panel is one contiguous 64-byte (16-bit dtypes)
+// or 128-byte (f32) load:
+//   f32, f16: panel [k][kPanel]                    element (j, p) at p * kPanel + j % kPanel
+//   bf16:     panel [k/2][kPanel][2] (k rounded up to even: pairs of consecutive k)
+// Rows past n in the last panel and the padding k are zeros. bf16 pairs split into two
+// f32 vectors with one shift and one mask; the blocked GEMM then converts nothing per
+// call, and small m (decode) streams one contiguous panel at a time.
+inline constexpr int64_t kPanel = 32;
+// Elements (of `dtype`) of the packed copy of an [n, k] matrix.
+int64_t packed_weight_elems(DType dtype, int64_t n, int64_t k);
+// Copies w ([n, k] row-major, f32/f16/bf16) into `out` (packed_weight_elems elements).
+void pack_weight(const void* w, DType dtype, int64_t n, int64_t k, void* out,
+                 ThreadPool* pool = nullptr);
 
 // Several products sharing one input: for each entry e, e.y = x · e.wᵀ (+ e.bias).
 // Same result as one gemm_xwt per entry, but a single fork-join over all of them
 // (q/k/v, or gate/up, at decode time: fewer synchronisations, better balance).
+// Entries may be packed (GemmWeight::packed) or not.
 void gemm_xwt_multi(const float* x, int64_t m, int64_t k, int64_t ldx,
                     std::span<const GemmWeight> weights, ThreadPool* pool = nullptr);
 

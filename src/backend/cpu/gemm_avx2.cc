@@ -310,7 +310,8 @@ void micro(int rows, const float* xp, const float* panel, int64_t kcb, float* y,
 }  // namespace
 
 const GemmKernels& avx2_kernels() {
-  static const GemmKernels kernels{kGemvMaxM, gemv, kMr, kNr, kKc, pack_w, pack_x, micro};
+  static const GemmKernels kernels{kGemvMaxM, gemv,  kMr,     kNr,     kKc,    pack_w,
+                                   pack_x,    micro, nullptr, nullptr, nullptr};
   return kernels;
 }
 

@@ -11,9 +11,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <type_traits>
 #include <utility>
 
+#include "backend/cpu/avx512_math.h"
 #include "backend/cpu/gemm_kernels.h"
 #include "core/error.h"
 
@@ -180,35 +182,6 @@ void gemv(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DTyp
 
 // ---- Packing: 16 weight rows x 16 columns at a time, converted and transposed.
 
-// In place: r[i] lane l  ->  r[l] lane i.
-TACHYON_AVX512_INLINE void transpose16(__m512 r[16]) {
-  __m512 t[16], u[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  // u[4i + c], 128-bit lane q: rows 4i..4i+3 of column 4q + c.
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    u[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
-    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
-  }
-#pragma GCC unroll 4
-  for (int c = 0; c < 4; ++c) {
-    const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
-    const __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xee);
-    const __m512 v2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
-    const __m512 v3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xee);
-    r[c] = _mm512_shuffle_f32x4(v0, v2, 0x88);
-    r[4 + c] = _mm512_shuffle_f32x4(v0, v2, 0xdd);
-    r[8 + c] = _mm512_shuffle_f32x4(v1, v3, 0x88);
-    r[12 + c] = _mm512_shuffle_f32x4(v1, v3, 0xdd);
-  }
-}
-
 template <DType D>
 TACHYON_AVX512 void pack_w_dtype(const void* wv, int64_t k, int64_t j0, int64_t rows, int64_t p0,
                                  int64_t kcb, float* out) {
@@ -321,10 +294,194 @@ void micro(int rows, const float* xp, const float* panel, int64_t kcb, float* y,
                  std::make_integer_sequence<int, kMr>{});
 }
 
+// ---- Packed weights: an R x 32 tile against one panel, converted in registers.
+
+TACHYON_AVX512_INLINE __mmask16 lanes(int count) {
+  return count >= 16 ? static_cast<__mmask16>(0xffff)
+                     : static_cast<__mmask16>((1u << std::max(count, 0)) - 1);
+}
+
+// Elements ahead of the loads that few-row products prefetch, per panel (1 KiB in
+// 16-bit dtypes); past a panel's end it reaches into the next panel.
+constexpr int64_t kPackedAhead = 512;
+
+// Panels of kPanel columns (P of them side by side, so that a few rows still keep
+// enough independent accumulators in flight) against R rows of packed x. Every output
+// is one accumulation in k order, whatever R and P: the same bits for any batch.
+template <DType D, int R, int P>
+TACHYON_AVX512 void packed_rows(const float* xp, const void* panel, int64_t stride, int64_t kcb,
+                                float* y, int64_t ldy, int last_cols, bool accumulate,
+                                const float* bias) {
+  static_assert(kNr == kPanel && 2 * R * P <= 24);
+  __mmask16 mask[P][2];
+#pragma GCC unroll 4
+  for (int q = 0; q < P; ++q) {
+    const int cols = q == P - 1 ? last_cols : kNr;
+    mask[q][0] = lanes(cols);
+    mask[q][1] = lanes(cols - 16);
+  }
+  __m512 c[R][P][2];
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+    for (int q = 0; q < P; ++q) {
+      float* yq = y + i * ldy + q * kNr;
+      c[i][q][0] = accumulate ? _mm512_maskz_loadu_ps(mask[q][0], yq) : _mm512_setzero_ps();
+      c[i][q][1] = accumulate ? _mm512_maskz_loadu_ps(mask[q][1], yq + 16) : _mm512_setzero_ps();
+    }
+  }
+  if constexpr (D == DType::kBF16) {
+    // One 64-byte load holds 16 columns at k steps p and p + 1 (low and high halves of
+    // each 32-bit lane): a shift and a mask make them two f32 vectors.
+    const auto* w = static_cast<const uint16_t*>(panel);
+    const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+    for (int64_t p = 0; p < kcb; p += 2) {
+#pragma GCC unroll 4
+      for (int q = 0; q < P; ++q) {
+        const uint16_t* wq = w + q * stride + p * kNr;
+        if constexpr (R <= 4) {
+          // Few rows: the product runs at the speed of the weights' stream (decode).
+          _mm_prefetch(reinterpret_cast<const char*>(wq + kPackedAhead), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(wq + kPackedAhead + kNr), _MM_HINT_T0);
+        } else if (q == 0) {
+          // More rows: while this panel is computed, bring in the one after the group
+          // at the same pace (later row tiles of this panel find it in L1 anyway).
+          _mm_prefetch(reinterpret_cast<const char*>(wq + P * stride), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(wq + P * stride + kNr), _MM_HINT_T0);
+        }
+        const __m512i w0 = _mm512_loadu_si512(wq);
+        const __m512i w1 = _mm512_loadu_si512(wq + kNr);
+        const __m512 a0 = _mm512_castsi512_ps(_mm512_slli_epi32(w0, 16));
+        const __m512 a1 = _mm512_castsi512_ps(_mm512_and_si512(w0, high));
+        const __m512 b0 = _mm512_castsi512_ps(_mm512_slli_epi32(w1, 16));
+        const __m512 b1 = _mm512_castsi512_ps(_mm512_and_si512(w1, high));
+#pragma GCC unroll 16
+        for (int i = 0; i < R; ++i) {
+          const __m512 x0 = _mm512_set1_ps(xp[p * kMr + i]);
+          const __m512 x1 = _mm512_set1_ps(xp[(p + 1) * kMr + i]);
+          c[i][q][0] = _mm512_fmadd_ps(x0, a0, c[i][q][0]);
+          c[i][q][1] = _mm512_fmadd_ps(x0, b0, c[i][q][1]);
+          c[i][q][0] = _mm512_fmadd_ps(x1, a1, c[i][q][0]);
+          c[i][q][1] = _mm512_fmadd_ps(x1, b1, c[i][q][1]);
+        }
+      }
+    }
+  } else {
+    const auto* w = static_cast<const Elem<D>*>(panel);
+#pragma GCC unroll 2
+    for (int64_t p = 0; p < kcb; ++p) {
+#pragma GCC unroll 4
+      for (int q = 0; q < P; ++q) {
+        if constexpr (R <= 4) {
+          _mm_prefetch(reinterpret_cast<const char*>(w + q * stride + p * kNr + kPackedAhead),
+                       _MM_HINT_T0);
+        }
+        const __m512 b0 = load16<D>(w + q * stride + p * kNr);
+        const __m512 b1 = load16<D>(w + q * stride + p * kNr + 16);
+#pragma GCC unroll 16
+        for (int i = 0; i < R; ++i) {
+          const __m512 a = _mm512_set1_ps(xp[p * kMr + i]);
+          c[i][q][0] = _mm512_fmadd_ps(a, b0, c[i][q][0]);
+          c[i][q][1] = _mm512_fmadd_ps(a, b1, c[i][q][1]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int q = 0; q < P; ++q) {
+    if (bias != nullptr) {
+      const __m512 b0 = _mm512_maskz_loadu_ps(mask[q][0], bias + q * kNr);
+      const __m512 b1 = _mm512_maskz_loadu_ps(mask[q][1], bias + q * kNr + 16);
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i) {
+        c[i][q][0] = _mm512_add_ps(c[i][q][0], b0);
+        c[i][q][1] = _mm512_add_ps(c[i][q][1], b1);
+      }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) {
+      float* yq = y + i * ldy + q * kNr;
+      _mm512_mask_storeu_ps(yq, mask[q][0], c[i][q][0]);
+      _mm512_mask_storeu_ps(yq + 16, mask[q][1], c[i][q][1]);
+    }
+  }
+}
+
+// Panels a call takes for `rows` rows: up to 24 accumulators.
+constexpr int panels_for(int rows) {
+  return std::max(1, std::min(4, 12 / rows));
+}
+
+using PackedFn = void (*)(const float*, const void*, int64_t, int64_t, float*, int64_t, int, bool,
+                          const float*);
+
+// [rows - 1][panels - 1] for rows <= kMr, panels <= panels_for(rows) (null beyond).
+template <DType D, int... Rs>
+constexpr std::array<std::array<PackedFn, 4>, sizeof...(Rs)> packed_table(
+    std::integer_sequence<int, Rs...>) {
+  auto row = []<int R>(std::integral_constant<int, R>) {
+    std::array<PackedFn, 4> r{};
+    r[0] = packed_rows<D, R, 1>;
+    if constexpr (panels_for(R) >= 2) r[1] = packed_rows<D, R, 2>;
+    if constexpr (panels_for(R) >= 3) r[2] = packed_rows<D, R, 3>;
+    if constexpr (panels_for(R) >= 4) r[3] = packed_rows<D, R, 4>;
+    return r;
+  };
+  return {row(std::integral_constant<int, Rs + 1>{})...};
+}
+
+int packed_panels(int rows) {
+  return panels_for(rows);
+}
+
+void packed_micro(int rows, const float* xp, const void* panel, int64_t stride, int panels,
+                  DType dtype, int64_t kcb, float* y, int64_t ldy, int last_cols, bool accumulate,
+                  const float* bias) {
+  static constexpr auto kF32 = packed_table<DType::kF32>(std::make_integer_sequence<int, kMr>{});
+  static constexpr auto kF16 = packed_table<DType::kF16>(std::make_integer_sequence<int, kMr>{});
+  static constexpr auto kBF16 = packed_table<DType::kBF16>(std::make_integer_sequence<int, kMr>{});
+  const auto& table = dtype == DType::kBF16 ? kBF16 : dtype == DType::kF16 ? kF16 : kF32;
+  table[rows - 1][panels - 1](xp, panel, stride, kcb, y, ldy, last_cols, accumulate, bias);
+}
+
+// A packed panel at k steps [0, kcb) as f32 [kcb][kPanel], the layout micro reads.
+template <DType D>
+TACHYON_AVX512 void unpack_dtype(const void* panel, int64_t kcb, float* out) {
+  if constexpr (D == DType::kBF16) {
+    const auto* w = static_cast<const uint16_t*>(panel);
+    const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+    for (int64_t p = 0; p < kcb; p += 2) {
+      const __m512i w0 = _mm512_loadu_si512(w + p * kNr);
+      const __m512i w1 = _mm512_loadu_si512(w + p * kNr + kNr);
+      _mm512_store_ps(out + p * kNr, _mm512_castsi512_ps(_mm512_slli_epi32(w0, 16)));
+      _mm512_store_ps(out + p * kNr + 16, _mm512_castsi512_ps(_mm512_slli_epi32(w1, 16)));
+      if (p + 1 == kcb) break;
+      _mm512_store_ps(out + (p + 1) * kNr, _mm512_castsi512_ps(_mm512_and_si512(w0, high)));
+      _mm512_store_ps(out + (p + 1) * kNr + 16, _mm512_castsi512_ps(_mm512_and_si512(w1, high)));
+    }
+  } else {
+    const auto* w = static_cast<const Elem<D>*>(panel);
+    for (int64_t p = 0; p < kcb * kNr; p += 16) _mm512_store_ps(out + p, load16<D>(w + p));
+  }
+}
+
+void unpack_panel(const void* panel, DType dtype, int64_t kcb, float* out) {
+  switch (dtype) {
+    case DType::kF32:
+      return unpack_dtype<DType::kF32>(panel, kcb, out);
+    case DType::kF16:
+      return unpack_dtype<DType::kF16>(panel, kcb, out);
+    default:
+      return unpack_dtype<DType::kBF16>(panel, kcb, out);
+  }
+}
+
 }  // namespace
 
 const GemmKernels& avx512_kernels() {
-  static const GemmKernels kernels{kGemvMaxM, gemv, kMr, kNr, kKc, pack_w, pack_x, micro};
+  static const GemmKernels kernels{kGemvMaxM,    gemv,          kMr,         kNr,
+                                   kKc,          pack_w,        pack_x,      micro,
+                                   packed_micro, packed_panels, unpack_panel};
   return kernels;
 }
 

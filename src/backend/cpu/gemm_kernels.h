@@ -5,8 +5,11 @@
 // instructions the CPU may lack).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 
+#include "backend/cpu/gemm.h"
 #include "core/dtype.h"
 
 namespace tachyon::cpu::detail {
@@ -34,7 +37,44 @@ struct GemmKernels {
   // values, added last.
   void (*micro)(int rows, const float* xp, const float* panel, int64_t kcb, float* y, int64_t ldy,
                 bool accumulate, const float* bias);
+
+  // Packed weights (gemm.h), for `panels` (<= packed_panels(rows)) consecutive packed
+  // panels, panel q at `panel` + q * stride elements with output columns y + q * kPanel:
+  // y[i, cols] (+)= xp[0:kcb, i] · panel[0:kcb]ᵀ (+ bias) for i < rows (<= mr), all
+  // kPanel columns of each panel but last_cols of the last one. `panel` points at k step
+  // p0 (even). xp is packed x as for micro; for bf16 with kcb odd, row kcb of xp must be
+  // finite (it meets the zero padding). Null on paths that unpack panels and run micro.
+  void (*packed_micro)(int rows, const float* xp, const void* panel, int64_t stride, int panels,
+                       DType dtype, int64_t kcb, float* y, int64_t ldy, int last_cols,
+                       bool accumulate, const float* bias);
+  int (*packed_panels)(int rows);
+  // A packed panel at k steps [0, kcb) (from an even step) as f32 in micro's layout:
+  // sub-panels of nr columns, out[q][p][c] = column q * nr + c at step p. Null: a
+  // portable loop does it.
+  void (*unpack_panel)(const void* panel, DType dtype, int64_t kcb, float* out);
 };
+
+// Per-thread scratch, 64-byte aligned, grown on demand: one buffer for a task's panels
+// and one for the packed x a caller shares with its job's workers.
+float* task_scratch(size_t floats);
+float* caller_scratch(size_t floats);
+
+// kern.micro on an nr-wide panel for a tile of which only `cols` (<= nr) columns are
+// kept: partial tiles go through a side buffer so that y is not written past cols.
+void micro_cols(const GemmKernels& kern, int rows, const float* xp, const float* panel, int64_t kcb,
+                float* y, int64_t ldy, int64_t cols, bool accumulate, const float* bias);
+
+// Floats per block of packed x (pack_x_blocks): k rounded up to even (bf16 pairs) rows
+// of mr, room for the kernel's overrun, a multiple of 16.
+int64_t packed_x_stride(const GemmKernels& kern, int64_t k);
+// x rows [0, m) packed per block of kern.mr rows into `out` (block ib at ib * stride),
+// with a zero row k when k is odd. On the pool when there are many blocks.
+void pack_x_blocks(const GemmKernels& kern, const float* x, int64_t m, int64_t k, int64_t ldx,
+                   float* out, int64_t stride, ThreadPool& pool);
+
+// gemm_packed.cc: the product for entries that are all packed (m <= about 512 rows).
+void run_packed(const GemmKernels& kern, const float* x, int64_t m, int64_t k, int64_t ldx,
+                std::span<const GemmWeight> weights, ThreadPool& pool);
 
 const GemmKernels& portable_kernels();
 // Defined on x86-64 only; callers check support first.

@@ -50,6 +50,30 @@ void axpy_portable(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+// Four interleaved partial sums (element i goes to sum i % 4), as the AVX2 path's lanes.
+double sum_squares_portable(const float* x, int64_t n, double center) {
+  double acc[4] = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int j = 0; j < 4; ++j) {
+      const double c = double{x[i + j]} - center;
+      acc[j] += c * c;
+    }
+  double s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  for (; i < n; ++i) s += (double{x[i]} - center) * (double{x[i]} - center);
+  return s;
+}
+
+double sum_portable(const float* x, int64_t n) {
+  double acc[4] = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int j = 0; j < 4; ++j) acc[j] += x[i + j];
+  double s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  for (; i < n; ++i) s += x[i];
+  return s;
+}
+
 #if TACHYON_X86
 // ---- AVX2 paths --------------------------------------------------------------------
 
@@ -76,6 +100,36 @@ __attribute__((target("avx2,fma"))) void axpy_avx2(float a, const float* x, floa
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
   for (; i < n; ++i) y[i] += a * x[i];
+}
+
+__attribute__((target("avx2,fma"))) inline double hsum256d(__m256d v) {
+  const __m128d lo = _mm256_castpd256_pd128(v), hi = _mm256_extractf128_pd(v, 1);
+  return (_mm_cvtsd_f64(lo) + _mm_cvtsd_f64(_mm_unpackhi_pd(lo, lo))) +
+         (_mm_cvtsd_f64(hi) + _mm_cvtsd_f64(_mm_unpackhi_pd(hi, hi)));
+}
+
+// The portable path's four partial sums in the four lanes.
+__attribute__((target("avx2,fma"))) double sum_squares_avx2(const float* x, int64_t n,
+                                                            double center) {
+  const __m256d c = _mm256_set1_pd(center);
+  __m256d acc = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256d d = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), c);
+    acc = _mm256_add_pd(acc, _mm256_mul_pd(d, d));
+  }
+  double s = hsum256d(acc);
+  for (; i < n; ++i) s += (double{x[i]} - center) * (double{x[i]} - center);
+  return s;
+}
+
+__attribute__((target("avx2,fma"))) double sum_avx2(const float* x, int64_t n) {
+  __m256d acc = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm_loadu_ps(x + i)));
+  double s = hsum256d(acc);
+  for (; i < n; ++i) s += x[i];
+  return s;
 }
 
 __attribute__((target("avx2,fma,f16c"))) void convert_f16_avx2(const uint16_t* src, int64_t n,
@@ -182,6 +236,20 @@ void axpy(float a, const float* x, float* y, int64_t n) {
   if (use_avx2()) return axpy_avx2(a, x, y, n);
 #endif
   axpy_portable(a, x, y, n);
+}
+
+double sum_f64(const float* x, int64_t n) {
+#if TACHYON_X86
+  if (use_avx2()) return sum_avx2(x, n);
+#endif
+  return sum_portable(x, n);
+}
+
+double sum_squares_f64(const float* x, int64_t n, double center) {
+#if TACHYON_X86
+  if (use_avx2()) return sum_squares_avx2(x, n, center);
+#endif
+  return sum_squares_portable(x, n, center);
 }
 
 void scale(float* x, float a, int64_t n) {

@@ -18,6 +18,9 @@ bool use_avx2();
 float dot(const float* a, const float* b, int64_t n);
 // y[i] += a * x[i]
 void axpy(float a, const float* x, float* y, int64_t n);
+// sum x[i] and sum (x[i] - center)^2 in f64 (four partial sums, the same on every path).
+double sum_f64(const float* x, int64_t n);
+double sum_squares_f64(const float* x, int64_t n, double center = 0);
 // x[i] *= a
 void scale(float* x, float a, int64_t n);
 // dst[i] = float(src[i]) for a floating dtype (f32, f16, bf16).
