@@ -35,6 +35,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/launch_check.h"
+#include "backend/cuda/mma_util.cuh"
 
 namespace tachyon::cuda {
 namespace {
@@ -62,82 +63,6 @@ struct FlashTraits {
   static_assert(HD % 16 == 0, "head_dim a multiple of 16");
   static_assert(kQBytes % 128 == 0 && kStageBytes % 128 == 0, "aligned buffers");
 };
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, bypassing L1; zero-filled (nothing read) when !pred.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool pred) {
-  const int n = pred ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n)
-               : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-// Waits until at most n of this thread's most recent groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, and
-// register i of lane l holds row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of it
-// (with .trans: column l / 4, rows 2 (l % 4) and 2 (l % 4) + 1).
-__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-// d += a b for A 16x16 (row), B 16x8 (col), f32 accumulators. Lane l (g = l / 4,
-// t = l % 4): a = {(g, 2t..), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..)},
-// b = {(k 2t.., n g), (k 2t + 8.., n g)}, d = {(g, 2t), (g, 2t + 1), (g + 8, 2t),
-// (g + 8, 2t + 1)}.
-template <typename T>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1) {
-  if constexpr (std::is_same_v<T, bf16_t>) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-// Two floats as one register of T (lo in the low half: the lower column).
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, bf16_t>) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  } else {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
-}
-
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
 
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads, FlashTraits<HD>::kMinBlocks)
@@ -200,7 +125,7 @@ __global__ void __launch_bounds__(kThreads, FlashTraits<HD>::kMinBlocks)
     if (live)
       src += (int64_t{q0} + tile0 + qi) * a.qkv_cols +
              int64_t{kvh * group + (r - qi * group)} * HD + c * 8;
-    cp_async_16(smem_u32(q_s + r * L::kLd + c * 8), src, live);
+    cp_async16(smem_u32(q_s + r * L::kLd + c * 8), src, live);
   }
   cp_async_commit();
 
@@ -237,8 +162,8 @@ __global__ void __launch_bounds__(kThreads, FlashTraits<HD>::kMinBlocks)
         const int r = i / kChunks, c = i - r * kChunks;
         const int row = rows[r];
         const int64_t off = row >= 0 ? int64_t{row} * HD + c * 8 : 0;
-        cp_async_16(smem_u32(ks + r * L::kLd + c * 8), kc + off, row >= 0);
-        cp_async_16(smem_u32(vs + r * L::kLd + c * 8), vc + off, row >= 0);
+        cp_async16(smem_u32(ks + r * L::kLd + c * 8), kc + off, row >= 0);
+        cp_async16(smem_u32(vs + r * L::kLd + c * 8), vc + off, row >= 0);
       }
     }
   };
@@ -345,8 +270,8 @@ __global__ void __launch_bounds__(kThreads, FlashTraits<HD>::kMinBlocks)
       // A row with no visible key yet keeps max -inf: its p are 0 and nothing rescales.
       const float base_a = mx_a == -INFINITY ? 0.f : mx_a * scale_log2;
       const float base_b = mx_b == -INFINITY ? 0.f : mx_b * scale_log2;
-      const float alpha_a = mx_a == -INFINITY ? 1.f : exp2_approx(m_a * scale_log2 - base_a);
-      const float alpha_b = mx_b == -INFINITY ? 1.f : exp2_approx(m_b * scale_log2 - base_b);
+      const float alpha_a = mx_a == -INFINITY ? 1.f : ex2(m_a * scale_log2 - base_a);
+      const float alpha_b = mx_b == -INFINITY ? 1.f : ex2(m_b * scale_log2 - base_b);
       m_a = mx_a;
       m_b = mx_b;
       l_a *= alpha_a;
@@ -360,10 +285,10 @@ __global__ void __launch_bounds__(kThreads, FlashTraits<HD>::kMinBlocks)
       }
 #pragma unroll
       for (int n = 0; n < kSTiles; ++n) {
-        sc[n][0] = exp2_approx(fmaf(sc[n][0], scale_log2, -base_a));
-        sc[n][1] = exp2_approx(fmaf(sc[n][1], scale_log2, -base_a));
-        sc[n][2] = exp2_approx(fmaf(sc[n][2], scale_log2, -base_b));
-        sc[n][3] = exp2_approx(fmaf(sc[n][3], scale_log2, -base_b));
+        sc[n][0] = ex2(fmaf(sc[n][0], scale_log2, -base_a));
+        sc[n][1] = ex2(fmaf(sc[n][1], scale_log2, -base_a));
+        sc[n][2] = ex2(fmaf(sc[n][2], scale_log2, -base_b));
+        sc[n][3] = ex2(fmaf(sc[n][3], scale_log2, -base_b));
         l_a += sc[n][0] + sc[n][1];
         l_b += sc[n][2] + sc[n][3];
       }

@@ -19,6 +19,7 @@
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/mma_util.cuh"
 
 namespace tachyon::cuda {
 namespace {
@@ -27,55 +28,6 @@ constexpr int kThreads = 256;  // 8 warps
 constexpr int kTileN = 128;    // weight rows per block (16 per warp)
 constexpr int kTileK = 64;     // k per stage: 128-byte rows
 constexpr int kMaxSplits = 16;
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared; src_bytes 0 fills zeros (rows past the end).
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes));
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2,
-                                            uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-
-template <typename T>
-__device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1);
-
-template <>
-__device__ __forceinline__ void mma16816<bf16_t>(float* c, const uint32_t* a, uint32_t b0,
-                                                 uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-template <>
-__device__ __forceinline__ void mma16816<f16_t>(float* c, const uint32_t* a, uint32_t b0,
-                                                uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // Byte offset of 16-byte chunk c (0..7) of row r in a tile of 128-byte rows.
 __device__ __forceinline__ uint32_t swz(int r, int c) {
@@ -127,7 +79,7 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(const SkinnyArgs a) {
       const int id = tid + i * kThreads, r = id >> 3, c = id & 7;
       const int row = n0 + r;
       const T* src = w + int64_t{row < a.n ? row : 0} * a.k + chunk * kTileK + c * 8;
-      cp_async16(dst + swz(r, c), src, row < a.n ? 16 : 0);
+      cp_async16(dst + swz(r, c), src, row < a.n);
     }
   };
   auto load_x = [&](int stage, int chunk) {
@@ -138,7 +90,7 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(const SkinnyArgs a) {
       if (kM * 8 % kThreads != 0 && id >= kM * 8) break;
       const int r = id >> 3, c = id & 7;
       const T* src = x + int64_t{r < a.m ? r : 0} * a.k + chunk * kTileK + c * 8;
-      cp_async16(dst + swz(r, c), src, r < a.m ? 16 : 0);
+      cp_async16(dst + swz(r, c), src, r < a.m);
     }
   };
 
@@ -180,13 +132,13 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(const SkinnyArgs a) {
 #pragma unroll
     for (int kk = 0; kk < kTileK / 16; ++kk) {
       uint32_t af[4];
-      ldmatrix_x4(ws + swz(a_row, 2 * kk + a_half), af[0], af[1], af[2], af[3]);
+      ldsm_x4(ws + swz(a_row, 2 * kk + a_half), af);
 #pragma unroll
       for (int j = 0; j < kNT; j += 2) {
-        uint32_t b0, b1, b2, b3;
-        ldmatrix_x4(xs + swz(j * 8 + b_row, 2 * kk + b_half), b0, b1, b2, b3);
-        mma16816<T>(acc[j], af, b0, b1);
-        mma16816<T>(acc[j + 1], af, b2, b3);
+        uint32_t b[4];
+        ldsm_x4(xs + swz(j * 8 + b_row, 2 * kk + b_half), b);
+        mma_16816<T>(acc[j], af, b[0], b[1]);
+        mma_16816<T>(acc[j + 1], af, b[2], b[3]);
       }
     }
   }
