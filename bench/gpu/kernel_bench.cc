@@ -154,9 +154,7 @@ void gemm_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
           int bits;
           const char* name;
         };
-        for (const Variant v : {Variant{0, "gemv_u4"}, Variant{cuda::kGemvUnroll8, "gemv_u8"},
-                                Variant{cuda::kGemvSmemX, "gemv_u4_sx"},
-                                Variant{cuda::kGemvSmemX | cuda::kGemvUnroll8, "gemv_u8_sx"},
+        for (const Variant v : {Variant{0, "gemv_l1"}, Variant{cuda::kGemvSmemX, "gemv_sx"},
                                 Variant{cuda::kGemvSmemX | cuda::kGemvSplit2, "gemv_sx_s2"},
                                 Variant{cuda::kGemvSmemX | cuda::kGemvSplit4, "gemv_sx_s4"},
                                 Variant{cuda::kGemvDefault, "gemv_default"}}) {

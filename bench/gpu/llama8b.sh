@@ -30,8 +30,6 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 if [ -f "$BIN/bins.txz" ] && [ ! -x "$BIN/tachyon_gpu_bench" ]; then
   (cd "$BIN" && tar xJf bins.txz)
-elif [ -f "$BIN/bins.tgz" ] && [ ! -x "$BIN/tachyon_gpu_bench" ]; then
-  (cd "$BIN" && tar xzf bins.tgz)
 fi
 export LD_LIBRARY_PATH=$BIN:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 if [ -n "${SRC_DIR:-}" ] && [ "$SRC_DIR" != "$ROOT" ] && [ ! -e "$SRC_DIR" ]; then

@@ -72,28 +72,13 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   }
   if (const char* env = std::getenv("TACHYON_CUDA_GEMV"); env != nullptr && std::string(env) == "0")
     use_gemv_ = false;
-  if (const char* env = std::getenv("TACHYON_CUDA_SKINNY"); env != nullptr)
-    use_skinny_ = std::string(env) == "1";
-  if (const char* env = std::getenv("TACHYON_BATCH_INVARIANT")) {
-    const std::string v = env;
-    if (v == "1" || v == "true")
-      batch_invariant_ = true;
-    else if (!v.empty() && v != "0" && v != "false")
-      raise<InvalidArgument>("TACHYON_BATCH_INVARIANT: '{}' is not 0 or 1", v);
-  }
+  use_skinny_ = env_flag("TACHYON_CUDA_SKINNY", false);
+  batch_invariant_ = batch_invariant_ || env_flag("TACHYON_BATCH_INVARIANT", false);
   TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_));
   // Programmatic dependent launch (launch.cuh) from compute capability 9.0 on.
   int major = 0;
   TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
-  bool pdl = major >= 9;
-  if (const char* env = std::getenv("TACHYON_PDL")) {
-    const std::string v = env;
-    if (v == "0" || v == "false")
-      pdl = false;
-    else if (!v.empty() && v != "1" && v != "true")
-      raise<InvalidArgument>("TACHYON_PDL: '{}' is not 0 or 1", v);
-  }
-  set_pdl_enabled(pdl);
+  set_pdl_enabled(major >= 9 && env_flag("TACHYON_PDL", true));
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   alloc_ = std::make_unique<DeviceAllocator>(device_);
   ring_ = std::make_unique<PinnedRing>(kRingBytes);

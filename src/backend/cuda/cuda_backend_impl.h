@@ -117,7 +117,6 @@ class CudaBackend final : public Backend {
   // GEMMs of 2..kSkinnyAutoRows rows (16-bit, k % 64 == 0) on the weight-streaming
   // tensor-core kernel (gemm_skinny.cu) instead of cuBLASLt; TACHYON_CUDA_SKINNY=0|1.
   void set_skinny(bool on) { use_skinny_ = on; }
-  bool skinny() const { return use_skinny_; }
 
   cudaStream_t stream() const { return stream_; }
   bool batch_invariant() const { return batch_invariant_; }
@@ -141,6 +140,8 @@ class CudaBackend final : public Backend {
   void attention_gemm(const AttentionArgs& a, const AttentionMeta& meta);
   // The flash kernel's work list for the step (null: the kernel's dense grid).
   const int32_t* flash_items(const AttentionArgs& a, const AttentionMeta& meta, int32_t& n);
+  // A mixed step through the decode and flash kernels; false when it does not apply.
+  bool attention_mixed(const AttentionArgs& a, const AttentionMeta& meta);
   void gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor& w, void* y, DType y_type,
             int64_t ldy, const Tensor& bias, Activation act);
 
@@ -153,7 +154,8 @@ class CudaBackend final : public Backend {
   bool batch_invariant_ = false;
   AttentionKernel last_attention_kernel_ = AttentionKernel::kAuto;
   // The flash work list of the last step, kept across its layers: what it was built
-  // from (q_tile, sequences, then query_start and context_lens) and its device copy.
+  // from (q_tile, multi-query-only, sequences, then query_start and context_lens) and its
+  // device copy.
   std::vector<int32_t> flash_key_;
   std::vector<int32_t> flash_host_items_;
   Tensor flash_items_;

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/launch.cuh"
 
@@ -32,6 +34,15 @@ bool pdl_enabled() {
 
 void set_pdl_enabled(bool on) {
   g_pdl.store(on, std::memory_order_relaxed);
+}
+
+bool env_flag(const char* name, bool fallback) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || env[0] == '\0') return fallback;
+  const std::string v = env;
+  if (v == "1" || v == "true") return true;
+  if (v == "0" || v == "false") return false;
+  throw InvalidArgument(fmt::format("{}: '{}' is not 0 or 1", name, v));
 }
 
 int device_count() {

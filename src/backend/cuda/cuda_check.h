@@ -18,6 +18,10 @@ namespace tachyon::cuda {
 // Number of visible CUDA devices (0 when there is no driver or no GPU).
 int device_count();
 
+// A switch from the environment: unset or empty gives fallback; 1/true and 0/false;
+// anything else throws InvalidArgument naming the variable.
+bool env_flag(const char* name, bool fallback);
+
 }  // namespace tachyon::cuda
 
 #define TACHYON_CUBLAS_CHECK(expr)                                                 \

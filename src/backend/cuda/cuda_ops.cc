@@ -393,24 +393,55 @@ const int32_t* CudaBackend::flash_items(const AttentionArgs& a, const AttentionM
   TACHYON_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
   if (capture != cudaStreamCaptureStatusNone) return nullptr;
   const int32_t q_tile = attention_flash_q_tile(a);
-  const int32_t mode = (a.multi_queries_only ? 1 : 0) * 65536 + q_tile;
-  const size_t key_size = 2 + qs.size() + ctx.size();
-  const bool same = flash_key_.size() == key_size && flash_key_[0] == mode &&
-                    flash_key_[1] == a.num_seqs &&
-                    std::equal(qs.begin(), qs.end(), flash_key_.begin() + 2) &&
-                    std::equal(ctx.begin(), ctx.end(), flash_key_.begin() + 2 + qs.size());
+  const int32_t multi_only = a.multi_queries_only ? 1 : 0;
+  const size_t key_size = 3 + qs.size() + ctx.size();
+  const bool same = flash_key_.size() == key_size && flash_key_[0] == q_tile &&
+                    flash_key_[1] == multi_only && flash_key_[2] == a.num_seqs &&
+                    std::equal(qs.begin(), qs.end(), flash_key_.begin() + 3) &&
+                    std::equal(ctx.begin(), ctx.end(), flash_key_.begin() + 3 + qs.size());
   if (!same) {
     attention_flash_items(a, qs.data(), ctx.data(), flash_host_items_);
     flash_items_ =
         upload(flash_host_items_.data(), {static_cast<int64_t>(flash_host_items_.size())},
                DType::kI32, flash_items_);
     flash_num_items_ = static_cast<int32_t>(flash_host_items_.size() / 2);
-    flash_key_.assign({mode, a.num_seqs});
+    flash_key_.assign({q_tile, multi_only, a.num_seqs});
     flash_key_.insert(flash_key_.end(), qs.begin(), qs.end());
     flash_key_.insert(flash_key_.end(), ctx.begin(), ctx.end());
   }
   n = flash_num_items_;
   return flash_items_.data<int32_t>();
+}
+
+// A mixed step, decode rows beside prefill chunks: the decode kernel takes the
+// sequences of one query (split keys, every warp busy), the flash kernel the others
+// afterwards (the decode kernel's split merge writes every row; flash's rows win).
+// False (nothing launched) when the step is not mixed or a kernel does not apply.
+bool CudaBackend::attention_mixed(const AttentionArgs& a, const AttentionMeta& meta) {
+  if (!host_lengths(a, meta)) return false;
+  const std::vector<int32_t>& qs = *meta.host_query_start;
+  const std::vector<int32_t>& ctx = *meta.host_context_lens;
+  int32_t singles = 0, single_ctx = 1;
+  for (int32_t s = 0; s < a.num_seqs; ++s)
+    if (qs[s + 1] - qs[s] == 1) {
+      ++singles;
+      single_ctx = std::max(single_ctx, ctx[s]);
+    }
+  AttentionArgs d = a, f = a;
+  d.single_queries_only = true;
+  d.max_query_len = 1;
+  d.max_context_len = single_ctx;
+  f.multi_queries_only = true;
+  if (singles == 0 || singles == a.num_seqs || !attention_decode_supports(d) ||
+      !attention_flash_supports(f))
+    return false;
+  const AttentionPlan plan = plan_attention_decode(d, num_sms_);
+  void* ws = plan.scratch_bytes > 0 ? scratch(attn_scratch_, plan.scratch_bytes) : nullptr;
+  launch_attention_decode(d, plan, ws, stream_);
+  int32_t n_items = 0;
+  const int32_t* items = flash_items(f, meta, n_items);
+  launch_attention_flash(f, items, n_items, stream_);
+  return true;
 }
 
 void CudaBackend::rotary_write_kv(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
@@ -515,35 +546,10 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
     if (batch_invariant_ || a.prefix_lens != nullptr || !applies) return false;
     return attention_kernel_ == k || (attention_kernel_ == AttentionKernel::kAuto && auto_shape);
   };
-  // A mixed step, decode rows beside prefill chunks: the decode kernel takes the
-  // sequences of one query (split keys, every warp busy), the flash kernel the others
-  // afterwards (the decode kernel's split merge writes every row; flash's rows win).
   if (attention_kernel_ == AttentionKernel::kAuto && !batch_invariant_ &&
-      a.prefix_lens == nullptr && meta.max_query_len >= 16 && host_lengths(a, meta)) {
-    const std::vector<int32_t>& qs = *meta.host_query_start;
-    const std::vector<int32_t>& ctx = *meta.host_context_lens;
-    int32_t singles = 0, single_ctx = 1;
-    for (int32_t s = 0; s < a.num_seqs; ++s)
-      if (qs[s + 1] - qs[s] == 1) {
-        ++singles;
-        single_ctx = std::max(single_ctx, ctx[s]);
-      }
-    AttentionArgs d = a, f = a;
-    d.single_queries_only = true;
-    d.max_query_len = 1;
-    d.max_context_len = single_ctx;
-    f.multi_queries_only = true;
-    if (singles > 0 && singles < a.num_seqs && attention_decode_supports(d) &&
-        attention_flash_supports(f)) {
-      const AttentionPlan plan = plan_attention_decode(d, num_sms_);
-      void* ws = plan.scratch_bytes > 0 ? scratch(attn_scratch_, plan.scratch_bytes) : nullptr;
-      launch_attention_decode(d, plan, ws, stream_);
-      int32_t n_items = 0;
-      const int32_t* items = flash_items(f, meta, n_items);
-      launch_attention_flash(f, items, n_items, stream_);
-      last_attention_kernel_ = AttentionKernel::kDecodeAndFlash;
-      return;
-    }
+      a.prefix_lens == nullptr && meta.max_query_len >= 16 && attention_mixed(a, meta)) {
+    last_attention_kernel_ = AttentionKernel::kDecodeAndFlash;
+    return;
   }
   // Prefill steps (mixed ones too: a sequence's single query fills `group` of a
   // block's 128 rows, the block's other warps idle).

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
-#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
@@ -46,10 +44,7 @@ Gemm::Gemm(cudaStream_t stream, void* workspace, size_t workspace_bytes)
   TACHYON_CUBLAS_CHECK(cublasCreate(&blas_));
   TACHYON_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
   TACHYON_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
-  if (const char* env = std::getenv("TACHYON_GEMM_TUNE"); env != nullptr) {
-    const std::string v = env;
-    tune_ = !(v == "0" || v == "false");
-  }
+  tune_ = env_flag("TACHYON_GEMM_TUNE", true);
   if (tune_) {
     int dev = 0, l2 = 0;
     TACHYON_CUDA_CHECK(cudaGetDevice(&dev));
@@ -89,10 +84,10 @@ int64_t Gemm::tune_rows(int64_t m) {
   return (m + 1023) / 1024 * 1024;
 }
 
-void Gemm::matmul(const Plan& p, const cublasLtMatmulAlgo_t& algo, const GemmArgs& a) {
+cublasStatus_t Gemm::matmul(const Plan& p, const cublasLtMatmulAlgo_t& algo, const GemmArgs& a) {
   const float alpha = 1.f, beta = 0.f;
-  TACHYON_CUBLAS_CHECK(cublasLtMatmul(lt_, p.desc, &alpha, a.w, p.a, a.x, p.b, &beta, a.y, p.c, a.y,
-                                      p.c, &algo, workspace_, workspace_bytes_, stream_));
+  return cublasLtMatmul(lt_, p.desc, &alpha, a.w, p.a, a.x, p.b, &beta, a.y, p.c, a.y, p.c, &algo,
+                        workspace_, workspace_bytes_, stream_);
 }
 
 int Gemm::pick_fastest(const Plan& p, const GemmArgs& a, const cublasLtMatmulHeuristicResult_t* r,
@@ -105,10 +100,7 @@ int Gemm::pick_fastest(const Plan& p, const GemmArgs& a, const cublasLtMatmulHeu
       if (flush_ != nullptr)
         TACHYON_CUDA_CHECK(cudaMemsetAsync(flush_, rep & 0xff, flush_bytes_, stream_));
       TACHYON_CUDA_CHECK(cudaEventRecord(ev0_, stream_));
-      const float alpha = 1.f, beta = 0.f;
-      const cublasStatus_t st =
-          cublasLtMatmul(lt_, p.desc, &alpha, a.w, p.a, a.x, p.b, &beta, a.y, p.c, a.y, p.c,
-                         &r[i].algo, workspace_, workspace_bytes_, stream_);
+      const cublasStatus_t st = matmul(p, r[i].algo, a);
       TACHYON_CUDA_CHECK(cudaEventRecord(ev1_, stream_));
       TACHYON_CUDA_CHECK(cudaEventSynchronize(ev1_));
       if (st != CUBLAS_STATUS_SUCCESS) {
@@ -129,9 +121,6 @@ int Gemm::pick_fastest(const Plan& p, const GemmArgs& a, const cublasLtMatmulHeu
   int pick = 0;
   for (int i = 0; i < count; ++i)
     if (best[i] >= 0.f && (best[pick] < 0.f || best[i] < best[pick])) pick = i;
-  last_tune_.candidates = count;
-  last_tune_.best_us = best[pick] * 1e3f;
-  last_tune_.heuristic_us = best[0] * 1e3f;
   return pick;
 }
 
@@ -257,7 +246,7 @@ bool Gemm::run(const GemmArgs& a) {
     return !wants_epilogue;
   }
   if (p.fused && a.bias != nullptr) set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, a.bias);
-  matmul(p, p.algo, a);
+  TACHYON_CUBLAS_CHECK(matmul(p, p.algo, a));
   return !wants_epilogue || p.fused;
 }
 

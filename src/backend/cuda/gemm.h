@@ -69,17 +69,6 @@ class Gemm {
 
   size_t num_plans() const { return plans_.size(); }
 
-  // The m a shape family is tuned at: products whose m falls into one bucket share the
-  // tuned algorithm (when cuBLASLt accepts it for their exact shape).
-  static int64_t tune_rows(int64_t m);
-  static constexpr int kTuneCandidates = 16;
-  // How many algorithms were timed, and the last tuning's result (for benchmarks).
-  struct TuneReport {
-    int candidates = 0;
-    float best_us = 0.f, heuristic_us = 0.f;
-  };
-  const TuneReport& last_tune() const { return last_tune_; }
-
  private:
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
@@ -90,6 +79,10 @@ class Gemm {
   };
   using Key =
       std::tuple<int64_t, int64_t, int64_t, int, int, int, int64_t, int, int, int, int, int>;
+  // The m a shape family is tuned at: products whose m falls into one bucket share the
+  // tuned algorithm (when cuBLASLt accepts it for their exact shape).
+  static int64_t tune_rows(int64_t m);
+  static constexpr int kTuneCandidates = 16;
   static bool wants_fused(const GemmArgs& a);
   Key key_for(const GemmArgs& a, int64_t m) const;
   Plan& plan_for(const GemmArgs& a);
@@ -97,7 +90,7 @@ class Gemm {
   // Times each algorithm (after an L2 flush) and returns the fastest one's index.
   int pick_fastest(const Plan& p, const GemmArgs& a, const cublasLtMatmulHeuristicResult_t* r,
                    int count);
-  void matmul(const Plan& p, const cublasLtMatmulAlgo_t& algo, const GemmArgs& a);
+  cublasStatus_t matmul(const Plan& p, const cublasLtMatmulAlgo_t& algo, const GemmArgs& a);
   void fallback(const GemmArgs& a);
 
   cudaStream_t stream_;
@@ -112,7 +105,6 @@ class Gemm {
   void* flush_ = nullptr;  // > L2: written before each timed run
   size_t flush_bytes_ = 0;
   cudaEvent_t ev0_ = nullptr, ev1_ = nullptr;
-  TuneReport last_tune_;
 };
 
 }  // namespace tachyon::cuda

@@ -20,6 +20,9 @@ namespace tachyon::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
+// Pieces per lane per batch; the next batch is loaded while one is multiplied (8
+// measured slower than 4 at every Llama-3-8B shape but the lm_head, by 2%).
+constexpr int kUnroll = 4;
 
 __device__ __forceinline__ void dot8(const uint4& w, const uint4& x, float& acc, bf16_t) {
   const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
@@ -45,14 +48,13 @@ __device__ __forceinline__ void dot8(const uint4& w, const uint4& x, float& acc,
   }
 }
 
-// kUnroll: pieces per lane per batch; the next batch is loaded while one is multiplied.
 // kSmemX: x is first copied to shared memory (m * k elements), so that the x pieces
 // the warps multiply with come from there rather than through L1 next to the weights.
 // kSplit: warps per output column, each taking a contiguous share of the row (partial
 // sums meet in shared memory): with one warp per column, n = 4096..8192 leaves the last
 // wave of warps short of work or the SMs unevenly loaded; two warps per column measured
 // 4-17% faster at every Llama-3-8B shape, wide ones included.
-template <typename T, typename Y, int kM, int kUnroll, bool kSmemX, int kSplit>
+template <typename T, typename Y, int kM, bool kSmemX, int kSplit>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, Y* __restrict__ y, int64_t n,
                 int64_t k, int64_t ldy) {
@@ -137,7 +139,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   for (int i = 0; i < kM; ++i) y[i * ldy + row] = from_f<Y>(acc[i]);
 }
 
-template <typename T, typename Y, int kUnroll, bool kSmemX, int kSplit>
+template <typename T, typename Y, bool kSmemX, int kSplit>
 void launch_m(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, int64_t ldy,
               cudaStream_t stream) {
   const dim3 blocks(ceil_div(n, kWarpsPerBlock / kSplit));
@@ -154,16 +156,16 @@ void launch_m(const void* x, const void* w, void* y, int64_t m, int64_t n, int64
   };
   switch (m) {
     case 1:
-      go(gemv_kernel<T, Y, 1, kUnroll, kSmemX, kSplit>);
+      go(gemv_kernel<T, Y, 1, kSmemX, kSplit>);
       break;
     case 2:
-      go(gemv_kernel<T, Y, 2, kUnroll, kSmemX, kSplit>);
+      go(gemv_kernel<T, Y, 2, kSmemX, kSplit>);
       break;
     case 3:
-      go(gemv_kernel<T, Y, 3, kUnroll, kSmemX, kSplit>);
+      go(gemv_kernel<T, Y, 3, kSmemX, kSplit>);
       break;
     default:
-      go(gemv_kernel<T, Y, 4, kUnroll, kSmemX, kSplit>);
+      go(gemv_kernel<T, Y, 4, kSmemX, kSplit>);
       break;
   }
 }
@@ -181,31 +183,25 @@ void launch_gemv(const void* x, const void* w, DType type, void* y, DType y_type
                  int64_t n, int64_t k, int64_t ldy, cudaStream_t stream, int variant) {
   if (m == 0 || n == 0) return;
   TACHYON_KERNEL_CHECK(m <= kGemvMaxRows && k % 8 == 0, "gemv: at most 4 rows, k a multiple of 8");
-  // Variants (benchmarks compare them): 4 or 8 pieces per batch; x read through L1 or
-  // staged in shared memory (when m * k * 2 bytes fit in 64 KB); 1, 2 or 4 warps per
-  // column.
+  // Variants (benchmarks compare them): x read through L1 or staged in shared memory
+  // (when m * k * 2 bytes fit in 64 KB); 1, 2 or 4 warps per column.
   const bool smem_x = (variant & kGemvSmemX) != 0 && m * k * 2 <= 64 * 1024;
-  const bool u8 = (variant & kGemvUnroll8) != 0;
   const int split = (variant & kGemvSplit4) != 0 ? 4 : (variant & kGemvSplit2) != 0 ? 2 : 1;
   auto go = [&](auto tag_t, auto tag_y) {
     using T = decltype(tag_t);
     using Y = decltype(tag_y);
-    auto by_split = [&]<int kUnroll, bool kSmem>() {
+    auto by_split = [&]<bool kSmem>() {
       if (split == 4)
-        launch_m<T, Y, kUnroll, kSmem, 4>(x, w, y, m, n, k, ldy, stream);
+        launch_m<T, Y, kSmem, 4>(x, w, y, m, n, k, ldy, stream);
       else if (split == 2)
-        launch_m<T, Y, kUnroll, kSmem, 2>(x, w, y, m, n, k, ldy, stream);
+        launch_m<T, Y, kSmem, 2>(x, w, y, m, n, k, ldy, stream);
       else
-        launch_m<T, Y, kUnroll, kSmem, 1>(x, w, y, m, n, k, ldy, stream);
+        launch_m<T, Y, kSmem, 1>(x, w, y, m, n, k, ldy, stream);
     };
-    if (!u8 && smem_x)
-      by_split.template operator()<4, true>();
-    else if (!u8)
-      by_split.template operator()<4, false>();
-    else if (smem_x)
-      by_split.template operator()<8, true>();
+    if (smem_x)
+      by_split.template operator()<true>();
     else
-      by_split.template operator()<8, false>();
+      by_split.template operator()<false>();
   };
   if (type == DType::kBF16) {
     if (y_type == DType::kF32)

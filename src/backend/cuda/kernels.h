@@ -199,11 +199,10 @@ void launch_causal_softmax(const float* s, void* p, DType type, int rows, int co
 // and w [n, k] bf16 or f16 (16-byte aligned, k a multiple of 8), y in that dtype or f32.
 constexpr int64_t kGemvMaxRows = 4;
 bool gemv_supports(DType type, DType y_type, int64_t m, int64_t k, const void* x, const void* w);
-// variant: kGemvUnroll8 (8 weight pieces per lane and batch instead of 4), kGemvSmemX
-// (x staged in shared memory), kGemvSplit2/4 (2 or 4 warps per output column);
-// benchmarks compare them. kGemvDefault is the fastest at every Llama-3-8B shape on the
-// H200 (docs/performance.md).
-constexpr int kGemvUnroll8 = 1, kGemvSmemX = 2, kGemvSplit2 = 4, kGemvSplit4 = 8;
+// variant: kGemvSmemX (x staged in shared memory), kGemvSplit2/4 (2 or 4 warps per
+// output column); benchmarks compare them. kGemvDefault is the fastest at every
+// Llama-3-8B shape on the H200 (docs/performance.md).
+constexpr int kGemvSmemX = 2, kGemvSplit2 = 4, kGemvSplit4 = 8;
 constexpr int kGemvDefault = kGemvSmemX | kGemvSplit2;
 void launch_gemv(const void* x, const void* w, DType type, void* y, DType y_type, int64_t m,
                  int64_t n, int64_t k, int64_t ldy, cudaStream_t stream,

@@ -12,34 +12,28 @@ namespace {
 
 constexpr int kNormThreads = 256;
 
-// The elements of one load: kVec of T (a 16-byte vector, or one element).
+// The elements of one 16-byte load: kVec of T.
 template <typename T, int kVec>
-struct Piece {
+struct alignas(16) Piece {
+  static_assert(kVec * sizeof(T) == 16, "a piece is one 16-byte vector");
   T e[kVec];
 };
 
 template <typename T, int kVec>
 __device__ __forceinline__ Piece<T, kVec> load_piece(const T* p) {
   Piece<T, kVec> v;
-  if constexpr (kVec * sizeof(T) == 16)
-    *reinterpret_cast<uint4*>(v.e) = *reinterpret_cast<const uint4*>(p);
-  else
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) v.e[i] = p[i];
+  *reinterpret_cast<uint4*>(v.e) = *reinterpret_cast<const uint4*>(p);
   return v;
 }
 
 template <typename T, int kVec>
 __device__ __forceinline__ void store_piece(T* p, const Piece<T, kVec>& v) {
-  if constexpr (kVec * sizeof(T) == 16)
-    *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(v.e);
-  else
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) p[i] = v.e[i];
+  *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(v.e);
 }
 
-// kVec: elements per load (d a multiple of it, rows aligned to its bytes).
-template <typename T, int kVec>
+// Rows whose width or alignment rules out 16-byte loads: one element at a time, the row
+// kept in shared memory as f32.
+template <typename T>
 __global__ void add_norm_kernel(T* residual, const T* delta1, const T* delta2, int64_t d,
                                 NormArgs p, T* out) {
   extern __shared__ float row[];  // [d]
@@ -50,36 +44,17 @@ __global__ void add_norm_kernel(T* residual, const T* delta1, const T* delta2, i
   T* res = residual + r * d;
   const bool add = delta1 != nullptr || delta2 != nullptr;
   float sum = 0.f;
-  for (int64_t i = threadIdx.x * int64_t{kVec}; i < d; i += blockDim.x * int64_t{kVec}) {
-    Piece<T, kVec> v = load_piece<T, kVec>(res + i);
-    float f[kVec];
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) f[j] = to_f(v.e[j]);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    float v = to_f(res[i]);
     if (add) {
-      if (delta1 != nullptr) {
-        const Piece<T, kVec> a = load_piece<T, kVec>(delta1 + r * d + i);
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) f[j] += to_f(a.e[j]);
-      }
-      if (delta2 != nullptr) {
-        const Piece<T, kVec> b = load_piece<T, kVec>(delta2 + r * d + i);
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) f[j] += to_f(b.e[j]);
-      }
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        v.e[j] = from_f<T>(f[j]);  // the residual stream is stored in T
-        f[j] = to_f(v.e[j]);
-      }
-      store_piece<T, kVec>(res + i, v);
+      if (delta1 != nullptr) v += to_f(delta1[r * d + i]);
+      if (delta2 != nullptr) v += to_f(delta2[r * d + i]);
+      v = round_to<T>(v);  // the residual stream is stored in T
+      res[i] = from_f<T>(v);
     }
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      row[i + j] = f[j];
-      sum += f[j];
-    }
+    row[i] = v;
+    sum += v;
   }
-  __syncthreads();  // the loops below read other threads' elements of row
   float mean = 0.f;
   float sq = 0.f;
   if (p.type == KNorm::kLayerNorm) {
@@ -93,15 +68,10 @@ __global__ void add_norm_kernel(T* residual, const T* delta1, const T* delta2, i
   }
   const float inv = rsqrtf(block_sum(sq, scratch) / static_cast<float>(d) + p.eps);
   T* o = out + r * d;
-  for (int64_t i = threadIdx.x * int64_t{kVec}; i < d; i += blockDim.x * int64_t{kVec}) {
-    Piece<T, kVec> v;
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      float x = (row[i + j] - mean) * inv * (p.weight_offset + p.weight[i + j]);
-      if (p.bias != nullptr) x += p.bias[i + j];
-      v.e[j] = from_f<T>(x);
-    }
-    store_piece<T, kVec>(o + i, v);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    float v = (row[i] - mean) * inv * (p.weight_offset + p.weight[i]);
+    if (p.bias != nullptr) v += p.bias[i];
+    o[i] = from_f<T>(v);
   }
 }
 
@@ -245,21 +215,21 @@ void launch_add_norm(void* residual, const void* delta1, const void* delta2, DTy
                     static_cast<T*>(out));
     };
     const int64_t vecs = d / kVec;
-    // Registers: up to 1024 threads of 1, 2 or 4 vectors each.
+    // Registers: up to 1024 threads of 1, 2 or 4 vectors each (d <= 12288 keeps vecs
+    // <= 3072). Unaligned rows or widths take the shared-memory kernel one element at a
+    // time.
     const int per = vecs <= 1024 ? 1 : vecs <= 2048 ? 2 : 4;
     const unsigned threads =
         static_cast<unsigned>(std::min<int64_t>(1024, (ceil_div(vecs, per) + 31) / 32 * 32));
-    if (vec && vecs <= 4096) {
+    if (vec) {
       if (per == 1)
         go(add_norm_reg_kernel<T, kVec, 1>, threads, 0);
       else if (per == 2)
         go(add_norm_reg_kernel<T, kVec, 2>, threads, 0);
       else
         go(add_norm_reg_kernel<T, kVec, 4>, threads, 0);
-    } else if (vec) {
-      go(add_norm_kernel<T, kVec>, kNormThreads, smem);
     } else {
-      go(add_norm_kernel<T, 1>, kNormThreads, smem);
+      go(add_norm_kernel<T>, kNormThreads, smem);
     }
   });
 }
