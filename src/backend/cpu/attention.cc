@@ -152,13 +152,16 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
 
   const bool wide = isa_ == CpuIsa::kAvx512 && hd % 16 == 0;
   const bool tiled = wide || (isa_ >= CpuIsa::kAvx2 && use_avx2() && hd % 8 == 0);
-  // Tasks: (sequence, kv head, tile of query tokens); on the AVX-512 path a sequence
-  // with few query tokens (a decode) is one task over every head, which then reads each
-  // block's keys and values of all heads as one contiguous run.
+  // Tasks: (sequence, kv head, tile of query tokens); on the AVX-512 path, when there
+  // are at least as many sequences as threads, a sequence with few query tokens (a
+  // decode) is one task over every head, which then reads each block's keys and values
+  // of all heads as one contiguous run (fewer sequences keep a task per KV head, so one
+  // sequence's decode still uses every thread).
   // Query tokens per tile: a tile's rows (tokens x the group's heads) share each chunk
   // of keys, so a full tile on the AVX-512 path (which transposes every chunk).
   const int kTile = wide ? std::max(1, kAttnTileMaxRows / group) : 8;
-  auto all_heads = [&](int q_len) { return wide && int64_t{q_len} * H <= kAttnTileMaxRows; };
+  const bool merge_heads = wide && S >= pool_.num_threads();
+  auto all_heads = [&](int q_len) { return merge_heads && int64_t{q_len} * H <= kAttnTileMaxRows; };
   std::vector<int64_t> task_start(static_cast<size_t>(S) + 1, 0);
   for (int s = 0; s < S; ++s) {
     const int q_len = qs[s + 1] - qs[s];

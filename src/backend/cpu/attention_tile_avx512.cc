@@ -27,8 +27,6 @@ namespace tachyon::cpu {
 
 #if defined(__x86_64__)
 
-#define TACHYON_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
-
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();

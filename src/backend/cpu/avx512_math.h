@@ -5,9 +5,11 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#define TACHYON_AVX512_MATH                                                \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))) inline \
-      __attribute__((always_inline))
+// The AVX-512 files' target attributes, once: functions compiled for the path, and the
+// always-inlined helpers they call (a helper's target must be within its caller's).
+#define TACHYON_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+#define TACHYON_AVX512_INLINE TACHYON_AVX512 inline __attribute__((always_inline))
+#define TACHYON_AVX512_MATH TACHYON_AVX512_INLINE
 
 namespace tachyon::cpu {
 

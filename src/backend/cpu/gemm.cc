@@ -340,30 +340,36 @@ void gemm_xwt_multi_isa(CpuIsa isa, const float* x, int64_t m, int64_t k, int64_
 namespace detail {
 namespace {
 
-float* grow(std::unique_ptr<float[], void (*)(float*)>& buf, size_t& cap, size_t floats) {
-  if (floats > cap) {
-    buf.reset(static_cast<float*>(::operator new[](floats * sizeof(float), std::align_val_t(64))));
-    cap = floats;
+// A 64-byte aligned float buffer that only grows.
+class ScratchBuffer {
+ public:
+  float* get(size_t floats) {
+    if (floats > cap_) {
+      buf_.reset(
+          static_cast<float*>(::operator new[](floats * sizeof(float), std::align_val_t(64))));
+      cap_ = floats;
+    }
+    return buf_.get();
   }
-  return buf.get();
-}
 
-void free_aligned(float* p) {
-  ::operator delete[](p, std::align_val_t(64));
-}
+ private:
+  struct Free {
+    void operator()(float* p) const { ::operator delete[](p, std::align_val_t(64)); }
+  };
+  std::unique_ptr<float[], Free> buf_;
+  size_t cap_ = 0;
+};
 
 }  // namespace
 
 float* task_scratch(size_t floats) {
-  thread_local std::unique_ptr<float[], void (*)(float*)> buf(nullptr, free_aligned);
-  thread_local size_t cap = 0;
-  return grow(buf, cap, floats);
+  thread_local ScratchBuffer buf;
+  return buf.get(floats);
 }
 
 float* caller_scratch(size_t floats) {
-  thread_local std::unique_ptr<float[], void (*)(float*)> buf(nullptr, free_aligned);
-  thread_local size_t cap = 0;
-  return grow(buf, cap, floats);
+  thread_local ScratchBuffer buf;
+  return buf.get(floats);
 }
 
 void micro_cols(const GemmKernels& kern, int rows, const float* xp, const float* panel, int64_t kcb,

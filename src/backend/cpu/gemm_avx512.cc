@@ -19,9 +19,6 @@
 #include "backend/cpu/gemm_kernels.h"
 #include "core/error.h"
 
-#define TACHYON_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
-#define TACHYON_AVX512_INLINE TACHYON_AVX512 inline __attribute__((always_inline))
-
 namespace tachyon::cpu::detail {
 namespace {
 

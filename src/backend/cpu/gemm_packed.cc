@@ -6,7 +6,6 @@
 // sums of k chunks pass through y in f32): a row's result does not depend on m, on the
 // other rows or on how the work is split.
 #include <algorithm>
-#include <cstring>
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_kernels.h"

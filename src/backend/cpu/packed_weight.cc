@@ -11,10 +11,9 @@
 namespace tachyon::cpu {
 namespace {
 
-// The owner of a packed copy: its memory and where the data starts.
+// The owner of a packed copy: its memory (where the data starts) and its shape.
 struct PackedOwner {
   std::shared_ptr<void> memory;
-  const void* data;
   Shape shape;
 };
 
@@ -54,7 +53,7 @@ Tensor pack_linear_weight(const Tensor& w, ThreadPool& pool) {
   std::shared_ptr<void> memory = alloc_large(bytes);
   pack_weight(w.raw(), w.dtype(), n, k, memory.get(), &pool);
   void* data = memory.get();
-  std::shared_ptr<PackedOwner> owner(new PackedOwner{std::move(memory), data, w.shape()},
+  std::shared_ptr<PackedOwner> owner(new PackedOwner{std::move(memory), w.shape()},
                                      PackedOwnerDeleter{});
   return Tensor::wrap(data, w.shape(), w.dtype(), std::move(owner));
 }
@@ -62,7 +61,7 @@ Tensor pack_linear_weight(const Tensor& w, ThreadPool& pool) {
 bool is_packed_weight(const Tensor& t) {
   if (!t || std::get_deleter<PackedOwnerDeleter>(t.owner()) == nullptr) return false;
   const auto* owner = static_cast<const PackedOwner*>(t.owner().get());
-  TACHYON_CHECK(t.raw() == owner->data && t.shape() == owner->shape,
+  TACHYON_CHECK(t.raw() == owner->memory.get() && t.shape() == owner->shape,
                 "{} is a view of part of a packed weight {}", t.str(), shape_str(owner->shape));
   return true;
 }
