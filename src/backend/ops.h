@@ -83,13 +83,12 @@ struct AttentionMeta {
   // kernels that partition work per sequence on the host.
   const std::vector<int32_t>* host_query_start = nullptr;
   const std::vector<int32_t>* host_context_lens = nullptr;
-  // Optional [S] i32, with its host copy: each sequence's bidirectional prefix (a
+  // Optional [S] i32: each sequence's bidirectional prefix (a
   // prefix-LM prompt, ChatGLM-6B's context). A query at cache index i then sees keys
   // [0, max(i, prefix_len - 1)]; every prefix key is in the cache (prefix_len <=
   // context_len). Absent (the usual case, and whenever no query of the step lies inside
   // a prefix): causal. Not combined with a sliding window.
   Tensor prefix_lens;
-  const std::vector<int32_t>* host_prefix_lens = nullptr;
 };
 
 struct AttentionParams {

@@ -126,16 +126,14 @@ void ModelConfig::validate() const {
     raise<InvalidArgument>(
         "model config: Qwen dynamic NTK needs the training length (seq_length) and more than 2 "
         "rotary dims");
-  if ((position == PositionType::kRotary && rope.style == RotaryStyle::kHalf2D) != glm_2d_positions)
-    raise<InvalidArgument>("model config: GLM's 2-D positions go with the 2-D rotary style");
-  if (glm_2d_positions && (rope.dim % 4 != 0 || rope.type != RopeType::kDefault))
+  if (glm_2d_positions() && (rope.dim % 4 != 0 || rope.type != RopeType::kDefault))
     raise<InvalidArgument>(
         "model config: 2-D positions need a multiple of 4 rotary dims (got {}) and unscaled "
         "frequencies",
         rope.dim);
   if (needs_prompt_layout()) {
     if (!glm_prompt.enabled() || glm_prompt.context_end_token >= vocab_size ||
-        (glm_2d_positions && glm_prompt.mask_token_ids.empty()))
+        (glm_2d_positions() && glm_prompt.mask_token_ids.empty()))
       raise<InvalidArgument>(
           "model config: 2-D positions and a bidirectional context need the <sop> token (got {}) "
           "and mask tokens inside the vocabulary of {}",
@@ -193,7 +191,7 @@ Json ModelConfig::to_json() const {
     if (rope.type != RopeType::kDefault) pos["factor"] = rope.factor;
     if (rope.original_max_position > 0) pos["original_max_position"] = rope.original_max_position;
     if (rope.inv_freq_f16) pos["inv_freq_f16"] = true;
-    if (glm_2d_positions)
+    if (glm_2d_positions())
       pos["glm_2d"] = {{"context_end_token", glm_prompt.context_end_token},
                        {"mask_token_ids", glm_prompt.mask_token_ids}};
   } else if (position == PositionType::kAlibi) {

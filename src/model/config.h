@@ -119,10 +119,6 @@ struct ModelConfig {
   PositionType position = PositionType::kRotary;
   RopeConfig rope;
   int32_t learned_pos_offset = 0;  // OPT: 2
-  // GLM's 2-D positions (rope.style kHalf2D): the first half of each head turns by the
-  // position, the second by the block position; (i, 0) for a token at index i inside the
-  // prompt's context, (mask position, i - context_len + 1) from there on (PromptLayout).
-  bool glm_2d_positions = false;
   GlmPromptConfig glm_prompt;
   AlibiStyle alibi_style = AlibiStyle::kBloom;
   double alibi_bias_max = 8.0;
@@ -182,7 +178,13 @@ struct ModelConfig {
   }
   bool is_moe(int layer) const { return !layer_moe.empty() && layer_moe[layer] != 0; }
   // Whether a step needs each sequence's PromptLayout (ForwardBatch::layouts).
-  bool needs_prompt_layout() const { return glm_2d_positions || bidirectional_context; }
+  // GLM's 2-D positions (rotary style kHalf2D): the first half of each head turns by the
+  // position, the second by the block position; (i, 0) for a token at index i inside the
+  // prompt's context, (mask position, i - context_len + 1) from there on (PromptLayout).
+  bool glm_2d_positions() const {
+    return position == PositionType::kRotary && rope.style == RotaryStyle::kHalf2D;
+  }
+  bool needs_prompt_layout() const { return glm_2d_positions() || bidirectional_context; }
   double softmax_scale(int layer) const;
 
   // Checks internal consistency; throws InvalidArgument naming the field.

@@ -181,7 +181,7 @@ size_t Decoder::workspace_bytes(int32_t max_tokens) const {
                                  static_cast<size_t>(cfg_.moe.num_experts) + 64);
   // The step's logits, and the graph steps' own logits buffer (a padded bucket).
   const size_t graph_rows =
-      graphs_on_ ? std::min<size_t>(t, static_cast<size_t>(max_graph_batch())) : 0;
+      graphs_on_ ? std::min<size_t>(t, static_cast<size_t>(kMaxGraphBatch)) : 0;
   const size_t logits = (t + graph_rows) * static_cast<size_t>(cfg_.vocab_size) * sizeof(float);
   const size_t split_k = size_t{64} * std::min<size_t>(t, 1024) *
                          static_cast<size_t>(layout_.q_cols() + 2 * cfg_.head_num) * sizeof(float);
@@ -332,7 +332,7 @@ void Decoder::upload_metadata(const ForwardBatch& b, int64_t live_tokens) {
   if (cfg_.position == PositionType::kRotary) {
     const int32_t rot = rope_->dim();
     h_cos_sin_.resize(static_cast<size_t>(T * rot));
-    if (cfg_.glm_2d_positions) {
+    if (cfg_.glm_2d_positions()) {
       rotary_positions(b);
       rope_->fill(h_pos_.data(), h_seq_len_.data(), T, h_cos_sin_.data(), h_block_.data());
     } else {

@@ -84,7 +84,7 @@ class Decoder final : public Model {
   void compute(int64_t T, int64_t R, Tensor& logits);
   bool graph_eligible(const ForwardBatch& b) const;
   // The largest batch bucket recorded as a graph (decoder_graph.cc).
-  static int32_t max_graph_batch();
+  static constexpr int32_t kMaxGraphBatch = 512;
   Tensor forward_graph(const ForwardBatch& b);
   std::vector<const void*> buffer_addresses() const;
   // The step's f32 logits [logits_rows, vocab] on the backend's device.

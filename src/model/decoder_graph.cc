@@ -34,14 +34,10 @@ int32_t context_bucket(int32_t ctx) {
 
 }  // namespace
 
-int32_t Decoder::max_graph_batch() {
-  return 512;
-}
-
 bool Decoder::graph_eligible(const ForwardBatch& b) const {
   if (!graphs_on_ || kv_.empty()) return false;
   const int32_t S = b.num_seqs();
-  if (S <= 0 || S > max_graph_batch() || b.num_tokens() != S) return false;
+  if (S <= 0 || S > kMaxGraphBatch || b.num_tokens() != S) return false;
   if (static_cast<int32_t>(b.logits_rows.size()) != S) return false;
   for (int32_t s = 0; s < S; ++s)
     if (b.query_start[s] != s || b.logits_rows[s] != s) return false;

@@ -27,7 +27,7 @@ void Decoder::validate_layouts(const ForwardBatch& b) const {
   for (int32_t s = 0; s < S; ++s) {
     const PromptLayout& L = b.layouts[s];
     if (L.context_len < 0 || L.context_len > cfg_.max_seq_len || L.mask_position < -1 ||
-        L.mask_position >= cfg_.max_seq_len || (cfg_.glm_2d_positions && L.mask_position < 0))
+        L.mask_position >= cfg_.max_seq_len || (cfg_.glm_2d_positions() && L.mask_position < 0))
       raise<InvalidArgument>("forward: sequence {} has layout (context {}, mask position {})", s,
                              L.context_len, L.mask_position);
     if (L.bidirectional && !cfg_.bidirectional_context)
@@ -58,7 +58,6 @@ void Decoder::rotary_positions(const ForwardBatch& b) {
 
 void Decoder::upload_prefix_lens(const ForwardBatch& b) {
   meta_.prefix_lens = Tensor();
-  meta_.host_prefix_lens = nullptr;
   if (!cfg_.bidirectional_context || b.layouts.empty()) return;
   const int32_t S = b.num_seqs();
   h_prefix_.assign(static_cast<size_t>(S), 0);
@@ -73,7 +72,6 @@ void Decoder::upload_prefix_lens(const ForwardBatch& b) {
   if (!inside) return;
   prefix_.view(*be_, 1, S, DType::kI32);
   meta_.prefix_lens = be_->upload(h_prefix_.data(), {S}, DType::kI32, prefix_.storage);
-  meta_.host_prefix_lens = &h_prefix_;
 }
 
 }  // namespace tachyon

@@ -27,7 +27,7 @@ PromptLayout make_prompt_layout(const ModelConfig& cfg, std::span<const int32_t>
         g.context_end_token);
   out.context_len = static_cast<int32_t>(context);
   out.bidirectional = cfg.bidirectional_context;
-  if (cfg.glm_2d_positions) {
+  if (cfg.glm_2d_positions()) {
     int64_t mask = -1;
     for (int64_t id : g.mask_token_ids) {
       mask = first_index(prompt, id);

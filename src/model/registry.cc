@@ -66,6 +66,13 @@ const ArchSpec* match(const std::string& name, bool by_family, bool by_arch, boo
   return nullptr;
 }
 
+// The variant of s that claims the config, else s.
+const ArchSpec& resolve_variant(const ArchSpec& s, const HfConfig& cfg) {
+  for (const ArchSpec& v : arch_registry())
+    if (v.variant_of == s.family && v.is_variant != nullptr && v.is_variant(cfg)) return v;
+  return s;
+}
+
 }  // namespace
 
 std::string supported_architectures() {
@@ -80,7 +87,7 @@ std::string supported_architectures() {
 
 const ArchSpec& find_arch(const HfConfig& cfg, const std::string& override_type) {
   if (!override_type.empty()) {
-    if (const ArchSpec* s = match(override_type, true, true, true)) return *s;
+    if (const ArchSpec* s = match(override_type, true, true, true)) return resolve_variant(*s, cfg);
     raise<InvalidArgument>("unknown model type '{}' (from --model-type); supported: {}",
                            override_type, supported_architectures());
   }
@@ -88,11 +95,11 @@ const ArchSpec& find_arch(const HfConfig& cfg, const std::string& override_type)
   if (const Json* a = cfg.find({"architectures"});
       a != nullptr && a->is_array() && !a->empty() && (*a)[0].is_string()) {
     arch_name = (*a)[0].get<std::string>();
-    if (const ArchSpec* s = match(arch_name, false, true, false)) return *s;
+    if (const ArchSpec* s = match(arch_name, false, true, false)) return resolve_variant(*s, cfg);
   }
   auto model_type = cfg.get_string({"model_type"});
   if (model_type) {
-    if (const ArchSpec* s = match(*model_type, false, false, true)) return *s;
+    if (const ArchSpec* s = match(*model_type, false, false, true)) return resolve_variant(*s, cfg);
   }
   raise<InvalidArgument>("{}: unsupported architecture '{}' (model_type '{}'); supported: {}",
                          cfg.source(), arch_name.empty() ? "?" : arch_name,
@@ -103,7 +110,7 @@ ModelConfig map_model_config(const HfConfig& cfg, const std::string& override_ty
                              const std::string& generation_config_path) {
   const ArchSpec& spec = find_arch(cfg, override_type);
   ModelConfig mc = spec.map_config(cfg);
-  if (mc.family.empty()) mc.family = spec.family;  // a mapping may name its variant
+  mc.family = spec.family;
   if (const Json* a = cfg.find({"architectures"});
       a != nullptr && a->is_array() && !a->empty() && (*a)[0].is_string())
     mc.architecture = (*a)[0].get<std::string>();

@@ -21,13 +21,19 @@ struct ArchSpec {
   std::vector<std::string> model_types;
   ModelConfig (*map_config)(const HfConfig& cfg) = nullptr;
   WeightMap (*map_weights)(const ModelConfig& cfg) = nullptr;
+  // A variant that carries another family's names (variant_of) and is told apart by
+  // its config's fields: a config matched to that family comes here when
+  // is_variant(cfg).
+  std::string variant_of;
+  bool (*is_variant)(const HfConfig& cfg) = nullptr;
 };
 
 // Every registered family.
 const std::vector<ArchSpec>& arch_registry();
 
 // Picks the family for a config. `override_type` (may be empty) matches a family
-// name, an architecture name or a model_type, and wins over the config's own fields.
+// name, an architecture name or a model_type, and wins over the config's own fields;
+// the family found then gives way to a variant of it that claims the config.
 // Unknown -> InvalidArgument listing the supported architectures.
 const ArchSpec& find_arch(const HfConfig& cfg, const std::string& override_type);
 

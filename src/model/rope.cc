@@ -159,24 +159,20 @@ RopeTable::RopeTable(const RopeConfig& rope)
 
 void RopeTable::fill(const int32_t* positions, const int32_t* seq_lens, int64_t n, float* out,
                      const int32_t* block_positions) {
-  const int32_t half = rope_.dim / 2;
+  const size_t f = cached_.inv_freq.size();  // frequencies: a row is f cosines, f sines
   if (two_d_) {
     TACHYON_CHECK(block_positions != nullptr, "a 2-D rotary needs block positions");
-    const int32_t q = half / 2;
     for (int64_t t = 0; t < n; ++t) {
       float* row = out + t * rope_.dim;
-      for (int32_t part = 0; part < 2; ++part) {
-        const double p = part == 0 ? positions[t] : block_positions[t];
-        for (int32_t i = 0; i < q; ++i) {
-          const double a = p * cached_.inv_freq[i];
-          row[part * q + i] = static_cast<float>(std::cos(a) * cached_.attention_factor);
-          row[half + part * q + i] = static_cast<float>(std::sin(a) * cached_.attention_factor);
-        }
-      }
+      const float* p = cached_row(positions[t]);
+      const float* b = cached_row(block_positions[t]);
+      std::memcpy(row, p, f * sizeof(float));
+      std::memcpy(row + f, b, f * sizeof(float));
+      std::memcpy(row + 2 * f, p + f, f * sizeof(float));
+      std::memcpy(row + 3 * f, b + f, f * sizeof(float));
     }
     return;
   }
-  const size_t dim = static_cast<size_t>(rope_.dim);
   for (int64_t t = 0; t < n; ++t) {
     float* row = out + t * rope_.dim;
     if (length_dependent_) {
@@ -189,32 +185,33 @@ void RopeTable::fill(const int32_t* positions, const int32_t* seq_lens, int64_t 
       compute_row(positions[t], row);
       continue;
     }
-    const int32_t p = positions[t];
-    if (p < 0) {
-      compute_row(p, row);
-      continue;
-    }
-    const size_t pi = static_cast<size_t>(p);
-    if (pi >= row_ready_.size()) {
-      const size_t grow = std::max(pi + 1, row_ready_.size() * 2);
-      row_ready_.resize(grow, 0);
-      rows_.resize(grow * dim);
-    }
-    float* cached = rows_.data() + pi * dim;
-    if (!row_ready_[pi]) {
-      compute_row(p, cached);
-      row_ready_[pi] = 1;
-    }
-    std::memcpy(row, cached, dim * sizeof(float));
+    std::memcpy(row, cached_row(positions[t]), 2 * f * sizeof(float));
   }
 }
 
+const float* RopeTable::cached_row(int32_t position) {
+  TACHYON_CHECK(position >= 0, "rotary position {}", position);
+  const size_t width = 2 * cached_.inv_freq.size();
+  const size_t pi = static_cast<size_t>(position);
+  if (pi >= row_ready_.size()) {
+    const size_t grow = std::max(pi + 1, row_ready_.size() * 2);
+    row_ready_.resize(grow, 0);
+    rows_.resize(grow * width);
+  }
+  float* row = rows_.data() + pi * width;
+  if (!row_ready_[pi]) {
+    compute_row(position, row);
+    row_ready_[pi] = 1;
+  }
+  return row;
+}
+
 void RopeTable::compute_row(double position, float* row) const {
-  const int32_t half = rope_.dim / 2;
-  for (int32_t i = 0; i < half; ++i) {
+  const size_t f = cached_.inv_freq.size();
+  for (size_t i = 0; i < f; ++i) {
     const double a = position * cached_.inv_freq[i];
     row[i] = static_cast<float>(std::cos(a) * cached_.attention_factor);
-    row[half + i] = static_cast<float>(std::sin(a) * cached_.attention_factor);
+    row[f + i] = static_cast<float>(std::sin(a) * cached_.attention_factor);
   }
 }
 

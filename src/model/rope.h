@@ -32,9 +32,9 @@ bool rope_uses_prompt_length(const RopeConfig& rope);
 // dim / 2 with its own position, p = positions[t] for the first and
 // b = block_positions[t] for the second: out[t] = [cos(p f), cos(b f), sin(p f),
 // sin(b f)] over the dim / 4 frequencies f of a rotary of dim / 2.
-// Where the frequencies do not depend on the length (and positions are 1-D), each
-// position's row is computed once (double-precision cos and sin) and copied afterwards:
-// a 1024-token prefill would otherwise spend milliseconds of host time on them.
+// Where the frequencies do not depend on the length, each position's cosines and sines
+// are computed once (double precision) and copied afterwards (a 2-D row from two of
+// them): a 1024-token prefill would otherwise spend milliseconds of host time on them.
 class RopeTable {
  public:
   explicit RopeTable(const RopeConfig& rope);
@@ -43,14 +43,17 @@ class RopeTable {
   int32_t dim() const { return rope_.dim; }
 
  private:
+  // The f cosines then f sines of the frequency table at a position (f = the table's
+  // frequencies): computed into row, or cached.
   void compute_row(double position, float* row) const;
+  const float* cached_row(int32_t position);
 
   RopeConfig rope_;
   bool two_d_;
   bool length_dependent_;
   int64_t cached_len_ = -1;
   RopeFrequencies cached_;
-  std::vector<float> rows_;         // [positions computed so far, dim]
+  std::vector<float> rows_;         // [positions computed so far, 2 f]
   std::vector<uint8_t> row_ready_;  // per position
 };
 

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <string>
 
+#include "chat/jinja_strings.h"
 #include "core/error.h"
 #include "core/utf8.h"
 #include "tokenizer/backend.h"
@@ -29,18 +30,13 @@ namespace {
 
 constexpr int kMaxBlank = 80;
 
-// Python's str.isspace: the White_Space characters and the separators U+001C..U+001F.
-bool py_space(char32_t c) {
-  return unicode::is_whitespace(c) || (c >= 0x1C && c <= 0x1F);
-}
-
 // The byte length of the whitespace at the start (or end) of s, as str.lstrip / rstrip
 // remove it.
 size_t leading_space(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
     size_t len = 0;
-    if (!py_space(utf8::decode(s, i, len))) break;
+    if (!jinja::py_isspace(utf8::decode(s, i, len))) break;
     i += len;
   }
   return i;
@@ -52,27 +48,18 @@ size_t trailing_space(std::string_view s) {
     size_t start = end - 1;
     while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
     size_t len = 0;
-    if (!py_space(utf8::decode(s, start, len))) break;
+    if (!jinja::py_isspace(utf8::decode(s, start, len))) break;
     end = start;
   }
   return s.size() - end;
 }
 
-// " ".join(text.strip().split()).
+// " ".join(text.split()).
 std::string collapse_spaces(std::string_view text) {
   std::string out;
-  bool pending = false;
-  for (size_t i = 0; i < text.size();) {
-    size_t len = 0;
-    const char32_t c = utf8::decode(text, i, len);
-    if (py_space(c)) {
-      pending = !out.empty();
-    } else {
-      if (pending) out += ' ';
-      pending = false;
-      out.append(text.substr(i, len));
-    }
-    i += len;
+  for (const std::string& word : jinja::py_split(text, std::nullopt, -1, false)) {
+    if (!out.empty()) out += ' ';
+    out += word;
   }
   return out;
 }

@@ -144,7 +144,6 @@ void check_paged_attention(Backend& be, std::mt19937& rng, const std::vector<Seq
   for (int s = 0; s < S; ++s) prefix[s] = seqs[s].prefix;
   if (std::any_of(prefix.begin(), prefix.end(), [](int32_t p) { return p > 0; })) {
     meta.prefix_lens = be.upload_i32(prefix.data(), S, {});
-    meta.host_prefix_lens = &prefix;
   }
   Tensor out = be.alloc({T, int64_t{H} * hd}, DType::kF32);
   be.attention(qkv, l, cache, meta, params, out);

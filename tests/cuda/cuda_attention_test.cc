@@ -193,7 +193,6 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
     if (std::any_of(prefix.begin(), prefix.end(), [](int32_t p) { return p > 0; })) {
       mh.prefix_lens = host_i32(prefix);
       mg.prefix_lens = to_gpu_i32(*gpu_, prefix);
-      mh.host_prefix_lens = mg.host_prefix_lens = &prefix;
     }
     Tensor out_ref = Tensor::empty({T, layout.q_cols()}, DType::kF32);
     cpu_->attention(qkv, layout, ref, mh, p, out_ref);

@@ -35,8 +35,6 @@ ArchSpec chatglm6b_spec();
 void refuse_chatglm_extras(const HfConfig& cfg);
 // The first ChatGLM-6B shares ChatGLM2's architectures and model_type (chatglm6b.cc).
 bool is_chatglm6b_config(const HfConfig& cfg);
-ModelConfig map_chatglm6b(const HfConfig& cfg);
-WeightMap chatglm6b_weights(const ModelConfig& mc);
 ArchSpec qwen_spec();
 ArchSpec internlm_spec();
 ArchSpec internlm2_spec();

@@ -32,14 +32,13 @@ void refuse_chatglm_extras(const HfConfig& cfg) {
 namespace {
 
 ModelConfig map_chatglm(const HfConfig& cfg, bool rope_ratio_interpolates) {
-  if (is_chatglm6b_config(cfg)) {
-    if (rope_ratio_interpolates)
-      raise<InvalidArgument>(
-          "{}: a ChatGLM-6B config (fields 'position_encoding_2d' / 'inner_hidden_size') is not "
-          "ChatGLM2-6B-32k's: load it without --model-type chatglm2",
-          cfg.source());
-    return map_chatglm6b(cfg);
-  }
+  // (A ChatGLM-6B config reaches the chatglm entry's variant, never this mapping, unless
+  // named as chatglm2.)
+  if (is_chatglm6b_config(cfg))
+    raise<InvalidArgument>(
+        "{}: a ChatGLM-6B config (fields 'position_encoding_2d' / 'inner_hidden_size') is not "
+        "ChatGLM2-6B-32k's: load it without --model-type chatglm2",
+        cfg.source());
   if (cfg.bool_or({"apply_residual_connection_post_layernorm"}, false))
     raise<InvalidArgument>(
         "{}: field 'apply_residual_connection_post_layernorm' = true is not supported",
@@ -127,10 +126,7 @@ ArchSpec chatglm_spec() {
   s.architectures = {"ChatGLMModel", "ChatGLMForConditionalGeneration"};
   s.model_types = {"chatglm"};
   s.map_config = [](const HfConfig& cfg) { return map_chatglm(cfg, false); };
-  // The same names carry the first ChatGLM-6B, whose mapping sets 2-D positions.
-  s.map_weights = [](const ModelConfig& mc) {
-    return mc.glm_2d_positions ? chatglm6b_weights(mc) : chatglm_weights(mc);
-  };
+  s.map_weights = chatglm_weights;
   return s;
 }
 

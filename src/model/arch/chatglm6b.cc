@@ -32,6 +32,8 @@ bool is_chatglm6b_config(const HfConfig& cfg) {
   return cfg.has({"position_encoding_2d"}) || cfg.has({"inner_hidden_size"});
 }
 
+namespace {
+
 ModelConfig map_chatglm6b(const HfConfig& cfg) {
   if (!cfg.bool_or({"position_encoding_2d"}, true))
     raise<InvalidArgument>(
@@ -41,7 +43,6 @@ ModelConfig map_chatglm6b(const HfConfig& cfg) {
   refuse_chatglm_extras(cfg);
 
   ModelConfig mc;
-  mc.family = "chatglm6b";
   mc.hidden_size = cfg.require_size({"hidden_size"});
   const int64_t heads = cfg.require_size({"num_attention_heads"});
   mc.head_num = to_i32(heads, "num_attention_heads");
@@ -76,7 +77,6 @@ ModelConfig map_chatglm6b(const HfConfig& cfg) {
   mc.rope.theta = 10000.0;
   mc.rope.inv_freq_f16 = true;
   mc.rope.max_position_embeddings = mc.max_seq_len;
-  mc.glm_2d_positions = true;
   mc.glm_prompt.context_end_token = sop;
   // prepare_inputs_for_generation: [gMASK] when the prompt has one, else [MASK].
   mc.glm_prompt.mask_token_ids = {cfg.int_or({"gmask_token_id"}, 130001),
@@ -87,8 +87,7 @@ ModelConfig map_chatglm6b(const HfConfig& cfg) {
   return mc;
 }
 
-WeightMap chatglm6b_weights(const ModelConfig& mc) {
-  (void)mc;
+WeightMap chatglm6b_weights(const ModelConfig&) {
   WeightMap m = {
       {Slot::kEmbedding, {"transformer.word_embeddings.weight"}},
       {Slot::kFinalNorm, {"transformer.final_layernorm.weight"}},
@@ -99,13 +98,17 @@ WeightMap chatglm6b_weights(const ModelConfig& mc) {
   return m;
 }
 
-// Reached by name (--model-type chatglm6b); a ChatGLMModel config with ChatGLM-6B's
-// fields reaches it through the chatglm entry.
+}  // namespace
+
+// Reached by name (--model-type chatglm6b), or as the chatglm entry's variant: a
+// ChatGLMModel config with ChatGLM-6B's fields.
 ArchSpec chatglm6b_spec() {
   ArchSpec s;
   s.family = "chatglm6b";
   s.map_config = map_chatglm6b;
   s.map_weights = chatglm6b_weights;
+  s.variant_of = "chatglm";
+  s.is_variant = is_chatglm6b_config;
   return s;
 }
 
