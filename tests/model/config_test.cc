@@ -11,11 +11,15 @@
 #include "core/error.h"
 #include "model/hf_config.h"
 #include "model/loader.h"
+#include "model/model_test_util.h"
 #include "model/registry.h"
 #include "model/rope.h"
 
 namespace tachyon {
 namespace {
+
+using testing_util::expect_invalid;
+using testing_util::map;
 
 Json llama_json() {
   return Json::parse(R"({
@@ -23,22 +27,6 @@ Json llama_json() {
     "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
     "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
     "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "eos_token_id": 2, "bos_token_id": 1})");
-}
-
-ModelConfig map(const Json& j, const std::string& override_type = "") {
-  return map_model_config(HfConfig(j, "config.json"), override_type);
-}
-
-// Expects InvalidArgument whose message contains every one of `needles`.
-template <typename F>
-void expect_invalid(F&& f, std::initializer_list<const char*> needles) {
-  try {
-    f();
-    ADD_FAILURE() << "no error";
-  } catch (const InvalidArgument& e) {
-    for (const char* n : needles)
-      EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
-  }
 }
 
 TEST(ConfigMapping, LlamaFieldsAndDefaults) {

@@ -1,10 +1,18 @@
-// Helpers for the model tests: fixture folders and one-sequence batches.
+// Helpers for the model tests: fixture folders, one-sequence batches, config mapping
+// and its refusals.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <initializer_list>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+#include "core/json.h"
 #include "model/forward.h"
+#include "model/hf_config.h"
+#include "model/registry.h"
 
 namespace tachyon::testing_util {
 
@@ -26,6 +34,33 @@ inline ForwardBatch one_seq(const std::vector<int32_t>& tokens, int32_t computed
   b.max_blocks_per_seq = static_cast<int32_t>(blocks.size());
   b.logits_rows = {n - 1};
   return b;
+}
+
+// The ModelConfig a config.json maps to (override_type as --model-type).
+inline ModelConfig map(const Json& j, const std::string& override_type = "") {
+  return map_model_config(HfConfig(j, "config.json"), override_type);
+}
+
+inline WeightMap weights_of(const Json& j, const std::string& override_type = "") {
+  HfConfig cfg(j, "config.json");
+  return find_arch(cfg, override_type).map_weights(map_model_config(cfg, override_type));
+}
+
+// Expects InvalidArgument whose message contains every one of `needles`.
+template <typename F>
+void expect_invalid(F&& f, std::initializer_list<const char*> needles) {
+  try {
+    f();
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& e) {
+    for (const char* n : needles)
+      EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+  }
+}
+
+template <typename F>
+void expect_invalid(F&& f, const char* needle) {
+  expect_invalid(std::forward<F>(f), {needle});
 }
 
 }  // namespace tachyon::testing_util

@@ -15,31 +15,16 @@
 #include "io/safetensors.h"
 #include "model/hf_config.h"
 #include "model/loader.h"
+#include "model/model_test_util.h"
 #include "model/registry.h"
 #include "model/rope.h"
 
 namespace tachyon {
 namespace {
 
-ModelConfig map(const Json& j, const std::string& override_type = "") {
-  return map_model_config(HfConfig(j, "config.json"), override_type);
-}
-
-WeightMap weights_of(const Json& j, const std::string& override_type = "") {
-  HfConfig cfg(j, "config.json");
-  return find_arch(cfg, override_type).map_weights(map_model_config(cfg, override_type));
-}
-
-template <typename F>
-void expect_invalid(F&& f, std::initializer_list<const char*> needles) {
-  try {
-    f();
-    ADD_FAILURE() << "no error";
-  } catch (const InvalidArgument& e) {
-    for (const char* n : needles)
-      EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
-  }
-}
+using testing_util::expect_invalid;
+using testing_util::map;
+using testing_util::weights_of;
 
 Json baichuan_json(const char* arch) {
   Json j = Json::parse(R"({"model_type": "baichuan", "hidden_size": 64,
