@@ -1,7 +1,6 @@
 // The merge of split-key attention partials shared by the attention kernels: each split
 // leaves per (token, head) row its running max and exp-sum (part_ml, [splits, rows, 2])
-// and its unnormalised output (part_o, [splits, rows, hd]). It waits for the kernel
-// before it (pdl_wait: a no-op unless launched with programmatic dependent launch).
+// and its unnormalised output (part_o, [splits, rows, hd]).
 #pragma once
 
 #include "backend/cuda/device_util.cuh"
@@ -9,36 +8,32 @@
 
 namespace tachyon::cuda {
 
-// Merges the key splits: one warp per (token, head). The lanes read the splits' maxima
-// and sums in parallel (lane s holds split s's weight, for the first 32), then each lane
-// accumulates 4 output dims (16-byte loads) over the splits; the loads of different
-// splits are independent, so a short decode step's merge takes a few memory round
-// trips instead of one per split.
+// Merges the key splits of one (token, head) row with the 32 lanes of the calling warp.
+// The lanes read the splits' maxima and sums in parallel (lane s holds split s's weight,
+// for the first 32), then each lane accumulates 4 output dims (16-byte loads) over the
+// splits; the loads of different splits are independent, so a short decode step's
+// merge takes a few memory round trips instead of one per split. Loads go through the
+// L2 (ld.global.cg): the decode kernel merges partials that other blocks of its own grid
+// wrote.
 template <typename T>
-__global__ void combine_splits_kernel(const float* __restrict__ part_o,
-                                      const float* __restrict__ part_ml, int splits, int64_t tokens,
-                                      int heads, int hd, T* __restrict__ out) {
-  pdl_wait();
-  pdl_launch_dependents();
-  const int64_t row = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32;
-  const int lane = threadIdx.x & 31;
-  const int64_t rows = tokens * heads;
-  if (row >= rows) return;
+__device__ __forceinline__ void merge_split_row(const float* part_o, const float* part_ml,
+                                                int splits, int64_t rows, int64_t row, int hd,
+                                                T* out, int lane) {
   const float2* ml = reinterpret_cast<const float2*>(part_ml);
   float m_max = -INFINITY;
   for (int s = lane; s < splits; s += 32) {
-    const float2 v = ml[s * rows + row];
+    const float2 v = __ldcg(ml + s * rows + row);
     if (v.y > 0.f) m_max = fmaxf(m_max, v.x);
   }
   m_max = warp_max(m_max);
   auto weight = [&](int s) {
-    const float2 v = ml[s * rows + row];
+    const float2 v = __ldcg(ml + s * rows + row);
     return v.y > 0.f ? __expf(v.x - m_max) : 0.f;
   };
   float total = 0.f, w_lane = 0.f;
   for (int s = lane; s < splits; s += 32) {
     const float w = weight(s);
-    total += w * ml[s * rows + row].y;
+    total += w * __ldcg(ml + s * rows + row).y;
     if (s < 32) w_lane = w;
   }
   total = warp_sum(total);
@@ -53,7 +48,7 @@ __global__ void combine_splits_kernel(const float* __restrict__ part_o,
       for (int s = 0; s < splits; ++s) {
         const float w = s < 32 ? __shfl_sync(0xffffffffu, w_lane, s) : weight(s);
         if (active && w != 0.f) {
-          const float4 o = *reinterpret_cast<const float4*>(po + s * split_stride + d0);
+          const float4 o = __ldcg(reinterpret_cast<const float4*>(po + s * split_stride + d0));
           acc.x += w * o.x;
           acc.y += w * o.y;
           acc.z += w * o.z;
@@ -75,10 +70,24 @@ __global__ void combine_splits_kernel(const float* __restrict__ part_o,
     float acc = 0.f;
     for (int s = 0; s < splits; ++s) {
       const float w = s < 32 ? __shfl_sync(0xffffffffu, w_lane, s) : weight(s);
-      if (d < hd && w != 0.f) acc += w * po[s * split_stride + d];
+      if (d < hd && w != 0.f) acc += w * __ldcg(po + s * split_stride + d);
     }
     if (d < hd) out[row * hd + d] = from_f<T>(acc * inv);
   }
+}
+
+// The merge as its own kernel: one warp per (token, head). It waits for the kernel before
+// it (pdl_wait: a no-op unless launched with programmatic dependent launch).
+template <typename T>
+__global__ void combine_splits_kernel(const float* __restrict__ part_o,
+                                      const float* __restrict__ part_ml, int splits, int64_t tokens,
+                                      int heads, int hd, T* __restrict__ out) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t row = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32;
+  const int64_t rows = tokens * heads;
+  if (row >= rows) return;
+  merge_split_row<T>(part_o, part_ml, splits, rows, row, hd, out, threadIdx.x & 31);
 }
 
 }  // namespace tachyon::cuda

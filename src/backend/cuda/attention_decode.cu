@@ -9,8 +9,10 @@
 //   online softmax per column in f32 (log2 domain; mask, scale, softcap, ALiBi)
 //   Oᵀ[hd][8 cols]     += Vᵀ Pᵀ      (Vᵀ by ldmatrix.trans; Pᵀ from Sᵀ by movmatrix)
 // P is rounded to the storage dtype for the mma and summed as rounded. The warps merge
-// in shared memory at the end; key splits, when the plan makes them, are merged by
-// combine_splits_kernel. Both kernels go through launch_kernel (programmatic dependent
+// in shared memory at the end. Key splits, when the plan makes them, leave partials; the
+// last block of a (sequence, KV head) to finish -- a counter per pair, reset by that
+// block -- merges them, so a split step is one kernel (combine_splits_kernel only
+// without counters). The kernels go through launch_kernel (programmatic dependent
 // launch).
 //
 // Sequences with more than one query token this step are computed 8 / group queries at
@@ -62,6 +64,7 @@ struct DecodePlan {
   int split_keys;
   float* part_o;   // [splits, tokens, heads, head_dim]
   float* part_ml;  // [splits, tokens, heads, 2]
+  int* counters;   // [seqs, kv_heads], zero between launches; null: merged by another kernel
 };
 
 // Byte offset of element (row r, logical chunk c) of a swizzled tile.
@@ -369,6 +372,27 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();  // the records are overwritten by the next pass's copies
   }
+  if (plan.num_splits == 1 || plan.counters == nullptr) return;
+
+  // The last split of (s, kvh) to finish merges the pair's rows (tokens q0.., heads of
+  // the group), a warp per row. The fence orders this block's partials before its count.
+  __threadfence();
+  __shared__ int last;
+  if (threadIdx.x == 0) {
+    int* counter = plan.counters + int64_t{s} * a.kv_heads + kvh;
+    last = atomicAdd(counter, 1) == plan.num_splits - 1;
+    if (last) *counter = 0;  // no other block of this launch touches it again
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int64_t rows = a.tokens * a.heads;
+  for (int r = warp; r < q_len * group; r += kWarps) {
+    const int qi = r / group;
+    const int64_t row = (int64_t{q0} + qi) * a.heads + kvh * group + (r - qi * group);
+    merge_split_row<T>(plan.part_o, plan.part_ml, plan.num_splits, rows, row, kHd,
+                       static_cast<T*>(a.out), lane);
+  }
 }
 
 // Runs f.template operator()<T, kHd>() for the arguments' dtype and head_dim.
@@ -432,7 +456,7 @@ int choose_splits(int64_t pairs, int64_t ctx, int64_t slots, int num_sms, int64_
   constexpr double kBwPerSm = 30e3;  // bytes per µs (about 4 TB/s over 132 SMs)
   constexpr double kLatency = 3.0;   // µs, memory latency under load (conservative)
   constexpr double kStartup = 1.0;   // µs per wave: metadata and first tiles
-  constexpr double kMerge = 2.0;     // µs: the merge kernel's own latency
+  constexpr double kMerge = 2.0;     // µs: the merge's own latency (last block or kernel)
   const double bw = kBwPerSm * std::max(num_sms, 1);
   const double in_flight = double{kWarps} * (kStages - 1) * kKeys * key_bytes;
   const double block_rate = in_flight / kLatency;
@@ -518,16 +542,17 @@ AttentionPlan plan_attention_decode(const AttentionArgs& a, int num_sms) {
 }
 
 void launch_attention_decode(const AttentionArgs& a, const AttentionPlan& p, void* scratch,
-                             cudaStream_t stream) {
+                             int* counters, int64_t num_counters, cudaStream_t stream) {
   if (a.tokens == 0 || a.num_seqs == 0) return;
   TACHYON_KERNEL_CHECK(attention_decode_supports(a), "attention_decode: unsupported arguments");
   TACHYON_KERNEL_CHECK(p.num_splits >= 1 && (p.num_splits == 1 || p.split_keys > 0),
                        "attention_decode: bad plan");
-  DecodePlan dp{p.num_splits, p.split_keys, nullptr, nullptr};
+  DecodePlan dp{p.num_splits, p.split_keys, nullptr, nullptr, nullptr};
   if (p.num_splits > 1) {
     TACHYON_KERNEL_CHECK(scratch != nullptr, "attention_decode: split-K needs scratch");
     dp.part_o = static_cast<float*>(scratch);
     dp.part_ml = dp.part_o + static_cast<size_t>(p.num_splits) * a.tokens * a.heads * a.head_dim;
+    if (int64_t{a.num_seqs} * a.kv_heads <= num_counters) dp.counters = counters;
   }
   with_kernel(a, [&]<typename T, int kHd>() {
     blocks_per_sm<T, kHd>();  // the shared-memory attribute
@@ -535,7 +560,7 @@ void launch_attention_decode(const AttentionArgs& a, const AttentionPlan& p, voi
                     static_cast<unsigned>(a.num_seqs));
     launch_kernel(decode_kernel<T, kHd>, grid, dim3(kThreads), DecodeLayout<kHd>::kBytes, stream, a,
                   dp);
-    if (p.num_splits > 1) {
+    if (p.num_splits > 1 && dp.counters == nullptr) {
       const int64_t rows = a.tokens * a.heads;
       launch_kernel(combine_splits_kernel<T>, dim3(ceil_div(rows, 4)), dim3(128), 0, stream,
                     static_cast<const float*>(dp.part_o), static_cast<const float*>(dp.part_ml),

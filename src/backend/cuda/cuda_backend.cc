@@ -73,6 +73,13 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   if (const char* env = std::getenv("TACHYON_CUDA_GEMV"); env != nullptr && std::string(env) == "0")
     use_gemv_ = false;
   use_skinny_ = env_flag("TACHYON_CUDA_SKINNY", false);
+  if (const char* env = std::getenv("TACHYON_GEMV_VARIANT"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (*end != '\0' || v < 0 || v > 127)
+      raise<InvalidArgument>("TACHYON_GEMV_VARIANT: '{}' is not a variant mask (kernels.h)", env);
+    gemv_variant_ = static_cast<int>(v);
+  }
   batch_invariant_ = batch_invariant_ || env_flag("TACHYON_BATCH_INVARIANT", false);
   TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_));
   // Programmatic dependent launch (launch.cuh) from compute capability 9.0 on.
@@ -86,9 +93,9 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   gemm_ = std::make_unique<Gemm>(stream_, gemm_workspace_.raw(), kGemmWorkspaceBytes);
   err_ = alloc_->alloc({1}, DType::kI32);
   TACHYON_CUDA_CHECK(cudaMemsetAsync(err_.raw(), 0, sizeof(int), stream_));
-  skinny_counters_ = alloc_->alloc({kSkinnyCounters}, DType::kI32);
+  merge_counters_ = alloc_->alloc({kMergeCounters}, DType::kI32);
   TACHYON_CUDA_CHECK(
-      cudaMemsetAsync(skinny_counters_.raw(), 0, kSkinnyCounters * sizeof(int32_t), stream_));
+      cudaMemsetAsync(merge_counters_.raw(), 0, kMergeCounters * sizeof(int32_t), stream_));
   TACHYON_CUDA_CHECK(
       cudaHostAlloc(reinterpret_cast<void**>(&err_host_), sizeof(int), cudaHostAllocDefault));
   TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -23,9 +23,11 @@ struct AttentionArgs;  // kernels.h
 constexpr int64_t kGemvAutoRows = 1;
 // GEMMs of 2..kSkinnyAutoRows rows go to the weight-streaming kernel when it is on.
 constexpr int64_t kSkinnyAutoRows = 128;
-// Split counters of the weight-streaming kernel (one per 128-column tile of the widest
-// split product).
-constexpr int64_t kSkinnyCounters = 1 << 16;
+// Counters of the kernels whose last block merges split partials (one per 128-column
+// tile of the weight-streaming kernel's widest split product; one per (sequence, KV
+// head) of decode attention), zero between launches. Kernels on the stream run one
+// after another past their dependency wait, so they share them.
+constexpr int64_t kMergeCounters = 1 << 16;
 
 class CudaBackend final : public Backend {
  public:
@@ -148,8 +150,9 @@ class CudaBackend final : public Backend {
   // Bumped whenever backend-owned scratch a recorded graph may use is reallocated.
   std::shared_ptr<uint64_t> scratch_epoch_ = std::make_shared<uint64_t>(0);
   bool use_gemv_ = true;
+  int gemv_variant_ = -1;  // TACHYON_GEMV_VARIANT (benchmarks); -1: kGemvDefault
   bool use_skinny_ = false;
-  Tensor skinny_partial_, skinny_counters_;
+  Tensor skinny_partial_, merge_counters_;
   AttentionKernel attention_kernel_ = AttentionKernel::kAuto;
   bool batch_invariant_ = false;
   AttentionKernel last_attention_kernel_ = AttentionKernel::kAuto;

@@ -110,7 +110,8 @@ void CudaBackend::gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor&
   g.ldy = ldy;
   if (use_gemv_ && !batch_invariant_ && !bias && m <= kGemvAutoRows &&
       gemv_supports(x.dtype(), y_type, m, k, g.x, g.w)) {
-    launch_gemv(g.x, g.w, x.dtype(), y, y_type, m, n, k, ldy, stream_);
+    launch_gemv(g.x, g.w, x.dtype(), y, y_type, m, n, k, ldy, stream_,
+                gemv_variant_ < 0 ? kGemvDefault : gemv_variant_);
     if (act != Activation::kIdentity)
       launch_bias_act(y, y_type, ldy, m, n, nullptr, kact(act), stream_);
     return;
@@ -120,12 +121,12 @@ void CudaBackend::gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor&
     const SkinnyPlan plan = plan_skinny_gemm(m, n, k, num_sms_);
     void* partial = nullptr;
     if (plan.splits > 1) {
-      TACHYON_CHECK(plan.counter_count <= kSkinnyCounters, "skinny GEMM: {} column tiles",
+      TACHYON_CHECK(plan.counter_count <= kMergeCounters, "skinny GEMM: {} column tiles",
                     plan.counter_count);
       partial = scratch(skinny_partial_, plan.partial_bytes);
     }
     launch_skinny_gemm(g.x, g.w, x.dtype(), y, y_type, m, n, k, ldy, plan, partial,
-                       skinny_counters_.data<int32_t>(), stream_);
+                       merge_counters_.data<int32_t>(), stream_);
     if (bias || act != Activation::kIdentity)
       launch_bias_act(y, y_type, ldy, m, n, bias ? bias.data<float>() : nullptr, kact(act),
                       stream_);
@@ -437,7 +438,7 @@ bool CudaBackend::attention_mixed(const AttentionArgs& a, const AttentionMeta& m
     return false;
   const AttentionPlan plan = plan_attention_decode(d, num_sms_);
   void* ws = plan.scratch_bytes > 0 ? scratch(attn_scratch_, plan.scratch_bytes) : nullptr;
-  launch_attention_decode(d, plan, ws, stream_);
+  launch_attention_decode(d, plan, ws, merge_counters_.data<int32_t>(), kMergeCounters, stream_);
   int32_t n_items = 0;
   const int32_t* items = flash_items(f, meta, n_items);
   launch_attention_flash(f, items, n_items, stream_);
@@ -582,7 +583,7 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
     last_attention_kernel_ = AttentionKernel::kDecode;
     const AttentionPlan plan = plan_attention_decode(a, num_sms_);
     void* ws = plan.scratch_bytes > 0 ? scratch(attn_scratch_, plan.scratch_bytes) : nullptr;
-    launch_attention_decode(a, plan, ws, stream_);
+    launch_attention_decode(a, plan, ws, merge_counters_.data<int32_t>(), kMergeCounters, stream_);
     return;
   }
   last_attention_kernel_ = AttentionKernel::kSimple;
