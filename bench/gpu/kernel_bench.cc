@@ -154,10 +154,15 @@ void gemm_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
           int bits;
           const char* name;
         };
-        for (const Variant v : {Variant{0, "gemv_l1"}, Variant{cuda::kGemvSmemX, "gemv_sx"},
-                                Variant{cuda::kGemvSmemX | cuda::kGemvSplit2, "gemv_sx_s2"},
-                                Variant{cuda::kGemvSmemX | cuda::kGemvSplit4, "gemv_sx_s4"},
-                                Variant{cuda::kGemvDefault, "gemv_default"}}) {
+        for (const Variant v :
+             {Variant{0, "gemv_l1"}, Variant{cuda::kGemvSmemX, "gemv_sx"},
+              Variant{cuda::kGemvSmemX | cuda::kGemvSplit2, "gemv_sx_s2"},
+              Variant{cuda::kGemvSmemX | cuda::kGemvSplit4, "gemv_sx_s4"},
+              Variant{cuda::kGemvSmemX | cuda::kGemvSplit2 | cuda::kGemvWarps16, "gemv_sx_s2_w16"},
+              Variant{cuda::kGemvSmemX | cuda::kGemvSplit2 | cuda::kGemvWarps32, "gemv_sx_s2_w32"},
+              Variant{cuda::kGemvSmemX | cuda::kGemvSplit4 | cuda::kGemvWarps16, "gemv_sx_s4_w16"},
+              Variant{cuda::kGemvSmemX | cuda::kGemvSplit4 | cuda::kGemvWarps32, "gemv_sx_s4_w32"},
+              Variant{cuda::kGemvDefault, "gemv_default"}}) {
           const int variant = v.bits;
           auto call = [&](int i) {
             cuda::launch_gemv(xt.raw(), wt[i % copies].raw(), DType::kBF16, yt.raw(), DType::kBF16,

@@ -171,8 +171,8 @@ TEST_P(CudaOpsTest, Linear) {
 }
 
 // Every matrix-vector variant (x through L1 or shared memory, 1, 2 or 4 warps per
-// column) for 1..4 rows, with row lengths that end mid-batch or mid-share, and f32
-// output.
+// column, 8, 16 or 32 warps a block) for 1..4 rows, with row lengths that end mid-batch or
+// mid-share, and f32 output.
 TEST_P(CudaOpsTest, GemvVariants) {
   if (dt_ == DType::kF32) GTEST_SKIP() << "16-bit kernel";
   const LinearCase cases[] = {
@@ -183,8 +183,12 @@ TEST_P(CudaOpsTest, GemvVariants) {
     Tensor ref = Tensor::zeros({c.m, c.n}, DType::kF32);
     cpu_->linear(x, w, Tensor(), ref, 0, Activation::kIdentity);
     Tensor xd = dev(x), wd = gpu_->prepare_weight(w);
-    for (int variant : {0, cuda::kGemvSmemX, cuda::kGemvSplit2,
-                        cuda::kGemvSmemX | cuda::kGemvSplit4, cuda::kGemvDefault})
+    for (int variant :
+         {0, cuda::kGemvSmemX, cuda::kGemvSplit2, cuda::kGemvSmemX | cuda::kGemvSplit4,
+          cuda::kGemvDefault, cuda::kGemvDefault | cuda::kGemvWarps16,
+          cuda::kGemvDefault | cuda::kGemvWarps32,
+          cuda::kGemvSmemX | cuda::kGemvSplit4 | cuda::kGemvWarps32,
+          cuda::kGemvSmemX | cuda::kGemvWarps16})
       for (DType yt : {dt_, DType::kF32}) {
         Tensor out = poisoned(*gpu_, {c.m, c.n}, yt);
         cuda::launch_gemv(xd.raw(), wd.raw(), dt_, out.raw(), yt, c.m, c.n, c.k, c.n,

@@ -19,6 +19,8 @@
 namespace tachyon::cuda {
 namespace {
 
+// Warps per block by default; kGemvWarps16 / kGemvWarps32 make wider blocks (fewer
+// blocks, so fewer copies of x staged from the L2).
 constexpr int kWarpsPerBlock = 8;
 // Pieces per lane per batch; the next batch is loaded while one is multiplied (8
 // measured slower than 4 at every Llama-3-8B shape but the lm_head, by 2%).
@@ -54,15 +56,15 @@ __device__ __forceinline__ void dot8(const uint4& w, const uint4& x, float& acc,
 // sums meet in shared memory): with one warp per column, n = 4096..8192 leaves the last
 // wave of warps short of work or the SMs unevenly loaded; two warps per column measured
 // 4-17% faster at every Llama-3-8B shape, wide ones included.
-template <typename T, typename Y, int kM, bool kSmemX, int kSplit>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+template <typename T, typename Y, int kM, bool kSmemX, int kSplit, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, Y* __restrict__ y, int64_t n,
                 int64_t k, int64_t ldy) {
   extern __shared__ uint4 xs[];  // [kM * k / 8] when kSmemX
-  __shared__ float partial[kSplit > 1 ? kWarpsPerBlock : 1][kM];
+  __shared__ float partial[kSplit > 1 ? kWarps : 1][kM];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int part = warp % kSplit;
-  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock / kSplit} + warp / kSplit;
+  const int64_t row = blockIdx.x * int64_t{kWarps / kSplit} + warp / kSplit;
   const bool valid = row < n;
   const int pieces = static_cast<int>(k / 8);
   // This warp's pieces [p_begin, p_end) of the row, in multiples of 32.
@@ -139,11 +141,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   for (int i = 0; i < kM; ++i) y[i * ldy + row] = from_f<Y>(acc[i]);
 }
 
-template <typename T, typename Y, bool kSmemX, int kSplit>
+template <typename T, typename Y, bool kSmemX, int kSplit, int kWarps>
 void launch_m(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, int64_t ldy,
               cudaStream_t stream) {
-  const dim3 blocks(ceil_div(n, kWarpsPerBlock / kSplit));
-  const dim3 threads(kWarpsPerBlock * 32);
+  const dim3 blocks(ceil_div(n, kWarps / kSplit));
+  const dim3 threads(kWarps * 32);
   const auto* xt = static_cast<const T*>(x);
   const auto* wt = static_cast<const T*>(w);
   auto* yt = static_cast<Y*>(y);
@@ -156,16 +158,16 @@ void launch_m(const void* x, const void* w, void* y, int64_t m, int64_t n, int64
   };
   switch (m) {
     case 1:
-      go(gemv_kernel<T, Y, 1, kSmemX, kSplit>);
+      go(gemv_kernel<T, Y, 1, kSmemX, kSplit, kWarps>);
       break;
     case 2:
-      go(gemv_kernel<T, Y, 2, kSmemX, kSplit>);
+      go(gemv_kernel<T, Y, 2, kSmemX, kSplit, kWarps>);
       break;
     case 3:
-      go(gemv_kernel<T, Y, 3, kSmemX, kSplit>);
+      go(gemv_kernel<T, Y, 3, kSmemX, kSplit, kWarps>);
       break;
     default:
-      go(gemv_kernel<T, Y, 4, kSmemX, kSplit>);
+      go(gemv_kernel<T, Y, 4, kSmemX, kSplit, kWarps>);
       break;
   }
 }
@@ -187,21 +189,31 @@ void launch_gemv(const void* x, const void* w, DType type, void* y, DType y_type
   // (when m * k * 2 bytes fit in 64 KB); 1, 2 or 4 warps per column.
   const bool smem_x = (variant & kGemvSmemX) != 0 && m * k * 2 <= 64 * 1024;
   const int split = (variant & kGemvSplit4) != 0 ? 4 : (variant & kGemvSplit2) != 0 ? 2 : 1;
+  // Wider blocks only with x in shared memory (what they are for).
+  const int warps = !smem_x                                        ? kWarpsPerBlock
+                    : (variant & kGemvWarps32) != 0                ? 32
+                    : (variant & kGemvWarps16) != 0                ? 16
+                    : (variant & kGemvWideLongK) != 0 && k >= 8192 ? 16
+                                                                   : kWarpsPerBlock;
   auto go = [&](auto tag_t, auto tag_y) {
     using T = decltype(tag_t);
     using Y = decltype(tag_y);
-    auto by_split = [&]<bool kSmem>() {
+    auto by_split = [&]<bool kSmem, int kWarps>() {
       if (split == 4)
-        launch_m<T, Y, kSmem, 4>(x, w, y, m, n, k, ldy, stream);
+        launch_m<T, Y, kSmem, 4, kWarps>(x, w, y, m, n, k, ldy, stream);
       else if (split == 2)
-        launch_m<T, Y, kSmem, 2>(x, w, y, m, n, k, ldy, stream);
+        launch_m<T, Y, kSmem, 2, kWarps>(x, w, y, m, n, k, ldy, stream);
       else
-        launch_m<T, Y, kSmem, 1>(x, w, y, m, n, k, ldy, stream);
+        launch_m<T, Y, kSmem, 1, kWarps>(x, w, y, m, n, k, ldy, stream);
     };
-    if (smem_x)
-      by_split.template operator()<true>();
+    if (!smem_x)
+      by_split.template operator()<false, kWarpsPerBlock>();
+    else if (warps == 32)
+      by_split.template operator()<true, 32>();
+    else if (warps == 16)
+      by_split.template operator()<true, 16>();
     else
-      by_split.template operator()<false>();
+      by_split.template operator()<true, kWarpsPerBlock>();
   };
   if (type == DType::kBF16) {
     if (y_type == DType::kF32)

@@ -182,11 +182,13 @@ bool launch_attention_flash(const AttentionArgs& a, const int32_t* items, int32_
 // more are handled, slowly): bf16/f16, head_dim 64, 128 or 256, at most 8 query heads
 // per KV head. The plan splits the keys (from the max_context_len hint, the number of
 // sequences and the device's SMs) and sizes the scratch; the kernel reads the real
-// context lengths on the device.
+// context lengths on the device. Split keys are merged by the last block of each
+// (sequence, KV head), counted in `counters` (num_seqs * kv_heads of them, zero between
+// launches and left zero); with fewer counters a separate merge kernel runs.
 bool attention_decode_supports(const AttentionArgs& a);
 AttentionPlan plan_attention_decode(const AttentionArgs& a, int num_sms);
 void launch_attention_decode(const AttentionArgs& a, const AttentionPlan& plan, void* scratch,
-                             cudaStream_t stream);
+                             int* counters, int64_t num_counters, cudaStream_t stream);
 
 // ---- attention_gemm.cu --------------------------------------------------------------
 // p = causal softmax of the rows of s (f32 [batch][rows][cols], batch_stride elements
@@ -202,8 +204,12 @@ bool gemv_supports(DType type, DType y_type, int64_t m, int64_t k, const void* x
 // variant: kGemvSmemX (x staged in shared memory), kGemvSplit2/4 (2 or 4 warps per
 // output column); benchmarks compare them. kGemvDefault is the fastest at every
 // Llama-3-8B shape on the H200 (docs/performance.md).
-constexpr int kGemvSmemX = 2, kGemvSplit2 = 4, kGemvSplit4 = 8;
-constexpr int kGemvDefault = kGemvSmemX | kGemvSplit2;
+// kGemvWarps16 / kGemvWarps32: 16 or 32 warps a block instead of 8 (with kGemvSmemX);
+// kGemvWideLongK: 16 warps a block when k >= 8192 (fewer copies of a long x staged:
+// the down projection 31.1 -> 29.8 µs at 4096 x 14336, no gain at k = 4096).
+constexpr int kGemvSmemX = 2, kGemvSplit2 = 4, kGemvSplit4 = 8, kGemvWarps16 = 16,
+              kGemvWarps32 = 32, kGemvWideLongK = 64;
+constexpr int kGemvDefault = kGemvSmemX | kGemvSplit2 | kGemvWideLongK;
 void launch_gemv(const void* x, const void* w, DType type, void* y, DType y_type, int64_t m,
                  int64_t n, int64_t k, int64_t ldy, cudaStream_t stream,
                  int variant = kGemvDefault);
