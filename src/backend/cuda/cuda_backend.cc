@@ -73,6 +73,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   if (const char* env = std::getenv("TACHYON_CUDA_GEMV"); env != nullptr && std::string(env) == "0")
     use_gemv_ = false;
   use_skinny_ = env_flag("TACHYON_CUDA_SKINNY", false);
+  gemv_variant_ = kGemvDefault;
   if (const char* env = std::getenv("TACHYON_GEMV_VARIANT"); env != nullptr && *env != '\0') {
     char* end = nullptr;
     const long v = std::strtol(env, &end, 10);

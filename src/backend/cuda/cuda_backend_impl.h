@@ -150,7 +150,7 @@ class CudaBackend final : public Backend {
   // Bumped whenever backend-owned scratch a recorded graph may use is reallocated.
   std::shared_ptr<uint64_t> scratch_epoch_ = std::make_shared<uint64_t>(0);
   bool use_gemv_ = true;
-  int gemv_variant_ = -1;  // TACHYON_GEMV_VARIANT (benchmarks); -1: kGemvDefault
+  int gemv_variant_ = 0;  // kGemvDefault unless TACHYON_GEMV_VARIANT says (benchmarks)
   bool use_skinny_ = false;
   Tensor skinny_partial_, merge_counters_;
   AttentionKernel attention_kernel_ = AttentionKernel::kAuto;

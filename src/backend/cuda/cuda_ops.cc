@@ -110,8 +110,7 @@ void CudaBackend::gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor&
   g.ldy = ldy;
   if (use_gemv_ && !batch_invariant_ && !bias && m <= kGemvAutoRows &&
       gemv_supports(x.dtype(), y_type, m, k, g.x, g.w)) {
-    launch_gemv(g.x, g.w, x.dtype(), y, y_type, m, n, k, ldy, stream_,
-                gemv_variant_ < 0 ? kGemvDefault : gemv_variant_);
+    launch_gemv(g.x, g.w, x.dtype(), y, y_type, m, n, k, ldy, stream_, gemv_variant_);
     if (act != Activation::kIdentity)
       launch_bias_act(y, y_type, ldy, m, n, nullptr, kact(act), stream_);
     return;
