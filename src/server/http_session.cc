@@ -134,11 +134,22 @@ class Session : public std::enable_shared_from_this<Session> {
     direct_rest_ = std::move(framed);
     return Direct::kQueue;
   }
-  // Called on the strand for each write that took the queued path.
-  std::string take_direct_rest() {
+  // Called on the strand for each write that took the queued path. The pending count
+  // drops only once the bytes are queued: were it dropped first, the writer thread could
+  // send its next part directly ahead of this one.
+  void write_queued(uint64_t seq, std::string data) {
+    std::string rest;
+    {
+      std::lock_guard<std::mutex> lock(direct_mu_);
+      rest = std::exchange(direct_rest_, std::string());
+    }
+    if (!rest.empty()) {
+      write_framed(seq, std::move(rest));  // the unsent end of a direct write
+    } else {
+      write(seq, std::move(data));
+    }
     std::lock_guard<std::mutex> lock(direct_mu_);
     --direct_pending_;
-    return std::exchange(direct_rest_, std::string());
   }
 
   void end_stream(uint64_t seq) {
@@ -552,12 +563,7 @@ class SessionWriter : public ResponseWriter {
         break;
     }
     s_->run([seq = seq_, data = std::move(data)](Session& s) mutable {
-      std::string rest = s.take_direct_rest();
-      if (!rest.empty()) {
-        s.write_framed(seq, std::move(rest));  // the unsent end of a direct write
-      } else {
-        s.write(seq, std::move(data));
-      }
+      s.write_queued(seq, std::move(data));
     });
     return true;
   }
