@@ -201,6 +201,141 @@ TEST_P(CudaOpsTest, GemvVariants) {
   }
 }
 
+// The matrix-vector product with the decode step's row ops folded in (gemv.cu's fused
+// forms) against a float64 loop: RMSNorm(x) . w^T (norm scale with and without an
+// offset), the gated form (gate row j beside up row n/2 + j; pair counts that leave the
+// last block half-filled; 8- and 16-warp blocks), and y += x . w^T, for 1..4 rows. Then
+// the backend's norm_linear / linear_add for one row against the separate ops they
+// replace: linear_add bit for bit, norm_linear within the dtype's bound (it rounds x
+// * scale before the 1 / RMS factor, the separate norm after).
+TEST_P(CudaOpsTest, FusedGemv) {
+  if (dt_ == DType::kF32) {
+    EXPECT_FALSE(gpu_->fuses_row_ops(1, 4096));
+    GTEST_SKIP() << "16-bit kernel";
+  }
+  EXPECT_TRUE(gpu_->fuses_row_ops(1, 4096));
+  EXPECT_FALSE(gpu_->fuses_row_ops(2, 4096));  // one-row steps only (kGemvAutoRows)
+  EXPECT_FALSE(gpu_->fuses_row_ops(1, 4100));  // k a multiple of 8
+  auto silu = [](double v) { return v / (1. + std::exp(-v)); };
+  auto gelu_tanh = [](double v) {
+    return 0.5 * v * (1. + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+  };
+  const LinearCase cases[] = {
+      {1, 37 * 2, 264}, {2, 1000, 4096}, {3, 666, 4104}, {4, 90, 8192}, {1, 2 * 701, 14336}};
+  for (const LinearCase& c : cases) {
+    Tensor x = input({c.m, c.k}, 2.f, 0.3f);
+    Tensor w = input({c.n, c.k}, 1.f / std::sqrt(static_cast<float>(c.k)));
+    Tensor nw = randn({c.k}, rng_, 0.5f, 1.f);
+    Tensor base = input({c.m, c.n});
+    Tensor xd = dev(x), wd = gpu_->prepare_weight(w), nwd = gpu_->prepare_weight(nw);
+    const float eps = 1e-5f;
+    for (float offset : {0.f, 1.f}) {
+      // float64 reference: normalised rows, their products, the gated outputs.
+      std::vector<double> h(static_cast<size_t>(c.m * c.n)), plain(h.size());
+      for (int64_t i = 0; i < c.m; ++i) {
+        const float* xr = x.data<float>() + i * c.k;
+        double ss = 0.;
+        for (int64_t j = 0; j < c.k; ++j) ss += double{xr[j]} * xr[j];
+        const double inv = 1. / std::sqrt(ss / static_cast<double>(c.k) + eps);
+        for (int64_t r = 0; r < c.n; ++r) {
+          const float* wr = w.data<float>() + r * c.k;
+          double acc = 0., raw = 0.;
+          for (int64_t j = 0; j < c.k; ++j) {
+            acc += double{wr[j]} * xr[j] * inv * (offset + nw.data<float>()[j]);
+            raw += double{wr[j]} * xr[j];
+          }
+          h[static_cast<size_t>(i * c.n + r)] = acc;
+          plain[static_cast<size_t>(i * c.n + r)] = raw + base.data<float>()[i * c.n + r];
+        }
+      }
+      const std::string shape = std::to_string(c.m) + "x" + std::to_string(c.n) + "x" +
+                                std::to_string(c.k) + " offset " + std::to_string(int(offset));
+      cuda::GemvFusion f;
+      f.norm_weight = nwd.data<float>();
+      f.norm_offset = offset;
+      f.norm_eps = eps;
+      f.kind = cuda::GemvFuse::kNorm;
+      Tensor out = poisoned(*gpu_, {c.m, c.n}, dt_);
+      cuda::launch_gemv_fused(xd.raw(), wd.raw(), dt_, out.raw(), c.m, c.n, c.k, c.n, f,
+                              gpu_->stream());
+      expect_near(host_values(*gpu_, out), h, bound_for(dt_), tag("fused norm " + shape));
+      for (cuda::KAct act : {cuda::KAct::kSilu, cuda::KAct::kGeluTanh}) {
+        const int64_t half = c.n / 2;
+        std::vector<double> g(static_cast<size_t>(c.m * half));
+        for (int64_t i = 0; i < c.m; ++i)
+          for (int64_t j = 0; j < half; ++j) {
+            const double a = h[static_cast<size_t>(i * c.n + j)];
+            g[static_cast<size_t>(i * half + j)] =
+                (act == cuda::KAct::kSilu ? silu(a) : gelu_tanh(a)) *
+                h[static_cast<size_t>(i * c.n + half + j)];
+          }
+        f.kind = cuda::GemvFuse::kNormGated;
+        f.act = act;
+        Tensor gout = poisoned(*gpu_, {c.m, half}, dt_);
+        cuda::launch_gemv_fused(xd.raw(), wd.raw(), dt_, gout.raw(), c.m, c.n, c.k, half, f,
+                                gpu_->stream());
+        expect_near(host_values(*gpu_, gout), g, bound_for(dt_),
+                    tag("fused norm gated " +
+                        std::string(act == cuda::KAct::kSilu ? "silu " : "gelu ") + shape));
+      }
+      if (offset != 0.f) continue;
+      {  // the gated form without the norm
+        const int64_t half = c.n / 2;
+        std::vector<double> g(static_cast<size_t>(c.m * half));
+        for (int64_t i = 0; i < c.m; ++i)
+          for (int64_t j = 0; j < half; ++j) {
+            const double a =
+                plain[static_cast<size_t>(i * c.n + j)] - base.data<float>()[i * c.n + j];
+            const double u = plain[static_cast<size_t>(i * c.n + half + j)] -
+                             base.data<float>()[i * c.n + half + j];
+            g[static_cast<size_t>(i * half + j)] = silu(a) * u;
+          }
+        f.kind = cuda::GemvFuse::kGated;
+        f.act = cuda::KAct::kSilu;
+        Tensor gout = poisoned(*gpu_, {c.m, half}, dt_);
+        cuda::launch_gemv_fused(xd.raw(), wd.raw(), dt_, gout.raw(), c.m, c.n, c.k, half, f,
+                                gpu_->stream());
+        expect_near(host_values(*gpu_, gout), g, bound_for(dt_), tag("fused gated " + shape));
+      }
+      f.kind = cuda::GemvFuse::kAdd;
+      Tensor acc = dev(base);
+      cuda::launch_gemv_fused(xd.raw(), wd.raw(), dt_, acc.raw(), c.m, c.n, c.k, c.n, f,
+                              gpu_->stream());
+      expect_near(host_values(*gpu_, acc), plain, bound_for(dt_), tag("fused add " + shape));
+      if (c.m != 1) continue;
+      // The backend's ops against the separate ones they stand for: the residual add and
+      // the gated product bit for bit (same products, rounded where the separate
+      // kernels round), the norm within the bound.
+      Tensor r1 = dev(base), r2 = dev(base), o = poisoned(*gpu_, {c.m, c.n}, dt_);
+      gpu_->linear(xd, wd, Tensor(), o, 0, Activation::kIdentity);
+      gpu_->add(r1, o, r1);
+      gpu_->linear_add(xd, wd, r2);
+      EXPECT_EQ(host_values(*gpu_, r2), host_values(*gpu_, r1)) << tag("linear_add " + shape);
+      Tensor g1 = poisoned(*gpu_, {c.m, c.n / 2}, dt_), g2 = poisoned(*gpu_, {c.m, c.n / 2}, dt_);
+      gpu_->gated_activation(o, Activation::kSilu, g1);
+      gpu_->linear_gated(xd, wd, g2, Activation::kSilu);
+      EXPECT_EQ(host_values(*gpu_, g2), host_values(*gpu_, g1)) << tag("linear_gated " + shape);
+      if (c.k > 12288) continue;  // (add_norm's widest row)
+      NormParams np;
+      np.weight = nwd;
+      np.eps = eps;
+      Tensor xn = poisoned(*gpu_, {c.m, c.k}, dt_), res = dev(x);
+      gpu_->add_norm(res, Tensor(), Tensor(), np, xn);
+      Tensor sep = poisoned(*gpu_, {c.m, c.n}, dt_), fused = poisoned(*gpu_, {c.m, c.n}, dt_);
+      gpu_->linear(xn, wd, Tensor(), sep, 0, Activation::kIdentity);
+      gpu_->norm_linear(xd, np, wd, fused, false, Activation::kIdentity);
+      expect_near(host_values(*gpu_, fused), host_values(*gpu_, sep), bound_for(dt_),
+                  tag("norm_linear vs add_norm + linear " + shape));
+      Tensor gsep = poisoned(*gpu_, {c.m, c.n / 2}, dt_), gf = poisoned(*gpu_, {c.m, c.n / 2}, dt_);
+      gpu_->gated_activation(sep, Activation::kSilu, gsep);
+      gpu_->norm_linear(xd, np, wd, gf, true, Activation::kSilu);
+      expect_near(host_values(*gpu_, gf), host_values(*gpu_, gsep), bound_for(dt_),
+                  tag("gated norm_linear vs separate " + shape));
+      EXPECT_EQ(host_values(*gpu_, xd), host_values(x)) << "norm_linear changed its input";
+    }
+  }
+}
+
 // The weight-streaming tensor-core kernel for 2..128 rows: padded row counts (16, 32,
 // 64, 128 and between), column tails (n not a multiple of 128), split k with the
 // last-block reduction (small n, long k), f32 output, the bias/activation epilogue.

@@ -182,6 +182,93 @@ void CudaBackend::gated_activation(const Tensor& in, Activation act, Tensor& out
   launch_gated(in.raw(), out.raw(), dtype_, in.dim(0), out.dim(1), kact(act), stream_);
 }
 
+namespace {
+bool fusable_rows(int64_t rows, int64_t k, DType dtype) {
+  return rows >= 1 && rows <= kGemvAutoRows && (dtype == DType::kBF16 || dtype == DType::kF16) &&
+         k % 8 == 0 && rows * k * 2 <= 64 * 1024;
+}
+}  // namespace
+
+bool CudaBackend::fuses_row_ops(int64_t rows, int64_t k) const {
+  return fuse_rows_ == FuseRows::kAll && use_gemv_ && !batch_invariant_ &&
+         fusable_rows(rows, k, dtype_);
+}
+
+bool CudaBackend::fuses_gated_linear(int64_t rows, int64_t k) const {
+  return fuse_rows_ != FuseRows::kOff && use_gemv_ && !batch_invariant_ &&
+         fusable_rows(rows, k, dtype_);
+}
+
+void CudaBackend::linear_gated(const Tensor& x, const Tensor& w, Tensor& out, Activation act) {
+  check_act(x, "linear_gated x");
+  check_here(w, "linear_gated weight");
+  check_act(out, "linear_gated out");
+  check_2d(x, "linear_gated x");
+  check_2d(w, "linear_gated weight");
+  check_2d(out, "linear_gated out");
+  const int64_t m = x.dim(0), k = x.dim(1), n = w.dim(0);
+  TACHYON_CHECK(w.dtype() == x.dtype() && w.dim(1) == k && n % 2 == 0,
+                "linear_gated weight {} for input {}", w.str(), x.str());
+  TACHYON_CHECK(out.dim(0) == m && out.dim(1) == n / 2, "linear_gated out {} for {} rows",
+                out.str(), n);
+  TACHYON_CHECK(
+      fuses_gated_linear(m, k) && gemv_fused_supports(x.dtype(), m, k, x.raw(), w.raw(), nullptr),
+      "linear_gated: {} rows of width {} are not fused here (fuses_gated_linear)", m, k);
+  GemvFusion f;
+  f.kind = GemvFuse::kGated;
+  f.act = kact(act);
+  launch_gemv_fused(x.raw(), w.raw(), x.dtype(), out.raw(), m, n, k, out.dim(1), f, stream_);
+}
+
+void CudaBackend::norm_linear(const Tensor& x, const NormParams& norm, const Tensor& w, Tensor& out,
+                              bool gated, Activation act) {
+  check_act(x, "norm_linear x");
+  check_here(w, "norm_linear weight");
+  check_act(out, "norm_linear out");
+  check_2d(x, "norm_linear x");
+  check_2d(w, "norm_linear weight");
+  check_2d(out, "norm_linear out");
+  const int64_t m = x.dim(0), k = x.dim(1), n = w.dim(0);
+  TACHYON_CHECK(w.dtype() == x.dtype() && w.dim(1) == k, "norm_linear weight {} for input {}",
+                w.str(), x.str());
+  TACHYON_CHECK(out.dim(0) == m && out.dim(1) == (gated ? n / 2 : n) && (!gated || n % 2 == 0),
+                "norm_linear out {} for {} {}rows", out.str(), n, gated ? "gated " : "");
+  TACHYON_CHECK(norm.type == NormType::kRMSNorm && !norm.bias,
+                "norm_linear: an RMSNorm without bias only");
+  const NormArgs na = norm_args(norm, k);
+  TACHYON_CHECK(
+      fuses_row_ops(m, k) && gemv_fused_supports(x.dtype(), m, k, x.raw(), w.raw(), na.weight),
+      "norm_linear: {} rows of width {} are not fused here (fuses_row_ops)", m, k);
+  GemvFusion f;
+  f.kind = gated ? GemvFuse::kNormGated : GemvFuse::kNorm;
+  f.norm_weight = na.weight;
+  f.norm_offset = na.weight_offset;
+  f.norm_eps = na.eps;
+  f.act = kact(act);
+  launch_gemv_fused(x.raw(), w.raw(), x.dtype(), out.raw(), m, n, k, out.dim(1), f, stream_);
+}
+
+void CudaBackend::linear_add(const Tensor& x, const Tensor& w, Tensor& residual) {
+  check_act(x, "linear_add x");
+  check_here(w, "linear_add weight");
+  check_act(residual, "linear_add residual");
+  check_2d(x, "linear_add x");
+  check_2d(w, "linear_add weight");
+  check_2d(residual, "linear_add residual");
+  const int64_t m = x.dim(0), k = x.dim(1), n = w.dim(0);
+  TACHYON_CHECK(w.dtype() == x.dtype() && w.dim(1) == k, "linear_add weight {} for input {}",
+                w.str(), x.str());
+  TACHYON_CHECK(residual.dim(0) == m && residual.dim(1) == n, "linear_add residual {} for {} x {}",
+                residual.str(), m, n);
+  TACHYON_CHECK(
+      fuses_row_ops(m, k) && gemv_fused_supports(x.dtype(), m, k, x.raw(), w.raw(), nullptr),
+      "linear_add: {} rows of width {} are not fused here (fuses_row_ops)", m, k);
+  GemvFusion f;
+  f.kind = GemvFuse::kAdd;
+  launch_gemv_fused(x.raw(), w.raw(), x.dtype(), residual.raw(), m, n, k, residual.dim(1), f,
+                    stream_);
+}
+
 void CudaBackend::activation(Tensor& x, Activation act) {
   check_here(x, "activation");
   if (act == Activation::kIdentity || x.numel() == 0) return;
