@@ -213,40 +213,6 @@ class Backend {
                       int64_t col_offset = 0, Activation act = Activation::kIdentity) = 0;
   // out[t, i] = act(in[t, i]) * in[t, I + i]; in [T, 2I] ([gate | up]), out [T, I].
   virtual void gated_activation(const Tensor& in, Activation act, Tensor& out) = 0;
-  // Row ops folded into the products (optional): a backend that says fuses_row_ops()
-  // for a step of `rows` rows and products of inner width k runs norm_linear() and
-  // linear_add(), and the decoder then calls them in place of add_norm(), linear() and
-  // gated_activation() around a pre-norm layer's products (the CUDA backend for
-  // one-row decode steps, where those small kernels are a tenth of the step).
-  virtual bool fuses_row_ops(int64_t rows, int64_t k) const {
-    (void)rows;
-    (void)k;
-    return false;
-  }
-  // out = RMSNorm(x) · wᵀ; x [T, K] (the residual stream, unchanged), norm an RMSNorm
-  // without bias, w [N, K] (prepared, no bias). gated: w is [gate; up] (N = 2I rows)
-  // and out [T, I] = act(gate) * up; otherwise out [T, N].
-  virtual void norm_linear(const Tensor& x, const NormParams& norm, const Tensor& w, Tensor& out,
-                           bool gated, Activation act) {
-    (void)x, (void)norm, (void)w, (void)out, (void)gated, (void)act;
-    TACHYON_CHECK(false, "norm_linear: this backend does not fuse row ops (fuses_row_ops)");
-  }
-  // out [T, I] = act(x · gateᵀ) * (x · upᵀ), w = [gate; up] [2I, K] (prepared, no
-  // bias): the gated product without its [T, 2I] output (where fuses_gated_linear()).
-  virtual bool fuses_gated_linear(int64_t rows, int64_t k) const {
-    (void)rows;
-    (void)k;
-    return false;
-  }
-  virtual void linear_gated(const Tensor& x, const Tensor& w, Tensor& out, Activation act) {
-    (void)x, (void)w, (void)out, (void)act;
-    TACHYON_CHECK(false, "linear_gated: this backend does not fuse it (fuses_gated_linear)");
-  }
-  // residual += x · wᵀ; x [T, K], w [N, K] (prepared, no bias), residual [T, N].
-  virtual void linear_add(const Tensor& x, const Tensor& w, Tensor& residual) {
-    (void)x, (void)w, (void)residual;
-    TACHYON_CHECK(false, "linear_add: this backend does not fuse row ops (fuses_row_ops)");
-  }
   // x = act(x) in place, x [T, N].
   virtual void activation(Tensor& x, Activation act) = 0;
   // out = a + b, all [T, N].

@@ -148,17 +148,6 @@ Decoder::Decoder(ModelConfig config, ModelWeights weights, std::unique_ptr<Backe
   if (be_->device().is_cpu()) graphs_on_ = false;
   all_sliding_ = cfg_.sliding_window > 0;
   for (int l = 0; l < cfg_.layer_num; ++l) all_sliding_ = all_sliding_ && cfg_.is_sliding(l);
-  const bool plain_prenorm = !cfg_.residual_from_norm && !cfg_.post_norm &&
-                             !cfg_.parallel_residual && !cfg_.sandwich_norm && cfg_.gated_mlp;
-  auto plain_rms = [](const NormParams& n) { return n.type == NormType::kRMSNorm && !n.bias; };
-  fusable_.resize(static_cast<size_t>(cfg_.layer_num));
-  for (int l = 0; l < cfg_.layer_num; ++l) {
-    const LayerWeights& L = w_.layers[l];
-    fusable_[l] = plain_prenorm && !cfg_.is_moe(l) && plain_rms(L.attn_norm) &&
-                  plain_rms(L.mlp_norm) && L.qkv && !L.qkv.b && L.o && !L.o.b && L.gate_up &&
-                  !L.gate_up.b && L.gate_up.w.dim(0) == 2 * cfg_.inter_size && L.down &&
-                  !L.down.b && L.down.w.dim(1) == cfg_.inter_size;
-  }
   attn_params_.resize(static_cast<size_t>(cfg_.layer_num));
   for (int l = 0; l < cfg_.layer_num; ++l) {
     AttentionParams& p = attn_params_[l];
@@ -428,13 +417,6 @@ void Decoder::compute(int64_t T, int64_t R, Tensor& logits) {
       be_->add_norm(residual, m, Tensor(), L.mlp_norm, residual);
       continue;
     }
-    if (fused_layer_applies(l, T)) {
-      if (pending1) be_->add(residual, pending1, residual);
-      if (pending2) be_->add(residual, pending2, residual);
-      pending1 = pending2 = Tensor();
-      fused_layer(l, residual);
-      continue;
-    }
     be_->add_norm(residual, pending1, pending2, L.attn_norm, h);
     attention_block(l, h, o);
     if (cfg_.parallel_residual) {
@@ -489,13 +471,6 @@ void Decoder::attention_block(int l, const Tensor& h, Tensor& out) {
     be_->linear(h, L.k.w, L.k.b, qkv, layout_.q_cols());
     be_->linear(h, L.v.w, L.v.b, qkv, layout_.q_cols() + layout_.kv_cols());
   }
-  Tensor attn = attend(l, qkv);
-  be_->linear(attn, L.o.w, L.o.b, out);
-}
-
-Tensor Decoder::attend(int l, Tensor& qkv) {
-  const LayerWeights& L = w_.layers[l];
-  const int64_t T = qkv.dim(0);
   if (cfg_.clip_qkv > 0) be_->clamp(qkv, static_cast<float>(cfg_.clip_qkv));
   if (cfg_.qk_norm) be_->qk_norm(qkv, layout_, L.q_norm, L.k_norm);
   if (logn_active_) be_->scale_queries(qkv, layout_, logn_t_);
@@ -505,24 +480,7 @@ Tensor Decoder::attend(int l, Tensor& qkv) {
     be_->write_kv(qkv, layout_, slots_t_, kv_[l]);
   Tensor attn = attn_.view(*be_, T, layout_.q_cols());
   be_->attention(qkv, layout_, kv_[l], meta_, attn_params_[l], attn);
-  return attn;
-}
-
-bool Decoder::fused_layer_applies(int l, int64_t T) const {
-  return fusable_[l] && be_->fuses_row_ops(T, cfg_.hidden_size) &&
-         be_->fuses_row_ops(T, layout_.q_cols()) && be_->fuses_row_ops(T, cfg_.inter_size);
-}
-
-void Decoder::fused_layer(int l, Tensor& residual) {
-  const LayerWeights& L = w_.layers[l];
-  const int64_t T = residual.dim(0);
-  Tensor qkv = qkv_.view(*be_, T, layout_.row_cols());
-  be_->norm_linear(residual, L.attn_norm, L.qkv.w, qkv, false, Activation::kIdentity);
-  Tensor attn = attend(l, qkv);
-  be_->linear_add(attn, L.o.w, residual);
-  Tensor a = act_.view(*be_, T, cfg_.inter_size);
-  be_->norm_linear(residual, L.mlp_norm, L.gate_up.w, a, true, cfg_.activation);
-  be_->linear_add(a, L.down.w, residual);
+  be_->linear(attn, L.o.w, L.o.b, out);
 }
 
 void Decoder::mlp_block(int l, const Tensor& h, Tensor& out) {
@@ -559,11 +517,6 @@ void Decoder::mlp_block(int l, const Tensor& h, Tensor& out) {
   Tensor a = act_.view(*be_, T, I);
   if (cfg_.gated_mlp) {
     Tensor gu = gate_up_.view(*be_, T, 2 * I);
-    if (L.gate_up && !L.gate_up.b && be_->fuses_gated_linear(T, h.dim(1))) {
-      be_->linear_gated(h, L.gate_up.w, a, cfg_.activation);
-      be_->linear(a, L.down.w, L.down.b, out);
-      return;
-    }
     if (L.gate_up) {
       be_->linear(h, L.gate_up.w, L.gate_up.b, gu);
     } else {

@@ -90,15 +90,7 @@ class Decoder final : public Model {
   // The step's f32 logits [logits_rows, vocab] on the backend's device.
   Tensor device_logits(const ForwardBatch& b);
   void attention_block(int layer, const Tensor& h, Tensor& out);
-  // The attention of qkv [T, row_cols] (the KV cache written): the heads' outputs
-  // [T, q_cols], before the output projection.
-  Tensor attend(int layer, Tensor& qkv);
   void mlp_block(int layer, const Tensor& h, Tensor& out);
-  // A plain pre-norm layer with its row ops folded into the products: residual +=
-  // attn(norm1(residual)); residual += mlp(norm2(residual)) through the backend's
-  // norm_linear() / linear_add() (only where fused_layer(l, T) holds).
-  void fused_layer(int layer, Tensor& residual);
-  bool fused_layer_applies(int layer, int64_t T) const;
 
   ModelConfig cfg_;
   ModelWeights w_;
@@ -106,9 +98,6 @@ class Decoder final : public Model {
   QkvLayout layout_;
   std::vector<AttentionParams> attn_params_;
   bool all_sliding_ = false;  // every layer has the sliding window
-  // Per layer: its shape allows fused_layer() (plain pre-norm, RMSNorms without bias,
-  // stacked qkv and gate/up without biases, a dense gated MLP).
-  std::vector<bool> fusable_;
   std::unique_ptr<RopeTable> rope_;
 
   std::vector<LayerKvCache> kv_;

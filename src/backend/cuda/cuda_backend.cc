@@ -72,17 +72,6 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   }
   if (const char* env = std::getenv("TACHYON_CUDA_GEMV"); env != nullptr && std::string(env) == "0")
     use_gemv_ = false;
-  if (const char* env = std::getenv("TACHYON_FUSE_ROWS"); env != nullptr && *env != '\0') {
-    const std::string v = env;
-    if (v == "0")
-      fuse_rows_ = FuseRows::kOff;
-    else if (v == "gated")
-      fuse_rows_ = FuseRows::kGatedOnly;
-    else if (v == "1")
-      fuse_rows_ = FuseRows::kAll;
-    else
-      raise<InvalidArgument>("TACHYON_FUSE_ROWS: '{}' is not 0, 1 or gated", v);
-  }
   use_skinny_ = env_flag("TACHYON_CUDA_SKINNY", false);
   gemv_variant_ = kGemvDefault;
   if (const char* env = std::getenv("TACHYON_GEMV_VARIANT"); env != nullptr && *env != '\0') {

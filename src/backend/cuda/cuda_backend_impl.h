@@ -60,12 +60,6 @@ class CudaBackend final : public Backend {
   void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out, int64_t col_offset,
               Activation act) override;
   void gated_activation(const Tensor& in, Activation act, Tensor& out) override;
-  bool fuses_row_ops(int64_t rows, int64_t k) const override;
-  void norm_linear(const Tensor& x, const NormParams& norm, const Tensor& w, Tensor& out,
-                   bool gated, Activation act) override;
-  void linear_add(const Tensor& x, const Tensor& w, Tensor& residual) override;
-  bool fuses_gated_linear(int64_t rows, int64_t k) const override;
-  void linear_gated(const Tensor& x, const Tensor& w, Tensor& out, Activation act) override;
   void activation(Tensor& x, Activation act) override;
   void add(const Tensor& a, const Tensor& b, Tensor& out) override;
   void scale_add(const Tensor& a, float scale, const Tensor& b, Tensor& out) override;
@@ -121,11 +115,6 @@ class CudaBackend final : public Backend {
   // kernel (gemv.cu) instead of cuBLASLt; on by default, TACHYON_CUDA_GEMV=0 turns it
   // off.
   void set_gemv(bool on) { use_gemv_ = on; }
-  // Row ops folded into those matrix-vector products (fuses_row_ops() and
-  // fuses_gated_linear(), gemv.cu's fused forms): all of them by default;
-  // TACHYON_FUSE_ROWS=0 none, =gated only the gated product's activation.
-  enum class FuseRows { kOff, kGatedOnly, kAll };
-  void set_fuse_rows(FuseRows mode) { fuse_rows_ = mode; }
   bool gemv() const { return use_gemv_; }
   // GEMMs of 2..kSkinnyAutoRows rows (16-bit, k % 64 == 0) on the weight-streaming
   // tensor-core kernel (gemm_skinny.cu) instead of cuBLASLt; TACHYON_CUDA_SKINNY=0|1.
@@ -161,7 +150,6 @@ class CudaBackend final : public Backend {
   // Bumped whenever backend-owned scratch a recorded graph may use is reallocated.
   std::shared_ptr<uint64_t> scratch_epoch_ = std::make_shared<uint64_t>(0);
   bool use_gemv_ = true;
-  FuseRows fuse_rows_ = FuseRows::kAll;
   int gemv_variant_ = 0;  // kGemvDefault unless TACHYON_GEMV_VARIANT says (benchmarks)
   bool use_skinny_ = false;
   Tensor skinny_partial_, merge_counters_;

@@ -10,21 +10,6 @@
 // loads before pdl_wait() (launch.cuh): with programmatic dependent launch they are in
 // flight while the previous kernel drains, which hides most of the memory latency at
 // the start of every product.
-//
-// Fused forms (launch_gemv_fused) take over the row ops around the products of a
-// one-row decode step, so the step runs six kernels a layer instead of nine:
-//  - kNorm: y = RMSNorm(x) . w^T. The block stages x * norm_weight (not yet divided by
-//    the row's RMS) and sums the squares of x on the way; the 1 / RMS factor is applied
-//    to each output in the epilogue. Nothing waits for the reduction before the
-//    weights stream: an attempt that normalised x while staging it, with a block-wide
-//    reduction first, made every block pay the row work before its first weight load
-//    (docs/performance.md).
-//  - kNormGated: the same with gated rows: a block computes gate row j and up row
-//    n/2 + j side by side and writes act(gate) * up as output j (y has n/2 columns), so
-//    the [gate | up] product is never stored.
-//  - kGated: the gated rows without the norm.
-//  - kAdd: y += x . w^T (the residual add of the attention output and the MLP's down
-//    projection).
 #include <algorithm>
 
 #include "backend/cuda/device_util.cuh"
@@ -71,33 +56,16 @@ __device__ __forceinline__ void dot8(const uint4& w, const uint4& x, float& acc,
 // sums meet in shared memory): with one warp per column, n = 4096..8192 leaves the last
 // wave of warps short of work or the SMs unevenly loaded; two warps per column measured
 // 4-17% faster at every Llama-3-8B shape, wide ones included.
-// kFuse: a GemvFuse (kernels.h) as int; the fused forms need x staged (kSmemX).
-template <typename T, typename Y, int kM, bool kSmemX, int kSplit, int kWarps, int kFuse>
+template <typename T, typename Y, int kM, bool kSmemX, int kSplit, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, Y* __restrict__ y, int64_t n,
-                int64_t k, int64_t ldy, GemvFusion fusion) {
-  constexpr bool kNorm =
-      kFuse == static_cast<int>(GemvFuse::kNorm) || kFuse == static_cast<int>(GemvFuse::kNormGated);
-  constexpr bool kGated = kFuse == static_cast<int>(GemvFuse::kNormGated) ||
-                          kFuse == static_cast<int>(GemvFuse::kGated);
-  constexpr bool kAdd = kFuse == static_cast<int>(GemvFuse::kAdd);
-  constexpr int kRows = kWarps / kSplit;  // weight rows a block
-  static_assert(kFuse == 0 || kSmemX, "the fused forms stage x in shared memory");
-  static_assert(!kGated || kRows % 2 == 0, "gated blocks hold whole (gate, up) pairs");
+                int64_t k, int64_t ldy) {
   extern __shared__ uint4 xs[];  // [kM * k / 8] when kSmemX
   __shared__ float partial[kSplit > 1 ? kWarps : 1][kM];
-  __shared__ float sumsq[kNorm ? kWarps : 1][kM];  // per warp: its share of sum(x^2)
-  __shared__ float result[kGated ? kRows : 1][kM];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int part = warp % kSplit;
-  const int local = warp / kSplit;
-  // Gated: the block's first kRows / 2 rows are gate rows j, the others the up rows
-  // n/2 + j of the same j.
-  constexpr int kPairs = kGated ? kRows / 2 : 1;
-  const int64_t pair = blockIdx.x * int64_t{kPairs} + local % kPairs;
-  const int64_t row =
-      kGated ? (local < kPairs ? pair : n / 2 + pair) : blockIdx.x * int64_t{kRows} + local;
-  const bool valid = kGated ? pair < n / 2 : row < n;
+  const int64_t row = blockIdx.x * int64_t{kWarps / kSplit} + warp / kSplit;
+  const bool valid = row < n;
   const int pieces = static_cast<int>(k / 8);
   // This warp's pieces [p_begin, p_end) of the row, in multiples of 32.
   const int share = (pieces + 32 * kSplit - 1) / (32 * kSplit) * 32;
@@ -113,38 +81,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   pdl_wait();
   pdl_launch_dependents();
   const uint4* xr = reinterpret_cast<const uint4*>(x);
-  if constexpr (kNorm) {
-    // x * (offset + weight) into shared memory, sum(x^2) per row on the way.
-    float ss[kM];
-#pragma unroll
-    for (int i = 0; i < kM; ++i) ss[i] = 0.f;
-    const float4* nw = reinterpret_cast<const float4*>(fusion.norm_weight);
-    for (int c = threadIdx.x; c < pieces; c += blockDim.x) {
-      const float4 w0 = __ldg(nw + 2 * c), w1 = __ldg(nw + 2 * c + 1);
-      const float o = fusion.norm_offset;
-      const float scale[8] = {o + w0.x, o + w0.y, o + w0.z, o + w0.w,
-                              o + w1.x, o + w1.y, o + w1.z, o + w1.w};
-#pragma unroll
-      for (int i = 0; i < kM; ++i) {
-        uint4 v = __ldg(xr + i * pieces + c);
-        T* e = reinterpret_cast<T*>(&v);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const float f = to_f(e[j]);
-          ss[i] = fmaf(f, f, ss[i]);
-          e[j] = from_f<T>(f * scale[j]);
-        }
-        xs[i * pieces + c] = v;
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kM; ++i) {
-      ss[i] = warp_sum(ss[i]);
-      if (lane == 0) sumsq[warp][i] = ss[i];
-    }
-    __syncthreads();
-    xr = xs;
-  } else if constexpr (kSmemX) {
+  if constexpr (kSmemX) {
     for (int i = threadIdx.x; i < kM * pieces; i += blockDim.x) xs[i] = __ldg(xr + i);
     __syncthreads();
     xr = xs;
@@ -190,57 +127,24 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int i = 0; i < kM; ++i) partial[warp][i] = acc[i];
     __syncthreads();
-    if (!kGated && part != 0) return;  // gated blocks meet once more below
+    if (part != 0) return;
 #pragma unroll
     for (int i = 0; i < kM; ++i) {
       float v = 0.f;
 #pragma unroll
-      for (int j = 0; j < kSplit; ++j) v += partial[warp - part + j][i];
+      for (int j = 0; j < kSplit; ++j) v += partial[warp + j][i];
       acc[i] = v;
     }
   }
-  if constexpr (kNorm) {
-#pragma unroll
-    for (int i = 0; i < kM; ++i) {
-      float s = 0.f;
-#pragma unroll
-      for (int j = 0; j < kWarps; ++j) s += sumsq[j][i];
-      acc[i] *= rsqrtf(s / static_cast<float>(k) + fusion.norm_eps);
-    }
-  }
-  if constexpr (kGated) {
-    if (part == 0 && lane == 0)
-#pragma unroll
-      for (int i = 0; i < kM; ++i) result[local][i] = acc[i];
-    __syncthreads();
-    const int t = threadIdx.x;
-    if (t >= kPairs * kM) return;
-    const int p = t % kPairs, i = t / kPairs;
-    const int64_t j = blockIdx.x * int64_t{kPairs} + p;
-    if (j < n / 2)
-      // Rounded where the separate kernels round: the gate and up outputs, then the
-      // activation (elementwise.cu's gate()).
-      y[i * ldy + j] = from_f<Y>(round_to<T>(apply_act(round_to<T>(result[p][i]), fusion.act)) *
-                                 round_to<T>(result[kPairs + p][i]));
-    return;
-  }
   if (!valid || lane != 0) return;
 #pragma unroll
-  for (int i = 0; i < kM; ++i) {
-    if constexpr (kAdd)
-      y[i * ldy + row] = from_f<Y>(to_f(y[i * ldy + row]) + round_to<T>(acc[i]));  // as add_norm
-    else
-      y[i * ldy + row] = from_f<Y>(acc[i]);
-  }
+  for (int i = 0; i < kM; ++i) y[i * ldy + row] = from_f<Y>(acc[i]);
 }
 
-template <typename T, typename Y, bool kSmemX, int kSplit, int kWarps, int kFuse = 0>
+template <typename T, typename Y, bool kSmemX, int kSplit, int kWarps>
 void launch_m(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, int64_t ldy,
-              cudaStream_t stream, const GemvFusion& fusion = {}) {
-  constexpr int kRows = kWarps / kSplit;
-  constexpr bool kGated = kFuse == static_cast<int>(GemvFuse::kNormGated) ||
-                          kFuse == static_cast<int>(GemvFuse::kGated);
-  const dim3 blocks(kGated ? ceil_div(n / 2, kRows / 2) : ceil_div(n, kRows));
+              cudaStream_t stream) {
+  const dim3 blocks(ceil_div(n, kWarps / kSplit));
   const dim3 threads(kWarps * 32);
   const auto* xt = static_cast<const T*>(x);
   const auto* wt = static_cast<const T*>(w);
@@ -250,20 +154,20 @@ void launch_m(const void* x, const void* w, void* y, int64_t m, int64_t n, int64
     if (smem > 48 * 1024)
       TACHYON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               static_cast<int>(smem)));
-    launch_kernel(kernel, blocks, threads, smem, stream, xt, wt, yt, n, k, ldy, fusion);
+    launch_kernel(kernel, blocks, threads, smem, stream, xt, wt, yt, n, k, ldy);
   };
   switch (m) {
     case 1:
-      go(gemv_kernel<T, Y, 1, kSmemX, kSplit, kWarps, kFuse>);
+      go(gemv_kernel<T, Y, 1, kSmemX, kSplit, kWarps>);
       break;
     case 2:
-      go(gemv_kernel<T, Y, 2, kSmemX, kSplit, kWarps, kFuse>);
+      go(gemv_kernel<T, Y, 2, kSmemX, kSplit, kWarps>);
       break;
     case 3:
-      go(gemv_kernel<T, Y, 3, kSmemX, kSplit, kWarps, kFuse>);
+      go(gemv_kernel<T, Y, 3, kSmemX, kSplit, kWarps>);
       break;
     default:
-      go(gemv_kernel<T, Y, 4, kSmemX, kSplit, kWarps, kFuse>);
+      go(gemv_kernel<T, Y, 4, kSmemX, kSplit, kWarps>);
       break;
   }
 }
@@ -322,62 +226,6 @@ void launch_gemv(const void* x, const void* w, DType type, void* y, DType y_type
     else
       go(f16_t{}, f16_t{});
   }
-}
-
-bool gemv_fused_supports(DType type, int64_t m, int64_t k, const void* x, const void* w,
-                         const float* norm_weight) {
-  return gemv_supports(type, type, m, k, x, w) && m * k * 2 <= 64 * 1024 &&
-         reinterpret_cast<uintptr_t>(norm_weight) % 16 == 0;
-}
-
-void launch_gemv_fused(const void* x, const void* w, DType type, void* y, int64_t m, int64_t n,
-                       int64_t k, int64_t ldy, const GemvFusion& fusion, cudaStream_t stream) {
-  if (m == 0 || n == 0) return;
-  const bool norm = fusion.kind == GemvFuse::kNorm || fusion.kind == GemvFuse::kNormGated;
-  TACHYON_KERNEL_CHECK(m <= kGemvMaxRows && k % 8 == 0 && m * k * 2 <= 64 * 1024,
-                       "fused gemv: at most 4 rows, k a multiple of 8, x within 64 KB");
-  TACHYON_KERNEL_CHECK(!norm || fusion.norm_weight != nullptr, "fused gemv: no norm weight");
-  TACHYON_KERNEL_CHECK(
-      (fusion.kind != GemvFuse::kNormGated && fusion.kind != GemvFuse::kGated) || n % 2 == 0,
-      "fused gemv: gated rows come in pairs");
-  // The default variant's shape (kGemvDefault): x staged, two warps a row, 16-warp
-  // blocks for long rows.
-  auto go = [&](auto tag) {
-    using T = decltype(tag);
-    auto by_kind = [&]<int kWarps>() {
-      switch (fusion.kind) {
-        case GemvFuse::kNorm:
-          launch_m<T, T, true, 2, kWarps, static_cast<int>(GemvFuse::kNorm)>(x, w, y, m, n, k, ldy,
-                                                                             stream, fusion);
-          break;
-        case GemvFuse::kNormGated:
-          launch_m<T, T, true, 2, kWarps, static_cast<int>(GemvFuse::kNormGated)>(
-              x, w, y, m, n, k, ldy, stream, fusion);
-          break;
-        case GemvFuse::kGated:
-          launch_m<T, T, true, 2, kWarps, static_cast<int>(GemvFuse::kGated)>(x, w, y, m, n, k, ldy,
-                                                                              stream, fusion);
-          break;
-        case GemvFuse::kAdd:
-          launch_m<T, T, true, 2, kWarps, static_cast<int>(GemvFuse::kAdd)>(x, w, y, m, n, k, ldy,
-                                                                            stream, fusion);
-          break;
-        case GemvFuse::kNone:
-          launch_m<T, T, true, 2, kWarps>(x, w, y, m, n, k, ldy, stream, fusion);
-          break;
-      }
-    };
-    if (k >= 8192)
-      by_kind.template operator()<16>();
-    else
-      by_kind.template operator()<kWarpsPerBlock>();
-  };
-  if (type == DType::kBF16)
-    go(bf16_t{});
-  else if (type == DType::kF16)
-    go(f16_t{});
-  else
-    TACHYON_KERNEL_CHECK(false, "fused gemv: bf16 or f16 only");
 }
 
 }  // namespace tachyon::cuda

@@ -213,27 +213,6 @@ constexpr int kGemvDefault = kGemvSmemX | kGemvSplit2 | kGemvWideLongK;
 void launch_gemv(const void* x, const void* w, DType type, void* y, DType y_type, int64_t m,
                  int64_t n, int64_t k, int64_t ldy, cudaStream_t stream,
                  int variant = kGemvDefault);
-// The matrix-vector product with the row ops around it folded in (gemv.cu):
-//  kNorm:      y = RMSNorm(x) . w^T, the norm's scale (weight_offset + norm_weight[c])
-//              and eps as NormArgs; y [m, n].
-//  kNormGated: h = RMSNorm(x) . w^T with w = [gate; up] (n rows), y[i, j] =
-//              act(h[i, j]) * h[i, n/2 + j]; y [m, n/2].
-//  kGated:     the same without the norm: y[i, j] = act(h[i, j]) * h[i, n/2 + j],
-//              h = x . w^T.
-//  kAdd:       y += x . w^T.
-// x, w and y bf16 or f16 (y in x's dtype), the norm weight f32 [k] 16-byte aligned.
-enum class GemvFuse : int { kNone, kNorm, kNormGated, kGated, kAdd };
-struct GemvFusion {
-  GemvFuse kind = GemvFuse::kNone;
-  const float* norm_weight = nullptr;
-  float norm_offset = 0.f;
-  float norm_eps = 0.f;
-  KAct act = KAct::kSilu;
-};
-bool gemv_fused_supports(DType type, int64_t m, int64_t k, const void* x, const void* w,
-                         const float* norm_weight);
-void launch_gemv_fused(const void* x, const void* w, DType type, void* y, int64_t m, int64_t n,
-                       int64_t k, int64_t ldy, const GemvFusion& fusion, cudaStream_t stream);
 
 // ---- gemm_skinny.cu -----------------------------------------------------------------
 // y[i, j] (row stride ldy) = sum_c x[i, c] w[j, c] for 1 <= m <= kSkinnyMaxRows rows on
