@@ -15,11 +15,13 @@
 // memory are shared; p10 shows what the code does when it has them to itself). The
 // bound columns compare with a plain read of as many bytes timed alternately (m = 1)
 // or with the FMA peak (m > 1). Run it under `chrt -f 50` on a busy machine.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -227,12 +229,29 @@ void model_gemms(const Model& model, DType dtype, cpu::CpuIsa isa, int64_t m, bo
           {{model.lm_head, dtype, d.vocab, nullptr, logits, d.vocab, p}}, pool);
 }
 
+// Elements of one weight copy in the arena, rounded up to a 4 KiB-aligned start.
+size_t weight_stride(const Options& opt, DType dtype, const Shape& s) {
+  const size_t elems =
+      static_cast<size_t>(opt.packed ? cpu::packed_weight_elems(dtype, s.n, s.k) : s.k * s.n);
+  return (elems + 2047) / 2048 * 2048;
+}
+
 int run(const Options& opt) {
+  const size_t arena_elems = (opt.arena_mb << 20) / sizeof(uint16_t);
+  for (DType dtype : opt.dtypes)
+    for (const Shape& s : opt.dims.shapes()) {
+      if (!opt.only.empty() && opt.only != s.name) continue;
+      const size_t need = weight_stride(opt, dtype, s);
+      if (need > arena_elems) {
+        std::fprintf(stderr, "--arena-mb %zu holds no copy of the %s weights (%zu MiB)\n",
+                     opt.arena_mb, s.name, (need * sizeof(uint16_t) + (1 << 20) - 1) >> 20);
+        return 2;
+      }
+    }
   ThreadPool pool(opt.threads);
   std::printf("# cpu_gemm_bench: %d threads, active path %s\n", opt.threads,
               std::string(cpu::cpu_isa_name(cpu::active_cpu_isa())).c_str());
 
-  const size_t arena_elems = (opt.arena_mb << 20) / sizeof(uint16_t);
   AlignedArray<uint16_t> arena = aligned_array<uint16_t>(arena_elems);
   for (DType dtype : opt.dtypes) {
     fill_weights(arena.get(), arena_elems, dtype, 7);
@@ -251,8 +270,9 @@ int run(const Options& opt) {
           if (!opt.only.empty() && opt.only != s.name) continue;
           const size_t elems = static_cast<size_t>(
               opt.packed ? cpu::packed_weight_elems(dtype, s.n, s.k) : s.k * s.n);
-          // Copies start at 4 KiB-aligned offsets spread through the arena.
-          const size_t stride = (elems + 2047) / 2048 * 2048;
+          // Copies start at 4 KiB-aligned offsets spread through the arena (run() checked
+          // that one fits).
+          const size_t stride = weight_stride(opt, dtype, s);
           // Up to a few dozen rows a product still streams its weights from memory in a
           // real forward pass, so those rotate over the copies too.
           const size_t copies = m < 128 ? std::max<size_t>(1, arena_elems / stride) : 1;
@@ -343,7 +363,9 @@ int run(const Options& opt) {
 }  // namespace
 }  // namespace tachyon::bench
 
-int main(int argc, char** argv) {
+namespace {
+
+int parse_and_run(int argc, char** argv) {
   using namespace tachyon;
   bench::Options opt;
   std::string isa = "active";
@@ -414,5 +436,25 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  const auto& d = opt.dims;
+  const bool rows_ok = std::all_of(opt.ms.begin(), opt.ms.end(), [](int64_t m) { return m >= 1; });
+  if (opt.threads < 1 || !rows_ok || d.hidden < 1 || d.kv < 1 || d.inter < 1 || d.vocab < 1 ||
+      d.layers < 1) {
+    std::fprintf(stderr, "--threads, --m and --dims take positive numbers\n");
+    return 2;
+  }
   return bench::run(opt);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return parse_and_run(argc, argv);
+  } catch (const std::invalid_argument&) {
+    std::fprintf(stderr, "cpu_gemm_bench: a numeric flag got something that is not a number\n");
+  } catch (const std::out_of_range&) {
+    std::fprintf(stderr, "cpu_gemm_bench: a numeric flag's value is out of range\n");
+  }
+  return 2;
 }
