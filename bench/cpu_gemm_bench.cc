@@ -229,11 +229,12 @@ void model_gemms(const Model& model, DType dtype, cpu::CpuIsa isa, int64_t m, bo
           {{model.lm_head, dtype, d.vocab, nullptr, logits, d.vocab, p}}, pool);
 }
 
-// Elements of one weight copy in the arena, rounded up to a 4 KiB-aligned start.
+// Elements of one weight copy, and its room in the arena (a 4 KiB-aligned start).
+size_t weight_elems(const Options& opt, DType dtype, const Shape& s) {
+  return static_cast<size_t>(opt.packed ? cpu::packed_weight_elems(dtype, s.n, s.k) : s.k * s.n);
+}
 size_t weight_stride(const Options& opt, DType dtype, const Shape& s) {
-  const size_t elems =
-      static_cast<size_t>(opt.packed ? cpu::packed_weight_elems(dtype, s.n, s.k) : s.k * s.n);
-  return (elems + 2047) / 2048 * 2048;
+  return (weight_elems(opt, dtype, s) + 2047) / 2048 * 2048;
 }
 
 int run(const Options& opt) {
@@ -268,8 +269,7 @@ int run(const Options& opt) {
       for (int64_t m : opt.ms) {
         for (const Shape& s : opt.dims.shapes()) {
           if (!opt.only.empty() && opt.only != s.name) continue;
-          const size_t elems = static_cast<size_t>(
-              opt.packed ? cpu::packed_weight_elems(dtype, s.n, s.k) : s.k * s.n);
+          const size_t elems = weight_elems(opt, dtype, s);
           // Copies start at 4 KiB-aligned offsets spread through the arena (run() checked
           // that one fits).
           const size_t stride = weight_stride(opt, dtype, s);

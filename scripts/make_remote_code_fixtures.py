@@ -105,11 +105,13 @@ def fixture_list():
     fixtures = []
 
     def add(name, config, tensors, port, source, cases=None, note="", prompt_lengths=None,
-            fmt="safetensors", prompt_makers=None):
+            fmt="safetensors", prompt_makers=None, port_on_twins=True):
+        # port_on_twins: the port's class also runs a twin fixture (so its code is checked
+        # against transformers there); False for a port of its own.
         fixtures.append({"name": name, "config": config, "tensors": tensors, "port": port,
                          "source": source, "cases": cases, "note": note,
                          "prompt_lengths": prompt_lengths, "format": fmt,
-                         "prompt_makers": prompt_makers})
+                         "prompt_makers": prompt_makers, "port_on_twins": port_on_twins})
 
     common = {"bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": D,
               "initializer_range": 0.02, "intermediate_size": I, "num_attention_heads": H,
@@ -429,7 +431,7 @@ def add_chatglm6b(add):
         lambda g: text(g, 17) + [GMASK, SOP],
     ]
     add("chatglm6b", config, t, lambda c, tt: ChatGLM6BPort(c, tt), None, fmt="bin-sharded",
-        prompt_makers=makers,
+        prompt_makers=makers, port_on_twins=False,
         note="The first ChatGLM-6B (THUDM/chatglm-6b's config.json fields; ChatGLMModel with "
              "position_encoding_2d): 2 layers of hidden 64, 4 heads, inner 192, a vocabulary of "
              "256 with the special ids laid out as the hub's ([MASK] 224, [gMASK] 225, <sop> "
@@ -593,12 +595,16 @@ def readme(fixture):
                    "the native fixture's where every greedy step of the reference has a "
                    "top-1 / top-2 logit margin of at least %g, seeded random ones of the same "
                    "length otherwise")
+        checked = ("the same port reproduces the native fixtures' Hugging Face logits on the "
+                   "twins" if fixture["port_on_twins"] else
+                   "a port of its own, which runs on no twin: its 2-D positions, bidirectional "
+                   "context and scaled residual are checked against the modeling code by "
+                   "reading only")
         lines += ["No natively supported architecture computes this, so the reference is a "
                   "float64 forward written from the published modeling code's definitions "
-                  "(`scripts/make_remote_code_fixtures.py`; the same port reproduces the "
-                  "native fixtures' Hugging Face logits on the twins), with greedy decoding "
-                  "through a key/value cache as the modeling code's `generate()` does. Prompts: "
-                  + prompts % MIN_MARGIN + "."]
+                  "(`scripts/make_remote_code_fixtures.py`; " + checked + "), with greedy "
+                  "decoding through a key/value cache as the modeling code's `generate()` does. "
+                  "Prompts: " + prompts % MIN_MARGIN + "."]
     return ("\n".join(lines) + "\n").encode()
 
 

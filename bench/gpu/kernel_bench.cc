@@ -1,12 +1,13 @@
 // Kernel-level rates on the GPU at a model's shapes, timed with CUDA events around
 // back-to-back launches (what a recorded decode step sees), weights rotated over enough
-// copies that they stream from memory rather than the L2, and every variant's output
-// checked against another path's first.
+// copies that they stream from memory rather than the L2, and every variant's relative
+// error against another path's output printed beside its rate.
 //
 //   gemm: y[m, n] = x[m, k] w[n, k]^T for the model's five products (qkv, o, gate_up,
-//         down, lm_head) at several m: the matrix-vector kernel (two unrolls) for
-//         m <= 4, cuBLASLt with tuned algorithm choice and with the heuristic's first;
-//   rows: add_norm, gated activation and rotary + KV write at decode and prefill rows.
+//         down, lm_head) at several m: each matrix-vector variant (x through L1 or shared
+//         memory, warps per row, warps per block) for m <= 4, cuBLASLt with tuned
+//         algorithm choice and with the heuristic's first;
+//   rows: add_norm and the gated activation at decode and prefill rows.
 //
 // Usage: tachyon_kernel_bench [--config CONFIG.json] [--m 1,2,4,...] [--only gemm|rows]
 //                             [--reps N]
@@ -107,11 +108,19 @@ double time_calls(cuda::CudaBackend& be, int calls, Fn fn) {
 }
 
 void gemm_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
+  // One backend tuning its algorithm choice, one on the heuristic's first, whatever the
+  // caller's TACHYON_GEMM_TUNE (restored after).
   CudaBackendOptions o;
+  const char* caller = std::getenv("TACHYON_GEMM_TUNE");
+  const std::string saved = caller != nullptr ? caller : "";
+  setenv("TACHYON_GEMM_TUNE", "1", 1);
   cuda::CudaBackend tuned(o);
   setenv("TACHYON_GEMM_TUNE", "0", 1);
   cuda::CudaBackend heur(o);
-  unsetenv("TACHYON_GEMM_TUNE");
+  if (caller != nullptr)
+    setenv("TACHYON_GEMM_TUNE", saved.c_str(), 1);
+  else
+    unsetenv("TACHYON_GEMM_TUNE");
   tuned.set_gemv(false);
   heur.set_gemv(false);
   const Shape5 shapes[] = {{"qkv", (d.heads + 2 * d.kv_heads) * d.head_dim, d.hidden},

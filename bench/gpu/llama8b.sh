@@ -3,17 +3,17 @@
 # (the CUDA op/model/graph tests and the bf16 conformance fixtures on the GPU), then
 # tachyon_gpu_bench on a random Llama-3-8B-shaped checkpoint (bench/gpu/
 # llama3_8b_config.json, 16 GB written on the device) -- prefill 1x1024 and 8x1024,
-# decode at batch 1 and 64 with 1024-token contexts (graphs on and off), single-op
-# GEMM and attention rates -- then transformers on the same shape
+# decode at batch 1 and 64 with 1024-token contexts (device sampling, graphs, eager),
+# single-op GEMM and attention rates -- then transformers on the same shape
 # (bench/gpu/hf_baseline.py), and one table: figure, ours, transformers, roofline,
 # ratios (bench/gpu/llama8b_table.py). Logs go to $OUT.
 #
 # Build here first: STAGE=<dir> scripts/gpu_build.sh (stages the binaries in bins.txz).
 # On the GPU machine, from the repository root, with <dir> carried:
 #   SRC_DIR=<source path of the build> bash bench/gpu/llama8b.sh <dir>
-# (the companion files -- llama3_8b_config.json, hf_baseline.py, llama8b_table.py --
-# are read from this script's folder, so a copy of the four next to the binaries works
-# too). SKIP_TESTS=1 skips the tests; SKIP_HF=1 skips transformers; SKIP_BENCH=1 the
+# (the companion files -- llama3_8b_config.json, hf_baseline.py, llama8b_table.py,
+# ncu_summary.py -- are read from this script's folder, so a copy of the five next to
+# the binaries works too). SKIP_TESTS=1 skips the tests; SKIP_HF=1 skips transformers; SKIP_BENCH=1 the
 # step benchmark; SERVING=1 adds the serving benchmark; CUDA_TEST_FILTER
 # narrows the CUDA tests (a gtest filter); KERNELS=1 adds tachyon_kernel_bench (GEMM
 # variants and row kernels at the model's shapes, event-timed); PROFILE=1 adds an ncu

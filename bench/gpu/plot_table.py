@@ -12,9 +12,7 @@ def rows(path):
     for line in open(path):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) < 6 or not cells[4].endswith("%") or cells[0].startswith("("):
-            continue
-        if cells[0].startswith("(") or cells[0].startswith("figure"):
-            continue
+            continue  # (also the header, the separator and the indented sub-rows)
         ours = float(cells[4].rstrip("%"))
         hf = float(cells[5].rstrip("%")) if cells[5].endswith("%") else None
         out.append((cells[0], ours, hf))
@@ -22,7 +20,7 @@ def rows(path):
 
 
 def main():
-    data = [r for r in rows(sys.argv[1]) if not r[0].startswith("(")]
+    data = rows(sys.argv[1])
     w, bar, gap, left, top = 760, 16, 22, 230, 40
     h = top + len(data) * (2 * bar + gap) + 40
     scale = (w - left - 40) / 100.0

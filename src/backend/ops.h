@@ -216,7 +216,9 @@ class Backend {
   // x = act(x) in place, x [T, N].
   virtual void activation(Tensor& x, Activation act) = 0;
   // out = a + b, all [T, N].
-  virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  virtual void add(const Tensor& a, const Tensor& b, Tensor& out) {
+    scale_add(a, 1.f, b, out);  // 1 * a + b is a + b exactly
+  }
   // out = scale * a + b, all [T, N] (out may be b, not a). A residual taken from a norm's
   // output and scaled (ChatGLM-6B: sqrt(2 * num_layers) * LN(x) + attn(LN(x))).
   virtual void scale_add(const Tensor& a, float scale, const Tensor& b, Tensor& out) = 0;

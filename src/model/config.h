@@ -177,13 +177,13 @@ struct ModelConfig {
     return sliding_window > 0 && (layer_sliding.empty() || layer_sliding[layer] != 0);
   }
   bool is_moe(int layer) const { return !layer_moe.empty() && layer_moe[layer] != 0; }
-  // Whether a step needs each sequence's PromptLayout (ForwardBatch::layouts).
   // GLM's 2-D positions (rotary style kHalf2D): the first half of each head turns by the
   // position, the second by the block position; (i, 0) for a token at index i inside the
   // prompt's context, (mask position, i - context_len + 1) from there on (PromptLayout).
   bool glm_2d_positions() const {
     return position == PositionType::kRotary && rope.style == RotaryStyle::kHalf2D;
   }
+  // Whether a step needs each sequence's PromptLayout (ForwardBatch::layouts).
   bool needs_prompt_layout() const { return glm_2d_positions() || bidirectional_context; }
   double softmax_scale(int layer) const;
 

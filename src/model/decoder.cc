@@ -9,6 +9,7 @@
 #include "core/error.h"
 
 namespace tachyon {
+
 Tensor Decoder::Buffer::view(Backend& be, int64_t rows, int64_t cols) {
   return view(be, rows, cols, be.activation_dtype());
 }

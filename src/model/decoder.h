@@ -71,7 +71,7 @@ class Decoder final : public Model {
 
   void validate(const ForwardBatch& b) const;
   void validate_layouts(const ForwardBatch& b) const;
-  // Rotary positions of the step's tokens into h_pos_ (and h_block_ with 2-D positions).
+  // GLM's 2-D rotary positions of the step's tokens: h_pos_ and h_block_.
   void rotary_positions(const ForwardBatch& b);
   // meta_.prefix_lens: set when some query of the step lies inside a bidirectional
   // context (only a prompt's first step can have one), else absent.

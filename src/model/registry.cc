@@ -39,6 +39,8 @@ const std::vector<ArchSpec>& arch_registry() {
       // Reached only by name (--model-type): configs that cannot be told apart.
       arch::baichuan2_spec(),
       arch::chatglm2_spec(),
+      // A variant carrying another family's names, told apart by its config's fields
+      // (variant_of / is_variant); also reached by name.
       arch::chatglm6b_spec(),
   };
   return registry;

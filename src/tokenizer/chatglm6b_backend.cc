@@ -23,7 +23,6 @@
 #include "core/error.h"
 #include "core/utf8.h"
 #include "tokenizer/backend.h"
-#include "tokenizer/unicode.h"
 
 namespace tachyon::tok {
 namespace {
@@ -140,8 +139,9 @@ class ChatGLM6BBackend : public Backend {
     gmask_id_ = piece_id(opts.gmask_token, "gmask_token");
     sop_id_ = piece_id(opts.bos_token, "bos_token");
     for (const ChatGLM6BOptions::Special& s : opts.specials) {
-      if (s.content.empty() || is_special(piece_id(s.content, "special token"))) continue;
-      specials_.push_back({s.content, piece_id(s.content, "special token"), s.lstrip, s.rstrip});
+      if (s.content.empty()) continue;
+      const int32_t id = piece_id(s.content, "special token");
+      if (!is_special(id)) specials_.push_back({s.content, id, s.lstrip, s.rstrip});
     }
     if (opts.pad_token) pad_id_ = piece_id(*opts.pad_token, "pad_token");
   }

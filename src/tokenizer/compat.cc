@@ -15,12 +15,12 @@ std::string tokenizer_class(const Json& config) {
   return c;
 }
 
-namespace {
-
 bool config_bool(const Json& config, const char* key, bool fallback) {
   if (!config.is_object() || !config.contains(key) || !config[key].is_boolean()) return fallback;
   return config[key].get<bool>();
 }
+
+namespace {
 
 bool is_bpe(const TokenizerJson& tj) {
   return tj.model.is_object() && tj.model.value("type", std::string("BPE")) == "BPE";

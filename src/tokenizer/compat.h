@@ -23,4 +23,7 @@ void apply_transformers_class(TokenizerJson& tj, const Json& config);
 // The tokenizer class of `config` without a "Fast" suffix ("" when absent).
 std::string tokenizer_class(const Json& config);
 
+// config[key] when it is a boolean, else fallback (also when config is not an object).
+bool config_bool(const Json& config, const char* key, bool fallback);
+
 }  // namespace tachyon::tok

@@ -79,9 +79,9 @@ std::optional<tok::ChatGLM6BOptions::Special> chatglm6b_special(const Json& conf
   auto content = special_value(config, key, what);
   if (!content) return std::nullopt;
   Special s{*content};
-  if (v.is_object()) {
-    s.lstrip = v.contains("lstrip") && v["lstrip"].is_boolean() && v["lstrip"].get<bool>();
-    s.rstrip = v.contains("rstrip") && v["rstrip"].is_boolean() && v["rstrip"].get<bool>();
+  if (v.is_object()) {  // (a plain string keeps Special's defaults)
+    s.lstrip = tok::config_bool(v, "lstrip", false);
+    s.rstrip = tok::config_bool(v, "rstrip", false);
   }
   return s;
 }
@@ -276,10 +276,7 @@ struct TokenizerBuilder {
                                                    const tok::TokenizerConfig& cfg,
                                                    const std::string& what) {
     const Json& config = cfg.json.is_object() ? cfg.json : Json::object();
-    auto flag = [&](const char* key) {
-      return config.contains(key) && config[key].is_boolean() && config[key].get<bool>();
-    };
-    if (flag("do_lower_case"))
+    if (tok::config_bool(config, "do_lower_case", false))
       raise<InvalidArgument>("{}: do_lower_case = true is not supported", what);
     tok::ChatGLM6BOptions o;
     const Json* images =
@@ -290,32 +287,33 @@ struct TokenizerBuilder {
         raise<InvalidArgument>("{}: num_image_tokens must be an integer in [0, 2^24]", what);
       o.num_image_tokens = images->get<int32_t>();
     }
-    o.remove_space = flag("remove_space");
+    o.remove_space = tok::config_bool(config, "remove_space", false);
     auto t = std::unique_ptr<Tokenizer>(new Tokenizer());
     apply_config(*t, config, what);
     if (!config.contains("clean_up_tokenization_spaces"))
       t->clean_up_tokenization_spaces_ = true;  // transformers 4.27's default
-    const std::pair<const char*, const char*> named[] = {{"bos_token", "<sop>"},
-                                                         {"eos_token", "<eop>"},
-                                                         {"unk_token", "<unk>"},
-                                                         {"pad_token", "<pad>"},
-                                                         {"mask_token", "[MASK]"}};
-    for (const auto& [key, fallback] : named) {
-      if (auto s = chatglm6b_special(config, key, fallback, what)) o.specials.push_back(*s);
+    // Each named token: a special of the backend, and (but the mask) the tokenizer's text.
+    const struct {
+      const char* key;
+      const char* fallback;
+      std::optional<std::string> Tokenizer::*text;
+    } named[] = {{"bos_token", "<sop>", &Tokenizer::bos_token_},
+                 {"eos_token", "<eop>", &Tokenizer::eos_token_},
+                 {"unk_token", "<unk>", &Tokenizer::unk_token_},
+                 {"pad_token", "<pad>", &Tokenizer::pad_token_},
+                 {"mask_token", "[MASK]", nullptr}};
+    for (const auto& n : named) {
+      auto s = chatglm6b_special(config, n.key, n.fallback, what);
+      if (s) o.specials.push_back(*s);
+      if (n.text != nullptr)
+        (*t).*n.text = s ? std::optional<std::string>(s->content) : std::nullopt;
     }
     for (const auto& s : special_list(config, "additional_special_tokens", what))
       o.specials.push_back({s});
-    auto text_of = [&](const char* key, const char* fallback) {
-      auto s = chatglm6b_special(config, key, fallback, what);
-      return s ? std::optional<std::string>(s->content) : std::nullopt;
-    };
-    t->bos_token_ = text_of("bos_token", "<sop>");
-    t->eos_token_ = text_of("eos_token", "<eop>");
-    t->unk_token_ = text_of("unk_token", "<unk>");
-    t->pad_token_ = text_of("pad_token", "<pad>");
     if (!t->bos_token_) raise<InvalidArgument>("{}: ChatGLM-6B needs its bos_token (<sop>)", what);
     o.bos_token = *t->bos_token_;
-    o.gmask_token = text_of("gmask_token", "[gMASK]").value_or("[gMASK]");
+    if (auto g = chatglm6b_special(config, "gmask_token", "[gMASK]", what))
+      o.gmask_token = g->content;
     o.pad_token = t->pad_token_;
     t->backend_ = tok::make_chatglm6b_backend(path, o);
     register_specials(*t, *t->backend_, config, {}, what);

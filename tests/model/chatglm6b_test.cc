@@ -22,6 +22,7 @@ namespace {
 
 using testing_util::expect_invalid;
 using testing_util::map;
+using testing_util::weights_of;
 
 using testing_util::fixture;
 using testing_util::one_seq;
@@ -103,33 +104,30 @@ TEST(ChatGLM6BConfig, HubFieldsMapOntoTheFrameworkFlags) {
 }
 
 TEST(ChatGLM6BConfig, UnsupportedVariantsAreRefusedByField) {
+  const struct {
+    const char* field;
+    Json value;
+    const char* needle;
+  } cases[] = {
+      {"position_encoding_2d", false, "position_encoding_2d"},
+      {"quantization_bit", 4, "quantization_bit"},
+      {"pre_seq_len", 128, "pre_seq_len"},
+      {"hidden_size", 60, "multiple of 4"},  // heads of 10 dims: not two even rotaries
+      {"hidden_size", 100, "hidden_size"},
+      {"gmask_token_id", 200000, "200000"},
+  };
+  for (const auto& c : cases) {
+    Json j = chatglm6b_json();
+    j[c.field] = c.value;
+    expect_invalid([&] { map(j); }, c.needle);
+  }
   Json j = chatglm6b_json();
-  j["position_encoding_2d"] = false;
-  expect_invalid([&] { map(j); }, "position_encoding_2d");
-  j = chatglm6b_json();
-  j["quantization_bit"] = 4;
-  expect_invalid([&] { map(j); }, "quantization_bit");
-  j = chatglm6b_json();
-  j["pre_seq_len"] = 128;
-  expect_invalid([&] { map(j); }, "pre_seq_len");
-  j = chatglm6b_json();
-  j["hidden_size"] = 60;  // heads of 10 dims: not two rotaries of an even size
-  expect_invalid([&] { map(j); }, "multiple of 4");
-  j = chatglm6b_json();
-  j["hidden_size"] = 100;
-  expect_invalid([&] { map(j); }, "hidden_size");
-  j = chatglm6b_json();
-  j["gmask_token_id"] = 200000;
-  expect_invalid([&] { map(j); }, "200000");
-  j = chatglm6b_json();
   j.erase("num_layers");
   expect_invalid([&] { map(j); }, "num_layers");
 }
 
 TEST(ChatGLM6BWeights, TensorNamesAndTransforms) {
-  HfConfig cfg(chatglm6b_json(), "config.json");
-  const ModelConfig m = map_model_config(cfg, "");
-  WeightMap w = find_arch(cfg, "").map_weights(m);
+  WeightMap w = weights_of(chatglm6b_json());
   const std::string l = "transformer.layers.{L}.";
   const std::pair<Slot, std::string> names[] = {
       {Slot::kEmbedding, "transformer.word_embeddings.weight"},

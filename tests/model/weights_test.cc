@@ -109,7 +109,9 @@ TEST_F(LoadErrors, LoadsTiedAndZeroCopy) {
   const ModelWeights& w = m->weights();
   EXPECT_TRUE(w.tied_lm_head);
   // One table, unless the backend keeps its own copy of linear weights.
-  if (!m->backend().repacks_linear_weights()) EXPECT_EQ(w.lm_head.w.raw(), w.embedding.raw());
+  if (!m->backend().repacks_linear_weights()) {
+    EXPECT_EQ(w.lm_head.w.raw(), w.embedding.raw());
+  }
   EXPECT_GT(m->weights().records.size(), 10u);
 }
 

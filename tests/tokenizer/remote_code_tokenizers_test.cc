@@ -48,6 +48,33 @@ std::vector<int32_t> cat(std::initializer_list<std::vector<int32_t>> parts) {
   return out;
 }
 
+// Trains a small BPE SentencePiece model (byte fallback, every character covered) on 40
+// copies of `corpus` into dir/<name>.model and loads it into sp.
+void train_bpe(const TempDir& dir, const std::string& corpus, const std::string& name, int vocab,
+               const std::string& flags, sentencepiece::SentencePieceProcessor& sp) {
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += corpus;
+  dir.write("corpus.txt", text);
+  const std::string prefix = (dir.path() / name).string();
+  auto status = sentencepiece::SentencePieceTrainer::Train(
+      "--input=" + (dir.path() / "corpus.txt").string() + " --model_prefix=" + prefix +
+      " --model_type=bpe --vocab_size=" + std::to_string(vocab) +
+      " --hard_vocab_limit=false --byte_fallback=true --character_coverage=1 " + flags +
+      " --num_threads=1 --minloglevel=2");
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_TRUE(sp.Load(prefix + ".model").ok());
+}
+
+// sp's ids of text, each plus offset.
+std::vector<int32_t> sp_ids(const sentencepiece::SentencePieceProcessor& sp,
+                            const std::string& text, int32_t offset = 0) {
+  std::vector<int> ids;
+  EXPECT_TRUE(sp.Encode(text, &ids).ok());
+  std::vector<int32_t> out;
+  for (int id : ids) out.push_back(id + offset);
+  return out;
+}
+
 // A small BPE SentencePiece model, trained as ChatGLM's is laid out: <unk> <s> </s> at
 // 0, 1, 2 and byte fallback. "eop" is a whole piece, so that a word containing it shows
 // the wrapper turning a piece named like a special token into that token.
@@ -55,20 +82,11 @@ class ChatGLMTokenizerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir("chatglm_tok");
-    std::string corpus;
-    for (int i = 0; i < 40; ++i)
-      corpus +=
-          "hello world, the people of the geopolitical world say hello again\n"
-          "there is a small model here and there; sopping wet tokens\n";
-    dir_->write("corpus.txt", corpus);
-    const std::string prefix = (dir_->path() / "tokenizer").string();
-    auto status = sentencepiece::SentencePieceTrainer::Train(
-        "--input=" + (dir_->path() / "corpus.txt").string() + " --model_prefix=" + prefix +
-        " --model_type=bpe --vocab_size=360 --hard_vocab_limit=false --byte_fallback=true"
-        " --character_coverage=1"
-        " --user_defined_symbols=eop --num_threads=1 --minloglevel=2");
-    ASSERT_TRUE(status.ok()) << status.ToString();
-    ASSERT_TRUE(sp_.Load(prefix + ".model").ok());
+    train_bpe(*dir_,
+              "hello world, the people of the geopolitical world say hello again\n"
+              "there is a small model here and there; sopping wet tokens\n",
+              "tokenizer", 360, "--user_defined_symbols=eop", sp_);
+    if (HasFatalFailure()) return;
     base_ = sp_.GetPieceSize();
     Json config = {
         {"tokenizer_class", "ChatGLMTokenizer"},
@@ -91,11 +109,7 @@ class ChatGLMTokenizerTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete dir_; }
 
-  std::vector<int32_t> sp(const std::string& text) {
-    std::vector<int> ids;
-    EXPECT_TRUE(sp_.Encode(text, &ids).ok());
-    return {ids.begin(), ids.end()};
-  }
+  static std::vector<int32_t> sp(const std::string& text) { return sp_ids(sp_, text); }
 
   static inline TempDir* dir_ = nullptr;
   static inline sentencepiece::SentencePieceProcessor sp_;
@@ -160,23 +174,15 @@ class ChatGLM6BTokenizerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir("chatglm6b_tok");
-    std::string corpus;
-    for (int i = 0; i < 40; ++i)
-      corpus +=
-          "hello world, the people of the world say hello again\n"
-          "def f(x):\n    return x  # a comment, with code in it\n";
-    dir_->write("corpus.txt", corpus);
     std::string symbols = "<n>,<|tab|>";
     for (int n = 2; n <= 80; ++n) symbols += ",<|blank_" + std::to_string(n) + "|>";
     symbols += ",[MASK],[gMASK],[sMASK],<unused_0>,<sop>,<eop>";
-    const std::string prefix = (dir_->path() / "ice_text").string();
-    auto status = sentencepiece::SentencePieceTrainer::Train(
-        "--input=" + (dir_->path() / "corpus.txt").string() + " --model_prefix=" + prefix +
-        " --model_type=bpe --vocab_size=420 --hard_vocab_limit=false --byte_fallback=true"
-        " --character_coverage=1 --pad_id=3 --pad_piece=<pad> --user_defined_symbols=" +
-        symbols + " --num_threads=1 --minloglevel=2");
-    ASSERT_TRUE(status.ok()) << status.ToString();
-    ASSERT_TRUE(sp_.Load(prefix + ".model").ok());
+    train_bpe(*dir_,
+              "hello world, the people of the world say hello again\n"
+              "def f(x):\n    return x  # a comment, with code in it\n",
+              "ice_text", 420, "--pad_id=3 --pad_piece=<pad> --user_defined_symbols=" + symbols,
+              sp_);
+    if (HasFatalFailure()) return;
     // tokenizer_config.json as THUDM/chatglm-6b has it.
     config_ = {
         {"name_or_path", "THUDM/chatglm-6b"},
@@ -204,11 +210,7 @@ class ChatGLM6BTokenizerTest : public ::testing::Test {
 
   // SentencePiece's ids of text the tokenizer has already rewritten, plus the offset.
   static std::vector<int32_t> sp(const std::string& rewritten, int32_t offset = 0) {
-    std::vector<int> ids;
-    EXPECT_TRUE(sp_.Encode(rewritten, &ids).ok());
-    std::vector<int32_t> out;
-    for (int id : ids) out.push_back(id + offset);
-    return out;
+    return sp_ids(sp_, rewritten, offset);
   }
   static int32_t piece(const char* p, int32_t offset = 0) { return sp_.PieceToId(p) + offset; }
 

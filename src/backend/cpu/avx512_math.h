@@ -9,13 +9,12 @@
 // always-inlined helpers they call (a helper's target must be within its caller's).
 #define TACHYON_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 #define TACHYON_AVX512_INLINE TACHYON_AVX512 inline __attribute__((always_inline))
-#define TACHYON_AVX512_MATH TACHYON_AVX512_INLINE
 
 namespace tachyon::cpu {
 
 // exp(x) for x in [-87, 88] (below: e^-87), as exp256: x = k ln2 + r, |r| <= ln2 / 2,
 // e^r by a degree-6 polynomial (relative error ~2e-7), 2^k through the exponent bits.
-TACHYON_AVX512_MATH __m512 exp512(__m512 x) {
+TACHYON_AVX512_INLINE __m512 exp512(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.f)), _mm512_set1_ps(88.f));
   const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.4426950408889634f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -34,7 +33,7 @@ TACHYON_AVX512_MATH __m512 exp512(__m512 x) {
 }
 
 // tanh(y) = sign(y) (1 - 2 / (e^{2|y|} + 1)), as tanh256.
-TACHYON_AVX512_MATH __m512 tanh512(__m512 y) {
+TACHYON_AVX512_INLINE __m512 tanh512(__m512 y) {
   const __m512 sign = _mm512_and_ps(y, _mm512_set1_ps(-0.f));
   const __m512 ay = _mm512_andnot_ps(_mm512_set1_ps(-0.f), y);
   const __m512 e = exp512(_mm512_mul_ps(ay, _mm512_set1_ps(2.f)));
@@ -45,7 +44,7 @@ TACHYON_AVX512_MATH __m512 tanh512(__m512 y) {
 }
 
 // In place: r[i] lane l  ->  r[l] lane i.
-TACHYON_AVX512_MATH void transpose16(__m512 r[16]) {
+TACHYON_AVX512_INLINE void transpose16(__m512 r[16]) {
   __m512 t[16], u[16];
 #pragma GCC unroll 8
   for (int i = 0; i < 8; ++i) {

@@ -231,10 +231,6 @@ void CpuBackend::activation(Tensor& x, Activation act) {
   pool_.parallel_for(0, n, 16384, [&](int64_t a, int64_t b) { activate(p + a, b - a, act); });
 }
 
-void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
-  scale_add(a, 1.f, b, out);  // 1 * x + y is x + y exactly
-}
-
 void CpuBackend::scale_add(const Tensor& a, float scale, const Tensor& b, Tensor& out) {
   TACHYON_CHECK(a.shape() == b.shape() && a.shape() == out.shape(), "add {} {} {}", a.str(),
                 b.str(), out.str());

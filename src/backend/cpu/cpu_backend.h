@@ -45,7 +45,6 @@ class CpuBackend final : public Backend {
               Activation act) override;
   void gated_activation(const Tensor& in, Activation act, Tensor& out) override;
   void activation(Tensor& x, Activation act) override;
-  void add(const Tensor& a, const Tensor& b, Tensor& out) override;
   void scale_add(const Tensor& a, float scale, const Tensor& b, Tensor& out) override;
   void softcap(Tensor& x, float cap) override;
   void clamp(Tensor& x, float limit) override;

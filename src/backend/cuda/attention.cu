@@ -14,6 +14,7 @@
 #include "backend/cuda/attention_combine.cuh"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/launch_check.h"
 
 namespace tachyon::cuda {
@@ -222,13 +223,8 @@ size_t smem_for(int rows, int hd) {
 template <typename T, int kVec>
 void launch_typed(const AttentionArgs& a, const AttentionPlan& p, const KernelPlan& kp,
                   cudaStream_t stream) {
-  static size_t smem_raised = 48 * 1024;  // the default limit
   auto kernel = attention_kernel<T, kVec>;
-  if (p.smem_bytes > smem_raised) {
-    TACHYON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(p.smem_bytes)));
-    smem_raised = p.smem_bytes;
-  }
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), p.smem_bytes);
   const dim3 grid(ceil_div(a.max_query_len, p.q_tile),
                   static_cast<unsigned>(a.kv_heads * p.num_splits),
                   static_cast<unsigned>(a.num_seqs));

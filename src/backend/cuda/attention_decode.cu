@@ -40,7 +40,6 @@ constexpr int kCols = 8;                    // (query, head) columns per pass (t
 constexpr int kStages = 3;                  // tiles per warp in shared memory
 constexpr int kSplitUnit = kWarps * kKeys;  // keys per split come in multiples of this
 constexpr int kMaxSplits = 256;
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 // Shared memory: per warp kStages stages of [K tile | V tile], each tile 16 rows of
@@ -412,32 +411,18 @@ void with_kernel(const AttentionArgs& a, F&& f) {
     by_hd.template operator()<f16_t>();
 }
 
-// Blocks of decode_kernel<T, kHd> resident per SM; raises its shared-memory limit once.
+// Blocks of decode_kernel<T, kHd> resident per SM.
 template <typename T, int kHd>
 int blocks_per_sm() {
   static const int blocks = [] {
     constexpr int kBytes = DecodeLayout<kHd>::kBytes;
-    TACHYON_CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<T, kHd>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
+    allow_dynamic_smem(reinterpret_cast<const void*>(decode_kernel<T, kHd>), kBytes);
     int n = 0;
     TACHYON_CUDA_CHECK(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_kernel<T, kHd>, kThreads, kBytes));
     return std::max(n, 1);
   }();
   return blocks;
-}
-
-size_t max_block_smem() {
-  static const size_t bytes = [] {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
-      cudaGetLastError();
-      return size_t{0};
-    }
-    return static_cast<size_t>(n);
-  }();
-  return bytes;
 }
 
 int layout_bytes(int head_dim) {
@@ -449,8 +434,8 @@ int layout_bytes(int head_dim) {
 // The split count with the least modelled time (µs). Items (split, KV head, sequence)
 // run in waves of `slots` resident blocks; a wave streams at the lesser of the device
 // bandwidth and what its blocks keep in flight, plus a start-up latency; splitting
-// adds the merge kernel and its partials' traffic. Constants: H200-class bandwidth
-// per SM and loaded memory latency.
+// adds the merge (by the last block of each pair, or a kernel) and its partials' traffic.
+// Constants: H200-class bandwidth per SM and loaded memory latency.
 int choose_splits(int64_t pairs, int64_t ctx, int64_t slots, int num_sms, int64_t key_bytes,
                   int64_t rows_per_item, int head_dim) {
   constexpr double kBwPerSm = 30e3;  // bytes per µs (about 4 TB/s over 132 SMs)
@@ -498,7 +483,7 @@ bool attention_decode_supports(const AttentionArgs& a) {
   if ((reinterpret_cast<uintptr_t>(a.k_cache) | reinterpret_cast<uintptr_t>(a.v_cache)) % 16 != 0)
     return false;
   if (reinterpret_cast<uintptr_t>(a.qkv) % 4 != 0 || a.qkv_cols % 2 != 0) return false;
-  return static_cast<size_t>(layout_bytes(a.head_dim)) <= max_block_smem();
+  return layout_bytes(a.head_dim) <= max_dynamic_smem();
 }
 
 AttentionPlan plan_attention_decode(const AttentionArgs& a, int num_sms) {
@@ -555,7 +540,8 @@ void launch_attention_decode(const AttentionArgs& a, const AttentionPlan& p, voi
     if (int64_t{a.num_seqs} * a.kv_heads <= num_counters) dp.counters = counters;
   }
   with_kernel(a, [&]<typename T, int kHd>() {
-    blocks_per_sm<T, kHd>();  // the shared-memory attribute
+    allow_dynamic_smem(reinterpret_cast<const void*>(decode_kernel<T, kHd>),
+                       DecodeLayout<kHd>::kBytes);
     const dim3 grid(static_cast<unsigned>(p.num_splits), static_cast<unsigned>(a.kv_heads),
                     static_cast<unsigned>(a.num_seqs));
     launch_kernel(decode_kernel<T, kHd>, grid, dim3(kThreads), DecodeLayout<kHd>::kBytes, stream, a,

@@ -27,7 +27,6 @@
 // every (tile counted from the sequence's end, sequence) pair, tile-major, and blocks
 // past a sequence's tiles exit. Either way a block's KV head is the fastest index.
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <type_traits>
 
@@ -352,20 +351,6 @@ __global__ void __launch_bounds__(kThreads, FlashTraits<HD>::kMinBlocks)
   }
 }
 
-// The largest dynamic shared memory a block may opt into on the current device.
-int max_smem_optin() {
-  static std::atomic<int> cache[64];  // per device + 1; 0: not read yet
-  int dev = 0;
-  TACHYON_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= 64) return 0;
-  int v = cache[dev].load(std::memory_order_relaxed);
-  if (v == 0) {
-    TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    cache[dev].store(v, std::memory_order_relaxed);
-  }
-  return v;
-}
-
 size_t smem_bytes(int head_dim) {
   switch (head_dim) {
     case 64:
@@ -393,22 +378,12 @@ void launch_hd(const AttentionArgs& a, const int32_t* items, int32_t num_items,
                cudaStream_t stream) {
   using L = FlashTraits<HD>;
   auto kernel = attention_flash_kernel<T, HD>;
-  // The attribute is per device (context): raised once on each.
-  static std::atomic<uint64_t> raised{0};
-  int dev = 0;
-  TACHYON_CUDA_CHECK(cudaGetDevice(&dev));
-  const uint64_t bit = uint64_t{1} << (dev & 63);
-  if ((raised.load(std::memory_order_relaxed) & bit) == 0) {
-    TACHYON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(L::kBytes)));
-    raised.fetch_or(bit, std::memory_order_relaxed);
-  }
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), L::kBytes);
   const int group = a.heads / a.kv_heads;
-  const float log2e = 1.4426950408889634f;
   const int64_t blocks = items != nullptr ? int64_t{num_items} * a.kv_heads : dense_blocks(a);
   if (blocks == 0) return;
   launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), L::kBytes, stream, a,
-                items, group, kRows / group, a.scale * log2e);
+                items, group, kRows / group, a.scale * kLog2e);
 }
 
 template <typename T>
@@ -475,7 +450,7 @@ bool attention_flash_supports(const AttentionArgs& a) {
   if (a.block_size <= 0 || int64_t{a.num_blocks} * a.kv_heads * a.block_size > INT_MAX)
     return false;
   if (a.max_query_len <= 0 || dense_blocks(a) > INT_MAX) return false;
-  return smem <= static_cast<size_t>(max_smem_optin());
+  return smem <= static_cast<size_t>(max_dynamic_smem());
 }
 
 bool launch_attention_flash(const AttentionArgs& a, const int32_t* items, int32_t num_items,

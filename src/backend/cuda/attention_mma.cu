@@ -11,6 +11,7 @@
 
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/launch_check.h"
 
 namespace tachyon::cuda {
@@ -238,13 +239,8 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const Attention
 template <typename T, int HD>
 void launch_hd(const AttentionArgs& a, cudaStream_t stream) {
   using L = MmaLayout<HD>;
-  static bool raised = false;
   auto kernel = attention_mma_kernel<T, HD>;
-  if (!raised) {
-    TACHYON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(L::kBytes)));
-    raised = true;
-  }
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), L::kBytes);
   const int group = a.heads / a.kv_heads;
   const int q_tile = kBr / group;
   const dim3 grid(ceil_div(a.max_query_len, q_tile), static_cast<unsigned>(a.kv_heads),

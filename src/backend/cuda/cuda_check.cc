@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/launch.cuh"
 
@@ -34,6 +37,42 @@ bool pdl_enabled() {
 
 void set_pdl_enabled(bool on) {
   g_pdl.store(on, std::memory_order_relaxed);
+}
+
+int max_dynamic_smem() {
+  static std::atomic<int> cache[64];  // per device; 0: not read yet
+  int dev = 0;
+  TACHYON_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= 64) return 0;
+  int v = cache[dev].load(std::memory_order_relaxed);
+  if (v == 0) {
+    TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    cache[dev].store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+void allow_dynamic_smem(const void* kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return;  // within the default limit
+  struct Raised {
+    const void* kernel;
+    int device;
+    size_t bytes;
+  };
+  static std::mutex mu;
+  static std::vector<Raised> raised;
+  int dev = 0;
+  TACHYON_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = std::find_if(raised.begin(), raised.end(),
+                         [&](const Raised& r) { return r.kernel == kernel && r.device == dev; });
+  if (it != raised.end() && it->bytes >= bytes) return;
+  TACHYON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(bytes)));
+  if (it != raised.end())
+    it->bytes = bytes;
+  else
+    raised.push_back({kernel, dev, bytes});
 }
 
 bool env_flag(const char* name, bool fallback) {

@@ -188,10 +188,6 @@ void CudaBackend::activation(Tensor& x, Activation act) {
   launch_bias_act(x.raw(), x.dtype(), x.numel(), 1, x.numel(), nullptr, kact(act), stream_);
 }
 
-void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
-  scale_add(a, 1.f, b, out);
-}
-
 void CudaBackend::scale_add(const Tensor& a, float scale, const Tensor& b, Tensor& out) {
   check_here(a, "add a");
   check_here(b, "add b");

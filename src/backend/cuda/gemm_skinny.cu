@@ -208,10 +208,7 @@ int pick_splits(int64_t n, int64_t k, int num_sms) {
 template <typename T, int kM>
 void launch_typed(const SkinnyArgs& a, cudaStream_t stream) {
   constexpr size_t smem = smem_bytes<T, kM>();
-  // Above the default 48 KB of dynamic shared memory (a host-side setting, allowed while
-  // a graph is being recorded).
-  TACHYON_CUDA_CHECK(cudaFuncSetAttribute(
-      skinny_kernel<T, kM>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  allow_dynamic_smem(reinterpret_cast<const void*>(skinny_kernel<T, kM>), smem);
   const dim3 grid(static_cast<unsigned>((a.n + kTileN - 1) / kTileN),
                   static_cast<unsigned>(a.splits));
   launch_kernel(skinny_kernel<T, kM>, grid, dim3(kThreads), smem, stream, a);

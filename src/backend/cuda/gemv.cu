@@ -1,10 +1,13 @@
 // Matrix-vector products for the few-row GEMMs of decode steps: y[i, :] = x[i, :] . w^T
-// for m <= 4 rows. One warp per output column; each lane streams 16-byte pieces of the
-// weight row (kUnroll in flight, evict-first loads: the weights are read once per step)
-// and multiplies them with the matching pieces of every x row (small, cached); f32
-// accumulation, one warp reduction per row at the end. The weight matrix is read once
-// at close to the memory bandwidth, where a tiled GEMM at m = 1 wastes most of its
-// tile and launch.
+// for m <= 4 rows. One or more warps per output column (kSplit, each a share of the
+// row); each lane streams 16-byte pieces of the weight row (kUnroll in flight,
+// evict-first loads: the weights are read once per step) and multiplies them with the
+// matching pieces of every x row (staged in shared memory by default, kSmemX); f32
+// accumulation, a warp reduction per row and the split's partial sums met in shared
+// memory. The weight matrix is read once at close to the memory bandwidth, where a
+// tiled GEMM at m = 1 wastes most of its tile and launch. kGemvDefault (kernels.h) is
+// the variant the backend runs; TACHYON_GEMV_VARIANT picks another for end-to-end
+// comparisons (benchmarks).
 //
 // The weights do not depend on earlier kernels, so each warp issues its first weight
 // loads before pdl_wait() (launch.cuh): with programmatic dependent launch they are in
@@ -151,9 +154,7 @@ void launch_m(const void* x, const void* w, void* y, int64_t m, int64_t n, int64
   auto* yt = static_cast<Y*>(y);
   const size_t smem = kSmemX ? static_cast<size_t>(m * k) * sizeof(T) : 0;
   auto go = [&](auto kernel) {
-    if (smem > 48 * 1024)
-      TACHYON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(smem)));
+    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
     launch_kernel(kernel, blocks, threads, smem, stream, xt, wt, yt, n, k, ldy);
   };
   switch (m) {

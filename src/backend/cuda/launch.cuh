@@ -26,6 +26,14 @@ namespace tachyon::cuda {
 bool pdl_enabled();
 void set_pdl_enabled(bool on);
 
+// The largest dynamic shared memory a block may opt into on the current device (read
+// once per device).
+int max_dynamic_smem();
+// Lets `kernel` launch with `bytes` of dynamic shared memory on the current device:
+// raises its limit above the default 48 KB once per (kernel, device) and size, not at
+// every launch. A host-side setting, allowed while a graph is being recorded.
+void allow_dynamic_smem(const void* kernel, size_t bytes);
+
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

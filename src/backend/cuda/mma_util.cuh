@@ -80,6 +80,9 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
   }
 }
 
+// exp(x) = ex2(x * kLog2e): softmax scales fold kLog2e in once.
+constexpr float kLog2e = 1.4426950408889634f;
+
 __device__ __forceinline__ float ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));

@@ -6,7 +6,7 @@
 // ([gate; up] rows), output_layer as the lm_head. Config fields: num_layers,
 // kv_channels (head size), ffn_hidden_size, padded_vocab_size, seq_length.
 //
-// The first ChatGLM-6B has the same names and is mapped by chatglm6b.cc.
+// The first ChatGLM-6B has the same architectures and model_type; chatglm6b.cc maps it.
 //
 // ChatGLM2-6B-32k's modeling file reads rope_ratio differently (positions divided by
 // it, a linear interpolation); its config cannot be told apart, so it is reached by
