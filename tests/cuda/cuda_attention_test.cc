@@ -657,6 +657,146 @@ TEST_P(CudaAttentionTest, DecodeBadBlockIdReported) {
   gpu_->set_attention_kernel(K::kAuto);
 }
 
+// rotary_kv_attention() with the rotary fused into the decode kernel against the same
+// op unfused (rotary_write_kv's kernel, then attention's): the same roundings, so in
+// 16-bit the outputs and both caches must be identical. Each case runs fused twice:
+// straight after a cache write (no early reads) and after another kernel (early reads
+// of the cache's earlier rows). Both rotary styles, partial rotary, group sizes 1 to 8,
+// head dims 64 to 256, a block size of 7, a sliding window, contexts from 1 (the step's
+// key alone) to past the splits, and a skipped slot. The unfused result is checked
+// against the CPU backend; the 2-D style and f32 stay unfused.
+TEST_P(CudaAttentionTest, DecodeFusedRope) {
+  using K = cuda::CudaBackend::AttentionKernel;
+  struct RopeCase {
+    std::string name;
+    int32_t heads, kv_heads, hd, bs;
+    RotaryStyle style;
+    int32_t rot;
+    std::vector<int32_t> ctx;
+    int32_t window = 0;
+    bool skip_slot = false;  // the last sequence's slot is -1 (its cache row untouched)
+  };
+  const std::vector<int32_t> ctxs = {1, 2, 16, 17, 64, 65, 200, 1024, 3000};
+  const std::vector<RopeCase> cases = {
+      {"llama-3-8b shape", 32, 8, 128, 16, RotaryStyle::kHalf, 128, ctxs},
+      {"half partial rot 64", 8, 2, 128, 16, RotaryStyle::kHalf, 64, ctxs},
+      {"interleaved", 8, 2, 128, 16, RotaryStyle::kInterleaved, 128, ctxs},
+      {"interleaved partial rot 40, hd 64, mha", 4, 4, 64, 16, RotaryStyle::kInterleaved, 40, ctxs},
+      {"half hd 256 mqa block 7", 8, 1, 256, 7, RotaryStyle::kHalf, 256, {1, 5, 7, 8, 300, 1500}},
+      {"half hd 64 window 100", 8, 2, 64, 16, RotaryStyle::kHalf, 64, {1, 90, 101, 1000}, 100},
+      {"skipped slot", 8, 2, 128, 16, RotaryStyle::kHalf, 128, {33, 70}, 0, true},
+      {"2-d style (unfused)", 8, 2, 128, 16, RotaryStyle::kHalf2D, 64, {1, 65, 500}},
+  };
+  for (const RopeCase& c : cases) {
+    const QkvLayout layout{c.heads, c.kv_heads, c.hd};
+    const int32_t S = static_cast<int32_t>(c.ctx.size()), bs = c.bs;
+    int32_t total_blocks = 1, max_blocks = 0, max_ctx = 0;
+    for (int32_t n : c.ctx) {
+      total_blocks += (n + bs - 1) / bs;
+      max_blocks = std::max(max_blocks, (n + bs - 1) / bs);
+      max_ctx = std::max(max_ctx, n);
+    }
+    std::vector<int32_t> pool(static_cast<size_t>(total_blocks));
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng_);
+    std::vector<int32_t> tables(static_cast<size_t>(S) * max_blocks, -1), slots, qstart = {0};
+    for (int32_t s = 0, next = 0; s < S; ++s) {
+      for (int32_t i = 0; i < (c.ctx[s] + bs - 1) / bs; ++i)
+        tables[s * max_blocks + i] = pool[next++];
+      const int32_t last = c.ctx[s] - 1;
+      slots.push_back(tables[s * max_blocks + last / bs] * bs + last % bs);
+      qstart.push_back(s + 1);
+    }
+    if (c.skip_slot) slots.back() = -1;
+    const Shape cache_shape = {total_blocks, c.kv_heads, bs, c.hd};
+    const Tensor k0 = rounded(fast_uniform(cache_shape, rng_()), dt_);
+    const Tensor v0 = rounded(fast_uniform(cache_shape, rng_()), dt_);
+    const Tensor qkv = rounded(randn({S, layout.row_cols()}, rng_), dt_);
+    Tensor cs = Tensor::empty({S, c.rot}, DType::kF32);
+    for (int32_t s = 0; s < S; ++s)
+      for (int p = 0; p < c.rot / 2; ++p) {
+        const double ang = (c.ctx[s] - 1) * std::pow(500000.0, -2.0 * p / c.rot);
+        cs.data<float>()[s * c.rot + p] = static_cast<float>(std::cos(ang));
+        cs.data<float>()[s * c.rot + c.rot / 2 + p] = static_cast<float>(std::sin(ang));
+      }
+    auto host_i32 = [](const std::vector<int32_t>& v) {
+      Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kI32);
+      std::copy(v.begin(), v.end(), t.data<int32_t>());
+      return t;
+    };
+    AttentionParams p;
+    p.scale = 1.f / std::sqrt(static_cast<float>(c.hd));
+    p.sliding_window = c.window;
+    AttentionMeta mh, mg;
+    mh.query_start = host_i32(qstart);
+    mh.context_lens = host_i32(c.ctx);
+    mh.block_tables = host_i32(tables);
+    mg.query_start = to_gpu_i32(*gpu_, qstart);
+    mg.context_lens = to_gpu_i32(*gpu_, c.ctx);
+    mg.block_tables = to_gpu_i32(*gpu_, tables);
+    for (AttentionMeta* m : {&mh, &mg}) {
+      m->num_seqs = S;
+      m->max_blocks_per_seq = max_blocks;
+      m->max_query_len = 1;
+      m->max_context_len = max_ctx;
+    }
+    const Tensor cs_g = gpu_->upload(cs.raw(), cs.shape(), DType::kF32, {});
+    const Tensor slots_g = to_gpu_i32(*gpu_, slots);
+    const std::string what = dtype_label(dt_) + " " + c.name;
+
+    // The CPU reference, then the unfused op on the GPU.
+    LayerKvCache ref{k0.clone(), v0.clone()};
+    Tensor qkv_h = qkv.clone(), out_ref = Tensor::empty({S, layout.q_cols()}, DType::kF32);
+    cpu_->rotary_kv_attention(qkv_h, layout, cs, c.style, c.rot, host_i32(slots), ref, mh, p,
+                              out_ref);
+    gpu_->set_attention_kernel(K::kAuto);
+    gpu_->set_fuse_rope(false);
+    LayerKvCache ga{to_gpu(*gpu_, k0, dt_), to_gpu(*gpu_, v0, dt_)};
+    Tensor qkv_a = to_gpu(*gpu_, qkv, dt_);
+    Tensor out_a = poisoned(*gpu_, {S, layout.q_cols()}, dt_);
+    gpu_->rotary_kv_attention(qkv_a, layout, cs_g, c.style, c.rot, slots_g, ga, mg, p, out_a);
+    EXPECT_FALSE(gpu_->last_rope_fused()) << what;
+    const std::vector<double> want = host_values(*gpu_, out_a);
+    const std::vector<double> want_k = host_values(*gpu_, ga.k), want_v = host_values(*gpu_, ga.v);
+    if (!c.skip_slot) {  // the unfused kernel reads the skipped slot's stale row
+      expect_near(want, host_values(out_ref), bound_for(dt_), what + " unfused vs cpu");
+    }
+    expect_near(want_k, host_values(ref.k), bound_for(dt_), what + " k cache unfused vs cpu");
+
+    gpu_->set_fuse_rope(true);
+    const bool fusable = dt_ != DType::kF32 && c.style != RotaryStyle::kHalf2D;
+    for (bool early : {false, true}) {
+      LayerKvCache gb{to_gpu(*gpu_, k0, dt_), to_gpu(*gpu_, v0, dt_)};
+      Tensor qkv_b = to_gpu(*gpu_, qkv, dt_);
+      Tensor out_b = poisoned(*gpu_, {S, layout.q_cols()}, dt_);
+      // A cache write just before (the early reads must wait), or another kernel after it.
+      LayerKvCache side{gpu_->alloc({1, c.kv_heads, bs, c.hd}, dt_),
+                        gpu_->alloc({1, c.kv_heads, bs, c.hd}, dt_)};
+      gpu_->write_kv(qkv_b.slice_rows(0, 1), layout, to_gpu_i32(*gpu_, {0}), side);
+      if (early) {
+        Tensor x = to_gpu(*gpu_, randn({4, 64}, rng_), dt_), y = gpu_->alloc({4, 64}, dt_);
+        gpu_->scale_add(x, 2.f, x, y);
+      }
+      gpu_->rotary_kv_attention(qkv_b, layout, cs_g, c.style, c.rot, slots_g, gb, mg, p, out_b);
+      const std::string w = what + (early ? " (early reads)" : " (after a cache write)");
+      EXPECT_EQ(gpu_->last_rope_fused(), fusable) << w;
+      if (fusable) {
+        EXPECT_EQ(gpu_->last_attention_kernel(), K::kDecode) << w;
+        EXPECT_EQ(gpu_->last_early_reads(), early) << w;
+      }
+      const double tol = fusable ? 0.0 : bound_for(dt_);
+      std::vector<double> got = host_values(*gpu_, out_b), want_rows = want;
+      if (c.skip_slot) {  // the skipped sequence's row attends over different k, v: drop it
+        got.resize(got.size() - static_cast<size_t>(layout.q_cols()));
+        want_rows.resize(got.size());
+      }
+      expect_near(got, want_rows, tol, w + " out");
+      expect_near(host_values(*gpu_, gb.k), want_k, tol, w + " k cache");
+      expect_near(host_values(*gpu_, gb.v), want_v, tol, w + " v cache");
+    }
+  }
+}
+
 // Every kernel choice falls back to the simple kernel, which widens each query to its
 // sequence's prefix: prompts with a context (long enough for key splits and several
 // query tiles), a causal prompt beside them, decodes after a context.
