@@ -638,9 +638,6 @@ int run(int argc, char** argv) {
     std::printf("graph replays %lld, recordings %lld\n",
                 static_cast<long long>(decoder->graph_replays()),
                 static_cast<long long>(decoder->graph_records()));
-  if (auto* cb = dynamic_cast<cuda::CudaBackend*>(&model->backend()))
-    std::printf("last decode layer: rotary fused into the attention %s, early cache reads %s\n",
-                cb->last_rope_fused() ? "yes" : "no", cb->last_early_reads() ? "yes" : "no");
   model.reset();
   if (ops) {
     op_breakdown(*dtype, dims);

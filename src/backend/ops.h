@@ -273,17 +273,6 @@ class Backend {
   // for blocks wholly before every query's sliding window are not read (may be -1).
   virtual void attention(const Tensor& qkv, const QkvLayout& layout, const LayerKvCache& cache,
                          const AttentionMeta& meta, const AttentionParams& params, Tensor& out) = 0;
-  // rotary_write_kv() then attention(), for a layer whose keys are rotated; a backend
-  // may do them in one pass (the CUDA backend does for steps of one query per
-  // sequence). Afterwards the q and k parts of qkv hold either their rotated values or
-  // the values they came with.
-  virtual void rotary_kv_attention(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
-                                   RotaryStyle style, int32_t rotary_dim, const Tensor& slots,
-                                   LayerKvCache& cache, const AttentionMeta& meta,
-                                   const AttentionParams& params, Tensor& out) {
-    rotary_write_kv(qkv, layout, cos_sin, style, rotary_dim, slots, cache);
-    attention(qkv, layout, cache, meta, params, out);
-  }
   // Copies whole blocks src -> dst in a cache tensor [num_blocks, ...].
   virtual void copy_blocks(Tensor& cache,
                            const std::vector<std::pair<int32_t, int32_t>>& pairs) = 0;

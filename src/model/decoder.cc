@@ -475,14 +475,12 @@ void Decoder::attention_block(int l, const Tensor& h, Tensor& out) {
   if (cfg_.clip_qkv > 0) be_->clamp(qkv, static_cast<float>(cfg_.clip_qkv));
   if (cfg_.qk_norm) be_->qk_norm(qkv, layout_, L.q_norm, L.k_norm);
   if (logn_active_) be_->scale_queries(qkv, layout_, logn_t_);
-  Tensor attn = attn_.view(*be_, T, layout_.q_cols());
-  if (cfg_.position == PositionType::kRotary) {
-    be_->rotary_kv_attention(qkv, layout_, cos_sin_t_, cfg_.rope.style, rope_->dim(), slots_t_,
-                             kv_[l], meta_, attn_params_[l], attn);
-  } else {
+  if (cfg_.position == PositionType::kRotary)
+    be_->rotary_write_kv(qkv, layout_, cos_sin_t_, cfg_.rope.style, rope_->dim(), slots_t_, kv_[l]);
+  else
     be_->write_kv(qkv, layout_, slots_t_, kv_[l]);
-    be_->attention(qkv, layout_, kv_[l], meta_, attn_params_[l], attn);
-  }
+  Tensor attn = attn_.view(*be_, T, layout_.q_cols());
+  be_->attention(qkv, layout_, kv_[l], meta_, attn_params_[l], attn);
   be_->linear(attn, L.o.w, L.o.b, out);
 }
 

@@ -18,14 +18,6 @@
 // Sequences with more than one query token this step are computed 8 / group queries at
 // a time (the columns of one pass), each pass streaming the keys again: correct, only
 // slower.
-//
-// With the rotary fused in (AttentionArgs::rope_cos_sin; one query per sequence) the
-// kernel also does rotary_write_kv's work for the step: each block rotates its query
-// heads in registers, and the warp whose tile holds the step's key rotates that k row,
-// writes k and v to the cache and stages them into its tile itself (the copies
-// zero-fill that row). The decode step then has no rotary kernel between the qkv
-// product and the attention, and with early reads the block tables and the cache's
-// earlier rows are in flight while the qkv product finishes.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -53,16 +45,14 @@ constexpr float kLn2 = 0.6931471805599453f;
 // Shared memory: per warp kStages stages of [K tile | V tile], each tile 16 rows of
 // kHd elements with the 16-byte chunks of row r XOR-swizzled by r % 8 (ldmatrix reads
 // 8 rows of one logical chunk: 8 distinct bank groups). After its key loop a warp
-// reuses its own stages for its merge record: m[8], l[8], O[8][kLdo] floats. Then the
-// rotary's cos|sin row of the step's token (rope_dim <= kHd floats).
+// reuses its own stages for its merge record: m[8], l[8], O[8][kLdo] floats.
 template <int kHd>
 struct DecodeLayout {
   static constexpr int kChunks = kHd / 8;  // 16-byte chunks per row
   static constexpr int kTileBytes = kKeys * kHd * 2;
   static constexpr int kStageBytes = 2 * kTileBytes;
   static constexpr int kWarpBytes = kStages * kStageBytes;
-  static constexpr int kRopeOffset = kWarps * kWarpBytes;  // the step's cos|sin row (rope)
-  static constexpr int kBytes = kRopeOffset + kHd * 4;
+  static constexpr int kBytes = kWarps * kWarpBytes;
   static constexpr int kLdo = kHd + 4;  // floats; the fragment stores hit 32 banks
   static_assert(kChunks % 8 == 0, "the swizzle permutes groups of 8 chunks");
   static_assert((2 * kCols + kCols * kLdo) * 4 <= kWarpBytes, "merge record fits a warp's stages");
@@ -82,146 +72,16 @@ __device__ __forceinline__ uint32_t tile_offset(int r, int c) {
   return static_cast<uint32_t>(r * kHd + ((c ^ (r & 7)) << 3)) * 2u;
 }
 
-// The rotary on the Qᵀ fragments (rope): word qf[k][j] holds dims 16 k + 8 j + 2 t4 and
-// the one after. Interleaved pairs are the two halves of a word; in the half style dim
-// d < rot / 2 pairs with d + rot / 2, which sits in the same lane, k-step + rot / 32.
-// The roundings are rotary_write_kv's (rope_rotate, then to the storage type).
-template <typename T, int kSteps>
-__device__ __forceinline__ void rotate_q(uint32_t (&qf)[kSteps][2], const float* cs, int rot,
-                                         bool interleaved, int t4) {
-  const int half = rot / 2;
-  if (interleaved) {
-#pragma unroll
-    for (int k = 0; k < kSteps; ++k)
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int d = 16 * k + 8 * j + 2 * t4;
-        if (d >= rot) continue;
-        const float2 x = unpack2<T>(qf[k][j]);
-        float y0, y1;
-        rope_rotate(x.x, x.y, cs[d / 2], cs[half + d / 2], y0, y1);
-        qf[k][j] = pack2<T>(y0, y1);
-      }
-    return;
-  }
-#pragma unroll
-  for (int k = 0; k < kSteps; ++k)
-#pragma unroll
-    for (int k2 = 0; k2 < kSteps; ++k2) {
-      if (16 * k >= half || 16 * k2 != 16 * k + half) continue;
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int d = 16 * k + 8 * j + 2 * t4;
-        const float2 lo = unpack2<T>(qf[k][j]), hi = unpack2<T>(qf[k2][j]);
-        float a0, b0, a1, b1;
-        rope_rotate(lo.x, hi.x, cs[d], cs[half + d], a0, b0);
-        rope_rotate(lo.y, hi.y, cs[d + 1], cs[half + d + 1], a1, b1);
-        qf[k][j] = pack2<T>(a0, a1);
-        qf[k2][j] = pack2<T>(b0, b1);
-      }
-    }
-}
-
-// The step's k and v rows of KV head kvh for token t in 16-byte chunks: item i < kHd / 8
-// is k's chunk i, the rest v's; lane l takes items l, l + 32, ... load_new_kv() issues
-// the loads (a k chunk of the half style with its partner chunk); finish_new_kv()
-// rotates k as rotary_write_kv_vec_kernel does, writes both rows to the cache at
-// rope_slots[t] (negative: skipped; past the cache: reported) and leaves them in `x`.
-template <typename T, int kHd, int kRowItems>
-__device__ __forceinline__ void load_new_kv(const AttentionArgs& a, int kvh, int t, int lane,
-                                            uint4 (&x)[kRowItems], uint4 (&y)[kRowItems]) {
-  constexpr int kChunks = kHd / 8;
-  const int half = a.rope_dim / 2;
-  const T* qkv = static_cast<const T*>(a.qkv) + int64_t{t} * a.qkv_cols;
-#pragma unroll
-  for (int ii = 0; ii < kRowItems; ++ii) {
-    const int i = ii * 32 + lane;
-    if (i >= 2 * kChunks) continue;
-    const bool is_v = i >= kChunks;
-    const int e0 = 8 * (is_v ? i - kChunks : i);
-    const T* src = qkv + int64_t{a.heads + (is_v ? a.kv_heads : 0) + kvh} * kHd;
-    x[ii] = *reinterpret_cast<const uint4*>(src + e0);
-    if (!is_v && e0 < a.rope_dim && !a.rope_interleaved)
-      y[ii] = *reinterpret_cast<const uint4*>(src + (e0 < half ? e0 + half : e0 - half));
-  }
-}
-
-template <typename T, int kHd, int kRowItems>
-__device__ __forceinline__ void finish_new_kv(const AttentionArgs& a, int kvh, int t, int lane,
-                                              const float* cs, uint4 (&x)[kRowItems],
-                                              const uint4 (&y)[kRowItems]) {
-  constexpr int kChunks = kHd / 8;
-  const int rot = a.rope_dim, half = rot / 2;
-  const int32_t slot = a.rope_slots[t];
-  const int64_t cache_rows = int64_t{a.num_blocks} * a.block_size;
-  if (slot >= cache_rows && lane == 0) report(a.err, kErrKvSlot);
-  const bool write = slot >= 0 && slot < cache_rows;
-  const int64_t base = write ? ((slot / a.block_size * int64_t{a.kv_heads} + kvh) * a.block_size +
-                                slot % a.block_size) *
-                                   kHd
-                             : 0;
-#pragma unroll
-  for (int ii = 0; ii < kRowItems; ++ii) {
-    const int i = ii * 32 + lane;
-    if (i >= 2 * kChunks) continue;
-    const bool is_v = i >= kChunks;
-    const int e0 = 8 * (is_v ? i - kChunks : i);
-    if (!is_v && e0 < rot) {
-      T* xe = reinterpret_cast<T*>(&x[ii]);
-      if (a.rope_interleaved) {
-#pragma unroll
-        for (int j = 0; j < 8; j += 2) {
-          const int p = (e0 + j) / 2;
-          float y0, y1;
-          rope_rotate(to_f(xe[j]), to_f(xe[j + 1]), cs[p], cs[half + p], y0, y1);
-          xe[j] = from_f<T>(y0);
-          xe[j + 1] = from_f<T>(y1);
-        }
-      } else {
-        const bool first = e0 < half;
-        const int p0 = first ? e0 : e0 - half;  // the pairs' first dims
-        const T* ye = reinterpret_cast<const T*>(&y[ii]);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          float r0, r1;
-          if (first) {
-            rope_rotate(to_f(xe[j]), to_f(ye[j]), cs[p0 + j], cs[half + p0 + j], r0, r1);
-            xe[j] = from_f<T>(r0);
-          } else {
-            rope_rotate(to_f(ye[j]), to_f(xe[j]), cs[p0 + j], cs[half + p0 + j], r0, r1);
-            xe[j] = from_f<T>(r1);
-          }
-        }
-      }
-    }
-    if (write) {
-      T* dst = const_cast<T*>(static_cast<const T*>(is_v ? a.v_cache : a.k_cache)) + base;
-      *reinterpret_cast<uint4*>(dst + e0) = x[ii];
-    }
-  }
-}
-
 template <typename T, int kHd>
 __global__ void __launch_bounds__(kThreads)
     decode_kernel(const AttentionArgs a, const DecodePlan plan) {
   using L = DecodeLayout<kHd>;
   constexpr int kSteps = kHd / 16;        // k-steps of K Qᵀ = m-tiles of Vᵀ Pᵀ
   constexpr int kIters = L::kChunks / 2;  // 16-byte copies per lane per K (or V) tile
-  constexpr int kRowItems = (2 * L::kChunks + 31) / 32;  // per lane: the step's k|v row chunks
   extern __shared__ __align__(128) unsigned char smem[];
 
-  // With early reads the metadata, the block table and the cache's earlier rows are
-  // read before pdl_wait() (the kernel before this one writes none of them); qkv only
-  // after it. Every block waits exactly once before it ends.
-  bool waited = false;
-  auto wait_once = [&] {
-    if (waited) return;
-    pdl_wait();
-    pdl_launch_dependents();
-    waited = true;
-  };
-  const bool rope = a.rope_cos_sin != nullptr;
-  if (!(a.early_reads && rope)) wait_once();
+  pdl_wait();
+  pdl_launch_dependents();
 
   const int s = blockIdx.z, kvh = blockIdx.y, split = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -230,11 +90,7 @@ __global__ void __launch_bounds__(kThreads)
   const int qpc = kCols / group;  // queries per pass
   const int q0 = a.query_start[s];
   const int q_len = a.query_start[s + 1] - q0;
-  if ((a.single_queries_only && q_len != 1) || (rope && q_len > 1)) {
-    if (rope && q_len > 1 && threadIdx.x == 0 && blockIdx.x == 0) report(a.err, kErrRopeQueries);
-    wait_once();
-    return;  // another kernel's rows, or none this kernel can compute
-  }
+  if (a.single_queries_only && q_len != 1) return;  // another kernel's rows
   const int ctx = a.context_lens[s];
   const int bs = a.block_size;
   const bool bs_pow2 = (bs & (bs - 1)) == 0;
@@ -247,7 +103,6 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t* table = a.block_tables + int64_t{s} * a.max_blocks;
   unsigned char* wsm = smem + warp * L::kWarpBytes;
   const uint32_t wsm_a = smem_u32(wsm);
-  const int knew = rope ? ctx - 1 : INT_MIN;  // the step's key (rope): staged from registers
 
   for (int qt0 = 0; qt0 < q_len; qt0 += qpc) {
     const int n_q = min(qpc, q_len - qt0);
@@ -262,6 +117,21 @@ __global__ void __launch_bounds__(kThreads)
     const int n_tiles = ke > kb ? (ke + kKeys - 1) / kKeys - t_first : 0;
     const int n_mine = n_tiles > warp ? (n_tiles - warp + kWarps - 1) / kWarps : 0;
 
+    // Qᵀ as the B operand of Sᵀ = K Qᵀ: column g8, dims 16 k + 2 t4 (+1) and (+8, +9).
+    uint32_t qf[kSteps][2];
+    {
+      const bool live = g8 < n_cols;
+      const int qi = g8 / group;
+      const int h = kvh * group + (g8 - qi * group);
+      const int64_t base =
+          live ? ((int64_t{q0} + qt0 + qi) * a.qkv_cols + int64_t{h} * kHd) / 2 : 0;
+      const uint32_t* qp = reinterpret_cast<const uint32_t*>(qkv) + base;
+#pragma unroll
+      for (int k = 0; k < kSteps; ++k) {
+        qf[k][0] = live ? qp[8 * k + t4] : 0u;
+        qf[k][1] = live ? qp[8 * k + 4 + t4] : 0u;
+      }
+    }
     // The accumulators' columns 2 t4 and 2 t4 + 1: their query's cache index, ALiBi slope.
     int col_idx[2];
     float col_slope[2] = {0.f, 0.f};
@@ -280,7 +150,6 @@ __global__ void __launch_bounds__(kThreads)
     for (int mt = 0; mt < kSteps; ++mt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][e] = 0.f;
-    uint32_t qf[kSteps][2];  // Qᵀ, loaded once the kernel has waited (below)
 
     auto tile_key0 = [&](int j) { return (t_first + warp + kWarps * j) * kKeys; };
     // The block id for this lane's key (lane % 16) of the warp's tile j (-1 when not
@@ -312,7 +181,6 @@ __global__ void __launch_bounds__(kThreads)
         report(a.err, kErrBlockTable);
       const int row = need && good ? (blk * a.kv_heads + kvh) * bs + within : -1;
       const uint32_t mask = __ballot_sync(0xffffffffu, row >= 0) & 0xffffu;
-      const int src_row = key == knew ? -1 : row;  // zero-filled, then staged (rope)
       if (j < n_mine) {
         const uint32_t k_dst = wsm_a + static_cast<uint32_t>(stage * L::kStageBytes);
         const uint32_t v_dst = k_dst + L::kTileBytes;
@@ -320,7 +188,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int i = 0; i < kIters; ++i) {
           const int q = i * 32 + lane;
           const int r = q / L::kChunks, c = q % L::kChunks;
-          const int src = __shfl_sync(0xffffffffu, src_row, r);
+          const int src = __shfl_sync(0xffffffffu, row, r);
           const int64_t off = src >= 0 ? int64_t{src} * kHd + c * 8 : 0;
           const uint32_t dst = tile_offset<kHd>(r, c);
           cp_async16(k_dst + dst, kc + off, src >= 0);
@@ -424,43 +292,6 @@ __global__ void __launch_bounds__(kThreads)
       nb_blk = pb[kStages - 1];
       nb_within = pw[kStages - 1];
     }
-    float* cs = reinterpret_cast<float*>(smem + L::kRopeOffset);  // the token's cos|sin row
-    if (rope)
-      for (int i = threadIdx.x; i < a.rope_dim; i += kThreads)
-        cs[i] = a.rope_cos_sin[int64_t{q0} * a.rope_dim + i];
-    wait_once();  // qkv is the previous kernel's output
-
-    // Qᵀ as the B operand of Sᵀ = K Qᵀ: column g8, dims 16 k + 2 t4 (+1) and (+8, +9).
-    {
-      const bool live = g8 < n_cols;
-      const int qi = g8 / group;
-      const int h = kvh * group + (g8 - qi * group);
-      const int64_t base =
-          live ? ((int64_t{q0} + qt0 + qi) * a.qkv_cols + int64_t{h} * kHd) / 2 : 0;
-      const uint32_t* qp = reinterpret_cast<const uint32_t*>(qkv) + base;
-#pragma unroll
-      for (int k = 0; k < kSteps; ++k) {
-        qf[k][0] = live ? qp[8 * k + t4] : 0u;
-        qf[k][1] = live ? qp[8 * k + 4 + t4] : 0u;
-      }
-    }
-    // The step's k and v rows (rope), for the split holding its key: the warp whose tile
-    // it falls in rotates k, writes both to the cache and keeps them for its stage. Their
-    // loads go out with the query's, before either is used.
-    int j_new = -1;
-    uint4 new_row[kRowItems], partner[kRowItems];
-    if (rope && knew >= kb && knew < ke) {
-      const int tn = knew / kKeys - t_first;
-      if (tn % kWarps == warp) {
-        j_new = tn / kWarps;
-        load_new_kv<T, kHd, kRowItems>(a, kvh, q0, lane, new_row, partner);
-      }
-    }
-    if (rope) {
-      __syncthreads();  // the cos|sin row is in shared memory
-      rotate_q<T, kSteps>(qf, cs, a.rope_dim, a.rope_interleaved, t4);
-      if (j_new >= 0) finish_new_kv<T, kHd, kRowItems>(a, kvh, q0, lane, cs, new_row, partner);
-    }
     for (int j = 0; j < n_mine; ++j) {
       const int blk = nb_blk, within = nb_within;
       fetch(j + kStages, nb_blk, nb_within);
@@ -469,20 +300,6 @@ __global__ void __launch_bounds__(kThreads)
       cp_async_commit();
       cp_async_wait<kStages - 1>();  // this lane's copies of tile j have landed
       __syncwarp();                  // and every lane's
-      if (j == j_new) {  // the step's key row, zero-filled by the copies, from registers
-        unsigned char* st = wsm + (j % kStages) * L::kStageBytes;
-#pragma unroll
-        for (int ii = 0; ii < kRowItems; ++ii) {
-          const int i = ii * 32 + lane;
-          if (i < 2 * L::kChunks) {
-            const bool is_v = i >= L::kChunks;
-            const int c = is_v ? i - L::kChunks : i;
-            *reinterpret_cast<uint4*>(st + (is_v ? L::kTileBytes : 0) +
-                                      tile_offset<kHd>(knew % kKeys, c)) = new_row[ii];
-          }
-        }
-        __syncwarp();
-      }
       compute(j, j % kStages, vm[0]);
 #pragma unroll
       for (int i = 0; i < kStages - 1; ++i) vm[i] = vm[i + 1];
@@ -554,7 +371,6 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();  // the records are overwritten by the next pass's copies
   }
-  wait_once();  // a block without queries (q_len 0) has not waited yet
   if (plan.num_splits == 1 || plan.counters == nullptr) return;
 
   // The last split of (s, kvh) to finish merges the pair's rows (tokens q0.., heads of

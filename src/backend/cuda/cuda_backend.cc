@@ -40,7 +40,6 @@ std::string error_names(int code) {
   add(kErrBlockTable, "block table entry out of range");
   add(kErrExpertId, "expert id out of range");
   add(kErrGatherRow, "gathered row out of range");
-  add(kErrRopeQueries, "fused rotary attention given a sequence of several queries");
   return s;
 }
 
@@ -74,7 +73,6 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   if (const char* env = std::getenv("TACHYON_CUDA_GEMV"); env != nullptr && std::string(env) == "0")
     use_gemv_ = false;
   use_skinny_ = env_flag("TACHYON_CUDA_SKINNY", false);
-  fuse_rope_ = env_flag("TACHYON_FUSE_ROPE", true);
   gemv_variant_ = kGemvDefault;
   if (const char* env = std::getenv("TACHYON_GEMV_VARIANT"); env != nullptr && *env != '\0') {
     char* end = nullptr;

@@ -77,13 +77,6 @@ class CudaBackend final : public Backend {
                        LayerKvCache& cache) override;
   void attention(const Tensor& qkv, const QkvLayout& layout, const LayerKvCache& cache,
                  const AttentionMeta& meta, const AttentionParams& params, Tensor& out) override;
-  // One decode-kernel launch for single-query steps the decode kernel takes (half-style
-  // rotary over a multiple of 32 dims, or interleaved; TACHYON_FUSE_ROPE=0 turns it
-  // off); rotary_write_kv() then attention() otherwise.
-  void rotary_kv_attention(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
-                           RotaryStyle style, int32_t rotary_dim, const Tensor& slots,
-                           LayerKvCache& cache, const AttentionMeta& meta,
-                           const AttentionParams& params, Tensor& out) override;
   void copy_blocks(Tensor& cache, const std::vector<std::pair<int32_t, int32_t>>& pairs) override;
 
   void moe_route(const Tensor& logits, int32_t top_k, bool renormalize, Tensor& ids,
@@ -116,11 +109,6 @@ class CudaBackend final : public Backend {
   void set_attention_kernel(AttentionKernel k) { attention_kernel_ = k; }
   // The kernel the last attention() call ran (for tests and benchmarks).
   AttentionKernel last_attention_kernel() const { return last_attention_kernel_; }
-  // Whether the last rotary_kv_attention() ran as one kernel, and whether that kernel
-  // read the cache before its predecessor finished (for tests and benchmarks).
-  bool last_rope_fused() const { return last_rope_fused_; }
-  bool last_early_reads() const { return last_early_reads_; }
-  void set_fuse_rope(bool on) { fuse_rope_ = on; }
 
   // GEMMs of at most kGemvAutoRows rows (16-bit, no bias) run on the matrix-vector
   // kernel (gemv.cu) instead of cuBLASLt; on by default, TACHYON_CUDA_GEMV=0 turns it
@@ -155,17 +143,6 @@ class CudaBackend final : public Backend {
   const int32_t* flash_items(const AttentionArgs& a, const AttentionMeta& meta, int32_t& n);
   // A mixed step through the decode and flash kernels; false when it does not apply.
   bool attention_mixed(const AttentionArgs& a, const AttentionMeta& meta);
-  // attention()'s checks and kernel arguments.
-  AttentionArgs attention_args(const Tensor& qkv, const QkvLayout& layout,
-                               const LayerKvCache& cache, const AttentionMeta& meta,
-                               const AttentionParams& params, Tensor& out);
-  // rotary_write_kv()'s checks.
-  void check_rotary_kv(const Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
-                       RotaryStyle style, int32_t rotary_dim, const Tensor& slots,
-                       const LayerKvCache& cache);
-  // The cache-writing ops record kernel_launches(stream_) after their launch: the
-  // fused decode kernel reads the cache early only when another kernel came between.
-  void note_cache_write();
   void gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor& w, void* y, DType y_type,
             int64_t ldy, const Tensor& bias, Activation act);
 
@@ -178,9 +155,6 @@ class CudaBackend final : public Backend {
   AttentionKernel attention_kernel_ = AttentionKernel::kAuto;
   bool batch_invariant_ = false;
   AttentionKernel last_attention_kernel_ = AttentionKernel::kAuto;
-  bool fuse_rope_ = true;
-  bool last_rope_fused_ = false, last_early_reads_ = false;
-  uint64_t cache_write_launches_ = 0;
   // The flash work list of the last step, kept across its layers: what it was built
   // from (q_tile, multi-query-only, sequences, then query_start and context_lens) and its
   // device copy.

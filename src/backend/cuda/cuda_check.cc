@@ -4,12 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdint>
 #include <cstdlib>
-#include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "backend/cuda/launch.cuh"
@@ -40,32 +37,6 @@ bool pdl_enabled() {
 
 void set_pdl_enabled(bool on) {
   g_pdl.store(on, std::memory_order_relaxed);
-}
-
-namespace {
-// Per stream, the launches through launch_kernel(); the counters live as long as the
-// process (a handful of streams), each thread remembering the last one it used.
-std::atomic<uint64_t>* launch_counter(cudaStream_t stream) {
-  thread_local cudaStream_t last_stream = nullptr;
-  thread_local std::atomic<uint64_t>* last = nullptr;
-  if (last != nullptr && last_stream == stream) return last;
-  static std::mutex mu;
-  static std::unordered_map<cudaStream_t, std::unique_ptr<std::atomic<uint64_t>>> counters;
-  std::lock_guard<std::mutex> lock(mu);
-  auto& c = counters[stream];
-  if (!c) c = std::make_unique<std::atomic<uint64_t>>(0);
-  last_stream = stream;
-  last = c.get();
-  return last;
-}
-}  // namespace
-
-void note_kernel_launch(cudaStream_t stream) {
-  launch_counter(stream)->fetch_add(1, std::memory_order_relaxed);
-}
-
-uint64_t kernel_launches(cudaStream_t stream) {
-  return launch_counter(stream)->load(std::memory_order_relaxed);
 }
 
 int max_dynamic_smem() {

@@ -7,7 +7,6 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/invariant_kernels.h"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/launch.cuh"
 #include "core/error.h"
 
 namespace tachyon::cuda {
@@ -272,7 +271,6 @@ void CudaBackend::write_kv(const Tensor& qkv, const QkvLayout& layout, const Ten
   launch_write_kv(qkv.raw(), dtype_, qkv.dim(0), qkv.dim(1), layout.q_cols(), layout.num_kv_heads,
                   layout.head_dim, slots.data<int32_t>(), cache.k.raw(), cache.v.raw(),
                   cache.num_blocks(), cache.block_size(), err_.data<int>(), stream_);
-  note_cache_write();
 }
 
 void CudaBackend::scale_queries(Tensor& qkv, const QkvLayout& layout, const Tensor& factors) {
@@ -442,13 +440,14 @@ bool CudaBackend::attention_mixed(const AttentionArgs& a, const AttentionMeta& m
   return true;
 }
 
-void CudaBackend::note_cache_write() {
-  cache_write_launches_ = kernel_launches(stream_);
-}
-
-void CudaBackend::check_rotary_kv(const Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
+void CudaBackend::rotary_write_kv(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
                                   RotaryStyle style, int32_t rotary_dim, const Tensor& slots,
-                                  const LayerKvCache& cache) {
+                                  LayerKvCache& cache) {
+  if (style == RotaryStyle::kNone || rotary_dim == 0 || layout.head_dim % 2 != 0) {
+    rotary(qkv, layout, cos_sin, style, rotary_dim);
+    write_kv(qkv, layout, slots, cache);
+    return;
+  }
   check_act(qkv, "rotary_write_kv qkv");
   check_here(cos_sin, "rotary_write_kv cos_sin");
   check_here(slots, "rotary_write_kv slots");
@@ -470,67 +469,15 @@ void CudaBackend::check_rotary_kv(const Tensor& qkv, const QkvLayout& layout, co
                 "rotary_write_kv cache {}", cache.k ? cache.k.str() : std::string("none"));
   check_here(cache.k, "rotary_write_kv k cache");
   check_here(cache.v, "rotary_write_kv v cache");
-}
-
-void CudaBackend::rotary_write_kv(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
-                                  RotaryStyle style, int32_t rotary_dim, const Tensor& slots,
-                                  LayerKvCache& cache) {
-  if (style == RotaryStyle::kNone || rotary_dim == 0 || layout.head_dim % 2 != 0) {
-    rotary(qkv, layout, cos_sin, style, rotary_dim);
-    write_kv(qkv, layout, slots, cache);
-    return;
-  }
-  check_rotary_kv(qkv, layout, cos_sin, style, rotary_dim, slots, cache);
   launch_rotary_write_kv(qkv.raw(), dtype_, qkv.dim(0), qkv.dim(1), layout.num_heads,
                          layout.num_kv_heads, layout.head_dim, cos_sin.data<float>(), rotary_dim,
                          static_cast<KRotary>(static_cast<int>(style)), slots.data<int32_t>(),
                          cache.k.raw(), cache.v.raw(), cache.num_blocks(), cache.block_size(),
                          err_.data<int>(), stream_);
-  note_cache_write();
 }
 
-void CudaBackend::rotary_kv_attention(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
-                                      RotaryStyle style, int32_t rotary_dim, const Tensor& slots,
-                                      LayerKvCache& cache, const AttentionMeta& meta,
-                                      const AttentionParams& params, Tensor& out) {
-  last_rope_fused_ = last_early_reads_ = false;
-  // The decode kernel takes the step under attention()'s choice (one query per sequence,
-  // kAuto or kDecode) and the rotary's pairs sit in its query fragments.
-  const bool style_fits = (style == RotaryStyle::kHalf && rotary_dim % 32 == 0) ||
-                          (style == RotaryStyle::kInterleaved && rotary_dim % 2 == 0);
-  const bool decode_step = meta.max_query_len == 1 && !batch_invariant_ && !meta.prefix_lens &&
-                           (attention_kernel_ == AttentionKernel::kAuto ||
-                            attention_kernel_ == AttentionKernel::kDecode);
-  if (!fuse_rope_ || !style_fits || rotary_dim <= 0 || !decode_step || qkv.dim(0) == 0 ||
-      meta.num_seqs == 0) {
-    rotary_write_kv(qkv, layout, cos_sin, style, rotary_dim, slots, cache);
-    attention(qkv, layout, cache, meta, params, out);
-    return;
-  }
-  check_rotary_kv(qkv, layout, cos_sin, style, rotary_dim, slots, cache);
-  AttentionArgs a = attention_args(qkv, layout, cache, meta, params, out);
-  if (!attention_decode_supports(a)) {
-    rotary_write_kv(qkv, layout, cos_sin, style, rotary_dim, slots, cache);
-    attention(qkv, layout, cache, meta, params, out);
-    return;
-  }
-  a.rope_cos_sin = cos_sin.data<float>();
-  a.rope_dim = rotary_dim;
-  a.rope_interleaved = style == RotaryStyle::kInterleaved;
-  a.rope_slots = slots.data<int32_t>();
-  a.early_reads = kernel_launches(stream_) > cache_write_launches_;
-  last_attention_kernel_ = AttentionKernel::kDecode;
-  last_rope_fused_ = true;
-  last_early_reads_ = a.early_reads;
-  const AttentionPlan plan = plan_attention_decode(a, num_sms_);
-  void* ws = plan.scratch_bytes > 0 ? scratch(attn_scratch_, plan.scratch_bytes) : nullptr;
-  launch_attention_decode(a, plan, ws, merge_counters_.data<int32_t>(), kMergeCounters, stream_);
-  note_cache_write();
-}
-
-AttentionArgs CudaBackend::attention_args(const Tensor& qkv, const QkvLayout& layout,
-                                          const LayerKvCache& cache, const AttentionMeta& meta,
-                                          const AttentionParams& params, Tensor& out) {
+void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const LayerKvCache& cache,
+                            const AttentionMeta& meta, const AttentionParams& params, Tensor& out) {
   check_act(qkv, "attention qkv");
   check_act(out, "attention out");
   TACHYON_CHECK(qkv.ndim() == 2 && qkv.dim(1) == layout.row_cols(), "attention qkv {}", qkv.str());
@@ -548,11 +495,11 @@ AttentionArgs CudaBackend::attention_args(const Tensor& qkv, const QkvLayout& la
   check_here(meta.query_start, "attention query_start");
   check_here(meta.context_lens, "attention context_lens");
   check_here(meta.block_tables, "attention block_tables");
-  AttentionArgs a;
-  if (n == 0 || meta.num_seqs == 0) return a;
+  if (n == 0 || meta.num_seqs == 0) return;
   TACHYON_CHECK(meta.max_query_len > 0 && meta.max_context_len >= meta.max_query_len,
                 "attention hints: max_query_len {} max_context_len {}", meta.max_query_len,
                 meta.max_context_len);
+  AttentionArgs a;
   a.qkv = qkv.raw();
   a.qkv_cols = qkv.dim(1);
   a.tokens = n;
@@ -588,13 +535,6 @@ AttentionArgs CudaBackend::attention_args(const Tensor& qkv, const QkvLayout& la
                   meta.prefix_lens.str(), meta.num_seqs, params.sliding_window);
     a.prefix_lens = meta.prefix_lens.data<int32_t>();
   }
-  return a;
-}
-
-void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const LayerKvCache& cache,
-                            const AttentionMeta& meta, const AttentionParams& params, Tensor& out) {
-  const AttentionArgs a = attention_args(qkv, layout, cache, meta, params, out);
-  if (a.tokens == 0) return;
   // A kernel runs when forced (TACHYON_CUDA_ATTENTION) and applicable, or under kAuto
   // when applicable and the step has its shape; batch-invariant mode and steps with a
   // bidirectional prefix run through the simple kernel below.
@@ -679,13 +619,11 @@ void CudaBackend::copy_blocks(Tensor& cache,
   Tensor dev = upload(flat.data(), {static_cast<int64_t>(flat.size())}, DType::kI32, {});
   if (!overlapping) {
     launch_copy_blocks(cache.raw(), block_bytes, dev.data<int32_t>(), n_pairs, stream_);
-    note_cache_write();
     return;
   }
   // Pairs that read a block another pair writes run one after another, in order.
   for (int i = 0; i < n_pairs; ++i)
     launch_copy_blocks(cache.raw(), block_bytes, dev.data<int32_t>() + 2 * i, 1, stream_);
-  note_cache_write();
 }
 
 }  // namespace tachyon::cuda

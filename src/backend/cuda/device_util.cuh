@@ -110,15 +110,6 @@ __device__ __forceinline__ float apply_act(float x, KAct act) {
   return x;
 }
 
-// One rotary rotation of the pair (x0, x1) by (c, s), written out so that every kernel
-// that rotates (rotary.cu, the decode attention's fused rotary) rounds it the same way:
-// their 16-bit results must agree bit for bit.
-__device__ __forceinline__ void rope_rotate(float x0, float x1, float c, float s, float& y0,
-                                            float& y1) {
-  y0 = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
-  y1 = __fmaf_rn(x1, c, __fmul_rn(x0, s));
-}
-
 __device__ __forceinline__ void report(int* flag, int code) {
   if (flag != nullptr) atomicOr(flag, code);
 }

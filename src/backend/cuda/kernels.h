@@ -26,7 +26,6 @@ enum DeviceError : int {
   kErrBlockTable = 4,
   kErrExpertId = 8,
   kErrGatherRow = 16,
-  kErrRopeQueries = 32,
 };
 
 // ---- convert.cu -------------------------------------------------------------------
@@ -138,20 +137,6 @@ struct AttentionArgs {
   // kernel's work list leaves out sequences with one query.
   bool single_queries_only = false;
   bool multi_queries_only = false;
-  // The rotary fused into the decode kernel (attention_decode.cu; one query per
-  // sequence). When rope_cos_sin is set, the q and k heads of qkv are not yet rotated
-  // and this step's k and v rows are not yet in the cache: the kernel rotates them with
-  // cos_sin [tokens, rope_dim] as rotary_write_kv does (the half style with rope_dim a
-  // multiple of 32, or interleaved), writes k and v at rope_slots[t] (negative: skipped)
-  // and attends over them. qkv is left as it was.
-  const float* rope_cos_sin = nullptr;
-  int32_t rope_dim = 0;
-  bool rope_interleaved = false;
-  const int32_t* rope_slots = nullptr;
-  // The decode kernel with rope_cos_sin may read the metadata, block tables and the
-  // cache's earlier rows before pdl_wait(): the host sets this only when the kernel
-  // launched just before it on the stream writes none of them.
-  bool early_reads = false;
 };
 // Scratch the split-K path needs (bytes), for the host to provide.
 struct AttentionPlan {

@@ -15,7 +15,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdint>
 #include <utility>
 
 #include "backend/cuda/launch_check.h"
@@ -26,16 +25,6 @@ namespace tachyon::cuda {
 // by the backend from the device's compute capability and TACHYON_PDL).
 bool pdl_enabled();
 void set_pdl_enabled(bool on);
-
-// Kernels launched through launch_kernel() on `stream` so far. A kernel may read data
-// before its pdl_wait() that the kernel launched just before it does not write: the
-// kernel before that one has completed by then (its successor's blocks wait before they
-// let dependents start). A caller that records this count after launching a writer of
-// some data knows, when the count has grown, that the writer is no longer the
-// immediately preceding kernel (launches outside launch_kernel are not counted, which
-// errs on the safe side: they are not launched early).
-void note_kernel_launch(cudaStream_t stream);
-uint64_t kernel_launches(cudaStream_t stream);
 
 // The largest dynamic shared memory a block may opt into on the current device (read
 // once per device).
@@ -73,7 +62,6 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   cfg.attrs = attr;
   cfg.numAttrs = pdl_enabled() ? 1 : 0;
   TACHYON_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
-  note_kernel_launch(stream);
 }
 
 }  // namespace tachyon::cuda

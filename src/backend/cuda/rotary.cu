@@ -12,6 +12,13 @@
 namespace tachyon::cuda {
 namespace {
 
+// One rotation, written out so that every kernel rounds it the same way (the fused and
+// separate passes must agree bit for bit).
+__device__ __forceinline__ void rotate(float x0, float x1, float c, float s, float& y0, float& y1) {
+  y0 = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
+  y1 = __fmaf_rn(x1, c, __fmul_rn(x0, s));
+}
+
 // The dims rotary pair p (of half = rot / 2 pairs) turns, in each style.
 template <KRotary kStyle>
 __device__ __forceinline__ void pair_dims(int p, int half, int& i0, int& i1) {
@@ -45,7 +52,7 @@ __global__ void rotary_kernel(T* qkv, int64_t tokens, int64_t cols, int heads, i
     int i0, i1;
     pair_dims<kStyle>(p, half, i0, i1);
     float y0, y1;
-    rope_rotate(to_f(v[i0]), to_f(v[i1]), c, s, y0, y1);
+    rotate(to_f(v[i0]), to_f(v[i1]), c, s, y0, y1);
     v[i0] = from_f<T>(y0);
     v[i1] = from_f<T>(y1);
   }
@@ -82,7 +89,7 @@ __global__ void rotary_write_kv_kernel(T* qkv, int64_t tokens, int64_t cols, int
         const float c = cos_sin[t * rot + p];
         const float s = cos_sin[t * rot + half + p];
         float r0, r1;
-        rope_rotate(to_f(y0), to_f(y1), c, s, r0, r1);
+        rotate(to_f(y0), to_f(y1), c, s, r0, r1);
         y0 = from_f<T>(r0);
         y1 = from_f<T>(r1);
         v[i0] = y0;
@@ -138,7 +145,7 @@ __global__ void rotary_write_kv_vec_kernel(T* qkv, int64_t tokens, int64_t cols,
           for (int j = 0; j < kVec; j += 2) {
             const int p = (e0 + j) / 2;
             float y0, y1;
-            rope_rotate(to_f(ae[j]), to_f(ae[j + 1]), cs[p], cs[half + p], y0, y1);
+            rotate(to_f(ae[j]), to_f(ae[j + 1]), cs[p], cs[half + p], y0, y1);
             ae[j] = from_f<T>(y0);
             ae[j + 1] = from_f<T>(y1);
           }
@@ -148,7 +155,7 @@ __global__ void rotary_write_kv_vec_kernel(T* qkv, int64_t tokens, int64_t cols,
 #pragma unroll
           for (int j = 0; j < kVec; ++j) {
             float y0, y1;
-            rope_rotate(to_f(ae[j]), to_f(be[j]), cs[e0 + j], cs[half + e0 + j], y0, y1);
+            rotate(to_f(ae[j]), to_f(be[j]), cs[e0 + j], cs[half + e0 + j], y0, y1);
             ae[j] = from_f<T>(y0);
             be[j] = from_f<T>(y1);
           }
