@@ -18,10 +18,7 @@
 // Sequences with more than one query token this step are computed 8 / group queries at
 // a time (the columns of one pass), each pass streaming the keys again: correct, only
 // slower.
-#include <cooperative_groups.h>
-
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <type_traits>
@@ -36,8 +33,6 @@
 namespace tachyon::cuda {
 namespace {
 
-namespace cg = cooperative_groups;
-
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kKeys = 16;                   // keys per warp tile (the mma's M)
@@ -50,16 +45,14 @@ constexpr float kLn2 = 0.6931471805599453f;
 // Shared memory: per warp kStages stages of [K tile | V tile], each tile 16 rows of
 // kHd elements with the 16-byte chunks of row r XOR-swizzled by r % 8 (ldmatrix reads
 // 8 rows of one logical chunk: 8 distinct bank groups). After its key loop a warp
-// reuses its own stages for its merge record: m[8], l[8], O[8][kLdo] floats. Then the
-// block's split record for the cluster merge: (m, l)[8] as float2, O[8][kHd] floats.
+// reuses its own stages for its merge record: m[8], l[8], O[8][kLdo] floats.
 template <int kHd>
 struct DecodeLayout {
   static constexpr int kChunks = kHd / 8;  // 16-byte chunks per row
   static constexpr int kTileBytes = kKeys * kHd * 2;
   static constexpr int kStageBytes = 2 * kTileBytes;
   static constexpr int kWarpBytes = kStages * kStageBytes;
-  static constexpr int kRecOffset = kWarps * kWarpBytes;  // the block's split record
-  static constexpr int kBytes = kRecOffset + kCols * 8 + kCols * kHd * 4;
+  static constexpr int kBytes = kWarps * kWarpBytes;
   static constexpr int kLdo = kHd + 4;  // floats; the fragment stores hit 32 banks
   static_assert(kChunks % 8 == 0, "the swizzle permutes groups of 8 chunks");
   static_assert((2 * kCols + kCols * kLdo) * 4 <= kWarpBytes, "merge record fits a warp's stages");
@@ -71,10 +64,7 @@ struct DecodePlan {
   float* part_o;   // [splits, tokens, heads, head_dim]
   float* part_ml;  // [splits, tokens, heads, 2]
   int* counters;   // [seqs, kv_heads], zero between launches; null: merged by another kernel
-  bool cluster;    // the splits of a pair are one cluster (rank = split): merged in DSMEM
 };
-
-std::atomic<bool> g_cluster_merge{false};
 
 // Byte offset of element (row r, logical chunk c) of a swizzled tile.
 template <int kHd>
@@ -113,8 +103,6 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t* table = a.block_tables + int64_t{s} * a.max_blocks;
   unsigned char* wsm = smem + warp * L::kWarpBytes;
   const uint32_t wsm_a = smem_u32(wsm);
-  float2* rec_ml = reinterpret_cast<float2*>(smem + L::kRecOffset);  // the cluster merge's
-  float* rec_o = reinterpret_cast<float*>(rec_ml + kCols);
 
   for (int qt0 = 0; qt0 < q_len; qt0 += qpc) {
     const int n_q = min(qpc, q_len - qt0);
@@ -372,9 +360,6 @@ __global__ void __launch_bounds__(kThreads)
       if (plan.num_splits == 1) {
         static_cast<T*>(a.out)[(tok * a.heads + h) * kHd + d] =
             from_f<T>(l_all > 0.f ? o / l_all : 0.f);
-      } else if (plan.cluster) {
-        rec_o[n * kHd + d] = o;
-        if (d == 0) rec_ml[n] = make_float2(mx, l_all);  // log2 units
       } else {
         const int64_t row = (int64_t{split} * a.tokens + tok) * a.heads + h;
         plan.part_o[row * kHd + d] = o;
@@ -384,42 +369,9 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
-    if (plan.cluster) {
-      // Every split's record is in its block's shared memory; the cluster's blocks share
-      // out the pass's outputs, each reading all the records through DSMEM.
-      cg::cluster_group cluster = cg::this_cluster();
-      cluster.sync();
-      const int n_splits = plan.num_splits;
-      const int rank = static_cast<int>(cluster.block_rank());
-      for (int i = rank * kThreads + threadIdx.x; i < n_cols * kHd; i += n_splits * kThreads) {
-        const int n = i / kHd, d = i % kHd;
-        float mx = -INFINITY;
-        for (int r = 0; r < n_splits; ++r) {
-          const float2 ml = *cluster.map_shared_rank(rec_ml + n, r);
-          if (ml.y > 0.f) mx = fmaxf(mx, ml.x);
-        }
-        float l_all = 0.f, o = 0.f;
-        if (mx != -INFINITY) {
-          for (int r = 0; r < n_splits; ++r) {
-            const float2 ml = *cluster.map_shared_rank(rec_ml + n, r);
-            if (ml.y > 0.f) {
-              const float f = ex2(ml.x - mx);
-              l_all += f * ml.y;
-              o += f * *cluster.map_shared_rank(rec_o + n * kHd + d, r);
-            }
-          }
-        }
-        const int qi = n / group;
-        const int64_t tok = int64_t{q0} + qt0 + qi;
-        const int h = kvh * group + (n - qi * group);
-        static_cast<T*>(a.out)[(tok * a.heads + h) * kHd + d] =
-            from_f<T>(l_all > 0.f ? o / l_all : 0.f);
-      }
-      cluster.sync();  // the records stay until every block of the cluster has read them
-    }
     __syncthreads();  // the records are overwritten by the next pass's copies
   }
-  if (plan.num_splits == 1 || plan.cluster || plan.counters == nullptr) return;
+  if (plan.num_splits == 1 || plan.counters == nullptr) return;
 
   // The last split of (s, kvh) to finish merges the pair's rows (tokens q0.., heads of
   // the group), a warp per row. The fence orders this block's partials before its count.
@@ -473,43 +425,6 @@ int blocks_per_sm() {
   return blocks;
 }
 
-constexpr int kMaxClusterSplits = 16;  // the largest (non-portable) cluster on sm_90
-
-// Whether clusters of `splits` blocks of decode_kernel<T, kHd> fit the device with at
-// most a quarter fewer blocks resident than without clusters (read once per size).
-template <typename T, int kHd>
-bool cluster_fits(int splits) {
-  static std::atomic<int> known[kMaxClusterSplits + 1];  // 0 unknown, 1 no, 2 yes
-  if (splits < 2 || splits > kMaxClusterSplits) return false;
-  const int v = known[splits].load(std::memory_order_relaxed);
-  if (v != 0) return v == 2;
-  const void* kernel = reinterpret_cast<const void*>(decode_kernel<T, kHd>);
-  constexpr int kBytes = DecodeLayout<kHd>::kBytes;
-  allow_dynamic_smem(kernel, kBytes);
-  bool fits = false;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
-      cudaSuccess) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(splits), 1, 1);
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = kBytes;
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = static_cast<unsigned>(splits);
-    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    int clusters = 0, sms = 0, dev = 0;
-    TACHYON_CUDA_CHECK(cudaGetDevice(&dev));
-    TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess)
-      fits = 4 * int64_t{clusters} * splits >= 3 * int64_t{sms} * blocks_per_sm<T, kHd>();
-  }
-  (void)cudaGetLastError();  // a refused query leaves no error behind
-  known[splits].store(fits ? 2 : 1, std::memory_order_relaxed);
-  return fits;
-}
-
 int layout_bytes(int head_dim) {
   return head_dim == 64    ? DecodeLayout<64>::kBytes
          : head_dim == 128 ? DecodeLayout<128>::kBytes
@@ -557,14 +472,6 @@ int choose_splits(int64_t pairs, int64_t ctx, int64_t slots, int num_sms, int64_
 
 }  // namespace
 
-void set_decode_cluster_merge(bool on) {
-  g_cluster_merge.store(on, std::memory_order_relaxed);
-}
-
-bool decode_cluster_merge() {
-  return g_cluster_merge.load(std::memory_order_relaxed);
-}
-
 bool attention_decode_supports(const AttentionArgs& a) {
   if (a.type != DType::kBF16 && a.type != DType::kF16) return false;
   if (a.head_dim != 64 && a.head_dim != 128 && a.head_dim != 256) return false;
@@ -592,25 +499,19 @@ AttentionPlan plan_attention_decode(const AttentionArgs& a, int num_sms) {
     int64_t pairs = -1, ctx = -1, key_bytes = -1, rows = -1;
     int num_sms = -1, head_dim = -1;
     DType type = DType::kF32;
-    bool allow_cluster = false;
     int splits = 1;
-    bool cluster = false;
   };
   thread_local Memo memo;
-  const bool allow_cluster = decode_cluster_merge();
   if (memo.pairs != pairs || memo.ctx != ctx || memo.key_bytes != key_bytes ||
       memo.rows != rows_per_item || memo.num_sms != num_sms || memo.head_dim != a.head_dim ||
-      memo.type != a.type || memo.allow_cluster != allow_cluster) {
+      memo.type != a.type) {
     int occupancy = 1;
     const bool known = (a.type == DType::kBF16 || a.type == DType::kF16) &&
                        (a.head_dim == 64 || a.head_dim == 128 || a.head_dim == 256);
     if (known) with_kernel(a, [&]<typename T, int kHd>() { occupancy = blocks_per_sm<T, kHd>(); });
-    memo = Memo{pairs, ctx, key_bytes, rows_per_item, num_sms, a.head_dim, a.type, allow_cluster};
+    memo = Memo{pairs, ctx, key_bytes, rows_per_item, num_sms, a.head_dim, a.type, 1};
     memo.splits = choose_splits(pairs, ctx, int64_t{std::max(num_sms, 1)} * occupancy, num_sms,
                                 key_bytes, rows_per_item, a.head_dim);
-    if (known && allow_cluster && memo.splits > 1 && memo.splits <= kMaxClusterSplits)
-      with_kernel(a,
-                  [&]<typename T, int kHd>() { memo.cluster = cluster_fits<T, kHd>(memo.splits); });
   }
   const int64_t splits = memo.splits;
   const int64_t keys = (ctx + splits - 1) / splits;
@@ -618,8 +519,7 @@ AttentionPlan plan_attention_decode(const AttentionArgs& a, int num_sms) {
   p.split_keys = splits > 1 ? static_cast<int>((keys + kSplitUnit - 1) / kSplitUnit * kSplitUnit)
                             : INT_MAX / 2;
   p.smem_bytes = static_cast<size_t>(layout_bytes(a.head_dim));
-  p.cluster = memo.cluster;
-  if (splits > 1 && !p.cluster)
+  if (splits > 1)
     p.scratch_bytes = static_cast<size_t>(splits) * static_cast<size_t>(a.tokens) *
                       static_cast<size_t>(a.heads) * static_cast<size_t>(a.head_dim + 2) *
                       sizeof(float);
@@ -632,9 +532,8 @@ void launch_attention_decode(const AttentionArgs& a, const AttentionPlan& p, voi
   TACHYON_KERNEL_CHECK(attention_decode_supports(a), "attention_decode: unsupported arguments");
   TACHYON_KERNEL_CHECK(p.num_splits >= 1 && (p.num_splits == 1 || p.split_keys > 0),
                        "attention_decode: bad plan");
-  const bool cluster = p.cluster && p.num_splits > 1 && p.num_splits <= kMaxClusterSplits;
-  DecodePlan dp{p.num_splits, p.split_keys, nullptr, nullptr, nullptr, cluster};
-  if (p.num_splits > 1 && !cluster) {
+  DecodePlan dp{p.num_splits, p.split_keys, nullptr, nullptr, nullptr};
+  if (p.num_splits > 1) {
     TACHYON_KERNEL_CHECK(scratch != nullptr, "attention_decode: split-K needs scratch");
     dp.part_o = static_cast<float*>(scratch);
     dp.part_ml = dp.part_o + static_cast<size_t>(p.num_splits) * a.tokens * a.heads * a.head_dim;
@@ -645,22 +544,6 @@ void launch_attention_decode(const AttentionArgs& a, const AttentionPlan& p, voi
                        DecodeLayout<kHd>::kBytes);
     const dim3 grid(static_cast<unsigned>(p.num_splits), static_cast<unsigned>(a.kv_heads),
                     static_cast<unsigned>(a.num_seqs));
-    if (cluster) {
-      static std::atomic<uint64_t> allowed{0};  // bit d: clusters above 8 allowed on device d
-      int dev = 0;
-      TACHYON_CUDA_CHECK(cudaGetDevice(&dev));
-      const uint64_t bit = uint64_t{1} << (dev & 63);
-      if ((allowed.load(std::memory_order_relaxed) & bit) == 0) {
-        TACHYON_CUDA_CHECK(
-            cudaFuncSetAttribute(reinterpret_cast<const void*>(decode_kernel<T, kHd>),
-                                 cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-        allowed.fetch_or(bit, std::memory_order_relaxed);
-      }
-      launch_kernel_clustered(decode_kernel<T, kHd>, grid, dim3(kThreads),
-                              DecodeLayout<kHd>::kBytes, stream,
-                              dim3(static_cast<unsigned>(p.num_splits), 1, 1), a, dp);
-      return;
-    }
     launch_kernel(decode_kernel<T, kHd>, grid, dim3(kThreads), DecodeLayout<kHd>::kBytes, stream, a,
                   dp);
     if (p.num_splits > 1 && dp.counters == nullptr) {
