@@ -661,8 +661,15 @@ TEST_P(CudaAttentionTest, DecodeBadBlockIdReported) {
 // sequence's prefix: prompts with a context (long enough for key splits and several
 // query tiles), a causal prompt beside them, decodes after a context.
 TEST_P(CudaAttentionTest, BidirectionalPrefix) {
-  run({"prefix, mha", 8, 8, 128, 16, {{0, 37, 36}, {0, 64, 64}, {0, 20, 0}, {300, 1, 290}}});
-  run({"prefix, gqa hd 64 block 5", 8, 2, 64, 5, {{0, 700, 650}, {0, 3, 1}, {40, 1, 12}}});
+  for (const AttnCase& c :
+       {AttnCase{
+            "prefix, mha", 8, 8, 128, 16, {{0, 37, 36}, {0, 64, 64}, {0, 20, 0}, {300, 1, 290}}},
+        AttnCase{
+            "prefix, gqa hd 64 block 5", 8, 2, 64, 5, {{0, 700, 650}, {0, 3, 1}, {40, 1, 12}}}}) {
+    run(c);
+    EXPECT_EQ(ran_, std::vector<Kernel>{Kernel::kSimple}) << c.name << ": another kernel ran";
+    EXPECT_EQ(auto_ran_, Kernel::kSimple) << c.name;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttentionTest,

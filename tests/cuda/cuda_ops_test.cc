@@ -223,6 +223,8 @@ TEST_P(CudaOpsTest, LinearSkinny) {
       Tensor out = poisoned(*gpu_, {c.m, c.n}, out_type);
       Tensor wd = gpu_->prepare_weight(w);
       gpu_->linear(dev(x), wd, variant == 1 ? gpu_->prepare_weight(b) : Tensor(), out, 0, act);
+      EXPECT_EQ(gpu_->last_linear_path(), cuda::CudaBackend::LinearPath::kSkinny)
+          << c.m << "x" << c.n << "x" << c.k << ": the skinny kernel did not run";
       // Twice: the split counters must have been left at zero.
       Tensor out2 = poisoned(*gpu_, {c.m, c.n}, out_type);
       gpu_->linear(dev(x), wd, variant == 1 ? gpu_->prepare_weight(b) : Tensor(), out2, 0, act);

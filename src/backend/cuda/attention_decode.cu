@@ -374,17 +374,8 @@ __global__ void __launch_bounds__(kThreads)
   if (plan.num_splits == 1 || plan.counters == nullptr) return;
 
   // The last split of (s, kvh) to finish merges the pair's rows (tokens q0.., heads of
-  // the group), a warp per row. The fence orders this block's partials before its count.
-  __threadfence();
-  __shared__ int last;
-  if (threadIdx.x == 0) {
-    int* counter = plan.counters + int64_t{s} * a.kv_heads + kvh;
-    last = atomicAdd(counter, 1) == plan.num_splits - 1;
-    if (last) *counter = 0;  // no other block of this launch touches it again
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  // the group), a warp per row.
+  if (!last_block_arrives(plan.counters + int64_t{s} * a.kv_heads + kvh, plan.num_splits)) return;
   const int64_t rows = a.tokens * a.heads;
   for (int r = warp; r < q_len * group; r += kWarps) {
     const int qi = r / group;

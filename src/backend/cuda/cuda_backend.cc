@@ -70,8 +70,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
       raise<InvalidArgument>(
           "TACHYON_CUDA_ATTENTION: '{}' is not auto, simple, mma, decode, gemm or flash", v);
   }
-  if (const char* env = std::getenv("TACHYON_CUDA_GEMV"); env != nullptr && std::string(env) == "0")
-    use_gemv_ = false;
+  use_gemv_ = env_flag("TACHYON_CUDA_GEMV", true);
   use_skinny_ = env_flag("TACHYON_CUDA_SKINNY", false);
   gemv_variant_ = kGemvDefault;
   if (const char* env = std::getenv("TACHYON_GEMV_VARIANT"); env != nullptr && *env != '\0') {

@@ -118,6 +118,9 @@ class CudaBackend final : public Backend {
   // GEMMs of 2..kSkinnyAutoRows rows (16-bit, k % 64 == 0) on the weight-streaming
   // tensor-core kernel (gemm_skinny.cu) instead of cuBLASLt; TACHYON_CUDA_SKINNY=0|1.
   void set_skinny(bool on) { use_skinny_ = on; }
+  // Which kernel the last product (linear()) ran on (for tests and benchmarks).
+  enum class LinearPath { kCublas, kGemv, kSkinny, kInvariant };
+  LinearPath last_linear_path() const { return last_linear_path_; }
 
   cudaStream_t stream() const { return stream_; }
   bool batch_invariant() const { return batch_invariant_; }
@@ -151,6 +154,7 @@ class CudaBackend final : public Backend {
   bool use_gemv_ = true;
   int gemv_variant_ = 0;  // kGemvDefault unless TACHYON_GEMV_VARIANT says (benchmarks)
   bool use_skinny_ = false;
+  LinearPath last_linear_path_ = LinearPath::kCublas;
   Tensor skinny_partial_, merge_counters_;
   AttentionKernel attention_kernel_ = AttentionKernel::kAuto;
   bool batch_invariant_ = false;

@@ -110,6 +110,7 @@ void CudaBackend::gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor&
   g.ldy = ldy;
   if (use_gemv_ && !batch_invariant_ && !bias && m <= kGemvAutoRows &&
       gemv_supports(x.dtype(), y_type, m, k, g.x, g.w)) {
+    last_linear_path_ = LinearPath::kGemv;
     launch_gemv(g.x, g.w, x.dtype(), y, y_type, m, n, k, ldy, stream_, gemv_variant_);
     if (act != Activation::kIdentity)
       launch_bias_act(y, y_type, ldy, m, n, nullptr, kact(act), stream_);
@@ -117,6 +118,7 @@ void CudaBackend::gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor&
   }
   if (use_skinny_ && !batch_invariant_ && m >= 2 && m <= kSkinnyAutoRows &&
       skinny_gemm_supports(x.dtype(), y_type, m, n, k, g.x, g.w, ldy)) {
+    last_linear_path_ = LinearPath::kSkinny;
     const SkinnyPlan plan = plan_skinny_gemm(m, n, k, num_sms_);
     void* partial = nullptr;
     if (plan.splits > 1) {
@@ -134,12 +136,14 @@ void CudaBackend::gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor&
   g.bias = bias_for(bias, y_type);
   g.relu = act == Activation::kRelu;
   if (batch_invariant_) {
+    last_linear_path_ = LinearPath::kInvariant;
     launch_invariant_matmul(g.x, w.raw(), x.dtype(), m, n, k, y, y_type, ldy, stream_);
     if (bias || act != Activation::kIdentity)
       launch_bias_act(y, y_type, ldy, m, n, bias ? bias.data<float>() : nullptr, kact(act),
                       stream_);
     return;
   }
+  last_linear_path_ = LinearPath::kCublas;
   const bool done = gemm_->run(g);
   if (!done) {
     launch_bias_act(y, y_type, ldy, m, n, bias ? bias.data<float>() : nullptr, kact(act), stream_);

@@ -110,6 +110,25 @@ __device__ __forceinline__ float apply_act(float x, KAct act) {
   return x;
 }
 
+// The split-K handshake where the last block of a group merges the group's partials:
+// called by every thread of each block after the block has written its partials, it
+// returns true in the block whose arrival completes the count of `blocks` (and resets
+// the counter for the next launch; no other block of this launch touches it again).
+// The fence before the count orders this block's partials before it; the one after
+// orders the last block's reads of the others' partials after every count.
+__device__ __forceinline__ bool last_block_arrives(int* counter, int blocks) {
+  __shared__ int last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(counter, 1) == blocks - 1;
+    if (last) *counter = 0;
+  }
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
 __device__ __forceinline__ void report(int* flag, int code) {
   if (flag != nullptr) atomicOr(flag, code);
 }

@@ -170,13 +170,7 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(const SkinnyArgs a) {
 #pragma unroll
     for (int e = 0; e < 4; ++e)
       part[(j * 8 + 2 * t + (e & 1)) * kTileN + r0 + (e >> 1) * 8] = acc[j][e];
-  __threadfence();
-  __syncthreads();
-  __shared__ int last;
-  if (tid == 0) last = atomicAdd(a.counters + tile, 1) == a.splits - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!last_block_arrives(a.counters + tile, a.splits)) return;
   const int rows = min(a.m, kM);
   for (int id = tid; id < rows * kTileN; id += kThreads) {
     const int mr = id / kTileN, nc = id % kTileN;
@@ -190,7 +184,6 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(const SkinnyArgs a) {
         static_cast<T*>(a.y)[int64_t{mr} * a.ldy + n0 + nc] = from_f<T>(s);
     }
   }
-  if (tid == 0) a.counters[tile] = 0;
 }
 
 int padded_rows(int64_t m) {
