@@ -37,5 +37,5 @@ done | sort -u | while read -r lib; do cp -L "$lib" "$STAGE/bin/"; done
 # code): about 7 MB for all of them instead of 31 MB with gzip.
 (cd "$STAGE/bin" && tar cf - ./* | xz -9 -T2 >../bins.txz)
 rm -rf "$STAGE/bin"
-cp scripts/gpu_suite.sh bench/gpu/{llama8b.sh,llama3_8b_config.json,hf_baseline.py,llama8b_table.py,ncu_summary.py} "$STAGE/"
+cp scripts/gpu_suite.sh bench/gpu/{llama8b.sh,llama3_8b_config.json,hf_baseline.py,llama8b_table.py,ncu_summary.py,smi_summary.py} "$STAGE/"
 du -sh "$STAGE"

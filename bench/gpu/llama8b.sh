@@ -12,9 +12,10 @@
 # On the GPU machine, from the repository root, with <dir> carried:
 #   SRC_DIR=<source path of the build> bash bench/gpu/llama8b.sh <dir>
 # (the companion files -- llama3_8b_config.json, hf_baseline.py, llama8b_table.py,
-# ncu_summary.py -- are read from this script's folder, so a copy of the five next to
-# the binaries works too). SKIP_TESTS=1 skips the tests; SKIP_HF=1 skips transformers; SKIP_BENCH=1 the
-# step benchmark; SERVING=1 adds the serving benchmark; CUDA_TEST_FILTER
+# ncu_summary.py, smi_summary.py -- are read from this script's folder, so a copy of
+# the six next to the binaries works too). SKIP_TESTS=1 skips the tests; SKIP_HF=1
+# skips transformers; SKIP_BENCH=1 the step benchmark; SERVING=1 adds the serving
+# benchmark; an nvidia-smi trace of clocks and power runs beside it all; CUDA_TEST_FILTER
 # narrows the CUDA tests (a gtest filter); KERNELS=1 adds tachyon_kernel_bench (GEMM
 # variants and row kernels at the model's shapes, event-timed); PROFILE=1 adds an ncu
 # pass over one prefill and two decode steps (bench/gpu/ncu_summary.py prints it);
@@ -37,6 +38,12 @@ if [ -n "${SRC_DIR:-}" ] && [ "$SRC_DIR" != "$ROOT" ] && [ ! -e "$SRC_DIR" ]; th
 fi
 CONFIG=$HERE/llama3_8b_config.json
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+# Clocks and power beside the whole run (prefill and serving steps hold the board at its
+# power limit, which lowers the SM clock; bench/gpu/smi_summary.py prints how much).
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.active \
+  --format=csv,noheader -lms 200 >"$OUT/smi.csv" 2>/dev/null &
+SMI=$!
+trap 'kill $SMI 2>/dev/null' EXIT
 T0=$SECONDS
 run() {  # name, timeout, command...
   local name=$1 limit=$2
@@ -109,6 +116,8 @@ if [ -n "${SERVING:-}" ]; then
     --max-batch-tokens 8192 || FAIL=1
   cat "$OUT/serving8b.log"
 fi
+kill $SMI 2>/dev/null
+python3 "$HERE/smi_summary.py" "$OUT/smi.csv"
 [ -n "${SKIP_BENCH:-}" ] && { echo "total $((SECONDS - T0)) s, failures: $FAIL"; exit $FAIL; }
 echo
 python3 "$HERE/llama8b_table.py" "$CONFIG" "$OUT/bench8b.log" "$OUT/hf8b.log" | tee "$OUT/table.md"
