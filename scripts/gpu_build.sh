@@ -29,9 +29,10 @@ for t in "${TARGETS[@]}"; do
   strip -o "$STAGE/bin/$t" "$f"
 done
 # Shared libraries from Debian that the binaries still need (no static archive, or a
-# CMake package that names the shared one): copied beside them (found through $ORIGIN).
+# CMake package that names the shared one), and CUPTI for tachyon_gpu_bench --trace:
+# copied beside them (found through $ORIGIN).
 for b in "$STAGE"/bin/*; do
-  ldd "$b" | awk '/lib(sentencepiece|simdjson|yaml-cpp)[^ ]*\.so/ && $3 ~ /^\// {print $3}'
+  ldd "$b" | awk '/lib(sentencepiece|simdjson|yaml-cpp|cupti)[^ ]*\.so/ && $3 ~ /^\// {print $3}'
 done | sort -u | while read -r lib; do cp -L "$lib" "$STAGE/bin/"; done
 # xz at its largest dictionary compresses across the binaries (they share most of their
 # code): about 7 MB for all of them instead of 31 MB with gzip.

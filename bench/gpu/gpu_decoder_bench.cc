@@ -18,9 +18,11 @@
 // Usage: tachyon_gpu_bench [--config CONFIG.json] [--dtype bf16|f16|f32] [--quick]
 //                          [--dir WORKDIR] [--prefill SxL,...] [--decode B,...]
 //                          [--ctx C] [--no-ops] [--attn-only] [--profile-steps]
-//                          [--keep-model]
+//                          [--keep-model] [--trace DIR]
 // --profile-steps: only the steps profile_steps() describes (for ncu).
 // --keep-model: keep the random checkpoint in DIR for the next run (and use one kept).
+// --trace DIR: a device-clock timeline (CUPTI, kernel_trace.h) of the timed prefill and
+// decode steps: a summary printed per figure, every kernel of one step in DIR.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -34,10 +36,14 @@
 #include <vector>
 
 #include <cuda_profiler_api.h>
+#include <fmt/format.h>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
+#ifdef TACHYON_HAVE_CUPTI
+#include "kernel_trace.h"
+#endif
 #include "backend/cuda/kernels.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -430,7 +436,7 @@ Tensor decode_logits(Model& model, const Seqs& q) {
 
 int run(int argc, char** argv) {
   std::string config_path, dir = (fs::temp_directory_path() / "tachyon_gpu_bench").string();
-  std::string dtype_name_s = "bf16", prefill_s, decode_s;
+  std::string dtype_name_s = "bf16", prefill_s, decode_s, trace_dir;
   bool quick = false, ops = true, attn_only = false, profile = false, keep = false;
   int32_t decode_ctx = 512;
   for (int i = 1; i < argc; ++i) {
@@ -457,12 +463,46 @@ int run(int argc, char** argv) {
       profile = true;
     else if (a == "--keep-model")
       keep = true;
+    else if (a == "--trace" && i + 1 < argc)
+      trace_dir = argv[++i];
     else
       raise<InvalidArgument>("unknown argument '{}'", a);
   }
   const auto dtype = parse_dtype(dtype_name_s);
   if (!dtype) raise<InvalidArgument>("--dtype: unknown dtype '{}'", dtype_name_s);
   fs::create_directories(dir);
+  // The timeline: recording starts before any graph is recorded; a window of timed
+  // steps is read back per figure.
+  const bool trace = !trace_dir.empty();
+  auto trace_now = [&]() -> uint64_t {
+#ifdef TACHYON_HAVE_CUPTI
+    if (trace) return bench::KernelTrace::now();
+#endif
+    return 0;
+  };
+  auto trace_report = [&](uint64_t t0, const std::string& label, const std::string& file) {
+#ifdef TACHYON_HAVE_CUPTI
+    if (!trace) return;
+    TACHYON_CUDA_CHECK(cudaDeviceSynchronize());
+    // Steps are told apart by the host's idle time between them: decode steps (graph
+    // replays) have none longer than a few µs inside; prefill steps may wait on the host.
+    const uint64_t gap_ns = label.rfind("prefill", 0) == 0 ? 2000000 : 15000;
+    bench::print_step_timeline(bench::KernelTrace::between(t0, bench::KernelTrace::now()), gap_ns,
+                               label, trace_dir + "/" + file);
+#else
+    (void)t0;
+    (void)label;
+    (void)file;
+#endif
+  };
+  if (trace) {
+#ifdef TACHYON_HAVE_CUPTI
+    fs::create_directories(trace_dir);
+    bench::KernelTrace::start();
+#else
+    raise<InvalidArgument>("--trace: this build has no CUPTI");
+#endif
+  }
   if (config_path.empty()) {
     config_path = dir + "/bench_config.json";
     std::ofstream(config_path) << kDefaultConfig;
@@ -544,13 +584,17 @@ int run(int argc, char** argv) {
   for (auto [s, l] : prefills) {
     Seqs q = make_seqs(s, l, vocab, rng);
     std::vector<double> times;
+    uint64_t t_trace = 0;
     for (int r = 0; r < reps + 2; ++r) {
       std::fill(q.computed.begin(), q.computed.end(), 0);
       ForwardBatch b = make_batch(q, std::vector<int32_t>(static_cast<size_t>(s), l));
+      if (r == 2) t_trace = trace_now();
       const double a = now_s();
       model->forward(b);
       if (r >= 2) times.push_back(now_s() - a);
     }
+    trace_report(t_trace, fmt::format("prefill {} x {}", s, l),
+                 fmt::format("prefill_{}x{}.txt", s, l));
     const double t = median(times);
     std::printf("prefill %3d x %-5d               %12.3f %14.0f\n", s, l, t * 1e3, s * l / t);
     std::printf("RESULT prefill_%dx%d_ms %.4f tok_s %.1f\n", s, l, t * 1e3, s * l / t);
@@ -610,7 +654,9 @@ int run(int argc, char** argv) {
       if (decoder != nullptr) decoder->set_step_graphs(graphs);
       std::vector<double> times;
       const std::vector<int32_t> one(static_cast<size_t>(bsz), 1);
+      uint64_t t_trace = 0;
       for (int32_t step = 0; step < decode_steps; ++step) {
+        if (step == 3) t_trace = trace_now();
         ForwardBatch b = make_batch(q, one);
         if (mode == 0) {
           RowSampling r;
@@ -626,8 +672,10 @@ int run(int argc, char** argv) {
         if (step >= 3) times.push_back(now_s() - a);
         for (auto& c : q.computed) ++c;
       }
-      const double t = median(times);
       const char* tag = mode == 0 ? "sampled" : graphs ? "graphs" : "eager";
+      trace_report(t_trace, fmt::format("decode batch {} ctx {} {}", bsz, decode_ctx, tag),
+                   fmt::format("decode_b{}_{}.txt", bsz, tag));
+      const double t = median(times);
       std::printf("decode batch %-4d ctx %-5d %-7s %12.3f %14.0f\n", bsz, decode_ctx, tag, t * 1e3,
                   bsz / t);
       std::printf("RESULT decode_b%d_ctx%d_%s_ms %.4f tok_s %.1f\n", bsz, decode_ctx, tag, t * 1e3,

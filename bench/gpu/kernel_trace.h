@@ -1,0 +1,172 @@
+// A timeline of the kernels of a step as they run: CUPTI's activity API records each
+// kernel's start and end on the device clock (concurrent-kernel records: kernels are
+// not serialised as under ncu, graph-launched kernels included). tachyon_gpu_bench
+// --trace uses it for the decode steps it times. Built only where CUPTI's headers and
+// library are found (TACHYON_HAVE_CUPTI).
+#pragma once
+
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <cupti.h>
+
+namespace tachyon::bench {
+
+struct TracedKernel {
+  std::string name;             // demangled, without namespaces and template arguments
+  uint64_t start = 0, end = 0;  // ns, device clock (cuptiGetTimestamp's domain)
+  uint32_t grid = 0;            // blocks in the grid
+};
+
+class KernelTrace {
+ public:
+  // Starts recording (call before the work is launched, and before graphs that should be
+  // traced are recorded).
+  static void start() {
+    check(cuptiActivityRegisterCallbacks(&requested, &completed), "register callbacks");
+    check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enable kernel records");
+  }
+  static uint64_t now() {
+    uint64_t t = 0;
+    check(cuptiGetTimestamp(&t), "timestamp");
+    return t;
+  }
+  // The kernels that started in [t0, t1), by start time (flushes what is buffered; the
+  // caller synchronises the device first).
+  static std::vector<TracedKernel> between(uint64_t t0, uint64_t t1) {
+    check(cuptiActivityFlushAll(1), "flush");
+    std::lock_guard<std::mutex> lock(mu());
+    std::vector<TracedKernel> out;
+    for (const TracedKernel& k : records())
+      if (k.start >= t0 && k.start < t1) out.push_back(k);
+    std::sort(out.begin(), out.end(),
+              [](const TracedKernel& a, const TracedKernel& b) { return a.start < b.start; });
+    return out;
+  }
+
+ private:
+  static void check(CUptiResult r, const char* what) {
+    if (r == CUPTI_SUCCESS) return;
+    const char* msg = nullptr;
+    cuptiGetResultString(r, &msg);
+    std::fprintf(stderr, "kernel trace: %s: %s\n", what, msg != nullptr ? msg : "?");
+    std::exit(2);
+  }
+  static std::mutex& mu() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<TracedKernel>& records() {
+    static std::vector<TracedKernel> r;
+    return r;
+  }
+  static std::string short_name(const char* mangled) {
+    int status = 0;
+    char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+    std::string s = status == 0 && d != nullptr ? d : mangled;
+    std::free(d);
+    for (size_t p; (p = s.find("(anonymous namespace)::")) != std::string::npos;) s.erase(p, 23);
+    // "void ns::(anonymous namespace)::name<...>(args)" -> "name"
+    const size_t paren = s.find('(');
+    std::string head = s.substr(0, paren);
+    int depth = 0;
+    std::string flat;
+    for (char c : head) {  // drop template arguments
+      if (c == '<') ++depth;
+      if (depth == 0) flat += c;
+      if (c == '>') --depth;
+    }
+    const size_t colon = flat.rfind("::");
+    if (colon != std::string::npos) flat = flat.substr(colon + 2);
+    const size_t space = flat.rfind(' ');
+    if (space != std::string::npos) flat = flat.substr(space + 1);
+    return flat.empty() ? s : flat;
+  }
+  static void CUPTIAPI requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+    *size = size_t{8} << 20;
+    *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, *size));
+    *max_records = 0;
+  }
+  static void CUPTIAPI completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+    std::lock_guard<std::mutex> lock(mu());
+    CUpti_Activity* rec = nullptr;
+    while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+      if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
+      const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
+      records().push_back({short_name(k->name), k->start, k->end,
+                           static_cast<uint32_t>(k->gridX * k->gridY * k->gridZ)});
+    }
+    std::free(buffer);
+  }
+};
+
+// Splits kernels (by start time) into steps at idle gaps longer than gap_ns and prints,
+// for the middle step, its span against the sum of its kernels' durations, and per kernel
+// (name, grid) the count, the mean time and the mean gap before it (negative: it
+// started before the previous kernel ended, as programmatic launch allows). The whole
+// step's kernels go to `path` (one line each) when it is not empty.
+inline void print_step_timeline(const std::vector<TracedKernel>& ks, uint64_t gap_ns,
+                                const std::string& label, const std::string& path) {
+  std::vector<std::vector<TracedKernel>> steps;
+  uint64_t last_end = 0;
+  for (const TracedKernel& k : ks) {
+    if (steps.empty() || (k.start > last_end && k.start - last_end > gap_ns)) steps.emplace_back();
+    steps.back().push_back(k);
+    last_end = std::max(last_end, k.end);
+  }
+  if (steps.size() < 3) {
+    std::printf("trace %s: %zu step(s) found, too few\n", label.c_str(), steps.size());
+    return;
+  }
+  const std::vector<TracedKernel>& st = steps[steps.size() / 2];
+  uint64_t span_end = 0, busy = 0;
+  double gaps = 0, overlap = 0;
+  struct Agg {
+    int n = 0;
+    double dur = 0, gap = 0;
+  };
+  std::map<std::string, Agg> agg;
+  std::vector<std::string> order;
+  FILE* f = path.empty() ? nullptr : std::fopen(path.c_str(), "w");
+  if (f != nullptr) std::fprintf(f, "# %s: start_us dur_us gap_us grid name\n", label.c_str());
+  for (size_t i = 0; i < st.size(); ++i) {
+    const TracedKernel& k = st[i];
+    const double dur = (k.end - k.start) * 1e-3;
+    const double gap = i == 0 ? 0.0 : (double(k.start) - double(span_end)) * 1e-3;
+    if (i > 0) (gap > 0 ? gaps : overlap) += gap;
+    busy += k.end - k.start;
+    span_end = std::max(span_end, k.end);
+    const std::string key = k.name + " [" + std::to_string(k.grid) + "]";
+    if (!agg.count(key)) order.push_back(key);
+    Agg& a = agg[key];
+    ++a.n;
+    a.dur += dur;
+    a.gap += gap;
+    if (f != nullptr)
+      std::fprintf(f, "%10.2f %8.2f %8.2f %7u %s\n", (k.start - st.front().start) * 1e-3, dur, gap,
+                   k.grid, k.name.c_str());
+  }
+  if (f != nullptr) std::fclose(f);
+  const double span = (span_end - st.front().start) * 1e-3;
+  std::printf(
+      "trace %s: %zu steps; step %zu: %zu kernels, span %.1f us, kernel time %.1f us, "
+      "idle gaps %.1f us, overlaps %.1f us\n",
+      label.c_str(), steps.size(), steps.size() / 2, st.size(), span, busy * 1e-3, gaps, -overlap);
+  std::printf("  %-44s %5s %10s %10s %10s\n", "kernel [blocks]", "count", "mean us", "total us",
+              "gap us");
+  for (const std::string& key : order) {
+    const Agg& a = agg[key];
+    std::printf("  %-44s %5d %10.2f %10.1f %10.2f\n", key.substr(0, 44).c_str(), a.n, a.dur / a.n,
+                a.dur, a.gap / a.n);
+  }
+}
+
+}  // namespace tachyon::bench
