@@ -474,26 +474,28 @@ int run(int argc, char** argv) {
   // The timeline: recording starts before any graph is recorded; a window of timed
   // steps is read back per figure.
   const bool trace = !trace_dir.empty();
-  auto trace_now = [&]() -> uint64_t {
+  // Host timestamps at the start of each timed step (then one at the end): the steps'
+  // bounds in the trace.
+  std::vector<uint64_t> trace_bounds;
+  auto trace_mark = [&] {
 #ifdef TACHYON_HAVE_CUPTI
-    if (trace) return bench::KernelTrace::now();
+    if (trace) trace_bounds.push_back(bench::KernelTrace::now());
 #endif
-    return 0;
   };
-  auto trace_report = [&](uint64_t t0, const std::string& label, const std::string& file) {
+  auto trace_report = [&](const std::string& label, const std::string& file) {
 #ifdef TACHYON_HAVE_CUPTI
-    if (!trace) return;
-    TACHYON_CUDA_CHECK(cudaDeviceSynchronize());
-    // Steps are told apart by the host's idle time between them: decode steps (graph
-    // replays) have none longer than a few µs inside; prefill steps may wait on the host.
-    const uint64_t gap_ns = label.rfind("prefill", 0) == 0 ? 2000000 : 15000;
-    bench::print_step_timeline(bench::KernelTrace::between(t0, bench::KernelTrace::now()), gap_ns,
-                               label, trace_dir + "/" + file);
+    if (trace && !trace_bounds.empty()) {
+      TACHYON_CUDA_CHECK(cudaDeviceSynchronize());
+      trace_mark();
+      bench::print_step_timeline(
+          bench::KernelTrace::between(trace_bounds.front(), trace_bounds.back()), trace_bounds,
+          label, trace_dir + "/" + file);
+    }
 #else
-    (void)t0;
     (void)label;
     (void)file;
 #endif
+    trace_bounds.clear();
   };
   if (trace) {
 #ifdef TACHYON_HAVE_CUPTI
@@ -584,17 +586,15 @@ int run(int argc, char** argv) {
   for (auto [s, l] : prefills) {
     Seqs q = make_seqs(s, l, vocab, rng);
     std::vector<double> times;
-    uint64_t t_trace = 0;
     for (int r = 0; r < reps + 2; ++r) {
       std::fill(q.computed.begin(), q.computed.end(), 0);
       ForwardBatch b = make_batch(q, std::vector<int32_t>(static_cast<size_t>(s), l));
-      if (r == 2) t_trace = trace_now();
+      if (r >= 2) trace_mark();
       const double a = now_s();
       model->forward(b);
       if (r >= 2) times.push_back(now_s() - a);
     }
-    trace_report(t_trace, fmt::format("prefill {} x {}", s, l),
-                 fmt::format("prefill_{}x{}.txt", s, l));
+    trace_report(fmt::format("prefill {} x {}", s, l), fmt::format("prefill_{}x{}.txt", s, l));
     const double t = median(times);
     std::printf("prefill %3d x %-5d               %12.3f %14.0f\n", s, l, t * 1e3, s * l / t);
     std::printf("RESULT prefill_%dx%d_ms %.4f tok_s %.1f\n", s, l, t * 1e3, s * l / t);
@@ -654,9 +654,8 @@ int run(int argc, char** argv) {
       if (decoder != nullptr) decoder->set_step_graphs(graphs);
       std::vector<double> times;
       const std::vector<int32_t> one(static_cast<size_t>(bsz), 1);
-      uint64_t t_trace = 0;
       for (int32_t step = 0; step < decode_steps; ++step) {
-        if (step == 3) t_trace = trace_now();
+        if (step >= 3) trace_mark();
         ForwardBatch b = make_batch(q, one);
         if (mode == 0) {
           RowSampling r;
@@ -673,7 +672,7 @@ int run(int argc, char** argv) {
         for (auto& c : q.computed) ++c;
       }
       const char* tag = mode == 0 ? "sampled" : graphs ? "graphs" : "eager";
-      trace_report(t_trace, fmt::format("decode batch {} ctx {} {}", bsz, decode_ctx, tag),
+      trace_report(fmt::format("decode batch {} ctx {} {}", bsz, decode_ctx, tag),
                    fmt::format("decode_b{}_{}.txt", bsz, tag));
       const double t = median(times);
       std::printf("decode batch %-4d ctx %-5d %-7s %12.3f %14.0f\n", bsz, decode_ctx, tag, t * 1e3,

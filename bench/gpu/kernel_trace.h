@@ -108,20 +108,24 @@ class KernelTrace {
   }
 };
 
-// Splits kernels (by start time) into steps at idle gaps longer than gap_ns and prints,
-// for the middle step, its span against the sum of its kernels' durations, and per kernel
-// (name, grid) the count, the mean time and the mean gap before it (negative: it
-// started before the previous kernel ended, as programmatic launch allows). The whole
-// step's kernels go to `path` (one line each) when it is not empty.
-inline void print_step_timeline(const std::vector<TracedKernel>& ks, uint64_t gap_ns,
-                                const std::string& label, const std::string& path) {
-  std::vector<std::vector<TracedKernel>> steps;
-  uint64_t last_end = 0;
+// Splits kernels (by start time) into steps at the host timestamps `bounds` (each step's
+// start, then the end of the last; every step synchronises, so its kernels start inside
+// it) and prints, for the middle step, its span against the sum of its kernels'
+// durations, and per kernel (name, grid) the count, the mean time and the mean gap
+// before it (negative: it started before the previous kernel ended, as programmatic
+// launch allows) and what it adds to the span. The step's kernels go to `path` (one
+// line each) when it is not empty.
+inline void print_step_timeline(const std::vector<TracedKernel>& ks,
+                                const std::vector<uint64_t>& bounds, const std::string& label,
+                                const std::string& path) {
+  std::vector<std::vector<TracedKernel>> steps(bounds.size() > 1 ? bounds.size() - 1 : 0);
   for (const TracedKernel& k : ks) {
-    if (steps.empty() || (k.start > last_end && k.start - last_end > gap_ns)) steps.emplace_back();
-    steps.back().push_back(k);
-    last_end = std::max(last_end, k.end);
+    const auto it = std::upper_bound(bounds.begin(), bounds.end(), k.start);
+    if (it == bounds.begin() || it == bounds.end()) continue;  // outside the steps
+    steps[static_cast<size_t>(it - bounds.begin() - 1)].push_back(k);
   }
+  steps.erase(std::remove_if(steps.begin(), steps.end(), [](const auto& v) { return v.empty(); }),
+              steps.end());
   if (steps.size() < 3) {
     std::printf("trace %s: %zu step(s) found, too few\n", label.c_str(), steps.size());
     return;
@@ -131,7 +135,7 @@ inline void print_step_timeline(const std::vector<TracedKernel>& ks, uint64_t ga
   double gaps = 0, overlap = 0;
   struct Agg {
     int n = 0;
-    double dur = 0, gap = 0;
+    double dur = 0, gap = 0, e2e = 0;  // e2e: from the previous kernels' end to this one's
   };
   std::map<std::string, Agg> agg;
   std::vector<std::string> order;
@@ -143,6 +147,8 @@ inline void print_step_timeline(const std::vector<TracedKernel>& ks, uint64_t ga
     const double gap = i == 0 ? 0.0 : (double(k.start) - double(span_end)) * 1e-3;
     if (i > 0) (gap > 0 ? gaps : overlap) += gap;
     busy += k.end - k.start;
+    const double e2e =
+        (double(std::max(span_end, k.end)) - double(i == 0 ? k.start : span_end)) * 1e-3;
     span_end = std::max(span_end, k.end);
     const std::string key = k.name + " [" + std::to_string(k.grid) + "]";
     if (!agg.count(key)) order.push_back(key);
@@ -150,6 +156,7 @@ inline void print_step_timeline(const std::vector<TracedKernel>& ks, uint64_t ga
     ++a.n;
     a.dur += dur;
     a.gap += gap;
+    a.e2e += e2e;
     if (f != nullptr)
       std::fprintf(f, "%10.2f %8.2f %8.2f %7u %s\n", (k.start - st.front().start) * 1e-3, dur, gap,
                    k.grid, k.name.c_str());
@@ -160,12 +167,14 @@ inline void print_step_timeline(const std::vector<TracedKernel>& ks, uint64_t ga
       "trace %s: %zu steps; step %zu: %zu kernels, span %.1f us, kernel time %.1f us, "
       "idle gaps %.1f us, overlaps %.1f us\n",
       label.c_str(), steps.size(), steps.size() / 2, st.size(), span, busy * 1e-3, gaps, -overlap);
-  std::printf("  %-44s %5s %10s %10s %10s\n", "kernel [blocks]", "count", "mean us", "total us",
-              "gap us");
+  // "end-to-end": what the kernel adds to the step's span (the columns before it count
+  // the time its blocks spent waiting for their predecessor too).
+  std::printf("  %-44s %5s %9s %9s %9s %13s\n", "kernel [blocks]", "count", "mean us", "total us",
+              "gap us", "end-to-end us");
   for (const std::string& key : order) {
     const Agg& a = agg[key];
-    std::printf("  %-44s %5d %10.2f %10.1f %10.2f\n", key.substr(0, 44).c_str(), a.n, a.dur / a.n,
-                a.dur, a.gap / a.n);
+    std::printf("  %-44s %5d %9.2f %9.1f %9.2f %13.2f\n", key.substr(0, 44).c_str(), a.n,
+                a.dur / a.n, a.dur, a.gap / a.n, a.e2e / a.n);
   }
 }
 
