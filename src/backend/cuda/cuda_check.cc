@@ -61,20 +61,32 @@ void allow_dynamic_smem(const void* kernel, size_t bytes) {
     int device;
     size_t bytes;
   };
-  static std::mutex mu;
-  static std::vector<Raised> raised;
+  auto find = [](std::vector<Raised>& v, const void* k, int dev) {
+    return std::find_if(v.begin(), v.end(),
+                        [&](const Raised& r) { return r.kernel == k && r.device == dev; });
+  };
   int dev = 0;
   TACHYON_CUDA_CHECK(cudaGetDevice(&dev));
+  // Launch paths call this every time: this thread's copy of what is already raised
+  // answers without the lock.
+  thread_local std::vector<Raised> seen;
+  if (auto it = find(seen, kernel, dev); it != seen.end() && it->bytes >= bytes) return;
+  static std::mutex mu;
+  static std::vector<Raised> raised;
   std::lock_guard<std::mutex> lock(mu);
-  auto it = std::find_if(raised.begin(), raised.end(),
-                         [&](const Raised& r) { return r.kernel == kernel && r.device == dev; });
-  if (it != raised.end() && it->bytes >= bytes) return;
-  TACHYON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(bytes)));
-  if (it != raised.end())
-    it->bytes = bytes;
+  auto it = find(raised, kernel, dev);
+  if (it == raised.end() || it->bytes < bytes) {
+    TACHYON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(bytes)));
+    if (it != raised.end())
+      it->bytes = bytes;
+    else
+      it = raised.insert(raised.end(), {kernel, dev, bytes});
+  }
+  if (auto mine = find(seen, kernel, dev); mine != seen.end())
+    mine->bytes = it->bytes;
   else
-    raised.push_back({kernel, dev, bytes});
+    seen.push_back(*it);
 }
 
 bool env_flag(const char* name, bool fallback) {
