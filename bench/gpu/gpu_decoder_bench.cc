@@ -41,9 +41,6 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
-#ifdef TACHYON_HAVE_CUPTI
-#include "kernel_trace.h"
-#endif
 #include "backend/cuda/kernels.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -51,6 +48,8 @@
 #include "model/decoder.h"
 #include "model/loader.h"
 #include "model/random_model.h"
+
+#include "kernel_trace.h"
 
 namespace tachyon {
 namespace {
@@ -478,12 +477,9 @@ int run(int argc, char** argv) {
   // bounds in the trace.
   std::vector<uint64_t> trace_bounds;
   auto trace_mark = [&] {
-#ifdef TACHYON_HAVE_CUPTI
     if (trace) trace_bounds.push_back(bench::KernelTrace::now());
-#endif
   };
   auto trace_report = [&](const std::string& label, const std::string& file) {
-#ifdef TACHYON_HAVE_CUPTI
     if (trace && !trace_bounds.empty()) {
       TACHYON_CUDA_CHECK(cudaDeviceSynchronize());
       trace_mark();
@@ -491,19 +487,12 @@ int run(int argc, char** argv) {
           bench::KernelTrace::between(trace_bounds.front(), trace_bounds.back()), trace_bounds,
           label, trace_dir + "/" + file);
     }
-#else
-    (void)label;
-    (void)file;
-#endif
     trace_bounds.clear();
   };
   if (trace) {
-#ifdef TACHYON_HAVE_CUPTI
+    if (!bench::KernelTrace::kAvailable) raise<InvalidArgument>("--trace: this build has no CUPTI");
     fs::create_directories(trace_dir);
     bench::KernelTrace::start();
-#else
-    raise<InvalidArgument>("--trace: this build has no CUPTI");
-#endif
   }
   if (config_path.empty()) {
     config_path = dir + "/bench_config.json";

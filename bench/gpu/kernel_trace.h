@@ -1,8 +1,8 @@
 // A timeline of the kernels of a step as they run: CUPTI's activity API records each
 // kernel's start and end on the device clock (concurrent-kernel records: kernels are
 // not serialised as under ncu, graph-launched kernels included). tachyon_gpu_bench
-// --trace uses it for the decode steps it times. Built only where CUPTI's headers and
-// library are found (TACHYON_HAVE_CUPTI).
+// --trace uses it for the steps it times. Records only where CUPTI's headers and library
+// are found (TACHYON_HAVE_CUPTI); elsewhere KernelTrace is a stub (kAvailable false).
 #pragma once
 
 #include <cxxabi.h>
@@ -16,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#ifdef TACHYON_HAVE_CUPTI
 #include <cupti.h>
+#endif
 
 namespace tachyon::bench {
 
@@ -26,8 +28,10 @@ struct TracedKernel {
   uint32_t grid = 0;            // blocks in the grid
 };
 
+#ifdef TACHYON_HAVE_CUPTI
 class KernelTrace {
  public:
+  static constexpr bool kAvailable = true;
   // Starts recording (call before the work is launched, and before graphs that should be
   // traced are recorded).
   static void start() {
@@ -107,6 +111,16 @@ class KernelTrace {
     std::free(buffer);
   }
 };
+#else
+// Without CUPTI: nothing is recorded (tachyon_gpu_bench refuses --trace).
+class KernelTrace {
+ public:
+  static constexpr bool kAvailable = false;
+  static void start() {}
+  static uint64_t now() { return 0; }
+  static std::vector<TracedKernel> between(uint64_t, uint64_t) { return {}; }
+};
+#endif
 
 // Splits kernels (by start time) into steps at the host timestamps `bounds` (each step's
 // start, then the end of the last; every step synchronises, so its kernels start inside
