@@ -253,8 +253,8 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
   void run_decode(const AttnCase& c) {
     if (dt_ != DType::kF32) {
       const cuda::AttentionPlan p = decode_plan(c);
-      std::printf("  %s: decode plan %d split(s) of %d keys\n", c.name.c_str(), p.num_splits,
-                  p.num_splits > 1 ? p.split_keys : 0);
+      std::printf("  %s: decode plan %d split(s) of %d keys%s\n", c.name.c_str(), p.num_splits,
+                  p.num_splits > 1 ? p.split_keys : 0, p.cluster ? ", merged in a cluster" : "");
     }
     run(c);
     if (dt_ != DType::kF32) {
@@ -605,6 +605,47 @@ TEST_P(CudaAttentionTest, DecodeManySequences) {
   AttnCase mha{"decode 300 seqs, mha hd 64", 4, 4, 64, 16, seqs};
   mha.direct_cache = true;
   run_decode(mha);
+}
+
+// The split merge in a thread-block cluster (distributed shared memory) against the
+// last-block merge through global memory: the same cases both ways, each checked against
+// the CPU backend; group sizes 1 and 8, head dims 64 and 256, several queries a
+// sequence (one cluster merge per pass), a context hint past the real contexts (empty
+// splits in the cluster). On sm_90 the Llama-3-8B batch-1 shape plans a cluster merge,
+// eagerly (context 1023) and in a decode graph's 1536-key bucket.
+TEST_P(CudaAttentionTest, DecodeClusterMerge) {
+  TACHYON_SKIP_F32();
+  int major = 0;
+  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  std::vector<AttnCase> cases = {
+      {"cluster llama-3-8b batch 1", 32, 8, 128, 16, {{1023, 1}}},
+      {"cluster batch 4 mixed contexts", 32, 8, 128, 16, {{0, 1}, {300, 1}, {1500, 1}, {2047, 1}}},
+      {"cluster group 1 hd 64", 8, 8, 64, 16, {{700, 1}, {4000, 1}}},
+      {"cluster mqa hd 256 block 7", 8, 1, 256, 7, {{999, 1}, {64, 1}}},
+      {"cluster three queries", 8, 2, 128, 16, {{1200, 3}, {40, 3}}},
+  };
+  AttnCase hinted{"cluster hint 4096", 8, 2, 128, 16, {{100, 1}, {900, 1}}};
+  hinted.ctx_hint = 4096;
+  cases.push_back(hinted);
+  AttnCase bucket{"cluster llama-3-8b batch 1, 1536-key bucket", 32, 8, 128, 16, {{1060, 1}}};
+  bucket.ctx_hint = 1536;
+  cases.push_back(bucket);
+  for (const AttnCase& c : cases) {
+    for (bool on : {true, false}) {
+      cuda::set_decode_cluster_merge(on && major >= 9);
+      const cuda::AttentionPlan p = decode_plan(c);
+      if (!on) EXPECT_FALSE(p.cluster) << c.name;
+      if (p.cluster) EXPECT_TRUE(p.num_splits >= 2 && p.num_splits <= 16) << c.name;
+      AttnCase named = c;
+      named.name += on ? " (cluster merge)" : " (global merge)";
+      run_decode(named);
+    }
+  }
+  cuda::set_decode_cluster_merge(major >= 9);
+  if (major == 9) {
+    EXPECT_TRUE(decode_plan(cases[0]).cluster);
+    EXPECT_TRUE(decode_plan(bucket).cluster);
+  }
 }
 
 // A context hint above every real context (a CUDA-graph bucket): splits past a

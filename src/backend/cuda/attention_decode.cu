@@ -9,16 +9,26 @@
 //   online softmax per column in f32 (log2 domain; mask, scale, softcap, ALiBi)
 //   Oᵀ[hd][8 cols]     += Vᵀ Pᵀ      (Vᵀ by ldmatrix.trans; Pᵀ from Sᵀ by movmatrix)
 // P is rounded to the storage dtype for the mma and summed as rounded. The warps merge
-// in shared memory at the end. Key splits, when the plan makes them, leave partials; the
-// last block of a (sequence, KV head) to finish -- a counter per pair, reset by that
-// block -- merges them, so a split step is one kernel (combine_splits_kernel only
-// without counters). The kernels go through launch_kernel (programmatic dependent
-// launch).
+// in shared memory at the end. Key splits, when the plan makes them, are merged in one
+// of two ways, whichever the plan's wave model (plan_time) finds faster:
+//  - in a thread-block cluster (2..16 splits, where such clusters fit the device): the
+//    splits of a (sequence, KV head) are one cluster, each block keeps its split's
+//    record in shared memory, and after a cluster barrier the blocks read one another's
+//    records (distributed shared memory) and write the output -- no partials in global
+//    memory, no counter;
+//  - through global memory: each split leaves partials, and the last block of the pair
+//    to finish (a counter per pair, reset by that block) merges them
+//    (combine_splits_kernel only without counters).
+// Either way a split step is one kernel. The kernels go through launch_kernel
+// (programmatic dependent launch).
 //
 // Sequences with more than one query token this step are computed 8 / group queries at
 // a time (the columns of one pass), each pass streaming the keys again: correct, only
 // slower.
+#include <cooperative_groups.h>
+
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <type_traits>
@@ -33,6 +43,8 @@
 namespace tachyon::cuda {
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kKeys = 16;                   // keys per warp tile (the mma's M)
@@ -45,14 +57,16 @@ constexpr float kLn2 = 0.6931471805599453f;
 // Shared memory: per warp kStages stages of [K tile | V tile], each tile 16 rows of
 // kHd elements with the 16-byte chunks of row r XOR-swizzled by r % 8 (ldmatrix reads
 // 8 rows of one logical chunk: 8 distinct bank groups). After its key loop a warp
-// reuses its own stages for its merge record: m[8], l[8], O[8][kLdo] floats.
+// reuses its own stages for its merge record: m[8], l[8], O[8][kLdo] floats. Then the
+// block's split record for the cluster merge: (m, l)[8] as float2, O[8][kHd] floats.
 template <int kHd>
 struct DecodeLayout {
   static constexpr int kChunks = kHd / 8;  // 16-byte chunks per row
   static constexpr int kTileBytes = kKeys * kHd * 2;
   static constexpr int kStageBytes = 2 * kTileBytes;
   static constexpr int kWarpBytes = kStages * kStageBytes;
-  static constexpr int kBytes = kWarps * kWarpBytes;
+  static constexpr int kRecOffset = kWarps * kWarpBytes;  // the block's split record
+  static constexpr int kBytes = kRecOffset + kCols * 8 + kCols * kHd * 4;
   static constexpr int kLdo = kHd + 4;  // floats; the fragment stores hit 32 banks
   static_assert(kChunks % 8 == 0, "the swizzle permutes groups of 8 chunks");
   static_assert((2 * kCols + kCols * kLdo) * 4 <= kWarpBytes, "merge record fits a warp's stages");
@@ -64,7 +78,10 @@ struct DecodePlan {
   float* part_o;   // [splits, tokens, heads, head_dim]
   float* part_ml;  // [splits, tokens, heads, 2]
   int* counters;   // [seqs, kv_heads], zero between launches; null: merged by another kernel
+  bool cluster;    // the splits of a pair are one cluster (rank = split): merged in DSMEM
 };
+
+std::atomic<bool> g_cluster_merge{false};
 
 // Byte offset of element (row r, logical chunk c) of a swizzled tile.
 template <int kHd>
@@ -103,6 +120,8 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t* table = a.block_tables + int64_t{s} * a.max_blocks;
   unsigned char* wsm = smem + warp * L::kWarpBytes;
   const uint32_t wsm_a = smem_u32(wsm);
+  float2* rec_ml = reinterpret_cast<float2*>(smem + L::kRecOffset);  // the cluster merge's
+  float* rec_o = reinterpret_cast<float*>(rec_ml + kCols);
 
   for (int qt0 = 0; qt0 < q_len; qt0 += qpc) {
     const int n_q = min(qpc, q_len - qt0);
@@ -360,6 +379,9 @@ __global__ void __launch_bounds__(kThreads)
       if (plan.num_splits == 1) {
         static_cast<T*>(a.out)[(tok * a.heads + h) * kHd + d] =
             from_f<T>(l_all > 0.f ? o / l_all : 0.f);
+      } else if (plan.cluster) {
+        rec_o[n * kHd + d] = o;
+        if (d == 0) rec_ml[n] = make_float2(mx, l_all);  // log2 units
       } else {
         const int64_t row = (int64_t{split} * a.tokens + tok) * a.heads + h;
         plan.part_o[row * kHd + d] = o;
@@ -369,9 +391,42 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
+    if (plan.cluster) {
+      // Every split's record is in its block's shared memory; the cluster's blocks share
+      // out the pass's outputs, each reading all the records through DSMEM.
+      cg::cluster_group cluster = cg::this_cluster();
+      cluster.sync();
+      const int n_splits = plan.num_splits;
+      const int rank = static_cast<int>(cluster.block_rank());
+      for (int i = rank * kThreads + threadIdx.x; i < n_cols * kHd; i += n_splits * kThreads) {
+        const int n = i / kHd, d = i % kHd;
+        float mx = -INFINITY;
+        for (int r = 0; r < n_splits; ++r) {
+          const float2 ml = *cluster.map_shared_rank(rec_ml + n, r);
+          if (ml.y > 0.f) mx = fmaxf(mx, ml.x);
+        }
+        float l_all = 0.f, o = 0.f;
+        if (mx != -INFINITY) {
+          for (int r = 0; r < n_splits; ++r) {
+            const float2 ml = *cluster.map_shared_rank(rec_ml + n, r);
+            if (ml.y > 0.f) {
+              const float f = ex2(ml.x - mx);
+              l_all += f * ml.y;
+              o += f * *cluster.map_shared_rank(rec_o + n * kHd + d, r);
+            }
+          }
+        }
+        const int qi = n / group;
+        const int64_t tok = int64_t{q0} + qt0 + qi;
+        const int h = kvh * group + (n - qi * group);
+        static_cast<T*>(a.out)[(tok * a.heads + h) * kHd + d] =
+            from_f<T>(l_all > 0.f ? o / l_all : 0.f);
+      }
+      cluster.sync();  // the records stay until every block of the cluster has read them
+    }
     __syncthreads();  // the records are overwritten by the next pass's copies
   }
-  if (plan.num_splits == 1 || plan.counters == nullptr) return;
+  if (plan.num_splits == 1 || plan.cluster || plan.counters == nullptr) return;
 
   // The last split of (s, kvh) to finish merges the pair's rows (tokens q0.., heads of
   // the group), a warp per row.
@@ -416,52 +471,123 @@ int blocks_per_sm() {
   return blocks;
 }
 
+constexpr int kMaxClusterSplits = 16;  // the largest (non-portable) cluster on sm_90
+
+// Blocks of decode_kernel<T, kHd> resident on the device when they run as clusters of
+// `splits` (0: such clusters cannot launch). Asked once per size.
+template <typename T, int kHd>
+int64_t cluster_slots(int splits) {
+  static std::atomic<int> known[kMaxClusterSplits + 1];  // clusters + 1; 0: not asked yet
+  if (splits < 2 || splits > kMaxClusterSplits) return 0;
+  const int v = known[splits].load(std::memory_order_relaxed);
+  if (v != 0) return int64_t{v - 1} * splits;
+  const void* kernel = reinterpret_cast<const void*>(decode_kernel<T, kHd>);
+  constexpr int kBytes = DecodeLayout<kHd>::kBytes;
+  allow_dynamic_smem(kernel, kBytes);
+  int clusters = 0;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+      cudaSuccess) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(splits), 1, 1);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = kBytes;
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = static_cast<unsigned>(splits);
+    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) clusters = 0;
+  }
+  (void)cudaGetLastError();  // a refused query leaves no error behind
+  known[splits].store(clusters + 1, std::memory_order_relaxed);
+  return int64_t{clusters} * splits;
+}
+
 int layout_bytes(int head_dim) {
   return head_dim == 64    ? DecodeLayout<64>::kBytes
          : head_dim == 128 ? DecodeLayout<128>::kBytes
                            : DecodeLayout<256>::kBytes;
 }
 
-// The split count with the least modelled time (µs). Items (split, KV head, sequence)
-// run in waves of `slots` resident blocks; a wave streams at the lesser of the device
-// bandwidth and what its blocks keep in flight, plus a start-up latency; splitting
-// adds the merge (by the last block of each pair, or a kernel) and its partials' traffic.
-// Constants: H200-class bandwidth per SM and loaded memory latency.
-int choose_splits(int64_t pairs, int64_t ctx, int64_t slots, int num_sms, int64_t key_bytes,
-                  int64_t rows_per_item, int head_dim) {
-  constexpr double kBwPerSm = 30e3;  // bytes per µs (about 4 TB/s over 132 SMs)
-  constexpr double kLatency = 3.0;   // µs, memory latency under load (conservative)
-  constexpr double kStartup = 1.0;   // µs per wave: metadata and first tiles
-  constexpr double kMerge = 2.0;     // µs: the merge's own latency (last block or kernel)
+// The modelled time (µs) of a plan of `splits` key splits of `keys` each. Items
+// (split, KV head, sequence) run in waves of `slots` resident blocks; a wave streams at
+// the lesser of the device bandwidth and what its blocks keep in flight, plus a start-up
+// latency. Splitting adds the merge: through global memory, the last block's (or a
+// kernel's) latency and the partials' traffic; in a cluster, the blocks read one
+// another's shared memory. Constants: H200-class bandwidth per SM and loaded memory
+// latency.
+double plan_time(int64_t pairs, int64_t splits, int64_t keys, int64_t slots, int num_sms,
+                 int64_t key_bytes, int64_t rows_per_item, int head_dim, bool cluster) {
+  constexpr double kBwPerSm = 30e3;      // bytes per µs (about 4 TB/s over 132 SMs)
+  constexpr double kLatency = 3.0;       // µs, memory latency under load (conservative)
+  constexpr double kStartup = 1.0;       // µs per wave: metadata and first tiles
+  constexpr double kMerge = 2.0;         // µs: the global merge's latency (last block or kernel)
+  constexpr double kClusterMerge = 0.5;  // µs: two cluster barriers and the DSMEM reads
   const double bw = kBwPerSm * std::max(num_sms, 1);
   const double in_flight = double{kWarps} * (kStages - 1) * kKeys * key_bytes;
   const double block_rate = in_flight / kLatency;
+  const int64_t items = pairs * splits;
+  const double item_bytes = double(keys) * double(key_bytes);
+  auto wave = [&](int64_t n) {
+    return std::max(double(n) * item_bytes / bw, item_bytes / block_rate) + kStartup;
+  };
+  double t = double(items / slots) * wave(slots) + (items % slots ? wave(items % slots) : 0.0);
+  if (splits > 1 && cluster) t += kClusterMerge;
+  if (splits > 1 && !cluster)
+    t += kMerge + 2.0 * double(items) * double(rows_per_item) * (head_dim + 2) * 4.0 / bw;
+  return t;
+}
+
+struct SplitChoice {
+  int splits = 1;
+  bool cluster = false;
+};
+
+// The plan with the least modelled time: 1..kMaxSplits splits merged through global
+// memory, or 2..16 as clusters where `cluster_slots(splits)` (resident blocks in
+// clusters of that size; 0: none) says they launch.
+template <typename ClusterSlots>
+SplitChoice choose_splits(int64_t pairs, int64_t ctx, int64_t slots, int num_sms, int64_t key_bytes,
+                          int64_t rows_per_item, int head_dim, ClusterSlots&& cluster_slots) {
   const int64_t max_splits =
       std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, (ctx + kSplitUnit - 1) / kSplitUnit));
   double best_t = 0;
-  int best = 1;
+  SplitChoice best;
+  bool first = true;
   for (int64_t s = 1; s <= max_splits; ++s) {
     int64_t keys = (ctx + s - 1) / s;
     keys = (keys + kSplitUnit - 1) / kSplitUnit * kSplitUnit;
     const int64_t splits = (ctx + keys - 1) / keys;
     if (splits != s) continue;  // the same split size as a smaller count
-    const int64_t items = pairs * splits;
-    const double item_bytes = double(keys) * double(key_bytes);
-    auto wave = [&](int64_t n) {
-      return std::max(double(n) * item_bytes / bw, item_bytes / block_rate) + kStartup;
-    };
-    double t = double(items / slots) * wave(slots) + (items % slots ? wave(items % slots) : 0.0);
-    if (splits > 1)
-      t += kMerge + 2.0 * double(items) * double(rows_per_item) * (head_dim + 2) * 4.0 / bw;
-    if (s == 1 || t < best_t) {
-      best_t = t;
-      best = static_cast<int>(splits);
+    for (const bool cluster : {false, true}) {
+      int64_t n_slots = slots;
+      if (cluster) {
+        if (splits < 2 || splits > kMaxClusterSplits) continue;
+        n_slots = cluster_slots(static_cast<int>(splits));
+        if (n_slots <= 0) continue;
+      }
+      const double t = plan_time(pairs, splits, keys, n_slots, num_sms, key_bytes, rows_per_item,
+                                 head_dim, cluster);
+      if (first || t < best_t) {
+        first = false;
+        best_t = t;
+        best = SplitChoice{static_cast<int>(splits), cluster};
+      }
     }
   }
   return best;
 }
 
 }  // namespace
+
+void set_decode_cluster_merge(bool on) {
+  g_cluster_merge.store(on, std::memory_order_relaxed);
+}
+
+bool decode_cluster_merge() {
+  return g_cluster_merge.load(std::memory_order_relaxed);
+}
 
 bool attention_decode_supports(const AttentionArgs& a) {
   if (a.type != DType::kBF16 && a.type != DType::kF16) return false;
@@ -490,19 +616,31 @@ AttentionPlan plan_attention_decode(const AttentionArgs& a, int num_sms) {
     int64_t pairs = -1, ctx = -1, key_bytes = -1, rows = -1;
     int num_sms = -1, head_dim = -1;
     DType type = DType::kF32;
+    bool allow_cluster = false;
     int splits = 1;
+    bool cluster = false;
   };
   thread_local Memo memo;
+  const bool allow_cluster = decode_cluster_merge();
   if (memo.pairs != pairs || memo.ctx != ctx || memo.key_bytes != key_bytes ||
       memo.rows != rows_per_item || memo.num_sms != num_sms || memo.head_dim != a.head_dim ||
-      memo.type != a.type) {
+      memo.type != a.type || memo.allow_cluster != allow_cluster) {
     int occupancy = 1;
     const bool known = (a.type == DType::kBF16 || a.type == DType::kF16) &&
                        (a.head_dim == 64 || a.head_dim == 128 || a.head_dim == 256);
     if (known) with_kernel(a, [&]<typename T, int kHd>() { occupancy = blocks_per_sm<T, kHd>(); });
-    memo = Memo{pairs, ctx, key_bytes, rows_per_item, num_sms, a.head_dim, a.type, 1};
-    memo.splits = choose_splits(pairs, ctx, int64_t{std::max(num_sms, 1)} * occupancy, num_sms,
-                                key_bytes, rows_per_item, a.head_dim);
+    memo = Memo{pairs, ctx, key_bytes, rows_per_item, num_sms, a.head_dim, a.type, allow_cluster};
+    auto slots_in_clusters = [&](int splits) {
+      int64_t n = 0;
+      if (known && allow_cluster)
+        with_kernel(a, [&]<typename T, int kHd>() { n = cluster_slots<T, kHd>(splits); });
+      return n;
+    };
+    const SplitChoice c =
+        choose_splits(pairs, ctx, int64_t{std::max(num_sms, 1)} * occupancy, num_sms, key_bytes,
+                      rows_per_item, a.head_dim, slots_in_clusters);
+    memo.splits = c.splits;
+    memo.cluster = c.cluster;
   }
   const int64_t splits = memo.splits;
   const int64_t keys = (ctx + splits - 1) / splits;
@@ -510,7 +648,8 @@ AttentionPlan plan_attention_decode(const AttentionArgs& a, int num_sms) {
   p.split_keys = splits > 1 ? static_cast<int>((keys + kSplitUnit - 1) / kSplitUnit * kSplitUnit)
                             : INT_MAX / 2;
   p.smem_bytes = static_cast<size_t>(layout_bytes(a.head_dim));
-  if (splits > 1)
+  p.cluster = memo.cluster;
+  if (splits > 1 && !p.cluster)
     p.scratch_bytes = static_cast<size_t>(splits) * static_cast<size_t>(a.tokens) *
                       static_cast<size_t>(a.heads) * static_cast<size_t>(a.head_dim + 2) *
                       sizeof(float);
@@ -523,8 +662,9 @@ void launch_attention_decode(const AttentionArgs& a, const AttentionPlan& p, voi
   TACHYON_KERNEL_CHECK(attention_decode_supports(a), "attention_decode: unsupported arguments");
   TACHYON_KERNEL_CHECK(p.num_splits >= 1 && (p.num_splits == 1 || p.split_keys > 0),
                        "attention_decode: bad plan");
-  DecodePlan dp{p.num_splits, p.split_keys, nullptr, nullptr, nullptr};
-  if (p.num_splits > 1) {
+  const bool cluster = p.cluster && p.num_splits > 1 && p.num_splits <= kMaxClusterSplits;
+  DecodePlan dp{p.num_splits, p.split_keys, nullptr, nullptr, nullptr, cluster};
+  if (p.num_splits > 1 && !cluster) {
     TACHYON_KERNEL_CHECK(scratch != nullptr, "attention_decode: split-K needs scratch");
     dp.part_o = static_cast<float*>(scratch);
     dp.part_ml = dp.part_o + static_cast<size_t>(p.num_splits) * a.tokens * a.heads * a.head_dim;
@@ -535,6 +675,22 @@ void launch_attention_decode(const AttentionArgs& a, const AttentionPlan& p, voi
                        DecodeLayout<kHd>::kBytes);
     const dim3 grid(static_cast<unsigned>(p.num_splits), static_cast<unsigned>(a.kv_heads),
                     static_cast<unsigned>(a.num_seqs));
+    if (cluster) {
+      static std::atomic<uint64_t> allowed{0};  // bit d: clusters above 8 allowed on device d
+      int dev = 0;
+      TACHYON_CUDA_CHECK(cudaGetDevice(&dev));
+      const uint64_t bit = uint64_t{1} << (dev & 63);
+      if ((allowed.load(std::memory_order_relaxed) & bit) == 0) {
+        TACHYON_CUDA_CHECK(
+            cudaFuncSetAttribute(reinterpret_cast<const void*>(decode_kernel<T, kHd>),
+                                 cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        allowed.fetch_or(bit, std::memory_order_relaxed);
+      }
+      launch_kernel_clustered(decode_kernel<T, kHd>, grid, dim3(kThreads),
+                              DecodeLayout<kHd>::kBytes, stream,
+                              dim3(static_cast<unsigned>(p.num_splits), 1, 1), a, dp);
+      return;
+    }
     launch_kernel(decode_kernel<T, kHd>, grid, dim3(kThreads), DecodeLayout<kHd>::kBytes, stream, a,
                   dp);
     if (p.num_splits > 1 && dp.counters == nullptr) {

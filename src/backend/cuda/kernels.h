@@ -145,6 +145,9 @@ struct AttentionPlan {
   int split_keys = 0;  // keys per split
   size_t smem_bytes = 0;
   size_t scratch_bytes = 0;
+  // Decode: the splits of a (sequence, KV head) run as one thread-block cluster and
+  // merge through distributed shared memory (no scratch, no counters).
+  bool cluster = false;
 };
 AttentionPlan plan_attention(const AttentionArgs& a, int num_sms);
 // Runs the plan; scratch (plan.scratch_bytes, may be null when 0) holds split partials.
@@ -184,8 +187,13 @@ bool launch_attention_flash(const AttentionArgs& a, const int32_t* items, int32_
 // sequences and the device's SMs) and sizes the scratch; the kernel reads the real
 // context lengths on the device. Split keys are merged by the last block of each
 // (sequence, KV head), counted in `counters` (num_seqs * kv_heads of them, zero between
-// launches and left zero); with fewer counters a separate merge kernel runs.
+// launches and left zero); with fewer counters a separate merge kernel runs. Plans of
+// 2..16 splits whose clusters fit the device run each pair's splits as one cluster
+// that merges in distributed shared memory instead (set_decode_cluster_merge(false) or
+// TACHYON_DECODE_CLUSTER=0 turns that off, for comparisons).
 bool attention_decode_supports(const AttentionArgs& a);
+void set_decode_cluster_merge(bool on);
+bool decode_cluster_merge();
 AttentionPlan plan_attention_decode(const AttentionArgs& a, int num_sms);
 void launch_attention_decode(const AttentionArgs& a, const AttentionPlan& plan, void* scratch,
                              int* counters, int64_t num_counters, cudaStream_t stream);
