@@ -78,14 +78,27 @@ __global__ void add_norm_kernel(T* residual, const T* delta1, const T* delta2, i
 // The same op with the row in registers: kPer vectors of kVec elements per thread
 // (blockDim.x * kPer * kVec >= d), no shared-memory copy of the row; the short
 // dependency chain matters for decode steps of a few rows.
+// The norm's weight and bias (model parameters, which no kernel writes) are read before
+// pdl_wait(), so their latency overlaps the previous kernel's tail.
 template <typename T, int kVec, int kPer>
 __global__ void add_norm_reg_kernel(T* residual, const T* delta1, const T* delta2, int64_t d,
                                     NormArgs p, T* out) {
   __shared__ float scratch[32];
+  const int vecs = static_cast<int>(d / kVec);
+  float wt[kPer][kVec], bs[kPer][kVec];
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int vi = threadIdx.x + u * blockDim.x;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const int64_t i = int64_t{vi} * kVec + j;
+      wt[u][j] = vi < vecs ? p.weight_offset + __ldg(p.weight + i) : 0.f;
+      bs[u][j] = vi < vecs && p.bias != nullptr ? __ldg(p.bias + i) : 0.f;
+    }
+  }
   pdl_wait();
   pdl_launch_dependents();
   const int64_t r = blockIdx.x;
-  const int vecs = static_cast<int>(d / kVec);
   T* res = residual + r * d;
   const bool add = delta1 != nullptr || delta2 != nullptr;
   float f[kPer][kVec];
@@ -142,11 +155,7 @@ __global__ void add_norm_reg_kernel(T* residual, const T* delta1, const T* delta
     const int64_t i = int64_t{vi} * kVec;
     Piece<T, kVec> v;
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      float x = (f[u][j] - mean) * inv * (p.weight_offset + p.weight[i + j]);
-      if (p.bias != nullptr) x += p.bias[i + j];
-      v.e[j] = from_f<T>(x);
-    }
+    for (int j = 0; j < kVec; ++j) v.e[j] = from_f<T>((f[u][j] - mean) * inv * wt[u][j] + bs[u][j]);
     store_piece<T, kVec>(o + i, v);
   }
 }

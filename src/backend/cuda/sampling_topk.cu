@@ -168,17 +168,37 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   // The largest logit (lowest id on ties), NaN / +inf, the number of allowed tokens.
+  // A row read as float4s where it is aligned, two per thread in flight (the scan is a
+  // single block's: what it keeps in flight sets its rate).
   float bv = -INFINITY;
   int bi = INT_MAX;
   int bad = 0, finite = 0;
-  for (int64_t j = tid; j < vocab; j += kThreads) {
-    const float x = row[j];
+  auto visit = [&](float x, int64_t j) {
     if (isnan(x) || x == INFINITY) bad = 1;
     if (x > bv) {  // j rises, so the first of equals stays
       bv = x;
       bi = static_cast<int>(j);
     }
     finite += x != -INFINITY && !isnan(x);
+  };
+  auto visit4 = [&](const float4& v, int64_t j) {
+    visit(v.x, j);
+    visit(v.y, j + 1);
+    visit(v.z, j + 2);
+    visit(v.w, j + 3);
+  };
+  if (vocab % 4 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+    const float4* r4 = reinterpret_cast<const float4*>(row);
+    const int64_t n4 = vocab / 4;
+    int64_t j = tid;
+    for (; j + kThreads < n4; j += 2 * kThreads) {
+      const float4 a = r4[j], b = r4[j + kThreads];
+      visit4(a, 4 * j);
+      visit4(b, 4 * (j + kThreads));
+    }
+    for (; j < n4; j += kThreads) visit4(r4[j], 4 * j);
+  } else {
+    for (int64_t j = tid; j < vocab; j += kThreads) visit(row[j], j);
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
