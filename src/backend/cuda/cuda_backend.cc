@@ -72,14 +72,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   }
   use_gemv_ = env_flag("TACHYON_CUDA_GEMV", true);
   use_skinny_ = env_flag("TACHYON_CUDA_SKINNY", false);
-  gemv_variant_ = kGemvDefault;
-  if (const char* env = std::getenv("TACHYON_GEMV_VARIANT"); env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const long v = std::strtol(env, &end, 10);
-    if (*end != '\0' || v < 0 || v > 127)
-      raise<InvalidArgument>("TACHYON_GEMV_VARIANT: '{}' is not a variant mask (kernels.h)", env);
-    gemv_variant_ = static_cast<int>(v);
-  }
+  gemv_variant_ = static_cast<int>(env_int("TACHYON_GEMV_VARIANT", kGemvDefault, 0, 127));
   batch_invariant_ = batch_invariant_ || env_flag("TACHYON_BATCH_INVARIANT", false);
   TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_));
   // Programmatic dependent launch (launch.cuh) from compute capability 9.0 on.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -96,6 +97,17 @@ bool env_flag(const char* name, bool fallback) {
   if (v == "1" || v == "true") return true;
   if (v == "0" || v == "false") return false;
   throw InvalidArgument(fmt::format("{}: '{}' is not 0 or 1", name, v));
+}
+
+long env_int(const char* name, long fallback, long lo, long hi) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || env[0] == '\0') return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(env, &end, 10);
+  if (*end != '\0' || errno != 0 || v < lo || v > hi)
+    throw InvalidArgument(fmt::format("{}: '{}' is not an integer in [{}, {}]", name, env, lo, hi));
+  return v;
 }
 
 int device_count() {

@@ -21,6 +21,9 @@ int device_count();
 // A switch from the environment: unset or empty gives fallback; 1/true and 0/false;
 // anything else throws InvalidArgument naming the variable.
 bool env_flag(const char* name, bool fallback);
+// An integer setting from the environment: unset or empty gives fallback; a decimal
+// integer in [lo, hi]; anything else throws InvalidArgument naming the variable.
+long env_int(const char* name, long fallback, long lo, long hi);
 
 }  // namespace tachyon::cuda
 
