@@ -105,7 +105,8 @@ long env_int(const char* name, long fallback, long lo, long hi) {
   char* end = nullptr;
   errno = 0;
   const long v = std::strtol(env, &end, 10);
-  if (*end != '\0' || errno != 0 || v < lo || v > hi)
+  const bool starts_ok = (env[0] >= '0' && env[0] <= '9') || env[0] == '-';  // no blanks
+  if (!starts_ok || *end != '\0' || errno != 0 || v < lo || v > hi)
     throw InvalidArgument(fmt::format("{}: '{}' is not an integer in [{}, {}]", name, env, lo, hi));
   return v;
 }
