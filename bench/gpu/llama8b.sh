@@ -20,7 +20,8 @@
 # variants and row kernels at the model's shapes, event-timed); PROFILE=1 adds an ncu
 # pass over one prefill and two decode steps (bench/gpu/ncu_summary.py prints it);
 # VARIANTS="A=1 B=0,C=1" reruns the decode figures once per comma-separated set of
-# environment settings (the checkpoint is written once and kept); CONFORMANCE_F32=1 also
+# environment settings (the checkpoint is written once and kept; VARIANT_ARGS replaces
+# their figures, "--prefill 1x1024,8x1024 --decode 1,64 --ctx 1024"); CONFORMANCE_F32=1 also
 # runs the conformance fixtures in f32 on the GPU.
 set -uo pipefail
 ROOT=$(pwd)
@@ -92,7 +93,7 @@ if [ -n "${VARIANTS:-}" ]; then
     echo "== variant ${SETS[$i]}"
     # shellcheck disable=SC2086
     run "variant$i" 200 env ${SETS[$i]} "$BIN/tachyon_gpu_bench" "${BENCH_ARGS[@]}" \
-      --prefill 1x1024,8x1024 --decode 1,64 --ctx 1024 --no-ops
+      ${VARIANT_ARGS:---prefill 1x1024,8x1024 --decode 1,64 --ctx 1024} --no-ops
     grep -E '^(prefill|decode)' "$OUT/variant$i.log"
   done
 fi
