@@ -634,8 +634,12 @@ TEST_P(CudaAttentionTest, DecodeClusterMerge) {
     for (bool on : {true, false}) {
       cuda::set_decode_cluster_merge(on && major >= 9);
       const cuda::AttentionPlan p = decode_plan(c);
-      if (!on) EXPECT_FALSE(p.cluster) << c.name;
-      if (p.cluster) EXPECT_TRUE(p.num_splits >= 2 && p.num_splits <= 16) << c.name;
+      if (!on) {
+        EXPECT_FALSE(p.cluster) << c.name;
+      }
+      if (p.cluster) {
+        EXPECT_TRUE(p.num_splits >= 2 && p.num_splits <= 16) << c.name;
+      }
       AttnCase named = c;
       named.name += on ? " (cluster merge)" : " (global merge)";
       run_decode(named);

@@ -294,7 +294,9 @@ TEST_P(CudaOpsTest, LinearGatedInput) {
   EXPECT_FALSE(gpu_->linear_gated_input(gu1, Activation::kSilu, w, Tensor(), out1));
   const std::vector<double> after = host_values(*gpu_, out);
   for (size_t i = 0; i < before.size(); ++i)
-    if (!(std::isnan(before[i]) && std::isnan(after[i]))) ASSERT_EQ(before[i], after[i]);
+    if (!(std::isnan(before[i]) && std::isnan(after[i]))) {
+      ASSERT_EQ(before[i], after[i]);
+    }
 }
 
 TEST_P(CudaOpsTest, GatedAndElementwise) {
