@@ -64,6 +64,24 @@ __device__ __forceinline__ float warp_max(float v) {
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets
 // the result. `scratch` holds 32 floats; the call begins and ends with a barrier so it
 // can be used repeatedly with the same scratch.
+// True when (v, i) ranks before (bv, bi) in an argmax: larger value, then lower index.
+__device__ __forceinline__ bool argmax_better(float v, int i, float bv, int bi) {
+  return v > bv || (v == bv && i < bi);
+}
+
+// The warp's best (v, i) by argmax_better, on every lane.
+__device__ __forceinline__ void warp_argmax(float& v, int& i) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (argmax_better(ov, oi, v, i)) {
+      v = ov;
+      i = oi;
+    }
+  }
+}
+
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nwarps = blockDim.x >> 5;

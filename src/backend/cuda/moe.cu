@@ -11,11 +11,6 @@ namespace {
 
 constexpr int kMaxTopK = 32;
 
-// True when (v, i) ranks before (bv, bi): larger value, then lower id.
-__device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
-  return v > bv || (v == bv && i < bi);
-}
-
 template <typename T>
 __global__ void moe_route_kernel(const T* __restrict__ logits, int64_t tokens, int experts,
                                  int top_k, bool renormalize, int32_t* __restrict__ ids,
@@ -40,20 +35,12 @@ __global__ void moe_route_kernel(const T* __restrict__ logits, int64_t tokens, i
       bool taken = false;
       for (int q = 0; q < k; ++q) taken |= sel[q] == j;
       const float v = to_f(row[j]);
-      if (!taken && better(v, j, bv, bi)) {
+      if (!taken && argmax_better(v, j, bv, bi)) {
         bv = v;
         bi = j;
       }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (better(ov, oi, bv, bi)) {
-        bv = ov;
-        bi = oi;
-      }
-    }
+    warp_argmax(bv, bi);
     sel[k] = bi;
     val[k] = expf(bv - mx) / sum;
     picked += val[k];

@@ -31,15 +31,7 @@ __global__ void argmax_kernel(const float* __restrict__ logits, int64_t vocab,
     }
   }
   if (nan) atomicOr(&nan_seen, 1);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (ov > bv || (ov == bv && oi < bi)) {
-      bv = ov;
-      bi = oi;
-    }
-  }
+  warp_argmax(bv, bi);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) {
     sv[warp] = bv;
@@ -48,7 +40,7 @@ __global__ void argmax_kernel(const float* __restrict__ logits, int64_t vocab,
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int w = 1; w < kThreads / 32; ++w)
-      if (sv[w] > bv || (sv[w] == bv && si[w] < bi)) {
+      if (argmax_better(sv[w], si[w], bv, bi)) {
         bv = sv[w];
         bi = si[w];
       }
