@@ -6,68 +6,21 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/utf8.h"
+
 namespace tachyon::jinja {
 
+// The strings' UTF-8 through core/utf8: invalid input decodes to U+FFFD per maximal
+// subpart (as Python's errors="replace"), and what is appended is always valid.
 char32_t utf8_next(std::string_view s, size_t& pos) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  size_t n = s.size();
-  unsigned char c = p[pos];
-  if (c < 0x80) {
-    ++pos;
-    return c;
-  }
-  int len = 0;
-  char32_t cp = 0;
-  if ((c & 0xE0) == 0xC0) {
-    len = 2;
-    cp = c & 0x1F;
-  } else if ((c & 0xF0) == 0xE0) {
-    len = 3;
-    cp = c & 0x0F;
-  } else if ((c & 0xF8) == 0xF0) {
-    len = 4;
-    cp = c & 0x07;
-  } else {
-    ++pos;
-    return 0xFFFD;
-  }
-  if (pos + len > n) {
-    ++pos;
-    return 0xFFFD;
-  }
-  for (int i = 1; i < len; ++i) {
-    unsigned char cc = p[pos + i];
-    if ((cc & 0xC0) != 0x80) {
-      ++pos;
-      return 0xFFFD;
-    }
-    cp = (cp << 6) | (cc & 0x3F);
-  }
-  static constexpr char32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-    ++pos;
-    return 0xFFFD;
-  }
+  size_t len = 0;
+  const char32_t cp = utf8::decode(s, pos, len);
   pos += len;
   return cp;
 }
 
 void utf8_append(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
+  utf8::append(out, cp);
 }
 
 std::u32string utf8_decode(std::string_view s) {
@@ -86,13 +39,7 @@ std::string utf8_encode(std::u32string_view s) {
 }
 
 bool utf8_valid(std::string_view s) {
-  size_t pos = 0;
-  while (pos < s.size()) {
-    size_t before = pos;
-    char32_t cp = utf8_next(s, pos);
-    if (cp == 0xFFFD && !(pos - before == 3 && s.substr(before, 3) == "\xEF\xBF\xBD")) return false;
-  }
-  return true;
+  return utf8::is_valid(s);
 }
 
 size_t utf8_length(std::string_view s) {
