@@ -139,6 +139,8 @@ class CudaBackend final : public Backend {
   // Checks that t lives on this device (and, when dtype is given, has it).
   void check_here(const Tensor& t, const char* what) const;
   void check_act(const Tensor& t, const char* what) const;
+  void check_rotary(const Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
+                    RotaryStyle style, int32_t rotary_dim, const char* what) const;
   // Raises Internal (and clears the word) when a kernel reported bad indices. Call
   // only after the stream has been synchronised.
   void raise_device_errors();

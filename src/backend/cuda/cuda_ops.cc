@@ -263,20 +263,26 @@ void CudaBackend::add_sigmoid_gated(const Tensor& src, const Tensor& gate_logit,
 
 // ---- attention -------------------------------------------------------------------
 
-void CudaBackend::rotary(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
-                         RotaryStyle style, int32_t rotary_dim) {
-  if (style == RotaryStyle::kNone || rotary_dim == 0) return;
-  check_act(qkv, "rotary qkv");
-  check_here(cos_sin, "rotary cos_sin");
-  TACHYON_CHECK(qkv.ndim() == 2 && qkv.dim(1) == layout.row_cols(), "rotary qkv {}", qkv.str());
+// The arguments of a rotary on qkv rows (`what` names the op in the errors).
+void CudaBackend::check_rotary(const Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
+                               RotaryStyle style, int32_t rotary_dim, const char* what) const {
+  check_act(qkv, what);
+  check_here(cos_sin, what);
+  TACHYON_CHECK(qkv.ndim() == 2 && qkv.dim(1) == layout.row_cols(), "{} qkv {}", what, qkv.str());
   TACHYON_CHECK(rotary_dim % 2 == 0 && rotary_dim <= layout.head_dim, "rotary_dim {} head_dim {}",
                 rotary_dim, layout.head_dim);
   TACHYON_CHECK(style != RotaryStyle::kHalf2D || rotary_dim % 4 == 0,
                 "rotary_dim {} of a 2-D rotary is not a multiple of 4", rotary_dim);
   TACHYON_CHECK(cos_sin.ndim() == 2 && cos_sin.dim(0) == qkv.dim(0) &&
                     cos_sin.dim(1) == rotary_dim && cos_sin.dtype() == DType::kF32,
-                "rotary cos_sin {} for {} tokens, rotary_dim {}", cos_sin.str(), qkv.dim(0),
+                "{} cos_sin {} for {} tokens, rotary_dim {}", what, cos_sin.str(), qkv.dim(0),
                 rotary_dim);
+}
+
+void CudaBackend::rotary(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
+                         RotaryStyle style, int32_t rotary_dim) {
+  if (style == RotaryStyle::kNone || rotary_dim == 0) return;
+  check_rotary(qkv, layout, cos_sin, style, rotary_dim, "rotary");
   launch_rotary(qkv.raw(), dtype_, qkv.dim(0), qkv.dim(1), layout.num_heads + layout.num_kv_heads,
                 layout.head_dim, cos_sin.data<float>(), rotary_dim,
                 static_cast<KRotary>(static_cast<int>(style)), stream_);
@@ -475,19 +481,8 @@ void CudaBackend::rotary_write_kv(Tensor& qkv, const QkvLayout& layout, const Te
     write_kv(qkv, layout, slots, cache);
     return;
   }
-  check_act(qkv, "rotary_write_kv qkv");
-  check_here(cos_sin, "rotary_write_kv cos_sin");
+  check_rotary(qkv, layout, cos_sin, style, rotary_dim, "rotary_write_kv");
   check_here(slots, "rotary_write_kv slots");
-  TACHYON_CHECK(qkv.ndim() == 2 && qkv.dim(1) == layout.row_cols(), "rotary_write_kv qkv {}",
-                qkv.str());
-  TACHYON_CHECK(rotary_dim % 2 == 0 && rotary_dim <= layout.head_dim, "rotary_dim {} head_dim {}",
-                rotary_dim, layout.head_dim);
-  TACHYON_CHECK(style != RotaryStyle::kHalf2D || rotary_dim % 4 == 0,
-                "rotary_dim {} of a 2-D rotary is not a multiple of 4", rotary_dim);
-  TACHYON_CHECK(cos_sin.ndim() == 2 && cos_sin.dim(0) == qkv.dim(0) &&
-                    cos_sin.dim(1) == rotary_dim && cos_sin.dtype() == DType::kF32,
-                "rotary cos_sin {} for {} tokens, rotary_dim {}", cos_sin.str(), qkv.dim(0),
-                rotary_dim);
   TACHYON_CHECK_EQ(slots.numel(), qkv.dim(0));
   TACHYON_CHECK(cache.k && cache.v && cache.k.ndim() == 4 &&
                     cache.k.dim(1) == layout.num_kv_heads && cache.k.dim(3) == layout.head_dim &&
