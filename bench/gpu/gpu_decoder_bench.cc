@@ -50,6 +50,7 @@
 #include "model/random_model.h"
 
 #include "kernel_trace.h"
+#include "model_dims.h"
 
 namespace tachyon {
 namespace {
@@ -137,9 +138,7 @@ Tensor random_device(cuda::CudaBackend& be, const Shape& shape, DType dtype, std
   return be.upload(c.raw(), shape, dtype, {});
 }
 
-struct Dims {
-  int64_t hidden, inter, heads, kv_heads, head_dim, vocab;
-};
+using Dims = bench::ModelDims;
 
 // Single ops at the benchmark model's shapes, against the machine's ceilings: GEMM
 // FLOP/s and bytes/s (weights read once) and attention.
@@ -498,16 +497,7 @@ int run(int argc, char** argv) {
     config_path = dir + "/bench_config.json";
     std::ofstream(config_path) << kDefaultConfig;
   }
-  const Json cj = load_json_file(config_path);
-  const int64_t heads = cj["num_attention_heads"].get<int64_t>();
-  const int64_t hidden = cj["hidden_size"].get<int64_t>();
-  const Dims dims{
-      hidden,
-      cj["intermediate_size"].get<int64_t>(),
-      heads,
-      cj.contains("num_key_value_heads") ? cj["num_key_value_heads"].get<int64_t>() : heads,
-      cj.contains("head_dim") ? cj["head_dim"].get<int64_t>() : hidden / heads,
-      cj["vocab_size"].get<int64_t>()};
+  const Dims dims = bench::model_dims(load_json_file(config_path));
   if (attn_only) {
     decode_attention_bench(*dtype, dims);
     return 0;

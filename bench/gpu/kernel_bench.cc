@@ -29,6 +29,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "model_dims.h"
 
 namespace tachyon {
 namespace {
@@ -38,9 +39,7 @@ struct Shape5 {
   int64_t n, k;
 };
 
-struct Dims {
-  int64_t hidden = 4096, inter = 14336, heads = 32, kv_heads = 8, head_dim = 128, vocab = 128256;
-};
+using Dims = bench::ModelDims;
 
 // Fast deterministic pseudo-random bf16 values in about [-1, 1].
 std::vector<uint16_t> random_bf16(int64_t n, uint64_t seed) {
@@ -279,14 +278,7 @@ int run(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--config" && i + 1 < argc) {
-      const Json cj = load_json_file(argv[++i]);
-      d.hidden = cj["hidden_size"].get<int64_t>();
-      d.inter = cj["intermediate_size"].get<int64_t>();
-      d.heads = cj["num_attention_heads"].get<int64_t>();
-      d.kv_heads =
-          cj.contains("num_key_value_heads") ? cj["num_key_value_heads"].get<int64_t>() : d.heads;
-      d.head_dim = cj.contains("head_dim") ? cj["head_dim"].get<int64_t>() : d.hidden / d.heads;
-      d.vocab = cj["vocab_size"].get<int64_t>();
+      d = bench::model_dims(load_json_file(argv[++i]));
     } else if (a == "--m" && i + 1 < argc) {
       ms = parse_list(argv[++i]);
     } else if (a == "--only" && i + 1 < argc) {
