@@ -1,8 +1,5 @@
 // CudaBackend::sample: packs the step's sampling parameters, uploads them with the
-// step's other metadata (no wait) and runs the sampling kernel over the logits; with
-// TACHYON_SAMPLE_SPLIT=1, steps whose rows are all greedy and unadjusted take the split
-// greedy scan instead (several blocks a row: a row of one block is latency-bound).
-#include <algorithm>
+// step's other metadata (no wait) and runs the sampling kernel over the logits.
 #include <cstddef>
 #include <cstring>
 
@@ -59,17 +56,6 @@ void CudaBackend::sample(Tensor& logits, const SamplingBatch& batch, Tensor& ids
                    batch.adjust_start.back() == static_cast<int32_t>(batch.adjustments.size())),
       "sample: adjust_start has {} entries for {} rows", batch.adjust_start.size(), rows);
   if (rows == 0) return;
-  // Rows that are all greedy and unadjusted: the split scan (TACHYON_SAMPLE_SPLIT=1).
-  if (sample_split_ && batch.adjustments.empty() && rows <= kGreedyMaxRows &&
-      rows <= kMergeCounters && vocab <= kGreedyMaxVocab &&
-      std::all_of(batch.rows.begin(), batch.rows.end(), [](const RowSampling& r) {
-        return r.mode == RowSampling::Mode::kDevice && r.greedy;
-      })) {
-    void* partial = scratch(sample_partial_, greedy_partial_bytes(rows, vocab));
-    launch_sample_greedy(logits.data<float>(), rows, vocab, partial,
-                         merge_counters_.data<int32_t>(), ids.data<int32_t>(), stream_);
-    return;
-  }
   std::vector<KSampleRow> meta(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) meta[static_cast<size_t>(r)] = pack(batch.rows[r]);
   const int64_t meta_words = rows * static_cast<int64_t>(sizeof(KSampleRow) / 4);
