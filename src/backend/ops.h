@@ -213,14 +213,6 @@ class Backend {
                       int64_t col_offset = 0, Activation act = Activation::kIdentity) = 0;
   // out[t, i] = act(in[t, i]) * in[t, I + i]; in [T, 2I] ([gate | up]), out [T, I].
   virtual void gated_activation(const Tensor& in, Activation act, Tensor& out) = 0;
-  // out = gated_activation(gu, act) · wᵀ + bias, the activation folded into the product,
-  // equal to the two ops; gu [T, 2I], w [N, I]. Returns false, doing nothing, where this
-  // backend does not fold it for these arguments (the caller then runs the two ops).
-  virtual bool linear_gated_input(const Tensor& gu, Activation act, const Tensor& w,
-                                  const Tensor& bias, Tensor& out) {
-    (void)gu, (void)act, (void)w, (void)bias, (void)out;
-    return false;
-  }
   // x = act(x) in place, x [T, N].
   virtual void activation(Tensor& x, Activation act) = 0;
   // out = a + b, all [T, N].

@@ -524,7 +524,6 @@ void Decoder::mlp_block(int l, const Tensor& h, Tensor& out) {
       be_->linear(h, L.gate.w, L.gate.b, gu, 0);
       be_->linear(h, L.up.w, L.up.b, gu, I);
     }
-    if (be_->linear_gated_input(gu, cfg_.activation, L.down.w, L.down.b, out)) return;
     be_->gated_activation(gu, cfg_.activation, a);
   } else {
     be_->linear(h, L.up.w, L.up.b, a, 0, cfg_.activation);

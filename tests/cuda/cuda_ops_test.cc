@@ -256,49 +256,6 @@ TEST_P(CudaOpsTest, LinearF32Logits) {
     }
 }
 
-// The gated activation folded into the next product (linear_gated_input): for one row
-// and each activation it runs (it is the matrix-vector path) and equals
-// gated_activation then linear bit for bit; with more rows than the folded path takes,
-// a bias, or the fold turned off, it declines and writes nothing.
-TEST_P(CudaOpsTest, LinearGatedInput) {
-  if (dt_ == DType::kF32) GTEST_SKIP() << "16-bit kernel";
-  gpu_->set_gemv_gated(true);
-  for (const LinearCase& c : {LinearCase{1, 4096, 14336}, LinearCase{1, 1000, 264}}) {
-    const Tensor gu = dev(input({c.m, 2 * c.k}, 2.f));
-    const Tensor w = gpu_->prepare_weight(input({c.n, c.k}, 1.f / std::sqrt(float(c.k))));
-    for (Activation act : {Activation::kSilu, Activation::kGelu, Activation::kGeluTanh,
-                           Activation::kRelu, Activation::kQuickGelu}) {
-      const std::string what = "gated linear " + std::to_string(c.n) + "x" + std::to_string(c.k) +
-                               " act" + std::to_string(static_cast<int>(act));
-      Tensor a = poisoned(*gpu_, {c.m, c.k}, dt_);
-      gpu_->gated_activation(gu, act, a);
-      Tensor want = poisoned(*gpu_, {c.m, c.n}, dt_);
-      gpu_->linear(a, w, Tensor(), want, 0, Activation::kIdentity);
-      Tensor got = poisoned(*gpu_, {c.m, c.n}, dt_);
-      ASSERT_TRUE(gpu_->linear_gated_input(gu, act, w, Tensor(), got)) << tag(what);
-      EXPECT_EQ(gpu_->last_linear_path(), cuda::CudaBackend::LinearPath::kGemv) << tag(what);
-      const std::vector<double> g = host_values(*gpu_, got), e = host_values(*gpu_, want);
-      for (size_t i = 0; i < g.size(); ++i) ASSERT_EQ(g[i], e[i]) << tag(what) << " at " << i;
-    }
-  }
-  const Tensor gu2 = dev(input({2, 2 * 264}, 2.f));
-  const Tensor w = gpu_->prepare_weight(input({100, 264}, 0.1f));
-  Tensor out = poisoned(*gpu_, {2, 100}, dt_);
-  const std::vector<double> before = host_values(*gpu_, out);
-  EXPECT_FALSE(gpu_->linear_gated_input(gu2, Activation::kSilu, w, Tensor(), out));
-  Tensor out1 = poisoned(*gpu_, {1, 100}, dt_);
-  const Tensor gu1 = dev(input({1, 2 * 264}, 2.f));
-  EXPECT_FALSE(gpu_->linear_gated_input(gu1, Activation::kSilu, w,
-                                        gpu_->prepare_weight(randn({100}, rng_, 0.5f)), out1));
-  gpu_->set_gemv_gated(false);
-  EXPECT_FALSE(gpu_->linear_gated_input(gu1, Activation::kSilu, w, Tensor(), out1));
-  const std::vector<double> after = host_values(*gpu_, out);
-  for (size_t i = 0; i < before.size(); ++i)
-    if (!(std::isnan(before[i]) && std::isnan(after[i]))) {
-      ASSERT_EQ(before[i], after[i]);
-    }
-}
-
 TEST_P(CudaOpsTest, GatedAndElementwise) {
   const int64_t n = 37, inter = 1000;
   Tensor in = input({n, 2 * inter}, 2.f);

@@ -60,11 +60,6 @@ class CudaBackend final : public Backend {
   void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out, int64_t col_offset,
               Activation act) override;
   void gated_activation(const Tensor& in, Activation act, Tensor& out) override;
-  // Folded into the matrix-vector product's staging of x (gemv.cu) for the rows it takes,
-  // when TACHYON_GEMV_GATED=1 (off by default until its step time is measured on the
-  // GPU: docs/performance.md).
-  bool linear_gated_input(const Tensor& gu, Activation act, const Tensor& w, const Tensor& bias,
-                          Tensor& out) override;
   void activation(Tensor& x, Activation act) override;
   void scale_add(const Tensor& a, float scale, const Tensor& b, Tensor& out) override;
   void softcap(Tensor& x, float cap) override;
@@ -119,7 +114,6 @@ class CudaBackend final : public Backend {
   // kernel (gemv.cu) instead of cuBLASLt; on by default, TACHYON_CUDA_GEMV=0 turns it
   // off.
   void set_gemv(bool on) { use_gemv_ = on; }
-  void set_gemv_gated(bool on) { gemv_gated_ = on; }
   bool gemv() const { return use_gemv_; }
   // GEMMs of 2..kSkinnyAutoRows rows (16-bit, k % 64 == 0) on the weight-streaming
   // tensor-core kernel (gemm_skinny.cu) instead of cuBLASLt; TACHYON_CUDA_SKINNY=0|1.
@@ -161,7 +155,6 @@ class CudaBackend final : public Backend {
   std::shared_ptr<uint64_t> scratch_epoch_ = std::make_shared<uint64_t>(0);
   bool use_gemv_ = true;
   int gemv_variant_ = 0;  // kGemvDefault unless TACHYON_GEMV_VARIANT says (benchmarks)
-  bool gemv_gated_ = false;
   bool use_skinny_ = false;
   LinearPath last_linear_path_ = LinearPath::kCublas;
   Tensor skinny_partial_, merge_counters_;

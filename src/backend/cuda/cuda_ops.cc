@@ -186,29 +186,6 @@ void CudaBackend::gated_activation(const Tensor& in, Activation act, Tensor& out
   launch_gated(in.raw(), out.raw(), dtype_, in.dim(0), out.dim(1), kact(act), stream_);
 }
 
-bool CudaBackend::linear_gated_input(const Tensor& gu, Activation act, const Tensor& w,
-                                     const Tensor& bias, Tensor& out) {
-  const int64_t m = gu.dim(0), k = gu.dim(1) / 2, n = w.dim(0);
-  if (!gemv_gated_ || !use_gemv_ || batch_invariant_ || bias || m < 1 || m > kGemvAutoRows)
-    return false;
-  check_act(gu, "gated linear in");
-  check_here(w, "gated linear weight");
-  check_here(out, "gated linear out");
-  check_2d(gu, "gated linear in");
-  check_2d(w, "gated linear weight");
-  check_2d(out, "gated linear out");
-  TACHYON_CHECK(gu.dim(1) == 2 * k && w.dim(1) == k && w.dtype() == gu.dtype() && out.dim(0) == m &&
-                    out.dim(1) == n,
-                "gated linear: in {}, weight {}, out {}", gu.str(), w.str(), out.str());
-  if (out.dtype() != dtype_ && out.dtype() != DType::kF32) return false;
-  if (!gemv_gated_supports(gu.dtype(), out.dtype(), m, k, gu.raw(), w.raw(), gemv_variant_))
-    return false;
-  last_linear_path_ = LinearPath::kGemv;
-  launch_gemv_gated(gu.raw(), kact(act), w.raw(), gu.dtype(), out.raw(), out.dtype(), m, n, k, n,
-                    stream_, gemv_variant_);
-  return true;
-}
-
 void CudaBackend::activation(Tensor& x, Activation act) {
   check_here(x, "activation");
   if (act == Activation::kIdentity || x.numel() == 0) return;

@@ -128,27 +128,6 @@ __device__ __forceinline__ float apply_act(float x, KAct act) {
   return x;
 }
 
-// A gated activation's output: act(g) * u, the activation rounded to T before the
-// product, as frameworks computing in that dtype do (launch_gated, and the
-// matrix-vector product that stages its input this way).
-template <typename T>
-__device__ __forceinline__ T gated_value(T g, T u, KAct act) {
-  return from_f<T>(round_to<T>(apply_act(to_f(g), act)) * to_f(u));
-}
-
-// gated_value of each element of 16 bytes of gate and of up (16 / sizeof(T) elements).
-template <typename T>
-__device__ __forceinline__ uint4 gated_piece(const uint4& g, const uint4& u, KAct act) {
-  constexpr int kVec = 16 / sizeof(T);
-  uint4 o;
-  const T* ge = reinterpret_cast<const T*>(&g);
-  const T* ue = reinterpret_cast<const T*>(&u);
-  T* oe = reinterpret_cast<T*>(&o);
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) oe[i] = gated_value(ge[i], ue[i], act);
-  return o;
-}
-
 // The split-K handshake where the last block of a group merges the group's partials:
 // called by every thread of each block after the block has written its partials, it
 // returns true in the block whose arrival completes the count of `blocks` (and resets

@@ -46,6 +46,13 @@ __global__ void bias_act_kernel(T* y, int64_t ld, int64_t rows, int64_t cols,
   }
 }
 
+// The activation's output is rounded to the storage dtype before the product, as
+// frameworks computing in that dtype do.
+template <typename T>
+__device__ __forceinline__ T gate(T g, T u, KAct act) {
+  return from_f<T>(round_to<T>(apply_act(to_f(g), act)) * to_f(u));
+}
+
 template <typename T>
 __global__ void gated_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t rows,
                              int64_t inter, KAct act) {
@@ -53,7 +60,7 @@ __global__ void gated_kernel(const T* __restrict__ in, T* __restrict__ out, int6
   pdl_launch_dependents();
   TACHYON_ROWS_COLS(r, c, rows, inter) {
     const T* row = in + r * 2 * inter;
-    out[r * inter + c] = gated_value(row[c], row[inter + c], act);
+    out[r * inter + c] = gate(row[c], row[inter + c], act);
   }
 }
 
@@ -68,7 +75,14 @@ __global__ void gated_vec_kernel(const T* __restrict__ in, T* __restrict__ out, 
   const int64_t vecs = inter / kVec;
   TACHYON_ROWS_COLS(r, c, rows, vecs) {
     const uint4* g = reinterpret_cast<const uint4*>(in + r * 2 * inter);
-    reinterpret_cast<uint4*>(out + r * inter)[c] = gated_piece<T>(g[c], g[vecs + c], act);
+    const uint4 gv = g[c], uv = g[vecs + c];
+    uint4 ov;
+    const T* ge = reinterpret_cast<const T*>(&gv);
+    const T* ue = reinterpret_cast<const T*>(&uv);
+    T* oe = reinterpret_cast<T*>(&ov);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) oe[i] = gate(ge[i], ue[i], act);
+    reinterpret_cast<uint4*>(out + r * inter)[c] = ov;
   }
 }
 

@@ -9,10 +9,6 @@
 // the variant the backend runs; TACHYON_GEMV_VARIANT picks another for end-to-end
 // comparisons (benchmarks).
 //
-// With `gated`, x is a gated activation's input gu [m, 2k] ([gate | up] per row) and
-// the x staged in shared memory is act(gate) * up, computed as launch_gated computes
-// it: a decode step's MLP then needs no activation kernel between its two products.
-//
 // The weights do not depend on earlier kernels, so each warp issues its first weight
 // loads before pdl_wait() (launch.cuh): with programmatic dependent launch they are in
 // flight while the previous kernel drains, which hides most of the memory latency at
@@ -63,12 +59,10 @@ __device__ __forceinline__ void dot8(const uint4& w, const uint4& x, float& acc,
 // sums meet in shared memory): with one warp per column, n = 4096..8192 leaves the last
 // wave of warps short of work or the SMs unevenly loaded; two warps per column measured
 // 4-17% faster at every Llama-3-8B shape, wide ones included.
-// kGated (with kSmemX): x is [gate | up] per row, staged as act(gate) * up.
-template <typename T, typename Y, int kM, bool kSmemX, int kSplit, int kWarps, bool kGated>
+template <typename T, typename Y, int kM, bool kSmemX, int kSplit, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, Y* __restrict__ y, int64_t n,
-                int64_t k, int64_t ldy, KAct act) {
-  static_assert(kSmemX || !kGated, "a gated input is computed while x is staged");
+                int64_t k, int64_t ldy) {
   extern __shared__ uint4 xs[];  // [kM * k / 8] when kSmemX
   __shared__ float partial[kSplit > 1 ? kWarps : 1][kM];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -91,15 +85,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   pdl_launch_dependents();
   const uint4* xr = reinterpret_cast<const uint4*>(x);
   if constexpr (kSmemX) {
-    if constexpr (kGated) {
-      for (int i = threadIdx.x; i < kM * pieces; i += blockDim.x) {
-        const int r = i / pieces, c = i - r * pieces;
-        xs[i] = gated_piece<T>(__ldg(xr + (2 * r) * pieces + c),
-                               __ldg(xr + (2 * r + 1) * pieces + c), act);
-      }
-    } else {
-      for (int i = threadIdx.x; i < kM * pieces; i += blockDim.x) xs[i] = __ldg(xr + i);
-    }
+    for (int i = threadIdx.x; i < kM * pieces; i += blockDim.x) xs[i] = __ldg(xr + i);
     __syncthreads();
     xr = xs;
   }
@@ -158,9 +144,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int i = 0; i < kM; ++i) y[i * ldy + row] = from_f<Y>(acc[i]);
 }
 
-template <typename T, typename Y, bool kSmemX, int kSplit, int kWarps, bool kGated>
+template <typename T, typename Y, bool kSmemX, int kSplit, int kWarps>
 void launch_m(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, int64_t ldy,
-              KAct act, cudaStream_t stream) {
+              cudaStream_t stream) {
   const dim3 blocks(ceil_div(n, kWarps / kSplit));
   const dim3 threads(kWarps * 32);
   const auto* xt = static_cast<const T*>(x);
@@ -169,20 +155,20 @@ void launch_m(const void* x, const void* w, void* y, int64_t m, int64_t n, int64
   const size_t smem = kSmemX ? static_cast<size_t>(m * k) * sizeof(T) : 0;
   auto go = [&](auto kernel) {
     allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
-    launch_kernel(kernel, blocks, threads, smem, stream, xt, wt, yt, n, k, ldy, act);
+    launch_kernel(kernel, blocks, threads, smem, stream, xt, wt, yt, n, k, ldy);
   };
   switch (m) {
     case 1:
-      go(gemv_kernel<T, Y, 1, kSmemX, kSplit, kWarps, kGated>);
+      go(gemv_kernel<T, Y, 1, kSmemX, kSplit, kWarps>);
       break;
     case 2:
-      go(gemv_kernel<T, Y, 2, kSmemX, kSplit, kWarps, kGated>);
+      go(gemv_kernel<T, Y, 2, kSmemX, kSplit, kWarps>);
       break;
     case 3:
-      go(gemv_kernel<T, Y, 3, kSmemX, kSplit, kWarps, kGated>);
+      go(gemv_kernel<T, Y, 3, kSmemX, kSplit, kWarps>);
       break;
     default:
-      go(gemv_kernel<T, Y, 4, kSmemX, kSplit, kWarps, kGated>);
+      go(gemv_kernel<T, Y, 4, kSmemX, kSplit, kWarps>);
       break;
   }
 }
@@ -196,21 +182,13 @@ bool gemv_supports(DType type, DType y_type, int64_t m, int64_t k, const void* x
   return reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
 }
 
-namespace {
-
-// Variants (benchmarks compare them): x read through L1 or staged in shared memory
-// (when m * k * 2 bytes fit in 64 KB); 1, 2 or 4 warps per column.
-bool stages_x(int variant, int64_t m, int64_t k) {
-  return (variant & kGemvSmemX) != 0 && m * k * 2 <= 64 * 1024;
-}
-
-void launch_any(const void* x, const void* w, DType type, void* y, DType y_type, int64_t m,
-                int64_t n, int64_t k, int64_t ldy, cudaStream_t stream, int variant, bool gated,
-                KAct act) {
+void launch_gemv(const void* x, const void* w, DType type, void* y, DType y_type, int64_t m,
+                 int64_t n, int64_t k, int64_t ldy, cudaStream_t stream, int variant) {
   if (m == 0 || n == 0) return;
   TACHYON_KERNEL_CHECK(m <= kGemvMaxRows && k % 8 == 0, "gemv: at most 4 rows, k a multiple of 8");
-  const bool smem_x = stages_x(variant, m, k);
-  TACHYON_KERNEL_CHECK(smem_x || !gated, "gemv: a gated input needs x staged in shared memory");
+  // Variants (benchmarks compare them): x read through L1 or staged in shared memory
+  // (when m * k * 2 bytes fit in 64 KB); 1, 2 or 4 warps per column.
+  const bool smem_x = (variant & kGemvSmemX) != 0 && m * k * 2 <= 64 * 1024;
   const int split = (variant & kGemvSplit4) != 0 ? 4 : (variant & kGemvSplit2) != 0 ? 2 : 1;
   // Wider blocks only with x in shared memory (what they are for).
   const int warps = !smem_x                                        ? kWarpsPerBlock
@@ -221,28 +199,22 @@ void launch_any(const void* x, const void* w, DType type, void* y, DType y_type,
   auto go = [&](auto tag_t, auto tag_y) {
     using T = decltype(tag_t);
     using Y = decltype(tag_y);
-    auto by_split = [&]<bool kSmem, int kWarps, bool kGated>() {
+    auto by_split = [&]<bool kSmem, int kWarps>() {
       if (split == 4)
-        launch_m<T, Y, kSmem, 4, kWarps, kGated>(x, w, y, m, n, k, ldy, act, stream);
+        launch_m<T, Y, kSmem, 4, kWarps>(x, w, y, m, n, k, ldy, stream);
       else if (split == 2)
-        launch_m<T, Y, kSmem, 2, kWarps, kGated>(x, w, y, m, n, k, ldy, act, stream);
+        launch_m<T, Y, kSmem, 2, kWarps>(x, w, y, m, n, k, ldy, stream);
       else
-        launch_m<T, Y, kSmem, 1, kWarps, kGated>(x, w, y, m, n, k, ldy, act, stream);
-    };
-    auto staged = [&]<int kWarps>() {
-      if (gated)
-        by_split.template operator()<true, kWarps, true>();
-      else
-        by_split.template operator()<true, kWarps, false>();
+        launch_m<T, Y, kSmem, 1, kWarps>(x, w, y, m, n, k, ldy, stream);
     };
     if (!smem_x)
-      by_split.template operator()<false, kWarpsPerBlock, false>();
+      by_split.template operator()<false, kWarpsPerBlock>();
     else if (warps == 32)
-      staged.template operator()<32>();
+      by_split.template operator()<true, 32>();
     else if (warps == 16)
-      staged.template operator()<16>();
+      by_split.template operator()<true, 16>();
     else
-      staged.template operator()<kWarpsPerBlock>();
+      by_split.template operator()<true, kWarpsPerBlock>();
   };
   if (type == DType::kBF16) {
     if (y_type == DType::kF32)
@@ -255,24 +227,6 @@ void launch_any(const void* x, const void* w, DType type, void* y, DType y_type,
     else
       go(f16_t{}, f16_t{});
   }
-}
-
-}  // namespace
-
-void launch_gemv(const void* x, const void* w, DType type, void* y, DType y_type, int64_t m,
-                 int64_t n, int64_t k, int64_t ldy, cudaStream_t stream, int variant) {
-  launch_any(x, w, type, y, y_type, m, n, k, ldy, stream, variant, false, KAct::kIdentity);
-}
-
-bool gemv_gated_supports(DType type, DType y_type, int64_t m, int64_t k, const void* gu,
-                         const void* w, int variant) {
-  return gemv_supports(type, y_type, m, k, gu, w) && stages_x(variant, m, k);
-}
-
-void launch_gemv_gated(const void* gu, KAct act, const void* w, DType type, void* y, DType y_type,
-                       int64_t m, int64_t n, int64_t k, int64_t ldy, cudaStream_t stream,
-                       int variant) {
-  launch_any(gu, w, type, y, y_type, m, n, k, ldy, stream, variant, true, act);
 }
 
 }  // namespace tachyon::cuda

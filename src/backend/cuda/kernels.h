@@ -221,14 +221,6 @@ constexpr int kGemvDefault = kGemvSmemX | kGemvSplit2 | kGemvWideLongK;
 void launch_gemv(const void* x, const void* w, DType type, void* y, DType y_type, int64_t m,
                  int64_t n, int64_t k, int64_t ldy, cudaStream_t stream,
                  int variant = kGemvDefault);
-// The same product of act(gate) * up (computed as launch_gated computes it, while x is
-// staged) with w: gu [m, 2k] holds [gate | up] per row. Needs a variant that stages x
-// in shared memory and m * k * 2 <= 64 KB (gemv_gated_supports).
-bool gemv_gated_supports(DType type, DType y_type, int64_t m, int64_t k, const void* gu,
-                         const void* w, int variant = kGemvDefault);
-void launch_gemv_gated(const void* gu, KAct act, const void* w, DType type, void* y, DType y_type,
-                       int64_t m, int64_t n, int64_t k, int64_t ldy, cudaStream_t stream,
-                       int variant = kGemvDefault);
 
 // ---- gemm_skinny.cu -----------------------------------------------------------------
 // y[i, j] (row stride ldy) = sum_c x[i, c] w[j, c] for 1 <= m <= kSkinnyMaxRows rows on
