@@ -482,9 +482,11 @@ int run(int argc, char** argv) {
     if (trace && !trace_bounds.empty()) {
       TACHYON_CUDA_CHECK(cudaDeviceSynchronize());
       trace_mark();
-      bench::print_step_timeline(
-          bench::KernelTrace::between(trace_bounds.front(), trace_bounds.back()), trace_bounds,
-          label, trace_dir + "/" + file);
+      // between() flushes CUPTI's buffers, so it goes first.
+      const auto records = bench::KernelTrace::between(trace_bounds.front(), trace_bounds.back());
+      const auto calls =
+          bench::KernelTrace::calls_between(trace_bounds.front(), trace_bounds.back());
+      bench::print_step_timeline(records, trace_bounds, label, trace_dir + "/" + file, calls);
     }
     trace_bounds.clear();
   };

@@ -1,7 +1,8 @@
 // A timeline of the kernels of a step as they run: CUPTI's activity API records each
-// kernel's start and end on the device clock (concurrent-kernel records: kernels are
-// not serialised as under ncu, graph-launched kernels included). tachyon_gpu_bench
-// --trace uses it for the steps it times. Records only where CUPTI's headers and library
+// kernel's and each copy's start and end on the device clock (concurrent-kernel records:
+// kernels are not serialised as under ncu, graph-launched kernels included), and each
+// CUDA runtime call's on the host (the same clock domain). tachyon_gpu_bench --trace
+// uses it for the steps it times. Records only where CUPTI's headers and library
 // are found (TACHYON_HAVE_CUPTI); elsewhere KernelTrace is a stub (kAvailable false).
 #pragma once
 
@@ -25,7 +26,13 @@ namespace tachyon::bench {
 struct TracedKernel {
   std::string name;             // demangled, without namespaces and template arguments
   uint64_t start = 0, end = 0;  // ns, device clock (cuptiGetTimestamp's domain)
-  uint32_t grid = 0;            // blocks in the grid
+  uint32_t grid = 0;            // blocks in the grid (a copy: its bytes)
+};
+
+// A CUDA runtime call on the host thread (cudaMemcpyAsync, cudaGraphLaunch, ...).
+struct TracedCall {
+  std::string name;
+  uint64_t start = 0, end = 0;  // ns, the host side of cuptiGetTimestamp's domain
 };
 
 #ifdef TACHYON_HAVE_CUPTI
@@ -37,6 +44,8 @@ class KernelTrace {
   static void start() {
     check(cuptiActivityRegisterCallbacks(&requested, &completed), "register callbacks");
     check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enable kernel records");
+    check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY), "enable copy records");
+    check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME), "enable runtime-call records");
   }
   static uint64_t now() {
     uint64_t t = 0;
@@ -55,6 +64,16 @@ class KernelTrace {
               [](const TracedKernel& a, const TracedKernel& b) { return a.start < b.start; });
     return out;
   }
+  // The runtime calls that started in [t0, t1), by start time (after between()).
+  static std::vector<TracedCall> calls_between(uint64_t t0, uint64_t t1) {
+    std::lock_guard<std::mutex> lock(mu());
+    std::vector<TracedCall> out;
+    for (const TracedCall& c : calls())
+      if (c.start >= t0 && c.start < t1) out.push_back(c);
+    std::sort(out.begin(), out.end(),
+              [](const TracedCall& a, const TracedCall& b) { return a.start < b.start; });
+    return out;
+  }
 
  private:
   static void check(CUptiResult r, const char* what) {
@@ -71,6 +90,10 @@ class KernelTrace {
   static std::vector<TracedKernel>& records() {
     static std::vector<TracedKernel> r;
     return r;
+  }
+  static std::vector<TracedCall>& calls() {
+    static std::vector<TracedCall> c;
+    return c;
   }
   static std::string short_name(const char* mangled) {
     int status = 0;
@@ -103,10 +126,24 @@ class KernelTrace {
     std::lock_guard<std::mutex> lock(mu());
     CUpti_Activity* rec = nullptr;
     while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
-      if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
-      const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-      records().push_back({short_name(k->name), k->start, k->end,
-                           static_cast<uint32_t>(k->gridX * k->gridY * k->gridZ)});
+      if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
+        const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
+        records().push_back({short_name(k->name), k->start, k->end,
+                             static_cast<uint32_t>(k->gridX * k->gridY * k->gridZ)});
+      } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
+        const char* dir = m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOD   ? "copy HtoD"
+                          : m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH ? "copy DtoH"
+                                                                           : "copy";
+        records().push_back({dir, m->start, m->end, static_cast<uint32_t>(m->bytes)});
+      } else if (rec->kind == CUPTI_ACTIVITY_KIND_RUNTIME) {
+        const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(rec);
+        const char* name = nullptr;
+        if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, a->cbid, &name) != CUPTI_SUCCESS ||
+            name == nullptr)
+          name = "?";
+        calls().push_back({name, a->start, a->end});
+      }
     }
     std::free(buffer);
   }
@@ -119,32 +156,39 @@ class KernelTrace {
   static void start() {}
   static uint64_t now() { return 0; }
   static std::vector<TracedKernel> between(uint64_t, uint64_t) { return {}; }
+  static std::vector<TracedCall> calls_between(uint64_t, uint64_t) { return {}; }
 };
 #endif
 
-// Splits kernels (by start time) into steps at the host timestamps `bounds` (each step's
-// start, then the end of the last; every step synchronises, so its kernels start inside
-// it) and prints, for the middle step, its span against the sum of its kernels'
-// durations, and per kernel (name, grid) the count, the mean time and the mean gap
-// before it (negative: it started before the previous kernel ended, as programmatic
-// launch allows) and what it adds to the span. The step's kernels go to `path` (one
-// line each) when it is not empty.
+// Splits kernels and copies (by start time) into steps at the host timestamps `bounds`
+// (each step's start, then the end of the last; every step synchronises, so its work
+// starts inside it) and prints, for the middle step, its span against the sum of its
+// kernels' durations, the host time before its first and after its last device record,
+// and per kernel (name, grid) the count, the mean time and the mean gap before it
+// (negative: it started before the previous kernel ended, as programmatic launch
+// allows) and what it adds to the span; then the step's runtime calls from `calls` per
+// function (count, host time). The step's records go to `path` (one line each) when it
+// is not empty.
 inline void print_step_timeline(const std::vector<TracedKernel>& ks,
                                 const std::vector<uint64_t>& bounds, const std::string& label,
-                                const std::string& path) {
+                                const std::string& path,
+                                const std::vector<TracedCall>& calls = {}) {
   std::vector<std::vector<TracedKernel>> steps(bounds.size() > 1 ? bounds.size() - 1 : 0);
   for (const TracedKernel& k : ks) {
     const auto it = std::upper_bound(bounds.begin(), bounds.end(), k.start);
     if (it == bounds.begin() || it == bounds.end()) continue;  // outside the steps
     steps[static_cast<size_t>(it - bounds.begin() - 1)].push_back(k);
   }
-  steps.erase(std::remove_if(steps.begin(), steps.end(), [](const auto& v) { return v.empty(); }),
-              steps.end());
-  if (steps.size() < 3) {
-    std::printf("trace %s: %zu step(s) found, too few\n", label.c_str(), steps.size());
+  std::vector<size_t> used;  // the steps with records
+  for (size_t i = 0; i < steps.size(); ++i)
+    if (!steps[i].empty()) used.push_back(i);
+  if (used.size() < 3) {
+    std::printf("trace %s: %zu step(s) found, too few\n", label.c_str(), used.size());
     return;
   }
-  const std::vector<TracedKernel>& st = steps[steps.size() / 2];
+  const size_t mid = used[used.size() / 2];
+  const std::vector<TracedKernel>& st = steps[mid];
+  const uint64_t step_begin = bounds[mid], step_end = bounds[mid + 1];
   uint64_t span_end = 0, busy = 0;
   double gaps = 0, overlap = 0;
   struct Agg {
@@ -178,9 +222,12 @@ inline void print_step_timeline(const std::vector<TracedKernel>& ks,
   if (f != nullptr) std::fclose(f);
   const double span = (span_end - st.front().start) * 1e-3;
   std::printf(
-      "trace %s: %zu steps; step %zu: %zu kernels, span %.1f us, kernel time %.1f us, "
-      "idle gaps %.1f us, overlaps %.1f us\n",
-      label.c_str(), steps.size(), steps.size() / 2, st.size(), span, busy * 1e-3, gaps, -overlap);
+      "trace %s: %zu steps; step %zu: %zu records, span %.1f us, busy %.1f us, "
+      "idle gaps %.1f us, overlaps %.1f us; host %.1f us: %.1f us before the first record, "
+      "%.1f us after the last\n",
+      label.c_str(), used.size(), mid, st.size(), span, busy * 1e-3, gaps, -overlap,
+      (step_end - step_begin) * 1e-3, (double(st.front().start) - double(step_begin)) * 1e-3,
+      (double(step_end) - double(span_end)) * 1e-3);
   // "end-to-end": what the kernel adds to the step's span (the columns before it count
   // the time its blocks spent waiting for their predecessor too).
   std::printf("  %-44s %5s %9s %9s %9s %13s\n", "kernel [blocks]", "count", "mean us", "total us",
@@ -190,6 +237,23 @@ inline void print_step_timeline(const std::vector<TracedKernel>& ks,
     std::printf("  %-44s %5d %9.2f %9.1f %9.2f %13.2f\n", key.substr(0, 44).c_str(), a.n,
                 a.dur / a.n, a.dur, a.gap / a.n, a.e2e / a.n);
   }
+  // The host's runtime calls of the step, per function.
+  std::map<std::string, std::pair<int, double>> per_call;
+  std::vector<std::string> call_order;
+  double call_total = 0;
+  for (const TracedCall& c : calls) {
+    if (c.start < step_begin || c.start >= step_end) continue;
+    if (!per_call.count(c.name)) call_order.push_back(c.name);
+    auto& [n, us] = per_call[c.name];
+    ++n;
+    us += (c.end - c.start) * 1e-3;
+    call_total += (c.end - c.start) * 1e-3;
+  }
+  if (call_order.empty()) return;
+  std::printf("  runtime calls of the step: %.1f us on the host\n", call_total);
+  for (const std::string& name : call_order)
+    std::printf("    %-42s %5d %9.1f us\n", name.substr(0, 42).c_str(), per_call[name].first,
+                per_call[name].second);
 }
 
 }  // namespace tachyon::bench
