@@ -273,7 +273,30 @@ void Decoder::validate(const ForwardBatch& b) const {
   validate_layouts(b);
 }
 
-void Decoder::upload_metadata(const ForwardBatch& b, int64_t live_tokens) {
+void Decoder::stage(const void* data, Shape shape, DType dtype, Tensor* out) {
+  TACHYON_CHECK(dtype_size(dtype) == 4, "stage: {} is not a 4-byte type", dtype_name(dtype));
+  const int64_t offset = static_cast<int64_t>(h_staged_.size());
+  const int64_t n = shape_numel(shape);
+  constexpr int64_t kAlignWords = 64;  // 256 bytes
+  h_staged_.resize(static_cast<size_t>(offset + (n + kAlignWords - 1) / kAlignWords * kAlignWords));
+  if (n > 0) std::memcpy(h_staged_.data() + offset, data, static_cast<size_t>(n) * 4);
+  pieces_.push_back(StagedPiece{offset, std::move(shape), dtype, out});
+}
+
+void Decoder::upload_staged() {
+  const int64_t words = std::max<int64_t>(static_cast<int64_t>(h_staged_.size()), 1);
+  staged_.view(*be_, 1, words, DType::kI32);  // ensure capacity
+  Tensor all = be_->upload(h_staged_.data(), {static_cast<int64_t>(h_staged_.size())}, DType::kI32,
+                           staged_.storage);
+  auto* base = static_cast<int32_t*>(all.raw());
+  for (const StagedPiece& piece : pieces_)
+    *piece.out =
+        Tensor::wrap(base + piece.offset, piece.shape, piece.dtype, all.owner(), all.device());
+  h_staged_.clear();
+  pieces_.clear();
+}
+
+void Decoder::stage_metadata(const ForwardBatch& b, int64_t live_tokens) {
   const int64_t T = b.num_tokens();
   const int32_t S = b.num_seqs();
   h_slots_.resize(static_cast<size_t>(T));
@@ -297,22 +320,20 @@ void Decoder::upload_metadata(const ForwardBatch& b, int64_t live_tokens) {
       h_seq_len_[t] = rope_len;
     }
   }
-  auto upload_i32 = [&](Buffer& buf, const std::vector<int32_t>& v) {
-    buf.view(*be_, 1, std::max<int64_t>(static_cast<int64_t>(v.size()), 1),
-             DType::kI32);  // ensure capacity
-    return be_->upload(v.data(), {static_cast<int64_t>(v.size())}, DType::kI32, buf.storage);
+  auto stage_i32 = [&](const std::vector<int32_t>& v, Tensor* out) {
+    stage(v.data(), {static_cast<int64_t>(v.size())}, DType::kI32, out);
   };
-  meta_.query_start = upload_i32(qstart_, b.query_start);
-  meta_.context_lens = upload_i32(ctx_, b.context_lens);
-  meta_.block_tables = upload_i32(tables_, b.block_tables);
+  stage_i32(b.query_start, &meta_.query_start);
+  stage_i32(b.context_lens, &meta_.context_lens);
+  stage_i32(b.block_tables, &meta_.block_tables);
   meta_.num_seqs = S;
   meta_.max_blocks_per_seq = b.max_blocks_per_seq;
   meta_.max_query_len = max_q;
   meta_.max_context_len = max_ctx;
   meta_.host_query_start = &b.query_start;
   meta_.host_context_lens = &b.context_lens;
-  upload_prefix_lens(b);
-  slots_t_ = upload_i32(slots_, h_slots_);
+  stage_prefix_lens(b);
+  stage_i32(h_slots_, &slots_t_);
   logn_active_ = false;
   if (cfg_.logn_scaling_len > 0) {
     // log(p + 1) / log(n) past the training length n, 1 before it.
@@ -325,10 +346,8 @@ void Decoder::upload_metadata(const ForwardBatch& b, int64_t live_tokens) {
         logn_active_ = true;
       }
     }
-    if (logn_active_) {
-      logn_.view(*be_, 1, T);
-      logn_t_ = be_->upload(h_logn_.data(), {T}, DType::kF32, logn_.storage);
-    }
+    if (logn_active_) stage(h_logn_.data(), {T}, DType::kF32, &logn_t_);
+    if (!logn_active_) logn_t_ = Tensor();
   }
   if (cfg_.position == PositionType::kRotary) {
     const int32_t rot = rope_->dim();
@@ -339,8 +358,7 @@ void Decoder::upload_metadata(const ForwardBatch& b, int64_t live_tokens) {
     } else {
       rope_->fill(b.positions.data(), h_seq_len_.data(), T, h_cos_sin_.data());
     }
-    cos_sin_.view(*be_, T, rot, DType::kF32);
-    cos_sin_t_ = be_->upload(h_cos_sin_.data(), {T, rot}, DType::kF32, cos_sin_.storage);
+    stage(h_cos_sin_.data(), {T, rot}, DType::kF32, &cos_sin_t_);
   }
 }
 
@@ -355,26 +373,23 @@ Tensor Decoder::device_logits(const ForwardBatch& b) {
   const int64_t V = cfg_.vocab_size;
   if (T == 0) return be_->alloc({R, V}, DType::kF32);  // R is 0 (validated)
   if (graph_eligible(b)) return forward_graph(b);
-  upload_metadata(b, T);
-  upload_inputs(b);
+  stage_metadata(b, T);
+  stage_inputs(b);
+  upload_staged();
   Tensor logits = be_->alloc({R, V}, DType::kF32);
   compute(T, R, logits);
   return logits;
 }
 
-void Decoder::upload_inputs(const ForwardBatch& b) {
+void Decoder::stage_inputs(const ForwardBatch& b) {
   const int64_t T = b.num_tokens();
   const int64_t R = static_cast<int64_t>(b.logits_rows.size());
-  ids_.view(*be_, 1, T, DType::kI32);
-  ids_t_ = be_->upload(b.token_ids.data(), {T}, DType::kI32, ids_.storage);
-  if (cfg_.position == PositionType::kLearned) {
-    pos_.view(*be_, 1, T, DType::kI32);
-    pos_t_ = be_->upload(b.positions.data(), {T}, DType::kI32, pos_.storage);
-  }
-  if (R > 0) {
-    rows_.view(*be_, 1, R, DType::kI32);
-    rows_t_ = be_->upload(b.logits_rows.data(), {R}, DType::kI32, rows_.storage);
-  }
+  stage(b.token_ids.data(), {T}, DType::kI32, &ids_t_);
+  if (cfg_.position == PositionType::kLearned) stage(b.positions.data(), {T}, DType::kI32, &pos_t_);
+  if (R > 0)
+    stage(b.logits_rows.data(), {R}, DType::kI32, &rows_t_);
+  else
+    rows_t_ = Tensor();
 }
 
 void Decoder::compute(int64_t T, int64_t R, Tensor& logits) {

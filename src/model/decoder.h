@@ -75,11 +75,17 @@ class Decoder final : public Model {
   void rotary_positions(const ForwardBatch& b);
   // meta_.prefix_lens: set when some query of the step lies inside a bidirectional
   // context (only a prompt's first step can have one), else absent.
-  void upload_prefix_lens(const ForwardBatch& b);
-  // Tokens from live_tokens on are padding: their K/V are not written.
-  void upload_metadata(const ForwardBatch& b, int64_t live_tokens);
+  void stage_prefix_lens(const ForwardBatch& b);
+  // The step's attention metadata, slots and rotary tables. Tokens from live_tokens on
+  // are padding: their K/V are not written.
+  void stage_metadata(const ForwardBatch& b, int64_t live_tokens);
   // Token ids, learned positions and logits rows.
-  void upload_inputs(const ForwardBatch& b);
+  void stage_inputs(const ForwardBatch& b);
+  // A step's metadata goes to the device in one copy: stage() appends a piece of 4-byte
+  // elements to h_staged_ (each at a 256-byte boundary) and names the tensor that will
+  // view it; upload_staged() copies them all into staged_ and sets those tensors.
+  void stage(const void* data, Shape shape, DType dtype, Tensor* out);
+  void upload_staged();
   // The step on the uploaded inputs: T tokens, logits [R, V] f32 (device work only).
   void compute(int64_t T, int64_t R, Tensor& logits);
   bool graph_eligible(const ForwardBatch& b) const;
@@ -109,8 +115,16 @@ class Decoder final : public Model {
   std::vector<float> h_logn_;  // per-token query scale (logn_scaling_len)
   bool logn_active_ = false;   // some token of this step is past logn_scaling_len
   Tensor logn_t_;
-  // Device metadata.
-  Buffer ids_, pos_, slots_, qstart_, ctx_, tables_, rows_, cos_sin_, logn_, prefix_;
+  // Device metadata, all in staged_ (pieces of h_staged_, see stage()).
+  std::vector<int32_t> h_staged_;
+  struct StagedPiece {
+    int64_t offset;  // in 4-byte words
+    Shape shape;
+    DType dtype;
+    Tensor* out;
+  };
+  std::vector<StagedPiece> pieces_;
+  Buffer staged_;
   AttentionMeta meta_;
   Tensor slots_t_, cos_sin_t_, ids_t_, pos_t_, rows_t_;
   // Activations.

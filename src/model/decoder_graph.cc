@@ -51,12 +51,15 @@ bool Decoder::graph_eligible(const ForwardBatch& b) const {
 
 std::vector<const void*> Decoder::buffer_addresses() const {
   std::vector<const void*> a;
-  for (const Buffer* buf :
-       {&ids_,     &pos_,   &slots_,        &qstart_,  &ctx_,        &tables_,      &rows_,
-        &cos_sin_, &logn_,  &residual_,     &h_,       &h2_,         &embed_,       &qkv_,
-        &attn_,    &o_,     &mlp_,          &gate_up_, &act_,        &shared_,      &router_,
-        &moe_ids_, &moe_w_, &shared_logit_, &final_,   &final_proj_, &graph_logits_})
+  for (const Buffer* buf : {&staged_, &residual_, &h_, &h2_, &embed_, &qkv_, &attn_, &o_, &mlp_,
+                            &gate_up_, &act_, &shared_, &router_, &moe_ids_, &moe_w_,
+                            &shared_logit_, &final_, &final_proj_, &graph_logits_})
     a.push_back(buf->storage.raw());
+  // The staged pieces (their offsets in staged_ follow the step's shapes).
+  for (const Tensor* t :
+       {&ids_t_, &pos_t_, &rows_t_, &slots_t_, &cos_sin_t_, &logn_t_, &meta_.query_start,
+        &meta_.context_lens, &meta_.block_tables, &meta_.prefix_lens})
+    a.push_back(t->raw());
   for (const LayerKvCache& c : kv_) {
     a.push_back(c.k.raw());
     a.push_back(c.v.raw());
@@ -100,10 +103,11 @@ Tensor Decoder::forward_graph(const ForwardBatch& b) {
   for (int32_t s = 0; s <= B; ++s) p.query_start[s] = s;
   for (int32_t s = 0; s < B; ++s) p.logits_rows[s] = s;
 
-  upload_metadata(p, S);
+  stage_metadata(p, S);
   meta_.max_query_len = 1;
   meta_.max_context_len = C;
-  upload_inputs(p);
+  stage_inputs(p);
+  upload_staged();
   Tensor logits = graph_logits_.view(*be_, B, V, DType::kF32);
 
   const auto key = std::make_pair(B, C);

@@ -56,7 +56,7 @@ void Decoder::rotary_positions(const ForwardBatch& b) {
   }
 }
 
-void Decoder::upload_prefix_lens(const ForwardBatch& b) {
+void Decoder::stage_prefix_lens(const ForwardBatch& b) {
   meta_.prefix_lens = Tensor();
   if (!cfg_.bidirectional_context || b.layouts.empty()) return;
   const int32_t S = b.num_seqs();
@@ -70,8 +70,7 @@ void Decoder::upload_prefix_lens(const ForwardBatch& b) {
     inside = inside || start < L.context_len - 1;
   }
   if (!inside) return;
-  prefix_.view(*be_, 1, S, DType::kI32);
-  meta_.prefix_lens = be_->upload(h_prefix_.data(), {S}, DType::kI32, prefix_.storage);
+  stage(h_prefix_.data(), {S}, DType::kI32, &meta_.prefix_lens);
 }
 
 }  // namespace tachyon
