@@ -56,10 +56,19 @@ void CudaBackend::sample(Tensor& logits, const SamplingBatch& batch, Tensor& ids
                    batch.adjust_start.back() == static_cast<int32_t>(batch.adjustments.size())),
       "sample: adjust_start has {} entries for {} rows", batch.adjust_start.size(), rows);
   if (rows == 0) return;
-  std::vector<KSampleRow> meta(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) meta[static_cast<size_t>(r)] = pack(batch.rows[r]);
-  const int64_t meta_words = rows * static_cast<int64_t>(sizeof(KSampleRow) / 4);
-  sample_meta_ = upload(meta.data(), {meta_words}, DType::kI32, sample_meta_);
+  // Greedy on the device everywhere, nothing to adjust: the kernel needs no parameters
+  // (one copy fewer between the step's logits and its ids).
+  bool all_greedy = !has_adj || batch.adjustments.empty();
+  for (const RowSampling& r : batch.rows)
+    all_greedy = all_greedy && r.mode == RowSampling::Mode::kDevice && r.greedy;
+  const KSampleRow* rows_meta = nullptr;
+  if (!all_greedy) {
+    std::vector<KSampleRow> meta(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) meta[static_cast<size_t>(r)] = pack(batch.rows[r]);
+    const int64_t meta_words = rows * static_cast<int64_t>(sizeof(KSampleRow) / 4);
+    sample_meta_ = upload(meta.data(), {meta_words}, DType::kI32, sample_meta_);
+    rows_meta = reinterpret_cast<const KSampleRow*>(sample_meta_.raw());
+  }
   const int32_t* start = nullptr;
   const KAdjust* adj = nullptr;
   if (has_adj && !batch.adjustments.empty()) {
@@ -70,9 +79,8 @@ void CudaBackend::sample(Tensor& logits, const SamplingBatch& batch, Tensor& ids
     start = sample_start_.data<int32_t>();
     adj = reinterpret_cast<const KAdjust*>(sample_adj_.raw());
   }
-  launch_sample(logits.data<float>(), rows, vocab,
-                reinterpret_cast<const KSampleRow*>(sample_meta_.raw()), adj, start,
-                ids.data<int32_t>(), stream_);
+  launch_sample(logits.data<float>(), rows, vocab, rows_meta, adj, start, ids.data<int32_t>(),
+                stream_);
 }
 
 std::vector<double> CudaBackend::sample_uniforms(const std::vector<RowSampling>& rows) {

@@ -40,7 +40,8 @@ inline constexpr int32_t kSampledNoneAllowed = -3;
 
 // One block per row of logits [rows, vocab] f32: applies the row's adjustments
 // (adj[adj_start[r] .. adj_start[r + 1]), adj_start may be null) in place, then draws
-// its token into ids[r]. rows_meta, adj, adj_start on the device.
+// its token into ids[r]. rows_meta, adj, adj_start on the device; a null rows_meta makes
+// every row greedy on the device (no parameters to upload).
 void launch_sample(float* logits, int64_t rows, int64_t vocab, const KSampleRow* rows_meta,
                    const KAdjust* adj, const int32_t* adj_start, int32_t* ids, cudaStream_t stream);
 

@@ -143,7 +143,13 @@ __global__ void __launch_bounds__(kThreads)
                   int32_t* __restrict__ ids) {
   __shared__ Shared sh;
   const int tid = threadIdx.x;
-  const KSampleRow p = meta[blockIdx.x];
+  KSampleRow p;
+  if (meta != nullptr) {
+    p = meta[blockIdx.x];
+  } else {
+    p.on_device = 1;
+    p.greedy = 1;
+  }
   if (p.on_device == 0) {
     if (tid == 0) ids[blockIdx.x] = kSampledOnHost;
     return;
