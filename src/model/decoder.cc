@@ -377,7 +377,9 @@ Tensor Decoder::device_logits(const ForwardBatch& b) {
   stage_inputs(b);
   upload_staged();
   Tensor logits = be_->alloc({R, V}, DType::kF32);
-  compute(T, R, logits);
+  bool all_rows = R == T;
+  for (int64_t r = 0; all_rows && r < R; ++r) all_rows = b.logits_rows[r] == r;
+  compute(T, R, logits, all_rows);
   return logits;
 }
 
@@ -392,7 +394,7 @@ void Decoder::stage_inputs(const ForwardBatch& b) {
     rows_t_ = Tensor();
 }
 
-void Decoder::compute(int64_t T, int64_t R, Tensor& logits) {
+void Decoder::compute(int64_t T, int64_t R, Tensor& logits, bool all_rows) {
   const int64_t D = cfg_.hidden_size;
   // Embeddings.
   const Tensor& ids = ids_t_;
@@ -465,8 +467,11 @@ void Decoder::compute(int64_t T, int64_t R, Tensor& logits) {
 
   // Logits for the requested rows only.
   if (R == 0) return;
-  Tensor g = final_.view(*be_, R, D);
-  be_->gather_rows(final_h, rows_t_, g);
+  Tensor g = final_h;
+  if (!all_rows) {
+    g = final_.view(*be_, R, D);
+    be_->gather_rows(final_h, rows_t_, g);
+  }
   if (w_.project_out) {
     Tensor gp = final_proj_.view(*be_, R, cfg_.embed_dim());
     be_->linear(g, w_.project_out.w, Tensor(), gp);

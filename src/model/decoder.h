@@ -87,7 +87,9 @@ class Decoder final : public Model {
   void stage(const void* data, Shape shape, DType dtype, Tensor* out);
   void upload_staged();
   // The step on the uploaded inputs: T tokens, logits [R, V] f32 (device work only).
-  void compute(int64_t T, int64_t R, Tensor& logits);
+  // all_rows: the logits rows are the step's rows in order (R == T), so the final
+  // hidden states need no gather.
+  void compute(int64_t T, int64_t R, Tensor& logits, bool all_rows);
   bool graph_eligible(const ForwardBatch& b) const;
   // The largest batch bucket recorded as a graph (decoder_graph.cc).
   static constexpr int32_t kMaxGraphBatch = 512;
