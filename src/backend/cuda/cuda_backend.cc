@@ -85,13 +85,15 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   ring_ = std::make_unique<PinnedRing>(kRingBytes);
   gemm_workspace_ = alloc_->alloc_bytes(kGemmWorkspaceBytes);
   gemm_ = std::make_unique<Gemm>(stream_, gemm_workspace_.raw(), kGemmWorkspaceBytes);
-  err_ = alloc_->alloc({1}, DType::kI32);
-  TACHYON_CUDA_CHECK(cudaMemsetAsync(err_.raw(), 0, sizeof(int), stream_));
   merge_counters_ = alloc_->alloc({kMergeCounters}, DType::kI32);
   TACHYON_CUDA_CHECK(
       cudaMemsetAsync(merge_counters_.raw(), 0, kMergeCounters * sizeof(int32_t), stream_));
+  // The error word lives in mapped pinned memory: kernels set it through err_dev_, and
+  // the host reads it after a synchronisation without a copy.
   TACHYON_CUDA_CHECK(
-      cudaHostAlloc(reinterpret_cast<void**>(&err_host_), sizeof(int), cudaHostAllocDefault));
+      cudaHostAlloc(reinterpret_cast<void**>(&err_host_), sizeof(int), cudaHostAllocMapped));
+  *err_host_ = 0;
+  TACHYON_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&err_dev_), err_host_, 0));
   TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -119,13 +121,12 @@ void CudaBackend::check_act(const Tensor& t, const char* what) const {
 }
 
 void CudaBackend::raise_device_errors() {
-  TACHYON_CUDA_CHECK(
-      cudaMemcpyAsync(err_host_, err_.raw(), sizeof(int), cudaMemcpyDeviceToHost, stream_));
   TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (*err_host_ == 0) return;
-  const int code = *err_host_;
-  *err_host_ = 0;
-  TACHYON_CUDA_CHECK(cudaMemsetAsync(err_.raw(), 0, sizeof(int), stream_));
+  // The stream is idle: no kernel of this backend writes the word now.
+  volatile int* word = err_host_;
+  const int code = *word;
+  if (code == 0) return;
+  *word = 0;
   raise<Internal>("CUDA kernel saw bad input: {}", error_names(code));
 }
 

@@ -176,8 +176,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<PinnedRing> ring_;
   Tensor gemm_workspace_;
   std::unique_ptr<Gemm> gemm_;
-  Tensor err_;               // i32[1] device error word
-  int* err_host_ = nullptr;  // pinned
+  int* err_host_ = nullptr;  // the error word: mapped pinned memory (host address)
+  int* err_dev_ = nullptr;   // its device address, for the kernels
   char* pinned_ = nullptr;   // download staging
   size_t pinned_bytes_ = 0;
 

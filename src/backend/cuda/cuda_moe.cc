@@ -83,7 +83,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
   auto* hs = static_cast<char*>(scratch(moe_h_, static_cast<size_t>(entries * 2 * inter_max) * es));
   auto* as = static_cast<char*>(scratch(moe_a_, static_cast<size_t>(entries * inter_max) * es));
   auto* ys = static_cast<char*>(scratch(moe_y_, static_cast<size_t>(entries * d) * es));
-  launch_gather_rows(x.raw(), dtype_, n, d, sorted_token, entries, xs, err_.data<int>(), stream_);
+  launch_gather_rows(x.raw(), dtype_, n, d, sorted_token, entries, xs, err_dev_, stream_);
   const Tensor xs_t = Tensor::wrap(xs, {entries, d}, dtype_, moe_x_.owner(), device());
 
   auto check_w = [&](const Tensor& w, int64_t rows, int64_t cols, int64_t e, const char* what) {

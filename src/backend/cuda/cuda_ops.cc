@@ -62,7 +62,7 @@ void CudaBackend::embedding(const Tensor& table, const Tensor& ids, int32_t id_o
   TACHYON_CHECK(ids.dtype() == DType::kI32 && out.dim(0) == n && out.dim(1) == d,
                 "embedding out {} for {} ids of dim {}", out.str(), n, d);
   launch_embedding(table.raw(), table.dtype(), table.dim(0), d, ids.data<int32_t>(), n, id_offset,
-                   scale, accumulate, out.raw(), out.dtype(), err_.data<int>(), stream_);
+                   scale, accumulate, out.raw(), out.dtype(), err_dev_, stream_);
 }
 
 void CudaBackend::add_norm(Tensor& residual, const Tensor& delta1, const Tensor& delta2,
@@ -224,7 +224,7 @@ void CudaBackend::gather_rows(const Tensor& src, const Tensor& rows, Tensor& out
                     out.dtype() == src.dtype(),
                 "gather_rows out {} for {} rows of {}", out.str(), r, src.str());
   launch_gather_rows(src.raw(), src.dtype(), src.dim(0), n, rows.data<int32_t>(), r, out.raw(),
-                     err_.data<int>(), stream_);
+                     err_dev_, stream_);
 }
 
 void CudaBackend::add_sigmoid_gated(const Tensor& src, const Tensor& gate_logit, Tensor& out) {
@@ -280,7 +280,7 @@ void CudaBackend::write_kv(const Tensor& qkv, const QkvLayout& layout, const Ten
   check_here(cache.v, "write_kv v cache");
   launch_write_kv(qkv.raw(), dtype_, qkv.dim(0), qkv.dim(1), layout.q_cols(), layout.num_kv_heads,
                   layout.head_dim, slots.data<int32_t>(), cache.k.raw(), cache.v.raw(),
-                  cache.num_blocks(), cache.block_size(), err_.data<int>(), stream_);
+                  cache.num_blocks(), cache.block_size(), err_dev_, stream_);
 }
 
 void CudaBackend::scale_queries(Tensor& qkv, const QkvLayout& layout, const Tensor& factors) {
@@ -472,7 +472,7 @@ void CudaBackend::rotary_write_kv(Tensor& qkv, const QkvLayout& layout, const Te
                          layout.num_kv_heads, layout.head_dim, cos_sin.data<float>(), rotary_dim,
                          static_cast<KRotary>(static_cast<int>(style)), slots.data<int32_t>(),
                          cache.k.raw(), cache.v.raw(), cache.num_blocks(), cache.block_size(),
-                         err_.data<int>(), stream_);
+                         err_dev_, stream_);
 }
 
 void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const LayerKvCache& cache,
@@ -524,7 +524,7 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
   a.alibi_slopes = params.alibi_slopes ? params.alibi_slopes.data<float>() : nullptr;
   a.alibi_scale = params.alibi_scale;
   a.alibi_bias_bf16 = params.alibi_bias_bf16;
-  a.err = err_.data<int>();
+  a.err = err_dev_;
   if (meta.prefix_lens) {
     // Only the simple kernel below widens queries to a bidirectional prefix.
     check_here(meta.prefix_lens, "attention prefix_lens");
