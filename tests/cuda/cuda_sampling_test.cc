@@ -136,6 +136,52 @@ TEST(CudaSampling, GreedyWithProcessorsMatchesHostExactly) {
   }
 }
 
+// The split greedy scan (the default; TACHYON_SAMPLE_SPLIT=0 turns it off) for steps whose rows are
+// all greedy and unadjusted: the one-block kernel's ids exactly, over vocabularies that end
+// mid-chunk, are no multiple of 4 (the scalar path) or take one chunk, with ties at the top (also
+// across chunks), a NaN, a +inf and a row of -inf, and repeated launches (the counters
+// are left zero).
+TEST(CudaSampling, GreedySplitScanMatchesOneBlockKernel) {
+  TACHYON_REQUIRE_GPU();
+  Gpu g;
+  std::mt19937 rng(21);
+  for (const int64_t V : {int64_t{7}, int64_t{4096}, int64_t{32003}, int64_t{128256}}) {
+    const int64_t R = 37;
+    std::vector<float> logits;
+    for (int64_t r = 0; r < R; ++r) {
+      auto row = random_logits(rng, V);
+      const float top = *std::max_element(row.begin(), row.end());
+      if (r % 4 == 1) {  // ties at the top, anywhere in the row
+        row[static_cast<size_t>(rng() % V)] = top;
+        row[static_cast<size_t>(rng() % V)] = top;
+      }
+      if (r % 4 == 2) row[static_cast<size_t>(V - 1)] = top, row[static_cast<size_t>(V / 2)] = top;
+      if (r == 3) row[static_cast<size_t>(rng() % V)] = std::nanf("");
+      if (r == 5) row[static_cast<size_t>(V - 1)] = INFINITY;
+      if (r == 6) std::fill(row.begin(), row.end(), -INFINITY);
+      logits.insert(logits.end(), row.begin(), row.end());
+    }
+    GenerateConfig greedy;
+    greedy.temperature = 0.f;
+    std::vector<RowSampling> rows;
+    for (int64_t r = 0; r < R; ++r) rows.push_back(device_row(greedy, 1, 0, 0));
+    const SamplingBatch batch = single_batch(rows);
+    g.be->set_sample_split(false);
+    const auto want = run_sample(*g.be, logits, V, batch);
+    g.be->set_sample_split(true);
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto got = run_sample(*g.be, logits, V, batch);
+      for (int64_t r = 0; r < R; ++r)
+        ASSERT_EQ(got[static_cast<size_t>(r)], want[static_cast<size_t>(r)])
+            << "V " << V << " row " << r << " rep " << rep;
+    }
+    EXPECT_EQ(want[3], kTokenBadLogits);
+    EXPECT_EQ(want[5], kTokenBadLogits);
+    EXPECT_EQ(want[6], kTokenNoneAllowed);
+    EXPECT_EQ(want[0], argmax(logits.data(), static_cast<int32_t>(V)));
+  }
+}
+
 TEST(CudaSampling, ErrorsAndHostRows) {
   TACHYON_REQUIRE_GPU();
   Gpu g;

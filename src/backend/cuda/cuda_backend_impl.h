@@ -25,8 +25,9 @@ constexpr int64_t kGemvAutoRows = 1;
 constexpr int64_t kSkinnyAutoRows = 128;
 // Counters of the kernels whose last block merges split partials (one per 128-column
 // tile of the weight-streaming kernel's widest split product; one per (sequence, KV
-// head) of decode attention), zero between launches. Kernels on the stream run one after
-// another past their dependency wait, so they share them.
+// head) of decode attention; one per row of the split greedy sampling scan), zero
+// between launches. Kernels on the stream run one after another past their dependency
+// wait, so they share them.
 constexpr int64_t kMergeCounters = 1 << 16;
 
 class CudaBackend final : public Backend {
@@ -114,6 +115,7 @@ class CudaBackend final : public Backend {
   // kernel (gemv.cu) instead of cuBLASLt; on by default, TACHYON_CUDA_GEMV=0 turns it
   // off.
   void set_gemv(bool on) { use_gemv_ = on; }
+  void set_sample_split(bool on) { sample_split_ = on; }
   bool gemv() const { return use_gemv_; }
   // GEMMs of 2..kSkinnyAutoRows rows (16-bit, k % 64 == 0) on the weight-streaming
   // tensor-core kernel (gemm_skinny.cu) instead of cuBLASLt; TACHYON_CUDA_SKINNY=0|1.
@@ -189,7 +191,10 @@ class CudaBackend final : public Backend {
 
   Tensor attn_scratch_, attn_gemm_scratch_;
   // Device sampling (cuda_sampling.cc): per-row parameters and adjustments.
-  Tensor sample_meta_, sample_adj_, sample_start_;
+  Tensor sample_meta_, sample_adj_, sample_start_, sample_partial_;
+  // The split greedy scan for all-greedy steps (on by default; TACHYON_SAMPLE_SPLIT=0
+  // keeps the one-block kernel).
+  bool sample_split_ = true;
   // MoE scratch.
   Tensor moe_meta_, moe_x_, moe_h_, moe_a_, moe_y_;
   std::vector<int32_t> moe_ids_host_, moe_sorted_token_, moe_row_of_, moe_offsets_;

@@ -1,5 +1,8 @@
 // CudaBackend::sample: packs the step's sampling parameters, uploads them with the
-// step's other metadata (no wait) and runs the sampling kernel over the logits.
+// step's other metadata (no wait) and runs the sampling kernel over the logits; with
+// TACHYON_SAMPLE_SPLIT=1, steps whose rows are all greedy and unadjusted take the split
+// greedy scan instead (several blocks a row: a row of one block is latency-bound).
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 
@@ -56,11 +59,19 @@ void CudaBackend::sample(Tensor& logits, const SamplingBatch& batch, Tensor& ids
                    batch.adjust_start.back() == static_cast<int32_t>(batch.adjustments.size())),
       "sample: adjust_start has {} entries for {} rows", batch.adjust_start.size(), rows);
   if (rows == 0) return;
-  // Greedy on the device everywhere, nothing to adjust: the kernel needs no parameters
+  // Greedy on the device everywhere, nothing to adjust: the kernels need no parameters
   // (one copy fewer between the step's logits and its ids).
   bool all_greedy = !has_adj || batch.adjustments.empty();
   for (const RowSampling& r : batch.rows)
     all_greedy = all_greedy && r.mode == RowSampling::Mode::kDevice && r.greedy;
+  // The split scan for those (TACHYON_SAMPLE_SPLIT=0 keeps the one-block kernel).
+  if (all_greedy && sample_split_ && rows <= kGreedyMaxRows && rows <= kMergeCounters &&
+      vocab <= kGreedyMaxVocab) {
+    void* partial = scratch(sample_partial_, greedy_partial_bytes(rows, vocab));
+    launch_sample_greedy(logits.data<float>(), rows, vocab, partial,
+                         merge_counters_.data<int32_t>(), ids.data<int32_t>(), stream_);
+    return;
+  }
   const KSampleRow* rows_meta = nullptr;
   if (!all_greedy) {
     std::vector<KSampleRow> meta(static_cast<size_t>(rows));

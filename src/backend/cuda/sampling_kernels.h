@@ -45,6 +45,18 @@ inline constexpr int32_t kSampledNoneAllowed = -3;
 void launch_sample(float* logits, int64_t rows, int64_t vocab, const KSampleRow* rows_meta,
                    const KAdjust* adj, const int32_t* adj_start, int32_t* ids, cudaStream_t stream);
 
+// Rows that are all greedy, on the device and without adjustments: the ids launch_sample
+// gives them (the largest logit, lowest id on ties; kSampledBadLogits for a NaN or +inf,
+// kSampledNoneAllowed for a row of -inf), each row scanned by greedy_splits(vocab)
+// blocks. The last block of a row to finish (a counter per row in `counters`, zero
+// between launches and left zero) merges the row's partials (`partial`:
+// greedy_partial_bytes(rows, vocab)).
+inline constexpr int64_t kGreedyMaxRows = 65535, kGreedyMaxVocab = 262144;
+int greedy_splits(int64_t vocab);
+size_t greedy_partial_bytes(int64_t rows, int64_t vocab);
+void launch_sample_greedy(const float* logits, int64_t rows, int64_t vocab, void* partial,
+                          int* counters, int32_t* ids, cudaStream_t stream);
+
 // out[i] = the uniform draw of rows_meta[i]'s key (for tests: equal to the host's
 // rng_uniform bit for bit).
 void launch_sample_uniforms(const KSampleRow* rows_meta, int64_t n, double* out,

@@ -11,10 +11,12 @@
 // top_k and by top_p). The kept tokens are drawn from by inverse CDF in a fixed order
 // (thread-strided), so the distribution equals the host's; the token drawn for a given
 // uniform is not the host's (which walks its candidates sorted).
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/launch_check.h"
 #include "backend/cuda/sampling_kernels.h"
 
@@ -386,6 +388,108 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The greedy rows' split scan: block (s, r) takes elements [s, s + 1) * kGreedyChunk of
+// row r, four float4s a thread in flight where the row allows.
+constexpr int kGreedyThreads = 256;
+constexpr int kGreedyChunk = 4096;
+constexpr int kGreedyMaxSplits = 64;
+
+struct GreedyPartial {
+  float value;
+  int index;
+  int bad;
+  int pad;
+};
+
+// (v, i) beats (bv, bi): larger, or equal with the lower index.
+__device__ __forceinline__ bool greedy_better(float v, int i, float bv, int bi) {
+  return v > bv || (v == bv && i < bi);
+}
+
+__global__ void __launch_bounds__(kGreedyThreads)
+    greedy_split_kernel(const float* __restrict__ logits, int64_t vocab, int splits,
+                        GreedyPartial* __restrict__ part, int* __restrict__ counters,
+                        int32_t* __restrict__ ids) {
+  __shared__ float red_v[kGreedyThreads / 32];
+  __shared__ int red_i[kGreedyThreads / 32];
+  pdl_wait();  // the logits come from the kernels before
+  pdl_launch_dependents();
+  const int r = blockIdx.y, s = blockIdx.x, tid = threadIdx.x;
+  const int lane = tid & 31, warp = tid >> 5;
+  const float* row = logits + static_cast<int64_t>(r) * vocab;
+  const int64_t begin = int64_t{s} * kGreedyChunk;
+  const int64_t end = min(vocab, begin + kGreedyChunk);
+  float bv = -INFINITY;
+  int bi = INT_MAX;
+  int bad = 0;
+  auto visit = [&](float x, int64_t j) {
+    if (isnan(x) || x == INFINITY) bad = 1;
+    if (x > bv) {  // j rises, so the first of equals stays
+      bv = x;
+      bi = static_cast<int>(j);
+    }
+  };
+  if (vocab % 4 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+    const float4* r4 = reinterpret_cast<const float4*>(row);
+#pragma unroll 4
+    for (int64_t j = begin / 4 + tid; j < end / 4; j += kGreedyThreads) {
+      const float4 v = r4[j];
+      visit(v.x, 4 * j);
+      visit(v.y, 4 * j + 1);
+      visit(v.z, 4 * j + 2);
+      visit(v.w, 4 * j + 3);
+    }
+  } else {
+    for (int64_t j = begin + tid; j < end; j += kGreedyThreads) visit(row[j], j);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (greedy_better(ov, oi, bv, bi)) {
+      bv = ov;
+      bi = oi;
+    }
+  }
+  if (lane == 0) {
+    red_v[warp] = bv;
+    red_i[warp] = bi;
+  }
+  bad = __syncthreads_or(bad);
+  if (tid == 0) {
+    for (int w = 1; w < kGreedyThreads / 32; ++w)
+      if (greedy_better(red_v[w], red_i[w], bv, bi)) {
+        bv = red_v[w];
+        bi = red_i[w];
+      }
+    part[int64_t{r} * splits + s] = GreedyPartial{bv, bi, bad, 0};
+  }
+  if (!last_block_arrives(counters + r, splits)) return;
+  if (warp != 0) return;
+  bv = -INFINITY;
+  bi = INT_MAX;
+  bad = 0;
+  for (int i = lane; i < splits; i += 32) {
+    const GreedyPartial p = part[int64_t{r} * splits + i];
+    bad |= p.bad;
+    if (greedy_better(p.value, p.index, bv, bi)) {
+      bv = p.value;
+      bi = p.index;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (greedy_better(ov, oi, bv, bi)) {
+      bv = ov;
+      bi = oi;
+    }
+  }
+  bad = __any_sync(0xffffffffu, bad != 0);
+  if (lane == 0) ids[r] = bad != 0 ? kSampledBadLogits : bv == -INFINITY ? kSampledNoneAllowed : bi;
+}
+
 __global__ void uniforms_kernel(const KSampleRow* meta, int64_t n, double* out) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = uniform(meta[i]);
@@ -402,6 +506,29 @@ void launch_sample(float* logits, int64_t rows, int64_t vocab, const KSampleRow*
   sample_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, vocab, rows_meta, adj,
                                                                       adj_start, ids);
   TACHYON_CUDA_LAUNCH_CHECK();
+}
+
+int greedy_splits(int64_t vocab) {
+  return static_cast<int>(
+      std::clamp<int64_t>((vocab + kGreedyChunk - 1) / kGreedyChunk, 1, kGreedyMaxSplits));
+}
+
+size_t greedy_partial_bytes(int64_t rows, int64_t vocab) {
+  return static_cast<size_t>(rows) * static_cast<size_t>(greedy_splits(vocab)) *
+         sizeof(GreedyPartial);
+}
+
+void launch_sample_greedy(const float* logits, int64_t rows, int64_t vocab, void* partial,
+                          int* counters, int32_t* ids, cudaStream_t stream) {
+  if (rows == 0) return;
+  static_assert(kGreedyMaxVocab == int64_t{kGreedyChunk} * kGreedyMaxSplits);
+  TACHYON_KERNEL_CHECK(rows <= kGreedyMaxRows && vocab > 0 && vocab <= kGreedyMaxVocab,
+                       "sample_greedy: at most 65535 rows and 262144 logits a row");
+  const int splits = greedy_splits(vocab);
+  launch_kernel(greedy_split_kernel,
+                dim3(static_cast<unsigned>(splits), static_cast<unsigned>(rows)),
+                dim3(kGreedyThreads), 0, stream, logits, vocab, splits,
+                static_cast<GreedyPartial*>(partial), counters, ids);
 }
 
 void launch_sample_uniforms(const KSampleRow* rows_meta, int64_t n, double* out,
