@@ -552,9 +552,8 @@ SplitChoice choose_splits(int64_t pairs, int64_t ctx, int64_t slots, int num_sms
                           int64_t rows_per_item, int head_dim, ClusterSlots&& cluster_slots) {
   const int64_t max_splits =
       std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, (ctx + kSplitUnit - 1) / kSplitUnit));
-  double best_t = 0;
+  double best_t = INFINITY;
   SplitChoice best;
-  bool first = true;
   for (int64_t s = 1; s <= max_splits; ++s) {
     int64_t keys = (ctx + s - 1) / s;
     keys = (keys + kSplitUnit - 1) / kSplitUnit * kSplitUnit;
@@ -569,8 +568,7 @@ SplitChoice choose_splits(int64_t pairs, int64_t ctx, int64_t slots, int num_sms
       }
       const double t = plan_time(pairs, splits, keys, n_slots, num_sms, key_bytes, rows_per_item,
                                  head_dim, cluster);
-      if (first || t < best_t) {
-        first = false;
+      if (t < best_t) {
         best_t = t;
         best = SplitChoice{static_cast<int>(splits), cluster};
       }
