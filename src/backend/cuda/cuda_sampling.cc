@@ -1,8 +1,8 @@
 // CudaBackend::sample: packs the step's sampling parameters, uploads them with the
-// step's other metadata (no wait) and runs the sampling kernel over the logits; with
-// TACHYON_SAMPLE_SPLIT=1, steps whose rows are all greedy and unadjusted take the split
-// greedy scan instead (several blocks a row: a row of one block is latency-bound).
-#include <algorithm>
+// step's other metadata (no wait) and runs the sampling kernel over the logits. Steps
+// whose rows are all greedy and unadjusted upload nothing and take the split greedy
+// scan (several blocks a row: a row of one block is latency-bound; TACHYON_SAMPLE_SPLIT=0
+// keeps the one-block kernel).
 #include <cstddef>
 #include <cstring>
 

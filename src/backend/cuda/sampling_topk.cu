@@ -401,11 +401,6 @@ struct GreedyPartial {
   int pad;
 };
 
-// (v, i) beats (bv, bi): larger, or equal with the lower index.
-__device__ __forceinline__ bool greedy_better(float v, int i, float bv, int bi) {
-  return v > bv || (v == bv && i < bi);
-}
-
 __global__ void __launch_bounds__(kGreedyThreads)
     greedy_split_kernel(const float* __restrict__ logits, int64_t vocab, int splits,
                         GreedyPartial* __restrict__ part, int* __restrict__ counters,
@@ -442,15 +437,7 @@ __global__ void __launch_bounds__(kGreedyThreads)
   } else {
     for (int64_t j = begin + tid; j < end; j += kGreedyThreads) visit(row[j], j);
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (greedy_better(ov, oi, bv, bi)) {
-      bv = ov;
-      bi = oi;
-    }
-  }
+  warp_argmax(bv, bi);
   if (lane == 0) {
     red_v[warp] = bv;
     red_i[warp] = bi;
@@ -458,7 +445,7 @@ __global__ void __launch_bounds__(kGreedyThreads)
   bad = __syncthreads_or(bad);
   if (tid == 0) {
     for (int w = 1; w < kGreedyThreads / 32; ++w)
-      if (greedy_better(red_v[w], red_i[w], bv, bi)) {
+      if (argmax_better(red_v[w], red_i[w], bv, bi)) {
         bv = red_v[w];
         bi = red_i[w];
       }
@@ -472,20 +459,12 @@ __global__ void __launch_bounds__(kGreedyThreads)
   for (int i = lane; i < splits; i += 32) {
     const GreedyPartial p = part[int64_t{r} * splits + i];
     bad |= p.bad;
-    if (greedy_better(p.value, p.index, bv, bi)) {
+    if (argmax_better(p.value, p.index, bv, bi)) {
       bv = p.value;
       bi = p.index;
     }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (greedy_better(ov, oi, bv, bi)) {
-      bv = ov;
-      bi = oi;
-    }
-  }
+  warp_argmax(bv, bi);
   bad = __any_sync(0xffffffffu, bad != 0);
   if (lane == 0) ids[r] = bad != 0 ? kSampledBadLogits : bv == -INFINITY ? kSampledNoneAllowed : bi;
 }
