@@ -346,8 +346,10 @@ void Decoder::stage_metadata(const ForwardBatch& b, int64_t live_tokens) {
         logn_active_ = true;
       }
     }
-    if (logn_active_) stage(h_logn_.data(), {T}, DType::kF32, &logn_t_);
-    if (!logn_active_) logn_t_ = Tensor();
+    if (logn_active_)
+      stage(h_logn_.data(), {T}, DType::kF32, &logn_t_);
+    else
+      logn_t_ = Tensor();
   }
   if (cfg_.position == PositionType::kRotary) {
     const int32_t rot = rope_->dim();
@@ -377,9 +379,7 @@ Tensor Decoder::device_logits(const ForwardBatch& b) {
   stage_inputs(b);
   upload_staged();
   Tensor logits = be_->alloc({R, V}, DType::kF32);
-  bool all_rows = R == T;
-  for (int64_t r = 0; all_rows && r < R; ++r) all_rows = b.logits_rows[r] == r;
-  compute(T, R, logits, all_rows);
+  compute(T, R, logits);
   return logits;
 }
 
@@ -388,13 +388,16 @@ void Decoder::stage_inputs(const ForwardBatch& b) {
   const int64_t R = static_cast<int64_t>(b.logits_rows.size());
   stage(b.token_ids.data(), {T}, DType::kI32, &ids_t_);
   if (cfg_.position == PositionType::kLearned) stage(b.positions.data(), {T}, DType::kI32, &pos_t_);
-  if (R > 0)
+  // Rows that are the step's rows in order (every decode graph step) need no gather.
+  bool in_order = R == T;
+  for (int64_t r = 0; in_order && r < R; ++r) in_order = b.logits_rows[r] == r;
+  if (R > 0 && !in_order)
     stage(b.logits_rows.data(), {R}, DType::kI32, &rows_t_);
   else
     rows_t_ = Tensor();
 }
 
-void Decoder::compute(int64_t T, int64_t R, Tensor& logits, bool all_rows) {
+void Decoder::compute(int64_t T, int64_t R, Tensor& logits) {
   const int64_t D = cfg_.hidden_size;
   // Embeddings.
   const Tensor& ids = ids_t_;
@@ -468,7 +471,7 @@ void Decoder::compute(int64_t T, int64_t R, Tensor& logits, bool all_rows) {
   // Logits for the requested rows only.
   if (R == 0) return;
   Tensor g = final_h;
-  if (!all_rows) {
+  if (rows_t_) {
     g = final_.view(*be_, R, D);
     be_->gather_rows(final_h, rows_t_, g);
   }

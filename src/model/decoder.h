@@ -79,7 +79,8 @@ class Decoder final : public Model {
   // The step's attention metadata, slots and rotary tables. Tokens from live_tokens on
   // are padding: their K/V are not written.
   void stage_metadata(const ForwardBatch& b, int64_t live_tokens);
-  // Token ids, learned positions and logits rows.
+  // Token ids, learned positions and the logits rows (rows_t_, left empty when they are
+  // the step's rows in order: the final hidden states then need no gather).
   void stage_inputs(const ForwardBatch& b);
   // A step's metadata goes to the device in one copy: stage() appends a piece of 4-byte
   // elements to h_staged_ (each at a 256-byte boundary) and names the tensor that will
@@ -87,9 +88,7 @@ class Decoder final : public Model {
   void stage(const void* data, Shape shape, DType dtype, Tensor* out);
   void upload_staged();
   // The step on the uploaded inputs: T tokens, logits [R, V] f32 (device work only).
-  // all_rows: the logits rows are the step's rows in order (R == T), so the final
-  // hidden states need no gather.
-  void compute(int64_t T, int64_t R, Tensor& logits, bool all_rows);
+  void compute(int64_t T, int64_t R, Tensor& logits);
   bool graph_eligible(const ForwardBatch& b) const;
   // The largest batch bucket recorded as a graph (decoder_graph.cc).
   static constexpr int32_t kMaxGraphBatch = 512;

@@ -120,9 +120,9 @@ Tensor Decoder::forward_graph(const ForwardBatch& b) {
   } else {
     if (it != graphs_.end()) graphs_.erase(it);
     // Eagerly (this step's result), then recorded for the next steps of the bucket.
-    compute(B, B, logits, true);
+    compute(B, B, logits);
     if (graphs_.size() >= 64) graphs_.clear();
-    std::unique_ptr<DeviceGraph> g = be_->record([&] { compute(B, B, logits, true); });
+    std::unique_ptr<DeviceGraph> g = be_->record([&] { compute(B, B, logits); });
     if (g) {
       ++graph_records_;
       graphs_[key] = StepGraph{std::move(g), buffer_addresses()};
