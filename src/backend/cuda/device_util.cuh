@@ -61,9 +61,6 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets
-// the result. `scratch` holds 32 floats; the call begins and ends with a barrier so it
-// can be used repeatedly with the same scratch.
 // True when (v, i) ranks before (bv, bi) in an argmax: larger value, then lower index.
 __device__ __forceinline__ bool argmax_better(float v, int i, float bv, int bi) {
   return v > bv || (v == bv && i < bi);
@@ -82,6 +79,19 @@ __device__ __forceinline__ void warp_argmax(float& v, int& i) {
   }
 }
 
+// One logit x (index j) of a greedy scan whose indices rise per thread: the running best
+// (bv, bi) keeps the first of equals, and bad is set by a NaN or +inf.
+__device__ __forceinline__ void greedy_visit(float x, int64_t j, float& bv, int& bi, int& bad) {
+  if (isnan(x) || x == INFINITY) bad = 1;
+  if (x > bv) {
+    bv = x;
+    bi = static_cast<int>(j);
+  }
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets
+// the result. `scratch` holds 32 floats; the call begins and ends with a barrier so it
+// can be used repeatedly with the same scratch.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nwarps = blockDim.x >> 5;

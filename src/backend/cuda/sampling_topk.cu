@@ -183,11 +183,7 @@ __global__ void __launch_bounds__(kThreads)
   int bi = INT_MAX;
   int bad = 0, finite = 0;
   auto visit = [&](float x, int64_t j) {
-    if (isnan(x) || x == INFINITY) bad = 1;
-    if (x > bv) {  // j rises, so the first of equals stays
-      bv = x;
-      bi = static_cast<int>(j);
-    }
+    greedy_visit(x, j, bv, bi, bad);
     finite += x != -INFINITY && !isnan(x);
   };
   auto visit4 = [&](const float4& v, int64_t j) {
@@ -417,25 +413,19 @@ __global__ void __launch_bounds__(kGreedyThreads)
   float bv = -INFINITY;
   int bi = INT_MAX;
   int bad = 0;
-  auto visit = [&](float x, int64_t j) {
-    if (isnan(x) || x == INFINITY) bad = 1;
-    if (x > bv) {  // j rises, so the first of equals stays
-      bv = x;
-      bi = static_cast<int>(j);
-    }
-  };
   if (vocab % 4 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0) {
     const float4* r4 = reinterpret_cast<const float4*>(row);
 #pragma unroll 4
     for (int64_t j = begin / 4 + tid; j < end / 4; j += kGreedyThreads) {
       const float4 v = r4[j];
-      visit(v.x, 4 * j);
-      visit(v.y, 4 * j + 1);
-      visit(v.z, 4 * j + 2);
-      visit(v.w, 4 * j + 3);
+      greedy_visit(v.x, 4 * j, bv, bi, bad);
+      greedy_visit(v.y, 4 * j + 1, bv, bi, bad);
+      greedy_visit(v.z, 4 * j + 2, bv, bi, bad);
+      greedy_visit(v.w, 4 * j + 3, bv, bi, bad);
     }
   } else {
-    for (int64_t j = begin + tid; j < end; j += kGreedyThreads) visit(row[j], j);
+    for (int64_t j = begin + tid; j < end; j += kGreedyThreads)
+      greedy_visit(row[j], j, bv, bi, bad);
   }
   warp_argmax(bv, bi);
   if (lane == 0) {
