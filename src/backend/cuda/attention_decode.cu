@@ -491,10 +491,7 @@ int64_t cluster_slots(int splits) {
     cfg.gridDim = dim3(static_cast<unsigned>(splits), 1, 1);
     cfg.blockDim = dim3(kThreads);
     cfg.dynamicSmemBytes = kBytes;
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = static_cast<unsigned>(splits);
-    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+    cudaLaunchAttribute attr = cluster_attribute(dim3(static_cast<unsigned>(splits), 1, 1));
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
     if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) clusters = 0;

@@ -46,6 +46,16 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
+// The launch attribute that groups a grid's blocks in clusters of `cluster` blocks.
+inline cudaLaunchAttribute cluster_attribute(dim3 cluster) {
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = cluster.x;
+  attr.val.clusterDim.y = cluster.y;
+  attr.val.clusterDim.z = cluster.z;
+  return attr;
+}
+
 // kernel<<<grid, block, smem, stream>>>(args...), with PDL when enabled, as clusters of
 // `cluster` blocks when that is not 1 x 1 x 1 (the grid a multiple of it; sizes above
 // 8 need the kernel's non-portable cluster attribute). The kernel must call pdl_wait()
@@ -65,13 +75,7 @@ void launch_kernel_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, s
     attr[n].val.programmaticStreamSerializationAllowed = 1;
     ++n;
   }
-  if (cluster.x * cluster.y * cluster.z > 1) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = cluster.x;
-    attr[n].val.clusterDim.y = cluster.y;
-    attr[n].val.clusterDim.z = cluster.z;
-    ++n;
-  }
+  if (cluster.x * cluster.y * cluster.z > 1) attr[n++] = cluster_attribute(cluster);
   cfg.attrs = attr;
   cfg.numAttrs = n;
   TACHYON_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
