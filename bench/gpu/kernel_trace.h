@@ -56,26 +56,25 @@ class KernelTrace {
   // caller synchronises the device first).
   static std::vector<TracedKernel> between(uint64_t t0, uint64_t t1) {
     check(cuptiActivityFlushAll(1), "flush");
-    std::lock_guard<std::mutex> lock(mu());
-    std::vector<TracedKernel> out;
-    for (const TracedKernel& k : records())
-      if (k.start >= t0 && k.start < t1) out.push_back(k);
-    std::sort(out.begin(), out.end(),
-              [](const TracedKernel& a, const TracedKernel& b) { return a.start < b.start; });
-    return out;
+    return window(records(), t0, t1);
   }
   // The runtime calls that started in [t0, t1), by start time (after between()).
   static std::vector<TracedCall> calls_between(uint64_t t0, uint64_t t1) {
-    std::lock_guard<std::mutex> lock(mu());
-    std::vector<TracedCall> out;
-    for (const TracedCall& c : calls())
-      if (c.start >= t0 && c.start < t1) out.push_back(c);
-    std::sort(out.begin(), out.end(),
-              [](const TracedCall& a, const TracedCall& b) { return a.start < b.start; });
-    return out;
+    return window(calls(), t0, t1);
   }
 
  private:
+  // The records of `all` that started in [t0, t1), by start time.
+  template <typename Record>
+  static std::vector<Record> window(const std::vector<Record>& all, uint64_t t0, uint64_t t1) {
+    std::lock_guard<std::mutex> lock(mu());
+    std::vector<Record> out;
+    for (const Record& r : all)
+      if (r.start >= t0 && r.start < t1) out.push_back(r);
+    std::sort(out.begin(), out.end(),
+              [](const Record& a, const Record& b) { return a.start < b.start; });
+    return out;
+  }
   static void check(CUptiResult r, const char* what) {
     if (r == CUPTI_SUCCESS) return;
     const char* msg = nullptr;
