@@ -27,6 +27,14 @@ std::vector<float> random_logits(std::mt19937& rng, int64_t n, float stddev = 3.
   return v;
 }
 
+// Two more copies of the row's largest logit at random places (ties at the top).
+void tie_top(std::vector<float>& row, std::mt19937& rng) {
+  const float top = *std::max_element(row.begin(), row.end());
+  const int64_t n = static_cast<int64_t>(row.size());
+  row[static_cast<size_t>(rng() % n)] = top;
+  row[static_cast<size_t>(rng() % n)] = top;
+}
+
 // Runs sample() over rows [R, V]; returns the tokens and the processed logits.
 std::vector<int32_t> run_sample(cuda::CudaBackend& be, const std::vector<float>& logits, int64_t V,
                                 const SamplingBatch& batch,
@@ -89,11 +97,7 @@ TEST(CudaSampling, GreedyWithProcessorsMatchesHostExactly) {
     const std::vector<int32_t> eos = {2};
     for (int64_t r = 0; r < R; ++r) {
       auto row = random_logits(rng, V, 2.f);
-      if (r % 4 == 1) {  // ties at the top: the lowest id wins
-        const float top = *std::max_element(row.begin(), row.end());
-        row[static_cast<size_t>(rng() % V)] = top;
-        row[static_cast<size_t>(rng() % V)] = top;
-      }
+      if (r % 4 == 1) tie_top(row, rng);  // the lowest id wins
       logits.insert(logits.end(), row.begin(), row.end());
       GenerateConfig& c = cfgs[static_cast<size_t>(r)];
       c.temperature = 0.f;
@@ -136,11 +140,11 @@ TEST(CudaSampling, GreedyWithProcessorsMatchesHostExactly) {
   }
 }
 
-// The split greedy scan (the default; TACHYON_SAMPLE_SPLIT=0 turns it off) for steps whose rows are
-// all greedy and unadjusted: the one-block kernel's ids exactly, over vocabularies that end
-// mid-chunk, are no multiple of 4 (the scalar path) or take one chunk, with ties at the top (also
-// across chunks), a NaN, a +inf and a row of -inf, and repeated launches (the counters
-// are left zero).
+// The split greedy scan (the default; TACHYON_SAMPLE_SPLIT=0 turns it off) for steps
+// whose rows are all greedy and unadjusted: the one-block kernel's ids exactly, over
+// vocabularies that end mid-chunk, are no multiple of 4 (the scalar path) or take one
+// chunk, with ties at the top (also across chunks), a NaN, a +inf and a row of -inf, and
+// repeated launches (the counters are left zero).
 TEST(CudaSampling, GreedySplitScanMatchesOneBlockKernel) {
   TACHYON_REQUIRE_GPU();
   Gpu g;
@@ -151,10 +155,7 @@ TEST(CudaSampling, GreedySplitScanMatchesOneBlockKernel) {
     for (int64_t r = 0; r < R; ++r) {
       auto row = random_logits(rng, V);
       const float top = *std::max_element(row.begin(), row.end());
-      if (r % 4 == 1) {  // ties at the top, anywhere in the row
-        row[static_cast<size_t>(rng() % V)] = top;
-        row[static_cast<size_t>(rng() % V)] = top;
-      }
+      if (r % 4 == 1) tie_top(row, rng);  // anywhere in the row
       if (r % 4 == 2) row[static_cast<size_t>(V - 1)] = top, row[static_cast<size_t>(V / 2)] = top;
       if (r == 3) row[static_cast<size_t>(rng() % V)] = std::nanf("");
       if (r == 5) row[static_cast<size_t>(V - 1)] = INFINITY;
