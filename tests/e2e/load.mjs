@@ -12,17 +12,21 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '..', '..');
 const binary = path.resolve(process.argv[2] || path.join(root, 'build', 'tachyon'));
 const CLIENTS = Number(process.argv[3] || 200);
-const WAVES = Number(process.argv[4] || 3);
+const WAVES = Number(process.argv[4] || 4);
 const MAX_TOKENS = 24;
 // Memory: the first wave is a warm-up. It leaves lasting, bounded state behind: the
 // model's step buffers grown to the largest batch (for 216 sequences the logits alone
 // are 216 x 32000 x 4 B = 27.6 MB), malloc arenas of the threads that served it. Later
 // waves repeat it exactly, so after each of them the server must settle back to the same
-// resident size. Measured on the bundled model: +34 MB after the warm-up wave over the
-// idle server, then settled sizes within 25 MB of each other (the server trims its heap
-// when it falls idle; glibc keeps some fragmentation and caches exited threads' stacks).
-// A leak of 50 KB per request (10 MB per wave) adds up past the tolerance within the
-// waves of one run.
+// resident size. Measured on the bundled model: +42 MB after the warm-up wave over the
+// idle server. After a later wave the settled size is usually the warm-up level, but
+// one wave now and then leaves a plateau that the next wave clears: +24 to +37 MB in
+// seven-wave runs of this tree, +25 to +30 MB in runs of the tree before the decoder
+// staged its step uploads in one copy; no rise that stays in either. (glibc keeps some
+// fragmentation and caches exited threads' stacks; the server trims its heap when it
+// falls idle.) A leak stays: so the check is on two waves in a
+// row, both above the tolerance. That catches a leak of 16 MB a wave (80 KB a request)
+// within the four waves, as the one-wave check did within three.
 const LEAK_TOLERANCE = 32 << 20;
 
 const prompts = ['In the beginning God created', 'And the LORD spake unto Moses, saying,', 'A computer is',
@@ -133,11 +137,17 @@ for (const tid of fsMod.readdirSync(`/proc/${pid}/task`)) {
 }
 console.log('CPU seconds by thread (live threads):', JSON.stringify(cpu));
 console.log(`RSS: idle ${mb(baseline)} MB, after the warm-up wave ${mb(afterFirst)} MB, after wave ${WAVES} ${mb(final)} MB`);
-for (let w = 1; w < settledByWave.length; w++) {
-  if (settledByWave[w] > afterFirst + LEAK_TOLERANCE) {
-    console.log(`FAIL: after wave ${w + 1} memory is ${mb(settledByWave[w] - afterFirst)} MB above the warm-up level (tolerance ${mb(LEAK_TOLERANCE)} MB)`);
+const above = (w) => settledByWave[w] > afterFirst + LEAK_TOLERANCE;
+for (let w = 2; w < settledByWave.length; w++) {
+  if (above(w - 1) && above(w)) {
+    console.log(`FAIL: after waves ${w} and ${w + 1} memory is ${mb(settledByWave[w - 1] - afterFirst)} and ` +
+      `${mb(settledByWave[w] - afterFirst)} MB above the warm-up level (tolerance ${mb(LEAK_TOLERANCE)} MB)`);
     failed = true;
   }
+}
+if (WAVES < 3) {
+  console.log('FAIL: the memory check needs at least three waves');
+  failed = true;
 }
 server.child.kill('SIGTERM');
 const exit = await server.exitPromise;
