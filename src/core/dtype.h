@@ -59,6 +59,12 @@ inline bf16 f32_to_bf16(float f) {
 float f16_to_f32(f16 v);
 f16 f32_to_f16(float f);
 
+// The e4m3 (float8_e4m3fn) byte nearest to f: round to nearest even, saturated to
+// +-448 (the largest finite value); NaN gives NaN (0x7f, sign kept). As the GPU's
+// fp8 KV cache stores a value.
+uint8_t f32_to_e4m3(float f);
+float e4m3_to_f32(uint8_t v);
+
 // Reads element i of a buffer of the given floating dtype as float.
 float load_as_f32(const void* data, DType dtype, size_t i);
 

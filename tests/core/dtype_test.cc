@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
+#include <vector>
 
 namespace tachyon {
 namespace {
@@ -55,6 +57,40 @@ TEST(DType, F16MatchesExactRoundingOnRandomValues) {
       EXPECT_LE(err, std::fabs(static_cast<double>(nf) - f)) << f;
     }
   }
+}
+
+// e4m3 (the fp8 KV cache): every byte's value, round trips, round-to-nearest-even at
+// midpoints of normals and subnormals, saturation at +-448, NaN and signed zero.
+TEST(DType, E4m3) {
+  EXPECT_EQ(e4m3_to_f32(0x7e), 448.f);
+  EXPECT_EQ(e4m3_to_f32(0x01), std::ldexp(1.f, -9));
+  EXPECT_EQ(e4m3_to_f32(0x08), std::ldexp(1.f, -6));
+  EXPECT_EQ(e4m3_to_f32(0x38), 1.f);
+  EXPECT_EQ(e4m3_to_f32(0xb9), -1.125f);
+  EXPECT_TRUE(std::isnan(e4m3_to_f32(0x7f)) && std::isnan(e4m3_to_f32(0xff)));
+  std::vector<float> finite;  // the non-negative values in order
+  for (int b = 0; b < 256; ++b) {
+    const float f = e4m3_to_f32(static_cast<uint8_t>(b));
+    if (std::isnan(f)) continue;
+    EXPECT_EQ(f32_to_e4m3(f), b) << b;
+    if (b < 0x80) finite.push_back(f);
+  }
+  ASSERT_EQ(finite.size(), 127u);
+  for (size_t i = 0; i + 1 < finite.size(); ++i) {
+    ASSERT_LT(finite[i], finite[i + 1]);
+    const float mid = 0.5f * (finite[i] + finite[i + 1]);
+    const uint8_t even = (i % 2 == 0) ? static_cast<uint8_t>(i) : static_cast<uint8_t>(i + 1);
+    EXPECT_EQ(f32_to_e4m3(mid), even) << mid;
+    EXPECT_EQ(f32_to_e4m3(-mid), 0x80 | even) << -mid;
+    EXPECT_EQ(f32_to_e4m3(std::nextafter(mid, 0.f)), i) << mid;
+    EXPECT_EQ(f32_to_e4m3(std::nextafter(mid, 1000.f)), i + 1) << mid;
+  }
+  EXPECT_EQ(f32_to_e4m3(460.f), 0x7e);
+  EXPECT_EQ(f32_to_e4m3(1e30f), 0x7e);
+  EXPECT_EQ(f32_to_e4m3(-std::numeric_limits<float>::infinity()), 0xfe);
+  EXPECT_EQ(f32_to_e4m3(std::nanf("")), 0x7f);
+  EXPECT_EQ(f32_to_e4m3(-0.f), 0x80);
+  EXPECT_EQ(f32_to_e4m3(std::ldexp(1.f, -11)), 0x00);  // below half the smallest subnormal
 }
 
 }  // namespace
