@@ -186,7 +186,14 @@ size_t Decoder::workspace_bytes(int32_t max_tokens) const {
   const size_t logits = (t + graph_rows) * static_cast<size_t>(cfg_.vocab_size) * sizeof(float);
   const size_t split_k = size_t{64} * std::min<size_t>(t, 1024) *
                          static_cast<size_t>(layout_.q_cols() + 2 * cfg_.head_num) * sizeof(float);
-  return t * per_token * 5 / 4 + logits + split_k + (size_t{64} << 20);
+  // An fp8 cache: the 16-bit staging of the blocks prefill kernels read (CudaBackend::
+  // stage_fp8_cache), K and V, for a step's tokens and one full-length context, doubled
+  // for the staging buffers' growth.
+  size_t staging = 0;
+  if (be_->kv_dtype() == DType::kF8E4M3)
+    staging = 2 * (t + static_cast<size_t>(std::max<int64_t>(cfg_.max_seq_len, 0))) * 2 *
+              static_cast<size_t>(cfg_.kv_size()) * es;
+  return t * per_token * 5 / 4 + logits + split_k + staging + (size_t{64} << 20);
 }
 
 void Decoder::init_kv_cache(int32_t num_blocks, int32_t block_size) {

@@ -6,7 +6,9 @@
 // FlashAttention-2 kernel's tiles (128 rows of query x head, 64 keys), and the decode
 // kernel's own cases (tile, split and pipeline edges, the Llama-3-8B shape, long
 // contexts, many sequences, several queries per sequence, bucketed context hints, bad
-// block ids) follow the general ones.
+// block ids) follow the general ones. Last, an fp8 (e4m3) KV cache: the writes against
+// the host's rounding, and attention through every kernel (the decode kernel reading
+// e4m3, the others staged blocks) against the CPU backend on the rounded keys and values.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -89,7 +91,7 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
   void SetUp() override {
     TACHYON_REQUIRE_GPU();
     dt_ = GetParam();
-    gpu_ = make_gpu(dt_);
+    gpu_ = make_gpu(dt_, fp8_);
     cpu_ = make_cpu_backend();
     rng_.seed(99);
   }
@@ -133,8 +135,20 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
       ctx.push_back(c.seqs[s].cached + c.seqs[s].q_len);
     }
     const Shape cache_shape = {total_blocks, c.kv_heads, bs, c.head_dim};
-    LayerKvCache ref, g;
-    if (c.direct_cache) {
+    LayerKvCache ref, g, fresh;
+    // With an fp8 cache the reference holds the e4m3-rounded keys and values; `fresh`
+    // the unrounded ones, which the gemm path reads from the step's rows (a whole
+    // prompt's keys never come from the cache).
+    auto kv_ref = [&](const Tensor& t) { return fp8_ ? e4m3_rounded(t) : t; };
+    if (fp8_) {
+      ASSERT_FALSE(c.direct_cache) << "fp8 cases write the cache through write_kv";
+      g = {gpu_->alloc(cache_shape, DType::kF8E4M3), gpu_->alloc(cache_shape, DType::kF8E4M3)};
+      gpu_->fill_zero(g.k);
+      gpu_->fill_zero(g.v);
+      Tensor zero = Tensor::zeros(cache_shape, DType::kF32);
+      ref = {zero.clone(), zero.clone()};
+      fresh = {zero.clone(), zero.clone()};
+    } else if (c.direct_cache) {
       ref = {rounded(fast_uniform(cache_shape, rng_()), dt_),
              rounded(fast_uniform(cache_shape, rng_()), dt_)};
       g = {to_gpu(*gpu_, ref.k, dt_), to_gpu(*gpu_, ref.v, dt_)};
@@ -151,13 +165,15 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
     if (!pre_slots.empty() && !c.direct_cache) {
       Tensor pre =
           rounded(randn({static_cast<int64_t>(pre_slots.size()), layout.row_cols()}, rng_), dt_);
-      cpu_->write_kv(pre, layout, host_i32(pre_slots), ref);
+      cpu_->write_kv(kv_ref(pre), layout, host_i32(pre_slots), ref);
+      if (fp8_) cpu_->write_kv(pre, layout, host_i32(pre_slots), fresh);
       gpu_->write_kv(to_gpu(*gpu_, pre, dt_), layout, to_gpu_i32(*gpu_, pre_slots), g);
     }
     const int64_t T = qstart.back();
     Tensor qkv = rounded(randn({T, layout.row_cols()}, rng_), dt_);
     Tensor qkv_g = to_gpu(*gpu_, qkv, dt_);
-    cpu_->write_kv(qkv, layout, host_i32(step_slots), ref);
+    cpu_->write_kv(kv_ref(qkv), layout, host_i32(step_slots), ref);
+    if (fp8_) cpu_->write_kv(qkv, layout, host_i32(step_slots), fresh);
     gpu_->write_kv(qkv_g, layout, to_gpu_i32(*gpu_, step_slots), g);
 
     AttentionParams p;
@@ -196,6 +212,12 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
     }
     Tensor out_ref = Tensor::empty({T, layout.q_cols()}, DType::kF32);
     cpu_->attention(qkv, layout, ref, mh, p, out_ref);
+    Tensor out_fresh = out_ref;
+    if (fp8_) {
+      out_fresh = Tensor::empty({T, layout.q_cols()}, DType::kF32);
+      cpu_->attention(qkv, layout, fresh, mh, p, out_fresh);
+    }
+    auto want_for = [&](Kernel k) { return host_values(k == Kernel::kGemm ? out_fresh : out_ref); };
     if (!c.no_host_lens) {
       mg.host_query_start = &qstart;
       mg.host_context_lens = &ctx;
@@ -208,7 +230,7 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
       gpu_->attention(qkv_g, layout, g, mg, pg, out);
       if (gpu_->last_attention_kernel() != kernel) continue;  // not applicable here
       ran_.push_back(kernel);
-      expect_near(host_values(*gpu_, out), host_values(out_ref), bound_for(dt_),
+      expect_near(host_values(*gpu_, out), want_for(kernel), bound_for(dt_),
                   dtype_label(dt_) + " " + kernel_name(kernel) + " " + c.name);
     }
     // The automatic choice (which may split a mixed step between two kernels), checked
@@ -217,7 +239,7 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
     Tensor out = poisoned(*gpu_, {T, layout.q_cols()}, dt_);
     gpu_->attention(qkv_g, layout, g, mg, pg, out);
     auto_ran_ = gpu_->last_attention_kernel();
-    expect_near(host_values(*gpu_, out), host_values(out_ref), bound_for(dt_),
+    expect_near(host_values(*gpu_, out), want_for(auto_ran_), bound_for(dt_),
                 dtype_label(dt_) + " auto (" + kernel_name(auto_ran_) + ") " + c.name);
   }
 
@@ -262,6 +284,7 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
     }
   }
 
+  bool fp8_ = false;  // the GPU's KV cache in e4m3 (CudaAttentionFp8Test)
   DType dt_ = DType::kBF16;
   std::vector<Kernel> ran_;
   Kernel auto_ran_ = Kernel::kAuto;
@@ -719,6 +742,109 @@ TEST_P(CudaAttentionTest, BidirectionalPrefix) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttentionTest,
                          ::testing::Values(DType::kBF16, DType::kF16, DType::kF32),
+                         [](const auto& info) { return dtype_label(info.param); });
+
+// ---- an fp8 (e4m3) KV cache -----------------------------------------------------------
+
+class CudaAttentionFp8Test : public CudaAttentionTest {
+ protected:
+  void SetUp() override {
+    fp8_ = true;
+    CudaAttentionTest::SetUp();
+  }
+};
+
+// The cache's bytes after write_kv and the fused rotary + write: each the host's e4m3 of
+// the value a 16-bit cache receives (the same rows through a 16-bit backend), for the
+// vector and the element-wise rotary kernels, and slots that skip (-1).
+TEST_P(CudaAttentionFp8Test, WritesRoundToE4m3) {
+  const QkvLayout layout{4, 2, 64};
+  const int32_t bs = 16, blocks = 4, T = 9;
+  const Shape shape = {blocks, layout.num_kv_heads, bs, layout.head_dim};
+  auto wide = make_gpu(dt_);
+  Tensor rows = rounded(randn({T, layout.row_cols()}, rng_, 3.f), dt_);
+  // Extremes: past the e4m3 range (saturates to 448), tiny (subnormal), exact midpoints.
+  float* r = rows.data<float>();
+  r[layout.q_cols()] = 1000.f;
+  r[layout.q_cols() + 1] = -500.f;
+  r[layout.q_cols() + 2] = 0.0029296875f;  // 1.5 * 2^-9: a subnormal midpoint
+  r[layout.q_cols() + 3] = 1.0625f;        // midway between 1 and 1.125
+  const std::vector<int32_t> slots = {5, 0, -1, 17, 63, 33, 2, -1, 40};
+  Tensor cos_sin = Tensor::empty({T, 64}, DType::kF32);
+  for (int64_t i = 0; i < cos_sin.numel(); ++i)
+    cos_sin.data<float>()[i] = std::cos(0.37f * static_cast<float>(i));
+  for (int mode = 0; mode < 3; ++mode) {  // write_kv; rotary half (vectors); rotary 2-D
+    LayerKvCache g8{gpu_->alloc(shape, DType::kF8E4M3), gpu_->alloc(shape, DType::kF8E4M3)};
+    LayerKvCache g16{wide->alloc(shape, dt_), wide->alloc(shape, dt_)};
+    for (Tensor* t : {&g8.k, &g8.v}) gpu_->fill_zero(*t);
+    for (Tensor* t : {&g16.k, &g16.v}) wide->fill_zero(*t);
+    Tensor q8 = to_gpu(*gpu_, rows, dt_), q16 = to_gpu(*wide, rows, dt_);
+    if (mode == 0) {
+      gpu_->write_kv(q8, layout, to_gpu_i32(*gpu_, slots), g8);
+      wide->write_kv(q16, layout, to_gpu_i32(*wide, slots), g16);
+    } else {
+      const RotaryStyle style = mode == 1 ? RotaryStyle::kHalf : RotaryStyle::kHalf2D;
+      gpu_->rotary_write_kv(q8, layout, to_gpu(*gpu_, cos_sin, DType::kF32), style, 64,
+                            to_gpu_i32(*gpu_, slots), g8);
+      wide->rotary_write_kv(q16, layout, to_gpu(*wide, cos_sin, DType::kF32), style, 64,
+                            to_gpu_i32(*wide, slots), g16);
+    }
+    for (int kv = 0; kv < 2; ++kv) {
+      const Tensor& t8 = kv == 0 ? g8.k : g8.v;
+      std::vector<uint8_t> bytes(static_cast<size_t>(t8.numel()));
+      gpu_->download(t8, bytes.data());
+      const std::vector<double> want = host_values(*wide, kv == 0 ? g16.k : g16.v);
+      int64_t bad = 0;
+      for (size_t i = 0; i < bytes.size(); ++i)
+        bad += bytes[i] != f32_to_e4m3(static_cast<float>(want[i])) ? 1 : 0;
+      EXPECT_EQ(bad, 0) << dtype_label(dt_) << " mode " << mode << (kv == 0 ? " k" : " v");
+    }
+  }
+}
+
+TEST_P(CudaAttentionFp8Test, Decode) {
+  for (int hd : {64, 128, 256})
+    for (int group : {1, 4, 8})
+      run_decode({"fp8 decode hd " + std::to_string(hd) + " group " + std::to_string(group),
+                  2 * group,
+                  2,
+                  hd,
+                  16,
+                  {{0, 1}, {15, 1}, {129, 1}, {1023, 1}, {3001, 1}}});
+  run_decode(
+      {"fp8 decode block 5, 24 seqs", 32, 8, 128, 5, std::vector<SeqSpec>(24, SeqSpec{517, 1})});
+  run_decode({"fp8 decode llama-3-8b batch 1", 32, 8, 128, 16, {{1023, 1}}});
+  run_decode({"fp8 decode three queries", 8, 2, 128, 16, {{1200, 3}, {40, 3}}});
+  AttnCase hinted{"fp8 decode hint 8192", 32, 8, 128, 16, {{0, 1}, {999, 1}, {2999, 1}}};
+  hinted.ctx_hint = 8192;
+  run_decode(hinted);
+}
+
+// Prefill, chunked prefill (the cached prefix staged), a mixed step (decode rows from the
+// fp8 cache, the others through flash from staged blocks), softcap and a sliding window,
+// no host lengths (staging bounded by the device's lengths).
+TEST_P(CudaAttentionFp8Test, PrefillAndMixed) {
+  run({"fp8 prefill", 8, 2, 128, 16, {{0, 37}, {0, 1}, {0, 130}}});
+  EXPECT_TRUE(ran(Kernel::kFlash) && ran(Kernel::kSimple));
+  run({"fp8 chunked, block 5", 4, 2, 64, 5, {{100, 37}, {513, 64}, {31, 1}, {4, 6}}});
+  run({"fp8 mixed prefill + decode", 8, 2, 128, 16, {{600, 1}, {0, 45}, {2100, 1}, {30, 9}}});
+  EXPECT_EQ(auto_ran_, Kernel::kDecodeAndFlash);
+  AttnCase w{"fp8 window + softcap", 8, 2, 128, 16, {{300, 40}, {50, 1}}};
+  w.window = 64;
+  w.softcap = 30.f;
+  run(w);
+  AttnCase no_host{"fp8 prefill, no host lengths", 8, 2, 128, 16, {{70, 20}, {0, 33}, {9, 1}}};
+  no_host.no_host_lens = true;
+  run(no_host);
+}
+
+// An fp8 cache with f32 compute is refused at construction.
+TEST(CudaAttentionFp8, F32ComputeRefused) {
+  TACHYON_REQUIRE_GPU();
+  EXPECT_THROW(make_gpu(DType::kF32, /*kv_fp8=*/true), InvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttentionFp8Test, ::testing::Values(DType::kBF16, DType::kF16),
                          [](const auto& info) { return dtype_label(info.param); });
 
 }  // namespace

@@ -46,10 +46,20 @@ inline double bound_for(DType t) {
   }
 }
 
-inline std::unique_ptr<cuda::CudaBackend> make_gpu(DType dtype) {
+// kv_fp8: the KV cache in e4m3 (bf16 and f16 compute).
+inline std::unique_ptr<cuda::CudaBackend> make_gpu(DType dtype, bool kv_fp8 = false) {
   CudaBackendOptions o;
   o.dtype = dtype;
+  if (kv_fp8) o.kv_dtype = DType::kF8E4M3;
   return std::make_unique<cuda::CudaBackend>(o);
+}
+
+// Every element rounded to e4m3 (what an fp8 KV cache keeps of it), in f32.
+inline Tensor e4m3_rounded(const Tensor& t) {
+  Tensor r = t.clone();
+  float* p = r.data<float>();
+  for (int64_t i = 0; i < r.numel(); ++i) p[i] = e4m3_to_f32(f32_to_e4m3(p[i]));
+  return r;
 }
 
 // normal(mean, stddev) values in f32.

@@ -8,8 +8,10 @@
 //   Sᵀ[16 keys][8 cols] = K Qᵀ       (mma.sync m16n8k16; K by ldmatrix, Qᵀ in registers)
 //   online softmax per column in f32 (log2 domain; mask, scale, softcap, ALiBi)
 //   Oᵀ[hd][8 cols]     += Vᵀ Pᵀ      (Vᵀ by ldmatrix.trans; Pᵀ from Sᵀ by movmatrix)
-// P is rounded to the storage dtype for the mma and summed as rounded. The warps merge
-// in shared memory at the end. Key splits, when the plan makes them, are merged in one
+// P is rounded to the storage dtype for the mma and summed as rounded. An fp8 (e4m3)
+// cache is copied as it is stored (half the bytes) and each tile converted to the
+// compute dtype (exactly) in the warp's shared memory before the mma reads it. The
+// warps merge in shared memory at the end. Key splits, when the plan makes them, are merged in one
 // of two ways, whichever the plan's wave model (plan_time) finds faster:
 //  - in a thread-block cluster (2..16 splits, where such clusters fit the device): the
 //    splits of a (sequence, KV head) are one cluster, each block keeps its split's
@@ -47,24 +49,36 @@ namespace cg = cooperative_groups;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kKeys = 16;                   // keys per warp tile (the mma's M)
-constexpr int kCols = 8;                    // (query, head) columns per pass (the mma's N)
-constexpr int kStages = 3;                  // tiles per warp in shared memory
+constexpr int kKeys = 16;  // keys per warp tile (the mma's M)
+constexpr int kCols = 8;   // (query, head) columns per pass (the mma's N)
+// Tiles per warp in shared memory: 3 of 16-bit keys, 5 of e4m3 (the same bytes in
+// flight for half the bytes a tile).
+constexpr int stages_for(bool fp8) {
+  return fp8 ? 5 : 3;
+}
 constexpr int kSplitUnit = kWarps * kKeys;  // keys per split come in multiples of this
 constexpr int kMaxSplits = 256;
 constexpr float kLn2 = 0.6931471805599453f;
 
 // Shared memory: per warp kStages stages of [K tile | V tile], each tile 16 rows of
 // kHd elements with the 16-byte chunks of row r XOR-swizzled by r % 8 (ldmatrix reads
-// 8 rows of one logical chunk: 8 distinct bank groups). After its key loop a warp
-// reuses its own stages for its merge record: m[8], l[8], O[8][kLdo] floats. Then the
-// block's split record for the cluster merge: (m, l)[8] as float2, O[8][kHd] floats.
-template <int kHd>
+// 8 rows of one logical chunk: 8 distinct bank groups). With an fp8 cache (C one byte)
+// the stages hold the tiles as copied, rows of kHd bytes in order, and one more tile
+// of 16-bit elements (swizzled as above) takes the K tile being computed, converted,
+// then its V tile. After its key loop a warp reuses its own stages for its merge
+// record: m[8], l[8], O[8][kLdo] floats. Then the block's split record for the cluster
+// merge: (m, l)[8] as float2, O[8][kHd] floats.
+template <int kHd, typename C>
 struct DecodeLayout {
-  static constexpr int kChunks = kHd / 8;  // 16-byte chunks per row
-  static constexpr int kTileBytes = kKeys * kHd * 2;
-  static constexpr int kStageBytes = 2 * kTileBytes;
-  static constexpr int kWarpBytes = kStages * kStageBytes;
+  static constexpr bool kFp8 = sizeof(C) == 1;
+  static constexpr int kChunks = kHd / 8;                       // 16-byte chunks per 16-bit row
+  static constexpr int kRawChunks = kHd * int{sizeof(C)} / 16;  // 16-byte chunks per cache row
+  static constexpr int kTileBytes = kKeys * kHd * 2;            // a 16-bit tile
+  static constexpr int kRawTileBytes = kKeys * kHd * int{sizeof(C)};  // a tile as cached
+  static constexpr int kStages = stages_for(kFp8);
+  static constexpr int kStageBytes = 2 * kRawTileBytes;
+  static constexpr int kWorkOffset = kStages * kStageBytes;  // the converted tile (fp8)
+  static constexpr int kWarpBytes = kWorkOffset + (kFp8 ? kTileBytes : 0);
   static constexpr int kRecOffset = kWarps * kWarpBytes;  // the block's split record
   static constexpr int kBytes = kRecOffset + kCols * 8 + kCols * kHd * 4;
   static constexpr int kLdo = kHd + 4;  // floats; the fragment stores hit 32 banks
@@ -89,12 +103,13 @@ __device__ __forceinline__ uint32_t tile_offset(int r, int c) {
   return static_cast<uint32_t>(r * kHd + ((c ^ (r & 7)) << 3)) * 2u;
 }
 
-template <typename T, int kHd>
+template <typename T, typename C, int kHd>
 __global__ void __launch_bounds__(kThreads)
     decode_kernel(const AttentionArgs a, const DecodePlan plan) {
-  using L = DecodeLayout<kHd>;
-  constexpr int kSteps = kHd / 16;        // k-steps of K Qᵀ = m-tiles of Vᵀ Pᵀ
-  constexpr int kIters = L::kChunks / 2;  // 16-byte copies per lane per K (or V) tile
+  using L = DecodeLayout<kHd, C>;
+  constexpr int kSteps = kHd / 16;                    // k-steps of K Qᵀ = m-tiles of Vᵀ Pᵀ
+  constexpr int kIters = kKeys * L::kRawChunks / 32;  // 16-byte copies per lane per K (or V) tile
+  constexpr int kRawElems = 16 / int{sizeof(C)};      // cache elements per 16-byte copy
   extern __shared__ __align__(128) unsigned char smem[];
 
   pdl_wait();
@@ -115,8 +130,8 @@ __global__ void __launch_bounds__(kThreads)
   const bool general = a.softcap > 0.f || a.alibi_slopes != nullptr;
   const float scale_log2 = a.scale * kLog2e;
   const T* qkv = static_cast<const T*>(a.qkv);
-  const T* kc = static_cast<const T*>(a.k_cache);
-  const T* vc = static_cast<const T*>(a.v_cache);
+  const C* kc = static_cast<const C*>(a.k_cache);
+  const C* vc = static_cast<const C*>(a.v_cache);
   const int32_t* table = a.block_tables + int64_t{s} * a.max_blocks;
   unsigned char* wsm = smem + warp * L::kWarpBytes;
   const uint32_t wsm_a = smem_u32(wsm);
@@ -202,14 +217,15 @@ __global__ void __launch_bounds__(kThreads)
       const uint32_t mask = __ballot_sync(0xffffffffu, row >= 0) & 0xffffu;
       if (j < n_mine) {
         const uint32_t k_dst = wsm_a + static_cast<uint32_t>(stage * L::kStageBytes);
-        const uint32_t v_dst = k_dst + L::kTileBytes;
+        const uint32_t v_dst = k_dst + L::kRawTileBytes;
 #pragma unroll
         for (int i = 0; i < kIters; ++i) {
           const int q = i * 32 + lane;
-          const int r = q / L::kChunks, c = q % L::kChunks;
+          const int r = q / L::kRawChunks, c = q % L::kRawChunks;
           const int src = __shfl_sync(0xffffffffu, row, r);
-          const int64_t off = src >= 0 ? int64_t{src} * kHd + c * 8 : 0;
-          const uint32_t dst = tile_offset<kHd>(r, c);
+          const int64_t off = src >= 0 ? int64_t{src} * kHd + c * kRawElems : 0;
+          const uint32_t dst =
+              L::kFp8 ? static_cast<uint32_t>(r * kHd + c * 16) : tile_offset<kHd>(r, c);
           cp_async16(k_dst + dst, kc + off, src >= 0);
           cp_async16(v_dst + dst, vc + off, src >= 0);
         }
@@ -217,8 +233,30 @@ __global__ void __launch_bounds__(kThreads)
       return mask;
     };
     auto compute = [&](int j, int stage, uint32_t mask) {
-      const uint32_t k_s = wsm_a + static_cast<uint32_t>(stage * L::kStageBytes);
-      const uint32_t v_s = k_s + L::kTileBytes;
+      uint32_t k_s = wsm_a + static_cast<uint32_t>(stage * L::kStageBytes);
+      uint32_t v_s = k_s + L::kRawTileBytes;
+      // fp8: the stage's e4m3 K (kv 0) or V (kv 1) rows into the working tile as T, each
+      // 16-byte chunk (16 elements) into the two swizzled chunks it becomes.
+      auto convert = [&](int kv) {
+        const unsigned char* raw = wsm + stage * L::kStageBytes + kv * L::kRawTileBytes;
+        unsigned char* work = wsm + L::kWorkOffset;
+        __syncwarp();  // every lane is done reading the working tile's last contents
+#pragma unroll
+        for (int i = 0; i < kIters; ++i) {
+          const int q = i * 32 + lane;
+          const int r = q / L::kRawChunks, c = q % L::kRawChunks;
+          const uint4 in = *reinterpret_cast<const uint4*>(raw + r * kHd + c * 16);
+          uint4 lo, hi;
+          unpack_e4m3x16<T>(in, lo, hi);
+          *reinterpret_cast<uint4*>(work + tile_offset<kHd>(r, 2 * c)) = lo;
+          *reinterpret_cast<uint4*>(work + tile_offset<kHd>(r, 2 * c + 1)) = hi;
+        }
+        __syncwarp();
+      };
+      if constexpr (L::kFp8) {
+        convert(0);
+        k_s = v_s = wsm_a + static_cast<uint32_t>(L::kWorkOffset);
+      }
       // Sᵀ = K Qᵀ, even and odd k-steps in two accumulators (a shorter chain).
       float sa[4] = {0.f, 0.f, 0.f, 0.f}, sb[4] = {0.f, 0.f, 0.f, 0.f};
       {
@@ -286,6 +324,7 @@ __global__ void __launch_bounds__(kThreads)
       }
       // Pᵀ as the B operand (keys 2 t4 (+1) and (+8, +9), column g8).
       const uint32_t pb0 = movmatrix_trans(p_lo), pb1 = movmatrix_trans(p_hi);
+      if constexpr (L::kFp8) convert(1);
       // Oᵀ += Vᵀ Pᵀ: matrix i of ldmatrix.trans is keys 8 (i / 2).., dims 8 (i % 2)..
       const int vr = (lane & 7) + ((lane >> 4) << 3);
 #pragma unroll
@@ -297,31 +336,32 @@ __global__ void __launch_bounds__(kThreads)
     };
 
     // The pipeline: kStages - 1 tiles queued ahead of the one computed.
-    uint32_t vm[kStages];  // key masks of the tiles in flight, oldest first
+    uint32_t vm[L::kStages];  // key masks of the tiles in flight, oldest first
     int nb_blk, nb_within;
     {
-      int pb[kStages], pw[kStages];
+      int pb[L::kStages], pw[L::kStages];
 #pragma unroll
-      for (int i = 0; i < kStages; ++i) fetch(i, pb[i], pw[i]);
+      for (int i = 0; i < L::kStages; ++i) fetch(i, pb[i], pw[i]);
 #pragma unroll
-      for (int i = 0; i < kStages - 1; ++i) {
+      for (int i = 0; i < L::kStages - 1; ++i) {
         vm[i] = issue(i, pb[i], pw[i], i);
         cp_async_commit();
       }
-      nb_blk = pb[kStages - 1];
-      nb_within = pw[kStages - 1];
+      nb_blk = pb[L::kStages - 1];
+      nb_within = pw[L::kStages - 1];
     }
     for (int j = 0; j < n_mine; ++j) {
       const int blk = nb_blk, within = nb_within;
-      fetch(j + kStages, nb_blk, nb_within);
+      fetch(j + L::kStages, nb_blk, nb_within);
       __syncwarp();  // every lane is done with the stage refilled below (tile j - 1's)
-      vm[kStages - 1] = issue(j + kStages - 1, blk, within, (j + kStages - 1) % kStages);
+      vm[L::kStages - 1] =
+          issue(j + L::kStages - 1, blk, within, (j + L::kStages - 1) % L::kStages);
       cp_async_commit();
-      cp_async_wait<kStages - 1>();  // this lane's copies of tile j have landed
-      __syncwarp();                  // and every lane's
-      compute(j, j % kStages, vm[0]);
+      cp_async_wait<L::kStages - 1>();  // this lane's copies of tile j have landed
+      __syncwarp();                     // and every lane's
+      compute(j, j % L::kStages, vm[0]);
 #pragma unroll
-      for (int i = 0; i < kStages - 1; ++i) vm[i] = vm[i + 1];
+      for (int i = 0; i < L::kStages - 1; ++i) vm[i] = vm[i + 1];
     }
     cp_async_wait<0>();
     __syncwarp();
@@ -440,32 +480,39 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Runs f.template operator()<T, kHd>() for the arguments' dtype and head_dim.
+// Runs f.template operator()<T, C, kHd>() for the arguments' dtype, cache element type
+// (T, or e4m3 bytes) and head_dim.
 template <typename F>
 void with_kernel(const AttentionArgs& a, F&& f) {
-  auto by_hd = [&]<typename T>() {
+  auto by_hd = [&]<typename T, typename C>() {
     if (a.head_dim == 64)
-      f.template operator()<T, 64>();
+      f.template operator()<T, C, 64>();
     else if (a.head_dim == 128)
-      f.template operator()<T, 128>();
+      f.template operator()<T, C, 128>();
     else
-      f.template operator()<T, 256>();
+      f.template operator()<T, C, 256>();
+  };
+  auto by_cache = [&]<typename T>() {
+    if (a.kv_fp8)
+      by_hd.template operator()<T, kv_fp8_t>();
+    else
+      by_hd.template operator()<T, T>();
   };
   if (a.type == DType::kBF16)
-    by_hd.template operator()<bf16_t>();
+    by_cache.template operator()<bf16_t>();
   else
-    by_hd.template operator()<f16_t>();
+    by_cache.template operator()<f16_t>();
 }
 
-// Blocks of decode_kernel<T, kHd> resident per SM.
-template <typename T, int kHd>
+// Blocks of decode_kernel<T, C, kHd> resident per SM.
+template <typename T, typename C, int kHd>
 int blocks_per_sm() {
   static const int blocks = [] {
-    constexpr int kBytes = DecodeLayout<kHd>::kBytes;
-    allow_dynamic_smem(reinterpret_cast<const void*>(decode_kernel<T, kHd>), kBytes);
+    constexpr int kBytes = DecodeLayout<kHd, C>::kBytes;
+    allow_dynamic_smem(reinterpret_cast<const void*>(decode_kernel<T, C, kHd>), kBytes);
     int n = 0;
-    TACHYON_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_kernel<T, kHd>, kThreads, kBytes));
+    TACHYON_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_kernel<T, C, kHd>,
+                                                                     kThreads, kBytes));
     return std::max(n, 1);
   }();
   return blocks;
@@ -473,16 +520,16 @@ int blocks_per_sm() {
 
 constexpr int kMaxClusterSplits = 16;  // the largest (non-portable) cluster on sm_90
 
-// Blocks of decode_kernel<T, kHd> resident on the device when they run as clusters of
-// `splits` (0: such clusters cannot launch). Asked once per size.
-template <typename T, int kHd>
+// Blocks of decode_kernel<T, C, kHd> resident on the device when they run as clusters
+// of `splits` (0: such clusters cannot launch). Asked once per size.
+template <typename T, typename C, int kHd>
 int64_t cluster_slots(int splits) {
   static std::atomic<int> known[kMaxClusterSplits + 1];  // clusters + 1; 0: not asked yet
   if (splits < 2 || splits > kMaxClusterSplits) return 0;
   const int v = known[splits].load(std::memory_order_relaxed);
   if (v != 0) return int64_t{v - 1} * splits;
-  const void* kernel = reinterpret_cast<const void*>(decode_kernel<T, kHd>);
-  constexpr int kBytes = DecodeLayout<kHd>::kBytes;
+  const void* kernel = reinterpret_cast<const void*>(decode_kernel<T, C, kHd>);
+  constexpr int kBytes = DecodeLayout<kHd, C>::kBytes;
   allow_dynamic_smem(kernel, kBytes);
   int clusters = 0;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
@@ -501,10 +548,15 @@ int64_t cluster_slots(int splits) {
   return int64_t{clusters} * splits;
 }
 
-int layout_bytes(int head_dim) {
-  return head_dim == 64    ? DecodeLayout<64>::kBytes
-         : head_dim == 128 ? DecodeLayout<128>::kBytes
-                           : DecodeLayout<256>::kBytes;
+template <typename C>
+int layout_bytes_for(int head_dim) {
+  return head_dim == 64    ? DecodeLayout<64, C>::kBytes
+         : head_dim == 128 ? DecodeLayout<128, C>::kBytes
+                           : DecodeLayout<256, C>::kBytes;
+}
+
+int layout_bytes(int head_dim, bool kv_fp8) {
+  return kv_fp8 ? layout_bytes_for<kv_fp8_t>(head_dim) : layout_bytes_for<bf16_t>(head_dim);
 }
 
 // The modelled time (µs) of a plan of `splits` key splits of `keys` each. Items
@@ -515,14 +567,14 @@ int layout_bytes(int head_dim) {
 // another's shared memory. Constants: H200-class bandwidth per SM and loaded memory
 // latency.
 double plan_time(int64_t pairs, int64_t splits, int64_t keys, int64_t slots, int num_sms,
-                 int64_t key_bytes, int64_t rows_per_item, int head_dim, bool cluster) {
+                 int64_t key_bytes, int64_t rows_per_item, int head_dim, bool cluster, int stages) {
   constexpr double kBwPerSm = 30e3;      // bytes per µs (about 4 TB/s over 132 SMs)
   constexpr double kLatency = 3.0;       // µs, memory latency under load (conservative)
   constexpr double kStartup = 1.0;       // µs per wave: metadata and first tiles
   constexpr double kMerge = 2.0;         // µs: the global merge's latency (last block or kernel)
   constexpr double kClusterMerge = 0.5;  // µs: two cluster barriers and the DSMEM reads
   const double bw = kBwPerSm * std::max(num_sms, 1);
-  const double in_flight = double{kWarps} * (kStages - 1) * kKeys * key_bytes;
+  const double in_flight = double{kWarps} * (stages - 1) * kKeys * key_bytes;
   const double block_rate = in_flight / kLatency;
   const int64_t items = pairs * splits;
   const double item_bytes = double(keys) * double(key_bytes);
@@ -546,7 +598,8 @@ struct SplitChoice {
 // clusters of that size; 0: none) says they launch.
 template <typename ClusterSlots>
 SplitChoice choose_splits(int64_t pairs, int64_t ctx, int64_t slots, int num_sms, int64_t key_bytes,
-                          int64_t rows_per_item, int head_dim, ClusterSlots&& cluster_slots) {
+                          int64_t rows_per_item, int head_dim, int stages,
+                          ClusterSlots&& cluster_slots) {
   const int64_t max_splits =
       std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, (ctx + kSplitUnit - 1) / kSplitUnit));
   double best_t = INFINITY;
@@ -564,7 +617,7 @@ SplitChoice choose_splits(int64_t pairs, int64_t ctx, int64_t slots, int num_sms
         if (n_slots <= 0) continue;
       }
       const double t = plan_time(pairs, splits, keys, n_slots, num_sms, key_bytes, rows_per_item,
-                                 head_dim, cluster);
+                                 head_dim, cluster, stages);
       if (t < best_t) {
         best_t = t;
         best = SplitChoice{static_cast<int>(splits), cluster};
@@ -595,7 +648,7 @@ bool attention_decode_supports(const AttentionArgs& a) {
   if ((reinterpret_cast<uintptr_t>(a.k_cache) | reinterpret_cast<uintptr_t>(a.v_cache)) % 16 != 0)
     return false;
   if (reinterpret_cast<uintptr_t>(a.qkv) % 4 != 0 || a.qkv_cols % 2 != 0) return false;
-  return layout_bytes(a.head_dim) <= max_dynamic_smem();
+  return layout_bytes(a.head_dim, a.kv_fp8) <= max_dynamic_smem();
 }
 
 AttentionPlan plan_attention_decode(const AttentionArgs& a, int num_sms) {
@@ -603,7 +656,8 @@ AttentionPlan plan_attention_decode(const AttentionArgs& a, int num_sms) {
   p.q_tile = 1;
   const int64_t pairs = int64_t{a.kv_heads} * a.num_seqs;
   const int64_t ctx = std::max<int64_t>(a.max_context_len, 1);
-  const int64_t key_bytes = int64_t{2} * a.head_dim * static_cast<int64_t>(dtype_size(a.type));
+  const int64_t key_bytes =
+      int64_t{2} * a.head_dim * (a.kv_fp8 ? 1 : static_cast<int64_t>(dtype_size(a.type)));
   const int64_t rows_per_item =
       int64_t{a.heads / std::max(a.kv_heads, 1)} * std::max<int64_t>(1, a.max_query_len);
   // The choice is the same for every layer of a step: remember the last one.
@@ -623,17 +677,20 @@ AttentionPlan plan_attention_decode(const AttentionArgs& a, int num_sms) {
     int occupancy = 1;
     const bool known = (a.type == DType::kBF16 || a.type == DType::kF16) &&
                        (a.head_dim == 64 || a.head_dim == 128 || a.head_dim == 256);
-    if (known) with_kernel(a, [&]<typename T, int kHd>() { occupancy = blocks_per_sm<T, kHd>(); });
+    if (known)
+      with_kernel(
+          a, [&]<typename T, typename C, int kHd>() { occupancy = blocks_per_sm<T, C, kHd>(); });
     memo = Memo{pairs, ctx, key_bytes, rows_per_item, num_sms, a.head_dim, a.type, allow_cluster};
     auto slots_in_clusters = [&](int splits) {
       int64_t n = 0;
       if (known && allow_cluster)
-        with_kernel(a, [&]<typename T, int kHd>() { n = cluster_slots<T, kHd>(splits); });
+        with_kernel(
+            a, [&]<typename T, typename C, int kHd>() { n = cluster_slots<T, C, kHd>(splits); });
       return n;
     };
     const SplitChoice c =
         choose_splits(pairs, ctx, int64_t{std::max(num_sms, 1)} * occupancy, num_sms, key_bytes,
-                      rows_per_item, a.head_dim, slots_in_clusters);
+                      rows_per_item, a.head_dim, stages_for(a.kv_fp8), slots_in_clusters);
     memo.splits = c.splits;
     memo.cluster = c.cluster;
   }
@@ -642,7 +699,7 @@ AttentionPlan plan_attention_decode(const AttentionArgs& a, int num_sms) {
   p.num_splits = static_cast<int>(splits);
   p.split_keys = splits > 1 ? static_cast<int>((keys + kSplitUnit - 1) / kSplitUnit * kSplitUnit)
                             : INT_MAX / 2;
-  p.smem_bytes = static_cast<size_t>(layout_bytes(a.head_dim));
+  p.smem_bytes = static_cast<size_t>(layout_bytes(a.head_dim, a.kv_fp8));
   p.cluster = memo.cluster;
   if (splits > 1 && !p.cluster)
     p.scratch_bytes = static_cast<size_t>(splits) * static_cast<size_t>(a.tokens) *
@@ -665,9 +722,9 @@ void launch_attention_decode(const AttentionArgs& a, const AttentionPlan& p, voi
     dp.part_ml = dp.part_o + static_cast<size_t>(p.num_splits) * a.tokens * a.heads * a.head_dim;
     if (int64_t{a.num_seqs} * a.kv_heads <= num_counters) dp.counters = counters;
   }
-  with_kernel(a, [&]<typename T, int kHd>() {
-    allow_dynamic_smem(reinterpret_cast<const void*>(decode_kernel<T, kHd>),
-                       DecodeLayout<kHd>::kBytes);
+  with_kernel(a, [&]<typename T, typename C, int kHd>() {
+    using L = DecodeLayout<kHd, C>;
+    allow_dynamic_smem(reinterpret_cast<const void*>(decode_kernel<T, C, kHd>), L::kBytes);
     const dim3 grid(static_cast<unsigned>(p.num_splits), static_cast<unsigned>(a.kv_heads),
                     static_cast<unsigned>(a.num_seqs));
     if (cluster) {
@@ -677,17 +734,15 @@ void launch_attention_decode(const AttentionArgs& a, const AttentionPlan& p, voi
       const uint64_t bit = uint64_t{1} << (dev & 63);
       if ((allowed.load(std::memory_order_relaxed) & bit) == 0) {
         TACHYON_CUDA_CHECK(
-            cudaFuncSetAttribute(reinterpret_cast<const void*>(decode_kernel<T, kHd>),
+            cudaFuncSetAttribute(reinterpret_cast<const void*>(decode_kernel<T, C, kHd>),
                                  cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
         allowed.fetch_or(bit, std::memory_order_relaxed);
       }
-      launch_kernel_clustered(decode_kernel<T, kHd>, grid, dim3(kThreads),
-                              DecodeLayout<kHd>::kBytes, stream,
+      launch_kernel_clustered(decode_kernel<T, C, kHd>, grid, dim3(kThreads), L::kBytes, stream,
                               dim3(static_cast<unsigned>(p.num_splits), 1, 1), a, dp);
       return;
     }
-    launch_kernel(decode_kernel<T, kHd>, grid, dim3(kThreads), DecodeLayout<kHd>::kBytes, stream, a,
-                  dp);
+    launch_kernel(decode_kernel<T, C, kHd>, grid, dim3(kThreads), L::kBytes, stream, a, dp);
     if (p.num_splits > 1 && dp.counters == nullptr) {
       const int64_t rows = a.tokens * a.heads;
       launch_kernel(combine_splits_kernel<T>, dim3(ceil_div(rows, 4)), dim3(128), 0, stream,

@@ -50,6 +50,13 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   if (dtype_ != DType::kBF16 && dtype_ != DType::kF16 && dtype_ != DType::kF32)
     raise<InvalidArgument>("the CUDA backend computes in bf16, f16 or f32, not {}",
                            dtype_name(dtype_));
+  kv_dtype_ = options.kv_dtype.value_or(dtype_);
+  if (kv_dtype_ != dtype_ &&
+      !(kv_dtype_ == DType::kF8E4M3 && (dtype_ == DType::kBF16 || dtype_ == DType::kF16)))
+    raise<InvalidArgument>(
+        "KV cache dtype {} with compute dtype {}: the cache holds the compute dtype, or "
+        "f8_e4m3 with bf16 or f16 compute",
+        dtype_name(kv_dtype_), dtype_name(dtype_));
   const int n = device_count();
   if (device_ < 0 || device_ >= n)
     raise<Unavailable>("CUDA device {} is not available ({} visible)", device_, n);

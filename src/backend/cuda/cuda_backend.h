@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "backend/ops.h"
 #include "core/dtype.h"
@@ -25,6 +26,10 @@ struct CudaBackendOptions {
   // choices; attention through the CUDA-core kernel, one query per tile, no key split).
   // Slower. Also switched on by the environment variable TACHYON_BATCH_INVARIANT=1.
   bool batch_invariant = false;
+  // The KV cache's element type: the compute dtype (unset), or f8_e4m3 with bf16 or f16
+  // compute (half the bytes of a 16-bit cache; keys and values rounded to e4m3, which
+  // keeps 3 mantissa bits and saturates at +-448).
+  std::optional<DType> kv_dtype;
 };
 
 // Throws Unavailable when there is no such CUDA device, InvalidArgument on a dtype the

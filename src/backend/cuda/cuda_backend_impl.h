@@ -39,7 +39,8 @@ class CudaBackend final : public Backend {
   const char* name() const override { return "cuda"; }
 
   DType activation_dtype() const override { return dtype_; }
-  DType kv_dtype() const override { return dtype_; }
+  DType kv_dtype() const override { return kv_dtype_; }
+  bool kv_fp8() const { return kv_dtype_ == DType::kF8E4M3; }
   Tensor prepare_weight(const Tensor& host) override;
   Tensor to_host(const Tensor& t) override;
   void synchronize() override;
@@ -149,7 +150,13 @@ class CudaBackend final : public Backend {
   // The flash kernel's work list for the step (null: the kernel's dense grid).
   const int32_t* flash_items(const AttentionArgs& a, const AttentionMeta& meta, int32_t& n);
   // A mixed step through the decode and flash kernels; false when it does not apply.
-  bool attention_mixed(const AttentionArgs& a, const AttentionMeta& meta);
+  // flash_args: what the flash kernel reads instead of `a` (an fp8 cache's staged blocks).
+  bool attention_mixed(const AttentionArgs& a, const AttentionMeta& meta,
+                       const AttentionArgs* flash_args = nullptr);
+  // An fp8 cache's step: the decode kernel reads it; the other kernels get the blocks
+  // of the step's sequences (those of more than one query when multi_only) staged as
+  // 16-bit elements: `a` rewritten to read the staging cache.
+  void stage_fp8_cache(AttentionArgs& a, const AttentionMeta& meta, bool multi_only);
   void gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor& w, void* y, DType y_type,
             int64_t ldy, const Tensor& bias, Activation act);
 
@@ -172,6 +179,7 @@ class CudaBackend final : public Backend {
   int32_t flash_num_items_ = 0;
   int device_ = 0;
   DType dtype_ = DType::kBF16;
+  DType kv_dtype_ = DType::kBF16;
   int num_sms_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<DeviceAllocator> alloc_;
@@ -190,6 +198,9 @@ class CudaBackend final : public Backend {
   std::unordered_map<const void*, BiasEntry> bias_cache_;
 
   Tensor attn_scratch_, attn_gemm_scratch_;
+  // The fp8 cache's staging (stage_fp8_cache): K and V blocks, tables, work items.
+  Tensor fp8_stage_k_, fp8_stage_v_, fp8_stage_tables_, fp8_stage_items_;
+  std::vector<int32_t> fp8_stage_host_;
   // Device sampling (cuda_sampling.cc): per-row parameters and adjustments.
   Tensor sample_meta_, sample_adj_, sample_start_, sample_partial_;
   // The split greedy scan for all-greedy steps (on by default; TACHYON_SAMPLE_SPLIT=0

@@ -273,13 +273,13 @@ void CudaBackend::write_kv(const Tensor& qkv, const QkvLayout& layout, const Ten
   TACHYON_CHECK_EQ(slots.numel(), qkv.dim(0));
   TACHYON_CHECK(cache.k && cache.v && cache.k.ndim() == 4 &&
                     cache.k.dim(1) == layout.num_kv_heads && cache.k.dim(3) == layout.head_dim &&
-                    cache.v.shape() == cache.k.shape() && cache.k.dtype() == dtype_ &&
-                    cache.v.dtype() == dtype_,
+                    cache.v.shape() == cache.k.shape() && cache.k.dtype() == kv_dtype_ &&
+                    cache.v.dtype() == kv_dtype_,
                 "write_kv cache {}", cache.k ? cache.k.str() : std::string("none"));
   check_here(cache.k, "write_kv k cache");
   check_here(cache.v, "write_kv v cache");
   launch_write_kv(qkv.raw(), dtype_, qkv.dim(0), qkv.dim(1), layout.q_cols(), layout.num_kv_heads,
-                  layout.head_dim, slots.data<int32_t>(), cache.k.raw(), cache.v.raw(),
+                  layout.head_dim, slots.data<int32_t>(), cache.k.raw(), cache.v.raw(), kv_fp8(),
                   cache.num_blocks(), cache.block_size(), err_dev_, stream_);
 }
 
@@ -423,7 +423,8 @@ const int32_t* CudaBackend::flash_items(const AttentionArgs& a, const AttentionM
 // sequences of one query (split keys, every warp busy), the flash kernel the others
 // afterwards (the decode kernel's split merge writes every row; flash's rows win).
 // False (nothing launched) when the step is not mixed or a kernel does not apply.
-bool CudaBackend::attention_mixed(const AttentionArgs& a, const AttentionMeta& meta) {
+bool CudaBackend::attention_mixed(const AttentionArgs& a, const AttentionMeta& meta,
+                                  const AttentionArgs* flash_args) {
   if (!host_lengths(a, meta)) return false;
   const std::vector<int32_t>& qs = *meta.host_query_start;
   const std::vector<int32_t>& ctx = *meta.host_context_lens;
@@ -433,7 +434,7 @@ bool CudaBackend::attention_mixed(const AttentionArgs& a, const AttentionMeta& m
       ++singles;
       single_ctx = std::max(single_ctx, ctx[s]);
     }
-  AttentionArgs d = a, f = a;
+  AttentionArgs d = a, f = flash_args != nullptr ? *flash_args : a;
   d.single_queries_only = true;
   d.max_query_len = 1;
   d.max_context_len = single_ctx;
@@ -450,6 +451,58 @@ bool CudaBackend::attention_mixed(const AttentionArgs& a, const AttentionMeta& m
   return true;
 }
 
+void CudaBackend::stage_fp8_cache(AttentionArgs& a, const AttentionMeta& meta, bool multi_only) {
+  // Items (sequence, first staging block, blocks): every listed sequence's blocks up to
+  // its context (the step's longest without host lengths; the kernel stops at each
+  // sequence's own on the device).
+  const int32_t bs = a.block_size;
+  const bool host = host_lengths(a, meta);
+  fp8_stage_host_.clear();
+  int64_t total = 0;
+  int32_t widest = 0;
+  for (int32_t s = 0; s < a.num_seqs; ++s) {
+    int64_t ctx = a.max_context_len;
+    if (host) {
+      const std::vector<int32_t>& qs = *meta.host_query_start;
+      if (multi_only && qs[s + 1] - qs[s] == 1) continue;
+      ctx = (*meta.host_context_lens)[s];
+    }
+    const int32_t n = static_cast<int32_t>(std::min<int64_t>(a.max_blocks, (ctx + bs - 1) / bs));
+    if (n <= 0) continue;
+    fp8_stage_host_.insert(fp8_stage_host_.end(), {s, static_cast<int32_t>(total), n});
+    total += n;
+    widest = std::max(widest, n);
+    // The kernels index cache rows ((block * kv_heads + head) * block_size + slot) in 32 bits.
+    if (total * a.kv_heads * bs > INT32_MAX)
+      raise<ResourceExhausted>(
+          "attention over an fp8 KV cache: the step's {}+ blocks do not fit one staging cache",
+          total);
+  }
+  const int64_t block_elems = int64_t{a.kv_heads} * bs * a.head_dim;
+  const size_t bytes =
+      static_cast<size_t>(std::max<int64_t>(total, 1) * block_elems) * dtype_size(dtype_);
+  void* ks = scratch(fp8_stage_k_, bytes);
+  void* vs = scratch(fp8_stage_v_, bytes);
+  auto* tables = static_cast<int32_t*>(
+      scratch(fp8_stage_tables_,
+              static_cast<size_t>(std::max<int64_t>(int64_t{a.num_seqs} * a.max_blocks, 1)) *
+                  sizeof(int32_t)));
+  const int n_items = static_cast<int>(fp8_stage_host_.size() / 3);
+  if (n_items > 0) {
+    fp8_stage_items_ =
+        upload(fp8_stage_host_.data(), {static_cast<int64_t>(fp8_stage_host_.size())}, DType::kI32,
+               fp8_stage_items_);
+    launch_stage_fp8_kv(a.k_cache, a.v_cache, dtype_, a.block_tables, a.context_lens, a.max_blocks,
+                        a.num_blocks, bs, block_elems, fp8_stage_items_.data<int32_t>(), n_items,
+                        widest, ks, vs, tables, err_dev_, stream_);
+  }
+  a.k_cache = ks;
+  a.v_cache = vs;
+  a.kv_fp8 = false;
+  a.block_tables = tables;
+  a.num_blocks = static_cast<int32_t>(total);
+}
+
 void CudaBackend::rotary_write_kv(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
                                   RotaryStyle style, int32_t rotary_dim, const Tensor& slots,
                                   LayerKvCache& cache) {
@@ -463,16 +516,16 @@ void CudaBackend::rotary_write_kv(Tensor& qkv, const QkvLayout& layout, const Te
   TACHYON_CHECK_EQ(slots.numel(), qkv.dim(0));
   TACHYON_CHECK(cache.k && cache.v && cache.k.ndim() == 4 &&
                     cache.k.dim(1) == layout.num_kv_heads && cache.k.dim(3) == layout.head_dim &&
-                    cache.v.shape() == cache.k.shape() && cache.k.dtype() == dtype_ &&
-                    cache.v.dtype() == dtype_,
+                    cache.v.shape() == cache.k.shape() && cache.k.dtype() == kv_dtype_ &&
+                    cache.v.dtype() == kv_dtype_,
                 "rotary_write_kv cache {}", cache.k ? cache.k.str() : std::string("none"));
   check_here(cache.k, "rotary_write_kv k cache");
   check_here(cache.v, "rotary_write_kv v cache");
   launch_rotary_write_kv(qkv.raw(), dtype_, qkv.dim(0), qkv.dim(1), layout.num_heads,
                          layout.num_kv_heads, layout.head_dim, cos_sin.data<float>(), rotary_dim,
                          static_cast<KRotary>(static_cast<int>(style)), slots.data<int32_t>(),
-                         cache.k.raw(), cache.v.raw(), cache.num_blocks(), cache.block_size(),
-                         err_dev_, stream_);
+                         cache.k.raw(), cache.v.raw(), kv_fp8(), cache.num_blocks(),
+                         cache.block_size(), err_dev_, stream_);
 }
 
 void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const LayerKvCache& cache,
@@ -484,9 +537,10 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
   const int H = layout.num_heads, KV = layout.num_kv_heads, hd = layout.head_dim;
   TACHYON_CHECK(out.ndim() == 2 && out.dim(0) == n && out.dim(1) == int64_t{H} * hd,
                 "attention out {}", out.str());
-  TACHYON_CHECK(
-      cache.k && cache.k.dim(1) == KV && cache.k.dim(3) == hd && cache.k.dtype() == dtype_,
-      "attention cache {}", cache.k ? cache.k.str() : std::string("none"));
+  TACHYON_CHECK(cache.k && cache.k.dim(1) == KV && cache.k.dim(3) == hd &&
+                    cache.k.dtype() == kv_dtype_ && cache.v && cache.v.shape() == cache.k.shape() &&
+                    cache.v.dtype() == kv_dtype_,
+                "attention cache {}", cache.k ? cache.k.str() : std::string("none"));
   TACHYON_CHECK(!params.alibi_slopes || (params.alibi_slopes.numel() == H &&
                                          params.alibi_slopes.dtype() == DType::kF32),
                 "alibi slopes {}", params.alibi_slopes.str());
@@ -504,6 +558,7 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
   a.tokens = n;
   a.k_cache = cache.k.raw();
   a.v_cache = cache.v.raw();
+  a.kv_fp8 = kv_fp8();
   a.out = out.raw();
   a.type = dtype_;
   a.query_start = meta.query_start.data<int32_t>();
@@ -533,6 +588,55 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
                   "attention prefix_lens {} for {} sequences (sliding window {})",
                   meta.prefix_lens.str(), meta.num_seqs, params.sliding_window);
     a.prefix_lens = meta.prefix_lens.data<int32_t>();
+  }
+  if (a.kv_fp8) {
+    // The decode kernel reads e4m3 itself: decode steps (and every step a graph
+    // records), and the one-query sequences of a mixed step, whose other sequences then
+    // go to the flash kernel from staged blocks. Any other step stages all its
+    // sequences' blocks and takes the kernel choice below.
+    if (!attention_decode_supports(a))
+      raise<InvalidArgument>(
+          "an fp8 KV cache needs head_dim 64, 128 or 256 and at most 8 query heads per KV "
+          "head (this model: head_dim {}, {} heads, {} KV heads)",
+          hd, H, KV);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    TACHYON_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+    const bool decode_ok = !batch_invariant_ && a.prefix_lens == nullptr &&
+                           (attention_kernel_ == AttentionKernel::kAuto ||
+                            attention_kernel_ == AttentionKernel::kDecode);
+    if (decode_ok && (meta.max_query_len == 1 || capture != cudaStreamCaptureStatusNone ||
+                      attention_kernel_ == AttentionKernel::kDecode)) {
+      last_attention_kernel_ = AttentionKernel::kDecode;
+      const AttentionPlan plan = plan_attention_decode(a, num_sms_);
+      void* ws = plan.scratch_bytes > 0 ? scratch(attn_scratch_, plan.scratch_bytes) : nullptr;
+      launch_attention_decode(a, plan, ws, merge_counters_.data<int32_t>(), kMergeCounters,
+                              stream_);
+      return;
+    }
+    if (capture != cudaStreamCaptureStatusNone)
+      raise<InvalidArgument>(
+          "attention over an fp8 KV cache cannot be recorded in a graph in batch-invariant "
+          "mode, with a bidirectional prefix or a forced kernel");
+    // A mixed step (as below, attention_mixed): decode rows from the fp8 cache, the
+    // flash kernel's from the staged blocks of the other sequences.
+    if (attention_kernel_ == AttentionKernel::kAuto && decode_ok && meta.max_query_len >= 16 &&
+        host_lengths(a, meta)) {
+      const std::vector<int32_t>& qs = *meta.host_query_start;
+      int32_t singles = 0;
+      for (int32_t s = 0; s < a.num_seqs; ++s) singles += qs[s + 1] - qs[s] == 1 ? 1 : 0;
+      AttentionArgs probe = a;
+      probe.kv_fp8 = false;
+      probe.multi_queries_only = true;
+      if (singles > 0 && singles < a.num_seqs && attention_flash_supports(probe)) {
+        AttentionArgs staged = a;
+        stage_fp8_cache(staged, meta, /*multi_only=*/true);
+        if (attention_mixed(a, meta, &staged)) {
+          last_attention_kernel_ = AttentionKernel::kDecodeAndFlash;
+          return;
+        }
+      }
+    }
+    stage_fp8_cache(a, meta, /*multi_only=*/false);
   }
   // A kernel runs when forced (TACHYON_CUDA_ATTENTION) and applicable, or under kAuto
   // when applicable and the step has its shape; batch-invariant mode and steps with a

@@ -5,9 +5,11 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch_check.h"
@@ -47,6 +49,63 @@ __device__ __forceinline__ bf16_t from_f<bf16_t>(float x) {
 template <typename T>
 __device__ __forceinline__ float round_to(float x) {
   return to_f(from_f<T>(x));
+}
+
+// The fp8 (e4m3) KV cache: a cache element type C is the compute type T itself or
+// kv_fp8_t, one byte of e4m3 (round to nearest even, saturated to +-448; NaN stays NaN).
+using kv_fp8_t = uint8_t;
+
+template <typename C, typename T>
+__device__ __forceinline__ C to_cache(T x) {
+  if constexpr (std::is_same_v<C, T>)
+    return x;
+  else
+    return static_cast<C>(__nv_cvt_float_to_fp8(to_f(x), __NV_SATFINITE, __NV_E4M3));
+}
+
+// 8 elements of T (16 bytes) as 8 e4m3 bytes.
+template <typename T>
+__device__ __forceinline__ uint2 pack_e4m3x8(const uint4& v) {
+  const T* e = reinterpret_cast<const T*>(&v);
+  uint32_t w[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const __nv_fp8x2_storage_t lo = __nv_cvt_float2_to_fp8x2(
+        make_float2(to_f(e[4 * i]), to_f(e[4 * i + 1])), __NV_SATFINITE, __NV_E4M3);
+    const __nv_fp8x2_storage_t hi = __nv_cvt_float2_to_fp8x2(
+        make_float2(to_f(e[4 * i + 2]), to_f(e[4 * i + 3])), __NV_SATFINITE, __NV_E4M3);
+    w[i] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+  }
+  return make_uint2(w[0], w[1]);
+}
+
+// Two e4m3 bytes (the low one first) as two T packed in 32 bits; exact for f16 and
+// bf16 (every e4m3 value is one of theirs).
+template <typename T>
+__device__ __forceinline__ uint32_t unpack_e4m3x2(uint32_t two) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
+  if constexpr (std::is_same_v<T, f16_t>) {
+    return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+  } else {
+    const float2 f = __half22float2(__half2(h));
+    const __nv_bfloat162 b = __float22bfloat162_rn(f);
+    return *reinterpret_cast<const uint32_t*>(&b);
+  }
+}
+
+// 16 e4m3 bytes as 16 T: elements 0..7 in lo, 8..15 in hi.
+template <typename T>
+__device__ __forceinline__ void unpack_e4m3x16(const uint4& v, uint4& lo, uint4& hi) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  uint32_t o[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    o[2 * i] = unpack_e4m3x2<T>(w[i] & 0xffffu);
+    o[2 * i + 1] = unpack_e4m3x2<T>(w[i] >> 16);
+  }
+  lo = make_uint4(o[0], o[1], o[2], o[3]);
+  hi = make_uint4(o[4], o[5], o[6], o[7]);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -191,3 +250,19 @@ inline unsigned ceil_div(int64_t a, int64_t b) {
                                             __LINE__);                                      \
     }                                                                                       \
   } while (0)
+
+namespace tachyon::cuda {
+
+// Runs f.template operator()<T, C>() for rows of `type` and a KV cache of C: T itself,
+// or e4m3 bytes when kv_fp8 (f16 or bf16 rows; the caller checks).
+template <typename F>
+void dispatch_kv(DType type, bool kv_fp8, F&& f) {
+  if (!kv_fp8)
+    TACHYON_DISPATCH_FLOAT(type, T, f.template operator()<T, T>());
+  else if (type == DType::kBF16)
+    f.template operator()<bf16_t, kv_fp8_t>();
+  else
+    f.template operator()<f16_t, kv_fp8_t>();
+}
+
+}  // namespace tachyon::cuda

@@ -85,18 +85,35 @@ void launch_rotary(void* qkv, DType type, int64_t tokens, int64_t cols, int head
                    const float* cos_sin, int rot, KRotary style, cudaStream_t stream);
 
 // rotary over the q and k heads (style not kNone) and the k and v heads written into
-// the paged caches at slots[t] (negative: skipped), in one pass. head_dim even.
+// the paged caches at slots[t] (negative: skipped), in one pass. head_dim even. kv_fp8:
+// the caches hold e4m3 bytes (type f16 or bf16), else elements of `type`.
 void launch_rotary_write_kv(void* qkv, DType type, int64_t tokens, int64_t cols, int heads,
                             int kv_heads, int head_dim, const float* cos_sin, int rot,
                             KRotary style, const int32_t* slots, void* k_cache, void* v_cache,
-                            int64_t num_blocks, int block_size, int* err, cudaStream_t stream);
+                            bool kv_fp8, int64_t num_blocks, int block_size, int* err,
+                            cudaStream_t stream);
 
 // ---- kv_cache.cu ------------------------------------------------------------------
 // Writes the k and v parts of qkv (k at column q_cols, v right after) into the paged
-// caches [num_blocks, kv_heads, block_size, head_dim] at slots[t] (negative: skip).
+// caches [num_blocks, kv_heads, block_size, head_dim] at slots[t] (negative: skip), as
+// e4m3 bytes when kv_fp8 (type f16 or bf16).
 void launch_write_kv(const void* qkv, DType type, int64_t tokens, int64_t cols, int64_t q_cols,
                      int kv_heads, int head_dim, const int32_t* slots, void* k_cache, void* v_cache,
-                     int64_t num_blocks, int block_size, int* err, cudaStream_t stream);
+                     bool kv_fp8, int64_t num_blocks, int block_size, int* err,
+                     cudaStream_t stream);
+// The fp8 cache's blocks some sequences read, as elements of `type` (f16 or bf16) in a
+// compact staging cache, for the attention kernels that read only 16-bit caches: for
+// each listed sequence (items [n_items, 3]: sequence s, first staging block, blocks), its
+// first `blocks` table entries (no more than its context_lens[s] needs) are converted
+// into staging blocks first, first + 1, ..., and its row of staged_tables [seqs,
+// max_blocks] points at them. A table entry outside [0, num_blocks) is reported
+// (kErrBlockTable) and its staging block zeroed. block_elems: kv_heads * block_size *
+// head_dim, a multiple of 16.
+void launch_stage_fp8_kv(const void* k_cache, const void* v_cache, DType type,
+                         const int32_t* block_tables, const int32_t* context_lens, int max_blocks,
+                         int64_t num_blocks, int block_size, int64_t block_elems,
+                         const int32_t* items, int n_items, int max_items_blocks, void* k_staged,
+                         void* v_staged, int32_t* staged_tables, int* err, cudaStream_t stream);
 // Copies whole blocks of block_bytes bytes: pairs [n_pairs, 2] (src, dst) i32.
 void launch_copy_blocks(void* cache, int64_t block_bytes, const int32_t* pairs, int n_pairs,
                         cudaStream_t stream);
@@ -108,6 +125,7 @@ struct AttentionArgs {
   int64_t tokens = 0;
   const void* k_cache = nullptr;  // [num_blocks, kv_heads, block_size, head_dim]
   const void* v_cache = nullptr;
+  bool kv_fp8 = false;  // the caches hold e4m3 bytes (only the decode kernel reads them)
   void* out = nullptr;  // [tokens, heads * head_dim]
   DType type = DType::kBF16;
   const int32_t* query_start = nullptr;   // [seqs + 1]

@@ -2,7 +2,8 @@
 // one thread per (token, head, frequency pair). The fused variant also writes the
 // step's k (rotated) and v heads into the paged cache in the same pass; where the
 // rotary dims come in whole 16-byte vectors it moves 16 bytes per load and store (the
-// half and interleaved styles; the 2-D style of GLM goes element by element).
+// half and interleaved styles; the 2-D style of GLM goes element by element). An fp8
+// cache (C = kv_fp8_t) takes each element rounded to e4m3.
 #include <algorithm>
 
 #include "backend/cuda/device_util.cuh"
@@ -62,10 +63,10 @@ __global__ void rotary_kernel(T* qkv, int64_t tokens, int64_t cols, int heads, i
 // x over a token's (head, pair) items. Pairs below rot/2 are rotary pairs (rotated in
 // place for q and k); the rest cover the unrotated dims two at a time. k and v heads go
 // to the cache at slots[t] (negative: skipped).
-template <typename T, KRotary kStyle>
+template <typename T, typename C, KRotary kStyle>
 __global__ void rotary_write_kv_kernel(T* qkv, int64_t tokens, int64_t cols, int heads,
                                        int kv_heads, int hd, const float* __restrict__ cos_sin,
-                                       int rot, const int32_t* __restrict__ slots, T* kc, T* vc,
+                                       int rot, const int32_t* __restrict__ slots, C* kc, C* vc,
                                        int64_t num_blocks, int bs, int* err) {
   pdl_wait();
   pdl_launch_dependents();
@@ -103,9 +104,9 @@ __global__ void rotary_write_kv_kernel(T* qkv, int64_t tokens, int64_t cols, int
       const bool is_k = h < heads + kv_heads;
       const int kvh = is_k ? h - heads : h - heads - kv_heads;
       const int64_t base = ((slot / bs * int64_t{kv_heads} + kvh) * bs + slot % bs) * hd;
-      T* dst = (is_k ? kc : vc) + base;
-      dst[i0] = y0;
-      dst[i1] = y1;
+      C* dst = (is_k ? kc : vc) + base;
+      dst[i0] = to_cache<C>(y0);
+      dst[i1] = to_cache<C>(y1);
     }
   }
 }
@@ -115,10 +116,10 @@ __global__ void rotary_write_kv_kernel(T* qkv, int64_t tokens, int64_t cols, int
 // style a vector of the first rotary half takes its partner vector of the second half
 // along (the partner's own thread does nothing); interleaved pairs sit inside one
 // vector; vectors past rot (and of v heads) are copied.
-template <typename T, bool kInterleaved>
+template <typename T, typename C, bool kInterleaved>
 __global__ void rotary_write_kv_vec_kernel(T* qkv, int64_t tokens, int64_t cols, int heads,
                                            int kv_heads, int hd, const float* __restrict__ cos_sin,
-                                           int rot, const int32_t* __restrict__ slots, T* kc, T* vc,
+                                           int rot, const int32_t* __restrict__ slots, C* kc, C* vc,
                                            int64_t num_blocks, int bs, int* err) {
   constexpr int kVec = 16 / sizeof(T);
   pdl_wait();
@@ -170,9 +171,14 @@ __global__ void rotary_write_kv_vec_kernel(T* qkv, int64_t tokens, int64_t cols,
       }
       const bool is_k = h < heads + kv_heads;
       const int kvh = is_k ? h - heads : h - heads - kv_heads;
-      T* dst = (is_k ? kc : vc) + ((slot / bs * int64_t{kv_heads} + kvh) * bs + slot % bs) * hd;
-      *reinterpret_cast<uint4*>(dst + e0) = a;
-      if (!kInterleaved && rotated) *reinterpret_cast<uint4*>(dst + e1) = b;
+      C* dst = (is_k ? kc : vc) + ((slot / bs * int64_t{kv_heads} + kvh) * bs + slot % bs) * hd;
+      if constexpr (std::is_same_v<C, T>) {
+        *reinterpret_cast<uint4*>(dst + e0) = a;
+        if (!kInterleaved && rotated) *reinterpret_cast<uint4*>(dst + e1) = b;
+      } else {  // 8 bytes of e4m3 per vector
+        *reinterpret_cast<uint2*>(dst + e0) = pack_e4m3x8<T>(a);
+        if (!kInterleaved && rotated) *reinterpret_cast<uint2*>(dst + e1) = pack_e4m3x8<T>(b);
+      }
     }
   }
 }
@@ -182,11 +188,14 @@ __global__ void rotary_write_kv_vec_kernel(T* qkv, int64_t tokens, int64_t cols,
 void launch_rotary_write_kv(void* qkv, DType type, int64_t tokens, int64_t cols, int heads,
                             int kv_heads, int head_dim, const float* cos_sin, int rot,
                             KRotary style, const int32_t* slots, void* k_cache, void* v_cache,
-                            int64_t num_blocks, int block_size, int* err, cudaStream_t stream) {
+                            bool kv_fp8, int64_t num_blocks, int block_size, int* err,
+                            cudaStream_t stream) {
   const int64_t items = int64_t{heads + 2 * kv_heads} * (head_dim / 2);
   if (tokens == 0 || items == 0) return;
   TACHYON_KERNEL_CHECK(items < (int64_t{1} << 30), "rotary_write_kv: too many heads");
-  TACHYON_DISPATCH_FLOAT(type, T, {
+  TACHYON_KERNEL_CHECK(!kv_fp8 || type == DType::kBF16 || type == DType::kF16,
+                       "rotary_write_kv: an fp8 cache takes f16 or bf16 rows");
+  auto run = [&]<typename T, typename C>() {
     constexpr int kVec = 16 / sizeof(T);
     const bool vec = head_dim % kVec == 0 && rot % kVec == 0 &&
                      (style == KRotary::kInterleaved || (rot / 2) % kVec == 0) &&
@@ -197,21 +206,22 @@ void launch_rotary_write_kv(void* qkv, DType type, int64_t tokens, int64_t cols,
       const dim3 g(ceil_div(per_token, 256),
                    static_cast<unsigned>(std::min<int64_t>(tokens, 65535)));
       launch_kernel(kernel, g, dim3(256), 0, stream, static_cast<T*>(qkv), tokens, cols, heads,
-                    kv_heads, head_dim, cos_sin, rot, slots, static_cast<T*>(k_cache),
-                    static_cast<T*>(v_cache), num_blocks, block_size, err);
+                    kv_heads, head_dim, cos_sin, rot, slots, static_cast<C*>(k_cache),
+                    static_cast<C*>(v_cache), num_blocks, block_size, err);
     };
     const int64_t vec_items = int64_t{heads + 2 * kv_heads} * (head_dim / kVec);
     if (vec && style == KRotary::kInterleaved)
-      go(rotary_write_kv_vec_kernel<T, true>, vec_items);
+      go(rotary_write_kv_vec_kernel<T, C, true>, vec_items);
     else if (vec && style == KRotary::kHalf)
-      go(rotary_write_kv_vec_kernel<T, false>, vec_items);
+      go(rotary_write_kv_vec_kernel<T, C, false>, vec_items);
     else if (style == KRotary::kInterleaved)
-      go(rotary_write_kv_kernel<T, KRotary::kInterleaved>, items);
+      go(rotary_write_kv_kernel<T, C, KRotary::kInterleaved>, items);
     else if (style == KRotary::kHalf2D)
-      go(rotary_write_kv_kernel<T, KRotary::kHalf2D>, items);
+      go(rotary_write_kv_kernel<T, C, KRotary::kHalf2D>, items);
     else
-      go(rotary_write_kv_kernel<T, KRotary::kHalf>, items);
-  });
+      go(rotary_write_kv_kernel<T, C, KRotary::kHalf>, items);
+  };
+  dispatch_kv(type, kv_fp8, run);
 }
 
 void launch_rotary(void* qkv, DType type, int64_t tokens, int64_t cols, int heads, int head_dim,
