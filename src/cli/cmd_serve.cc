@@ -97,6 +97,7 @@ EngineBackendOptions backend_options(const ServeConfig& c, const std::string& mo
   o.served_name = name;
   o.device = c.device;
   o.dtype = c.dtype;
+  o.kv_cache_dtype = c.kv_cache_dtype;
   o.gpu_memory_fraction = c.gpu_memory_fraction;
   o.max_seq_len = c.max_seq_len;
   if (c.block_size > 0) o.engine.block_size = static_cast<int32_t>(c.block_size);

@@ -12,8 +12,8 @@
 namespace tachyon::cli {
 
 std::set<std::string> engine_flags() {
-  return {"kv-cache-mb", "max-num-seqs", "max-batch-tokens",   "block-size", "model-type",
-          "device",      "dtype",        "gpu-memory-fraction"};
+  return {"kv-cache-mb", "max-num-seqs", "max-batch-tokens",    "block-size",    "model-type",
+          "device",      "dtype",        "gpu-memory-fraction", "kv-cache-dtype"};
 }
 
 LoadOptions load_options(const Args& args) {
@@ -21,6 +21,8 @@ LoadOptions load_options(const Args& args) {
   opts.model_type = args.get_or("model-type", "");
   if (args.has("device")) opts.device = parse_device(args.require("device"));
   if (args.has("dtype")) opts.dtype = parse_compute_dtype(args.require("dtype"));
+  if (args.has("kv-cache-dtype"))
+    opts.kv_cache_dtype = parse_kv_cache_dtype(args.require("kv-cache-dtype"));
   return opts;
 }
 

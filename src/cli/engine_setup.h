@@ -11,6 +11,8 @@
 //   --dtype T               compute dtype on a GPU: bf16 (default), f16, f32
 //   --gpu-memory-fraction F on a GPU without --kv-cache-mb, the KV cache takes what F of
 //                           the device's memory leaves after weights and workspace (0.9)
+//   --kv-cache-dtype T      auto (the compute dtype) or fp8 (e4m3, on a GPU: half the
+//                           bytes per token)
 #pragma once
 
 #include <memory>
@@ -33,7 +35,7 @@ struct EngineBundle {
   double load_seconds = 0;
 };
 
-// LoadOptions from --model-type, --device and --dtype.
+// LoadOptions from --model-type, --device, --dtype and --kv-cache-dtype.
 LoadOptions load_options(const Args& args);
 // The value flags open_engine() reads (add them to the command's own).
 std::set<std::string> engine_flags();

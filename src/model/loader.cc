@@ -71,7 +71,15 @@ namespace {
 // checkpoint_dtype: the config's torch_dtype.
 std::unique_ptr<Backend> make_backend(const LoadOptions& opts, DType checkpoint_dtype) {
   const Device dev = opts.device ? *opts.device : default_device();
-  if (dev.is_cpu()) return make_cpu_backend();
+  std::optional<DType> kv = opts.kv_cache_dtype;
+  if (!kv)
+    if (const char* env = std::getenv("TACHYON_KV_CACHE_DTYPE")) kv = parse_kv_cache_dtype(env);
+  if (dev.is_cpu()) {
+    if (kv && *kv != DType::kF32)
+      raise<InvalidArgument>("a {} KV cache needs a CUDA device; the CPU keeps it in f32",
+                             dtype_name(*kv));
+    return make_cpu_backend();
+  }
 #if defined(TACHYON_WITH_CUDA)
   DType dtype = default_gpu_dtype(checkpoint_dtype);
   if (opts.dtype) {
@@ -84,6 +92,7 @@ std::unique_ptr<Backend> make_backend(const LoadOptions& opts, DType checkpoint_
   CudaBackendOptions o;
   o.device = dev.index;
   o.dtype = dtype;
+  o.kv_dtype = kv;
   return make_cuda_backend(o);
 #else
   (void)checkpoint_dtype;
@@ -104,6 +113,12 @@ std::optional<DType> parse_compute_dtype(const std::string& spec) {
   if (!d || (*d != DType::kBF16 && *d != DType::kF16 && *d != DType::kF32))
     raise<InvalidArgument>("dtype '{}' is not one of auto, bf16, f16, f32", spec);
   return d;
+}
+
+std::optional<DType> parse_kv_cache_dtype(const std::string& spec) {
+  if (spec.empty() || spec == "auto") return std::nullopt;
+  if (spec == "fp8" || spec == "fp8_e4m3" || spec == "f8_e4m3") return DType::kF8E4M3;
+  raise<InvalidArgument>("KV cache dtype '{}' is not one of auto, fp8 (fp8_e4m3)", spec);
 }
 
 int64_t kv_cache_budget_bytes(Model& model, double memory_fraction, int32_t max_batched_tokens) {

@@ -20,6 +20,10 @@ struct LoadOptions {
   // Where to run (--device); unset: the TACHYON_DEVICE environment variable, else
   // CUDA device 0 when a GPU is present, else the CPU.
   std::optional<Device> device;
+  // The KV cache's element type (--kv-cache-dtype): unset, the compute dtype (or the
+  // TACHYON_KV_CACHE_DTYPE environment variable); f8_e4m3 on a GPU computing in bf16 or
+  // f16 halves the cache's bytes (keys and values rounded to e4m3).
+  std::optional<DType> kv_cache_dtype;
 };
 
 // "cpu", "cuda", "cuda:N", "gpu" or "auto" (CUDA when a GPU is present). Throws
@@ -30,6 +34,10 @@ Device parse_device(const std::string& spec);
 // (on a GPU: f16 for float16 checkpoints, else bf16), else bf16, f16 or f32. Throws
 // InvalidArgument on anything else.
 std::optional<DType> parse_compute_dtype(const std::string& spec);
+// The KV cache dtype named by --kv-cache-dtype / TACHYON_KV_CACHE_DTYPE: "auto" (or
+// empty) leaves it unset (the compute dtype), "fp8" / "fp8_e4m3" / "f8_e4m3" is e4m3.
+// Throws InvalidArgument on anything else.
+std::optional<DType> parse_kv_cache_dtype(const std::string& spec);
 // What a GPU computes in when neither --dtype nor TACHYON_DTYPE says: f16 for a
 // checkpoint whose torch_dtype is float16, bf16 for the others (bf16, f32).
 DType default_gpu_dtype(DType checkpoint_dtype);

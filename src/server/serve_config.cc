@@ -117,6 +117,12 @@ const std::vector<Option>& options() {
          "compute type on a GPU: auto (f16 for float16 checkpoints, else bf16), bf16, f16, f32; "
          "the CPU computes in f32",
          STR(dtype)},
+        {"kv-cache-dtype",
+         {"TACHYON_KV_CACHE_DTYPE"},
+         Kind::kString,
+         "KV cache element type: auto (the compute type) or fp8 (e4m3, GPU only: half the "
+         "bytes per token, keys and values rounded to 3 mantissa bits)",
+         STR(kv_cache_dtype)},
         {"gpu-memory-fraction",
          {"TACHYON_GPU_MEMORY_FRACTION"},
          Kind::kDouble,

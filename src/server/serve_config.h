@@ -21,7 +21,8 @@ struct ServeConfig {
   int64_t max_seq_len = 0;  // 0: the model's
   std::string device = "auto";
   std::string dtype = "auto";
-  double gpu_memory_fraction = 0.9;  // share of GPU memory the process may use (KV sizing)
+  std::string kv_cache_dtype = "auto";  // auto (the compute dtype) or fp8
+  double gpu_memory_fraction = 0.9;     // share of GPU memory the process may use (KV sizing)
   // Engine.
   int64_t max_num_seqs = 0;            // 0: the engine's default
   int64_t max_num_batched_tokens = 0;  // 0: the engine's default

@@ -354,5 +354,25 @@ TEST(LoadOptions, ComputeDtypeFollowsFloat16Checkpoints) {
   EXPECT_THROW(parse_compute_dtype("i32"), InvalidArgument);
 }
 
+// --kv-cache-dtype: auto (unset) or fp8; anything else is refused, and an fp8 cache on
+// the CPU is refused with a clear error before any weight is read.
+TEST(LoadOptions, KvCacheDtype) {
+  EXPECT_FALSE(parse_kv_cache_dtype("auto").has_value());
+  EXPECT_FALSE(parse_kv_cache_dtype("").has_value());
+  EXPECT_EQ(parse_kv_cache_dtype("fp8"), DType::kF8E4M3);
+  EXPECT_EQ(parse_kv_cache_dtype("fp8_e4m3"), DType::kF8E4M3);
+  EXPECT_THROW(parse_kv_cache_dtype("int8"), InvalidArgument);
+  EXPECT_THROW(parse_kv_cache_dtype("bf16"), InvalidArgument);
+  LoadOptions o;
+  o.device = Device{};
+  o.kv_cache_dtype = DType::kF8E4M3;
+  try {
+    load_model(std::string(TACHYON_SOURCE_DIR) + "/models/tiny-kjv-chat", o);
+    ADD_FAILURE() << "an fp8 KV cache loaded on the CPU";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace tachyon
