@@ -335,24 +335,32 @@ __global__ void __launch_bounds__(kThreads)
       }
     };
 
-    // The pipeline: kStages - 1 tiles queued ahead of the one computed.
-    uint32_t vm[L::kStages];  // key masks of the tiles in flight, oldest first
-    int nb_blk, nb_within;
+    // The pipeline: kStages - 1 tiles queued ahead of the one computed, and the block
+    // ids of the next kAhead tiles to queue loaded ahead of that (a table load issued
+    // only one tile ahead of its use would put its latency on every tile's path).
+    constexpr int kAhead = 4;
+    uint32_t vm[L::kStages];     // key masks of the tiles in flight, oldest first
+    int qb[kAhead], qw[kAhead];  // block id and slot of tiles kStages - 1 + j + i
     {
-      int pb[L::kStages], pw[L::kStages];
+      int pb[L::kStages - 1], pw[L::kStages - 1];
 #pragma unroll
-      for (int i = 0; i < L::kStages; ++i) fetch(i, pb[i], pw[i]);
+      for (int i = 0; i < L::kStages - 1; ++i) fetch(i, pb[i], pw[i]);
+#pragma unroll
+      for (int i = 0; i < kAhead; ++i) fetch(L::kStages - 1 + i, qb[i], qw[i]);
 #pragma unroll
       for (int i = 0; i < L::kStages - 1; ++i) {
         vm[i] = issue(i, pb[i], pw[i], i);
         cp_async_commit();
       }
-      nb_blk = pb[L::kStages - 1];
-      nb_within = pw[L::kStages - 1];
     }
     for (int j = 0; j < n_mine; ++j) {
-      const int blk = nb_blk, within = nb_within;
-      fetch(j + L::kStages, nb_blk, nb_within);
+      const int blk = qb[0], within = qw[0];
+#pragma unroll
+      for (int i = 0; i + 1 < kAhead; ++i) {
+        qb[i] = qb[i + 1];
+        qw[i] = qw[i + 1];
+      }
+      fetch(j + L::kStages - 1 + kAhead, qb[kAhead - 1], qw[kAhead - 1]);
       __syncwarp();  // every lane is done with the stage refilled below (tile j - 1's)
       vm[L::kStages - 1] =
           issue(j + L::kStages - 1, blk, within, (j + L::kStages - 1) % L::kStages);
