@@ -104,7 +104,8 @@ if [ -z "${SKIP_HF:-}" ]; then
 fi
 # Serving (SERVING=1): `tachyon bench` through the engine (device sampling, graphs),
 # SERVING_REQUESTS requests (default 1000) of 1000 prompt and 1000 output tokens, all
-# submitted at once.
+# submitted at once; SERVING_SEQS sequences in flight (default 512), SERVING_ARGS more
+# flags (e.g. "--kv-cache-dtype fp8").
 if [ -n "${SERVING:-}" ]; then
   N=${SERVING_REQUESTS:-1000}
   MODEL=/tmp/tachyon_8b/model  # the step benchmark's checkpoint when it kept one
@@ -112,9 +113,10 @@ if [ -n "${SERVING:-}" ]; then
     MODEL=/tmp/tachyon_8b_serve
     run make8b 240 "$BIN/tachyon" make-random --config "$CONFIG" --out "$MODEL" || FAIL=1
   fi
+  # shellcheck disable=SC2086
   run serving8b 420 "$BIN/tachyon" bench --model "$MODEL" --num-requests "$N" \
-    --input-len 1000 --output-len 1000 --concurrency "$N" --max-num-seqs 512 \
-    --max-batch-tokens 8192 || FAIL=1
+    --input-len 1000 --output-len 1000 --concurrency "$N" --max-num-seqs "${SERVING_SEQS:-512}" \
+    --max-batch-tokens 8192 ${SERVING_ARGS:-} || FAIL=1
   cat "$OUT/serving8b.log"
 fi
 kill $SMI 2>/dev/null
