@@ -76,8 +76,7 @@ std::unique_ptr<Backend> make_backend(const LoadOptions& opts, DType checkpoint_
     if (const char* env = std::getenv("TACHYON_KV_CACHE_DTYPE")) kv = parse_kv_cache_dtype(env);
   if (dev.is_cpu()) {
     if (kv && *kv != DType::kF32)
-      raise<InvalidArgument>("a {} KV cache needs a CUDA device; the CPU keeps it in f32",
-                             dtype_name(*kv));
+      raise<InvalidArgument>("an fp8 KV cache needs a CUDA device; the CPU keeps it in f32");
     return make_cpu_backend();
   }
 #if defined(TACHYON_WITH_CUDA)
