@@ -149,10 +149,11 @@ class CudaBackend final : public Backend {
   void attention_gemm(const AttentionArgs& a, const AttentionMeta& meta);
   // The flash kernel's work list for the step (null: the kernel's dense grid).
   const int32_t* flash_items(const AttentionArgs& a, const AttentionMeta& meta, int32_t& n);
-  // A mixed step through the decode and flash kernels; false when it does not apply.
-  // flash_args: what the flash kernel reads instead of `a` (an fp8 cache's staged blocks).
-  bool attention_mixed(const AttentionArgs& a, const AttentionMeta& meta,
-                       const AttentionArgs* flash_args = nullptr);
+  // The decode kernel with its plan, scratch and merge counters.
+  void run_decode(const AttentionArgs& a);
+  // A mixed step through the decode and flash kernels (flash from staged blocks of an
+  // fp8 cache); false when it does not apply.
+  bool attention_mixed(const AttentionArgs& a, const AttentionMeta& meta);
   // An fp8 cache's step: the decode kernel reads it; the other kernels get the blocks
   // of the step's sequences (those of more than one query when multi_only) staged as
   // 16-bit elements: `a` rewritten to read the staging cache.

@@ -419,12 +419,17 @@ const int32_t* CudaBackend::flash_items(const AttentionArgs& a, const AttentionM
   return flash_items_.data<int32_t>();
 }
 
+void CudaBackend::run_decode(const AttentionArgs& a) {
+  const AttentionPlan plan = plan_attention_decode(a, num_sms_);
+  void* ws = plan.scratch_bytes > 0 ? scratch(attn_scratch_, plan.scratch_bytes) : nullptr;
+  launch_attention_decode(a, plan, ws, merge_counters_.data<int32_t>(), kMergeCounters, stream_);
+}
+
 // A mixed step, decode rows beside prefill chunks: the decode kernel takes the
 // sequences of one query (split keys, every warp busy), the flash kernel the others
 // afterwards (the decode kernel's split merge writes every row; flash's rows win).
 // False (nothing launched) when the step is not mixed or a kernel does not apply.
-bool CudaBackend::attention_mixed(const AttentionArgs& a, const AttentionMeta& meta,
-                                  const AttentionArgs* flash_args) {
+bool CudaBackend::attention_mixed(const AttentionArgs& a, const AttentionMeta& meta) {
   if (!host_lengths(a, meta)) return false;
   const std::vector<int32_t>& qs = *meta.host_query_start;
   const std::vector<int32_t>& ctx = *meta.host_context_lens;
@@ -434,7 +439,7 @@ bool CudaBackend::attention_mixed(const AttentionArgs& a, const AttentionMeta& m
       ++singles;
       single_ctx = std::max(single_ctx, ctx[s]);
     }
-  AttentionArgs d = a, f = flash_args != nullptr ? *flash_args : a;
+  AttentionArgs d = a, f = a;
   d.single_queries_only = true;
   d.max_query_len = 1;
   d.max_context_len = single_ctx;
@@ -442,9 +447,9 @@ bool CudaBackend::attention_mixed(const AttentionArgs& a, const AttentionMeta& m
   if (singles == 0 || singles == a.num_seqs || !attention_decode_supports(d) ||
       !attention_flash_supports(f))
     return false;
-  const AttentionPlan plan = plan_attention_decode(d, num_sms_);
-  void* ws = plan.scratch_bytes > 0 ? scratch(attn_scratch_, plan.scratch_bytes) : nullptr;
-  launch_attention_decode(d, plan, ws, merge_counters_.data<int32_t>(), kMergeCounters, stream_);
+  run_decode(d);
+  // An fp8 cache: the decode kernel reads it, flash the other sequences' staged blocks.
+  if (f.kv_fp8) stage_fp8_cache(f, meta, /*multi_only=*/true);
   int32_t n_items = 0;
   const int32_t* items = flash_items(f, meta, n_items);
   launch_attention_flash(f, items, n_items, stream_);
@@ -607,34 +612,19 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
     if (decode_ok && (meta.max_query_len == 1 || capture != cudaStreamCaptureStatusNone ||
                       attention_kernel_ == AttentionKernel::kDecode)) {
       last_attention_kernel_ = AttentionKernel::kDecode;
-      const AttentionPlan plan = plan_attention_decode(a, num_sms_);
-      void* ws = plan.scratch_bytes > 0 ? scratch(attn_scratch_, plan.scratch_bytes) : nullptr;
-      launch_attention_decode(a, plan, ws, merge_counters_.data<int32_t>(), kMergeCounters,
-                              stream_);
+      run_decode(a);
       return;
     }
     if (capture != cudaStreamCaptureStatusNone)
       raise<InvalidArgument>(
           "attention over an fp8 KV cache cannot be recorded in a graph in batch-invariant "
           "mode, with a bidirectional prefix or a forced kernel");
-    // A mixed step (as below, attention_mixed): decode rows from the fp8 cache, the
-    // flash kernel's from the staged blocks of the other sequences.
+    // A mixed step (as below): decode rows from the fp8 cache, the flash kernel's from
+    // the staged blocks of the other sequences.
     if (attention_kernel_ == AttentionKernel::kAuto && decode_ok && meta.max_query_len >= 16 &&
-        host_lengths(a, meta)) {
-      const std::vector<int32_t>& qs = *meta.host_query_start;
-      int32_t singles = 0;
-      for (int32_t s = 0; s < a.num_seqs; ++s) singles += qs[s + 1] - qs[s] == 1 ? 1 : 0;
-      AttentionArgs probe = a;
-      probe.kv_fp8 = false;
-      probe.multi_queries_only = true;
-      if (singles > 0 && singles < a.num_seqs && attention_flash_supports(probe)) {
-        AttentionArgs staged = a;
-        stage_fp8_cache(staged, meta, /*multi_only=*/true);
-        if (attention_mixed(a, meta, &staged)) {
-          last_attention_kernel_ = AttentionKernel::kDecodeAndFlash;
-          return;
-        }
-      }
+        attention_mixed(a, meta)) {
+      last_attention_kernel_ = AttentionKernel::kDecodeAndFlash;
+      return;
     }
     stage_fp8_cache(a, meta, /*multi_only=*/false);
   }
@@ -679,9 +669,7 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
       pick(AttentionKernel::kDecode, attention_decode_supports(a), meta.max_query_len == 1);
   if (use_decode) {
     last_attention_kernel_ = AttentionKernel::kDecode;
-    const AttentionPlan plan = plan_attention_decode(a, num_sms_);
-    void* ws = plan.scratch_bytes > 0 ? scratch(attn_scratch_, plan.scratch_bytes) : nullptr;
-    launch_attention_decode(a, plan, ws, merge_counters_.data<int32_t>(), kMergeCounters, stream_);
+    run_decode(a);
     return;
   }
   last_attention_kernel_ = AttentionKernel::kSimple;
