@@ -822,7 +822,8 @@ TEST_P(CudaAttentionFp8Test, Decode) {
 
 // Prefill, chunked prefill (the cached prefix staged), a mixed step (decode rows from the
 // fp8 cache, the others through flash from staged blocks), softcap and a sliding window,
-// no host lengths (staging bounded by the device's lengths).
+// no host lengths (staging bounded by the device's lengths), block-table entries before
+// a window unset.
 TEST_P(CudaAttentionFp8Test, PrefillAndMixed) {
   run({"fp8 prefill", 8, 2, 128, 16, {{0, 37}, {0, 1}, {0, 130}}});
   EXPECT_TRUE(ran(Kernel::kFlash) && ran(Kernel::kSimple));
@@ -836,6 +837,16 @@ TEST_P(CudaAttentionFp8Test, PrefillAndMixed) {
   AttnCase no_host{"fp8 prefill, no host lengths", 8, 2, 128, 16, {{70, 20}, {0, 33}, {9, 1}}};
   no_host.no_host_lens = true;
   run(no_host);
+  // Table entries before a sliding window unset (-1): staging neither reads nor reports
+  // them; with and without host lengths.
+  AttnCase freed{"fp8 window 40, entries before it unset", 8, 2, 128, 16,
+                 {{500, 90}, {1000, 1}, {63, 20}}};
+  freed.window = 40;
+  freed.unset_before_window = true;
+  run(freed);
+  freed.name += ", no host lengths";
+  freed.no_host_lens = true;
+  run(freed);
 }
 
 // An fp8 cache with f32 compute is refused at construction.

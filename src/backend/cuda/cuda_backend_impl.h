@@ -199,9 +199,10 @@ class CudaBackend final : public Backend {
   std::unordered_map<const void*, BiasEntry> bias_cache_;
 
   Tensor attn_scratch_, attn_gemm_scratch_;
-  // The fp8 cache's staging (stage_fp8_cache): K and V blocks, tables, work items.
+  // The fp8 cache's staging (stage_fp8_cache): K and V blocks, tables, work items (and
+  // the host copy of the items last uploaded).
   Tensor fp8_stage_k_, fp8_stage_v_, fp8_stage_tables_, fp8_stage_items_;
-  std::vector<int32_t> fp8_stage_host_;
+  std::vector<int32_t> fp8_stage_host_, fp8_stage_uploaded_;
   // Device sampling (cuda_sampling.cc): per-row parameters and adjustments.
   Tensor sample_meta_, sample_adj_, sample_start_, sample_partial_;
   // The split greedy scan for all-greedy steps (on by default; TACHYON_SAMPLE_SPLIT=0

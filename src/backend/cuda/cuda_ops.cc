@@ -494,12 +494,17 @@ void CudaBackend::stage_fp8_cache(AttentionArgs& a, const AttentionMeta& meta, b
                   sizeof(int32_t)));
   const int n_items = static_cast<int>(fp8_stage_host_.size() / 3);
   if (n_items > 0) {
-    fp8_stage_items_ =
-        upload(fp8_stage_host_.data(), {static_cast<int64_t>(fp8_stage_host_.size())}, DType::kI32,
-               fp8_stage_items_);
-    launch_stage_fp8_kv(a.k_cache, a.v_cache, dtype_, a.block_tables, a.context_lens, a.max_blocks,
-                        a.num_blocks, bs, block_elems, fp8_stage_items_.data<int32_t>(), n_items,
-                        widest, ks, vs, tables, err_dev_, stream_);
+    // The step's layers stage the same items: uploaded once.
+    if (fp8_stage_host_ != fp8_stage_uploaded_) {
+      fp8_stage_items_ =
+          upload(fp8_stage_host_.data(), {static_cast<int64_t>(fp8_stage_host_.size())},
+                 DType::kI32, fp8_stage_items_);
+      fp8_stage_uploaded_ = fp8_stage_host_;
+    }
+    launch_stage_fp8_kv(a.k_cache, a.v_cache, dtype_, a.block_tables, a.query_start, a.context_lens,
+                        a.max_blocks, a.num_blocks, bs, a.sliding_window, block_elems,
+                        fp8_stage_items_.data<int32_t>(), n_items, widest, ks, vs, tables, err_dev_,
+                        stream_);
   }
   a.k_cache = ks;
   a.v_cache = vs;

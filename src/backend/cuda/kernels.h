@@ -106,12 +106,15 @@ void launch_write_kv(const void* qkv, DType type, int64_t tokens, int64_t cols, 
 // each listed sequence (items [n_items, 3]: sequence s, first staging block, blocks), its
 // first `blocks` table entries (no more than its context_lens[s] needs) are converted
 // into staging blocks first, first + 1, ..., and its row of staged_tables [seqs,
-// max_blocks] points at them. A table entry outside [0, num_blocks) is reported
-// (kErrBlockTable) and its staging block zeroed. block_elems: kv_heads * block_size *
-// head_dim, a multiple of 16.
+// max_blocks] points at them. Blocks wholly before what the sequence's queries see
+// through a sliding window (> 0) are neither read nor staged (their staged entry is
+// -1), as the attention kernels do not read them. A table entry outside [0,
+// num_blocks) is reported (kErrBlockTable) and its staging block zeroed. block_elems:
+// kv_heads * block_size * head_dim, a multiple of 16.
 void launch_stage_fp8_kv(const void* k_cache, const void* v_cache, DType type,
-                         const int32_t* block_tables, const int32_t* context_lens, int max_blocks,
-                         int64_t num_blocks, int block_size, int64_t block_elems,
+                         const int32_t* block_tables, const int32_t* query_start,
+                         const int32_t* context_lens, int max_blocks, int64_t num_blocks,
+                         int block_size, int sliding_window, int64_t block_elems,
                          const int32_t* items, int n_items, int max_items_blocks, void* k_staged,
                          void* v_staged, int32_t* staged_tables, int* err, cudaStream_t stream);
 // Copies whole blocks of block_bytes bytes: pairs [n_pairs, 2] (src, dst) i32.

@@ -49,16 +49,25 @@ __global__ void copy_blocks_kernel(V* cache, int64_t block_elems, const int32_t*
 template <typename T>
 __global__ void stage_fp8_kernel(const kv_fp8_t* __restrict__ kc, const kv_fp8_t* __restrict__ vc,
                                  const int32_t* __restrict__ tables,
+                                 const int32_t* __restrict__ query_start,
                                  const int32_t* __restrict__ context_lens, int max_blocks,
-                                 int64_t num_blocks, int bs, int64_t block_elems,
+                                 int64_t num_blocks, int bs, int window, int64_t block_elems,
                                  const int32_t* __restrict__ items, T* __restrict__ ks,
                                  T* __restrict__ vs, int32_t* __restrict__ staged_tables,
                                  int* err) {
   const int32_t s = items[3 * blockIdx.y], first = items[3 * blockIdx.y + 1];
   const int32_t n = items[3 * blockIdx.y + 2];
   const int b = static_cast<int>(blockIdx.x);
-  const int64_t need = (int64_t{context_lens[s]} + bs - 1) / bs;
+  const int32_t ctx = context_lens[s];
+  const int64_t need = (int64_t{ctx} + bs - 1) / bs;
   if (b >= n || b >= need) return;
+  // The first key a query of the sequence sees (its first query's window).
+  const int32_t q_len = query_start[s + 1] - query_start[s];
+  const int32_t first_key = window > 0 ? max(0, ctx - q_len - window + 1) : 0;
+  if ((int64_t{b} + 1) * bs <= first_key) {
+    if (threadIdx.x == 0) staged_tables[int64_t{s} * max_blocks + b] = -1;
+    return;
+  }
   const int32_t src = tables[int64_t{s} * max_blocks + b];
   const bool good = src >= 0 && src < num_blocks;
   if (threadIdx.x == 0) {
@@ -84,8 +93,9 @@ __global__ void stage_fp8_kernel(const kv_fp8_t* __restrict__ kc, const kv_fp8_t
 }  // namespace
 
 void launch_stage_fp8_kv(const void* k_cache, const void* v_cache, DType type,
-                         const int32_t* block_tables, const int32_t* context_lens, int max_blocks,
-                         int64_t num_blocks, int block_size, int64_t block_elems,
+                         const int32_t* block_tables, const int32_t* query_start,
+                         const int32_t* context_lens, int max_blocks, int64_t num_blocks,
+                         int block_size, int sliding_window, int64_t block_elems,
                          const int32_t* items, int n_items, int max_items_blocks, void* k_staged,
                          void* v_staged, int32_t* staged_tables, int* err, cudaStream_t stream) {
   if (n_items == 0 || max_items_blocks == 0) return;
@@ -98,9 +108,9 @@ void launch_stage_fp8_kv(const void* k_cache, const void* v_cache, DType type,
   const auto* vc = static_cast<const kv_fp8_t*>(v_cache);
   auto go = [&](auto* ks, auto* vs) {
     using T = std::remove_pointer_t<decltype(ks)>;
-    stage_fp8_kernel<T><<<grid, 128, 0, stream>>>(kc, vc, block_tables, context_lens, max_blocks,
-                                                  num_blocks, block_size, block_elems, items, ks,
-                                                  vs, staged_tables, err);
+    stage_fp8_kernel<T><<<grid, 128, 0, stream>>>(
+        kc, vc, block_tables, query_start, context_lens, max_blocks, num_blocks, block_size,
+        sliding_window, block_elems, items, ks, vs, staged_tables, err);
   };
   if (type == DType::kBF16)
     go(static_cast<bf16_t*>(k_staged), static_cast<bf16_t*>(v_staged));
