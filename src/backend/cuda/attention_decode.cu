@@ -9,10 +9,15 @@
 //   online softmax per column in f32 (log2 domain; mask, scale, softcap, ALiBi)
 //   Oᵀ[hd][8 cols]     += Vᵀ Pᵀ      (Vᵀ by ldmatrix.trans; Pᵀ from Sᵀ by movmatrix)
 // P is rounded to the storage dtype for the mma and summed as rounded. An fp8 (e4m3)
-// cache is copied as it is stored (half the bytes) and each tile converted to the
-// compute dtype (exactly) in the warp's shared memory before the mma reads it. The
-// warps merge in shared memory at the end. Key splits, when the plan makes them, are merged in one
-// of two ways, whichever the plan's wave model (plan_time) finds faster:
+// cache is copied as it is stored (half the bytes) and its fragments are read straight
+// from the copied tile and converted to f16 in registers (exact: every e4m3 value is an
+// f16), so both products run in f16 whatever the compute dtype (the query is rounded to
+// f16 once, saturated; P in f16 is finer than in bf16). For that the fragments' logical
+// rows and columns are permuted onto the stored bytes so that each lane reads whole
+// 16-byte chunks: K's head dims (the sum of K Qᵀ runs over them in any order, so Q is
+// loaded in the same order) and Vᵀ's output dims (undone when the output is written).
+// The warps merge in shared memory at the end. Key splits, when the plan makes them, are merged in
+// one of two ways, whichever the plan's wave model (plan_time) finds faster:
 //  - in a thread-block cluster (2..16 splits, where such clusters fit the device): the
 //    splits of a (sequence, KV head) are one cluster, each block keeps its split's
 //    record in shared memory, and after a cluster barrier the blocks read one another's
@@ -51,10 +56,10 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kKeys = 16;  // keys per warp tile (the mma's M)
 constexpr int kCols = 8;   // (query, head) columns per pass (the mma's N)
-// Tiles per warp in shared memory: 3 of 16-bit keys, 5 of e4m3 (the same bytes in
-// flight for half the bytes a tile).
+// Tiles per warp in shared memory: 3 of 16-bit keys, 4 of e4m3 (2/3 of the bytes in
+// flight, for three blocks an SM at head_dim 128 instead of two).
 constexpr int stages_for(bool fp8) {
-  return fp8 ? 5 : 3;
+  return fp8 ? 4 : 3;
 }
 constexpr int kSplitUnit = kWarps * kKeys;  // keys per split come in multiples of this
 constexpr int kMaxSplits = 256;
@@ -63,22 +68,19 @@ constexpr float kLn2 = 0.6931471805599453f;
 // Shared memory: per warp kStages stages of [K tile | V tile], each tile 16 rows of
 // kHd elements with the 16-byte chunks of row r XOR-swizzled by r % 8 (ldmatrix reads
 // 8 rows of one logical chunk: 8 distinct bank groups). With an fp8 cache (C one byte)
-// the stages hold the tiles as copied, rows of kHd bytes in order, and one more tile
-// of 16-bit elements (swizzled as above) takes the K tile being computed, converted,
-// then its V tile. After its key loop a warp reuses its own stages for its merge
-// record: m[8], l[8], O[8][kLdo] floats. Then the block's split record for the cluster
-// merge: (m, l)[8] as float2, O[8][kHd] floats.
+// the rows are kHd bytes, swizzled by raw_offset (the fragment loads of 8 lanes then
+// hit distinct bank groups). After its key loop a warp reuses its own stages for its
+// merge record: m[8], l[8], O[8][kLdo] floats. Then the block's split record for the
+// cluster merge: (m, l)[8] as float2, O[8][kHd] floats.
 template <int kHd, typename C>
 struct DecodeLayout {
   static constexpr bool kFp8 = sizeof(C) == 1;
   static constexpr int kChunks = kHd / 8;                       // 16-byte chunks per 16-bit row
   static constexpr int kRawChunks = kHd * int{sizeof(C)} / 16;  // 16-byte chunks per cache row
-  static constexpr int kTileBytes = kKeys * kHd * 2;            // a 16-bit tile
   static constexpr int kRawTileBytes = kKeys * kHd * int{sizeof(C)};  // a tile as cached
   static constexpr int kStages = stages_for(kFp8);
   static constexpr int kStageBytes = 2 * kRawTileBytes;
-  static constexpr int kWorkOffset = kStages * kStageBytes;  // the converted tile (fp8)
-  static constexpr int kWarpBytes = kWorkOffset + (kFp8 ? kTileBytes : 0);
+  static constexpr int kWarpBytes = kStages * kStageBytes;
   static constexpr int kRecOffset = kWarps * kWarpBytes;  // the block's split record
   static constexpr int kBytes = kRecOffset + kCols * 8 + kCols * kHd * 4;
   static constexpr int kLdo = kHd + 4;  // floats; the fragment stores hit 32 banks
@@ -87,8 +89,7 @@ struct DecodeLayout {
 };
 
 struct DecodePlan {
-  int num_splits;
-  int split_keys;
+  int num_splits;  // each pass's keys split evenly
   float* part_o;   // [splits, tokens, heads, head_dim]
   float* part_ml;  // [splits, tokens, heads, 2]
   int* counters;   // [seqs, kv_heads], zero between launches; null: merged by another kernel
@@ -103,10 +104,67 @@ __device__ __forceinline__ uint32_t tile_offset(int r, int c) {
   return static_cast<uint32_t>(r * kHd + ((c ^ (r & 7)) << 3)) * 2u;
 }
 
+// fp8 tiles: byte offset of 16-byte chunk c of row r (rows of kHd bytes). K's fragment
+// loads read chunks k_chunk of rows g8 and g8 + 8, Vᵀ's the chunks of v_dim0 of rows
+// 2 t4 (+1, +8, +9); with rows of 8 chunks or more an XOR by r % 8 spreads either over
+// distinct bank groups. Rows of 64 bytes (4 chunks) swizzle by r & 2: K's loads are
+// then conflict-free and Vᵀ's 8-byte loads two-way.
+template <int kHd>
+__device__ __forceinline__ uint32_t raw_offset(int r, int c) {
+  const int x = kHd == 64 ? (r & 2) : (r & 7);
+  return static_cast<uint32_t>(r * kHd + ((c ^ x) << 4));
+}
+
+// fp8: the stored chunk that holds k-steps 4 i .. 4 i + 3 of lane group t4 in K Qᵀ. The
+// mma's logical dims {2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9} of k-step k are the 4 bytes
+// at 16 k_chunk(k / 4) + 4 (k % 4) of a key's row.
+template <int kHd>
+__device__ __forceinline__ int k_chunk(int i, int t4) {
+  return kHd == 64 ? t4 : 2 * t4 + (i & 1) + 8 * (i >> 1);
+}
+
+// fp8: the stored head dim of Vᵀ's logical row 16 mt + g8 (row 16 mt + g8 + 8 is the
+// next dim). Lane group g8 holds 16 consecutive bytes of a key per 8 m-tiles (8 at
+// head_dim 64): chunk g8 (+ 8 for m-tiles 8..15).
+template <int kHd>
+__device__ __forceinline__ int v_dim0(int mt, int g8) {
+  return kHd == 64 ? 8 * g8 + 2 * mt : 16 * g8 + 128 * (mt >> 3) + 2 * (mt & 7);
+}
+
+// Four e4m3 bytes as two f16x2: bytes 0, 1 in lo, 2, 3 in hi (exact).
+__device__ __forceinline__ void e4m3x4_to_f16(uint32_t w, uint32_t& lo, uint32_t& hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\n"
+      "cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
+#else
+  lo = unpack_e4m3x2<f16_t>(w & 0xffffu);
+  hi = unpack_e4m3x2<f16_t>(w >> 16);
+#endif
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// A T pair as an f16 pair, saturated to the f16 range (identity for f16).
+template <typename T>
+__device__ __forceinline__ uint32_t to_f16x2(uint32_t u) {
+  if constexpr (std::is_same_v<T, f16_t>) {
+    return u;
+  } else {
+    const float2 f = unpack2<T>(u);
+    constexpr float kMax = 65504.f;
+    return pack2<f16_t>(fminf(fmaxf(f.x, -kMax), kMax), fminf(fmaxf(f.y, -kMax), kMax));
+  }
+}
+
 template <typename T, typename C, int kHd>
 __global__ void __launch_bounds__(kThreads)
     decode_kernel(const AttentionArgs a, const DecodePlan plan) {
   using L = DecodeLayout<kHd, C>;
+  using M = std::conditional_t<L::kFp8, f16_t, T>;    // the products' dtype
   constexpr int kSteps = kHd / 16;                    // k-steps of K Qᵀ = m-tiles of Vᵀ Pᵀ
   constexpr int kIters = kKeys * L::kRawChunks / 32;  // 16-byte copies per lane per K (or V) tile
   constexpr int kRawElems = 16 / int{sizeof(C)};      // cache elements per 16-byte copy
@@ -145,13 +203,22 @@ __global__ void __launch_bounds__(kThreads)
     // Keys [kb, ke) of this split that some query of the pass sees.
     int kb = a.sliding_window > 0 ? max(0, first_idx - a.sliding_window + 1) : 0;
     int ke = first_idx + n_q;
-    kb = max(kb, split * plan.split_keys);
-    if (split + 1 < plan.num_splits) ke = min(ke, (split + 1) * plan.split_keys);
+    if (plan.num_splits > 1) {
+      // The pass's own keys split evenly, in multiples of kSplitUnit: a sequence shorter
+      // than the context the plan was made for (the step's longest, a graph's bucket)
+      // still gives each split of its cluster a share.
+      const int per = (ke - kb + plan.num_splits - 1) / plan.num_splits;
+      const int sk = (per + kSplitUnit - 1) / kSplitUnit * kSplitUnit;
+      const int lo = kb + split * sk;
+      ke = min(ke, lo + sk);
+      kb = lo;  // kb >= ke: no keys for this split
+    }
     const int t_first = kb / kKeys;
     const int n_tiles = ke > kb ? (ke + kKeys - 1) / kKeys - t_first : 0;
     const int n_mine = n_tiles > warp ? (n_tiles - warp + kWarps - 1) / kWarps : 0;
 
-    // Qᵀ as the B operand of Sᵀ = K Qᵀ: column g8, dims 16 k + 2 t4 (+1) and (+8, +9).
+    // Qᵀ as the B operand of Sᵀ = K Qᵀ: column g8, dims 16 k + 2 t4 (+1) and (+8, +9)
+    // (fp8: the stored dims that K's fragments hold, as f16).
     uint32_t qf[kSteps][2];
     {
       const bool live = g8 < n_cols;
@@ -162,8 +229,14 @@ __global__ void __launch_bounds__(kThreads)
       const uint32_t* qp = reinterpret_cast<const uint32_t*>(qkv) + base;
 #pragma unroll
       for (int k = 0; k < kSteps; ++k) {
-        qf[k][0] = live ? qp[8 * k + t4] : 0u;
-        qf[k][1] = live ? qp[8 * k + 4 + t4] : 0u;
+        if constexpr (L::kFp8) {
+          const int pair = (16 * k_chunk<kHd>(k >> 2, t4) + 4 * (k & 3)) / 2;
+          qf[k][0] = live ? to_f16x2<T>(qp[pair]) : 0u;
+          qf[k][1] = live ? to_f16x2<T>(qp[pair + 1]) : 0u;
+        } else {
+          qf[k][0] = live ? qp[8 * k + t4] : 0u;
+          qf[k][1] = live ? qp[8 * k + 4 + t4] : 0u;
+        }
       }
     }
     // The accumulators' columns 2 t4 and 2 t4 + 1: their query's cache index, ALiBi slope.
@@ -216,6 +289,8 @@ __global__ void __launch_bounds__(kThreads)
       const int row = need && good ? (blk * a.kv_heads + kvh) * bs + within : -1;
       const uint32_t mask = __ballot_sync(0xffffffffu, row >= 0) & 0xffffu;
       if (j < n_mine) {
+        // Consecutive lanes copy consecutive chunks of a row (whole 128-byte lines per
+        // 8 lanes), the row's cache index taken from the lane that fetched its block.
         const uint32_t k_dst = wsm_a + static_cast<uint32_t>(stage * L::kStageBytes);
         const uint32_t v_dst = k_dst + L::kRawTileBytes;
 #pragma unroll
@@ -224,8 +299,7 @@ __global__ void __launch_bounds__(kThreads)
           const int r = q / L::kRawChunks, c = q % L::kRawChunks;
           const int src = __shfl_sync(0xffffffffu, row, r);
           const int64_t off = src >= 0 ? int64_t{src} * kHd + c * kRawElems : 0;
-          const uint32_t dst =
-              L::kFp8 ? static_cast<uint32_t>(r * kHd + c * 16) : tile_offset<kHd>(r, c);
+          const uint32_t dst = L::kFp8 ? raw_offset<kHd>(r, c) : tile_offset<kHd>(r, c);
           cp_async16(k_dst + dst, kc + off, src >= 0);
           cp_async16(v_dst + dst, vc + off, src >= 0);
         }
@@ -233,42 +307,42 @@ __global__ void __launch_bounds__(kThreads)
       return mask;
     };
     auto compute = [&](int j, int stage, uint32_t mask) {
-      uint32_t k_s = wsm_a + static_cast<uint32_t>(stage * L::kStageBytes);
-      uint32_t v_s = k_s + L::kRawTileBytes;
-      // fp8: the stage's e4m3 K (kv 0) or V (kv 1) rows into the working tile as T, each
-      // 16-byte chunk (16 elements) into the two swizzled chunks it becomes.
-      auto convert = [&](int kv) {
-        const unsigned char* raw = wsm + stage * L::kStageBytes + kv * L::kRawTileBytes;
-        unsigned char* work = wsm + L::kWorkOffset;
-        __syncwarp();  // every lane is done reading the working tile's last contents
-#pragma unroll
-        for (int i = 0; i < kIters; ++i) {
-          const int q = i * 32 + lane;
-          const int r = q / L::kRawChunks, c = q % L::kRawChunks;
-          const uint4 in = *reinterpret_cast<const uint4*>(raw + r * kHd + c * 16);
-          uint4 lo, hi;
-          unpack_e4m3x16<T>(in, lo, hi);
-          *reinterpret_cast<uint4*>(work + tile_offset<kHd>(r, 2 * c)) = lo;
-          *reinterpret_cast<uint4*>(work + tile_offset<kHd>(r, 2 * c + 1)) = hi;
-        }
-        __syncwarp();
-      };
-      if constexpr (L::kFp8) {
-        convert(0);
-        k_s = v_s = wsm_a + static_cast<uint32_t>(L::kWorkOffset);
-      }
+      [[maybe_unused]] const uint32_t k_s = wsm_a + static_cast<uint32_t>(stage * L::kStageBytes);
+      [[maybe_unused]] const uint32_t v_s = k_s + L::kRawTileBytes;
+      [[maybe_unused]] const unsigned char* k_raw = wsm + stage * L::kStageBytes;
+      [[maybe_unused]] const unsigned char* v_raw = k_raw + L::kRawTileBytes;
       // Sᵀ = K Qᵀ, even and odd k-steps in two accumulators (a shorter chain).
       float sa[4] = {0.f, 0.f, 0.f, 0.f}, sb[4] = {0.f, 0.f, 0.f, 0.f};
-      {
+      if constexpr (L::kFp8) {
+        // Rows g8 and g8 + 8, the lane's chunks: 4 k-steps a chunk.
+        constexpr int kKc = kHd / 64;
+        uint4 kw[kKc][2];
+#pragma unroll
+        for (int i = 0; i < kKc; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            kw[i][h] = *reinterpret_cast<const uint4*>(
+                k_raw + raw_offset<kHd>(g8 + 8 * h, k_chunk<kHd>(i, t4)));
+#pragma unroll
+        for (int k = 0; k < kSteps; ++k) {
+          uint32_t af[4];
+          e4m3x4_to_f16(word_of(kw[k >> 2][0], k & 3), af[0], af[2]);
+          e4m3x4_to_f16(word_of(kw[k >> 2][1], k & 3), af[1], af[3]);
+          if (k & 1)
+            mma_16816<M>(sb, af, qf[k][0], qf[k][1]);
+          else
+            mma_16816<M>(sa, af, qf[k][0], qf[k][1]);
+        }
+      } else {
         const int r = lane & 15;
 #pragma unroll
         for (int k = 0; k < kSteps; ++k) {
           uint32_t af[4];
           ldsm_x4(k_s + tile_offset<kHd>(r, 2 * k + (lane >> 4)), af);
           if (k & 1)
-            mma_16816<T>(sb, af, qf[k][0], qf[k][1]);
+            mma_16816<M>(sb, af, qf[k][0], qf[k][1]);
           else
-            mma_16816<T>(sa, af, qf[k][0], qf[k][1]);
+            mma_16816<M>(sa, af, qf[k][0], qf[k][1]);
         }
       }
       // Element e: key g8 + 8 (e / 2) of the tile, column 2 t4 + e % 2.
@@ -295,43 +369,97 @@ __global__ void __launch_bounds__(kThreads)
         }
         sc[e] = ok ? x : -INFINITY;
       }
-      // Online softmax; a column's 16 keys are spread over the 8 lanes of one t4.
-      float alpha[2], p[4];
+      // Online softmax; a column's 16 keys are spread over the 8 lanes of one t4. A
+      // column's reference max m2 moves only when a tile's max passes it by more than
+      // kRescaleLog2 (then O and l are rescaled, for every column of the warp at once):
+      // until then P runs up to 2^kRescaleLog2, well inside the products' range, and
+      // most tiles skip the rescale.
+      constexpr float kRescaleLog2 = 8.f;
+      float mx[2];
 #pragma unroll
       for (int jj = 0; jj < 2; ++jj) {
-        float mx = fmaxf(sc[jj], sc[jj + 2]);
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-        const float m_new = fmaxf(m2[jj], mx);
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;
-        alpha[jj] = ex2(m2[jj] - m_use);
-        m2[jj] = m_new;
+        mx[jj] = fmaxf(sc[jj], sc[jj + 2]);
+        mx[jj] = fmaxf(mx[jj], __shfl_xor_sync(0xffffffffu, mx[jj], 4));
+        mx[jj] = fmaxf(mx[jj], __shfl_xor_sync(0xffffffffu, mx[jj], 8));
+        mx[jj] = fmaxf(mx[jj], __shfl_xor_sync(0xffffffffu, mx[jj], 16));
+      }
+      const bool grow0 = mx[0] > m2[0] + kRescaleLog2, grow1 = mx[1] > m2[1] + kRescaleLog2;
+      if (__any_sync(0xffffffffu, grow0 || grow1)) {
+        float alpha[2];
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj) {
+          const bool grow = jj == 0 ? grow0 : grow1;
+          const float m_new = grow ? mx[jj] : m2[jj];
+          alpha[jj] = grow ? ex2(m2[jj] - m_new) : 1.f;  // m2 = -inf: 0
+          m2[jj] = m_new;
+        }
+        lsum[0] *= alpha[0];
+        lsum[1] *= alpha[1];
+#pragma unroll
+        for (int mt = 0; mt < kSteps; ++mt) {
+          acc[mt][0] *= alpha[0];
+          acc[mt][1] *= alpha[1];
+          acc[mt][2] *= alpha[0];
+          acc[mt][3] *= alpha[1];
+        }
+      }
+      float p[4];
+#pragma unroll
+      for (int jj = 0; jj < 2; ++jj) {
+        const float m_use = m2[jj] == -INFINITY ? 0.f : m2[jj];
         p[jj] = ex2(sc[jj] - m_use);
         p[jj + 2] = ex2(sc[jj + 2] - m_use);
       }
-      const uint32_t p_lo = pack2<T>(p[0], p[1]);  // key g8: columns 2 t4, 2 t4 + 1
-      const uint32_t p_hi = pack2<T>(p[2], p[3]);  // key g8 + 8
-      const float2 r_lo = unpack2<T>(p_lo), r_hi = unpack2<T>(p_hi);
-      lsum[0] = lsum[0] * alpha[0] + (r_lo.x + r_hi.x);
-      lsum[1] = lsum[1] * alpha[1] + (r_lo.y + r_hi.y);
-#pragma unroll
-      for (int mt = 0; mt < kSteps; ++mt) {
-        acc[mt][0] *= alpha[0];
-        acc[mt][1] *= alpha[1];
-        acc[mt][2] *= alpha[0];
-        acc[mt][3] *= alpha[1];
-      }
+      const uint32_t p_lo = pack2<M>(p[0], p[1]);  // key g8: columns 2 t4, 2 t4 + 1
+      const uint32_t p_hi = pack2<M>(p[2], p[3]);  // key g8 + 8
+      const float2 r_lo = unpack2<M>(p_lo), r_hi = unpack2<M>(p_hi);
+      lsum[0] += r_lo.x + r_hi.x;
+      lsum[1] += r_lo.y + r_hi.y;
       // Pᵀ as the B operand (keys 2 t4 (+1) and (+8, +9), column g8).
       const uint32_t pb0 = movmatrix_trans(p_lo), pb1 = movmatrix_trans(p_hi);
-      if constexpr (L::kFp8) convert(1);
-      // Oᵀ += Vᵀ Pᵀ: matrix i of ldmatrix.trans is keys 8 (i / 2).., dims 8 (i % 2)..
-      const int vr = (lane & 7) + ((lane >> 4) << 3);
+      if constexpr (L::kFp8) {
+        // Oᵀ += Vᵀ Pᵀ: the lane's bytes of keys 2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9 (the
+        // A operand's columns), 16 consecutive dims a chunk (8 at head_dim 64); m-tile
+        // mt takes bytes 2 (mt % 8), +1 of them (v_dim0), paired across two keys.
+        constexpr int kVw = kHd / 32;  // 32-bit words per key
+        uint32_t vw[4][kVw];
 #pragma unroll
-      for (int mt = 0; mt < kSteps; ++mt) {
-        uint32_t af[4];
-        ldsm_x4_trans(v_s + tile_offset<kHd>(vr, 2 * mt + ((lane >> 3) & 1)), af);
-        mma_16816<T>(acc[mt], af, pb0, pb1);
+        for (int e = 0; e < 4; ++e) {
+          const int vr = 2 * t4 + (e & 1) + 8 * (e >> 1);
+          if constexpr (kHd == 64) {
+            const uint2 w = *reinterpret_cast<const uint2*>(v_raw + raw_offset<kHd>(vr, g8 >> 1) +
+                                                            8 * (g8 & 1));
+            vw[e][0] = w.x;
+            vw[e][1] = w.y;
+          } else {
+#pragma unroll
+            for (int h = 0; h < kHd / 128; ++h) {
+              const uint4 w =
+                  *reinterpret_cast<const uint4*>(v_raw + raw_offset<kHd>(vr, g8 + 8 * h));
+              vw[e][4 * h] = w.x;
+              vw[e][4 * h + 1] = w.y;
+              vw[e][4 * h + 2] = w.z;
+              vw[e][4 * h + 3] = w.w;
+            }
+          }
+        }
+#pragma unroll
+        for (int mt = 0; mt < kSteps; ++mt) {
+          const uint32_t sel = (mt & 1) ? 0x7362u : 0x5140u;
+          uint32_t af[4];
+          e4m3x4_to_f16(__byte_perm(vw[0][mt >> 1], vw[1][mt >> 1], sel), af[0], af[1]);
+          e4m3x4_to_f16(__byte_perm(vw[2][mt >> 1], vw[3][mt >> 1], sel), af[2], af[3]);
+          mma_16816<M>(acc[mt], af, pb0, pb1);
+        }
+      } else {
+        // Oᵀ += Vᵀ Pᵀ: matrix i of ldmatrix.trans is keys 8 (i / 2).., dims 8 (i % 2)..
+        const int vr = (lane & 7) + ((lane >> 4) << 3);
+#pragma unroll
+        for (int mt = 0; mt < kSteps; ++mt) {
+          uint32_t af[4];
+          ldsm_x4_trans(v_s + tile_offset<kHd>(vr, 2 * mt + ((lane >> 3) & 1)), af);
+          mma_16816<M>(acc[mt], af, pb0, pb1);
+        }
       }
     };
 
@@ -392,11 +520,13 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int mt = 0; mt < kSteps; ++mt) {
-      const int d = 16 * mt + g8;
+      // Rows g8 and g8 + 8 of m-tile mt: dims d and d + 8 (fp8: v_dim0 and the next).
+      const int d = L::kFp8 ? v_dim0<kHd>(mt, g8) : 16 * mt + g8;
+      const int d2 = L::kFp8 ? d + 1 : d + 8;
       w_o[(2 * t4) * L::kLdo + d] = acc[mt][0];
       w_o[(2 * t4 + 1) * L::kLdo + d] = acc[mt][1];
-      w_o[(2 * t4) * L::kLdo + d + 8] = acc[mt][2];
-      w_o[(2 * t4 + 1) * L::kLdo + d + 8] = acc[mt][3];
+      w_o[(2 * t4) * L::kLdo + d2] = acc[mt][2];
+      w_o[(2 * t4 + 1) * L::kLdo + d2] = acc[mt][3];
     }
     __syncthreads();
 
@@ -723,7 +853,7 @@ void launch_attention_decode(const AttentionArgs& a, const AttentionPlan& p, voi
   TACHYON_KERNEL_CHECK(p.num_splits >= 1 && (p.num_splits == 1 || p.split_keys > 0),
                        "attention_decode: bad plan");
   const bool cluster = p.cluster && p.num_splits > 1 && p.num_splits <= kMaxClusterSplits;
-  DecodePlan dp{p.num_splits, p.split_keys, nullptr, nullptr, nullptr, cluster};
+  DecodePlan dp{p.num_splits, nullptr, nullptr, nullptr, cluster};
   if (p.num_splits > 1 && !cluster) {
     TACHYON_KERNEL_CHECK(scratch != nullptr, "attention_decode: split-K needs scratch");
     dp.part_o = static_cast<float*>(scratch);

@@ -163,7 +163,8 @@ struct AttentionArgs {
 struct AttentionPlan {
   int q_tile = 1;      // query tokens per block
   int num_splits = 1;  // key splits per (sequence, kv head, query tile)
-  int split_keys = 0;  // keys per split
+  int split_keys =
+      0;  // keys per split (decode: of the longest context; each sequence's keys split evenly)
   size_t smem_bytes = 0;
   size_t scratch_bytes = 0;
   // Decode: the splits of a (sequence, KV head) run as one thread-block cluster and
