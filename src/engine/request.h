@@ -94,7 +94,7 @@ class RequestStream {
 
   // The next event; nullopt if none came within the timeout or the stream is over.
   std::optional<StreamEvent> next(std::chrono::milliseconds timeout);
-  // Reads every remaining event and gathers them.
+  // Waits for the final event, then reads every remaining event and gathers them.
   GenerateResult wait();
   // Asks the engine to stop the request; its blocks are freed on the engine's next
   // turn and a final event with FinishReason::kCancelled follows.
@@ -116,6 +116,8 @@ class RequestStream {
   std::deque<StreamEvent> events_;
   bool done_pushed_ = false;
   bool done_read_ = false;
+  int event_waiters_ = 0;   // threads in next()
+  int result_waiters_ = 0;  // threads in wait()
 };
 
 }  // namespace tachyon
