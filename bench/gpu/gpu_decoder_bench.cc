@@ -13,12 +13,13 @@
 //
 // The op breakdown ends with decode attention timed on the device (CUDA events around
 // a recorded graph of back-to-back calls on caches that do not fit in L2); --attn-only
-// runs just that, at the config's attention shape, without building a model.
+// runs just that, at the config's attention shape, without building a model
+// (--attn-shapes SxC,... picks the shapes; TACHYON_KV_CACHE_DTYPE=fp8 an e4m3 cache).
 //
 // Usage: tachyon_gpu_bench [--config CONFIG.json] [--dtype bf16|f16|f32] [--quick]
 //                          [--dir WORKDIR] [--prefill SxL,...] [--decode B,...]
 //                          [--ctx C] [--no-ops] [--attn-only] [--profile-steps]
-//                          [--keep-model] [--trace DIR]
+//                          [--keep-model] [--trace DIR] [--attn-shapes SxC,...]
 // --profile-steps: only the steps profile_steps() describes (for ncu).
 // --keep-model: keep the random checkpoint in DIR for the next run (and use one kept).
 // --trace DIR: a device-clock timeline (CUPTI, kernel_trace.h) of the timed prefill and
@@ -27,6 +28,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -252,10 +254,19 @@ void op_breakdown(DType dtype, const Dims& dm) {
 // copies together over kRotateBytes so that K/V come from memory as in a real step
 // (every layer has its own cache; the L2 holds 60 MB). Reports µs per call and the K/V
 // bytes read per second.
-void decode_attention_bench(DType dtype, const Dims& dm) {
+struct AttnShape {
+  int32_t seqs, ctx;
+};
+
+void decode_attention_bench(DType dtype, const Dims& dm, std::vector<AttnShape> shapes) {
   if (dtype != DType::kBF16 && dtype != DType::kF16) return;
+  // TACHYON_KV_CACHE_DTYPE=fp8: the caches in e4m3, as the step benchmark's model does.
+  const char* kv_env = std::getenv("TACHYON_KV_CACHE_DTYPE");
+  const bool kv_fp8 = kv_env != nullptr && std::string(kv_env) == "fp8";
+  const DType kv_dtype = kv_fp8 ? DType::kF8E4M3 : dtype;
   CudaBackendOptions o;
   o.dtype = dtype;
+  o.kv_dtype = kv_dtype;
   cuda::CudaBackend be(o);
   using K = cuda::CudaBackend::AttentionKernel;
   constexpr int kCalls = 50, kReps = 5;
@@ -263,11 +274,19 @@ void decode_attention_bench(DType dtype, const Dims& dm) {
   const int32_t hd = static_cast<int32_t>(dm.head_dim);
   const int32_t nh = static_cast<int32_t>(dm.heads), nkv = static_cast<int32_t>(dm.kv_heads);
   const QkvLayout layout{nh, nkv, hd};
-  const int64_t es = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t es = static_cast<int64_t>(dtype_size(kv_dtype));
   std::mt19937 rng(5);
   // Random values copied over every cache (drawing gigabytes on the host takes minutes).
   const int64_t pattern_elems = int64_t{1} << 22;
-  Tensor pattern = random_device(be, {pattern_elems}, dtype, rng);
+  Tensor pattern;
+  if (kv_fp8) {
+    std::normal_distribution<float> d(0.f, 1.f);
+    std::vector<uint8_t> bytes(static_cast<size_t>(pattern_elems));
+    for (uint8_t& b : bytes) b = f32_to_e4m3(d(rng));
+    pattern = be.upload(bytes.data(), {pattern_elems}, kv_dtype, {});
+  } else {
+    pattern = random_device(be, {pattern_elems}, dtype, rng);
+  }
   auto fill = [&](Tensor& t) {
     const int64_t bytes = t.numel() * es, chunk = pattern_elems * es;
     for (int64_t off = 0; off < bytes; off += chunk)
@@ -278,14 +297,13 @@ void decode_attention_bench(DType dtype, const Dims& dm) {
   cudaEvent_t e0 = nullptr, e1 = nullptr;
   TACHYON_CUDA_CHECK(cudaEventCreate(&e0));
   TACHYON_CUDA_CHECK(cudaEventCreate(&e1));
-  std::printf("\ndecode attention on the device (%d heads, %d KV heads, head_dim %d, %s)\n", nh,
-              nkv, hd, std::string(dtype_name(dtype)).c_str());
+  std::printf(
+      "\ndecode attention on the device (%d heads, %d KV heads, head_dim %d, %s, %s cache)\n", nh,
+      nkv, hd, std::string(dtype_name(dtype)).c_str(), std::string(dtype_name(kv_dtype)).c_str());
   std::printf("%-22s %10s %9s %8s %7s\n", "seqs x ctx", "us", "TB/s", "splits", "caches");
-  struct Sh {
-    int32_t seqs, ctx;
-  };
-  for (Sh sh :
-       {Sh{64, 1024}, Sh{128, 1024}, Sh{256, 2048}, Sh{8, 4096}, Sh{1, 32768}, Sh{1, 1024}}) {
+  if (shapes.empty())
+    shapes = {{64, 1024}, {128, 1024}, {256, 2048}, {8, 4096}, {1, 32768}, {1, 1024}};
+  for (const AttnShape& sh : shapes) {
     const int32_t bs = 16, blocks_each = (sh.ctx + bs - 1) / bs;
     const int64_t blocks = int64_t{sh.seqs} * blocks_each;
     const double kv_bytes = 2.0 * sh.seqs * sh.ctx * nkv * hd * es;
@@ -293,8 +311,8 @@ void decode_attention_bench(DType dtype, const Dims& dm) {
         std::clamp<double>(std::ceil(kRotateBytes / kv_bytes), 2.0, double{kCalls}));
     std::vector<LayerKvCache> caches(static_cast<size_t>(copies));
     for (LayerKvCache& c : caches) {
-      c.k = be.alloc({blocks, nkv, bs, hd}, dtype);
-      c.v = be.alloc({blocks, nkv, bs, hd}, dtype);
+      c.k = be.alloc({blocks, nkv, bs, hd}, kv_dtype);
+      c.v = be.alloc({blocks, nkv, bs, hd}, kv_dtype);
       fill(c.k);
       fill(c.v);
     }
@@ -350,6 +368,7 @@ void decode_attention_bench(DType dtype, const Dims& dm) {
     a.tokens = sh.seqs;
     a.max_query_len = 1;
     a.max_context_len = sh.ctx;
+    a.kv_fp8 = kv_fp8;
     const cuda::AttentionPlan plan = cuda::plan_attention_decode(a, be.num_sms());
     std::printf("%4d x %-15d %10.2f %9.3f %8d %7d\n", sh.seqs, sh.ctx, us, kv_bytes / us / 1e6,
                 plan.num_splits, copies);
@@ -436,6 +455,7 @@ int run(int argc, char** argv) {
   std::string config_path, dir = (fs::temp_directory_path() / "tachyon_gpu_bench").string();
   std::string dtype_name_s = "bf16", prefill_s, decode_s, trace_dir;
   bool quick = false, ops = true, attn_only = false, profile = false, keep = false;
+  std::vector<AttnShape> attn_shapes;
   int32_t decode_ctx = 512;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -457,7 +477,13 @@ int run(int argc, char** argv) {
       ops = false;
     else if (a == "--attn-only")
       attn_only = true;
-    else if (a == "--profile-steps")
+    else if (a == "--attn-shapes" && i + 1 < argc) {
+      std::string v = argv[++i];
+      std::replace(v.begin(), v.end(), ',', 'x');
+      const std::vector<int32_t> n = parse_ints(v, 'x');
+      if (n.size() % 2 != 0) raise<InvalidArgument>("--attn-shapes: expected SxC,...");
+      for (size_t k = 0; k < n.size(); k += 2) attn_shapes.push_back({n[k], n[k + 1]});
+    } else if (a == "--profile-steps")
       profile = true;
     else if (a == "--keep-model")
       keep = true;
@@ -501,7 +527,7 @@ int run(int argc, char** argv) {
   }
   const Dims dims = bench::model_dims(load_json_file(config_path));
   if (attn_only) {
-    decode_attention_bench(*dtype, dims);
+    decode_attention_bench(*dtype, dims, attn_shapes);
     return 0;
   }
   const std::string model_dir = dir + "/model";
@@ -669,7 +695,7 @@ int run(int argc, char** argv) {
   model.reset();
   if (ops) {
     op_breakdown(*dtype, dims);
-    decode_attention_bench(*dtype, dims);
+    decode_attention_bench(*dtype, dims, attn_shapes);
   }
   if (!agree) {
     std::fprintf(stderr, "tachyon_gpu_bench: graph and eager decode logits disagree\n");
