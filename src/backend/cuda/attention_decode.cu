@@ -570,6 +570,9 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     if (plan.cluster) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+      __trap();  // clusters need sm_90; the host plans them only where they launch
+#else
       // Every split's record is in its block's shared memory; the cluster's blocks share
       // out the pass's outputs, each reading all the records through DSMEM.
       cg::cluster_group cluster = cg::this_cluster();
@@ -601,6 +604,7 @@ __global__ void __launch_bounds__(kThreads)
             from_f<T>(l_all > 0.f ? o / l_all : 0.f);
       }
       cluster.sync();  // the records stay until every block of the cluster has read them
+#endif
     }
     __syncthreads();  // the records are overwritten by the next pass's copies
   }
