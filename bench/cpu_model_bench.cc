@@ -128,6 +128,11 @@ class ProfilingBackend : public Backend {
   void copy_blocks(Tensor& c, const std::vector<std::pair<int32_t, int32_t>>& p) override {
     b_->copy_blocks(c, p);
   }
+  Tensor alloc_swap(const Shape& s, DType d) override { return b_->alloc_swap(s, d); }
+  void copy_blocks_between(const Tensor& f, Tensor& t,
+                           const std::vector<std::pair<int32_t, int32_t>>& p) override {
+    b_->copy_blocks_between(f, t, p);
+  }
   void moe_route(const Tensor& l, int32_t k, bool r, Tensor& i, Tensor& w) override {
     timed("moe_route", [&] { b_->moe_route(l, k, r, i, w); });
   }

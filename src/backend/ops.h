@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "backend/sampling.h"
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace tachyon {
@@ -132,6 +133,24 @@ class DeviceGraph {
   // owns and the work used has moved since recording: the caller records again.
   virtual bool replay() = 0;
 };
+
+// The checks copy_blocks_between() makes: `from` and `to` share the block shape and
+// dtype, every pair names blocks inside them. Returns the bytes of one block.
+inline int64_t check_block_pairs(const Tensor& from, const Tensor& to,
+                                 const std::vector<std::pair<int32_t, int32_t>>& pairs) {
+  if (!from || !to || from.ndim() < 1 || from.ndim() != to.ndim() || from.dtype() != to.dtype())
+    raise<InvalidArgument>("copy_blocks_between: {} and {} differ", from.str(), to.str());
+  for (int64_t d = 1; d < from.ndim(); ++d)
+    if (from.dim(d) != to.dim(d))
+      raise<InvalidArgument>("copy_blocks_between: blocks of {} and {} differ", from.str(),
+                             to.str());
+  const int64_t nf = from.dim(0), nt = to.dim(0);
+  for (const auto& [src, dst] : pairs)
+    if (src < 0 || src >= nf || dst < 0 || dst >= nt)
+      raise<InvalidArgument>("copy_blocks_between: block pair ({}, {}) out of [0, {}) x [0, {})",
+                             src, dst, nf, nt);
+  return nf > 0 ? static_cast<int64_t>(from.nbytes()) / nf : 0;
+}
 
 class Backend {
  public:
@@ -276,6 +295,15 @@ class Backend {
   // Copies whole blocks src -> dst in a cache tensor [num_blocks, ...].
   virtual void copy_blocks(Tensor& cache,
                            const std::vector<std::pair<int32_t, int32_t>>& pairs) = 0;
+  // Host memory for KV blocks swapped out of a cache: a tensor [num_blocks, ...] that
+  // copy_blocks_between() can read and write beside a cache (pinned and mapped for a
+  // GPU; plain host memory on the CPU). Uninitialised.
+  virtual Tensor alloc_swap(const Shape& shape, DType dtype) { return Tensor::empty(shape, dtype); }
+  // Copies block src of `from` into block dst of `to` for every (src, dst) pair, in
+  // queue order with the other ops; `from` and `to` have the same block shape and dtype,
+  // either may be alloc_swap() memory. Throws InvalidArgument for a block out of range.
+  virtual void copy_blocks_between(const Tensor& from, Tensor& to,
+                                   const std::vector<std::pair<int32_t, int32_t>>& pairs) = 0;
 
   // ---- mixture of experts ---------------------------------------------------------
   // Softmax over router logits [T, E] (activation dtype or f32), the top_k largest

@@ -291,6 +291,24 @@ TEST_F(AttentionOpsTest, CopyBlocks) {
   EXPECT_THROW(be_->copy_blocks(c, {{0, 5}}), InvalidArgument);
 }
 
+TEST_F(AttentionOpsTest, CopyBlocksBetween) {
+  Tensor c = random_tensor({5, 2, 3, 4}, rng_);
+  const auto before = as_f64(c);
+  Tensor swap = be_->alloc_swap({3, 2, 3, 4}, c.dtype());
+  be_->copy_blocks_between(c, swap, {{1, 0}, {4, 2}});
+  Tensor back = random_tensor({5, 2, 3, 4}, rng_);
+  std::vector<double> want = as_f64(back);
+  be_->copy_blocks_between(swap, back, {{2, 1}, {0, 3}});
+  const int blk = 24;
+  std::copy_n(before.begin() + 4 * blk, blk, want.begin() + 1 * blk);
+  std::copy_n(before.begin() + 1 * blk, blk, want.begin() + 3 * blk);
+  expect_close(back, want, 0, 0, "copy_blocks_between");
+  EXPECT_THROW(be_->copy_blocks_between(c, swap, {{5, 0}}), InvalidArgument);
+  EXPECT_THROW(be_->copy_blocks_between(c, swap, {{0, 3}}), InvalidArgument);
+  Tensor other = be_->alloc_swap({3, 2, 3, 5}, c.dtype());
+  EXPECT_THROW(be_->copy_blocks_between(c, other, {{0, 0}}), InvalidArgument);
+}
+
 TEST_F(AttentionOpsTest, MoeRouteAndExperts) {
   const int T = 9, D = 12, I = 7, E = 5, K = 2;
   for (bool renorm : {false, true}) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "backend/cuda/kernels.h"
@@ -415,6 +416,42 @@ TEST_P(CudaOpsTest, WriteKvAndCopyBlocks) {
   }
   expect_near(host_values(*gpu_, g.k), host_values(ref.k), bound_for(dt_), tag("copy_blocks"));
   EXPECT_THROW(gpu_->copy_blocks(g.k, {{0, nb}}), InvalidArgument);
+}
+
+// Blocks out to swap space (mapped host memory) and back, byte for byte; pageable host
+// memory and blocks out of range are refused.
+TEST_P(CudaOpsTest, SwapBlocksRoundTrip) {
+  const int32_t nb = 7, ns = 4;
+  const Shape cs = {nb, 2, 5, 96};
+  Tensor cache = dev(input(cs));
+  Tensor swap = gpu_->alloc_swap({ns, 2, 5, 96}, dt_);
+  ASSERT_TRUE(swap.device().is_cpu());
+  const std::vector<uint8_t> before = [&] {
+    std::vector<uint8_t> b(cache.nbytes());
+    gpu_->download(cache, b.data());
+    return b;
+  }();
+  const size_t block = cache.nbytes() / nb;
+  gpu_->copy_blocks_between(cache, swap, {{2, 0}, {5, 1}, {0, 3}});
+  gpu_->synchronize();
+  const auto* sw = static_cast<const uint8_t*>(swap.raw());
+  for (auto [src, dst] : std::vector<std::pair<int, int>>{{2, 0}, {5, 1}, {0, 3}})
+    EXPECT_EQ(std::memcmp(sw + dst * block, before.data() + src * block, block), 0)
+        << tag("swap out block " + std::to_string(src));
+  gpu_->fill_zero(cache);
+  gpu_->copy_blocks_between(swap, cache, {{0, 6}, {1, 3}, {3, 0}});
+  std::vector<uint8_t> after(cache.nbytes());
+  gpu_->download(cache, after.data());
+  std::vector<uint8_t> expect(cache.nbytes(), 0);
+  for (auto [src, dst] : std::vector<std::pair<int, int>>{{2, 6}, {5, 3}, {0, 0}})
+    std::memcpy(expect.data() + dst * block, before.data() + src * block, block);
+  EXPECT_EQ(after, expect) << tag("swap in");
+  Tensor pageable = Tensor::empty({ns, 2, 5, 96}, dt_);
+  EXPECT_THROW(gpu_->copy_blocks_between(cache, pageable, {{0, 0}}), InvalidArgument);
+  EXPECT_THROW(gpu_->copy_blocks_between(cache, swap, {{0, ns}}), InvalidArgument);
+  EXPECT_THROW(gpu_->copy_blocks_between(swap, cache, {{-1, 0}}), InvalidArgument);
+  Tensor other = gpu_->alloc_swap({ns, 2, 5, 64}, dt_);
+  EXPECT_THROW(gpu_->copy_blocks_between(cache, other, {{0, 0}}), InvalidArgument);
 }
 
 TEST_P(CudaOpsTest, SamplingHelpers) {

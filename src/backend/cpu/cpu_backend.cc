@@ -298,6 +298,15 @@ void CpuBackend::copy_blocks(Tensor& cache, const std::vector<std::pair<int32_t,
   }
 }
 
+void CpuBackend::copy_blocks_between(const Tensor& from, Tensor& to,
+                                     const std::vector<std::pair<int32_t, int32_t>>& pairs) {
+  const int64_t block_bytes = check_block_pairs(from, to, pairs);
+  const auto* src = static_cast<const uint8_t*>(from.raw());
+  auto* dst = static_cast<uint8_t*>(to.raw());
+  for (const auto& [s, d] : pairs)
+    std::memmove(dst + d * block_bytes, src + s * block_bytes, static_cast<size_t>(block_bytes));
+}
+
 void CpuBackend::argmax(const Tensor& logits, Tensor& ids) {
   check_f32_2d(logits, "argmax logits");
   const int64_t rows = logits.dim(0), v = logits.dim(1);

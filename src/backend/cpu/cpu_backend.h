@@ -58,6 +58,8 @@ class CpuBackend final : public Backend {
   void attention(const Tensor& qkv, const QkvLayout& layout, const LayerKvCache& cache,
                  const AttentionMeta& meta, const AttentionParams& params, Tensor& out) override;
   void copy_blocks(Tensor& cache, const std::vector<std::pair<int32_t, int32_t>>& pairs) override;
+  void copy_blocks_between(const Tensor& from, Tensor& to,
+                           const std::vector<std::pair<int32_t, int32_t>>& pairs) override;
 
   void moe_route(const Tensor& logits, int32_t top_k, bool renormalize, Tensor& ids,
                  Tensor& weights) override;

@@ -156,6 +156,24 @@ Tensor CudaBackend::alloc(const Shape& shape, DType dtype) {
   return alloc_->alloc(shape, dtype);
 }
 
+Tensor CudaBackend::alloc_swap(const Shape& shape, DType dtype) {
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  void* host = nullptr;
+  // Pinned and mapped: the copy kernels read and write it directly over the bus.
+  const cudaError_t e =
+      cudaHostAlloc(&host, std::max<size_t>(bytes, 1), cudaHostAllocMapped | cudaHostAllocPortable);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    raise<ResourceExhausted>("swap space: cannot pin {} bytes of host memory ({})", bytes,
+                             cudaGetErrorString(e));
+  }
+  std::shared_ptr<void> owner(host, [](void* p) { cudaFreeHost(p); });
+  void* dev = nullptr;
+  TACHYON_CUDA_CHECK(cudaHostGetDevicePointer(&dev, host, 0));
+  TACHYON_CHECK(dev == host, "swap space: mapped host memory has a different device address");
+  return Tensor::wrap(host, shape, dtype, std::move(owner));
+}
+
 Tensor CudaBackend::upload(const void* data, const Shape& shape, DType dtype, Tensor reuse) {
   const int64_t n = shape_numel(shape);
   Tensor dst;

@@ -722,4 +722,34 @@ void CudaBackend::copy_blocks(Tensor& cache,
     launch_copy_blocks(cache.raw(), block_bytes, dev.data<int32_t>() + 2 * i, 1, stream_);
 }
 
+void CudaBackend::copy_blocks_between(const Tensor& from, Tensor& to,
+                                      const std::vector<std::pair<int32_t, int32_t>>& pairs) {
+  const int64_t block_bytes = check_block_pairs(from, to, pairs);
+  if (pairs.empty() || block_bytes == 0) return;
+  // Each side on this device, or host memory the device can reach (alloc_swap).
+  for (const Tensor* t : {&from, static_cast<const Tensor*>(&to)}) {
+    if (!t->device().is_cpu()) {
+      check_here(*t, "copy_blocks_between");
+      continue;
+    }
+    cudaPointerAttributes attr{};
+    const cudaError_t e = cudaPointerGetAttributes(&attr, t->raw());
+    if (e != cudaSuccess || attr.type != cudaMemoryTypeHost || attr.devicePointer != t->raw()) {
+      cudaGetLastError();
+      raise<InvalidArgument>("copy_blocks_between: {} is host memory the device cannot reach",
+                             t->str());
+    }
+  }
+  if (from.raw() == to.raw()) return copy_blocks(to, pairs);
+  std::vector<int32_t> flat;
+  flat.reserve(pairs.size() * 2);
+  for (const auto& [src, dst] : pairs) {
+    flat.push_back(src);
+    flat.push_back(dst);
+  }
+  Tensor dev = upload(flat.data(), {static_cast<int64_t>(flat.size())}, DType::kI32, {});
+  launch_copy_blocks(from.raw(), to.raw(), block_bytes, dev.data<int32_t>(),
+                     static_cast<int>(pairs.size()), stream_);
+}
+
 }  // namespace tachyon::cuda

@@ -120,6 +120,9 @@ void launch_stage_fp8_kv(const void* k_cache, const void* v_cache, DType type,
 // Copies whole blocks of block_bytes bytes: pairs [n_pairs, 2] (src, dst) i32.
 void launch_copy_blocks(void* cache, int64_t block_bytes, const int32_t* pairs, int n_pairs,
                         cudaStream_t stream);
+// The same from one block array into another (a cache and mapped host memory, either way).
+void launch_copy_blocks(const void* from, void* to, int64_t block_bytes, const int32_t* pairs,
+                        int n_pairs, cudaStream_t stream);
 
 // ---- attention.cu -----------------------------------------------------------------
 struct AttentionArgs {

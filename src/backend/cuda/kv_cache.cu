@@ -37,12 +37,15 @@ __global__ void write_kv_kernel(const T* __restrict__ qkv, int64_t tokens, int64
   }
 }
 
+// Block (x: piece of a block, y: pair). `from` and `to` may be one cache, or a cache and
+// mapped host memory (swap space).
 template <typename V>
-__global__ void copy_blocks_kernel(V* cache, int64_t block_elems, const int32_t* pairs) {
+__global__ void copy_blocks_kernel(const V* from, V* to, int64_t block_elems,
+                                   const int32_t* pairs) {
   const int64_t src = pairs[2 * blockIdx.y], dst = pairs[2 * blockIdx.y + 1];
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < block_elems;
        i += int64_t{gridDim.x} * blockDim.x)
-    cache[dst * block_elems + i] = cache[src * block_elems + i];
+    to[dst * block_elems + i] = from[src * block_elems + i];
 }
 
 // Block (x: block of the item, y: item) of 16 bytes per thread: e4m3 bytes in, T out.
@@ -137,23 +140,32 @@ void launch_write_kv(const void* qkv, DType type, int64_t tokens, int64_t cols, 
   TACHYON_CUDA_LAUNCH_CHECK();
 }
 
-void launch_copy_blocks(void* cache, int64_t block_bytes, const int32_t* pairs, int n_pairs,
-                        cudaStream_t stream) {
+void launch_copy_blocks(const void* from, void* to, int64_t block_bytes, const int32_t* pairs,
+                        int n_pairs, cudaStream_t stream) {
   if (n_pairs == 0 || block_bytes == 0) return;
-  TACHYON_KERNEL_CHECK(n_pairs <= 65535, "copy_blocks: more than 65535 pairs in one call");
   auto go = [&](auto* typed, int64_t elems) {
     using V = std::remove_pointer_t<decltype(typed)>;
     const unsigned bx = static_cast<unsigned>(std::min<int64_t>(ceil_div(elems, 256), 1024));
-    copy_blocks_kernel<V>
-        <<<dim3(bx, static_cast<unsigned>(n_pairs)), 256, 0, stream>>>(typed, elems, pairs);
+    // Grid y is limited to 65535 pairs a launch.
+    for (int first = 0; first < n_pairs; first += 65535) {
+      const unsigned n = static_cast<unsigned>(std::min(n_pairs - first, 65535));
+      copy_blocks_kernel<V><<<dim3(bx, n), 256, 0, stream>>>(static_cast<const V*>(from), typed,
+                                                             elems, pairs + 2 * int64_t{first});
+    }
   };
-  if (block_bytes % 16 == 0)
-    go(static_cast<uint4*>(cache), block_bytes / 16);
-  else if (block_bytes % 4 == 0)
-    go(static_cast<uint32_t*>(cache), block_bytes / 4);
+  const auto align = (reinterpret_cast<uintptr_t>(from) | reinterpret_cast<uintptr_t>(to));
+  if (block_bytes % 16 == 0 && align % 16 == 0)
+    go(static_cast<uint4*>(to), block_bytes / 16);
+  else if (block_bytes % 4 == 0 && align % 4 == 0)
+    go(static_cast<uint32_t*>(to), block_bytes / 4);
   else
-    go(static_cast<uint8_t*>(cache), block_bytes);
+    go(static_cast<uint8_t*>(to), block_bytes);
   TACHYON_CUDA_LAUNCH_CHECK();
+}
+
+void launch_copy_blocks(void* cache, int64_t block_bytes, const int32_t* pairs, int n_pairs,
+                        cudaStream_t stream) {
+  launch_copy_blocks(cache, cache, block_bytes, pairs, n_pairs, stream);
 }
 
 }  // namespace tachyon::cuda
