@@ -210,6 +210,37 @@ void Decoder::init_kv_cache(int32_t num_blocks, int32_t block_size) {
   }
   block_size_ = block_size;
   graphs_.clear();
+  swap_.clear();
+}
+
+bool Decoder::init_kv_swap(int32_t num_blocks) {
+  if (kv_.empty()) raise<InvalidArgument>("init_kv_swap: the KV cache is not initialised");
+  if (num_blocks < 0) raise<InvalidArgument>("init_kv_swap: {} blocks", num_blocks);
+  swap_.clear();
+  if (num_blocks == 0) return true;
+  Shape shape = kv_[0].k.shape();
+  shape[0] = num_blocks;
+  std::vector<LayerKvCache> swap(kv_.size());
+  for (auto& c : swap) {
+    c.k = be_->alloc_swap(shape, be_->kv_dtype());
+    c.v = be_->alloc_swap(shape, be_->kv_dtype());
+  }
+  swap_ = std::move(swap);
+  return true;
+}
+
+void Decoder::swap_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& out,
+                             const std::vector<std::pair<int32_t, int32_t>>& in) {
+  if (out.empty() && in.empty()) return;
+  if (swap_.empty()) raise<InvalidArgument>("swap_kv_blocks: no swap space (init_kv_swap)");
+  for (size_t l = 0; l < kv_.size(); ++l) {
+    be_->copy_blocks_between(kv_[l].k, swap_[l].k, out);
+    be_->copy_blocks_between(kv_[l].v, swap_[l].v, out);
+  }
+  for (size_t l = 0; l < kv_.size(); ++l) {
+    be_->copy_blocks_between(swap_[l].k, kv_[l].k, in);
+    be_->copy_blocks_between(swap_[l].v, kv_[l].v, in);
+  }
 }
 
 void Decoder::copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) {

@@ -34,6 +34,9 @@ class Decoder final : public Model {
   size_t kv_bytes_per_block(int32_t block_size) const override;
   void init_kv_cache(int32_t num_blocks, int32_t block_size) override;
   void copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) override;
+  bool init_kv_swap(int32_t num_blocks) override;
+  void swap_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& out,
+                      const std::vector<std::pair<int32_t, int32_t>>& in) override;
   Tensor forward(const ForwardBatch& batch) override;
   bool samples_on_device() const override { return be_->supports_sampling(); }
   ForwardOutput forward_sample(const ForwardBatch& batch) override;
@@ -108,6 +111,7 @@ class Decoder final : public Model {
   std::unique_ptr<RopeTable> rope_;
 
   std::vector<LayerKvCache> kv_;
+  std::vector<LayerKvCache> swap_;  // swap space, the cache's block shape (Backend::alloc_swap)
   int32_t block_size_ = 0;
 
   // Host-side staging for the step's metadata (reused).

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/sampling.h"
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace tachyon {
@@ -99,6 +100,20 @@ class LanguageModel {
   virtual void init_kv_cache(int32_t num_blocks, int32_t block_size) = 0;
   // Copies whole blocks (src -> dst) in every layer: copy-on-write for shared prefixes.
   virtual void copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) = 0;
+  // (Re)allocates swap space: host memory for num_blocks blocks of the cache's shape,
+  // where preempted sequences are kept instead of recomputed (init_kv_cache first).
+  // False, with nothing allocated, for a model that cannot swap.
+  virtual bool init_kv_swap(int32_t num_blocks) {
+    (void)num_blocks;
+    return false;
+  }
+  // Copies whole blocks in every layer: out (cache block -> swap block), then in (swap
+  // block -> cache block), ordered before the next forward pass.
+  virtual void swap_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& out,
+                              const std::vector<std::pair<int32_t, int32_t>>& in) {
+    if (!out.empty() || !in.empty())
+      raise<InvalidArgument>("swap_kv_blocks: this model has no swap space");
+  }
 
   // Runs the decoder over the batch: writes this step's K/V into the cache blocks named
   // by the block tables and returns float32 logits [logits_rows.size(), vocab_size] on
