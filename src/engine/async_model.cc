@@ -76,7 +76,17 @@ AsyncModel::AsyncModel(std::shared_ptr<LanguageModel> model,
   max_seq_len_ = model_->max_seq_len();
   num_blocks_ = resolve_num_blocks(config_, *model_);
   model_->init_kv_cache(num_blocks_, config_.block_size);
-  kv_ = std::make_unique<KVCacheManager>(num_blocks_, config_.block_size);
+  if (config_.swap_space_bytes < 0)
+    raise<InvalidArgument>("swap_space_bytes {} must be >= 0", config_.swap_space_bytes);
+  int32_t swap_blocks = static_cast<int32_t>(
+      std::min<int64_t>(config_.swap_space_bytes /
+                            static_cast<int64_t>(model_->kv_bytes_per_block(config_.block_size)),
+                        std::numeric_limits<int32_t>::max() / 2));
+  if (swap_blocks > 0 && !model_->init_kv_swap(swap_blocks)) {
+    log_warning("engine: the model cannot swap KV blocks; preempted requests are recomputed");
+    swap_blocks = 0;
+  }
+  kv_ = std::make_unique<KVCacheManager>(num_blocks_, config_.block_size, swap_blocks);
   SchedulerConfig sc;
   sc.max_num_seqs = config_.max_num_seqs;
   sc.max_num_batched_tokens = config_.max_num_batched_tokens;
@@ -87,12 +97,16 @@ AsyncModel::AsyncModel(std::shared_ptr<LanguageModel> model,
   base_seed_ =
       splitmix64(std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32));
   loop_stats_.num_kv_blocks = num_blocks_;
+  loop_stats_.num_swap_blocks = swap_blocks;
   loop_stats_.block_size = config_.block_size;
   update_stats();
   device_sampling_ = config_.device_sampling && model_->samples_on_device();
   inbox_ = std::make_shared<Inbox>();
-  log_info("engine: {} KV blocks of {} tokens, max {} sequences, {} tokens per step", num_blocks_,
-           config_.block_size, config_.max_num_seqs, config_.max_num_batched_tokens);
+  log_info(
+      "engine: {} KV blocks of {} tokens ({} in swap space), max {} sequences, {} tokens "
+      "per step",
+      num_blocks_, config_.block_size, swap_blocks, config_.max_num_seqs,
+      config_.max_num_batched_tokens);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -306,6 +320,14 @@ void AsyncModel::step() {
     ++reqs_.at(g)->timings.num_preemptions;
     ++loop_stats_.num_preemptions;
   }
+  loop_stats_.num_swap_outs = scheduler_->num_swap_outs();
+  // The scheduler has already moved these blocks in its books (even for a plan that runs
+  // nothing): a failure here leaves the cache unlike them.
+  try {
+    executor_.move_blocks(plan);
+  } catch (const std::exception& e) {
+    return die(fmt::format("moving KV blocks: {}", e.what()));
+  }
   if (plan.empty()) {
     if (plan.preempted_groups.empty()) {
       // Nothing can run although requests wait: refuse the head rather than spin.
@@ -329,8 +351,9 @@ void AsyncModel::step() {
     }
   }
   loop_stats_.tokens_computed += plan.num_batched_tokens;
-  ForwardBatch batch = build_forward_batch(
-      plan, [this](int64_t id) { return std::span<const int32_t>(seqs_.at(id)->tokens); });
+  ForwardBatch& batch = batch_;
+  build_forward_batch(
+      plan, [this](int64_t id) { return std::span<const int32_t>(seqs_.at(id)->tokens); }, &batch);
   add_sampling(plan, &batch);
   const auto t1 = Clock::now();
   const double c1 = thread_cpu_ms();
@@ -378,7 +401,7 @@ void AsyncModel::run_forward(const SchedulerOutput& plan, const ForwardBatch& ba
   std::vector<const ScheduledSeq*> all;
   for (const auto& s : plan.seqs) all.push_back(&s);
   try {
-    take_rows(all, executor_.execute(plan, batch), batch.logits_rows.size());
+    take_rows(all, executor_.forward(batch), batch.logits_rows.size());
     return;
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kInternal) return die(e.what());
@@ -387,7 +410,7 @@ void AsyncModel::run_forward(const SchedulerOutput& plan, const ForwardBatch& ba
   } catch (const std::exception& e) {
     return die(e.what());
   }
-  // Find the sequences at fault: run each alone (the block copies are already done;
+  // Find the sequences at fault: run each alone (the block moves are already done;
   // writing the same K/V again is harmless).
   std::unordered_map<int64_t, ErrorInfo> failed;
   for (const auto& s : plan.seqs) {
@@ -395,8 +418,9 @@ void AsyncModel::run_forward(const SchedulerOutput& plan, const ForwardBatch& ba
     SchedulerOutput one;
     one.seqs.push_back(s);
     one.num_batched_tokens = s.num_tokens;
-    ForwardBatch b = build_forward_batch(
-        one, [this](int64_t id) { return std::span<const int32_t>(seqs_.at(id)->tokens); });
+    ForwardBatch b;
+    build_forward_batch(
+        one, [this](int64_t id) { return std::span<const int32_t>(seqs_.at(id)->tokens); }, &b);
     add_sampling(one, &b);
     try {
       take_rows({&s}, executor_.forward(b), b.logits_rows.size());
@@ -444,16 +468,21 @@ void AsyncModel::add_sampling(const SchedulerOutput& plan, ForwardBatch* batch) 
       sb.adjust_start.push_back(static_cast<int32_t>(sb.adjustments.size()));
     }
   }
-  if (!sb.any_on_device()) sb = SamplingBatch{};
+  if (!sb.any_on_device()) {  // empty: every row's logits come back (kept buffers)
+    sb.rows.clear();
+    sb.adjustments.clear();
+    sb.adjust_start.clear();
+  }
 }
 
 void AsyncModel::update_stats() {
   std::lock_guard<std::mutex> lock(stats_mu_);
   EngineStats& s = loop_stats_;
   const int64_t submitted = stats_.requests_submitted;
-  s.num_waiting = scheduler_->num_waiting();
+  s.num_waiting = scheduler_->num_waiting() + scheduler_->num_swapped();
   s.num_running = scheduler_->num_running();
   s.num_free_blocks = kv_->num_free_blocks();
+  s.num_free_swap_blocks = kv_->num_free_swap_blocks();
   stats_ = s;
   stats_.requests_submitted = submitted;
 }

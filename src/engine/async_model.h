@@ -48,6 +48,9 @@ struct EngineConfig {
   int64_t memory_available_bytes = 0;
   // Share of blocks that admissions leave free for running requests to grow into.
   double kv_reserve_fraction = 0.02;
+  // Host memory for preempted sequences' KV blocks (swapped out and back instead of
+  // recomputed), where the model can swap (LanguageModel::init_kv_swap); 0: none.
+  int64_t swap_space_bytes = 0;
 
   int32_t max_num_seqs = 128;            // sequences in flight
   int32_t max_num_batched_tokens = 512;  // tokens per step (>= max_num_seqs)
@@ -62,13 +65,16 @@ struct EngineConfig {
 
 struct EngineStats {
   bool healthy = true;
-  int32_t num_waiting = 0;  // requests, not sequences
+  int32_t num_waiting = 0;  // requests, not sequences (swapped-out ones included)
   int32_t num_running = 0;
   int32_t num_kv_blocks = 0;
   int32_t num_free_blocks = 0;
   int32_t block_size = 0;
   int64_t num_steps = 0;
-  int64_t num_preemptions = 0;
+  int64_t num_preemptions = 0;  // swapped out or sent back to be recomputed
+  int64_t num_swap_outs = 0;    // of those, swapped out
+  int32_t num_swap_blocks = 0;
+  int32_t num_free_swap_blocks = 0;
   int64_t requests_submitted = 0;
   int64_t requests_finished = 0;
   int64_t tokens_computed = 0;   // tokens through the model (prompts, recomputes, decodes)
@@ -77,8 +83,8 @@ struct EngineStats {
   // scheduling, the forward pass, sampling, pushing events), and parts of it; everything
   // but the forward pass is the engine's overhead.
   double step_ms = 0;
-  double schedule_ms = 0;  // scheduler and batch building
-  double forward_ms = 0;   // LanguageModel::forward and block copies
+  double schedule_ms = 0;  // scheduler, queueing the block moves, batch building
+  double forward_ms = 0;   // LanguageModel::forward_sample
   double sample_ms = 0;    // sampling, detokenizing, streaming
   // CPU time of the engine thread in the same phases: what the engine itself costs,
   // unaffected by other processes competing for the cores.
@@ -165,6 +171,7 @@ class AsyncModel {
   std::unique_ptr<KVCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   ModelExecutor executor_;
+  ForwardBatch batch_;             // the step's batch, rebuilt in place every step
   std::vector<Sampler> samplers_;  // one per compute thread
   bool device_sampling_ = false;   // config_.device_sampling and the model can
   std::unordered_map<int64_t, std::unique_ptr<Req>> reqs_;

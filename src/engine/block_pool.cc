@@ -81,8 +81,8 @@ std::vector<int32_t> BlockPool::free_list() const {
   return out;
 }
 
-KVCacheManager::KVCacheManager(int32_t num_blocks, int32_t block_size)
-    : pool_(num_blocks), block_size_(block_size) {
+KVCacheManager::KVCacheManager(int32_t num_blocks, int32_t block_size, int32_t num_swap_blocks)
+    : pool_(num_blocks), block_size_(block_size), swap_pool_(num_swap_blocks) {
   TACHYON_CHECK_GT(block_size, 0);
 }
 
@@ -146,12 +146,54 @@ void KVCacheManager::fork(int64_t parent, int64_t child) {
 }
 
 void KVCacheManager::free(int64_t seq) {
+  if (auto sw = swapped_.find(seq); sw != swapped_.end()) {
+    for (int32_t b : sw->second) swap_pool_.release(b);
+    swapped_.erase(sw);
+  }
   auto it = tables_.find(seq);
   if (it == tables_.end()) return;
   // Last block first: the blocks at the end of a sequence are the least likely to be
   // shared by another prompt, so they should be reused before its first blocks.
   for (auto b = it->second.rbegin(); b != it->second.rend(); ++b) pool_.release(*b);
   tables_.erase(it);
+}
+
+bool KVCacheManager::can_swap_out(int64_t seq) const {
+  auto it = tables_.find(seq);
+  if (it == tables_.end() || swapped_.count(seq)) return false;
+  if (static_cast<int64_t>(it->second.size()) > swap_pool_.num_free()) return false;
+  for (int32_t b : it->second)
+    if (pool_.ref_count(b) != 1) return false;
+  return true;
+}
+
+bool KVCacheManager::swap_out(int64_t seq, std::vector<BlockCopy>* pairs) {
+  if (!can_swap_out(seq)) return false;
+  auto it = tables_.find(seq);
+  std::vector<int32_t> slots;
+  const bool ok = swap_pool_.allocate(static_cast<int32_t>(it->second.size()), &slots);
+  TACHYON_CHECK(ok, "swap space for sequence {} was not available", seq);
+  for (size_t i = 0; i < slots.size(); ++i) pairs->push_back({it->second[i], slots[i]});
+  free(seq);
+  swapped_[seq] = std::move(slots);
+  return true;
+}
+
+int32_t KVCacheManager::swapped_blocks(int64_t seq) const {
+  auto it = swapped_.find(seq);
+  return it == swapped_.end() ? 0 : static_cast<int32_t>(it->second.size());
+}
+
+bool KVCacheManager::swap_in(int64_t seq, std::vector<BlockCopy>* pairs) {
+  auto it = swapped_.find(seq);
+  if (it == swapped_.end() || tables_.count(seq)) return false;
+  std::vector<int32_t> blocks;
+  if (!pool_.allocate(static_cast<int32_t>(it->second.size()), &blocks)) return false;
+  for (size_t i = 0; i < blocks.size(); ++i) pairs->push_back({it->second[i], blocks[i]});
+  for (int32_t b : it->second) swap_pool_.release(b);
+  swapped_.erase(it);
+  tables_[seq] = std::move(blocks);
+  return true;
 }
 
 int64_t KVCacheManager::worst_case_blocks(int64_t max_len, int64_t width, int32_t block_size) {

@@ -59,9 +59,14 @@ struct BlockCopy {
 // Block tables of the live sequences. A sequence's table covers its positions in
 // order: block i holds positions [i * block_size, (i + 1) * block_size). Tables may
 // share blocks (forks); a shared block is copied before it is written (copy-on-write).
+//
+// Swap space (num_swap_blocks > 0): a second pool of blocks in host memory. A sequence
+// whose blocks are all its own can be swapped out (its table moves to swap blocks, the
+// cache blocks are freed) and later swapped in (fresh cache blocks, the swap blocks
+// freed); the model copies the contents as the returned pairs say.
 class KVCacheManager {
  public:
-  KVCacheManager(int32_t num_blocks, int32_t block_size);
+  KVCacheManager(int32_t num_blocks, int32_t block_size, int32_t num_swap_blocks = 0);
 
   int32_t block_size() const { return block_size_; }
   int32_t num_blocks() const { return pool_.num_blocks(); }
@@ -93,6 +98,22 @@ class KVCacheManager {
   // the most one request can ever hold at once.
   static int64_t worst_case_blocks(int64_t max_len, int64_t width, int32_t block_size);
 
+  // ---- swap space ----
+  int32_t num_swap_blocks() const { return swap_pool_.num_blocks(); }
+  int32_t num_free_swap_blocks() const { return swap_pool_.num_free(); }
+  // Whether swap_out(seq) would succeed: the sequence has a table, shares none of its
+  // blocks, and the swap space has room for all of them.
+  bool can_swap_out(int64_t seq) const;
+  // Moves the sequence's blocks to swap space: `pairs` gets (cache block, swap block)
+  // for every block, in table order, and the cache blocks are freed. All or nothing.
+  bool swap_out(int64_t seq, std::vector<BlockCopy>* pairs);
+  bool is_swapped(int64_t seq) const { return swapped_.count(seq) > 0; }
+  // Cache blocks swap_in(seq) takes (0 for a sequence not swapped out).
+  int32_t swapped_blocks(int64_t seq) const;
+  // Moves a swapped-out sequence back: `pairs` gets (swap block, cache block) for every
+  // block, the swap blocks are freed. All or nothing (false when the cache is short).
+  bool swap_in(int64_t seq, std::vector<BlockCopy>* pairs);
+
  private:
   int32_t blocks_for(int64_t tokens) const {
     return static_cast<int32_t>((tokens + block_size_ - 1) / block_size_);
@@ -101,6 +122,8 @@ class KVCacheManager {
   BlockPool pool_;
   int32_t block_size_;
   std::unordered_map<int64_t, std::vector<int32_t>> tables_;
+  BlockPool swap_pool_;
+  std::unordered_map<int64_t, std::vector<int32_t>> swapped_;  // tables in swap blocks
 };
 
 }  // namespace tachyon

@@ -6,8 +6,23 @@
 
 namespace tachyon {
 
-ForwardBatch build_forward_batch(const SchedulerOutput& plan, const TokenSource& tokens) {
-  ForwardBatch b;
+void build_forward_batch(const SchedulerOutput& plan, const TokenSource& tokens,
+                         ForwardBatch* out) {
+  // Cleared, not replaced: the engine passes the same batch every step, so its buffers
+  // keep their capacity (a fresh block table of ~1,000 sequences is a new mapping and
+  // its page faults every step).
+  ForwardBatch& b = *out;
+  b.token_ids.clear();
+  b.positions.clear();
+  b.query_start.clear();
+  b.context_lens.clear();
+  b.block_tables.clear();
+  b.prompt_lens.clear();
+  b.layouts.clear();
+  b.logits_rows.clear();
+  b.sampling.rows.clear();
+  b.sampling.adjustments.clear();
+  b.sampling.adjust_start.clear();
   const size_t n = plan.seqs.size();
   b.token_ids.reserve(static_cast<size_t>(plan.num_batched_tokens));
   b.positions.reserve(static_cast<size_t>(plan.num_batched_tokens));
@@ -36,17 +51,23 @@ ForwardBatch build_forward_batch(const SchedulerOutput& plan, const TokenSource&
               b.block_tables.begin() + static_cast<ptrdiff_t>(i * static_cast<size_t>(max_blocks)));
     for (int32_t k = s.num_logits; k > 0; --k) b.logits_rows.push_back(end - k);
   }
-  return b;
 }
 
-ForwardOutput ModelExecutor::execute(const SchedulerOutput& plan, const ForwardBatch& batch) {
-  if (!plan.copies.empty()) {
-    std::vector<std::pair<int32_t, int32_t>> pairs;
-    pairs.reserve(plan.copies.size());
-    for (const auto& c : plan.copies) pairs.emplace_back(c.src, c.dst);
-    model_->copy_kv_blocks(pairs);
-  }
-  return model_->forward_sample(batch);
+namespace {
+
+std::vector<std::pair<int32_t, int32_t>> block_pairs(const std::vector<BlockCopy>& copies) {
+  std::vector<std::pair<int32_t, int32_t>> pairs;
+  pairs.reserve(copies.size());
+  for (const auto& c : copies) pairs.emplace_back(c.src, c.dst);
+  return pairs;
+}
+
+}  // namespace
+
+void ModelExecutor::move_blocks(const SchedulerOutput& plan) {
+  if (!plan.swap_out.empty() || !plan.swap_in.empty())
+    model_->swap_kv_blocks(block_pairs(plan.swap_out), block_pairs(plan.swap_in));
+  if (!plan.copies.empty()) model_->copy_kv_blocks(block_pairs(plan.copies));
 }
 
 }  // namespace tachyon

@@ -36,6 +36,12 @@ std::vector<int64_t> Scheduler::waiting_groups() const {
   return out;
 }
 
+std::vector<int64_t> Scheduler::swapped_groups() const {
+  std::vector<int64_t> out;
+  for (const auto& k : swapped_) out.push_back(k.second);
+  return out;
+}
+
 std::vector<int64_t> Scheduler::running_groups() const {
   std::vector<int64_t> out;
   for (const auto& k : running_) out.push_back(k.second);
@@ -99,6 +105,8 @@ void Scheduler::remove_group(int64_t group_id) {
   if (g.running) {
     running_.erase({g.arrival, g.id});
     running_width_ -= g.max_width;
+  } else if (g.swapped) {
+    swapped_.erase({g.arrival, g.id});
   } else {
     waiting_.erase({g.arrival, g.id});
   }
@@ -204,16 +212,24 @@ void Scheduler::apply_plan(Group& g, const Plan& plan, SchedulerOutput* out) {
 
 void Scheduler::preempt(Group& g, SchedulerOutput* out) {
   TACHYON_CHECK(g.running);
+  running_.erase({g.arrival, g.id});
+  running_width_ -= g.max_width;
+  g.running = false;
+  out->preempted_groups.push_back(g.id);
+  ++num_preemptions_;
+  // Swapped out, it keeps what it computed; the group was not scheduled in this step
+  // (the victim is the newest running group, and groups are planned oldest first).
+  if (g.seqs.size() == 1 && kv_->swap_out(g.seqs[0], &out->swap_out)) {
+    g.swapped = true;
+    swapped_.insert({g.arrival, g.id});
+    ++num_swap_outs_;
+    return;
+  }
   for (int64_t s : g.seqs) {
     kv_->free(s);
     seqs_.at(s).num_computed = 0;
   }
-  running_.erase({g.arrival, g.id});
-  running_width_ -= g.max_width;
-  g.running = false;
   waiting_.insert({g.arrival, g.id});
-  out->preempted_groups.push_back(g.id);
-  ++num_preemptions_;
 }
 
 void Scheduler::schedule_running(SchedulerOutput* out, int32_t* token_budget) {
@@ -248,6 +264,36 @@ void Scheduler::schedule_running(SchedulerOutput* out, int32_t* token_budget) {
   }
 }
 
+void Scheduler::start_group(Group& g, const Plan& plan, SchedulerOutput* out,
+                            int32_t* token_budget) {
+  running_.insert({g.arrival, g.id});
+  running_width_ += g.max_width;
+  g.running = true;
+  if (plan.status != Plan::kOk) return;
+  apply_plan(g, plan, out);
+  for (int32_t t : plan.take) *token_budget -= t;
+}
+
+bool Scheduler::swap_in_groups(SchedulerOutput* out, int32_t* token_budget) {
+  while (!swapped_.empty()) {
+    Group& g = groups_.at(swapped_.begin()->second);
+    if (running_width_ + g.max_width > config_.max_num_seqs) return false;
+    // Its blocks, the ones its next tokens need, and the admissions' reserve.
+    const int64_t s = g.seqs[0];
+    const SeqState& st = seqs_.at(s);
+    const int64_t have = kv_->swapped_blocks(s);
+    const int64_t next = (int64_t{st.num_tokens} + kv_->block_size() - 1) / kv_->block_size();
+    const int32_t reserve = running_.empty() ? 0 : config_.reserve_blocks;
+    if (std::max(have, next) + reserve > kv_->num_free_blocks()) return false;
+    const bool ok = kv_->swap_in(s, &out->swap_in);
+    TACHYON_CHECK(ok, "cache blocks for sequence {} were not available", s);
+    swapped_.erase(swapped_.begin());
+    g.swapped = false;
+    start_group(g, plan_group(g, *token_budget, kv_->num_free_blocks()), out, token_budget);
+  }
+  return true;
+}
+
 void Scheduler::admit_waiting(SchedulerOutput* out, int32_t* token_budget) {
   while (!waiting_.empty() && *token_budget > 0) {
     Group& g = groups_.at(waiting_.begin()->second);
@@ -264,11 +310,7 @@ void Scheduler::admit_waiting(SchedulerOutput* out, int32_t* token_budget) {
     const Plan plan = plan_group(g, *token_budget, kv_->num_free_blocks());
     if (plan.status != Plan::kOk) break;
     waiting_.erase(waiting_.begin());
-    running_.insert({g.arrival, g.id});
-    running_width_ += g.max_width;
-    g.running = true;
-    apply_plan(g, plan, out);
-    for (int32_t t : plan.take) *token_budget -= t;
+    start_group(g, plan, out, token_budget);
   }
 }
 
@@ -277,8 +319,10 @@ SchedulerOutput Scheduler::schedule() {
   int32_t token_budget = config_.max_num_batched_tokens;
   schedule_running(&out, &token_budget);
   // A group preempted in this step waits at least one step, so that the blocks it gave
-  // up go to the groups that needed them.
-  if (out.preempted_groups.empty()) admit_waiting(&out, &token_budget);
+  // up go to the groups that needed them; swapped-out groups, older than any waiting
+  // one, come back first.
+  if (out.preempted_groups.empty() && swap_in_groups(&out, &token_budget))
+    admit_waiting(&out, &token_budget);
   return out;
 }
 

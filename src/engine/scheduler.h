@@ -13,7 +13,11 @@
 // then waiting groups in FIFO order (the head blocks those behind it: no starvation),
 // admitted only if their whole current length fits beside a reserve of free blocks.
 // When a running group cannot get its blocks, the most recently arrived running group
-// is preempted: its blocks are freed and it is recomputed later from its tokens.
+// is preempted. With swap space (KVCacheManager::num_swap_blocks) a group of one
+// sequence that shares no block is swapped out: its blocks move to host memory, and it
+// is swapped back in, where it left off, before any waiting group is admitted (oldest
+// first, beside the same reserve). Otherwise its blocks are freed and it is recomputed
+// later from its tokens.
 // A prompt whose leading tokens attend bidirectionally (PromptLayout::atomic_len, a
 // prefix LM) has them computed in one chunk: a chunk that starts inside them reaches
 // their end or is not scheduled.
@@ -54,7 +58,11 @@ struct SchedulerOutput {
   std::vector<ScheduledSeq> seqs;
   std::vector<BlockCopy> copies;          // copy-on-write, before the forward pass
   std::vector<int64_t> sampled_groups;    // groups whose sequences all caught up
-  std::vector<int64_t> preempted_groups;  // groups sent back to wait (KV freed)
+  std::vector<int64_t> preempted_groups;  // groups sent back to wait (swapped out or freed)
+  // Block moves before the forward pass, in this order: cache -> swap space (cache
+  // block, swap block), then swap space -> cache (swap block, cache block).
+  std::vector<BlockCopy> swap_out;
+  std::vector<BlockCopy> swap_in;
   int32_t num_batched_tokens = 0;
   bool empty() const { return seqs.empty(); }
 };
@@ -82,8 +90,10 @@ class Scheduler {
   SchedulerOutput schedule();
 
   bool has_group(int64_t group_id) const { return groups_.count(group_id) > 0; }
-  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  bool has_work() const { return !waiting_.empty() || !running_.empty() || !swapped_.empty(); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  int32_t num_swapped() const { return static_cast<int32_t>(swapped_.size()); }
+  int64_t num_swap_outs() const { return num_swap_outs_; }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }
   const SchedulerConfig& config() const { return config_; }
@@ -99,6 +109,7 @@ class Scheduler {
   const SeqState& seq_state(int64_t seq_id) const;
   std::vector<int64_t> waiting_groups() const;  // arrival order
   std::vector<int64_t> running_groups() const;  // arrival order
+  std::vector<int64_t> swapped_groups() const;  // arrival order
   const std::vector<int64_t>& group_seqs(int64_t group_id) const;
 
  private:
@@ -107,6 +118,7 @@ class Scheduler {
     uint64_t arrival = 0;
     int32_t max_width = 1;
     bool running = false;
+    bool swapped = false;  // its sequence's blocks are in swap space
     std::vector<int64_t> seqs;
   };
   struct Plan {
@@ -123,6 +135,10 @@ class Scheduler {
   void preempt(Group& g, SchedulerOutput* out);
   void schedule_running(SchedulerOutput* out, int32_t* token_budget);
   void admit_waiting(SchedulerOutput* out, int32_t* token_budget);
+  // Swaps groups back in, oldest first; false while some remain swapped out.
+  bool swap_in_groups(SchedulerOutput* out, int32_t* token_budget);
+  // Makes a group running and applies its plan when that is kOk.
+  void start_group(Group& g, const Plan& plan, SchedulerOutput* out, int32_t* token_budget);
 
   SchedulerConfig config_;
   KVCacheManager* kv_;
@@ -130,9 +146,11 @@ class Scheduler {
   std::unordered_map<int64_t, SeqState> seqs_;
   std::set<Key> waiting_;
   std::set<Key> running_;
+  std::set<Key> swapped_;
   int32_t running_width_ = 0;  // seats held by running groups
   uint64_t next_arrival_ = 0;
   int64_t num_preemptions_ = 0;
+  int64_t num_swap_outs_ = 0;
 };
 
 }  // namespace tachyon

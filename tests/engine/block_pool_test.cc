@@ -132,6 +132,57 @@ TEST(KVCacheManager, MaxWritable) {
   EXPECT_EQ(kv.max_writable(2, 4, 1), 4);  // position 4 begins block 1
 }
 
+TEST(KVCacheManager, SwapsOutAndBackIn) {
+  KVCacheManager kv(6, 4, 3);
+  std::vector<BlockCopy> copies, pairs;
+  ASSERT_TRUE(kv.prepare_write(1, 0, 10, &copies));  // blocks 0 1 2
+  ASSERT_TRUE(kv.prepare_write(2, 0, 4, &copies));   // block 3
+  EXPECT_TRUE(kv.can_swap_out(1));
+  ASSERT_TRUE(kv.swap_out(1, &pairs));
+  EXPECT_THAT(pairs, ElementsAre(BlockCopy{0, 0}, BlockCopy{1, 1}, BlockCopy{2, 2}));
+  EXPECT_TRUE(kv.is_swapped(1));
+  EXPECT_FALSE(kv.has(1));
+  EXPECT_EQ(kv.swapped_blocks(1), 3);
+  EXPECT_EQ(kv.num_free_blocks(), 5);
+  EXPECT_EQ(kv.num_free_swap_blocks(), 0);
+  EXPECT_FALSE(kv.can_swap_out(2));  // no swap space left
+  pairs.clear();
+  EXPECT_FALSE(kv.swap_out(2, &pairs));
+  EXPECT_TRUE(pairs.empty());
+  // The freed blocks go to another sequence; swapping back in takes fresh ones.
+  ASSERT_TRUE(kv.prepare_write(2, 4, 8, &copies));  // block 4 (least recently freed)
+  ASSERT_TRUE(kv.swap_in(1, &pairs));
+  EXPECT_THAT(pairs, ElementsAre(BlockCopy{0, 5}, BlockCopy{1, 2}, BlockCopy{2, 1}));
+  EXPECT_THAT(kv.block_table(1), ElementsAre(5, 2, 1));
+  EXPECT_FALSE(kv.is_swapped(1));
+  EXPECT_EQ(kv.num_free_swap_blocks(), 3);
+  EXPECT_EQ(kv.num_free_blocks(), 1);
+  EXPECT_FALSE(kv.swap_in(1, &pairs));  // not swapped out
+}
+
+TEST(KVCacheManager, SwapRefusesSharedBlocksAndAShortCache) {
+  KVCacheManager kv(4, 4, 8);
+  std::vector<BlockCopy> copies, pairs;
+  ASSERT_TRUE(kv.prepare_write(1, 0, 8, &copies));
+  kv.fork(1, 2);
+  EXPECT_FALSE(kv.can_swap_out(1));
+  EXPECT_FALSE(kv.swap_out(2, &pairs));
+  kv.free(2);
+  ASSERT_TRUE(kv.swap_out(1, &pairs));
+  // The cache fills up meanwhile: swap_in changes nothing when it cannot have 2 blocks.
+  ASSERT_TRUE(kv.prepare_write(3, 0, 13, &copies));
+  pairs.clear();
+  EXPECT_FALSE(kv.swap_in(1, &pairs));
+  EXPECT_TRUE(pairs.empty());
+  EXPECT_TRUE(kv.is_swapped(1));
+  EXPECT_EQ(kv.num_free_swap_blocks(), 6);
+  // Freeing a swapped-out sequence releases its swap blocks.
+  kv.free(1);
+  EXPECT_FALSE(kv.is_swapped(1));
+  EXPECT_EQ(kv.num_free_swap_blocks(), 8);
+  EXPECT_FALSE(KVCacheManager(4, 4).can_swap_out(1));
+}
+
 TEST(KVCacheManager, RandomForksAndFreesKeepCountsConsistent) {
   // Random forks, writes and frees; after every operation each block's count must be
   // the number of tables holding it.

@@ -37,9 +37,10 @@ const Kjv& kjv() {
 }
 
 std::unique_ptr<AsyncModel> engine(int32_t blocks, int32_t max_batch_tokens = 256,
-                                   bool device_sampling = true) {
+                                   bool device_sampling = true, int64_t swap_bytes = 0) {
   EngineConfig c;
   c.device_sampling = device_sampling;
+  c.swap_space_bytes = swap_bytes;
   c.num_kv_blocks = blocks;
   c.block_size = 16;
   c.max_num_seqs = 64;
@@ -186,6 +187,37 @@ TEST(KjvEngine, PreemptionKeepsOutputs) {
   }
   EXPECT_GT(preemptions, 0);
   EXPECT_EQ(tiny, ample);
+}
+
+// Preempted requests swapped out to host memory and back resume where they left off:
+// the same outputs as with room for all, and fewer tokens through the model than when
+// they are recomputed.
+TEST(KjvEngine, SwappedOutRequestsKeepOutputsWithoutRecompute) {
+  const auto reqs = requests(32);
+  std::vector<std::vector<int32_t>> ample, swapped;
+  int64_t recompute_tokens = 0;
+  {
+    auto e = engine(1024);
+    ample = run_together(*e, reqs);
+  }
+  {
+    auto e = engine(6);
+    run_together(*e, reqs);
+    recompute_tokens = e->stats().tokens_computed;
+  }
+  {
+    const int64_t block_bytes = static_cast<int64_t>(kjv().model->kv_bytes_per_block(16));
+    auto e = engine(6, 256, true, 64 * block_bytes);
+    swapped = run_together(*e, reqs);
+    const auto s = e->stats();
+    EXPECT_EQ(s.num_swap_blocks, 64);
+    EXPECT_GT(s.num_swap_outs, 0);
+    EXPECT_EQ(s.num_swap_outs, s.num_preemptions);  // every request here fits the swap space
+    EXPECT_EQ(s.num_free_blocks, s.num_kv_blocks);
+    EXPECT_EQ(s.num_free_swap_blocks, s.num_swap_blocks);
+    EXPECT_LT(s.tokens_computed, recompute_tokens);
+  }
+  EXPECT_EQ(swapped, ample);
 }
 
 }  // namespace

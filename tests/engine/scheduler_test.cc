@@ -23,8 +23,8 @@ std::string describe(const SchedulerOutput& out) {
 }
 
 struct Fixture {
-  Fixture(int32_t blocks, int32_t block_size, SchedulerConfig c)
-      : kv(blocks, block_size), s(c, &kv) {}
+  Fixture(int32_t blocks, int32_t block_size, SchedulerConfig c, int32_t swap_blocks = 0)
+      : kv(blocks, block_size, swap_blocks), s(c, &kv) {}
   KVCacheManager kv;
   Scheduler s;
 };
@@ -269,6 +269,114 @@ TEST(Scheduler, PreemptedGroupRecomputesAllItsSequencesBeforeSampling) {
   EXPECT_THAT(out.sampled_groups, ElementsAre(200));
   f.s.remove_group(200);
   EXPECT_EQ(f.kv.num_free_blocks(), 6);
+}
+
+// The scenario of PreemptsTheMostRecentAndRecomputesIt up to the step where A needs B's
+// blocks (6 blocks of 4 tokens): A at 13 tokens, B (3 blocks) at 11 with 10 computed.
+SchedulerOutput run_to_preemption(Fixture& f) {
+  f.s.add_group(1, 10, 8, 1);
+  f.s.add_group(2, 20, 8, 1);
+  EXPECT_EQ(describe(f.s.schedule()), "10:0+8*");
+  f.s.append_token(10);
+  EXPECT_EQ(describe(f.s.schedule()), "10:8+1* 20:0+7");
+  f.s.append_token(10);
+  EXPECT_EQ(describe(f.s.schedule()), "10:9+1* 20:7+1*");
+  f.s.append_token(10);
+  f.s.append_token(20);
+  EXPECT_EQ(describe(f.s.schedule()), "10:10+1* 20:8+1*");
+  f.s.append_token(10);
+  f.s.append_token(20);
+  EXPECT_EQ(describe(f.s.schedule()), "10:11+1* 20:9+1*");
+  f.s.append_token(10);
+  f.s.append_token(20);
+  return f.s.schedule();
+}
+
+// With swap space, B's blocks go to host memory and come back, and B goes on from the
+// token it was at.
+TEST(Scheduler, SwapsOutTheMostRecentAndResumesWhereItLeftOff) {
+  Fixture f(6, 4, config(4, 8), 4);
+  auto out = run_to_preemption(f);
+  EXPECT_THAT(out.preempted_groups, ElementsAre(2));
+  EXPECT_EQ(describe(out), "10:12+1*");
+  EXPECT_THAT(out.swap_out, ElementsAre(BlockCopy{3, 0}, BlockCopy{4, 1}, BlockCopy{5, 2}));
+  EXPECT_THAT(out.swap_in, IsEmpty());
+  EXPECT_THAT(out.seqs[0].block_table, ElementsAre(0, 1, 2, 5));
+  EXPECT_THAT(f.s.swapped_groups(), ElementsAre(2));
+  EXPECT_THAT(f.s.waiting_groups(), IsEmpty());
+  EXPECT_EQ(f.s.seq_state(20).num_computed, 10);
+  EXPECT_EQ(f.s.num_preemptions(), 1);
+  EXPECT_EQ(f.s.num_swap_outs(), 1);
+  EXPECT_EQ(f.kv.num_free_swap_blocks(), 1);
+  EXPECT_TRUE(f.s.has_work());
+
+  // B's 3 blocks do not fit beside A's 4, and a newer request that would fit waits
+  // behind it.
+  f.s.append_token(10);
+  f.s.add_group(3, 30, 3, 1);
+  EXPECT_EQ(describe(f.s.schedule()), "10:13+1*");
+  EXPECT_THAT(f.s.waiting_groups(), ElementsAre(3));
+  f.s.remove_group(1);
+  out = f.s.schedule();
+  EXPECT_EQ(describe(out), "20:10+1* 30:0+3*");
+  EXPECT_THAT(out.swap_in, ElementsAre(BlockCopy{0, 4}, BlockCopy{1, 3}, BlockCopy{2, 5}));
+  EXPECT_THAT(out.seqs[0].block_table, ElementsAre(4, 3, 5));
+  EXPECT_THAT(out.sampled_groups, ElementsAre(2, 3));
+  EXPECT_THAT(f.s.swapped_groups(), IsEmpty());
+  EXPECT_EQ(f.kv.num_free_swap_blocks(), 4);
+  f.s.remove_group(2);
+  f.s.remove_group(3);
+  EXPECT_EQ(f.kv.num_free_blocks(), 6);
+}
+
+TEST(Scheduler, RecomputesWhatTheSwapSpaceCannotHold) {
+  // Two swap blocks for B's three: B is recomputed.
+  Fixture f(6, 4, config(4, 8), 2);
+  auto out = run_to_preemption(f);
+  EXPECT_THAT(out.preempted_groups, ElementsAre(2));
+  EXPECT_THAT(out.swap_out, IsEmpty());
+  EXPECT_THAT(f.s.waiting_groups(), ElementsAre(2));
+  EXPECT_THAT(f.s.swapped_groups(), IsEmpty());
+  EXPECT_EQ(f.s.seq_state(20).num_computed, 0);
+  EXPECT_EQ(f.s.num_swap_outs(), 0);
+  EXPECT_EQ(f.kv.num_free_swap_blocks(), 2);
+}
+
+TEST(Scheduler, RecomputesAGroupOfSeveralSequences) {
+  Fixture f(6, 4, config(3, 4), 16);
+  f.s.add_group(100, 1, 4, 1);
+  f.s.add_group(200, 10, 3, 2);
+  EXPECT_EQ(describe(f.s.schedule()), "1:0+4*");
+  f.s.append_token(1);
+  EXPECT_EQ(describe(f.s.schedule()), "1:4+1* 10:0+3*");
+  f.s.fork_seq(10, 11);
+  for (int i = 0; i < 3; ++i) {
+    for (int64_t s : {1, 10, 11}) f.s.append_token(s);
+    f.s.schedule();
+  }
+  for (int64_t s : {1, 10, 11}) f.s.append_token(s);
+  auto out = f.s.schedule();
+  EXPECT_THAT(out.preempted_groups, ElementsAre(200));
+  EXPECT_THAT(out.swap_out, IsEmpty());
+  EXPECT_THAT(f.s.waiting_groups(), ElementsAre(200));
+}
+
+TEST(Scheduler, RemovingASwappedGroupFreesItsSwapBlocks) {
+  Fixture f(3, 4, config(4, 8), 4);
+  f.s.add_group(1, 10, 4, 1);
+  f.s.add_group(2, 20, 4, 1);
+  EXPECT_EQ(describe(f.s.schedule()), "10:0+4* 20:0+4*");
+  f.s.append_token(10);
+  f.s.append_token(20);
+  auto out = f.s.schedule();
+  EXPECT_THAT(out.preempted_groups, ElementsAre(2));
+  EXPECT_THAT(out.swap_out, ElementsAre(BlockCopy{1, 0}));
+  EXPECT_EQ(f.kv.num_free_swap_blocks(), 3);
+  f.s.remove_group(2);
+  EXPECT_EQ(f.kv.num_free_swap_blocks(), 4);
+  EXPECT_THAT(f.s.swapped_groups(), IsEmpty());
+  f.s.remove_group(1);
+  EXPECT_FALSE(f.s.has_work());
 }
 
 }  // namespace
