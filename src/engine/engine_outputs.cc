@@ -93,9 +93,14 @@ void AsyncModel::process_groups(const std::vector<int64_t>& groups, LogitRows& r
     }
   }
   // Rows are independent: sample them on the compute pool (idle between forward passes),
-  // each worker with its own Sampler.
+  // each worker with its own Sampler. Tokens chosen on the device need no sampling: their
+  // jobs are not worth waking the pool for.
   ThreadPool& pool = ThreadPool::global();
-  const int64_t workers = std::min<int64_t>(pool.num_threads(), static_cast<int64_t>(jobs.size()));
+  const bool any_host = std::any_of(jobs.begin(), jobs.end(),
+                                    [](const Job& j) { return j.row.token == kTokenOnHost; });
+  const int64_t workers =
+      any_host ? std::min<int64_t>(pool.num_threads(), static_cast<int64_t>(jobs.size()))
+               : std::min<int64_t>(1, static_cast<int64_t>(jobs.size()));
   if (static_cast<int64_t>(samplers_.size()) < workers)
     samplers_.resize(static_cast<size_t>(workers));
   auto work = [&](int64_t w) {
