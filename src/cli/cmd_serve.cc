@@ -99,6 +99,7 @@ EngineBackendOptions backend_options(const ServeConfig& c, const std::string& mo
   o.dtype = c.dtype;
   o.kv_cache_dtype = c.kv_cache_dtype;
   o.gpu_memory_fraction = c.gpu_memory_fraction;
+  o.swap_space_gb = c.swap_space_gb;
   o.max_seq_len = c.max_seq_len;
   if (c.block_size > 0) o.engine.block_size = static_cast<int32_t>(c.block_size);
   if (c.num_kv_blocks > 0) o.engine.num_kv_blocks = static_cast<int32_t>(c.num_kv_blocks);

@@ -12,8 +12,8 @@
 namespace tachyon::cli {
 
 std::set<std::string> engine_flags() {
-  return {"kv-cache-mb", "max-num-seqs", "max-batch-tokens",    "block-size",    "model-type",
-          "device",      "dtype",        "gpu-memory-fraction", "kv-cache-dtype"};
+  return {"kv-cache-mb", "max-num-seqs", "max-batch-tokens",    "block-size",     "model-type",
+          "device",      "dtype",        "gpu-memory-fraction", "kv-cache-dtype", "swap-space"};
 }
 
 LoadOptions load_options(const Args& args) {
@@ -79,6 +79,10 @@ EngineBundle open_engine(const std::string& model_dir, const Args& args, int32_t
     if (budget <= 0) budget = int64_t{1} << 30;
     c.kv_cache_bytes = std::min(budget, blocks_full * per_block);
   }
+  const double swap_gib = args.get_double("swap-space", -1);
+  if (args.has("swap-space") && !(swap_gib >= 0))
+    raise<InvalidArgument>("--swap-space {} must be >= 0 GiB", swap_gib);
+  c.swap_space_bytes = swap_space_bytes(swap_gib, b.model->backend().device().is_cpu());
   std::shared_ptr<const TextTokenizer> text;
   if (b.tokenizer) text = make_text_tokenizer(b.tokenizer, c.eos_token_ids);
   b.engine = std::make_unique<AsyncModel>(b.model, text, c);

@@ -13,6 +13,8 @@
 //                           the device's memory leaves after weights and workspace (0.9)
 //   --kv-cache-dtype T      auto (the compute dtype) or fp8 (e4m3, on a GPU: half the
 //                           bytes per token)
+//   --swap-space GIB        pinned host memory where preempted requests' KV blocks wait
+//                           instead of being recomputed (default 4 on a GPU, 0 on the CPU)
 #pragma once
 
 #include <memory>

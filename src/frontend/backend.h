@@ -99,6 +99,7 @@ struct BackendStats {
   int64_t num_free_kv_blocks = 0;
   int64_t block_size = 0;
   int64_t num_preemptions = 0;
+  int64_t num_swap_outs = 0;  // preemptions that swapped the KV blocks out
 };
 
 struct ModelInfo {

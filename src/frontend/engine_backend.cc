@@ -193,6 +193,7 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
   if (!lo.device->is_cpu() && ec.kv_cache_bytes <= 0 && ec.num_kv_blocks <= 0)
     ec.kv_cache_bytes =
         kv_cache_budget_bytes(*model, o.gpu_memory_fraction, ec.max_num_batched_tokens);
+  ec.swap_space_bytes = swap_space_bytes(o.swap_space_gb, lo.device->is_cpu());
 
   progress(0, 0, "kv cache");
   b->engine_ =
@@ -338,6 +339,7 @@ BackendStats EngineBackend::stats() const {
   s.kv_cache_usage =
       e.num_kv_blocks > 0 ? 1.0 - static_cast<double>(e.num_free_blocks) / e.num_kv_blocks : 0.0;
   s.num_preemptions = e.num_preemptions;
+  s.num_swap_outs = e.num_swap_outs;
   return s;
 }
 

@@ -29,7 +29,8 @@ struct EngineBackendOptions {
   // On a GPU, when neither engine.kv_cache_bytes nor engine.num_kv_blocks is given, the
   // KV cache takes what this share of the device's memory leaves after the weights.
   double gpu_memory_fraction = 0.9;
-  int64_t max_seq_len = 0;  // 0: the model's; may only lower it
+  double swap_space_gb = -1;  // GiB; < 0: the default (swap_space_bytes)
+  int64_t max_seq_len = 0;    // 0: the model's; may only lower it
   EngineConfig engine;
   // Called with (done, total, stage) while loading; total 0 when unknown.
   std::function<void(double done, double total, const std::string& stage)> progress;

@@ -139,6 +139,12 @@ int64_t kv_cache_budget_bytes(Model& model, double memory_fraction, int32_t max_
   return budget;
 }
 
+int64_t swap_space_bytes(double gib, bool on_cpu) {
+  if (gib < 0) gib = on_cpu ? 0 : kDefaultGpuSwapSpaceGib;
+  if (!(gib <= double(1 << 20))) raise<InvalidArgument>("swap space {} GiB is too large", gib);
+  return static_cast<int64_t>(gib * double(int64_t{1} << 30));
+}
+
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opts) {
   const std::string path = join_path(dir, "config.json");
   if (!file_exists(path)) raise<NotFound>("no config.json in model folder '{}'", dir);

@@ -52,6 +52,12 @@ bool cuda_available();
 // 0 when the device does not report its memory (the CPU: size the cache otherwise).
 int64_t kv_cache_budget_bytes(Model& model, double memory_fraction, int32_t max_batched_tokens);
 
+// Swap space for preempted requests' KV blocks (EngineConfig::swap_space_bytes) from a
+// size in GiB; gib < 0 picks the default: kDefaultGpuSwapSpaceGib on a GPU, none on the
+// CPU (whose cache is host memory already). Throws InvalidArgument past 1 PiB.
+inline constexpr double kDefaultGpuSwapSpaceGib = 4;
+int64_t swap_space_bytes(double gib, bool on_cpu);
+
 // The mapped config of a model folder (config.json + generation_config.json).
 ModelConfig load_model_config(const std::string& dir, const LoadOptions& opts = {});
 

@@ -131,6 +131,14 @@ const std::vector<Option>& options() {
          DBL(gpu_memory_fraction),
          0.05,
          1.0},
+        {"swap-space",
+         {"TACHYON_SWAP_SPACE"},
+         Kind::kDouble,
+         "GiB of pinned host memory where preempted requests' KV blocks wait instead of being "
+         "recomputed; default: 4 on a GPU, 0 on the CPU",
+         DBL(swap_space_gb),
+         0,
+         1 << 20},
         {"max-num-seqs",
          {"TACHYON_MAX_NUM_SEQS"},
          Kind::kInt,
@@ -373,6 +381,8 @@ void apply(ServeConfig& c, const Option& o, const std::string& value, const std:
     case Kind::kDouble: {
       double x = to_double(value, what, o.min, o.max);
       static const std::map<std::string, double ServeConfig::*> kDoubles = {
+          {"gpu-memory-fraction", &ServeConfig::gpu_memory_fraction},
+          {"swap-space", &ServeConfig::swap_space_gb},
           {"keep-alive-timeout", &ServeConfig::keep_alive_timeout_s},
           {"read-timeout", &ServeConfig::read_timeout_s},
           {"write-timeout", &ServeConfig::write_timeout_s},

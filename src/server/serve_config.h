@@ -23,6 +23,7 @@ struct ServeConfig {
   std::string dtype = "auto";
   std::string kv_cache_dtype = "auto";  // auto (the compute dtype) or fp8
   double gpu_memory_fraction = 0.9;     // share of GPU memory the process may use (KV sizing)
+  double swap_space_gb = -1;  // host memory for swapped-out KV blocks; < 0: 4 on a GPU, 0 on CPUs
   // Engine.
   int64_t max_num_seqs = 0;            // 0: the engine's default
   int64_t max_num_batched_tokens = 0;  // 0: the engine's default

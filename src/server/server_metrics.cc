@@ -24,8 +24,12 @@ ServerMetrics::ServerMetrics(std::string model_name, std::function<BackendStats(
       "Fraction of KV cache blocks in use (1 means full).", model_,
       [stats] { return stats().kv_cache_usage; });
   r.counter_fn(both("num_preemptions_total"),
-               "Cumulative number of preemptions (recomputed requests).", model_,
+               "Cumulative number of preemptions (requests swapped out or recomputed).", model_,
                [stats] { return static_cast<double>(stats().num_preemptions); });
+  r.counter_fn({"tachyon:num_swap_outs_total"},
+               "Cumulative number of preempted requests whose KV blocks were swapped out to "
+               "host memory instead of recomputed.",
+               model_, [stats] { return static_cast<double>(stats().num_swap_outs); });
   prompt_tokens_ =
       &r.counter(both("prompt_tokens_total"), "Number of prefill tokens processed.", model_);
   generation_tokens_ =

@@ -86,6 +86,25 @@ TEST(ServeConfig, JsonConfigAndRepeatedKeys) {
   EXPECT_EQ(load({}, env).api_keys, (std::vector<std::string>{"x", "y"}));
 }
 
+TEST(ServeConfig, EngineSizing) {
+  ServeConfig c = load({});
+  EXPECT_DOUBLE_EQ(c.gpu_memory_fraction, 0.9);
+  EXPECT_LT(c.swap_space_gb, 0);  // the device's default
+  c = load({"--gpu-memory-fraction", "0.5", "--swap-space", "8", "--kv-cache-dtype", "fp8"});
+  EXPECT_DOUBLE_EQ(c.gpu_memory_fraction, 0.5);
+  EXPECT_DOUBLE_EQ(c.swap_space_gb, 8);
+  EXPECT_EQ(c.kv_cache_dtype, "fp8");
+  Env env;
+  env.vars = {{"TACHYON_SWAP_SPACE", "0"}, {"TACHYON_GPU_MEMORY_FRACTION", "0.75"}};
+  c = load({}, env);
+  EXPECT_DOUBLE_EQ(c.swap_space_gb, 0);
+  EXPECT_DOUBLE_EQ(c.gpu_memory_fraction, 0.75);
+  for (const auto& args : std::vector<std::vector<std::string>>{{"--swap-space", "-1"},
+                                                                {"--gpu-memory-fraction", "1.5"},
+                                                                {"--gpu-memory-fraction", "0"}})
+    EXPECT_THROW(load_serve_config(args, Env{}.fn(), nullptr), InvalidArgument) << args[1];
+}
+
 TEST(ServeConfig, RefusesBadInput) {
   Env env;
   auto bad = [&](const std::vector<std::string>& args) {
