@@ -5,6 +5,9 @@
 // text. Plain timing main, not run by CTest.
 //
 //   engine_overhead_bench [--model-dir DIR] [--forward-us US] [--tokens N]
+//                         [--serving N [--prompt P]]   N requests of P prompt tokens at once,
+//                                                      tokens chosen "on the device"
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -13,6 +16,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "engine/async_model.h"
 #include "engine/tokenizer_adapter.h"
@@ -28,6 +32,7 @@ class SyntheticModel : public LanguageModel {
  public:
   SyntheticModel(int32_t vocab, int32_t forward_us) : vocab_(vocab), forward_us_(forward_us) {}
   int32_t vocab_size() const override { return vocab_; }
+  int32_t forward_us() const { return forward_us_; }
   int32_t max_seq_len() const override { return 4096; }
   size_t kv_bytes_per_block(int32_t block_size) const override { return block_size * 64; }
   void init_kv_cache(int32_t, int32_t) override {}
@@ -60,29 +65,67 @@ class SyntheticModel : public LanguageModel {
   int32_t forward_us_;
 };
 
+// Tokens chosen "on the device": forward_sample returns ids only, as the GPU path does
+// with device sampling (no logits cross to the host).
+class DeviceSamplingModel : public SyntheticModel {
+ public:
+  using SyntheticModel::SyntheticModel;
+  bool samples_on_device() const override { return true; }
+  ForwardOutput forward_sample(const ForwardBatch& b) override {
+    bool all_device = !b.sampling.rows.empty();
+    for (const auto& r : b.sampling.rows) all_device &= r.mode == RowSampling::Mode::kDevice;
+    if (!all_device) return SyntheticModel::forward_sample(b);
+    const auto t0 = Clock::now();
+    ForwardOutput out;
+    out.tokens.reserve(b.logits_rows.size());
+    for (int32_t row : b.logits_rows) {
+      const uint32_t x = static_cast<uint32_t>(b.token_ids[row]) * 2654435761u +
+                         static_cast<uint32_t>(b.positions[row]) * 40503u;
+      out.tokens.push_back(1000 + static_cast<int32_t>(x % 20000));
+    }
+    while (std::chrono::duration<double, std::micro>(Clock::now() - t0).count() < forward_us())
+      ;
+    return out;
+  }
+};
+
 struct Run {
   double step_ms, forward_ms, schedule_ms, sample_ms, schedule_cpu_ms, sample_cpu_ms;
   int64_t steps, tokens;
 };
 
-Run run(const std::shared_ptr<const TextTokenizer>& tok, int32_t forward_us, int concurrency,
-        int tokens, const GenerateConfig& base) {
-  auto model = std::make_shared<SyntheticModel>(32000, forward_us);
+// Options of one run: the serving shape (--serving) uses the device-sampling model,
+// long prompts and every request at once, like `tachyon bench` on a GPU.
+struct RunShape {
+  int concurrency = 1;
+  int tokens = 64;
+  int prompt = 64;
+  bool device_sampling = false;
+};
+
+Run run(const std::shared_ptr<const TextTokenizer>& tok, int32_t forward_us, const RunShape& sh,
+        const GenerateConfig& base) {
+  std::shared_ptr<LanguageModel> model;
+  if (sh.device_sampling)
+    model = std::make_shared<DeviceSamplingModel>(32000, forward_us);
+  else
+    model = std::make_shared<SyntheticModel>(32000, forward_us);
   EngineConfig c;
-  c.num_kv_blocks = 8192;
-  c.max_num_seqs = 128;
-  c.max_num_batched_tokens = 512;
+  c.max_num_seqs = std::max(128, sh.concurrency);
+  c.max_num_batched_tokens = std::max(512, sh.device_sampling ? 8192 : 512);
+  c.num_kv_blocks = std::max(8192, sh.concurrency * ((sh.prompt + sh.tokens) / 16 + 2));
   c.eos_token_ids = {2};
   AsyncModel engine(model, tok, c);
   std::mt19937 rng(1);
-  // Warm up, then measure a steady decode: all requests submitted together.
+  // All requests submitted together; the run covers their prefill and decode.
   std::vector<std::shared_ptr<RequestStream>> streams;
   const EngineStats before = engine.stats();
-  for (int i = 0; i < concurrency; ++i) {
+  for (int i = 0; i < sh.concurrency; ++i) {
     GenerateRequest r;
-    for (int k = 0; k < 64; ++k) r.prompt_ids.push_back(1000 + static_cast<int32_t>(rng() % 20000));
+    for (int k = 0; k < sh.prompt; ++k)
+      r.prompt_ids.push_back(1000 + static_cast<int32_t>(rng() % 20000));
     r.config = base;
-    r.config.max_new_tokens = tokens;
+    r.config.max_new_tokens = sh.tokens;
     r.config.ignore_eos = true;
     r.config.random_seed = static_cast<uint64_t>(i);
     streams.push_back(engine.submit(std::move(r)));
@@ -108,12 +151,16 @@ int main(int argc, char** argv) {
   std::string dir = "models/tiny-kjv-chat";
   int32_t forward_us = 0;
   int tokens = 64;
+  int serving = 0;  // > 0: that many requests at once, tokens chosen "on the device"
+  int prompt = 1000;
   std::string only;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];
     if (!std::strcmp(argv[i], "--model-dir")) dir = argv[i + 1];
     if (!std::strcmp(argv[i], "--forward-us")) forward_us = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--serving")) serving = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--prompt")) prompt = std::atoi(argv[i + 1]);
   }
   std::shared_ptr<const TextTokenizer> tok;
   if (dir != "none") tok = make_text_tokenizer(Tokenizer::load(dir));
@@ -143,8 +190,14 @@ int main(int argc, char** argv) {
                                                             {"logprobs", logprobs}};
   for (const auto& [name, cfg] : configs) {
     if (!only.empty() && only != name) continue;
-    for (int conc : {1, 8, 32, 64}) {
-      const Run r = run(tok, forward_us, conc, tokens, cfg);
+    std::vector<RunShape> shapes;
+    if (serving > 0)
+      shapes.push_back({serving, tokens, prompt, true});
+    else
+      for (int conc : {1, 8, 32, 64}) shapes.push_back({conc, tokens, 64, false});
+    for (const RunShape& sh : shapes) {
+      const int conc = sh.concurrency;
+      const Run r = run(tok, forward_us, sh, cfg);
       const double s = static_cast<double>(r.steps);
       const double tok = static_cast<double>(r.tokens);
       std::printf("%-10s %5d %6lld %10.1f %10.1f %10.1f %10.1f %9.2f | %14.1f %14.1f %10.2f\n",

@@ -225,7 +225,10 @@ int cmd_bench(const CommandArgs& argv) {
         {"sample_ms_mean", steps > 0 ? (after.sample_ms - before.sample_ms) / steps : 0},
         {"overhead_fraction", step_ms > 0 ? 1.0 - forward_ms / step_ms : 0},
         {"preemptions", after.num_preemptions - before.num_preemptions},
+        {"swap_outs", after.num_swap_outs - before.num_swap_outs},
+        {"tokens_computed", after.tokens_computed - before.tokens_computed},
         {"kv_blocks", after.num_kv_blocks},
+        {"swap_blocks", after.num_swap_blocks},
         {"block_size", after.block_size}}},
   };
   if (json) {
@@ -242,11 +245,13 @@ int cmd_bench(const CommandArgs& argv) {
                   j[k]["p99"].get<double>());
     std::printf(
         "engine   %.0f steps, %.3f ms/step: forward %.3f, schedule %.3f, sample %.3f "
-        "(overhead %.2f%%), %lld preemptions\n",
+        "(overhead %.2f%%), %lld preemptions (%lld swapped out), %lld tokens computed\n",
         e["steps"].get<double>(), e["step_ms_mean"].get<double>(),
         e["forward_ms_mean"].get<double>(), e["schedule_ms_mean"].get<double>(),
         e["sample_ms_mean"].get<double>(), 100 * e["overhead_fraction"].get<double>(),
-        static_cast<long long>(e["preemptions"].get<int64_t>()));
+        static_cast<long long>(e["preemptions"].get<int64_t>()),
+        static_cast<long long>(e["swap_outs"].get<int64_t>()),
+        static_cast<long long>(e["tokens_computed"].get<int64_t>()));
   }
   return failed == 0 ? 0 : 1;
 }
