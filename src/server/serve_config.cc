@@ -21,7 +21,8 @@ struct Option {
   std::vector<const char*> env;  // TACHYON_... first, then RTP-LLM's names
   Kind kind;
   const char* help;
-  std::function<void(ServeConfig&, const std::string&)> set_one;  // for all kinds but kList
+  // Parses and stores one value (all kinds but kList): config, value, what, min, max.
+  std::function<void(ServeConfig&, const std::string&, const std::string&, double, double)> set_one;
   std::function<void(ServeConfig&, const std::vector<std::string>&)> set_list;
   std::function<std::string(const ServeConfig&)> show;
   double min = 0, max = 0;  // for numbers
@@ -72,13 +73,27 @@ std::vector<std::string> split_list(const std::string& v) {
   return out;
 }
 
-#define STR(field)                                                    \
-  [](ServeConfig& c, const std::string& v) { c.field = v; }, nullptr, \
+// Each setting's parse-and-store and its display: (config, value, what, min, max), the
+// range for numbers.
+#define STR(field)                                                                               \
+  [](ServeConfig& c, const std::string& v, const std::string&, double, double) { c.field = v; }, \
+      nullptr,                                                                                   \
       [](const ServeConfig& c) { return c.field.empty() ? std::string("(none)") : c.field; }
-#define INT(field) nullptr, nullptr, [](const ServeConfig& c) { return std::to_string(c.field); }
-#define DBL(field) nullptr, nullptr, [](const ServeConfig& c) { return fmt::format("{}", c.field); }
-#define BOOL(field) \
-  nullptr, nullptr, [](const ServeConfig& c) { return std::string(c.field ? "true" : "false"); }
+#define INT(field)                                                                          \
+  [](ServeConfig& c, const std::string& v, const std::string& what, double lo, double hi) { \
+    c.field = to_int(v, what, lo, hi);                                                      \
+  },                                                                                        \
+      nullptr, [](const ServeConfig& c) { return std::to_string(c.field); }
+#define DBL(field)                                                                          \
+  [](ServeConfig& c, const std::string& v, const std::string& what, double lo, double hi) { \
+    c.field = to_double(v, what, lo, hi);                                                   \
+  },                                                                                        \
+      nullptr, [](const ServeConfig& c) { return fmt::format("{}", c.field); }
+#define BOOL(field)                                                                   \
+  [](ServeConfig& c, const std::string& v, const std::string& what, double, double) { \
+    c.field = to_bool(v, what);                                                       \
+  },                                                                                  \
+      nullptr, [](const ServeConfig& c) { return std::string(c.field ? "true" : "false"); }
 
 const std::vector<Option>& options() {
   static const std::vector<Option> kOptions = [] {
@@ -337,62 +352,8 @@ const std::vector<Option>& options() {
 #undef BOOL
 
 void apply(ServeConfig& c, const Option& o, const std::string& value, const std::string& what) {
-  switch (o.kind) {
-    case Kind::kString:
-      o.set_one(c, value);
-      break;
-    case Kind::kList:
-      o.set_list(c, split_list(value));
-      break;
-    case Kind::kBool: {
-      static const std::map<std::string, bool ServeConfig::*> kBools = {
-          {"log-requests", &ServeConfig::log_requests},
-          {"log-prompts", &ServeConfig::log_prompts},
-          {"progress", &ServeConfig::progress},
-      };
-      c.*kBools.at(o.flag) = to_bool(value, what);
-      break;
-    }
-    case Kind::kInt: {
-      int64_t x = to_int(value, what, o.min, o.max);
-      static const std::map<std::string, int64_t ServeConfig::*> kInts = {
-          {"max-seq-len", &ServeConfig::max_seq_len},
-          {"max-num-seqs", &ServeConfig::max_num_seqs},
-          {"max-num-batched-tokens", &ServeConfig::max_num_batched_tokens},
-          {"num-kv-blocks", &ServeConfig::num_kv_blocks},
-          {"kv-cache-bytes", &ServeConfig::kv_cache_bytes},
-          {"block-size", &ServeConfig::block_size},
-          {"threads", &ServeConfig::threads},
-          {"port", &ServeConfig::port},
-          {"io-threads", &ServeConfig::io_threads},
-          {"max-connections", &ServeConfig::max_connections},
-          {"max-body-bytes", &ServeConfig::max_body_bytes},
-          {"max-concurrency", &ServeConfig::max_concurrency},
-          {"max-queued-requests", &ServeConfig::max_queued_requests},
-          {"max-n", &ServeConfig::max_n},
-          {"max-tokens", &ServeConfig::max_tokens},
-          {"max-stop", &ServeConfig::max_stop},
-          {"max-prompts", &ServeConfig::max_prompts},
-          {"max-top-logprobs", &ServeConfig::max_top_logprobs},
-      };
-      c.*kInts.at(o.flag) = x;
-      break;
-    }
-    case Kind::kDouble: {
-      double x = to_double(value, what, o.min, o.max);
-      static const std::map<std::string, double ServeConfig::*> kDoubles = {
-          {"gpu-memory-fraction", &ServeConfig::gpu_memory_fraction},
-          {"swap-space", &ServeConfig::swap_space_gb},
-          {"keep-alive-timeout", &ServeConfig::keep_alive_timeout_s},
-          {"read-timeout", &ServeConfig::read_timeout_s},
-          {"write-timeout", &ServeConfig::write_timeout_s},
-          {"shutdown-timeout", &ServeConfig::shutdown_timeout_s},
-          {"request-timeout", &ServeConfig::request_timeout_s},
-      };
-      c.*kDoubles.at(o.flag) = x;
-      break;
-    }
-  }
+  if (o.kind == Kind::kList) return o.set_list(c, split_list(value));
+  o.set_one(c, value, what, o.min, o.max);
 }
 
 const Option* find_option(std::string name) {
