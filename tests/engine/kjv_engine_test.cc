@@ -168,15 +168,23 @@ TEST(KjvEngine, DeviceSamplingMatchesHostGreedy) {
   EXPECT_EQ(device, host);
 }
 
+// The outputs of requests(32) run together with room for all (no preemption), computed
+// once for the tests that compare against them.
+const std::vector<std::vector<int32_t>>& ample_outputs() {
+  static const auto out = [] {
+    auto e = engine(1024);
+    auto o = run_together(*e, requests(32));
+    EXPECT_EQ(e->stats().num_preemptions, 0);
+    return o;
+  }();
+  return out;
+}
+
 TEST(KjvEngine, PreemptionKeepsOutputs) {
   const auto reqs = requests(32);
-  std::vector<std::vector<int32_t>> ample, tiny;
+  const auto& ample = ample_outputs();
+  std::vector<std::vector<int32_t>> tiny;
   int64_t preemptions = 0;
-  {
-    auto e = engine(1024);
-    ample = run_together(*e, reqs);
-    EXPECT_EQ(e->stats().num_preemptions, 0);
-  }
   {
     // The longest request holds 42 + 8 tokens: 4 blocks. Six blocks for 32 requests.
     auto e = engine(6);
@@ -194,12 +202,8 @@ TEST(KjvEngine, PreemptionKeepsOutputs) {
 // they are recomputed.
 TEST(KjvEngine, SwappedOutRequestsKeepOutputsWithoutRecompute) {
   const auto reqs = requests(32);
-  std::vector<std::vector<int32_t>> ample, swapped;
+  std::vector<std::vector<int32_t>> swapped;
   int64_t recompute_tokens = 0;
-  {
-    auto e = engine(1024);
-    ample = run_together(*e, reqs);
-  }
   {
     auto e = engine(6);
     run_together(*e, reqs);
@@ -217,7 +221,7 @@ TEST(KjvEngine, SwappedOutRequestsKeepOutputsWithoutRecompute) {
     EXPECT_EQ(s.num_free_swap_blocks, s.num_swap_blocks);
     EXPECT_LT(s.tokens_computed, recompute_tokens);
   }
-  EXPECT_EQ(swapped, ample);
+  EXPECT_EQ(swapped, ample_outputs());
 }
 
 }  // namespace
