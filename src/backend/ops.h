@@ -207,6 +207,20 @@ class Backend {
   virtual void download(const Tensor& src, void* dst) = 0;
   virtual void fill_zero(Tensor& t) = 0;
 
+  // ---- work in flight -------------------------------------------------------------
+  // Host memory that download_async() can copy into while the host goes on (pinned on
+  // a GPU). Uninitialised.
+  virtual Tensor alloc_host(const Shape& shape, DType dtype) { return Tensor::empty(shape, dtype); }
+  // Queues a copy of a device tensor into dst (src.nbytes() bytes of alloc_host()
+  // memory) behind the work queued so far; the bytes are there once a fence() queued
+  // after it has been waited for. This default copies at once.
+  virtual void download_async(const Tensor& src, void* dst) { download(src, dst); }
+  // A fence behind the work queued so far; wait_fence() returns once that work is done
+  // (later work may still run) and reports a device-side fault as Internal, as
+  // synchronize() does. Fences are waited for in the order they were made.
+  virtual uint64_t fence() { return 0; }
+  virtual void wait_fence(uint64_t f) { (void)f; }
+
   // ---- embeddings ---------------------------------------------------------------
   // out[t, :] (= or +=) scale * table[ids[t] + id_offset, :].
   // table [V, D] any float dtype; ids [T] i32 (each id + id_offset in [0, V)); out [T, D].
@@ -247,6 +261,10 @@ class Backend {
   virtual void clamp(Tensor& x, float limit) = 0;
   // out[r, :] = src[rows[r], :]; src [T, N], rows [R] i32, out [R, N].
   virtual void gather_rows(const Tensor& src, const Tensor& rows, Tensor& out) = 0;
+  // ids[pairs[j][0]] = src[pairs[j][1]] for each pair j, or 0 where that source is
+  // negative (not a token id); ids [T], src [R], pairs [P, 2], all i32. A pair out of
+  // range is skipped. (A step's input tokens taken from the ids the step before chose.)
+  virtual void scatter_ids(const Tensor& src, const Tensor& pairs, Tensor& ids) = 0;
   // out[t, :] += sigmoid(gate_logit[t, 0]) * src[t, :]; out, src [T, N]; gate_logit [T, 1].
   virtual void add_sigmoid_gated(const Tensor& src, const Tensor& gate_logit, Tensor& out) = 0;
 

@@ -271,6 +271,20 @@ void CpuBackend::gather_rows(const Tensor& src, const Tensor& rows, Tensor& out)
   }
 }
 
+void CpuBackend::scatter_ids(const Tensor& src, const Tensor& pairs, Tensor& ids) {
+  TACHYON_CHECK(src.dtype() == DType::kI32 && pairs.dtype() == DType::kI32 &&
+                    ids.dtype() == DType::kI32 && pairs.numel() % 2 == 0,
+                "scatter_ids src {} pairs {} ids {}", src.str(), pairs.str(), ids.str());
+  const int32_t* s = src.data<int32_t>();
+  const int32_t* p = pairs.data<int32_t>();
+  int32_t* out = ids.data<int32_t>();
+  for (int64_t j = 0; j < pairs.numel() / 2; ++j) {
+    const int32_t dst = p[2 * j], from = p[2 * j + 1];
+    if (dst < 0 || dst >= ids.numel() || from < 0 || from >= src.numel()) continue;
+    out[dst] = s[from] >= 0 ? s[from] : 0;
+  }
+}
+
 void CpuBackend::add_sigmoid_gated(const Tensor& src, const Tensor& gate_logit, Tensor& out) {
   TACHYON_CHECK(src.shape() == out.shape() && gate_logit.numel() == src.dim(0),
                 "add_sigmoid_gated {} {} {}", src.str(), gate_logit.str(), out.str());

@@ -112,6 +112,8 @@ CudaBackend::~CudaBackend() {
   bias_cache_.clear();
   if (pinned_ != nullptr) cudaFreeHost(pinned_);
   if (err_host_ != nullptr) cudaFreeHost(err_host_);
+  for (const Fence& f : fences_) cudaEventDestroy(f.event);
+  for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
   // Device tensors handed out may outlive the backend; they return their memory to the
   // allocator's shared state, which frees it when the last one goes.
   cudaStreamDestroy(stream_);
@@ -204,6 +206,55 @@ void CudaBackend::download(const Tensor& src, void* dst) {
     TACHYON_CUDA_CHECK(cudaMemcpyAsync(pinned_, src.raw(), bytes, cudaMemcpyDeviceToHost, stream_));
   raise_device_errors();  // synchronises
   if (bytes > 0) std::memcpy(dst, pinned_, bytes);
+}
+
+Tensor CudaBackend::alloc_host(const Shape& shape, DType dtype) {
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  void* host = nullptr;
+  const cudaError_t e = cudaHostAlloc(&host, std::max<size_t>(bytes, 1), cudaHostAllocDefault);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    raise<ResourceExhausted>("cannot pin {} bytes of host memory ({})", bytes,
+                             cudaGetErrorString(e));
+  }
+  std::shared_ptr<void> owner(host, [](void* p) { cudaFreeHost(p); });
+  return Tensor::wrap(host, shape, dtype, std::move(owner));
+}
+
+void CudaBackend::download_async(const Tensor& src, void* dst) {
+  check_here(src, "download_async");
+  if (src.nbytes() > 0)
+    TACHYON_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src.raw(), src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+}
+
+uint64_t CudaBackend::fence() {
+  cudaEvent_t e = nullptr;
+  if (spare_events_.empty()) {
+    TACHYON_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  } else {
+    e = spare_events_.back();
+    spare_events_.pop_back();
+  }
+  TACHYON_CUDA_CHECK(cudaEventRecord(e, stream_));
+  fences_.push_back(Fence{next_fence_, e});
+  return next_fence_++;
+}
+
+void CudaBackend::wait_fence(uint64_t f) {
+  while (!fences_.empty() && fences_.front().id <= f) {
+    const Fence done = fences_.front();
+    fences_.pop_front();
+    spare_events_.push_back(done.event);
+    TACHYON_CUDA_CHECK(cudaEventSynchronize(done.event));
+  }
+  // Kernels queued after the fence may still run, and may set the word too: a fault
+  // reported a step early is still the device's fault.
+  volatile int* word = err_host_;
+  const int code = *word;
+  if (code == 0) return;
+  *word = 0;
+  raise<Internal>("CUDA kernel saw bad input: {}", error_names(code));
 }
 
 Tensor CudaBackend::to_host(const Tensor& t) {

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <deque>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -51,6 +52,10 @@ class CudaBackend final : public Backend {
   Tensor upload(const void* data, const Shape& shape, DType dtype, Tensor reuse) override;
   void download(const Tensor& src, void* dst) override;
   void fill_zero(Tensor& t) override;
+  Tensor alloc_host(const Shape& shape, DType dtype) override;
+  void download_async(const Tensor& src, void* dst) override;
+  uint64_t fence() override;
+  void wait_fence(uint64_t f) override;
 
   void embedding(const Tensor& table, const Tensor& ids, int32_t id_offset, float scale,
                  bool accumulate, Tensor& out) override;
@@ -67,6 +72,7 @@ class CudaBackend final : public Backend {
   void softcap(Tensor& x, float cap) override;
   void clamp(Tensor& x, float limit) override;
   void gather_rows(const Tensor& src, const Tensor& rows, Tensor& out) override;
+  void scatter_ids(const Tensor& src, const Tensor& pairs, Tensor& ids) override;
   void add_sigmoid_gated(const Tensor& src, const Tensor& gate_logit, Tensor& out) override;
 
   void rotary(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin, RotaryStyle style,
@@ -192,7 +198,15 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Gemm> gemm_;
   int* err_host_ = nullptr;  // the error word: mapped pinned memory (host address)
   int* err_dev_ = nullptr;   // its device address, for the kernels
-  char* pinned_ = nullptr;   // download staging
+  // Fences (fence()): events recorded on the stream, oldest first, and spare events.
+  struct Fence {
+    uint64_t id;
+    cudaEvent_t event;
+  };
+  std::deque<Fence> fences_;
+  std::vector<cudaEvent_t> spare_events_;
+  uint64_t next_fence_ = 1;
+  char* pinned_ = nullptr;  // download staging
   size_t pinned_bytes_ = 0;
 
   struct BiasEntry {

@@ -227,6 +227,17 @@ void CudaBackend::gather_rows(const Tensor& src, const Tensor& rows, Tensor& out
                      err_dev_, stream_);
 }
 
+void CudaBackend::scatter_ids(const Tensor& src, const Tensor& pairs, Tensor& ids) {
+  check_here(src, "scatter_ids src");
+  check_here(pairs, "scatter_ids pairs");
+  check_here(ids, "scatter_ids ids");
+  TACHYON_CHECK(src.dtype() == DType::kI32 && pairs.dtype() == DType::kI32 &&
+                    ids.dtype() == DType::kI32 && pairs.numel() % 2 == 0,
+                "scatter_ids src {} pairs {} ids {}", src.str(), pairs.str(), ids.str());
+  launch_scatter_ids(src.data<int32_t>(), src.numel(), pairs.data<int32_t>(), pairs.numel() / 2,
+                     ids.data<int32_t>(), ids.numel(), stream_);
+}
+
 void CudaBackend::add_sigmoid_gated(const Tensor& src, const Tensor& gate_logit, Tensor& out) {
   check_here(src, "add_sigmoid_gated src");
   check_here(gate_logit, "add_sigmoid_gated gate");

@@ -191,6 +191,26 @@ void launch_gather_rows(const void* src, DType type, int64_t src_rows, int64_t c
   });
 }
 
+__global__ void scatter_ids_kernel(const int32_t* __restrict__ src, int64_t src_n,
+                                   const int32_t* __restrict__ pairs, int64_t n_pairs,
+                                   int32_t* __restrict__ ids, int64_t n_ids) {
+  pdl_wait();
+  pdl_launch_dependents();
+  TACHYON_GRID_STRIDE(j, n_pairs) {
+    const int32_t dst = pairs[2 * j], from = pairs[2 * j + 1];
+    if (dst < 0 || dst >= n_ids || from < 0 || from >= src_n) continue;
+    const int32_t t = src[from];
+    ids[dst] = t >= 0 ? t : 0;
+  }
+}
+
+void launch_scatter_ids(const int32_t* src, int64_t src_n, const int32_t* pairs, int64_t n_pairs,
+                        int32_t* ids, int64_t n_ids, cudaStream_t stream) {
+  if (n_pairs == 0) return;
+  launch_kernel(scatter_ids_kernel, dim3(grid_for(n_pairs)), dim3(256), 0, stream, src, src_n,
+                pairs, n_pairs, ids, n_ids);
+}
+
 template <typename T>
 __global__ void scale_rows_kernel(T* x, int64_t rows, int64_t cols, int64_t ld,
                                   const float* __restrict__ factors) {

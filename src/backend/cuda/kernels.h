@@ -71,6 +71,10 @@ void launch_clamp(void* x, DType type, int64_t n, float limit, cudaStream_t stre
 // out[r, :] = src[rows[r], :]; src [src_rows, cols].
 void launch_gather_rows(const void* src, DType type, int64_t src_rows, int64_t cols,
                         const int32_t* rows, int64_t n, void* out, int* err, cudaStream_t stream);
+// ids[pairs[j][0]] = src[pairs[j][1]] (0 where that is negative) for j < n_pairs; pairs
+// out of [0, n_ids) x [0, src_n) are skipped.
+void launch_scatter_ids(const int32_t* src, int64_t src_n, const int32_t* pairs, int64_t n_pairs,
+                        int32_t* ids, int64_t n_ids, cudaStream_t stream);
 // x[r, c] *= factors[r] for c < cols of a [rows, >= cols] view with row stride ld.
 void launch_scale_rows(void* x, DType type, int64_t rows, int64_t cols, int64_t ld,
                        const float* factors, cudaStream_t stream);
