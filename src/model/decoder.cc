@@ -308,6 +308,22 @@ void Decoder::validate(const ForwardBatch& b) const {
   }
   for (int32_t r : b.logits_rows)
     if (r < 0 || r >= T) raise<InvalidArgument>("forward: logits row {} out of [0, {})", r, T);
+  if (!b.deferred.empty()) {
+    const int64_t prev_rows = last_ids_ ? last_ids_.numel() : 0;
+    if (prev_rows == 0)
+      raise<InvalidArgument>("forward: deferred tokens, but the previous step chose no ids");
+    std::vector<bool> seen(static_cast<size_t>(T));
+    for (const DeferredToken& d : b.deferred) {
+      if (d.index < 0 || d.index >= T || d.row < 0 || d.row >= prev_rows)
+        raise<InvalidArgument>(
+            "forward: deferred token {} from row {} (the step has {} tokens, the previous one "
+            "{} rows)",
+            d.index, d.row, T, prev_rows);
+      if (seen[static_cast<size_t>(d.index)])
+        raise<InvalidArgument>("forward: token {} deferred twice", d.index);
+      seen[static_cast<size_t>(d.index)] = true;
+    }
+  }
   validate_layouts(b);
 }
 
@@ -416,6 +432,7 @@ Tensor Decoder::device_logits(const ForwardBatch& b) {
   stage_metadata(b, T);
   stage_inputs(b);
   upload_staged();
+  take_deferred();
   Tensor logits = be_->alloc({R, V}, DType::kF32);
   compute(T, R, logits);
   return logits;
@@ -433,6 +450,18 @@ void Decoder::stage_inputs(const ForwardBatch& b) {
     stage(b.logits_rows.data(), {R}, DType::kI32, &rows_t_);
   else
     rows_t_ = Tensor();
+  // Last: the pieces before keep their places whether or not a step has deferred tokens
+  // (the step graphs were recorded on those places).
+  static_assert(sizeof(DeferredToken) == 2 * sizeof(int32_t));
+  if (!b.deferred.empty())
+    stage(b.deferred.data(), {static_cast<int64_t>(b.deferred.size()), 2}, DType::kI32,
+          &deferred_t_);
+  else
+    deferred_t_ = Tensor();
+}
+
+void Decoder::take_deferred() {
+  if (deferred_t_) be_->scatter_ids(last_ids_, deferred_t_, ids_t_);
 }
 
 void Decoder::compute(int64_t T, int64_t R, Tensor& logits) {

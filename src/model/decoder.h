@@ -2,6 +2,7 @@
 // driven by ModelConfig flags and built from backend ops only.
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <utility>
@@ -39,7 +40,13 @@ class Decoder final : public Model {
                       const std::vector<std::pair<int32_t, int32_t>>& in) override;
   Tensor forward(const ForwardBatch& batch) override;
   bool samples_on_device() const override { return be_->supports_sampling(); }
+  // launch() then collect(); no step may be launched and not collected.
   ForwardOutput forward_sample(const ForwardBatch& batch) override;
+  // On a device backend launch() queues the step, its sampling and the copies of its
+  // results, and returns; collect() waits for them (decoder_sample.cc).
+  bool launches_ahead() const override { return !be_->device().is_cpu(); }
+  void launch(const ForwardBatch& batch) override;
+  ForwardOutput collect() override;
 
   const ModelConfig& config() const override { return cfg_; }
   const ModelWeights& weights() const override { return w_; }
@@ -85,6 +92,8 @@ class Decoder final : public Model {
   // Token ids, learned positions and the logits rows (rows_t_, left empty when they are
   // the step's rows in order: the final hidden states then need no gather).
   void stage_inputs(const ForwardBatch& b);
+  // The deferred tokens into the uploaded ids (after upload_staged()).
+  void take_deferred();
   // A step's metadata goes to the device in one copy: stage() appends a piece of 4-byte
   // elements to h_staged_ (each at a 256-byte boundary) and names the tensor that will
   // view it; upload_staged() copies them all into staged_ and sets those tensors.
@@ -145,9 +154,26 @@ class Decoder final : public Model {
   bool graphs_on_ = true;
   ForwardBatch padded_;
   int64_t graph_replays_ = 0, graph_records_ = 0;
-  // Device sampling (decoder_sample.cc).
+  // Device sampling and steps in flight (decoder_sample.cc).
   Buffer sample_ids_;
-  std::vector<int32_t> h_sample_ids_;
+  // A launched step: its output once the fence is passed (ids and the host rows'
+  // logits copied into host buffers), or ready at launch.
+  struct Launched {
+    uint64_t fence = 0;
+    int64_t rows = 0;
+    Tensor ids;     // [rows] i32, host
+    Tensor logits;  // [host rows, V] f32, host
+    bool ready = false;
+    ForwardOutput out;  // when ready
+  };
+  std::deque<Launched> launched_;
+  // The ids the last launched step chose on the device [rows] (what the next step's
+  // deferred tokens read), or empty when it chose none.
+  Tensor last_ids_;
+  // Host buffers for results in flight (alloc_host), reused once nothing else holds them.
+  std::vector<Tensor> host_pool_;
+  Tensor host_buffer(int64_t elems, DType dtype);
+  Tensor deferred_t_;  // the step's deferred pairs [n, 2] (a staged piece)
 };
 
 }  // namespace tachyon

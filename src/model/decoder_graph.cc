@@ -98,6 +98,7 @@ Tensor Decoder::forward_graph(const ForwardBatch& b) {
     if (!p.layouts.empty()) p.layouts.push_back(PromptLayout{1, false, 0});
     p.block_tables[static_cast<size_t>(s) * W] = 0;
   }
+  p.deferred.assign(b.deferred.begin(), b.deferred.end());  // same token indices
   p.query_start.resize(static_cast<size_t>(B) + 1);
   p.logits_rows.resize(static_cast<size_t>(B));
   for (int32_t s = 0; s <= B; ++s) p.query_start[s] = s;
@@ -108,6 +109,7 @@ Tensor Decoder::forward_graph(const ForwardBatch& b) {
   meta_.max_context_len = C;
   stage_inputs(p);
   upload_staged();
+  take_deferred();  // before the graph, whose first kernel reads the ids
   Tensor logits = graph_logits_.view(*be_, B, V, DType::kF32);
 
   const auto key = std::make_pair(B, C);

@@ -1,6 +1,7 @@
-// Decoder::forward_sample: the step's logits stay on the device, which chooses the
-// tokens of the rows it can; only their ids (and the logits of the rows the host needs)
-// come back.
+// Decoder::launch / collect / forward_sample: the step's logits stay on the device,
+// which chooses the tokens of the rows it can; only their ids (and the logits of the
+// rows the host needs) come back, copied behind the step's work so that the host can
+// queue the next step before they arrive.
 #include <algorithm>
 
 #include "core/error.h"
@@ -8,16 +9,9 @@
 
 namespace tachyon {
 
-ForwardOutput Decoder::forward_sample(const ForwardBatch& b) {
-  const int64_t R = static_cast<int64_t>(b.logits_rows.size());
-  const int64_t V = cfg_.vocab_size;
-  ForwardOutput out;
-  if (b.sampling.empty() || !be_->supports_sampling() || !b.sampling.any_on_device()) {
-    out.logits = forward(b);
-    out.tokens.assign(static_cast<size_t>(R), kTokenOnHost);
-    return out;
-  }
-  const SamplingBatch& sb = b.sampling;
+namespace {
+
+void validate_sampling(const SamplingBatch& sb, int64_t R, int64_t V) {
   if (static_cast<int64_t>(sb.rows.size()) != R)
     raise<InvalidArgument>("forward: {} sampling rows for {} logits rows", sb.rows.size(), R);
   if (!sb.adjust_start.empty()) {
@@ -41,27 +35,83 @@ ForwardOutput Decoder::forward_sample(const ForwardBatch& b) {
           "min_p {})",
           r.temperature, r.top_k, r.top_p, r.min_p);
   }
+}
 
-  Tensor logits = device_logits(b);
-  sample_ids_.view(*be_, 1, R, DType::kI32);
-  Tensor ids = Tensor::wrap(sample_ids_.storage.raw(), {R}, DType::kI32,
-                            sample_ids_.storage.owner(), sample_ids_.storage.device());
-  be_->sample(logits, sb, ids);
-  h_sample_ids_.resize(static_cast<size_t>(R));
-  be_->download(ids, h_sample_ids_.data());
-  out.tokens.assign(h_sample_ids_.begin(), h_sample_ids_.end());
+}  // namespace
 
-  // The rows sampled on the host, in order.
-  const int64_t host_rows = std::count(out.tokens.begin(), out.tokens.end(), kTokenOnHost);
-  out.logits = Tensor::empty({host_rows, V}, DType::kF32);
-  int64_t h = 0;
-  for (int64_t r = 0; r < R; ++r) {
-    if (out.tokens[static_cast<size_t>(r)] != kTokenOnHost) continue;
-    const Tensor row = Tensor::wrap(logits.data<float>() + r * V, {1, V}, DType::kF32,
-                                    logits.owner(), logits.device());
-    be_->download(row, out.logits.data<float>() + (h++) * V);
+Tensor Decoder::host_buffer(int64_t elems, DType dtype) {
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(elems, 1)) * dtype_size(dtype);
+  for (Tensor& t : host_pool_)
+    if (t.owner().use_count() == 1 && t.nbytes() >= bytes)
+      return Tensor::wrap(t.raw(), {elems}, dtype, t.owner(), t.device());
+  // Drop free buffers too small to be reused; keep the pool to a few buffers.
+  std::erase_if(host_pool_, [](const Tensor& t) { return t.owner().use_count() == 1; });
+  host_pool_.push_back(be_->alloc_host({static_cast<int64_t>(bytes + bytes / 4)}, DType::kU8));
+  Tensor& t = host_pool_.back();
+  return Tensor::wrap(t.raw(), {elems}, dtype, t.owner(), t.device());
+}
+
+void Decoder::launch(const ForwardBatch& b) {
+  TACHYON_CHECK(launched_.size() < 2, "launch: two steps are already launched and not collected");
+  const int64_t R = static_cast<int64_t>(b.logits_rows.size());
+  const int64_t V = cfg_.vocab_size;
+  Launched l;
+  l.rows = R;
+  if (b.sampling.empty() || !be_->supports_sampling() || !b.sampling.any_on_device()) {
+    // Every row's logits to the host, at once.
+    l.ready = true;
+    l.out.logits = be_->to_host(device_logits(b));
+    l.out.tokens.assign(static_cast<size_t>(R), kTokenOnHost);
+    last_ids_ = Tensor();
+    launched_.push_back(std::move(l));
+    return;
   }
+  const SamplingBatch& sb = b.sampling;
+  validate_sampling(sb, R, V);
+  Tensor logits = device_logits(b);
+  Tensor ids = sample_ids_.view(*be_, 1, R, DType::kI32);
+  ids = Tensor::wrap(ids.raw(), {R}, DType::kI32, ids.owner(), ids.device());
+  be_->sample(logits, sb, ids);
+  l.ids = host_buffer(R, DType::kI32);
+  be_->download_async(ids, l.ids.raw());
+  // The rows sampled on the host, in order.
+  int64_t host_rows = 0;
+  for (const RowSampling& r : sb.rows) host_rows += r.mode == RowSampling::Mode::kHost ? 1 : 0;
+  if (host_rows > 0) {
+    Tensor buf = host_buffer(host_rows * V, DType::kF32);
+    l.logits = Tensor::wrap(buf.raw(), {host_rows, V}, DType::kF32, buf.owner(), buf.device());
+    int64_t h = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      if (sb.rows[static_cast<size_t>(r)].mode != RowSampling::Mode::kHost) continue;
+      const Tensor row = Tensor::wrap(logits.data<float>() + r * V, {1, V}, DType::kF32,
+                                      logits.owner(), logits.device());
+      be_->download_async(row, l.logits.data<float>() + (h++) * V);
+    }
+  }
+  l.fence = be_->fence();
+  last_ids_ = ids;
+  launched_.push_back(std::move(l));
+}
+
+ForwardOutput Decoder::collect() {
+  TACHYON_CHECK(!launched_.empty(), "collect: no step was launched");
+  Launched l = std::move(launched_.front());
+  launched_.pop_front();
+  if (l.ready) return std::move(l.out);
+  be_->wait_fence(l.fence);
+  ForwardOutput out;
+  const int32_t* ids = l.ids.data<int32_t>();
+  out.tokens.assign(ids, ids + l.rows);
+  // The host rows' logits stay in their buffer, held by the output until the caller
+  // drops it.
+  out.logits = l.logits ? l.logits : Tensor::empty({0, cfg_.vocab_size}, DType::kF32);
   return out;
+}
+
+ForwardOutput Decoder::forward_sample(const ForwardBatch& b) {
+  TACHYON_CHECK(launched_.empty(), "forward_sample: a launched step was not collected");
+  launch(b);
+  return collect();
 }
 
 }  // namespace tachyon

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <span>
 #include <utility>
 #include <vector>
@@ -29,6 +30,14 @@ struct PromptLayout {
   // Leading tokens that must be computed in one step.
   int32_t atomic_len() const { return bidirectional ? context_len : 0; }
   bool operator==(const PromptLayout&) const = default;
+};
+
+// A token of a step that the step launched just before it chose on the device, and
+// the host has not seen yet (LanguageModel::launch).
+struct DeferredToken {
+  int32_t index = 0;  // into ForwardBatch::token_ids, which holds a placeholder there
+  int32_t row = 0;    // the logits row of the previous launched step whose token it is
+  bool operator==(const DeferredToken&) const = default;
 };
 
 // One step over several sequences. Each sequence contributes a contiguous run of
@@ -63,6 +72,11 @@ struct ForwardBatch {
   // Optional: how each logits row becomes a token (backend/sampling.h). Empty: every
   // row's logits go back (forward()). Read by forward_sample() only.
   SamplingBatch sampling;
+
+  // Tokens taken from the previous launch()ed (or forward_sample()d) step's chosen ids
+  // instead of token_ids (each index at most once; token_ids holds any valid id there).
+  // A row whose token was not a real id (kTokenBadLogits, ...) gives id 0.
+  std::vector<DeferredToken> deferred;
 
   int32_t num_seqs() const { return static_cast<int32_t>(query_start.size()) - 1; }
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
@@ -122,6 +136,17 @@ class LanguageModel {
 
   // Whether forward_sample() draws tokens on the model's device.
   virtual bool samples_on_device() const { return false; }
+  // Steps queued ahead of their results. launch() queues forward_sample() of the batch
+  // and may return before the device has done it; collect() waits for the oldest
+  // launched step and returns its output. So the engine can queue step N + 1, whose
+  // batch.deferred tokens are step N's chosen ids, before it has seen them, and the
+  // device never waits for the host between steps. At most two steps are launched and
+  // not collected; forward() and forward_sample() are not called in between. This
+  // default runs the step inside launch() (nothing overlaps), resolving the deferred
+  // tokens from the previous step's output.
+  virtual bool launches_ahead() const { return false; }
+  virtual void launch(const ForwardBatch& batch);
+  virtual ForwardOutput collect();
   // forward() that chooses the tokens of batch.sampling's kDevice rows where the model
   // runs and returns only their ids (plus the kHost rows' logits). This default, for
   // models that cannot, returns every row's logits (all rows kTokenOnHost).
@@ -131,6 +156,11 @@ class LanguageModel {
     out.tokens.assign(batch.logits_rows.size(), kTokenOnHost);
     return out;
   }
+
+ private:
+  // The default launch(): outputs not yet collected, and the last step's chosen ids.
+  std::deque<ForwardOutput> launched_;
+  std::vector<int32_t> last_tokens_;
 };
 
 }  // namespace tachyon
