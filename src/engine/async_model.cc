@@ -101,6 +101,7 @@ AsyncModel::AsyncModel(std::shared_ptr<LanguageModel> model,
   loop_stats_.block_size = config_.block_size;
   update_stats();
   device_sampling_ = config_.device_sampling && model_->samples_on_device();
+  overlap_ = device_sampling_ && config_.overlap_steps;
   inbox_ = std::make_shared<Inbox>();
   log_info(
       "engine: {} KV blocks of {} tokens ({} in swap space), max {} sequences, {} tokens "
@@ -224,7 +225,7 @@ void AsyncModel::take_inbox(std::vector<std::unique_ptr<Req>>* incoming,
   std::unique_lock<std::mutex> lock(inbox_->mu);
   inbox_->cv.wait(lock, [&] {
     return inbox_->stop || !inbox_->incoming.empty() || !inbox_->cancels.empty() ||
-           scheduler_->has_work();
+           scheduler_->has_work() || !steps_.empty();
   });
   incoming->swap(inbox_->incoming);
   cancels->swap(inbox_->cancels);
@@ -252,7 +253,8 @@ void AsyncModel::loop() {
     const auto t0 = Clock::now();
     for (auto& r : incoming) add_request(std::move(r));
     if (stop) {
-      fail_all(ErrorCode::kUnavailable, "the engine was shut down");
+      while (!steps_.empty() && !dead_) finish_step();
+      if (!dead_) fail_all(ErrorCode::kUnavailable, "the engine was shut down");
       update_stats();
       flush_outbox();
       return;
@@ -262,8 +264,13 @@ void AsyncModel::loop() {
       if (it != reqs_.end()) finish_request(*it->second, FinishReason::kCancelled, nullptr);
     }
     check_deadlines();
-    const bool stepped = scheduler_->has_work();
-    if (stepped) step();
+    // A step whose tokens the next one cannot take on the device is collected first.
+    if (!steps_.empty() && !steps_.back().ahead) finish_step();
+    bool stepped = false;
+    if (!dead_ && scheduler_->has_work()) stepped = launch_step();
+    // The step before the one just queued is collected while the device runs that one;
+    // with none queued, every step in flight is.
+    while (!dead_ && steps_.size() > (stepped ? 1u : 0u)) finish_step();
     update_stats();
     flush_outbox();
     if (stepped) {
@@ -276,6 +283,7 @@ void AsyncModel::loop() {
 
 void AsyncModel::die(const std::string& reason) {
   log_error("engine failure: {}", reason);
+  steps_.clear();
   std::vector<std::unique_ptr<Req>> late;
   {
     std::lock_guard<std::mutex> lock(inbox_->mu);
@@ -311,11 +319,10 @@ void AsyncModel::check_deadlines() {
   }
 }
 
-void AsyncModel::step() {
+bool AsyncModel::launch_step() {
   const auto t0 = Clock::now();
   const double c0 = thread_cpu_ms();
   SchedulerOutput plan = scheduler_->schedule();
-  const int64_t step_no = loop_stats_.num_steps++;
   for (int64_t g : plan.preempted_groups) {
     ++reqs_.at(g)->timings.num_preemptions;
     ++loop_stats_.num_preemptions;
@@ -326,11 +333,13 @@ void AsyncModel::step() {
   try {
     executor_.move_blocks(plan);
   } catch (const std::exception& e) {
-    return die(fmt::format("moving KV blocks: {}", e.what()));
+    die(fmt::format("moving KV blocks: {}", e.what()));
+    return false;
   }
   if (plan.empty()) {
-    if (plan.preempted_groups.empty()) {
-      // Nothing can run although requests wait: refuse the head rather than spin.
+    // Nothing can run although requests wait: refuse the head rather than spin (unless a
+    // step in flight or a preemption will free what it needs).
+    if (plan.preempted_groups.empty() && steps_.empty()) {
       const auto waiting = scheduler_->waiting_groups();
       if (!waiting.empty()) {
         const ErrorInfo info{ErrorCode::kResourceExhausted,
@@ -338,8 +347,9 @@ void AsyncModel::step() {
         finish_request(*reqs_.at(waiting.front()), FinishReason::kError, &info);
       }
     }
-    return;
+    return false;
   }
+  const int64_t step_no = loop_stats_.num_steps++;
   for (const auto& s : plan.seqs) {
     Req& r = *reqs_.at(s.group_id);
     if (r.last_step == step_no) continue;
@@ -355,66 +365,141 @@ void AsyncModel::step() {
   build_forward_batch(
       plan, [this](int64_t id) { return std::span<const int32_t>(seqs_.at(id)->tokens); }, &batch);
   add_sampling(plan, &batch);
-  const auto t1 = Clock::now();
-  const double c1 = thread_cpu_ms();
-
-  LogitRows rows;
-  std::vector<Tensor> keep;
-  run_forward(plan, batch, &rows, &keep);
-  const auto t2 = Clock::now();
-  const double c2 = thread_cpu_ms();
-  if (!dead_) process_groups(plan.sampled_groups, rows);
-  const auto t3 = Clock::now();
-  loop_stats_.schedule_cpu_ms += c1 - c0;
-  loop_stats_.sample_cpu_ms += thread_cpu_ms() - c2;
-  loop_stats_.schedule_ms += ms_between(t0, t1);
-  loop_stats_.forward_ms += ms_between(t1, t2);
-  loop_stats_.sample_ms += ms_between(t2, t3);
-}
-
-void AsyncModel::run_forward(const SchedulerOutput& plan, const ForwardBatch& batch,
-                             LogitRows* rows, std::vector<Tensor>* keep) {
-  // The model's result for each sequence: a token chosen on the device, or a row of
-  // logits for the host (the rows in order, only those sampled on the host).
-  auto take_rows = [&](const std::vector<const ScheduledSeq*>& seqs, const ForwardOutput& out,
-                       size_t expected_rows) {
-    const Tensor& logits = out.logits;
-    TACHYON_CHECK(out.tokens.size() == expected_rows, "the model returned {} tokens for {} rows",
-                  out.tokens.size(), expected_rows);
-    const int64_t host_rows = std::count(out.tokens.begin(), out.tokens.end(), kTokenOnHost);
-    TACHYON_CHECK(host_rows == 0 || (logits.ndim() == 2 && logits.dim(0) == host_rows &&
-                                     logits.dim(1) == vocab_size_ && logits.dtype() == DType::kF32),
-                  "the model returned logits {} for {} rows of vocabulary {}", logits.str(),
-                  host_rows, vocab_size_);
-    size_t row = 0;
-    int64_t host_row = 0;
-    for (const ScheduledSeq* s : seqs) {
-      for (int32_t k = 0; k < s->num_logits; ++k, ++row) {
-        StepRow r;
-        r.token = out.tokens[row];
-        if (r.token == kTokenOnHost) r.logits = logits.data<float>() + (host_row++) * vocab_size_;
-        (*rows)[s->seq_id] = r;  // the last row of the sequence
-      }
+  // Inputs that the step in flight chooses: taken from its ids on the device.
+  const Step* prev = steps_.empty() ? nullptr : &steps_.back();
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const ScheduledSeq& ss = plan.seqs[i];
+    Seq& seq = *seqs_.at(ss.seq_id);
+    seq.last_step = step_no;
+    seq.last_step_tokens = ss.num_tokens;
+    for (const Seq::Pending& p : seq.pending) {
+      const int64_t pos = static_cast<int64_t>(p.index);
+      if (pos < ss.start || pos >= ss.start + ss.num_tokens) continue;
+      TACHYON_CHECK(prev != nullptr && p.step == prev->no,
+                    "sequence {}: token {} of step {} is not the previous step's", ss.seq_id,
+                    p.index, p.step);
+      const int32_t index = batch.query_start[i] + static_cast<int32_t>(pos - ss.start);
+      batch.token_ids[static_cast<size_t>(index)] = 0;
+      batch.deferred.push_back(DeferredToken{index, p.row});
     }
-    keep->push_back(logits);
-  };
-  std::vector<const ScheduledSeq*> all;
-  for (const auto& s : plan.seqs) all.push_back(&s);
+  }
+  Step step;
+  step.no = step_no;
+  step.ahead = overlap_ && batch.sampling.any_on_device();
+  for (const RowSampling& row : batch.sampling.rows)
+    step.ahead = step.ahead && row.mode == RowSampling::Mode::kDevice;
+  for (int64_t g : plan.sampled_groups) step.ahead = step.ahead && can_overlap(*reqs_.at(g));
   try {
-    take_rows(all, executor_.forward(batch), batch.logits_rows.size());
-    return;
+    model_->launch(batch);
   } catch (const Error& e) {
-    if (e.code() == ErrorCode::kInternal) return die(e.what());
+    if (e.code() == ErrorCode::kInternal) {
+      die(e.what());
+      return false;
+    }
     log_warning("forward pass failed ({}); retrying its {} sequences one by one", e.what(),
                 plan.seqs.size());
+    run_one_by_one(plan);
+    return false;
+  } catch (const std::exception& e) {
+    die(e.what());
+    return false;
+  }
+  if (!steps_.empty()) ++loop_stats_.overlapped_steps;
+  step.plan = std::move(plan);
+  if (step.ahead) add_pending(step);
+  steps_.push_back(std::move(step));
+  loop_stats_.schedule_cpu_ms += thread_cpu_ms() - c0;
+  loop_stats_.schedule_ms += ms_between(t0, Clock::now());
+  return true;
+}
+
+bool AsyncModel::can_overlap(const Req& r) const {
+  const GenerateConfig& c = r.cfg;
+  return !c.is_beam_search() && !c.return_logprobs && (r.forked || c.num_return_sequences == 1) &&
+         c.repetition_penalty == 1.0f && c.presence_penalty == 0.0f &&
+         c.frequency_penalty == 0.0f && c.no_repeat_ngram_size == 0 && c.bad_words_list.empty();
+}
+
+void AsyncModel::add_pending(const Step& step) {
+  int32_t row = 0;
+  for (const ScheduledSeq& ss : step.plan.seqs) {
+    if (ss.num_logits == 0) continue;
+    row += ss.num_logits;
+    const Req& r = *reqs_.at(ss.group_id);
+    Seq& s = *seqs_.at(ss.seq_id);
+    // A token that ends the sequence by length is its last: nothing follows it.
+    const int64_t len = static_cast<int64_t>(s.tokens.size()) + 1;
+    if (len - r.prompt_len >= r.max_new_tokens || len >= max_seq_len_) continue;
+    s.pending.push_back(Seq::Pending{s.tokens.size(), step.no, row - 1});
+    s.tokens.push_back(0);
+    scheduler_->append_token(s.id);
+  }
+}
+
+void AsyncModel::finish_step() {
+  Step step = std::move(steps_.front());
+  steps_.pop_front();
+  const auto t0 = Clock::now();
+  ForwardOutput out;
+  try {
+    out = model_->collect();
+  } catch (const std::exception& e) {
+    // A step's failure surfaces in launch(); one here is the device's.
+    return die(e.what());
+  }
+  const auto t1 = Clock::now();
+  const double c1 = thread_cpu_ms();
+  LogitRows rows;
+  std::vector<const ScheduledSeq*> all;
+  for (const auto& s : step.plan.seqs) all.push_back(&s);
+  try {
+    take_rows(all, out, &rows);
   } catch (const std::exception& e) {
     return die(e.what());
   }
+  process_groups(step.plan.sampled_groups, rows, step.no);
+  loop_stats_.forward_ms += ms_between(t0, t1);
+  loop_stats_.sample_ms += ms_between(t1, Clock::now());
+  loop_stats_.sample_cpu_ms += thread_cpu_ms() - c1;
+}
+
+void AsyncModel::take_rows(const std::vector<const ScheduledSeq*>& seqs, const ForwardOutput& out,
+                           LogitRows* rows) const {
+  // The model's result for each sequence: a token chosen on the device, or a row of
+  // logits for the host (the rows in order, only those sampled on the host).
+  size_t expected_rows = 0;
+  for (const ScheduledSeq* s : seqs) expected_rows += static_cast<size_t>(s->num_logits);
+  const Tensor& logits = out.logits;
+  TACHYON_CHECK(out.tokens.size() == expected_rows, "the model returned {} tokens for {} rows",
+                out.tokens.size(), expected_rows);
+  const int64_t host_rows = std::count(out.tokens.begin(), out.tokens.end(), kTokenOnHost);
+  TACHYON_CHECK(host_rows == 0 || (logits.ndim() == 2 && logits.dim(0) == host_rows &&
+                                   logits.dim(1) == vocab_size_ && logits.dtype() == DType::kF32),
+                "the model returned logits {} for {} rows of vocabulary {}", logits.str(),
+                host_rows, vocab_size_);
+  size_t row = 0;
+  int64_t host_row = 0;
+  for (const ScheduledSeq* s : seqs) {
+    for (int32_t k = 0; k < s->num_logits; ++k, ++row) {
+      StepRow r;
+      r.token = out.tokens[row];
+      if (r.token == kTokenOnHost) r.logits = logits.data<float>() + (host_row++) * vocab_size_;
+      (*rows)[s->seq_id] = r;  // the last row of the sequence
+    }
+  }
+}
+
+void AsyncModel::run_one_by_one(const SchedulerOutput& plan) {
+  // The steps in flight choose tokens this plan's sequences read: collect them first.
+  while (!dead_ && !steps_.empty()) finish_step();
+  if (dead_) return;
   // Find the sequences at fault: run each alone (the block moves are already done;
-  // writing the same K/V again is harmless).
+  // writing the same K/V again is harmless). Sequences that ended meanwhile are skipped.
   std::unordered_map<int64_t, ErrorInfo> failed;
+  LogitRows rows;
+  std::vector<ForwardOutput> outs;  // the rows' logits
   for (const auto& s : plan.seqs) {
-    if (failed.count(s.group_id)) continue;
+    if (failed.count(s.group_id) || !seqs_.count(s.seq_id)) continue;
     SchedulerOutput one;
     one.seqs.push_back(s);
     one.num_batched_tokens = s.num_tokens;
@@ -423,7 +508,8 @@ void AsyncModel::run_forward(const SchedulerOutput& plan, const ForwardBatch& ba
         one, [this](int64_t id) { return std::span<const int32_t>(seqs_.at(id)->tokens); }, &b);
     add_sampling(one, &b);
     try {
-      take_rows({&s}, executor_.forward(b), b.logits_rows.size());
+      outs.push_back(executor_.forward(b));
+      take_rows({&s}, outs.back(), &rows);
     } catch (const Error& e) {
       if (e.code() == ErrorCode::kInternal) return die(e.what());
       failed[s.group_id] = ErrorInfo{e.code(), e.what()};
@@ -435,6 +521,11 @@ void AsyncModel::run_forward(const SchedulerOutput& plan, const ForwardBatch& ba
     auto it = reqs_.find(g);
     if (it != reqs_.end()) finish_request(*it->second, FinishReason::kError, &info);
   }
+  // The groups whose sequences all ran (a sequence that ended meanwhile needs no row).
+  std::vector<int64_t> groups;
+  for (int64_t g : plan.sampled_groups)
+    if (!failed.count(g)) groups.push_back(g);
+  process_groups(groups, rows, -1);
 }
 
 void AsyncModel::add_sampling(const SchedulerOutput& plan, ForwardBatch* batch) const {

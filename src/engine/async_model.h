@@ -61,6 +61,14 @@ struct EngineConfig {
   // Choose tokens on the model's device when it can (LanguageModel::samples_on_device):
   // only token ids come back, except for rows that need the host (logprobs, beams).
   bool device_sampling = true;
+  // With device sampling: queue the next step before the host has seen the tokens of
+  // the one in flight (LanguageModel::launch; they stay on the device as the next
+  // step's inputs), so that scheduling, batch building and streaming overlap the
+  // device's work. A step is queued ahead only when every request it samples for
+  // chooses its tokens on the device from values that do not depend on earlier
+  // tokens' values (no logprobs, beams, repetition / presence / frequency penalties,
+  // n-gram or bad-word bans); otherwise the engine waits for it first.
+  bool overlap_steps = true;
 };
 
 struct EngineStats {
@@ -79,12 +87,20 @@ struct EngineStats {
   int64_t requests_finished = 0;
   int64_t tokens_computed = 0;   // tokens through the model (prompts, recomputes, decodes)
   int64_t tokens_generated = 0;  // tokens sampled
+  // Steps queued while the step before them was still in flight (EngineConfig::
+  // overlap_steps), and the tokens computed for sequences that had already ended (a
+  // sequence whose token in flight is its last, by EOS or a stop word or string, may
+  // have its next token computed in the step queued behind it).
+  int64_t overlapped_steps = 0;
+  int64_t tokens_discarded = 0;
   // Cumulative time of the steps (each a whole loop iteration: taking new requests,
   // scheduling, the forward pass, sampling, pushing events), and parts of it; everything
   // but the forward pass is the engine's overhead.
+  // With overlap_steps the host's phases run while the device computes the step queued
+  // before, so forward_ms is then the time the loop waits for the device's results.
   double step_ms = 0;
-  double schedule_ms = 0;  // scheduler, queueing the block moves, batch building
-  double forward_ms = 0;   // LanguageModel::forward_sample
+  double schedule_ms = 0;  // scheduler, queueing the block moves, batch building, launch
+  double forward_ms = 0;   // waiting for a step's results (LanguageModel::collect)
   double sample_ms = 0;    // sampling, detokenizing, streaming
   // CPU time of the engine thread in the same phases: what the engine itself costs,
   // unaffected by other processes competing for the cores.
@@ -125,29 +141,52 @@ class AsyncModel {
   struct Seq;
   struct Req;
   struct Inbox;
-  // A sequence's result of a step: its logits row [vocab] on the host, or the token the
-  // device chose (kTokenOnHost when the row came back instead).
+  // A sequence's result of a step: its logits row [vocab] on the host (valid while the
+  // step's ForwardOutput is), or the token the device chose (kTokenOnHost when the row
+  // came back instead).
   struct StepRow {
     const float* logits = nullptr;
     int32_t token = kTokenOnHost;
   };
   using LogitRows = std::unordered_map<int64_t, StepRow>;  // seq id -> its row
 
+  // A step queued on the model whose output has not been collected yet.
+  struct Step {
+    int64_t no = 0;
+    SchedulerOutput plan;
+    // Its sampled sequences hold placeholders for its tokens (Seq::pending): the next
+    // step may be queued before this one is collected.
+    bool ahead = false;
+  };
+
   void loop();
   void take_inbox(std::vector<std::unique_ptr<Req>>* incoming, std::vector<int64_t>* cancels,
                   bool* stop);
   void add_request(std::unique_ptr<Req> r);
-  void step();
-  void run_forward(const SchedulerOutput& plan, const ForwardBatch& batch, LogitRows* rows,
-                   std::vector<Tensor>* keep);
+  // Schedules and queues the next step; false when there was nothing to run.
+  bool launch_step();
+  // Collects the oldest launched step and streams its results.
+  void finish_step();
+  // After a launch that failed for some sequence: collects the steps in flight, then
+  // runs the plan's sequences one at a time, ending the requests whose sequence fails.
+  void run_one_by_one(const SchedulerOutput& plan);
+  // Turns a step's output into rows by sequence id (the sequences in plan order, each
+  // with its num_logits rows; the last one kept).
+  void take_rows(const std::vector<const ScheduledSeq*>& seqs, const ForwardOutput& out,
+                 LogitRows* rows) const;
   // Fills batch->sampling for the plan's logits rows when the model samples on its device.
   void add_sampling(const SchedulerOutput& plan, ForwardBatch* batch) const;
+  // Whether a request's tokens can be chosen a step ahead of the host seeing them.
+  bool can_overlap(const Req& r) const;
+  // Placeholders for the tokens an overlapped step chooses (Seq::pending), for each of
+  // its sampled sequences that goes on after that token.
+  void add_pending(const Step& step);
   void die(const std::string& reason);
   // engine_outputs.cc: from logits to streamed results.
-  void process_groups(const std::vector<int64_t>& groups, LogitRows& rows);
+  void process_groups(const std::vector<int64_t>& groups, LogitRows& rows, int64_t step_no);
   void fail_request(Req& r, const std::exception& e);
   void beam_group(Req& r, LogitRows& rows);
-  void on_token(Req& r, Seq& s, const SampledToken& t);
+  void on_token(Req& r, Seq& s, const SampledToken& t, int64_t step_no);
   void finish_seq(Req& r, Seq& s, FinishReason reason, StreamEvent* event);
   void finish_request(Req& r, FinishReason reason, const ErrorInfo* error);
   int64_t new_seq(Req& r, int32_t index, std::vector<int32_t> tokens);
@@ -172,6 +211,8 @@ class AsyncModel {
   std::unique_ptr<Scheduler> scheduler_;
   ModelExecutor executor_;
   ForwardBatch batch_;             // the step's batch, rebuilt in place every step
+  std::deque<Step> steps_;         // launched and not collected, oldest first (at most two)
+  bool overlap_ = false;           // config_.overlap_steps with device sampling
   std::vector<Sampler> samplers_;  // one per compute thread
   bool device_sampling_ = false;   // config_.device_sampling and the model can
   std::unordered_map<int64_t, std::unique_ptr<Req>> reqs_;

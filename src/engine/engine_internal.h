@@ -20,6 +20,23 @@ struct AsyncModel::Seq {
   StopStringMatcher stop{{}};
   double cum_logprob = 0;
   bool finished = false;
+  // Tokens that launched steps chose and the host has not seen: placeholders in
+  // `tokens`, oldest first, at most one per step in flight.
+  struct Pending {
+    size_t index = 0;  // in tokens
+    int64_t step = 0;
+    int32_t row = 0;  // the step's logits row
+  };
+  std::vector<Pending> pending;
+  // The last step that computed tokens of it, and how many.
+  int64_t last_step = -1;
+  int32_t last_step_tokens = 0;
+  // Drops the placeholders (the sequence ends before them).
+  void drop_pending() {
+    if (pending.empty()) return;
+    tokens.resize(pending.front().index);
+    pending.clear();
+  }
   std::chrono::steady_clock::time_point last_token;
 };
 

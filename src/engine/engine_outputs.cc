@@ -1,6 +1,7 @@
 // AsyncModel, second half: from a step's logits to tokens, text and finished requests.
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "core/thread_pool.h"
 #include "engine/engine_internal.h"
@@ -15,7 +16,7 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-bool ends_with(const std::vector<int32_t>& tokens, size_t from, const std::vector<int32_t>& w) {
+bool ends_with(std::span<const int32_t> tokens, size_t from, const std::vector<int32_t>& w) {
   if (tokens.size() < from + w.size()) return false;
   return std::equal(w.begin(), w.end(), tokens.end() - static_cast<ptrdiff_t>(w.size()));
 }
@@ -49,7 +50,8 @@ void AsyncModel::fail_request(Req& r, const std::exception& e) {
   finish_request(r, FinishReason::kError, &info);
 }
 
-void AsyncModel::process_groups(const std::vector<int64_t>& groups, LogitRows& rows) {
+void AsyncModel::process_groups(const std::vector<int64_t>& groups, LogitRows& rows,
+                                int64_t step_no) {
   // Beams first, one request at a time; sampled requests are gathered into jobs.
   struct Job {
     int64_t request = 0;
@@ -143,7 +145,7 @@ void AsyncModel::process_groups(const std::vector<int64_t>& groups, LogitRows& r
     Req& r = *it->second;
     try {
       if (job.error) std::rethrow_exception(job.error);
-      on_token(r, *job.seq, job.token);
+      on_token(r, *job.seq, job.token, step_no);
     } catch (const std::exception& e) {
       fail_request(r, e);
     }
@@ -155,10 +157,15 @@ void AsyncModel::process_groups(const std::vector<int64_t>& groups, LogitRows& r
   }
 }
 
-void AsyncModel::on_token(Req& r, Seq& s, const SampledToken& t) {
+void AsyncModel::on_token(Req& r, Seq& s, const SampledToken& t, int64_t step_no) {
   const GenerateConfig& cfg = r.cfg;
   const auto now = Clock::now();
-  const int32_t before = static_cast<int32_t>(s.tokens.size()) - r.prompt_len;
+  // Where the token goes: its placeholder when the step was queued ahead (the scheduler
+  // already counts it), else the end.
+  const bool placed = !s.pending.empty() && s.pending.front().step == step_no;
+  const size_t pos = placed ? s.pending.front().index : s.tokens.size();
+  if (placed) s.pending.erase(s.pending.begin());
+  const int32_t before = static_cast<int32_t>(pos) - r.prompt_len;
   if (!r.first_token) {
     r.first_token = true;
     r.timings.first_token_ms = ms_between(r.submitted, now);
@@ -169,11 +176,21 @@ void AsyncModel::on_token(Req& r, Seq& s, const SampledToken& t) {
 
   StreamEvent e;
   e.index = s.index;
+  // Ending here: what a step queued after this one computed for it was for nothing.
+  auto end = [&](size_t keep) {
+    if (step_no >= 0 && s.last_step > step_no) loop_stats_.tokens_discarded += s.last_step_tokens;
+    s.tokens.resize(keep);
+    s.pending.clear();
+  };
   if (!cfg.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), t.token) != eos_ids_.end()) {
+    end(pos);
     e.cum_log_prob = s.cum_logprob;
     return finish_seq(r, s, FinishReason::kStop, &e);
   }
-  s.tokens.push_back(t.token);
+  if (placed)
+    s.tokens[pos] = t.token;
+  else
+    s.tokens.push_back(t.token);
   const int32_t generated = before + 1;
   e.token_ids.push_back(t.token);
   if (cfg.return_logprobs) {
@@ -196,17 +213,23 @@ void AsyncModel::on_token(Req& r, Seq& s, const SampledToken& t) {
   }
   if (!stop && may_stop) {
     const size_t from = static_cast<size_t>(r.prompt_len);
+    const std::span<const int32_t> so_far(s.tokens.data(), pos + 1);
     for (const auto& w : cfg.stop_words_list) {
-      if (ends_with(s.tokens, from, w)) {
+      if (ends_with(so_far, from, w)) {
         stop = true;
         break;
       }
     }
   }
-  if (stop) return finish_seq(r, s, FinishReason::kStop, &e);
-  if (generated >= r.max_new_tokens || static_cast<int32_t>(s.tokens.size()) >= max_seq_len_)
+  if (stop) {
+    end(pos + 1);
+    return finish_seq(r, s, FinishReason::kStop, &e);
+  }
+  if (generated >= r.max_new_tokens || static_cast<int32_t>(pos) + 1 >= max_seq_len_) {
+    end(pos + 1);
     return finish_seq(r, s, FinishReason::kLength, &e);
-  scheduler_->append_token(s.id);
+  }
+  if (!placed) scheduler_->append_token(s.id);
   emit(r, std::move(e));
 }
 
@@ -227,6 +250,7 @@ void AsyncModel::finish_seq(Req& r, Seq& s, FinishReason reason, StreamEvent* ev
   }
   e.finish_reason = reason;
   e.cum_log_prob = s.cum_logprob;
+  s.drop_pending();  // ended before the tokens in flight (cancelled, failed, timed out)
   r.timings.output_len += static_cast<int32_t>(s.tokens.size()) - r.prompt_len;
   emit(r, std::move(e));
   s.finished = true;

@@ -23,6 +23,7 @@ void build_forward_batch(const SchedulerOutput& plan, const TokenSource& tokens,
   b.sampling.rows.clear();
   b.sampling.adjustments.clear();
   b.sampling.adjust_start.clear();
+  b.deferred.clear();
   const size_t n = plan.seqs.size();
   b.token_ids.reserve(static_cast<size_t>(plan.num_batched_tokens));
   b.positions.reserve(static_cast<size_t>(plan.num_batched_tokens));

@@ -17,7 +17,8 @@ using TokenSource = std::function<std::span<const int32_t>(int64_t seq_id)>;
 
 // Builds the batch for a step: sequences in the plan's order, each contributing
 // positions [start, start + num_tokens); logits rows for the last num_logits positions
-// of each sequence, in order. `batch` is overwritten (its sampling emptied too).
+// of each sequence, in order. `batch` is overwritten (its sampling and deferred tokens
+// emptied too).
 void build_forward_batch(const SchedulerOutput& plan, const TokenSource& tokens,
                          ForwardBatch* batch);
 

@@ -132,9 +132,13 @@ Scheduler::Plan Scheduler::plan_group(const Group& g, int32_t token_budget,
   for (int64_t s : g.seqs) {
     const SeqState& st = seqs_.at(s);
     const int32_t rem = st.num_tokens - st.num_computed;
-    TACHYON_CHECK_GE(rem, 1);
+    TACHYON_CHECK_GE(rem, 0);
     total += rem;
     all_single = all_single && rem == 1;
+  }
+  if (total == 0) {
+    plan.status = Plan::kIdle;
+    return plan;
   }
   // Everything left fits: the group catches up and samples.
   if (total <= token_budget) {
@@ -255,7 +259,7 @@ void Scheduler::schedule_running(SchedulerOutput* out, int32_t* token_budget) {
         for (int32_t t : plan.take) *token_budget -= t;
         break;
       }
-      if (plan.status == Plan::kNoBudget) break;
+      if (plan.status == Plan::kNoBudget || plan.status == Plan::kIdle) break;
       // Out of blocks: preempt the most recent running group (perhaps this one).
       Group& victim = groups_.at(std::prev(running_.end())->second);
       preempt(victim, out);

@@ -12,15 +12,15 @@
 // prompt never stalls the decodes: its chunk gets the budget the decodes leave);
 // then waiting groups in FIFO order (the head blocks those behind it: no starvation),
 // admitted only if their whole current length fits beside a reserve of free blocks.
-// When a running group cannot get its blocks, the most recently arrived running group
-// is preempted. With swap space (KVCacheManager::num_swap_blocks) a group of one
-// sequence that shares no block is swapped out: its blocks move to host memory, and it
-// is swapped back in, where it left off, before any waiting group is admitted (oldest
-// first, beside the same reserve). Otherwise its blocks are freed and it is recomputed
-// later from its tokens.
-// A prompt whose leading tokens attend bidirectionally (PromptLayout::atomic_len, a
-// prefix LM) has them computed in one chunk: a chunk that starts inside them reaches
-// their end or is not scheduled.
+// A running group whose tokens are all computed (its next one is being chosen by a step
+// in flight) is skipped. When a running group cannot get its blocks, the most recently
+// arrived running group is preempted. With swap space (KVCacheManager::num_swap_blocks) a group of
+// one sequence that shares no block is swapped out: its blocks move to host memory, and it is
+// swapped back in, where it left off, before any waiting group is admitted (oldest first, beside
+// the same reserve). Otherwise its blocks are freed and it is recomputed later from its tokens. A
+// prompt whose leading tokens attend bidirectionally (PromptLayout::atomic_len, a prefix LM) has
+// them computed in one chunk: a chunk that starts inside them reaches their end or is not
+// scheduled.
 #pragma once
 
 #include <cstdint>
@@ -78,7 +78,8 @@ class Scheduler {
                  const PromptLayout& layout = {});
   // A new sequence in the parent's group, sharing its tokens and KV blocks.
   void fork_seq(int64_t parent, int64_t child);
-  // The engine sampled one more token for the sequence.
+  // The engine sampled one more token for the sequence (or will: a token a step in
+  // flight chooses counts from its launch on).
   void append_token(int64_t seq_id);
   // Ends a sequence (its blocks are freed at once); its group stays.
   void remove_seq(int64_t seq_id);
@@ -122,7 +123,8 @@ class Scheduler {
     std::vector<int64_t> seqs;
   };
   struct Plan {
-    enum Status { kOk, kNoBudget, kNoMemory } status = kNoBudget;
+    // kIdle: every token of the group is computed (its next one is still being chosen).
+    enum Status { kOk, kNoBudget, kNoMemory, kIdle } status = kNoBudget;
     std::vector<int32_t> take;  // tokens per sequence of the group
     bool sample = false;
   };

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <memory>
 #include <random>
 #include <vector>
@@ -105,6 +106,76 @@ inline RefOutput reference_generate(const std::vector<int32_t>& prompt, const Ge
     }
   }
 }
+
+// A fake model whose "device" samples kDevice rows with the host rules: the engine
+// must then produce exactly the host path's outputs.
+class DeviceSamplingModel : public FakeModel {
+ public:
+  using FakeModel::FakeModel;
+  bool samples_on_device() const override { return true; }
+  // Counts the steps queued with deferred tokens (then LanguageModel's default: the step
+  // runs at once, its deferred tokens read from the previous step's ids).
+  void launch(const ForwardBatch& b) override {
+    if (!b.deferred.empty()) {
+      ++deferred_steps_;
+      deferred_tokens_ += static_cast<int64_t>(b.deferred.size());
+    }
+    FakeModel::launch(b);
+  }
+  int64_t deferred_steps() const { return deferred_steps_; }
+  int64_t deferred_tokens() const { return deferred_tokens_; }
+  ForwardOutput forward_sample(const ForwardBatch& b) override {
+    Tensor all = forward(b);
+    const int32_t V = vocab_size();
+    const size_t R = b.logits_rows.size();
+    ForwardOutput out;
+    EXPECT_TRUE(b.sampling.empty() || b.sampling.rows.size() == R);
+    int64_t host_rows = 0;
+    for (size_t r = 0; r < R; ++r) {
+      const bool dev = !b.sampling.empty() && b.sampling.rows[r].mode == RowSampling::Mode::kDevice;
+      if (!dev) {
+        out.tokens.push_back(kTokenOnHost);
+        ++host_rows;
+        continue;
+      }
+      ++device_rows_;
+      const RowSampling& p = b.sampling.rows[r];
+      std::vector<float> x(all.data<float>() + r * V, all.data<float>() + (r + 1) * V);
+      if (!b.sampling.adjust_start.empty()) {
+        const auto* a = b.sampling.adjustments.data();
+        apply_token_adjustments(
+            x.data(), V, p,
+            std::span<const TokenAdjustment>(a + b.sampling.adjust_start[r],
+                                             a + b.sampling.adjust_start[r + 1]));
+      }
+      GenerateConfig c;
+      c.temperature = p.greedy ? 0.f : p.temperature;
+      c.top_k = p.top_k;
+      c.top_p = p.top_p;
+      c.min_p = p.min_p;
+      try {
+        out.tokens.push_back(
+            sampler_.choose(x.data(), V, c, RngKey{p.seed, p.seq_index, p.step, 0}));
+      } catch (const Error&) {
+        out.tokens.push_back(kTokenNoneAllowed);
+      }
+    }
+    out.logits = Tensor::empty({host_rows, V}, DType::kF32);
+    int64_t h = 0;
+    for (size_t r = 0; r < R; ++r)
+      if (out.tokens[r] == kTokenOnHost)
+        std::memcpy(out.logits.data<float>() + (h++) * V, all.data<float>() + r * V,
+                    sizeof(float) * static_cast<size_t>(V));
+    return out;
+  }
+  int64_t device_rows() const { return device_rows_; }
+
+ private:
+  Sampler sampler_;
+  int64_t device_rows_ = 0;
+  int64_t deferred_steps_ = 0;
+  int64_t deferred_tokens_ = 0;
+};
 
 // Beam search over reference log-probabilities (processed as the engine does).
 inline std::vector<BeamSearch::Hypothesis> reference_beams(const std::vector<int32_t>& prompt,
