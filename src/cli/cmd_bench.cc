@@ -227,6 +227,8 @@ int cmd_bench(const CommandArgs& argv) {
         {"preemptions", after.num_preemptions - before.num_preemptions},
         {"swap_outs", after.num_swap_outs - before.num_swap_outs},
         {"tokens_computed", after.tokens_computed - before.tokens_computed},
+        {"tokens_discarded", after.tokens_discarded - before.tokens_discarded},
+        {"overlapped_steps", after.overlapped_steps - before.overlapped_steps},
         {"kv_blocks", after.num_kv_blocks},
         {"swap_blocks", after.num_swap_blocks},
         {"block_size", after.block_size}}},
@@ -245,13 +247,16 @@ int cmd_bench(const CommandArgs& argv) {
                   j[k]["p99"].get<double>());
     std::printf(
         "engine   %.0f steps, %.3f ms/step: forward %.3f, schedule %.3f, sample %.3f "
-        "(overhead %.2f%%), %lld preemptions (%lld swapped out), %lld tokens computed\n",
+        "(overhead %.2f%%), %lld preemptions (%lld swapped out), %lld tokens computed (%lld "
+        "discarded), %lld steps queued ahead\n",
         e["steps"].get<double>(), e["step_ms_mean"].get<double>(),
         e["forward_ms_mean"].get<double>(), e["schedule_ms_mean"].get<double>(),
         e["sample_ms_mean"].get<double>(), 100 * e["overhead_fraction"].get<double>(),
         static_cast<long long>(e["preemptions"].get<int64_t>()),
         static_cast<long long>(e["swap_outs"].get<int64_t>()),
-        static_cast<long long>(e["tokens_computed"].get<int64_t>()));
+        static_cast<long long>(e["tokens_computed"].get<int64_t>()),
+        static_cast<long long>(e["tokens_discarded"].get<int64_t>()),
+        static_cast<long long>(e["overlapped_steps"].get<int64_t>()));
   }
   return failed == 0 ? 0 : 1;
 }

@@ -104,6 +104,7 @@ EngineBackendOptions backend_options(const ServeConfig& c, const std::string& mo
   if (c.block_size > 0) o.engine.block_size = static_cast<int32_t>(c.block_size);
   if (c.num_kv_blocks > 0) o.engine.num_kv_blocks = static_cast<int32_t>(c.num_kv_blocks);
   if (c.kv_cache_bytes > 0) o.engine.kv_cache_bytes = c.kv_cache_bytes;
+  o.engine.overlap_steps = c.overlap_steps;
   if (c.max_num_seqs > 0) o.engine.max_num_seqs = static_cast<int32_t>(c.max_num_seqs);
   if (c.max_num_batched_tokens > 0)
     o.engine.max_num_batched_tokens = static_cast<int32_t>(c.max_num_batched_tokens);

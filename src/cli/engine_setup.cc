@@ -12,8 +12,9 @@
 namespace tachyon::cli {
 
 std::set<std::string> engine_flags() {
-  return {"kv-cache-mb", "max-num-seqs", "max-batch-tokens",    "block-size",     "model-type",
-          "device",      "dtype",        "gpu-memory-fraction", "kv-cache-dtype", "swap-space"};
+  return {"kv-cache-mb",  "max-num-seqs", "max-batch-tokens",    "block-size",     "model-type",
+          "device",       "dtype",        "gpu-memory-fraction", "kv-cache-dtype", "swap-space",
+          "overlap-steps"};
 }
 
 LoadOptions load_options(const Args& args) {
@@ -83,6 +84,10 @@ EngineBundle open_engine(const std::string& model_dir, const Args& args, int32_t
   if (args.has("swap-space") && !(swap_gib >= 0))
     raise<InvalidArgument>("--swap-space {} must be >= 0 GiB", swap_gib);
   c.swap_space_bytes = swap_space_bytes(swap_gib, b.model->backend().device().is_cpu());
+  const std::string overlap = args.get_or("overlap-steps", "on");
+  if (overlap != "on" && overlap != "off")
+    raise<InvalidArgument>("--overlap-steps '{}' must be on or off", overlap);
+  c.overlap_steps = overlap == "on";
   std::shared_ptr<const TextTokenizer> text;
   if (b.tokenizer) text = make_text_tokenizer(b.tokenizer, c.eos_token_ids);
   b.engine = std::make_unique<AsyncModel>(b.model, text, c);

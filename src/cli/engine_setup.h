@@ -15,6 +15,8 @@
 //                           bytes per token)
 //   --swap-space GIB        pinned host memory where preempted requests' KV blocks wait
 //                           instead of being recomputed (default 4 on a GPU, 0 on the CPU)
+//   --overlap-steps on|off  queue each step before the host has seen the tokens of the
+//                           one in flight (EngineConfig::overlap_steps; default on)
 #pragma once
 
 #include <memory>

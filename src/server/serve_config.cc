@@ -154,6 +154,12 @@ const std::vector<Option>& options() {
          DBL(swap_space_gb),
          0,
          1 << 20},
+        {"overlap-steps",
+         {"TACHYON_OVERLAP_STEPS"},
+         Kind::kBool,
+         "queue each engine step before the host has seen the tokens of the step in flight "
+         "(they stay on the GPU), so that scheduling and streaming overlap the GPU's work",
+         BOOL(overlap_steps)},
         {"max-num-seqs",
          {"TACHYON_MAX_NUM_SEQS"},
          Kind::kInt,

@@ -30,7 +30,8 @@ struct ServeConfig {
   int64_t num_kv_blocks = 0;           // 0: sized from kv_cache_bytes or defaults
   int64_t kv_cache_bytes = 0;
   int64_t block_size = 0;
-  int64_t threads = 0;  // compute threads; 0: all cores
+  int64_t threads = 0;        // compute threads; 0: all cores
+  bool overlap_steps = true;  // queue the next step before the host sees the last one's tokens
   // HTTP.
   std::string host = "127.0.0.1";
   int64_t port = 8088;
