@@ -102,10 +102,17 @@ if [ -z "${SKIP_HF:-}" ]; then
     --decode 1,64 --ctx 1024 --no-generate
   cat "$OUT/hf8b.log" | grep figure
 fi
+# The table (before serving, so that a call that runs out of time still has it).
+if [ -z "${SKIP_BENCH:-}" ]; then
+  echo
+  python3 "$HERE/llama8b_table.py" "$CONFIG" "$OUT/bench8b.log" "$OUT/hf8b.log" | tee "$OUT/table.md"
+fi
 # Serving (SERVING=1): `tachyon bench` through the engine (device sampling, graphs),
 # SERVING_REQUESTS requests (default 1000) of 1000 prompt and 1000 output tokens, all
 # submitted at once; SERVING_SEQS sequences in flight (default 512), SERVING_ARGS more
-# flags (e.g. "--kv-cache-dtype fp8").
+# flags (e.g. "--kv-cache-dtype fp8"). SERVING_VARIANTS="FLAGS|FLAGS|..." runs it once
+# per set of further flags, in that order (A/B runs in one call, e.g.
+# "--overlap-steps off|--overlap-steps on"); logs serving8b.log, serving8b_1.log, ...
 if [ -n "${SERVING:-}" ]; then
   N=${SERVING_REQUESTS:-1000}
   MODEL=/tmp/tachyon_8b/model  # the step benchmark's checkpoint when it kept one
@@ -113,16 +120,21 @@ if [ -n "${SERVING:-}" ]; then
     MODEL=/tmp/tachyon_8b_serve
     run make8b 240 "$BIN/tachyon" make-random --config "$CONFIG" --out "$MODEL" || FAIL=1
   fi
-  # shellcheck disable=SC2086
-  run serving8b 420 "$BIN/tachyon" bench --model "$MODEL" --num-requests "$N" \
-    --input-len 1000 --output-len 1000 --concurrency "$N" --max-num-seqs "${SERVING_SEQS:-512}" \
-    --max-batch-tokens 8192 ${SERVING_ARGS:-} || FAIL=1
-  cat "$OUT/serving8b.log"
+  IFS='|' read -r -a SV <<<"${SERVING_VARIANTS:-}"
+  [ ${#SV[@]} -eq 0 ] && SV=("")
+  for i in "${!SV[@]}"; do
+    name=serving8b
+    [ "$i" -gt 0 ] && name=serving8b_$i
+    echo "== serving: ${SERVING_ARGS:-} ${SV[$i]}"
+    # shellcheck disable=SC2086
+    run "$name" 420 "$BIN/tachyon" bench --model "$MODEL" --num-requests "$N" \
+      --input-len 1000 --output-len 1000 --concurrency "$N" \
+      --max-num-seqs "${SERVING_SEQS:-512}" --max-batch-tokens 8192 ${SERVING_ARGS:-} \
+      ${SV[$i]} || FAIL=1
+    grep -vE '^I |^W ' "$OUT/$name.log"
+  done
 fi
 kill $SMI 2>/dev/null
 python3 "$HERE/smi_summary.py" "$OUT/smi.csv"
-[ -n "${SKIP_BENCH:-}" ] && { echo "total $((SECONDS - T0)) s, failures: $FAIL"; exit $FAIL; }
-echo
-python3 "$HERE/llama8b_table.py" "$CONFIG" "$OUT/bench8b.log" "$OUT/hf8b.log" | tee "$OUT/table.md"
 echo "total $((SECONDS - T0)) s, failures: $FAIL"
 exit $FAIL

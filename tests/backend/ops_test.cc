@@ -218,6 +218,21 @@ TEST_F(OpsTest, ElementwiseOps) {
   expect_close(acc, want, 1e-4, 1e-5, "sigmoid gated");
 }
 
+// A step's input ids taken from the ids the step before chose: negative sources give 0,
+// pairs out of range on either side are skipped, the other ids stay.
+TEST_F(OpsTest, ScatterIds) {
+  const std::vector<int32_t> src = {7, -2, 40, 11};
+  const std::vector<int32_t> pairs = {0, 2, 3, 1, 5, 0, -1, 3, 2, 4, 6, 3, 4, -1};
+  std::vector<int32_t> ids = {100, 101, 102, 103, 104, 105};
+  Tensor s = be_->upload_i32(src.data(), 4, {});
+  Tensor p = be_->upload(pairs.data(), {7, 2}, DType::kI32, {});
+  Tensor out = be_->upload_i32(ids.data(), 6, {});
+  be_->scatter_ids(s, p, out);
+  std::vector<int32_t> got(6);
+  be_->download(out, got.data());
+  EXPECT_EQ(got, (std::vector<int32_t>{40, 101, 102, 0, 104, 7}));
+}
+
 TEST_F(OpsTest, ConvertRowMatchesScalarConversion) {
   for (DType dt : {DType::kBF16, DType::kF16}) {
     Tensor t = random_tensor({1, 29}, rng_, 3.f, dt);
