@@ -29,6 +29,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "device_values.h"
 #include "model_dims.h"
 
 namespace tachyon {
@@ -62,28 +63,6 @@ Tensor upload_random(cuda::CudaBackend& be, const Shape& shape, uint64_t seed) {
   return be.upload(h.data(), shape, DType::kBF16, {});
 }
 
-std::vector<float> to_floats(cuda::CudaBackend& be, const Tensor& t) {
-  Tensor h = be.to_host(t);
-  std::vector<float> v(static_cast<size_t>(h.numel()));
-  for (int64_t i = 0; i < h.numel(); ++i) v[i] = bf16_to_f32(bf16{h.data<uint16_t>()[i]});
-  return v;
-}
-
-double rel_error(const std::vector<float>& a, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    num += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
-    den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // Median over 5 batches of the time per call of fn(i) for i = 0..calls-1 in a row.
 template <typename Fn>
 double time_calls(cuda::CudaBackend& be, int calls, Fn fn) {
@@ -103,7 +82,7 @@ double time_calls(cuda::CudaBackend& be, int calls, Fn fn) {
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
-  return median(t);
+  return bench::median(t);
 }
 
 void gemm_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
@@ -145,7 +124,7 @@ void gemm_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
       Tensor yt = tuned.alloc({m, s.n}, DType::kBF16);
       Tensor yh = heur.alloc({m, s.n}, DType::kBF16);
       heur.linear(xh, wh[0], Tensor(), yh, 0, Activation::kIdentity);
-      const std::vector<float> ref = to_floats(heur, yh);
+      const std::vector<float> ref = bench::bf16_values(heur, yh);
       const double flops = 2.0 * m * s.n * s.k;
       const double bytes = wbytes + 2.0 * m * s.k + 2.0 * m * s.n;
       auto report = [&](const char* variant, double t, double err) {
@@ -178,7 +157,7 @@ void gemm_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
           };
           tuned.fill_zero(yt);
           call(0);
-          const double err = rel_error(to_floats(tuned, yt), ref);
+          const double err = bench::rel_error(bench::bf16_values(tuned, yt), ref);
           const double t = time_calls(tuned, reps, call);
           report(v.name, t, err);
           if (variant == cuda::kGemvDefault) {  // the same without programmatic launch
@@ -203,7 +182,7 @@ void gemm_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
         };
         tuned.fill_zero(yt);
         call(0);
-        const double err = rel_error(to_floats(tuned, yt), ref);
+        const double err = bench::rel_error(bench::bf16_values(tuned, yt), ref);
         const double t = time_calls(tuned, reps, call);
         char name[32];
         std::snprintf(name, sizeof(name), "skinny_s%d", plan.splits);
@@ -211,7 +190,7 @@ void gemm_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
       }
       {
         tuned.linear(xt, wt[0], Tensor(), yt, 0, Activation::kIdentity);
-        const double err = rel_error(to_floats(tuned, yt), ref);
+        const double err = bench::rel_error(bench::bf16_values(tuned, yt), ref);
         const double t = time_calls(tuned, reps, [&](int i) {
           tuned.linear(xt, wt[i % copies], Tensor(), yt, 0, Activation::kIdentity);
         });

@@ -37,6 +37,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "device_values.h"
 #include "model_dims.h"
 
 namespace tachyon {
@@ -70,28 +71,6 @@ Tensor random_device(cuda::CudaBackend& be, const Shape& shape, std::mt19937& rn
   for (int64_t i = 0; i < h.numel(); ++i) h.data<float>()[i] = d(rng);
   Tensor c = h.to(DType::kBF16);
   return be.upload(c.raw(), shape, DType::kBF16, {});
-}
-
-std::vector<float> to_floats(cuda::CudaBackend& be, const Tensor& t) {
-  Tensor h = be.to_host(t);
-  std::vector<float> v(static_cast<size_t>(h.numel()));
-  for (int64_t i = 0; i < h.numel(); ++i) v[i] = bf16_to_f32(bf16{h.data<uint16_t>()[i]});
-  return v;
-}
-
-double rel_error(const std::vector<float>& a, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    num += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
-    den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 // A stream on a set of SMs: a green context's, or an ordinary one (sms = every SM).
@@ -292,14 +271,14 @@ int run(int argc, char** argv) {
   attention(0, be.num_sms(), be.stream());
   products(full_gemm);  // tunes the algorithms
   be.synchronize();
-  const std::vector<float> attn_ref = to_floats(be, attn_out);
+  const std::vector<float> attn_ref = bench::bf16_values(be, attn_out);
   std::vector<std::vector<float>> prod_ref;
-  for (Product& p : prods) prod_ref.push_back(to_floats(be, p.y));
+  for (Product& p : prods) prod_ref.push_back(bench::bf16_values(be, p.y));
   auto check = [&](const char* what) {
     TACHYON_CUDA_CHECK(cudaDeviceSynchronize());
-    double worst = rel_error(to_floats(be, attn_out), attn_ref);
+    double worst = bench::rel_error(bench::bf16_values(be, attn_out), attn_ref);
     for (size_t i = 0; i < prods.size(); ++i)
-      worst = std::max(worst, rel_error(to_floats(be, prods[i].y), prod_ref[i]));
+      worst = std::max(worst, bench::rel_error(bench::bf16_values(be, prods[i].y), prod_ref[i]));
     std::printf("  check %-28s max relative error vs the whole GPU %.2e%s\n", what, worst,
                 worst > 1e-2 ? "  <-- MISMATCH" : "");
     return worst;
@@ -329,7 +308,7 @@ int run(int argc, char** argv) {
       const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       if (trial > 0) t.push_back(ms / su.reps);
     }
-    return median(t);
+    return bench::median(t);
   };
 
   std::printf(
