@@ -450,10 +450,8 @@ void AsyncModel::finish_step() {
   const auto t1 = Clock::now();
   const double c1 = thread_cpu_ms();
   LogitRows rows;
-  std::vector<const ScheduledSeq*> all;
-  for (const auto& s : step.plan.seqs) all.push_back(&s);
   try {
-    take_rows(all, out, &rows);
+    take_rows(step.plan.seqs, out, &rows);
   } catch (const std::exception& e) {
     return die(e.what());
   }
@@ -463,12 +461,12 @@ void AsyncModel::finish_step() {
   loop_stats_.sample_cpu_ms += thread_cpu_ms() - c1;
 }
 
-void AsyncModel::take_rows(const std::vector<const ScheduledSeq*>& seqs, const ForwardOutput& out,
+void AsyncModel::take_rows(std::span<const ScheduledSeq> seqs, const ForwardOutput& out,
                            LogitRows* rows) const {
   // The model's result for each sequence: a token chosen on the device, or a row of
   // logits for the host (the rows in order, only those sampled on the host).
   size_t expected_rows = 0;
-  for (const ScheduledSeq* s : seqs) expected_rows += static_cast<size_t>(s->num_logits);
+  for (const ScheduledSeq& s : seqs) expected_rows += static_cast<size_t>(s.num_logits);
   const Tensor& logits = out.logits;
   TACHYON_CHECK(out.tokens.size() == expected_rows, "the model returned {} tokens for {} rows",
                 out.tokens.size(), expected_rows);
@@ -479,12 +477,12 @@ void AsyncModel::take_rows(const std::vector<const ScheduledSeq*>& seqs, const F
                 host_rows, vocab_size_);
   size_t row = 0;
   int64_t host_row = 0;
-  for (const ScheduledSeq* s : seqs) {
-    for (int32_t k = 0; k < s->num_logits; ++k, ++row) {
+  for (const ScheduledSeq& s : seqs) {
+    for (int32_t k = 0; k < s.num_logits; ++k, ++row) {
       StepRow r;
       r.token = out.tokens[row];
       if (r.token == kTokenOnHost) r.logits = logits.data<float>() + (host_row++) * vocab_size_;
-      (*rows)[s->seq_id] = r;  // the last row of the sequence
+      (*rows)[s.seq_id] = r;  // the last row of the sequence
     }
   }
 }
@@ -509,7 +507,7 @@ void AsyncModel::run_one_by_one(const SchedulerOutput& plan) {
     add_sampling(one, &b);
     try {
       outs.push_back(executor_.forward(b));
-      take_rows({&s}, outs.back(), &rows);
+      take_rows({&s, 1}, outs.back(), &rows);
     } catch (const Error& e) {
       if (e.code() == ErrorCode::kInternal) return die(e.what());
       failed[s.group_id] = ErrorInfo{e.code(), e.what()};

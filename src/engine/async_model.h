@@ -22,6 +22,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -172,7 +173,7 @@ class AsyncModel {
   void run_one_by_one(const SchedulerOutput& plan);
   // Turns a step's output into rows by sequence id (the sequences in plan order, each
   // with its num_logits rows; the last one kept).
-  void take_rows(const std::vector<const ScheduledSeq*>& seqs, const ForwardOutput& out,
+  void take_rows(std::span<const ScheduledSeq> seqs, const ForwardOutput& out,
                  LogitRows* rows) const;
   // Fills batch->sampling for the plan's logits rows when the model samples on its device.
   void add_sampling(const SchedulerOutput& plan, ForwardBatch* batch) const;

@@ -44,7 +44,6 @@ class Decoder final : public Model {
   ForwardOutput forward_sample(const ForwardBatch& batch) override;
   // On a device backend launch() queues the step, its sampling and the copies of its
   // results, and returns; collect() waits for them (decoder_sample.cc).
-  bool launches_ahead() const override { return !be_->device().is_cpu(); }
   void launch(const ForwardBatch& batch) override;
   ForwardOutput collect() override;
 

@@ -60,7 +60,7 @@ void Decoder::launch(const ForwardBatch& b) {
   if (b.sampling.empty() || !be_->supports_sampling() || !b.sampling.any_on_device()) {
     // Every row's logits to the host, at once.
     l.ready = true;
-    l.out.logits = be_->to_host(device_logits(b));
+    l.out.logits = forward(b);
     l.out.tokens.assign(static_cast<size_t>(R), kTokenOnHost);
     last_ids_ = Tensor();
     launched_.push_back(std::move(l));

@@ -144,7 +144,6 @@ class LanguageModel {
   // not collected; forward() and forward_sample() are not called in between. This
   // default runs the step inside launch() (nothing overlaps), resolving the deferred
   // tokens from the previous step's output.
-  virtual bool launches_ahead() const { return false; }
   virtual void launch(const ForwardBatch& batch);
   virtual ForwardOutput collect();
   // forward() that chooses the tokens of batch.sampling's kDevice rows where the model

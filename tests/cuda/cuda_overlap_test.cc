@@ -66,7 +66,6 @@ TEST(CudaOverlap, DeferredTokensMatchStepByStep) {
   TACHYON_REQUIRE_GPU();
   auto serial = load();
   auto ahead = load();
-  ASSERT_TRUE(ahead->launches_ahead());
   std::mt19937 rng(3);
   const int32_t vocab = serial->vocab_size();
   std::uniform_int_distribution<int32_t> tok(3, vocab - 1);

@@ -44,7 +44,9 @@ void expect_same(const EngineRun& a, const EngineRun& b) {
     const auto& x = a.results[i];
     const auto& y = b.results[i];
     ASSERT_EQ(x.error.has_value(), y.error.has_value()) << "request " << i;
-    if (x.error) EXPECT_EQ(x.error->code, y.error->code) << "request " << i;
+    if (x.error) {
+      EXPECT_EQ(x.error->code, y.error->code) << "request " << i;
+    }
     ASSERT_EQ(x.sequences.size(), y.sequences.size()) << "request " << i;
     for (size_t k = 0; k < x.sequences.size(); ++k) {
       EXPECT_EQ(x.sequences[k].output_ids, y.sequences[k].output_ids) << "request " << i;
@@ -139,7 +141,9 @@ TEST(Overlap, SameOutputsAsWaitingForEachStep) {
     // is waited for, so mixed requests overlap less.
     EXPECT_GT(ahead.stats.overlapped_steps, only ? 40 : 2);
     EXPECT_GT(ahead.deferred_tokens, only ? 200 : 5);
-    if (only) EXPECT_GT(ahead.stats.tokens_discarded, 0);  // EOS with the next step queued
+    if (only) {
+      EXPECT_GT(ahead.stats.tokens_discarded, 0);  // EOS with the next step queued
+    }
   }
 }
 

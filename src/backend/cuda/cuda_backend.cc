@@ -133,6 +133,10 @@ void CudaBackend::check_act(const Tensor& t, const char* what) const {
 void CudaBackend::raise_device_errors() {
   TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));
   // The stream is idle: no kernel of this backend writes the word now.
+  raise_error_word();
+}
+
+void CudaBackend::raise_error_word() {
   volatile int* word = err_host_;
   const int code = *word;
   if (code == 0) return;
@@ -250,11 +254,7 @@ void CudaBackend::wait_fence(uint64_t f) {
   }
   // Kernels queued after the fence may still run, and may set the word too: a fault
   // reported a step early is still the device's fault.
-  volatile int* word = err_host_;
-  const int code = *word;
-  if (code == 0) return;
-  *word = 0;
-  raise<Internal>("CUDA kernel saw bad input: {}", error_names(code));
+  raise_error_word();
 }
 
 Tensor CudaBackend::to_host(const Tensor& t) {

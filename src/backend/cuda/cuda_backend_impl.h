@@ -145,9 +145,10 @@ class CudaBackend final : public Backend {
   void check_act(const Tensor& t, const char* what) const;
   void check_rotary(const Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
                     RotaryStyle style, int32_t rotary_dim, const char* what) const;
-  // Raises Internal (and clears the word) when a kernel reported bad indices. Call
-  // only after the stream has been synchronised.
+  // Synchronises the stream, then raise_error_word().
   void raise_device_errors();
+  // Raises Internal (and clears the word) when a kernel reported bad indices.
+  void raise_error_word();
   // The bias in the GEMM output dtype (converted once and cached for 16-bit outputs).
   const void* bias_for(const Tensor& bias, DType y_type);
   // A scratch buffer of at least `bytes`, kept and grown between calls.
