@@ -172,12 +172,13 @@ TEST_P(CudaOpsTest, Linear) {
 }
 
 // Every matrix-vector variant (x through L1 or shared memory, 1, 2 or 4 warps per
-// column, 8, 16 or 32 warps a block) for 1..4 rows, with row lengths that end mid-batch or
-// mid-share, and f32 output.
+// column, 8, 16 or 32 warps a block, persistent blocks) for 1..4 rows, with row lengths
+// that end mid-batch or mid-share, and f32 output. The last two cases give each
+// persistent block many column groups.
 TEST_P(CudaOpsTest, GemvVariants) {
   if (dt_ == DType::kF32) GTEST_SKIP() << "16-bit kernel";
-  const LinearCase cases[] = {
-      {1, 37, 8}, {2, 1000, 4104}, {3, 300, 264}, {4, 64, 14336}, {1, 4099, 14336}};
+  const LinearCase cases[] = {{1, 37, 8},       {2, 1000, 4104}, {3, 300, 264},   {4, 64, 14336},
+                              {1, 4099, 14336}, {3, 20011, 520}, {1, 40000, 4096}};
   for (const LinearCase& c : cases) {
     Tensor x = input({c.m, c.k});
     Tensor w = input({c.n, c.k}, 1.f / std::sqrt(static_cast<float>(c.k)));
@@ -189,7 +190,10 @@ TEST_P(CudaOpsTest, GemvVariants) {
           cuda::kGemvDefault, cuda::kGemvDefault | cuda::kGemvWarps16,
           cuda::kGemvDefault | cuda::kGemvWarps32,
           cuda::kGemvSmemX | cuda::kGemvSplit4 | cuda::kGemvWarps32,
-          cuda::kGemvSmemX | cuda::kGemvWarps16})
+          cuda::kGemvSmemX | cuda::kGemvWarps16,
+          cuda::kGemvSmemX | cuda::kGemvSplit2 | cuda::kGemvWideLongK,
+          cuda::kGemvDefault | cuda::kGemvPersistent, cuda::kGemvSmemX | cuda::kGemvPersistent,
+          cuda::kGemvSmemX | cuda::kGemvSplit4 | cuda::kGemvWarps16 | cuda::kGemvPersistent})
       for (DType yt : {dt_, DType::kF32}) {
         Tensor out = poisoned(*gpu_, {c.m, c.n}, yt);
         cuda::launch_gemv(xd.raw(), wd.raw(), dt_, out.raw(), yt, c.m, c.n, c.k, c.n,

@@ -80,7 +80,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   use_gemv_ = env_flag("TACHYON_CUDA_GEMV", true);
   use_skinny_ = env_flag("TACHYON_CUDA_SKINNY", false);
   sample_split_ = env_flag("TACHYON_SAMPLE_SPLIT", true);
-  gemv_variant_ = static_cast<int>(env_int("TACHYON_GEMV_VARIANT", kGemvDefault, 0, 127));
+  gemv_variant_ = static_cast<int>(env_int("TACHYON_GEMV_VARIANT", kGemvDefault, 0, 511));
   batch_invariant_ = batch_invariant_ || env_flag("TACHYON_BATCH_INVARIANT", false);
   TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_));
   // Programmatic dependent launch (launch.cuh) from compute capability 9.0 on.

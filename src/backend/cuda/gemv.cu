@@ -6,14 +6,17 @@
 // accumulation, a warp reduction per row and the split's partial sums met in shared
 // memory. The weight matrix is read once at close to the memory bandwidth, where a
 // tiled GEMM at m = 1 wastes most of its tile and launch. kGemvDefault (kernels.h) is
-// the variant the backend runs; TACHYON_GEMV_VARIANT picks another for end-to-end
-// comparisons (benchmarks).
+// the variant the backend runs (persistent blocks for the products of few waves,
+// kGemvPersistentFew); TACHYON_GEMV_VARIANT picks another for end-to-end comparisons
+// (benchmarks).
 //
 // The weights do not depend on earlier kernels, so each warp issues its first weight
 // loads before pdl_wait() (launch.cuh): with programmatic dependent launch they are in
 // flight while the previous kernel drains, which hides most of the memory latency at
 // the start of every product.
 #include <algorithm>
+#include <mutex>
+#include <vector>
 
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
@@ -144,6 +147,168 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int i = 0; i < kM; ++i) y[i * ldy + row] = from_f<Y>(acc[i]);
 }
 
+// kGemvPersistent: as many blocks as the device holds at once (or fewer), each looping
+// over groups of kWarps / kSplit columns (group g, g + gridDim.x, ...). x is staged once
+// per block instead of once per group, and each warp's weight loads run on from one
+// group into the next (the next group's first batch is requested while the last batch of
+// this one is multiplied), so a block is never retired and relaunched between groups and
+// the stream of weight pieces has no gaps at group boundaries. Each group ends with one
+// block barrier: the split warps' partial sums meet in shared memory (two buffers, so
+// one barrier a group is enough).
+template <typename T, typename Y, int kM, int kSplit, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32)
+    gemv_persistent_kernel(const T* __restrict__ x, const T* __restrict__ w, Y* __restrict__ y,
+                           int64_t n, int64_t k, int64_t ldy) {
+  extern __shared__ uint4 xs[];  // [kM * k / 8]
+  __shared__ float partial[2][kWarps][kM];
+  constexpr int kCols = kWarps / kSplit;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int part = warp % kSplit;
+  const int pieces = static_cast<int>(k / 8);
+  const int share = (pieces + 32 * kSplit - 1) / (32 * kSplit) * 32;
+  const int p_begin = part * share, p_end = min(pieces, p_begin + share);
+  // This warp's batches of 32 * kUnroll pieces in each row (the same for every row).
+  const int batches = p_end > p_begin ? (p_end - p_begin + 32 * kUnroll - 1) / (32 * kUnroll) : 0;
+  const int64_t groups = (n + kCols - 1) / kCols;
+  const int64_t stride = gridDim.x;
+  auto row_of = [&](int64_t g) { return g * kCols + warp / kSplit; };
+  // Batch b of row `row` (zeros past the share's end and for rows past n).
+  auto load = [&](uint4(&v)[kUnroll], int64_t row, int b) {
+    const uint4* wr = reinterpret_cast<const uint4*>(w + (row < n ? row : 0) * k);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int q = p_begin + 32 * (b * kUnroll + u) + lane;
+      v[u] = row < n && q < p_end ? __ldcs(wr + q) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  int64_t g = blockIdx.x;
+  uint4 wv[kUnroll];
+  load(wv, row_of(g), 0);  // weights only: before the dependency wait
+  pdl_wait();
+  pdl_launch_dependents();
+  const uint4* xr = reinterpret_cast<const uint4*>(x);
+  for (int i = threadIdx.x; i < kM * pieces; i += blockDim.x) xs[i] = __ldg(xr + i);
+  __syncthreads();
+  int buf = 0;
+  for (; g < groups; g += stride) {
+    const int64_t row = row_of(g);
+    float acc[kM];
+#pragma unroll
+    for (int i = 0; i < kM; ++i) acc[i] = 0.f;
+    for (int b = 0; b < batches; ++b) {
+      // The next batch: this row's, or the first of this warp's row in the next group.
+      uint4 nv[kUnroll] = {};
+      if (b + 1 < batches)
+        load(nv, row, b + 1);
+      else if (g + stride < groups)
+        load(nv, row_of(g + stride), 0);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int q = p_begin + 32 * (b * kUnroll + u) + lane;
+        if (q < p_end) {
+#pragma unroll
+          for (int i = 0; i < kM; ++i) dot8(wv[u], xs[i * pieces + q], acc[i], T{});
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) wv[u] = nv[u];
+    }
+#pragma unroll
+    for (int i = 0; i < kM; ++i) acc[i] = warp_sum(acc[i]);
+    if (lane == 0)
+#pragma unroll
+      for (int i = 0; i < kM; ++i) partial[buf][warp][i] = acc[i];
+    __syncthreads();
+    if (part == 0 && lane == 0 && row < n) {
+#pragma unroll
+      for (int i = 0; i < kM; ++i) {
+        float v = 0.f;
+#pragma unroll
+        for (int j = 0; j < kSplit; ++j) v += partial[buf][warp + j][i];
+        y[i * ldy + row] = from_f<Y>(v);
+      }
+    }
+    buf ^= 1;
+  }
+}
+
+// Blocks of `kernel` (threads, smem) the current device holds at once, asked once per
+// (device, kernel, smem).
+int resident_blocks(const void* kernel, int threads, size_t smem) {
+  struct Known {
+    int device;
+    const void* kernel;
+    size_t smem;
+    int blocks;
+  };
+  static std::mutex mu;
+  static std::vector<Known> known;
+  int device = 0;
+  TACHYON_KERNEL_CHECK(cudaGetDevice(&device) == cudaSuccess, "gemv: no current device");
+  std::lock_guard<std::mutex> lock(mu);
+  for (const Known& e : known)
+    if (e.device == device && e.kernel == kernel && e.smem == smem) return e.blocks;
+  int per_sm = 0, sms = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) !=
+          cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    per_sm = 1;
+    sms = 1;
+  }
+  const int blocks = std::max(per_sm, 1) * std::max(sms, 1);
+  known.push_back({device, kernel, smem, blocks});
+  return blocks;
+}
+
+// kGemvPersistentFew: persistent blocks only for products of at most this many waves of
+// resident blocks (measured at batch 1 on the H200: the qkv, o and down projections, 1.5-2.3
+// waves, gain 0.3-1.2 µs each; gate_up (11 waves) and the lm_head (48) lose 1-5 µs, where
+// the one-group blocks keep more loads in flight than blocks that meet at a barrier after
+// every group).
+constexpr int64_t kPersistentMaxWaves = 4;
+
+template <typename T, typename Y, bool kSmemX, int kSplit, int kWarps>
+void launch_m(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, int64_t ldy,
+              cudaStream_t stream);
+
+// few_only: the regular kernel when the groups exceed kPersistentMaxWaves waves.
+template <typename T, typename Y, int kSplit, int kWarps>
+void launch_persistent(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k,
+                       int64_t ldy, bool few_only, cudaStream_t stream) {
+  const int64_t groups = ceil_div(n, kWarps / kSplit);
+  const dim3 threads(kWarps * 32);
+  const auto* xt = static_cast<const T*>(x);
+  const auto* wt = static_cast<const T*>(w);
+  auto* yt = static_cast<Y*>(y);
+  const size_t smem = static_cast<size_t>(m * k) * sizeof(T);
+  auto go = [&](auto kernel) {
+    const void* key = reinterpret_cast<const void*>(kernel);
+    allow_dynamic_smem(key, smem);
+    const int64_t resident = resident_blocks(key, kWarps * 32, smem);
+    if (few_only && groups > kPersistentMaxWaves * resident) {
+      launch_m<T, Y, true, kSplit, kWarps>(x, w, y, m, n, k, ldy, stream);
+      return;
+    }
+    const dim3 blocks(static_cast<unsigned>(std::min(groups, resident)));
+    launch_kernel(kernel, blocks, threads, smem, stream, xt, wt, yt, n, k, ldy);
+  };
+  switch (m) {
+    case 1:
+      go(gemv_persistent_kernel<T, Y, 1, kSplit, kWarps>);
+      break;
+    case 2:
+      go(gemv_persistent_kernel<T, Y, 2, kSplit, kWarps>);
+      break;
+    case 3:
+      go(gemv_persistent_kernel<T, Y, 3, kSplit, kWarps>);
+      break;
+    default:
+      go(gemv_persistent_kernel<T, Y, 4, kSplit, kWarps>);
+      break;
+  }
+}
+
 template <typename T, typename Y, bool kSmemX, int kSplit, int kWarps>
 void launch_m(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, int64_t ldy,
               cudaStream_t stream) {
@@ -196,10 +361,24 @@ void launch_gemv(const void* x, const void* w, DType type, void* y, DType y_type
                     : (variant & kGemvWarps16) != 0                ? 16
                     : (variant & kGemvWideLongK) != 0 && k >= 8192 ? 16
                                                                    : kWarpsPerBlock;
+  // One block per resident slot looping over column groups (x in shared memory only).
+  const bool persistent = smem_x && (variant & (kGemvPersistent | kGemvPersistentFew)) != 0;
+  const bool few_only = (variant & kGemvPersistent) == 0;
   auto go = [&](auto tag_t, auto tag_y) {
     using T = decltype(tag_t);
     using Y = decltype(tag_y);
     auto by_split = [&]<bool kSmem, int kWarps>() {
+      if constexpr (kSmem) {
+        if (persistent) {
+          if (split == 4)
+            launch_persistent<T, Y, 4, kWarps>(x, w, y, m, n, k, ldy, few_only, stream);
+          else if (split == 2)
+            launch_persistent<T, Y, 2, kWarps>(x, w, y, m, n, k, ldy, few_only, stream);
+          else
+            launch_persistent<T, Y, 1, kWarps>(x, w, y, m, n, k, ldy, few_only, stream);
+          return;
+        }
+      }
       if (split == 4)
         launch_m<T, Y, kSmem, 4, kWarps>(x, w, y, m, n, k, ldy, stream);
       else if (split == 2)
