@@ -58,7 +58,7 @@ run() {  # name, timeout, command...
 }
 FAIL=0
 if [ -z "${SKIP_TESTS:-}" ]; then
-  run cuda_tests 260 "$BIN/tachyon_cuda_tests" ${CUDA_TEST_FILTER:+--gtest_filter=$CUDA_TEST_FILTER} ||
+  run cuda_tests 360 "$BIN/tachyon_cuda_tests" ${CUDA_TEST_FILTER:+--gtest_filter=$CUDA_TEST_FILTER} ||
     FAIL=1
   if [ -d tests/conformance/fixtures ]; then  # (left out of trees sent without them)
     run conformance_bf16 90 env TACHYON_DEVICE=cuda "$BIN/tachyon_conformance_tests" || FAIL=1
