@@ -151,8 +151,6 @@ void gemm_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
               Variant{cuda::kGemvSmemX | cuda::kGemvSplit4 | cuda::kGemvWarps32, "gemv_sx_s4_w32"},
               Variant{cuda::kGemvSmemX | cuda::kGemvSplit2 | cuda::kGemvWideLongK, "gemv_groups"},
               Variant{cuda::kGemvDefault | cuda::kGemvPersistent, "gemv_persist"},
-              Variant{cuda::kGemvSmemX | cuda::kGemvSplit4 | cuda::kGemvPersistent,
-                      "gemv_persist_s4"},
               Variant{cuda::kGemvDefault, "gemv_default"}}) {
           const int variant = v.bits;
           auto call = [&](int i) {

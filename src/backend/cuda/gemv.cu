@@ -361,21 +361,19 @@ void launch_gemv(const void* x, const void* w, DType type, void* y, DType y_type
                     : (variant & kGemvWarps16) != 0                ? 16
                     : (variant & kGemvWideLongK) != 0 && k >= 8192 ? 16
                                                                    : kWarpsPerBlock;
-  // One block per resident slot looping over column groups (x in shared memory only).
-  const bool persistent = smem_x && (variant & (kGemvPersistent | kGemvPersistentFew)) != 0;
+  // One block per resident slot looping over column groups: x in shared memory, two warps
+  // a column, 8 or 16 warps a block only (the other shapes measured slower and would
+  // only add instantiations; they run the one-group kernel).
+  const bool persistent = smem_x && split == 2 && warps <= 16 &&
+                          (variant & (kGemvPersistent | kGemvPersistentFew)) != 0;
   const bool few_only = (variant & kGemvPersistent) == 0;
   auto go = [&](auto tag_t, auto tag_y) {
     using T = decltype(tag_t);
     using Y = decltype(tag_y);
     auto by_split = [&]<bool kSmem, int kWarps>() {
-      if constexpr (kSmem) {
+      if constexpr (kSmem && kWarps <= 16) {
         if (persistent) {
-          if (split == 4)
-            launch_persistent<T, Y, 4, kWarps>(x, w, y, m, n, k, ldy, few_only, stream);
-          else if (split == 2)
-            launch_persistent<T, Y, 2, kWarps>(x, w, y, m, n, k, ldy, few_only, stream);
-          else
-            launch_persistent<T, Y, 1, kWarps>(x, w, y, m, n, k, ldy, few_only, stream);
+          launch_persistent<T, Y, 2, kWarps>(x, w, y, m, n, k, ldy, few_only, stream);
           return;
         }
       }

@@ -244,10 +244,11 @@ bool gemv_supports(DType type, DType y_type, int64_t m, int64_t k, const void* x
 // kGemvWarps16 / kGemvWarps32: 16 or 32 warps a block instead of 8 (with kGemvSmemX);
 // kGemvWideLongK: 16 warps a block when k >= 8192 (fewer copies of a long x staged:
 // the down projection 31.1 -> 29.8 µs at 4096 x 14336, no gain at k = 4096).
-// kGemvPersistent (with kGemvSmemX): as many blocks as fit on the device at once, each
-// looping over column groups with x staged once and the weight loads running on across
-// groups; kGemvPersistentFew: the same for products of at most 4 waves of resident blocks
-// (qkv, o and down at batch 1; 1-2% on the step), the one-group blocks for the rest.
+// kGemvPersistent (with kGemvSmemX and kGemvSplit2, 8 or 16 warps a block): as many
+// blocks as fit on the device at once, each looping over column groups with x staged
+// once and the weight loads running on across groups; kGemvPersistentFew: the same for
+// products of at most 4 waves of resident blocks (qkv, o and down at batch 1; 2.5% on the
+// step), the one-group blocks for the rest.
 constexpr int kGemvSmemX = 2, kGemvSplit2 = 4, kGemvSplit4 = 8, kGemvWarps16 = 16,
               kGemvWarps32 = 32, kGemvWideLongK = 64, kGemvPersistent = 128,
               kGemvPersistentFew = 256;
