@@ -90,6 +90,29 @@ void allow_dynamic_smem(const void* kernel, size_t bytes) {
     seen.push_back(*it);
 }
 
+int resident_blocks(const void* kernel, int threads, size_t smem) {
+  struct Known {
+    const void* kernel;
+    int device;
+    int threads;
+    size_t smem;
+    int blocks;
+  };
+  int dev = 0;
+  TACHYON_CUDA_CHECK(cudaGetDevice(&dev));
+  // Launch paths ask at every launch: each thread keeps its own answers (no lock).
+  thread_local std::vector<Known> known;
+  for (const Known& e : known)
+    if (e.kernel == kernel && e.device == dev && e.threads == threads && e.smem == smem)
+      return e.blocks;
+  int per_sm = 0, sms = 0;
+  TACHYON_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int blocks = std::max(per_sm, 1) * std::max(sms, 1);
+  known.push_back({kernel, dev, threads, smem, blocks});
+  return blocks;
+}
+
 bool env_flag(const char* name, bool fallback) {
   const char* env = std::getenv(name);
   if (env == nullptr || env[0] == '\0') return fallback;

@@ -15,8 +15,6 @@
 // flight while the previous kernel drains, which hides most of the memory latency at
 // the start of every product.
 #include <algorithm>
-#include <mutex>
-#include <vector>
 
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
@@ -230,35 +228,6 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     buf ^= 1;
   }
-}
-
-// Blocks of `kernel` (threads, smem) the current device holds at once, asked once per
-// (device, kernel, smem).
-int resident_blocks(const void* kernel, int threads, size_t smem) {
-  struct Known {
-    int device;
-    const void* kernel;
-    size_t smem;
-    int blocks;
-  };
-  static std::mutex mu;
-  static std::vector<Known> known;
-  int device = 0;
-  TACHYON_KERNEL_CHECK(cudaGetDevice(&device) == cudaSuccess, "gemv: no current device");
-  std::lock_guard<std::mutex> lock(mu);
-  for (const Known& e : known)
-    if (e.device == device && e.kernel == kernel && e.smem == smem) return e.blocks;
-  int per_sm = 0, sms = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) !=
-          cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    per_sm = 1;
-    sms = 1;
-  }
-  const int blocks = std::max(per_sm, 1) * std::max(sms, 1);
-  known.push_back({device, kernel, smem, blocks});
-  return blocks;
 }
 
 // kGemvPersistentFew: persistent blocks only for products of at most this many waves of

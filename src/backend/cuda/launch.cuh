@@ -33,6 +33,10 @@ int max_dynamic_smem();
 // raises its limit above the default 48 KB once per (kernel, device) and size, not at
 // every launch. A host-side setting, allowed while a graph is being recorded.
 void allow_dynamic_smem(const void* kernel, size_t bytes);
+// Blocks of `kernel` (`threads` each, `smem` bytes of dynamic shared memory) that the
+// current device holds at once, over all its SMs (asked once per thread, kernel, device
+// and size; its shared-memory limit raised first, allow_dynamic_smem).
+int resident_blocks(const void* kernel, int threads, size_t smem);
 
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
