@@ -37,6 +37,8 @@ void allow_dynamic_smem(const void* kernel, size_t bytes);
 // current device holds at once, over all its SMs (asked once per thread, kernel, device
 // and size; its shared-memory limit raised first, allow_dynamic_smem).
 int resident_blocks(const void* kernel, int threads, size_t smem);
+// A switch from the environment (cuda_check.h, which .cu files cannot include: fmt).
+bool env_flag(const char* name, bool fallback);
 
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

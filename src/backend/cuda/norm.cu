@@ -1,7 +1,9 @@
 // RMSNorm / LayerNorm with the residual add fused in (one block per row, the row kept
-// in shared memory as f32; 16-byte loads and stores when the row allows), and the
-// per-head q/k norm (one warp per head).
+// in registers or shared memory as f32; 16-byte loads and stores when the row allows;
+// one warp a row for prefill-sized batches), and the per-head q/k norm (one warp per
+// head). TACHYON_NORM_WARP_ROWS=0 keeps the block-per-row kernels everywhere.
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
@@ -11,6 +13,8 @@ namespace tachyon::cuda {
 namespace {
 
 constexpr int kNormThreads = 256;
+// From this many rows on, add_norm runs a warp a row (add_norm_warp_kernel).
+constexpr int64_t kNormWarpRowsMin = 512;
 
 // The elements of one 16-byte load: kVec of T.
 template <typename T, int kVec>
@@ -160,6 +164,93 @@ __global__ void add_norm_reg_kernel(T* residual, const T* delta1, const T* delta
   }
 }
 
+// Many rows (prefill): one warp a row, no barrier. The block-per-row kernel above goes
+// through two block reductions between its loads and its stores, so a resident block
+// has nothing in flight while it reduces, and each block reads the norm's weights again
+// beside its one row: at 8192 rows x 4096 it moved 2.1-2.5 TB/s. Here each lane loads
+// all its pieces of the row and of the deltas (kPer 16-byte pieces each) before it uses
+// any, the warp reduces with shuffles, and the weights come through the L1 shared by
+// the block's warps. kPer * 32 * kVec >= d. The sums run in another order than the
+// block kernels' (float rounding differs, not the arithmetic).
+template <typename T, int kVec, int kPer, bool kTwo>
+__global__ void __launch_bounds__(128)
+    add_norm_warp_kernel(T* residual, const T* delta1, const T* delta2, int64_t rows, int64_t d,
+                         NormArgs p, T* out) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t r = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32;
+  if (r >= rows) return;
+  const int lane = threadIdx.x & 31;
+  const int vecs = static_cast<int>(d / kVec);
+  T* res = residual + r * d;
+  // The row stays in T (the residual stream is stored in T, so nothing is lost): half
+  // the registers of f32, which lets a lane hold 16 pieces and the deltas' beside them.
+  Piece<T, kVec> v[kPer], a[kPer], b[kTwo ? kPer : 1];
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int64_t i = int64_t{lane + 32 * u} * kVec;
+    if (lane + 32 * u >= vecs) continue;
+    v[u] = load_piece<T, kVec>(res + i);
+    if (delta1 != nullptr) a[u] = load_piece<T, kVec>(delta1 + r * d + i);
+    if constexpr (kTwo) b[u] = load_piece<T, kVec>(delta2 + r * d + i);
+  }
+  if (delta1 != nullptr) {
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      if (lane + 32 * u >= vecs) continue;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        float x = to_f(v[u].e[j]);
+        if (delta1 != nullptr) x += to_f(a[u].e[j]);
+        if constexpr (kTwo) x += to_f(b[u].e[j]);
+        v[u].e[j] = from_f<T>(x);
+      }
+      store_piece<T, kVec>(res + int64_t{lane + 32 * u} * kVec, v[u]);
+    }
+  }
+  float mean = 0.f;
+  if (p.type == KNorm::kLayerNorm) {
+    float sum = 0.f;
+#pragma unroll
+    for (int u = 0; u < kPer; ++u)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) sum += lane + 32 * u < vecs ? to_f(v[u].e[j]) : 0.f;
+    mean = warp_sum(sum) / static_cast<float>(d);
+  }
+  float sq = 0.f;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    if (lane + 32 * u >= vecs) continue;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const float c = to_f(v[u].e[j]) - mean;
+      sq += c * c;
+    }
+  }
+  const float inv = rsqrtf(warp_sum(sq) / static_cast<float>(d) + p.eps);
+  T* o = out + r * d;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int vi = lane + 32 * u;
+    if (vi >= vecs) continue;
+    const int64_t i = int64_t{vi} * kVec;
+    const float4* w4 = reinterpret_cast<const float4*>(p.weight + i);
+    const float4* b4 = p.bias != nullptr ? reinterpret_cast<const float4*>(p.bias + i) : nullptr;
+    Piece<T, kVec> y;
+#pragma unroll
+    for (int j = 0; j < kVec; j += 4) {
+      const float4 w = __ldg(w4 + j / 4);
+      const float4 bb = b4 != nullptr ? __ldg(b4 + j / 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+      const float ws[4] = {w.x, w.y, w.z, w.w}, bs[4] = {bb.x, bb.y, bb.z, bb.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        y.e[j + q] =
+            from_f<T>((to_f(v[u].e[j + q]) - mean) * inv * (p.weight_offset + ws[q]) + bs[q]);
+    }
+    store_piece<T, kVec>(o + i, y);
+  }
+}
+
 // One warp per (row, head): heads [0, q_heads) use q, [q_heads, q_heads + k_heads) k.
 template <typename T>
 __global__ void qk_norm_kernel(T* qkv, int64_t rows, int64_t cols, int q_heads, int k_heads, int hd,
@@ -224,6 +315,41 @@ void launch_add_norm(void* residual, const void* delta1, const void* delta2, DTy
                     static_cast<T*>(out));
     };
     const int64_t vecs = d / kVec;
+    // Many rows: a warp a row (rows of at most 16 pieces a lane, weights 16-byte aligned).
+    static const bool warp_rows = env_flag("TACHYON_NORM_WARP_ROWS", true);
+    const bool w_aligned = reinterpret_cast<uintptr_t>(norm.weight) % 16 == 0 &&
+                           reinterpret_cast<uintptr_t>(norm.bias) % 16 == 0;
+    // With two deltas a lane holds at most 8 pieces (16 spill in bf16).
+    const bool two = delta1 != nullptr && delta2 != nullptr;
+    if (vec && warp_rows && w_aligned && rows >= kNormWarpRowsMin && vecs <= 32 * (two ? 8 : 16)) {
+      const dim3 wgrid(static_cast<unsigned>(ceil_div(rows, int64_t{4})));
+      // The kernel takes its one delta as delta1, and both only when kTwo.
+      const void* d1 = delta1 != nullptr ? delta1 : delta2;
+      const void* d2 = two ? delta2 : nullptr;
+      auto wgo = [&](auto kernel) {
+        launch_kernel(kernel, wgrid, dim3(128), 0, stream, static_cast<T*>(residual),
+                      static_cast<const T*>(d1), static_cast<const T*>(d2), rows, d, norm,
+                      static_cast<T*>(out));
+      };
+      auto pick = [&](auto tag) {
+        constexpr bool kTwo = decltype(tag)::value;
+        if (vecs <= 32)
+          wgo(add_norm_warp_kernel<T, kVec, 1, kTwo>);
+        else if (vecs <= 64)
+          wgo(add_norm_warp_kernel<T, kVec, 2, kTwo>);
+        else if (vecs <= 128)
+          wgo(add_norm_warp_kernel<T, kVec, 4, kTwo>);
+        else if (vecs <= 256)
+          wgo(add_norm_warp_kernel<T, kVec, 8, kTwo>);
+        else if constexpr (!kTwo)
+          wgo(add_norm_warp_kernel<T, kVec, 16, false>);
+      };
+      if (two)
+        pick(std::true_type{});
+      else
+        pick(std::false_type{});
+      return;
+    }
     // Registers: up to 1024 threads of 1, 2 or 4 vectors each (d <= 12288 keeps vecs
     // <= 3072). Unaligned rows or widths take the shared-memory kernel one element at a
     // time.
