@@ -244,6 +244,18 @@ class Backend {
   // dtype or f32 (logits).
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
                       int64_t col_offset = 0, Activation act = Activation::kIdentity) = 0;
+  // out += x · wᵀ + bias in one pass, the sum rounded once to out's dtype, where the
+  // backend folds the add into the product (a residual stream updated by the o and down
+  // projections without a separate add). x [T, K]; w [N, K] (prepared); out [T, N] in
+  // the activation dtype. Returns false, having done nothing, where it does not (the
+  // caller then runs linear() and adds).
+  virtual bool linear_add(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
+    (void)x;
+    (void)w;
+    (void)bias;
+    (void)out;
+    return false;
+  }
   // out[t, i] = act(in[t, i]) * in[t, I + i]; in [T, 2I] ([gate | up]), out [T, I].
   virtual void gated_activation(const Tensor& in, Activation act, Tensor& out) = 0;
   // x = act(x) in place, x [T, N].

@@ -506,8 +506,8 @@ void Decoder::compute(int64_t T, int64_t R, Tensor& logits) {
       continue;
     }
     be_->add_norm(residual, pending1, pending2, L.attn_norm, h);
-    attention_block(l, h, o);
     if (cfg_.parallel_residual) {
+      attention_block(l, h, o);
       if (cfg_.parallel_shared_norm) {
         mlp_block(l, h, m);
       } else {
@@ -517,12 +517,21 @@ void Decoder::compute(int64_t T, int64_t R, Tensor& logits) {
       }
       pending1 = o;
       pending2 = m;
-    } else {
-      if (cfg_.sandwich_norm) be_->add_norm(o, Tensor(), Tensor(), L.post_attn_norm, o);
+    } else if (cfg_.sandwich_norm) {
+      attention_block(l, h, o);
+      be_->add_norm(o, Tensor(), Tensor(), L.post_attn_norm, o);
       be_->add_norm(residual, o, Tensor(), L.mlp_norm, h);
       mlp_block(l, h, m);
-      if (cfg_.sandwich_norm) be_->add_norm(m, Tensor(), Tensor(), L.post_mlp_norm, m);
+      be_->add_norm(m, Tensor(), Tensor(), L.post_mlp_norm, m);
       pending1 = m;
+      pending2 = Tensor();
+    } else {
+      // The o and down projections add into the residual stream themselves where the
+      // backend can (the next norm then reads one tensor instead of two).
+      const bool o_added = attention_block(l, h, o, &residual);
+      be_->add_norm(residual, o_added ? Tensor() : o, Tensor(), L.mlp_norm, h);
+      const bool m_added = mlp_block(l, h, m, &residual);
+      pending1 = m_added ? Tensor() : m;
       pending2 = Tensor();
     }
   }
@@ -551,7 +560,7 @@ void Decoder::compute(int64_t T, int64_t R, Tensor& logits) {
   if (cfg_.final_softcap > 0) be_->softcap(logits, static_cast<float>(cfg_.final_softcap));
 }
 
-void Decoder::attention_block(int l, const Tensor& h, Tensor& out) {
+bool Decoder::attention_block(int l, const Tensor& h, Tensor& out, Tensor* add_into) {
   const LayerWeights& L = w_.layers[l];
   const int64_t T = h.dim(0);
   Tensor qkv = qkv_.view(*be_, T, layout_.row_cols());
@@ -571,10 +580,12 @@ void Decoder::attention_block(int l, const Tensor& h, Tensor& out) {
     be_->write_kv(qkv, layout_, slots_t_, kv_[l]);
   Tensor attn = attn_.view(*be_, T, layout_.q_cols());
   be_->attention(qkv, layout_, kv_[l], meta_, attn_params_[l], attn);
+  if (add_into != nullptr && be_->linear_add(attn, L.o.w, L.o.b, *add_into)) return true;
   be_->linear(attn, L.o.w, L.o.b, out);
+  return false;
 }
 
-void Decoder::mlp_block(int l, const Tensor& h, Tensor& out) {
+bool Decoder::mlp_block(int l, const Tensor& h, Tensor& out, Tensor* add_into) {
   const LayerWeights& L = w_.layers[l];
   const int64_t T = h.dim(0);
   if (cfg_.is_moe(l)) {
@@ -602,7 +613,7 @@ void Decoder::mlp_block(int l, const Tensor& h, Tensor& out) {
         be_->add(out, sh, out);
       }
     }
-    return;
+    return false;
   }
   const int64_t I = cfg_.inter_size;
   Tensor a = act_.view(*be_, T, I);
@@ -618,7 +629,9 @@ void Decoder::mlp_block(int l, const Tensor& h, Tensor& out) {
   } else {
     be_->linear(h, L.up.w, L.up.b, a, 0, cfg_.activation);
   }
+  if (add_into != nullptr && be_->linear_add(a, L.down.w, L.down.b, *add_into)) return true;
   be_->linear(a, L.down.w, L.down.b, out);
+  return false;
 }
 
 }  // namespace tachyon

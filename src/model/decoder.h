@@ -107,8 +107,11 @@ class Decoder final : public Model {
   std::vector<const void*> buffer_addresses() const;
   // The step's f32 logits [logits_rows, vocab] on the backend's device.
   Tensor device_logits(const ForwardBatch& b);
-  void attention_block(int layer, const Tensor& h, Tensor& out);
-  void mlp_block(int layer, const Tensor& h, Tensor& out);
+  // The blocks write their output projection to `out`; given `add_into` (the residual
+  // stream), they add it there instead where the backend folds the add into the product
+  // (Backend::linear_add), and return true when they did (`out` is then untouched).
+  bool attention_block(int layer, const Tensor& h, Tensor& out, Tensor* add_into = nullptr);
+  bool mlp_block(int layer, const Tensor& h, Tensor& out, Tensor* add_into = nullptr);
 
   ModelConfig cfg_;
   ModelWeights w_;

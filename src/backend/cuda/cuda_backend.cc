@@ -79,6 +79,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   }
   use_gemv_ = env_flag("TACHYON_CUDA_GEMV", true);
   use_skinny_ = env_flag("TACHYON_CUDA_SKINNY", false);
+  fuse_residual_ = env_flag("TACHYON_FUSE_RESIDUAL", true);
   sample_split_ = env_flag("TACHYON_SAMPLE_SPLIT", true);
   gemv_variant_ = static_cast<int>(env_int("TACHYON_GEMV_VARIANT", kGemvDefault, 0, 511));
   batch_invariant_ = batch_invariant_ || env_flag("TACHYON_BATCH_INVARIANT", false);

@@ -66,6 +66,7 @@ class CudaBackend final : public Backend {
 
   void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out, int64_t col_offset,
               Activation act) override;
+  bool linear_add(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) override;
   void gated_activation(const Tensor& in, Activation act, Tensor& out) override;
   void activation(Tensor& x, Activation act) override;
   void scale_add(const Tensor& a, float scale, const Tensor& b, Tensor& out) override;
@@ -168,14 +169,20 @@ class CudaBackend final : public Backend {
   // of the step's sequences (those of more than one query when multi_only) staged as
   // 16-bit elements: `a` rewritten to read the staging cache.
   void stage_fp8_cache(AttentionArgs& a, const AttentionMeta& meta, bool multi_only);
+  // linear()'s and linear_add()'s argument checks.
+  void check_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
+                    int64_t col_offset);
+  // accumulate: y += the product, through cuBLASLt only (linear_add decides).
   void gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor& w, void* y, DType y_type,
-            int64_t ldy, const Tensor& bias, Activation act);
+            int64_t ldy, const Tensor& bias, Activation act, bool accumulate = false);
 
   // Bumped whenever backend-owned scratch a recorded graph may use is reallocated.
   std::shared_ptr<uint64_t> scratch_epoch_ = std::make_shared<uint64_t>(0);
   bool use_gemv_ = true;
   int gemv_variant_ = 0;  // kGemvDefault unless TACHYON_GEMV_VARIANT says (benchmarks)
   bool use_skinny_ = false;
+  // linear_add through cuBLASLt's C input (TACHYON_FUSE_RESIDUAL=0: never).
+  bool fuse_residual_ = true;
   LinearPath last_linear_path_ = LinearPath::kCublas;
   Tensor skinny_partial_, merge_counters_;
   AttentionKernel attention_kernel_ = AttentionKernel::kAuto;

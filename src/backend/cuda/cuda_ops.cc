@@ -94,7 +94,8 @@ void CudaBackend::qk_norm(Tensor& qkv, const QkvLayout& layout, const NormParams
 }
 
 void CudaBackend::gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor& w, void* y,
-                       DType y_type, int64_t ldy, const Tensor& bias, Activation act) {
+                       DType y_type, int64_t ldy, const Tensor& bias, Activation act,
+                       bool accumulate) {
   const int64_t k = x.dim(1), n = w.dim(0);
   GemmArgs g;
   g.m = m;
@@ -108,7 +109,8 @@ void CudaBackend::gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor&
   g.y = y;
   g.y_type = y_type;
   g.ldy = ldy;
-  if (use_gemv_ && !batch_invariant_ && !bias && m <= kGemvAutoRows &&
+  g.accumulate = accumulate;
+  if (!accumulate && use_gemv_ && !batch_invariant_ && !bias && m <= kGemvAutoRows &&
       gemv_supports(x.dtype(), y_type, m, k, g.x, g.w)) {
     last_linear_path_ = LinearPath::kGemv;
     launch_gemv(g.x, g.w, x.dtype(), y, y_type, m, n, k, ldy, stream_, gemv_variant_);
@@ -116,7 +118,7 @@ void CudaBackend::gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor&
       launch_bias_act(y, y_type, ldy, m, n, nullptr, kact(act), stream_);
     return;
   }
-  if (use_skinny_ && !batch_invariant_ && m >= 2 && m <= kSkinnyAutoRows &&
+  if (!accumulate && use_skinny_ && !batch_invariant_ && m >= 2 && m <= kSkinnyAutoRows &&
       skinny_gemm_supports(x.dtype(), y_type, m, n, k, g.x, g.w, ldy)) {
     last_linear_path_ = LinearPath::kSkinny;
     const SkinnyPlan plan = plan_skinny_gemm(m, n, k, num_sms_);
@@ -136,6 +138,7 @@ void CudaBackend::gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor&
   g.bias = bias_for(bias, y_type);
   g.relu = act == Activation::kRelu;
   if (batch_invariant_) {
+    TACHYON_CHECK(!accumulate, "linear_add: not in batch-invariant mode");
     last_linear_path_ = LinearPath::kInvariant;
     launch_invariant_matmul(g.x, w.raw(), x.dtype(), m, n, k, y, y_type, ldy, stream_);
     if (bias || act != Activation::kIdentity)
@@ -152,8 +155,8 @@ void CudaBackend::gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor&
   }
 }
 
-void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
-                         int64_t col_offset, Activation act) {
+void CudaBackend::check_linear(const Tensor& x, const Tensor& w, const Tensor& bias,
+                               const Tensor& out, int64_t col_offset) {
   check_act(x, "linear x");
   check_here(w, "linear weight");
   check_here(out, "linear out");
@@ -170,10 +173,31 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, T
   TACHYON_CHECK(out.dim(0) == m && col_offset >= 0 && out.dim(1) >= col_offset + n,
                 "linear out {} for {} columns at {}", out.str(), n, col_offset);
   TACHYON_CHECK(!bias || bias.numel() == n, "linear bias {} for {} outputs", bias.str(), n);
+}
+
+void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
+                         int64_t col_offset, Activation act) {
+  check_linear(x, w, bias, out, col_offset);
+  const int64_t m = x.dim(0);
   if (m == 0) return;
   void* y =
       static_cast<char*>(out.raw()) + col_offset * static_cast<int64_t>(dtype_size(out.dtype()));
   gemm(x, 0, m, w, y, out.dtype(), out.dim(1), bias, act);
+}
+
+bool CudaBackend::linear_add(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
+  // Only where the product runs through cuBLASLt: its epilogue reads out as the C input
+  // (beta = 1), so the add costs the product one more read of out and saves the caller
+  // a separate pass (read out and the product, write out). The matrix-vector kernels of
+  // a few rows and the batch-invariant kernel keep linear() and the separate add.
+  const int64_t m = x.dim(0);
+  if (!fuse_residual_ || batch_invariant_ || out.dtype() != dtype_ || m == 0 ||
+      (use_gemv_ && m <= kGemvAutoRows) || (use_skinny_ && m <= kSkinnyAutoRows))
+    return false;
+  check_linear(x, w, bias, out, 0);
+  TACHYON_CHECK(out.dim(1) == w.dim(0), "linear_add into {} for {} outputs", out.str(), w.dim(0));
+  gemm(x, 0, m, w, out.raw(), out.dtype(), out.dim(1), bias, Activation::kIdentity, true);
+  return true;
 }
 
 void CudaBackend::gated_activation(const Tensor& in, Activation act, Tensor& out) {

@@ -85,14 +85,25 @@ int64_t Gemm::tune_rows(int64_t m) {
 }
 
 cublasStatus_t Gemm::matmul(const Plan& p, const cublasLtMatmulAlgo_t& algo, const GemmArgs& a) {
-  const float alpha = 1.f, beta = 0.f;
+  const float alpha = 1.f, beta = a.accumulate ? 1.f : 0.f;
   return cublasLtMatmul(lt_, p.desc, &alpha, a.w, p.a, a.x, p.b, &beta, a.y, p.c, a.y, p.c, &algo,
                         workspace_, workspace_bytes_, stream_);
 }
 
-int Gemm::pick_fastest(const Plan& p, const GemmArgs& a, const cublasLtMatmulHeuristicResult_t* r,
-                       int count) {
+int Gemm::pick_fastest(const Plan& p, const GemmArgs& args,
+                       const cublasLtMatmulHeuristicResult_t* r, int count) {
   constexpr int kReps = 3;
+  // An accumulating product is timed into a scratch output (stream-ordered allocation:
+  // no device synchronisation), or each timed run would add into y again.
+  GemmArgs a = args;
+  void* scratch = nullptr;
+  if (args.accumulate) {
+    const size_t bytes =
+        static_cast<size_t>(a.m) * static_cast<size_t>(a.ldy) * dtype_size(a.y_type);
+    TACHYON_CUDA_CHECK(cudaMallocAsync(&scratch, bytes, stream_));
+    a.y = scratch;
+    a.accumulate = false;
+  }
   std::vector<float> best(static_cast<size_t>(count), 0.f);
   for (int i = 0; i < count; ++i) {
     std::vector<float> t;
@@ -118,6 +129,7 @@ int Gemm::pick_fastest(const Plan& p, const GemmArgs& a, const cublasLtMatmulHeu
     std::sort(t.begin(), t.end());
     best[i] = t[t.size() / 2];
   }
+  if (scratch != nullptr) TACHYON_CUDA_CHECK(cudaFreeAsync(scratch, stream_));
   int pick = 0;
   for (int i = 0; i < count; ++i)
     if (best[i] >= 0.f && (best[pick] < 0.f || best[i] < best[pick])) pick = i;
@@ -251,7 +263,7 @@ bool Gemm::run(const GemmArgs& a) {
 }
 
 void Gemm::fallback(const GemmArgs& a) {
-  const float alpha = 1.f, beta = 0.f;
+  const float alpha = 1.f, beta = a.accumulate ? 1.f : 0.f;
   TACHYON_CUBLAS_CHECK(
       cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(a.n), static_cast<int>(a.m),
                    static_cast<int>(a.k), &alpha, a.w, cuda_type(a.w_type), static_cast<int>(a.k),

@@ -24,7 +24,8 @@
 namespace tachyon::cuda {
 
 struct GemmArgs {
-  // y[m, n] (row stride ldy) = x[m, k] · w[n, k]ᵀ (+ bias[n]) (then ReLU when relu).
+  // y[m, n] (row stride ldy) = x[m, k] · w[n, k]ᵀ (+ bias[n]) (then ReLU when relu);
+  // with accumulate, y[m, n] + x · wᵀ (+ bias), rounded once.
   int64_t m = 0, n = 0, k = 0;
   const void* x = nullptr;
   DType x_type = DType::kBF16;
@@ -35,6 +36,7 @@ struct GemmArgs {
   int64_t ldy = 0;
   const void* bias = nullptr;  // in y_type
   bool relu = false;
+  bool accumulate = false;  // y += the product (beta = 1): y is read, then written
 };
 
 class Gemm {
