@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <utility>
+#include <vector>
 
 #include "backend/cuda/kernels.h"
 #include "backend/ops.h"
@@ -62,10 +64,12 @@ TEST_P(CudaOpsTest, Embedding) {
 }
 
 TEST_P(CudaOpsTest, AddNorm) {
-  for (int64_t d : {64, 1000, 4099}) {
+  // 33 rows take the block-per-row kernels, 1100 the warp-per-row one (where the row
+  // fits a warp's registers: d = 4096 in 16 bits with at most one delta, 64 and 1000).
+  for (const auto& [n, d] : std::vector<std::pair<int64_t, int64_t>>{
+           {33, 64}, {33, 1000}, {33, 4099}, {1100, 64}, {1100, 1000}, {1100, 4096}}) {
     for (NormType type : {NormType::kRMSNorm, NormType::kLayerNorm}) {
       for (int deltas = 0; deltas <= 2; ++deltas) {
-        const int64_t n = 33;
         NormParams p;
         p.type = type;
         p.eps = 1e-5f;
@@ -167,6 +171,39 @@ TEST_P(CudaOpsTest, Linear) {
                         std::to_string(c.k) + " act" + std::to_string(static_cast<int>(act)) +
                         (with_bias ? " bias" : "")));
       }
+    }
+  }
+}
+
+// out += x · wᵀ (+ bias) with the add in the product's epilogue (cuBLASLt's C input):
+// against the CPU's product added to the same starting values in f32. One row stays on
+// the matrix-vector kernel, where linear_add declines and leaves out alone; the first
+// call of each shape family also tunes the algorithm choice, which must not add twice.
+TEST_P(CudaOpsTest, LinearAdd) {
+  const LinearCase cases[] = {{1, 64, 128}, {2, 129, 256}, {64, 4096, 512}, {1000, 257, 96}};
+  for (const LinearCase& c : cases) {
+    for (bool with_bias : {false, true}) {
+      Tensor x = input({c.m, c.k});
+      Tensor w = input({c.n, c.k}, 1.f / std::sqrt(static_cast<float>(c.k)));
+      Tensor b = rounded(randn({c.n}, rng_, 0.5f), dt_);
+      Tensor start = rounded(randn({c.m, c.n}, rng_, 2.f), dt_);
+      Tensor prod = Tensor::zeros({c.m, c.n}, DType::kF32);
+      cpu_->linear(x, w, with_bias ? b : Tensor(), prod, 0, Activation::kIdentity);
+      std::vector<double> want = host_values(prod);
+      const std::vector<double> base = host_values(start);
+      for (size_t i = 0; i < want.size(); ++i) want[i] += base[i];
+      Tensor out = dev(start);
+      const std::string what = "linear_add " + std::to_string(c.m) + "x" + std::to_string(c.n) +
+                               "x" + std::to_string(c.k) + (with_bias ? " bias" : "");
+      const bool added = gpu_->linear_add(dev(x), gpu_->prepare_weight(w),
+                                          with_bias ? gpu_->prepare_weight(b) : Tensor(), out);
+      if (c.m == 1) {
+        EXPECT_FALSE(added) << what << ": one row runs on the matrix-vector kernel";
+        expect_near(host_values(*gpu_, out), base, 0.0, tag(what + " untouched"));
+        continue;
+      }
+      ASSERT_TRUE(added) << what;
+      expect_near(host_values(*gpu_, out), want, bound_for(dt_), tag(what));
     }
   }
 }
