@@ -401,11 +401,8 @@ void gemm_algos(const Dims& d, const std::vector<int64_t>& ms) {
                "heuristic");
       cublasLtMatmulPreferenceDestroy(pref);
       for (int i = 0; i < count; ++i) p.cands.push_back({heur[i].algo, true});
-      size_t n_other = 0;
-      for (const cublasLtMatmulAlgo_t& al : lt_configs(lt, p, ws_bytes)) {
-        p.cands.push_back({al, false});
-        ++n_other;
-      }
+      const std::vector<cublasLtMatmulAlgo_t> others = lt_configs(lt, p, ws_bytes);
+      for (const cublasLtMatmulAlgo_t& al : others) p.cands.push_back({al, false});
       const double flops = 2.0 * m * p.n * p.k;
       check_lt(run_algo(p, 0, 0), "reference");
       const std::vector<float> ref = bench::bf16_values(be, p.y);
@@ -440,7 +437,7 @@ void gemm_algos(const Dims& d, const std::vector<int64_t>& ms) {
       if (order.size() > 12) order.resize(12);
       for (int i = 0; i < count; ++i) order.insert(order.begin() + i, static_cast<size_t>(i));
       std::printf("%-8s m %lld: %d heuristic candidates, %zu other configurations accepted\n",
-                  p.name, static_cast<long long>(m), count, n_other);
+                  p.name, static_cast<long long>(m), count, others.size());
       for (size_t i : order) {
         LtCandidate& c = p.cands[i];
         if (c.quick < 0) continue;

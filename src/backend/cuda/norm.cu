@@ -200,8 +200,7 @@ __global__ void __launch_bounds__(128)
       if (lane + 32 * u >= vecs) continue;
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        float x = to_f(v[u].e[j]);
-        if (delta1 != nullptr) x += to_f(a[u].e[j]);
+        float x = to_f(v[u].e[j]) + to_f(a[u].e[j]);
         if constexpr (kTwo) x += to_f(b[u].e[j]);
         v[u].e[j] = from_f<T>(x);
       }
