@@ -3,7 +3,8 @@
 // block boundaries (odd block sizes); sliding window, softcapping, ALiBi; a bidirectional
 // prefix (ChatGLM-6B's prompt context: the simple kernel only). Every case runs through
 // each kernel that applies to it; the Flash* cases are shaped around the
-// FlashAttention-2 kernel's tiles (128 rows of query x head, 64 keys), and the decode
+// FlashAttention-2 kernel's tiles (128 rows of query x head, 64 keys; on Hopper each
+// runs with and without its wgmma form), and the decode
 // kernel's own cases (tile, split and pipeline edges, the Llama-3-8B shape, long
 // contexts, many sequences, several queries per sequence, bucketed context hints, bad
 // block ids) follow the general ones. Last, an fp8 (e4m3) KV cache: the writes against
@@ -245,12 +246,21 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
 
   // Whether the last run() ran the kernel (it applied to the case).
   bool ran(Kernel k) const { return std::find(ran_.begin(), ran_.end(), k) != ran_.end(); }
-  // run(), and for bf16/f16 a check that the flash kernel took the case.
+  // run(), and for bf16/f16 a check that the flash kernel took the case; where the
+  // wgmma form applies (sm_90a, head_dim 64 or 128), once with it and once without.
   void run_flash(const AttnCase& c) {
+    const bool wgmma = cuda::attention_flash_wgmma_active(dt_, c.head_dim);
     run(c);
     if (dt_ != DType::kF32) {
       EXPECT_TRUE(ran(Kernel::kFlash)) << c.name;
     }
+    if (!wgmma) return;
+    cuda::set_flash_wgmma(false);
+    AttnCase plain = c;
+    plain.name += " (mma.sync)";
+    run(plain);
+    cuda::set_flash_wgmma(true);
+    EXPECT_TRUE(ran(Kernel::kFlash)) << plain.name;
   }
 
   // The decode kernel's plan for the case's shape (what it splits the keys by).
@@ -461,6 +471,21 @@ TEST_P(CudaAttentionTest, FlashManySequences) {
 TEST_P(CudaAttentionTest, FlashLongPrompt) {
   run_flash({"flash prefill 4000 tokens", 8, 2, 128, 16, {{0, 4000}}});
   run_flash({"flash chunk 1000 after 3000 cached, block 32", 8, 2, 128, 32, {{3000, 1000}}});
+}
+
+// On Hopper the flash kernel's common head sizes run on wgmma (the sm_90a image is
+// built and chosen); elsewhere they stay on mma.sync.
+TEST_P(CudaAttentionTest, FlashWgmmaOnHopper) {
+  int major = 0, minor = 0;
+  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+  const bool hopper = major == 9 && minor == 0;
+  for (int hd : {64, 128}) {
+    EXPECT_EQ(cuda::attention_flash_wgmma_active(DType::kBF16, hd), hopper) << hd;
+    EXPECT_EQ(cuda::attention_flash_wgmma_active(DType::kF16, hd), hopper) << hd;
+  }
+  EXPECT_FALSE(cuda::attention_flash_wgmma_active(DType::kBF16, 96));
+  EXPECT_FALSE(cuda::attention_flash_wgmma_active(DType::kF32, 128));
 }
 
 // The Llama-3-8B attention shape (32 heads, 8 KV heads, head_dim 128).

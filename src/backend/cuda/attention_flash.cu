@@ -19,17 +19,17 @@
 // skipped by that warp. The cache row of each key is looked up once per tile, one tile
 // ahead of its copy, so the block-table read never stalls the pipeline.
 //
-// Query tiles are aligned to the end of their sequence (the partial one is the first,
-// the cheapest). With host copies of the lengths the blocks follow a work list of
-// (sequence, tile) items sorted by keys, most first (causal load balance, and no block
+// The blocks' work items (attention_flash_tile.cuh, shared with the wgmma form of this
+// kernel, attention_flash_wgmma.cu, which launch_attention_flash prefers on Hopper) come
+// from a host-built list sorted by keys, most first (causal load balance, and no block
 // for a sequence's missing tiles: a step of 200 decode rows and one 8k-token chunk
-// would otherwise launch hundreds of thousands of empty blocks); without, the grid is
-// every (tile counted from the sequence's end, sequence) pair, tile-major, and blocks
-// past a sequence's tiles exit. Either way a block's KV head is the fastest index.
+// would otherwise launch hundreds of thousands of empty blocks), or without host
+// lengths from a dense grid whose blocks past a sequence's tiles exit.
 #include <algorithm>
 #include <climits>
 #include <type_traits>
 
+#include "backend/cuda/attention_flash_tile.cuh"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
@@ -78,75 +78,37 @@ __global__ void __launch_bounds__(kThreads, FlashTraits<HD>::kMinBlocks)
   int* key_rows = reinterpret_cast<int*>(smem + L::kKeyRows);  // [2][kKeys]
 
   pdl_wait();  // qkv and the caches come from the previous kernels
-  const int item = static_cast<int>(blockIdx.x) / a.kv_heads;
-  const int kvh = static_cast<int>(blockIdx.x) - item * a.kv_heads;
-  int s, j;  // sequence, query tile counted from its end
-  if (items != nullptr) {
-    s = items[2 * item];
-    j = items[2 * item + 1];
-  } else {
-    j = item / a.num_seqs;
-    s = item - j * a.num_seqs;
-  }
-  const int q0 = a.query_start[s];
-  const int q_len = a.query_start[s + 1] - q0;
-  const int hi = q_len - j * q_tile;  // the tile is queries [tile0, hi) of the sequence
-  if (hi <= 0) return;
-  const int tile0 = max(0, hi - q_tile);
-  const int n_q = hi - tile0;
-  const int ctx = a.context_lens[s];
-  const int first_idx = ctx - q_len + tile0;  // cache index of the tile's first query
-  const int window = a.sliding_window;
-  const int k_begin = window > 0 ? max(0, first_idx - window + 1) : 0;
-  const int k_end = first_idx + n_q;  // one past the last query's own key
-  const int n_tiles = (k_end - k_begin + kKeys - 1) / kKeys;
-  const int used_rows = q_tile * group;
+  FlashTile f;
+  if (!flash_tile<kKeys>(a, items, group, q_tile, f)) return;
+  const int n_tiles = f.n_tiles, k_begin = f.k_begin, window = a.sliding_window;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int w0 = warp * 16;
-  // The cache index of row r's query; rows past the tile repeat its last query (their
-  // results are never stored), which keeps the function monotone in r.
-  auto query_of = [&](int r) {
-    return first_idx + (r < used_rows ? min(r / group, n_q - 1) : n_q - 1);
-  };
-  const int qa = query_of(w0 + (lane >> 2));  // this lane's rows: g and g + 8
-  const int qb = query_of(w0 + (lane >> 2) + 8);
-  const int wq_lo = query_of(w0), wq_hi = query_of(w0 + 15);
-  const bool warp_live = w0 < used_rows && w0 / group < n_q;
+  const int qa = f.query_of(w0 + (lane >> 2));  // this lane's rows: g and g + 8
+  const int qb = f.query_of(w0 + (lane >> 2) + 8);
+  const int wq_lo = f.query_of(w0), wq_hi = f.query_of(w0 + 15);
+  const bool warp_live = f.row_live(w0);
 
   // Q rows (zero for rows past the tile).
   const T* qkv = static_cast<const T*>(a.qkv);
   for (int i = tid; i < kRows * kChunks; i += kThreads) {
     const int r = i / kChunks, c = i - r * kChunks;
-    const int qi = r / group;
-    const bool live = r < used_rows && qi < n_q;
-    const T* src = qkv;
-    if (live)
-      src += (int64_t{q0} + tile0 + qi) * a.qkv_cols +
-             int64_t{kvh * group + (r - qi * group)} * HD + c * 8;
+    const bool live = f.row_live(r);
+    const T* src = live ? qkv + f.row_offset(r, a.qkv_cols, HD) + c * 8 : qkv;
     cp_async16(smem_u32(q_s + r * L::kLd + c * 8), src, live);
   }
   cp_async_commit();
 
-  // Key rows: key_rows[u & 1][k] is the cache row (block * kv_heads + kvh) * block_size
-  // + offset of key k of tile u, or -1 (past the keys, or a bad block-table entry).
-  const int32_t* table = a.block_tables + int64_t{s} * a.max_blocks;
+  // Key rows: key_rows[u & 1][k] is the cache row of key k of tile u (flash_key_row).
+  const int32_t* table = a.block_tables + int64_t{f.s} * a.max_blocks;
   const bool row_thread = tid < kKeys;
   auto key_of = [&](int u) { return k_begin + u * kKeys + tid; };
   auto fetch_block = [&](int u) {  // the table entry of this thread's key of tile u
     const int key = key_of(u);
-    return u < n_tiles && key < k_end ? table[key / a.block_size] : 0;
+    return u < n_tiles && key < f.k_end ? table[key / a.block_size] : 0;
   };
   auto put_key_row = [&](int u, int blk) {
-    const int key = key_of(u);
-    int row = -1;
-    if (key < k_end) {
-      if (blk >= 0 && blk < a.num_blocks)
-        row = (blk * a.kv_heads + kvh) * a.block_size + key % a.block_size;
-      else
-        report(a.err, kErrBlockTable);
-    }
-    key_rows[(u & 1) * kKeys + tid] = row;
+    key_rows[(u & 1) * kKeys + tid] = flash_key_row(a, f, key_of(u), blk);
   };
   const T* kc = static_cast<const T*>(a.k_cache);
   const T* vc = static_cast<const T*>(a.v_cache);
@@ -202,8 +164,7 @@ __global__ void __launch_bounds__(kThreads, FlashTraits<HD>::kMinBlocks)
   float o[kOTiles][4];
 #pragma unroll
   for (int d = 0; d < kOTiles; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
-  float m_a = -INFINITY, m_b = -INFINITY;  // running max of raw scores, rows g and g + 8
-  float l_a = 0.f, l_b = 0.f;              // this lane's part of the running sums
+  FlashRows rows;
 
   for (int t = 0; t < n_tiles; ++t) {
     cp_async_wait<L::kStages - 2>();  // tile t (this thread's part)
@@ -244,52 +205,14 @@ __global__ void __launch_bounds__(kThreads, FlashTraits<HD>::kMinBlocks)
 
       // Only tiles crossing a row's edge (diagonal, window start, the context's end).
       const bool edge = kt + kKeys - 1 > wq_lo || (window > 0 && kt <= wq_hi - window);
-      if (edge) {
-#pragma unroll
-        for (int n = 0; n < kSTiles; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = kt + n * 8 + (lane & 3) * 2 + (e & 1);
-            const int q = e < 2 ? qa : qb;
-            if (key > q || (window > 0 && key <= q - window)) sc[n][e] = -INFINITY;
-          }
-      }
-
-      float mx_a = m_a, mx_b = m_b;
-#pragma unroll
-      for (int n = 0; n < kSTiles; ++n) {
-        mx_a = fmaxf(mx_a, fmaxf(sc[n][0], sc[n][1]));
-        mx_b = fmaxf(mx_b, fmaxf(sc[n][2], sc[n][3]));
-      }
-      // The four lanes of a quad hold one row.
-      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-      // A row with no visible key yet keeps max -inf: its p are 0 and nothing rescales.
-      const float base_a = mx_a == -INFINITY ? 0.f : mx_a * scale_log2;
-      const float base_b = mx_b == -INFINITY ? 0.f : mx_b * scale_log2;
-      const float alpha_a = mx_a == -INFINITY ? 1.f : ex2(m_a * scale_log2 - base_a);
-      const float alpha_b = mx_b == -INFINITY ? 1.f : ex2(m_b * scale_log2 - base_b);
-      m_a = mx_a;
-      m_b = mx_b;
-      l_a *= alpha_a;
-      l_b *= alpha_b;
+      const float2 alpha = rows.step<kSTiles>([&](int n, int e) -> float& { return sc[n][e]; },
+                                              edge, kt, qa, qb, window, scale_log2, lane);
 #pragma unroll
       for (int d = 0; d < kOTiles; ++d) {
-        o[d][0] *= alpha_a;
-        o[d][1] *= alpha_a;
-        o[d][2] *= alpha_b;
-        o[d][3] *= alpha_b;
-      }
-#pragma unroll
-      for (int n = 0; n < kSTiles; ++n) {
-        sc[n][0] = ex2(fmaf(sc[n][0], scale_log2, -base_a));
-        sc[n][1] = ex2(fmaf(sc[n][1], scale_log2, -base_a));
-        sc[n][2] = ex2(fmaf(sc[n][2], scale_log2, -base_b));
-        sc[n][3] = ex2(fmaf(sc[n][3], scale_log2, -base_b));
-        l_a += sc[n][0] + sc[n][1];
-        l_b += sc[n][2] + sc[n][3];
+        o[d][0] *= alpha.x;
+        o[d][1] *= alpha.x;
+        o[d][2] *= alpha.y;
+        o[d][3] *= alpha.y;
       }
 
       // O += P V: the S accumulators of key tiles 2kk and 2kk + 1 are the A fragment of
@@ -317,12 +240,7 @@ __global__ void __launch_bounds__(kThreads, FlashTraits<HD>::kMinBlocks)
   cp_async_wait<0>();
   if (!warp_live) return;  // no barrier below: each warp finishes its own rows
 
-  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
-  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
-  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
-  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
-  const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f;
-  const float inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
+  const float2 inv = rows.inverse_sums();
   // O through the warp's own rows of the Q buffer (only this warp reads them), then out
   // in 16-byte pieces: whole rows per lane group, coalesced.
   __syncwarp();
@@ -331,8 +249,8 @@ __global__ void __launch_bounds__(kThreads, FlashTraits<HD>::kMinBlocks)
     T* rb = ra + 8 * L::kLd;
 #pragma unroll
     for (int d = 0; d < kOTiles; ++d) {
-      *reinterpret_cast<uint32_t*>(ra + d * 8) = pack2<T>(o[d][0] * inv_a, o[d][1] * inv_a);
-      *reinterpret_cast<uint32_t*>(rb + d * 8) = pack2<T>(o[d][2] * inv_b, o[d][3] * inv_b);
+      *reinterpret_cast<uint32_t*>(ra + d * 8) = pack2<T>(o[d][0] * inv.x, o[d][1] * inv.x);
+      *reinterpret_cast<uint32_t*>(rb + d * 8) = pack2<T>(o[d][2] * inv.y, o[d][3] * inv.y);
     }
   }
   __syncwarp();
@@ -341,13 +259,9 @@ __global__ void __launch_bounds__(kThreads, FlashTraits<HD>::kMinBlocks)
 #pragma unroll
   for (int i = lane; i < 16 * kChunks; i += 32) {
     const int r = w0 + i / kChunks, c = i % kChunks;
-    const int qi = r / group;
-    if (r < used_rows && qi < n_q) {
-      const int64_t tok = int64_t{q0} + tile0 + qi;
-      const int h = kvh * group + (r - qi * group);
-      *reinterpret_cast<uint4*>(out + tok * out_cols + int64_t{h} * HD + c * 8) =
+    if (f.row_live(r))
+      *reinterpret_cast<uint4*>(out + f.row_offset(r, out_cols, HD) + c * 8) =
           *reinterpret_cast<const uint4*>(q_s + r * L::kLd + c * 8);
-    }
   }
 }
 
@@ -457,6 +371,7 @@ bool launch_attention_flash(const AttentionArgs& a, const int32_t* items, int32_
                             cudaStream_t stream) {
   if (!attention_flash_supports(a)) return false;
   if (a.tokens == 0 || a.num_seqs == 0) return true;
+  if (launch_attention_flash_wgmma(a, items, num_items, stream)) return true;
   if (a.type == DType::kBF16)
     launch_typed<bf16_t>(a, items, num_items, stream);
   else

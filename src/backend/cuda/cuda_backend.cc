@@ -89,6 +89,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
   set_pdl_enabled(major >= 9 && env_flag("TACHYON_PDL", true));
   set_decode_cluster_merge(major >= 9 && env_flag("TACHYON_DECODE_CLUSTER", true));
+  set_flash_wgmma(env_flag("TACHYON_FLASH_WGMMA", true));
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   alloc_ = std::make_unique<DeviceAllocator>(device_);
   ring_ = std::make_unique<PinnedRing>(kRingBytes);

@@ -209,6 +209,17 @@ void attention_flash_items(const AttentionArgs& a, const int32_t* query_start,
 bool launch_attention_flash(const AttentionArgs& a, const int32_t* items, int32_t num_items,
                             cudaStream_t stream);
 
+// ---- attention_flash_wgmma.cu -------------------------------------------------------
+// The same prefill attention on Hopper's wgmma (sm_90a image on an sm_90 device;
+// bf16/f16, head_dim 64 or 128). launch_attention_flash calls it first, for arguments
+// attention_flash_supports accepted; false when it does not apply (nothing launched).
+// set_flash_wgmma(false) (the backend reads TACHYON_FLASH_WGMMA=0) turns it off, for
+// comparisons; active: on, and this device runs the sm_90a image.
+void set_flash_wgmma(bool on);
+bool attention_flash_wgmma_active(DType type, int head_dim);
+bool launch_attention_flash_wgmma(const AttentionArgs& a, const int32_t* items, int32_t num_items,
+                                  cudaStream_t stream);
+
 // ---- attention_decode.cu ------------------------------------------------------------
 // FlashDecoding-style tensor-core kernel for decode steps (one query token per sequence;
 // more are handled, slowly): bf16/f16, head_dim 64, 128 or 256, at most 8 query heads
