@@ -13,8 +13,9 @@
 //
 // The op breakdown ends with decode attention timed on the device (CUDA events around
 // a recorded graph of back-to-back calls on caches that do not fit in L2); --attn-only
-// runs just that, at the config's attention shape, without building a model
-// (--attn-shapes SxC,... picks the shapes; TACHYON_KV_CACHE_DTYPE=fp8 an e4m3 cache).
+// runs the attention ops alone (every kernel at the prefill and decode shapes, then
+// that), at the config's attention shape, without building a model (--attn-shapes
+// SxC,... picks the decode shapes; TACHYON_KV_CACHE_DTYPE=fp8 an e4m3 cache).
 //
 // Usage: tachyon_gpu_bench [--config CONFIG.json] [--dtype bf16|f16|f32] [--quick]
 //                          [--dir WORKDIR] [--prefill SxL,...] [--decode B,...]
@@ -143,8 +144,8 @@ Tensor random_device(cuda::CudaBackend& be, const Shape& shape, DType dtype, std
 using Dims = bench::ModelDims;
 
 // Single ops at the benchmark model's shapes, against the machine's ceilings: GEMM
-// FLOP/s and bytes/s (weights read once) and attention.
-void op_breakdown(DType dtype, const Dims& dm) {
+// FLOP/s and bytes/s (weights read once) and attention (only attention: gemms false).
+void op_breakdown(DType dtype, const Dims& dm, bool gemms = true) {
   CudaBackendOptions o;
   o.dtype = dtype;
   cuda::CudaBackend be(o);
@@ -158,6 +159,7 @@ void op_breakdown(DType dtype, const Dims& dm) {
   for (Nk nk : {Nk{"qkv", qkv_n, dm.hidden}, Nk{"o", dm.hidden, dm.heads * dm.head_dim},
                 Nk{"gate_up", 2 * dm.inter, dm.hidden}, Nk{"down", dm.hidden, dm.inter},
                 Nk{"lm_head", dm.vocab, dm.hidden}}) {
+    if (!gemms) break;
     const int64_t n = nk.n, k = nk.k;
     Tensor w = random_device(be, {n, k}, dtype, rng);
     for (int64_t m : {1, 64, 1024, 8192}) {
@@ -527,6 +529,7 @@ int run(int argc, char** argv) {
   }
   const Dims dims = bench::model_dims(load_json_file(config_path));
   if (attn_only) {
+    op_breakdown(*dtype, dims, /*gemms=*/false);
     decode_attention_bench(*dtype, dims, attn_shapes);
     return 0;
   }
