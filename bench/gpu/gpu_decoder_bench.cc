@@ -144,13 +144,8 @@ Tensor random_device(cuda::CudaBackend& be, const Shape& shape, DType dtype, std
 using Dims = bench::ModelDims;
 
 // Single ops at the benchmark model's shapes, against the machine's ceilings: GEMM
-// FLOP/s and bytes/s (weights read once) and attention (only attention: gemms false).
-void op_breakdown(DType dtype, const Dims& dm, bool gemms = true) {
-  CudaBackendOptions o;
-  o.dtype = dtype;
-  cuda::CudaBackend be(o);
-  std::mt19937 rng(3);
-  std::printf("\n%-46s %10s %12s\n", "op", "ms", "rate");
+// FLOP/s and bytes/s (weights read once).
+void gemm_ops(cuda::CudaBackend& be, DType dtype, const Dims& dm, std::mt19937& rng) {
   const int64_t qkv_n = (dm.heads + 2 * dm.kv_heads) * dm.head_dim;
   struct Nk {
     const char* name;
@@ -159,7 +154,6 @@ void op_breakdown(DType dtype, const Dims& dm, bool gemms = true) {
   for (Nk nk : {Nk{"qkv", qkv_n, dm.hidden}, Nk{"o", dm.hidden, dm.heads * dm.head_dim},
                 Nk{"gate_up", 2 * dm.inter, dm.hidden}, Nk{"down", dm.hidden, dm.inter},
                 Nk{"lm_head", dm.vocab, dm.hidden}}) {
-    if (!gemms) break;
     const int64_t n = nk.n, k = nk.k;
     Tensor w = random_device(be, {n, k}, dtype, rng);
     for (int64_t m : {1, 64, 1024, 8192}) {
@@ -183,6 +177,10 @@ void op_breakdown(DType dtype, const Dims& dm, bool gemms = true) {
       be.set_gemv(true);
     }
   }
+}
+
+// Attention through every kernel that applies, at prefill and decode shapes.
+void attention_ops(cuda::CudaBackend& be, DType dtype, const Dims& dm, std::mt19937& rng) {
   const int32_t hd = static_cast<int32_t>(dm.head_dim);
   const int32_t nh = static_cast<int32_t>(dm.heads), nkv = static_cast<int32_t>(dm.kv_heads);
   const QkvLayout layout{nh, nkv, hd};
@@ -248,6 +246,17 @@ void op_breakdown(DType dtype, const Dims& dm, bool gemms = true) {
                   sh.q_len, sh.ctx, t * 1e6, flops / t / 1e12, kv_bytes / t / 1e9);
     }
   }
+}
+
+// The single ops of the two above (only attention's: gemms false).
+void op_breakdown(DType dtype, const Dims& dm, bool gemms = true) {
+  CudaBackendOptions o;
+  o.dtype = dtype;
+  cuda::CudaBackend be(o);
+  std::mt19937 rng(3);
+  std::printf("\n%-46s %10s %12s\n", "op", "ms", "rate");
+  if (gemms) gemm_ops(be, dtype, dm, rng);
+  attention_ops(be, dtype, dm, rng);
 }
 
 // Decode attention alone (one query per sequence, block size 16, the blocks of each

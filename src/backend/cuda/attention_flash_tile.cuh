@@ -70,6 +70,12 @@ __device__ __forceinline__ bool flash_tile(const AttentionArgs& a, const int32_t
   return true;
 }
 
+// The block-table entry of key `key` (0, nothing read, past the block's keys).
+__device__ __forceinline__ int flash_key_block(const AttentionArgs& a, const FlashTile& f,
+                                               int key) {
+  return key < f.k_end ? a.block_tables[int64_t{f.s} * a.max_blocks + key / a.block_size] : 0;
+}
+
 // The cache row ((block * kv_heads + kvh) * block_size + offset) of key `key` whose
 // block-table entry is blk, or -1: past the keys, or a bad entry (reported).
 __device__ __forceinline__ int flash_key_row(const AttentionArgs& a, const FlashTile& f, int key,

@@ -97,13 +97,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   cp_async_commit();
 
   // key_rows[u % kStages][k]: the cache row of key k of tile u (flash_key_row).
-  const int32_t* table = a.block_tables + int64_t{f.s} * a.max_blocks;
   const bool row_thread = tid < kKeys;
+  // This thread's key of tile u (past the keys from tile n_tiles on).
   auto key_of = [&](int u) { return k_begin + u * kKeys + tid; };
-  auto fetch_block = [&](int u) {
-    const int key = key_of(u);
-    return u < n_tiles && key < f.k_end ? table[key / a.block_size] : 0;
-  };
+  auto fetch_block = [&](int u) { return flash_key_block(a, f, key_of(u)); };
   auto put_key_row = [&](int u, int blk) {
     key_rows[(u % kStages) * kKeys + tid] = flash_key_row(a, f, key_of(u), blk);
   };
