@@ -9,10 +9,12 @@
 //         algorithm choice and with the heuristic's first;
 //   rows: add_norm and the gated activation at decode and prefill rows;
 //   lt_algos (only when asked for): cuBLASLt's configurations for the layer's products
-//         at prefill rows, timed briefly (as the tuner does) and under sustained load.
+//         at prefill rows, timed briefly (as the tuner does) and under sustained load;
+//   wgmma (only when asked for): the wgmma GEMM's configurations against cuBLASLt at the
+//         layer's products, plain and (gate_up) gated.
 //
 // Usage: tachyon_kernel_bench [--config CONFIG.json] [--m 1,2,4,...]
-//                             [--only gemm|rows|lt_algos]
+//                             [--only gemm|rows|lt_algos|wgmma]
 //                             [--reps N]
 // Lines starting with "RESULT" are for scripts.
 #include <cublasLt.h>
@@ -240,6 +242,98 @@ void row_rates(const Dims& d, int reps) {
     const double tg =
         time_calls(be, reps, [&](int) { be.gated_activation(gu, Activation::kSilu, a); });
     report("gated_silu", rows, tg, 2.0 * rows * d.inter * 3);
+  }
+}
+
+// The wgmma GEMM (gemm_wgmma.cu) against cuBLASLt at the layer's products: plain for
+// each product, and for gate_up the gated form against cuBLASLt's product followed by
+// the gated activation; each wgmma configuration (cluster 1 or 2, 4, 8 or 16 row tiles a
+// group) with its error against cuBLASLt's output. Weights rotated as in gemm_rates.
+void wgmma_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
+  CudaBackendOptions o;
+  cuda::CudaBackend be(o);
+  be.set_gemv(false);
+  if (!cuda::gemm_wgmma_active(DType::kBF16)) {
+    std::printf("\nwgmma GEMM: not active on this device\n");
+    return;
+  }
+  const Shape5 shapes[] = {{"qkv", (d.heads + 2 * d.kv_heads) * d.head_dim, d.hidden},
+                           {"o", d.hidden, d.heads * d.head_dim},
+                           {"gate_up", 2 * d.inter, d.hidden},
+                           {"down", d.hidden, d.inter}};
+  std::printf("\n%-8s %6s %7s %6s %-16s %10s %9s %9s\n", "wgmma", "m", "n", "k", "variant", "us",
+              "TFLOP/s", "rel.err");
+  for (const Shape5& s : shapes) {
+    const double wbytes = 2.0 * s.n * s.k;
+    const int copies = static_cast<int>(std::clamp<double>(std::ceil(256e6 / wbytes), 1, 16));
+    std::vector<Tensor> w;
+    for (int c = 0; c < copies; ++c) w.push_back(upload_random(be, {s.n, s.k}, 100 + c));
+    for (int64_t m : ms) {
+      Tensor x = upload_random(be, {m, s.k}, 7 + m);
+      Tensor y = be.alloc({m, s.n}, DType::kBF16);
+      const double flops = 2.0 * m * s.n * s.k;
+      auto report = [&](const std::string& variant, double t, double err) {
+        std::printf("%-8s %6lld %7lld %6lld %-16s %10.2f %9.1f %9.2e\n", s.name,
+                    static_cast<long long>(m), static_cast<long long>(s.n),
+                    static_cast<long long>(s.k), variant.c_str(), t * 1e6, flops / t / 1e12, err);
+        std::printf("RESULT wgmma_%s_m%lld_%s_us %.2f tflops %.1f err %.2e\n", s.name,
+                    static_cast<long long>(m), variant.c_str(), t * 1e6, flops / t / 1e12, err);
+      };
+      be.linear(x, w[0], Tensor(), y, 0, Activation::kIdentity);
+      const std::vector<float> ref = bench::bf16_values(be, y);
+      report("cublas",
+             time_calls(be, reps,
+                        [&](int i) {
+                          be.linear(x, w[i % copies], Tensor(), y, 0, Activation::kIdentity);
+                        }),
+             0.0);
+      // Each configuration into out (n_out columns; up_row >= 0: gated), against ref.
+      auto configs = [&](const char* prefix, Tensor& out, int64_t up_row, cuda::KAct act,
+                         const std::vector<float>& want) {
+        cuda::WgmmaGemmArgs g;
+        g.x = x.raw();
+        g.type = DType::kBF16;
+        g.m = m;
+        g.k = s.k;
+        g.w_rows = s.n;
+        g.y = out.raw();
+        g.n_out = out.dim(1);
+        g.ldy = out.dim(1);
+        g.up_row = up_row;
+        g.act = act;
+        for (int cluster : {1, 2})
+          for (int group : {8, 16, 32}) {
+            g.cluster = cluster;
+            g.group = group;
+            be.fill_zero(out);
+            g.w = w[0].raw();
+            if (!cuda::launch_gemm_wgmma(g, be.stream())) raise<Internal>("wgmma GEMM declined");
+            const double err = bench::rel_error(bench::bf16_values(be, out), want);
+            const double t = time_calls(be, reps, [&](int i) {
+              g.w = w[i % copies].raw();
+              cuda::launch_gemm_wgmma(g, be.stream());
+            });
+            char name[32];
+            std::snprintf(name, sizeof(name), "%sc%d_g%d", prefix, cluster, group);
+            report(name, t, err);
+          }
+      };
+      configs("", y, -1, cuda::KAct::kIdentity, ref);
+      if (std::string(s.name) != "gate_up") continue;
+      const int64_t inter = s.n / 2;
+      Tensor a = be.alloc({m, inter}, DType::kBF16);
+      be.linear(x, w[0], Tensor(), y, 0, Activation::kIdentity);
+      be.gated_activation(y, Activation::kSilu, a);
+      const std::vector<float> gref = bench::bf16_values(be, a);
+      report("cublas+gated",
+             time_calls(be, reps,
+                        [&](int i) {
+                          be.linear(x, w[i % copies], Tensor(), y, 0, Activation::kIdentity);
+                          be.gated_activation(y, Activation::kSilu, a);
+                        }),
+             0.0);
+      configs("gated_", a, inter, cuda::KAct::kSilu, gref);
+    }
   }
 }
 
@@ -543,6 +637,7 @@ int run(int argc, char** argv) {
   if (only.empty() || only == "gemm") gemm_rates(d, ms, reps);
   if (only.empty() || only == "rows") row_rates(d, reps);
   if (only == "lt_algos") gemm_algos(d, ms);
+  if (only == "wgmma") wgmma_rates(d, ms, reps);
   return 0;
 }
 

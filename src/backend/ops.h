@@ -256,6 +256,20 @@ class Backend {
     (void)out;
     return false;
   }
+  // out[t, i] = act(x · w[i]ᵀ) * (x · w[I + i]ᵀ) in one pass, where the backend computes
+  // the gate and up products and the gated activation together (without the [T, 2I]
+  // intermediate): w [2I, K] (prepared; [gate | up] rows), out [T, I] in the activation
+  // dtype, with the same rounding as linear() into [T, 2I] then gated_activation().
+  // Returns false, having done nothing, where it does not (the caller then runs those).
+  virtual bool linear_gated(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act,
+                            Tensor& out) {
+    (void)x;
+    (void)w;
+    (void)bias;
+    (void)act;
+    (void)out;
+    return false;
+  }
   // out[t, i] = act(in[t, i]) * in[t, I + i]; in [T, 2I] ([gate | up]), out [T, I].
   virtual void gated_activation(const Tensor& in, Activation act, Tensor& out) = 0;
   // x = act(x) in place, x [T, N].

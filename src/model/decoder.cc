@@ -619,13 +619,16 @@ bool Decoder::mlp_block(int l, const Tensor& h, Tensor& out, Tensor* add_into) {
   Tensor a = act_.view(*be_, T, I);
   if (cfg_.gated_mlp) {
     Tensor gu = gate_up_.view(*be_, T, 2 * I);
-    if (L.gate_up) {
+    if (L.gate_up && be_->linear_gated(h, L.gate_up.w, L.gate_up.b, cfg_.activation, a)) {
+      // gate, up and the activation in one product
+    } else if (L.gate_up) {
       be_->linear(h, L.gate_up.w, L.gate_up.b, gu);
+      be_->gated_activation(gu, cfg_.activation, a);
     } else {
       be_->linear(h, L.gate.w, L.gate.b, gu, 0);
       be_->linear(h, L.up.w, L.up.b, gu, I);
+      be_->gated_activation(gu, cfg_.activation, a);
     }
-    be_->gated_activation(gu, cfg_.activation, a);
   } else {
     be_->linear(h, L.up.w, L.up.b, a, 0, cfg_.activation);
   }

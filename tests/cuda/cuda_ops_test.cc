@@ -208,6 +208,101 @@ TEST_P(CudaOpsTest, LinearAdd) {
   }
 }
 
+// The wgmma GEMM (gemm_wgmma.cu, Hopper only): plain products and the gated form against
+// the CPU's product, rounded and gated as the separate pass does, in clusters of one and
+// two blocks and with one and eight row tiles a group; shapes with ragged row, column
+// and k tiles (TMA's zero fill past the edges), and a row stride wider than the output.
+// Through the backend, linear_gated takes it from kGatedMinRows rows and declines (out
+// untouched) below, in f32, and where the kernel is not active.
+TEST_P(CudaOpsTest, WgmmaGemm) {
+  int major = 0, minor = 0;
+  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+  const bool hopper = major == 9 && minor == 0;
+  const bool active = dt_ != DType::kF32 && hopper;
+  EXPECT_EQ(cuda::gemm_wgmma_active(dt_), active);
+  const auto silu = [](double v) { return v / (1.0 + std::exp(-v)); };
+  const LinearCase cases[] = {{1, 64, 64},        {130, 200, 264},  {700, 384, 512},
+                              {1029, 1000, 1032}, {256, 512, 4096}, {600, 2048, 1024}};
+  for (const LinearCase& c : cases) {
+    Tensor x = input({c.m, c.k});
+    Tensor w = input({2 * c.n, c.k}, 1.f / std::sqrt(static_cast<float>(c.k)));
+    Tensor prod = Tensor::zeros({c.m, 2 * c.n}, DType::kF32);
+    cpu_->linear(x, w, Tensor(), prod, 0, Activation::kIdentity);
+    // The gated reference: gate and up rounded, the activation rounded, the product.
+    Tensor pr = rounded(prod, dt_);
+    Tensor act = Tensor::zeros({c.m, c.n}, DType::kF32);
+    for (int64_t r = 0; r < c.m; ++r)
+      for (int64_t i = 0; i < c.n; ++i)
+        act.data<float>()[r * c.n + i] =
+            static_cast<float>(silu(pr.data<float>()[r * 2 * c.n + i]));
+    Tensor act_r = rounded(act, dt_);
+    std::vector<double> gated(static_cast<size_t>(c.m * c.n));
+    for (int64_t r = 0; r < c.m; ++r)
+      for (int64_t i = 0; i < c.n; ++i)
+        gated[r * c.n + i] = static_cast<double>(act_r.data<float>()[r * c.n + i]) *
+                             pr.data<float>()[r * 2 * c.n + c.n + i];
+    const std::vector<double> plain = host_values(prod);
+    const std::string shape =
+        std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k);
+    Tensor xd = dev(x), wd = gpu_->prepare_weight(w);
+    if (active) {
+      for (int cluster : {1, 2})
+        for (int group : {1, 8}) {
+          const std::string cfg =
+              " cluster " + std::to_string(cluster) + " group " + std::to_string(group);
+          cuda::WgmmaGemmArgs g;
+          g.x = xd.raw();
+          g.w = wd.raw();
+          g.type = dt_;
+          g.m = c.m;
+          g.k = c.k;
+          g.w_rows = 2 * c.n;
+          g.cluster = cluster;
+          g.group = group;
+          // Gated, into rows wider than the output (the columns past it stay poisoned).
+          Tensor out = poisoned(*gpu_, {c.m, c.n + 8}, dt_);
+          g.y = out.raw();
+          g.n_out = c.n;
+          g.ldy = c.n + 8;
+          g.up_row = c.n;
+          g.act = cuda::KAct::kSilu;
+          g.ldy = c.n + 2;  // the TMA store needs 16-byte rows
+          EXPECT_FALSE(cuda::launch_gemm_wgmma(g, gpu_->stream())) << shape << cfg;
+          g.ldy = c.n + 8;
+          ASSERT_TRUE(cuda::launch_gemm_wgmma(g, gpu_->stream())) << shape << cfg;
+          const std::vector<double> got = host_values(*gpu_, out);
+          std::vector<double> body, pad;
+          for (int64_t r = 0; r < c.m; ++r)
+            for (int64_t i = 0; i < c.n + 8; ++i)
+              (i < c.n ? body : pad).push_back(got[r * (c.n + 8) + i]);
+          expect_near(body, gated, bound_for(dt_), tag("wgmma gated " + shape + cfg));
+          for (double v : pad) ASSERT_TRUE(std::isnan(v)) << "wrote past the output " << shape;
+          // Plain, all 2n columns.
+          Tensor y = poisoned(*gpu_, {c.m, 2 * c.n}, dt_);
+          g.y = y.raw();
+          g.n_out = 2 * c.n;
+          g.ldy = 2 * c.n;
+          g.up_row = -1;
+          g.act = cuda::KAct::kIdentity;
+          ASSERT_TRUE(cuda::launch_gemm_wgmma(g, gpu_->stream())) << shape << cfg;
+          expect_near(host_values(*gpu_, y), plain, bound_for(dt_),
+                      tag("wgmma plain " + shape + cfg));
+        }
+    }
+    // Through the backend.
+    Tensor out = poisoned(*gpu_, {c.m, c.n}, dt_);
+    const bool fused = gpu_->linear_gated(xd, wd, Tensor(), Activation::kSilu, out);
+    EXPECT_EQ(fused, active && c.m >= cuda::CudaBackend::kGatedMinRows) << shape;
+    if (fused) {
+      EXPECT_EQ(gpu_->last_linear_path(), cuda::CudaBackend::LinearPath::kWgmma);
+      expect_near(host_values(*gpu_, out), gated, bound_for(dt_), tag("linear_gated " + shape));
+    } else {
+      for (double v : host_values(*gpu_, out)) ASSERT_TRUE(std::isnan(v)) << "declined but wrote";
+    }
+  }
+}
+
 // Every matrix-vector variant (x through L1 or shared memory, 1, 2 or 4 warps per
 // column, 8, 16 or 32 warps a block, persistent blocks) for 1..4 rows, with row lengths
 // that end mid-batch or mid-share, and f32 output. The last two cases give each

@@ -67,6 +67,11 @@ class CudaBackend final : public Backend {
   void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out, int64_t col_offset,
               Activation act) override;
   bool linear_add(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) override;
+  // On the wgmma GEMM with the gate in its epilogue (gemm_wgmma.cu) from kGatedMinRows
+  // rows, without bias, where that kernel is active (TACHYON_GEMM_WGMMA=0: never).
+  bool linear_gated(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act,
+                    Tensor& out) override;
+  static constexpr int64_t kGatedMinRows = 512;
   void gated_activation(const Tensor& in, Activation act, Tensor& out) override;
   void activation(Tensor& x, Activation act) override;
   void scale_add(const Tensor& a, float scale, const Tensor& b, Tensor& out) override;
@@ -132,7 +137,7 @@ class CudaBackend final : public Backend {
   // tensor-core kernel (gemm_skinny.cu) instead of cuBLASLt; TACHYON_CUDA_SKINNY=0|1.
   void set_skinny(bool on) { use_skinny_ = on; }
   // Which kernel the last product (linear()) ran on (for tests and benchmarks).
-  enum class LinearPath { kCublas, kGemv, kSkinny, kInvariant };
+  enum class LinearPath { kCublas, kGemv, kSkinny, kInvariant, kWgmma };
   LinearPath last_linear_path() const { return last_linear_path_; }
 
   cudaStream_t stream() const { return stream_; }
@@ -184,6 +189,8 @@ class CudaBackend final : public Backend {
   // linear_add through cuBLASLt's C input (TACHYON_FUSE_RESIDUAL=0: never).
   bool fuse_residual_ = true;
   LinearPath last_linear_path_ = LinearPath::kCublas;
+  // The wgmma GEMM's cluster size and row-tile group (TACHYON_GEMM_WGMMA_CLUSTER, _GROUP).
+  int wgmma_cluster_ = 1, wgmma_group_ = 16;
   Tensor skinny_partial_, merge_counters_;
   AttentionKernel attention_kernel_ = AttentionKernel::kAuto;
   bool batch_invariant_ = false;

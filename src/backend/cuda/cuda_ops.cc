@@ -200,6 +200,40 @@ bool CudaBackend::linear_add(const Tensor& x, const Tensor& w, const Tensor& bia
   return true;
 }
 
+bool CudaBackend::linear_gated(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act,
+                               Tensor& out) {
+  const int64_t m = x.dim(0);
+  if (batch_invariant_ || bias || m < kGatedMinRows || out.dtype() != dtype_ ||
+      !gemm_wgmma_active(dtype_))
+    return false;
+  check_act(x, "linear_gated x");
+  check_here(w, "linear_gated weight");
+  check_act(out, "linear_gated out");
+  check_2d(x, "linear_gated x");
+  check_2d(w, "linear_gated weight");
+  check_2d(out, "linear_gated out");
+  TACHYON_CHECK(w.dtype() == x.dtype() && w.dim(1) == x.dim(1) && w.dim(0) == 2 * out.dim(1) &&
+                    out.dim(0) == m,
+                "linear_gated: weight {} for input {} and output {}", w.str(), x.str(), out.str());
+  WgmmaGemmArgs g;
+  g.x = x.raw();
+  g.w = w.raw();
+  g.y = out.raw();
+  g.type = dtype_;
+  g.m = m;
+  g.n_out = out.dim(1);
+  g.k = x.dim(1);
+  g.ldy = out.dim(1);
+  g.w_rows = w.dim(0);
+  g.up_row = out.dim(1);
+  g.act = kact(act);
+  g.cluster = wgmma_cluster_;
+  g.group = wgmma_group_;
+  if (!launch_gemm_wgmma(g, stream_)) return false;
+  last_linear_path_ = LinearPath::kWgmma;
+  return true;
+}
+
 void CudaBackend::gated_activation(const Tensor& in, Activation act, Tensor& out) {
   check_act(in, "gated in");
   check_act(out, "gated out");

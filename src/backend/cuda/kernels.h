@@ -220,6 +220,35 @@ bool attention_flash_wgmma_active(DType type, int head_dim);
 bool launch_attention_flash_wgmma(const AttentionArgs& a, const int32_t* items, int32_t num_items,
                                   cudaStream_t stream);
 
+// ---- gemm_wgmma.cu -------------------------------------------------------------------
+// Dense products on Hopper's wgmma and TMA (sm_90a image on an sm_90 device; bf16/f16,
+// f32 accumulation): y[m, n_out] (row stride ldy) = x[m, k] · w[:n_out, k]ᵀ, or, with
+// up_row >= 0, the gated form y[m, i] = act(x · w[i]ᵀ) * (x · w[up_row + i]ᵀ) for
+// i < n_out (gate and up rounded to the storage dtype first, then the activation, as
+// the separate gated pass does). w holds w_rows rows of k. Persistent blocks of 128 x
+// 256 accumulator tiles walked in groups of `group` row tiles; cluster 2 multicasts w
+// between two blocks of adjacent rows.
+struct WgmmaGemmArgs {
+  const void* x = nullptr;
+  const void* w = nullptr;
+  void* y = nullptr;
+  DType type = DType::kBF16;
+  int64_t m = 0, n_out = 0, k = 0, ldy = 0, w_rows = 0;
+  int64_t up_row = -1;  // >= 0: the gated form
+  KAct act = KAct::kIdentity;
+  int cluster = 1;
+  int group = 16;
+};
+// set_gemm_wgmma(false) (the backend reads TACHYON_GEMM_WGMMA=0) turns it off; active: on,
+// and this device runs the sm_90a image.
+void set_gemm_wgmma(bool on);
+bool gemm_wgmma_active(DType type);
+// Shapes, alignments and sizes the kernel takes (x and w 16-byte aligned, k a multiple
+// of 8, n_out and ldy even, every size below 2^30).
+bool gemm_wgmma_supports(const WgmmaGemmArgs& a);
+// False, having launched nothing, where it is not active or does not support a.
+bool launch_gemm_wgmma(const WgmmaGemmArgs& a, cudaStream_t stream);
+
 // ---- attention_decode.cu ------------------------------------------------------------
 // FlashDecoding-style tensor-core kernel for decode steps (one query token per sequence;
 // more are handled, slowly): bf16/f16, head_dim 64, 128 or 256, at most 8 query heads

@@ -1,0 +1,436 @@
+// Dense products on Hopper's wgmma with TMA loads (sm_90a image on an sm_90 device):
+// y[m, n] = x[m, k] · w[n, k]ᵀ in bf16 or f16 with f32 accumulation, and the gated form
+// y[m, i] = act(x · w[i]ᵀ) * (x · w[up + i]ᵀ) that computes an MLP's gate and up
+// products in one pass and writes only the activation (the [T, 2I] intermediate and the
+// separate gated-activation pass disappear).
+//
+// Schedule (persistent, warp-specialised):
+// - A block is three warpgroups: a producer and two consumers. It owns output tiles of
+//   128 x 256 accumulators (gated: 128 gate columns beside the same 128 up columns,
+//   128 x 128 outputs) and walks them from blockIdx.x in steps of the grid, in groups of
+//   row tiles so that the tiles in flight at once share rows of x and of w in the L2.
+// - The producer's one thread streams k-slices of 64 through a ring of kStages shared-
+//   memory stages with TMA (x: 128 x 64, w: two boxes of 128 x 64, 128-byte swizzle,
+//   zero fill past every edge), each stage's arrival counted in bytes on its "full"
+//   mbarrier; it refills a stage once both consumers released it ("empty").
+// - Each consumer computes 64 rows x 256 columns with wgmma m64n256k16 (both operands
+//   from shared memory), keeps one k-slice's products in flight while waiting for the
+//   next, and releases a stage once the products reading it completed. The epilogue
+//   rounds, applies the gate and stores straight from registers, while the producer
+//   already loads the next tile.
+// - In clusters of two blocks (kCluster 2) the blocks take vertically adjacent tiles of
+//   the same columns: each loads half of the w box and multicasts it to both, so the L2
+//   serves w once per pair. A stage is then refilled once the consumers of both blocks
+//   released it.
+// Registers: the producer gives back all but 40 (setmaxnreg), the consumers take 232.
+#include <cuda.h>  // CUtensorMap (the type only; the encoder is reached through the runtime)
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/mma_util.cuh"
+#include "backend/cuda/wgmma.cuh"
+
+namespace tachyon::cuda {
+namespace {
+
+constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4;
+constexpr int kThreads = 384;
+constexpr uint32_t kABytes = kBM * kBK * 2;  // 16 KiB
+constexpr uint32_t kBBytes = kBN * kBK * 2;  // 32 KiB
+constexpr uint32_t kStageBytes = kABytes + kBBytes;
+// The gated epilogue's staging tile per consumer: 64 rows x 128 outputs, two panels of 64.
+constexpr uint32_t kOutBytes = 64 * (kBN / 2) * 2;
+
+// What the epilogue writes: the product, or the gated activation (SiLU inlined, or any
+// KAct through apply_act).
+enum class Epi { kPlain, kGatedSilu, kGatedAct };
+
+constexpr size_t smem_bytes(Epi e) {
+  return kStages * kStageBytes + (e == Epi::kPlain ? 0 : 2 * kOutBytes) + 2 * kStages * 8 +
+         1024;  // + alignment
+}
+std::atomic<bool> g_enabled{true};  // set_gemm_wgmma
+
+// Two adjacent outputs (4-byte aligned), rounded to nearest.
+template <typename T>
+__device__ __forceinline__ void store2(T* p, float a, float b) {
+  if constexpr (std::is_same_v<T, bf16_t>)
+    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
+  else
+    *reinterpret_cast<__half2*>(p) = __floats2half2_rn(a, b);
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// Releases a stage: one arrival per consumer warp on the empty barrier of each block of
+// the cluster.
+template <int kCluster>
+__device__ __forceinline__ void release(uint32_t bar) {
+  if constexpr (kCluster == 1)
+    mbar_arrive(bar);
+  else
+    for (int r = 0; r < kCluster; ++r) mbar_arrive_cluster(bar, r);
+}
+#endif
+
+struct GemmTiles {
+  int m, tiles_m, tiles_n, group;  // tiles_m in units of the cluster's rows
+  // The tile of sequence number t: row tile (of the cluster) and column tile.
+  __device__ __forceinline__ void at(int t, int& mt, int& nt) const {
+    const int per_group = group * tiles_n;
+    const int g = t / per_group, first = g * group;
+    const int rows = min(group, tiles_m - first), local = t - g * per_group;
+    mt = first + local % rows;
+    nt = local / rows;
+  }
+};
+
+// The gated output of one gate and up accumulator pair: both rounded to the storage
+// dtype, the activation rounded, then the product (as the separate gated pass does).
+template <typename T, Epi kEpi>
+__device__ __forceinline__ float gated(float g, float u, KAct act) {
+  g = round_to<T>(g);
+  u = round_to<T>(u);
+  const float a = kEpi == Epi::kGatedSilu ? __fdividef(g, 1.f + __expf(-g)) : apply_act(g, act);
+  return round_to<T>(a) * u;
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+    memcpy(&r, &v, 4);
+  } else {
+    const __half2 v = __floats2half2_rn(a, b);
+    memcpy(&r, &v, 4);
+  }
+  return r;
+}
+
+template <typename T, int kCluster, Epi kEpi>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_x,
+                      const __grid_constant__ CUtensorMap map_w,
+                      const __grid_constant__ CUtensorMap map_y, T* __restrict__ y,
+                      const int64_t ldy, const int n_out, const int k, const int up_row,
+                      const GemmTiles tiles, const KAct act) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr bool kGated = kEpi != Epi::kPlain;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t out0 = base + kStages * kStageBytes;  // gated: the consumers' staging tiles
+  const uint32_t full0 = out0 + (kGated ? 2 * kOutBytes : 0), empty0 = full0 + kStages * 8;
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
+  const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
+  if (threadIdx.x == 0) {
+    tma_prefetch_map(&map_x);
+    tma_prefetch_map(&map_w);
+    if constexpr (kGated) tma_prefetch_map(&map_y);
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full0 + 8 * s, 1);
+      mbar_init(empty0 + 8 * s, 8 * kCluster);  // each consumer warp of each block
+    }
+    mbar_init_fence();
+  }
+  if constexpr (kCluster > 1)
+    cluster_sync();
+  else
+    __syncthreads();
+  pdl_wait();  // x was written by the kernel before, y may still be read by it
+
+  const int num_tiles = tiles.tiles_m * tiles.tiles_n;
+  const int step = gridDim.x / kCluster;
+  const int first = blockIdx.x / kCluster;
+  const int kb_count = (k + kBK - 1) / kBK;
+
+  if (wg == 0) {
+    regs_dec<40>();
+    if (threadIdx.x == 0) {
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int t = first; t < num_tiles; t += step) {
+        int mt, nt;
+        tiles.at(t, mt, nt);
+        const int row = (mt * kCluster + static_cast<int>(rank)) * kBM;
+        const int b_row0 = kGated ? nt * (kBN / 2) : nt * kBN;  // w rows of the two boxes
+        const int b_row1 = kGated ? up_row + nt * (kBN / 2) : nt * kBN + kBN / 2;
+        for (int kb = 0; kb < kb_count; ++kb) {
+          const uint32_t full = full0 + 8 * stage, sa = base + stage * kStageBytes;
+          mbar_wait(empty0 + 8 * stage, phase ^ 1);
+          mbar_arrive_tx(full, kStageBytes);
+          tma_load_2d(sa, &map_x, kb * kBK, row, full);
+          if constexpr (kCluster == 1) {
+            tma_load_2d(sa + kABytes, &map_w, kb * kBK, b_row0, full);
+            tma_load_2d(sa + kABytes + kBBytes / 2, &map_w, kb * kBK, b_row1, full);
+          } else {
+            tma_load_2d_multicast(sa + kABytes + rank * (kBBytes / 2), &map_w, kb * kBK,
+                                  rank == 0 ? b_row0 : b_row1, full, 0x3);
+          }
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
+        }
+      }
+    }
+  } else {
+    regs_inc<232>();
+    const int c = wg - 1;  // rows 64c .. 64c + 63 of the tile
+    const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+    int stage = 0;
+    uint32_t phase = 0;
+    float acc[128];
+    for (int t = first; t < num_tiles; t += step) {
+      int mt, nt;
+      tiles.at(t, mt, nt);
+      for (int kb = 0; kb < kb_count; ++kb) {
+        const uint32_t sa = base + stage * kStageBytes;
+        mbar_wait(full0 + 8 * stage, phase);
+        const uint64_t da = wgmma_desc(sa + c * (64 * 128), 16, 1024);
+        const uint64_t db = wgmma_desc(sa + kABytes, 16, 1024);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; ++kk)
+          wgmma_ss256<T>(acc, da + 2 * kk, db + 2 * kk, kb > 0 || kk > 0);  // +32 bytes of k
+        wgmma_commit();
+        // The slice before is complete once at most this one is in flight: release it.
+        wgmma_wait<1>();
+        fence_regs(acc);
+        const int prev = stage == 0 ? kStages - 1 : stage - 1;
+        if (kb > 0 && lane == 0) release<kCluster>(empty0 + 8 * prev);
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+      wgmma_wait<0>();
+      fence_regs(acc);
+      {
+        const int last = stage == 0 ? kStages - 1 : stage - 1;
+        if (lane == 0) release<kCluster>(empty0 + 8 * last);
+      }
+      // Accumulator 4j + e is row 16 warp + lane / 4 (+ 8 for e >= 2), column 8j +
+      // 2 (lane % 4) + (e & 1) of the warp's 16 x 256.
+      const int tile_row = (mt * kCluster + static_cast<int>(rank)) * kBM + c * 64;
+      if constexpr (kGated) {
+        // Gate columns j < 16 beside up columns j + 16: the 64 x 128 outputs to this
+        // consumer's staging tile (two 128-byte-swizzled panels of 64 columns), then one
+        // TMA store (clipped at the edges) that runs on while the next tile computes.
+        const uint32_t out = out0 + c * kOutBytes;
+        if (threadIdx.x % 128 == 0) bulk_wait_all<true>();  // the last store read it
+        named_barrier(1 + c, 128);
+        const int mat = lane >> 3;  // stmatrix: this lane's row address is in matrix mat
+        const int srow = warp * 16 + (mat & 1) * 8 + (lane & 7);
+#pragma unroll
+        for (int j = 0; j < kBN / 16; j += 2) {
+          uint32_t r[4];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {  // (j, rows 0-7), (j, 8-15), (j + 1, 0-7), (j + 1, 8-15)
+            const int jj = j + (q >> 1), e = 2 * (q & 1), u = jj + kBN / 16;
+            r[q] = pack2<T>(gated<T, kEpi>(acc[4 * jj + e], acc[4 * u + e], act),
+                            gated<T, kEpi>(acc[4 * jj + e + 1], acc[4 * u + e + 1], act));
+          }
+          const int col = 8 * (j + (mat >> 1));
+          stmatrix_x4(out + (col >> 6) * (64 * 128) + swz128(srow, col & 63), r);
+        }
+        fence_proxy_async();
+        named_barrier(1 + c, 128);
+        if (threadIdx.x % 128 == 0) {
+          tma_store_2d(&map_y, out, nt * (kBN / 2), tile_row);
+          tma_store_2d(&map_y, out + 64 * 128, nt * (kBN / 2) + 64, tile_row);
+          bulk_commit();
+        }
+      } else {
+        const int64_t row0 = tile_row + warp * 16 + (lane >> 2);
+        const int col0 = 2 * (lane & 3);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int64_t r = row0 + 8 * half;
+          if (r >= tiles.m) continue;
+          T* o = y + r * ldy;
+#pragma unroll
+          for (int j = 0; j < kBN / 8; ++j) {
+            const int col = nt * kBN + 8 * j + col0;
+            if (col >= n_out) continue;
+            store2(o + col, acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+          }
+        }
+      }
+    }
+    if (kGated && threadIdx.x % 128 == 0) bulk_wait_all<false>();
+  }
+  // No block may leave while its cluster peer can still arrive on its barriers or
+  // write into its shared memory.
+  if constexpr (kCluster > 1) {
+    __syncwarp();
+    cluster_sync();
+  }
+#else
+  __trap();  // launched only where the sm_90a image runs (gemm_image)
+#endif
+}
+
+// Whether the kernel's sm_90a image is what this device runs.
+template <typename T, int kCluster, Epi kEpi>
+bool gemm_image() {
+  static const bool ok = [] {
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, gemm_wgmma_kernel<T, kCluster, kEpi>) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return attr.binaryVersion == 90 && attr.ptxVersion >= 90;
+  }();
+  return ok;
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      p = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// A row-major [rows, cols] 16-bit matrix (row stride ld elements) in boxes of box_rows x
+// 64 columns, 128-byte swizzled; loads fill zeros past its edges, stores are clipped.
+bool encode_map(CUtensorMap& map, const void* ptr, DType type, int64_t rows, int64_t cols,
+                int64_t ld, uint32_t box_rows) {
+  PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * 2};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kBK), box_rows};
+  const cuuint32_t elem[2] = {1, 1};
+  return encode(&map,
+                type == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                     : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                2, const_cast<void*>(ptr), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Clusters of the kernel the device holds at once (blocks of one SM each).
+template <typename T, int kCluster, Epi kEpi>
+int resident_clusters(int sms) {
+  static const int n = [sms] {
+    auto kernel = gemm_wgmma_kernel<T, kCluster, kEpi>;
+    if (kCluster == 1) return sms;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(sms);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = smem_bytes(kEpi);
+    cudaLaunchAttribute attr = cluster_attribute(dim3(kCluster, 1, 1));
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();
+      clusters = 0;
+    }
+    return clusters;
+  }();
+  return n;
+}
+
+template <typename T, int kCluster, Epi kEpi>
+bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
+  constexpr bool kGated = kEpi != Epi::kPlain;
+  constexpr size_t kSmem = smem_bytes(kEpi);
+  if (!gemm_image<T, kCluster, kEpi>()) return false;
+  if (kSmem > static_cast<size_t>(max_dynamic_smem())) return false;
+  CUtensorMap mx, mw, my;
+  if (!encode_map(mx, a.x, a.type, a.m, a.k, a.k, kBM) ||
+      !encode_map(mw, a.w, a.type, a.w_rows, a.k, a.k, kBN / 2))
+    return false;
+  if (kGated) {
+    if (!encode_map(my, a.y, a.type, a.m, a.n_out, a.ldy, 64)) return false;
+  } else {
+    my = mx;  // unused
+  }
+  auto kernel = gemm_wgmma_kernel<T, kCluster, kEpi>;
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem);
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n;
+  }();
+  const int resident = resident_clusters<T, kCluster, kEpi>(sms);
+  if (resident <= 0) return false;
+  GemmTiles tiles;
+  tiles.m = static_cast<int>(a.m);
+  tiles.tiles_m = static_cast<int>(ceil_div(a.m, int64_t{kBM} * kCluster));
+  tiles.tiles_n = static_cast<int>(ceil_div(a.n_out, int64_t{kGated ? kBN / 2 : kBN}));
+  tiles.group = std::max(1, a.group);
+  const int64_t num_tiles = int64_t{tiles.tiles_m} * tiles.tiles_n;
+  const int clusters = static_cast<int>(std::min<int64_t>(num_tiles, resident));
+  launch_kernel_clustered(kernel, dim3(clusters * kCluster), dim3(kThreads), kSmem, stream,
+                          dim3(kCluster, 1, 1), mx, mw, my, static_cast<T*>(a.y), a.ldy,
+                          static_cast<int>(a.n_out), static_cast<int>(a.k),
+                          static_cast<int>(a.up_row), tiles, a.act);
+  return true;
+}
+
+template <typename T, int kCluster>
+bool launch_epi(const WgmmaGemmArgs& a, cudaStream_t stream) {
+  if (a.up_row < 0) return launch_typed<T, kCluster, Epi::kPlain>(a, stream);
+  if (a.act == KAct::kSilu) return launch_typed<T, kCluster, Epi::kGatedSilu>(a, stream);
+  return launch_typed<T, kCluster, Epi::kGatedAct>(a, stream);
+}
+
+template <typename T>
+bool launch_for_type(const WgmmaGemmArgs& a, cudaStream_t stream) {
+  return a.cluster == 2 ? launch_epi<T, 2>(a, stream) : launch_epi<T, 1>(a, stream);
+}
+
+}  // namespace
+
+void set_gemm_wgmma(bool on) {
+  g_enabled.store(on, std::memory_order_relaxed);
+}
+
+bool gemm_wgmma_active(DType type) {
+  if (!g_enabled.load(std::memory_order_relaxed)) return false;
+  if (type == DType::kBF16) return gemm_image<bf16_t, 1, Epi::kGatedSilu>() && tensor_map_encoder();
+  if (type == DType::kF16) return gemm_image<f16_t, 1, Epi::kGatedSilu>() && tensor_map_encoder();
+  return false;
+}
+
+bool gemm_wgmma_supports(const WgmmaGemmArgs& a) {
+  const auto aligned = [](const void* p, uintptr_t b) {
+    return reinterpret_cast<uintptr_t>(p) % b == 0;
+  };
+  constexpr int64_t kMax = int64_t{1} << 30;
+  const bool gated = a.up_row >= 0;
+  return (a.type == DType::kBF16 || a.type == DType::kF16) && a.m > 0 && a.m < kMax &&
+         a.n_out > 0 && a.n_out % 2 == 0 && a.k > 0 && a.k % 8 == 0 && a.k < kMax &&
+         a.ldy >= a.n_out && a.ldy % 2 == 0 && a.w_rows > 0 && a.w_rows < kMax &&
+         (gated ? a.up_row >= a.n_out && a.up_row + a.n_out <= a.w_rows && a.ldy % 8 == 0 &&
+                      aligned(a.y, 16)  // the TMA store
+                : a.n_out <= a.w_rows) &&
+         (a.cluster == 1 || a.cluster == 2) && aligned(a.x, 16) && aligned(a.w, 16) &&
+         aligned(a.y, 4);
+}
+
+bool launch_gemm_wgmma(const WgmmaGemmArgs& a, cudaStream_t stream) {
+  if (!gemm_wgmma_active(a.type) || !gemm_wgmma_supports(a)) return false;
+  return a.type == DType::kBF16 ? launch_for_type<bf16_t>(a, stream)
+                                : launch_for_type<f16_t>(a, stream);
+}
+
+}  // namespace tachyon::cuda
