@@ -301,10 +301,17 @@ void wgmma_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
         g.ldy = out.dim(1);
         g.up_row = up_row;
         g.act = act;
-        for (int cluster : {1, 2})
-          for (int group : {8, 16, 32}) {
-            g.cluster = cluster;
-            g.group = group;
+        struct Config {
+          int cluster, group;
+          bool handoff;
+        };
+        for (const Config cfg : {Config{1, 16, false}, Config{1, 16, true}, Config{2, 16, false},
+                                 Config{2, 16, true}, Config{1, 8, true}, Config{1, 32, true}}) {
+          const int cluster = cfg.cluster, group = cfg.group;
+          g.cluster = cluster;
+          g.group = group;
+          g.handoff = cfg.handoff;
+          {
             be.fill_zero(out);
             g.w = w[0].raw();
             if (!cuda::launch_gemm_wgmma(g, be.stream())) raise<Internal>("wgmma GEMM declined");
@@ -314,9 +321,11 @@ void wgmma_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
               cuda::launch_gemm_wgmma(g, be.stream());
             });
             char name[32];
-            std::snprintf(name, sizeof(name), "%sc%d_g%d", prefix, cluster, group);
+            std::snprintf(name, sizeof(name), "%sc%d_g%d%s", prefix, cluster, group,
+                          cfg.handoff ? "_hand" : "");
             report(name, t, err);
           }
+        }
       };
       configs("", y, -1, cuda::KAct::kIdentity, ref);
       if (std::string(s.name) != "gate_up") continue;

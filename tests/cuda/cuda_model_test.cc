@@ -9,7 +9,8 @@
 //   decoding matches the reference up to the first near tie at that precision;
 // - an fp8 (e4m3) KV cache against the 16-bit cache on a random Llama-shaped model
 //   with head_dim 128 (the bundled model's 32 is below what the fp8 path takes): the
-//   prefill's attention reads staged blocks, the decode steps e4m3.
+//   prefill's attention reads staged blocks, the decode steps e4m3;
+// - on the same model, a 700-token prefill with the gated wgmma GEMM and without it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <fstream>
 #include <random>
 
+#include "backend/cuda/kernels.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "cuda/cuda_test_util.h"
@@ -153,14 +155,9 @@ TEST_P(CudaModel16, KjvTeacherForcedAndGreedy) {
   }
 }
 
-// Teacher-forced logits of a 300-token sequence in chunks (a 200-token prefill, then 20
-// decode steps, then a 40-token chunk over the cached prefix) with the fp8 cache and
-// the 16-bit one: their normalised difference, printed and bounded; and an fp8 cache
-// on a model whose head_dim the decode kernel does not take is refused clearly.
-TEST_P(CudaModel16, RandomLlamaFp8KvCache) {
-  TACHYON_REQUIRE_GPU();
-  const DType dt = GetParam();
-  const std::string dir = ::testing::TempDir() + "/tachyon_fp8_llama";
+// A random Llama-shaped checkpoint (head_dim 128, SiLU MLP) written to TempDir/name.
+std::string random_llama(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/" + name;
   const std::string config = dir + ".json";
   {
     std::ofstream(config) << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
@@ -173,6 +170,17 @@ TEST_P(CudaModel16, RandomLlamaFp8KvCache) {
   RandomModelOptions ro;
   ro.seed = 11;
   write_random_model(config, dir, ro);
+  return dir;
+}
+
+// Teacher-forced logits of a 300-token sequence in chunks (a 200-token prefill, then 20
+// decode steps, then a 40-token chunk over the cached prefix) with the fp8 cache and
+// the 16-bit one: their normalised difference, printed and bounded; and an fp8 cache
+// on a model whose head_dim the decode kernel does not take is refused clearly.
+TEST_P(CudaModel16, RandomLlamaFp8KvCache) {
+  TACHYON_REQUIRE_GPU();
+  const DType dt = GetParam();
+  const std::string dir = random_llama("tachyon_fp8_llama");
   auto load = [&](bool fp8) {
     LoadOptions o;
     o.device = Device{DeviceType::kCUDA, 0};
@@ -213,6 +221,36 @@ TEST_P(CudaModel16, RandomLlamaFp8KvCache) {
   auto kjv = load_model(std::string(TACHYON_SOURCE_DIR) + "/models/tiny-kjv-chat", o);
   kjv->init_kv_cache(96, kBlock);
   EXPECT_THROW(run_step(*kjv, {1, 2, 3}, 0, {2}), InvalidArgument);
+}
+
+// A 700-token prefill (the MLP's gate and up products on the wgmma GEMM with the gated
+// epilogue, on Hopper) against the same prefill with that kernel off (cuBLASLt, then
+// the separate gated pass): the logits of the last rows agree.
+TEST_P(CudaModel16, RandomLlamaGatedGemm) {
+  TACHYON_REQUIRE_GPU();
+  const DType dt = GetParam();
+  int major = 0, minor = 0;
+  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+  EXPECT_EQ(cuda::gemm_wgmma_active(dt), major == 9 && minor == 0);
+  LoadOptions o;
+  o.device = Device{DeviceType::kCUDA, 0};
+  o.dtype = dt;
+  auto m = load_model(random_llama("tachyon_gated_llama"), o);
+  m->init_kv_cache(96, kBlock);
+  std::mt19937 rng(6);
+  std::vector<int32_t> tokens(700);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 2048);
+  const std::vector<int32_t> rows = {0, 350, 695, 696, 697, 698, 699};
+  const std::vector<double> fused = host_values(run_step(*m, tokens, 0, rows));
+  cuda::set_gemm_wgmma(false);
+  const std::vector<double> apart = host_values(run_step(*m, tokens, 0, rows));
+  cuda::set_gemm_wgmma(true);
+  const ErrorReport e = measure(fused, apart);
+  std::printf("  %s gated GEMM against product + gated pass: normalised %.2e over %zu logits\n",
+              dtype_label(dt).c_str(), e.normalised, fused.size());
+  EXPECT_FALSE(e.nan);
+  EXPECT_LE(e.normalised, 1e-2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaModel16, ::testing::Values(DType::kBF16, DType::kF16),

@@ -208,12 +208,15 @@ TEST_P(CudaOpsTest, LinearAdd) {
   }
 }
 
-// The wgmma GEMM (gemm_wgmma.cu, Hopper only): plain products and the gated form against
-// the CPU's product, rounded and gated as the separate pass does, in clusters of one and
-// two blocks and with one and eight row tiles a group; shapes with ragged row, column
-// and k tiles (TMA's zero fill past the edges), and a row stride wider than the output.
-// Through the backend, linear_gated takes it from kGatedMinRows rows and declines (out
-// untouched) below, in f32, and where the kernel is not active.
+// The wgmma GEMM (gemm_wgmma.cu, Hopper only): plain products and the gated form (SiLU;
+// GELU on odd widths) against the CPU's product, rounded and gated as the separate pass
+// does, in clusters of one and two blocks, with one and eight row tiles a group, with
+// and without the epilogue warps (hand-off); shapes with ragged row, column and k tiles
+// (TMA's zero fill past the edges), and a row stride wider than the output, whose
+// columns past it must stay untouched. The gated TMA store declines widths that end
+// mid-piece. Through the backend, linear_gated takes it from kGatedMinRows rows (with
+// the hand-off from kGatedHandoffRows) and declines (out untouched) below, in f32, and
+// where the kernel is not active.
 TEST_P(CudaOpsTest, WgmmaGemm) {
   int major = 0, minor = 0;
   TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
@@ -222,9 +225,16 @@ TEST_P(CudaOpsTest, WgmmaGemm) {
   const bool active = dt_ != DType::kF32 && hopper;
   EXPECT_EQ(cuda::gemm_wgmma_active(dt_), active);
   const auto silu = [](double v) { return v / (1.0 + std::exp(-v)); };
-  const LinearCase cases[] = {{1, 64, 64},        {130, 200, 264},  {700, 384, 512},
-                              {1029, 1000, 1032}, {256, 512, 4096}, {600, 2048, 1024}};
+  const auto gelu_tanh = [](double v) {
+    return 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+  };
+  // The last from kGatedHandoffRows rows: the backend's call then takes the hand-off.
+  const LinearCase cases[] = {{1, 64, 64},       {130, 200, 264},    {700, 384, 512},
+                              {300, 203, 136},   {1029, 1000, 1032}, {256, 512, 4096},
+                              {600, 2048, 1024}, {2100, 256, 136}};
   for (const LinearCase& c : cases) {
+    // Odd widths take GELU (tanh) on the direct launches: the generic activation paths.
+    const bool gelu = c.n % 2 == 1;
     Tensor x = input({c.m, c.k});
     Tensor w = input({2 * c.n, c.k}, 1.f / std::sqrt(static_cast<float>(c.k)));
     Tensor prod = Tensor::zeros({c.m, 2 * c.n}, DType::kF32);
@@ -235,7 +245,8 @@ TEST_P(CudaOpsTest, WgmmaGemm) {
     for (int64_t r = 0; r < c.m; ++r)
       for (int64_t i = 0; i < c.n; ++i)
         act.data<float>()[r * c.n + i] =
-            static_cast<float>(silu(pr.data<float>()[r * 2 * c.n + i]));
+            static_cast<float>(gelu ? gelu_tanh(pr.data<float>()[r * 2 * c.n + i])
+                                    : silu(pr.data<float>()[r * 2 * c.n + i]));
     Tensor act_r = rounded(act, dt_);
     std::vector<double> gated(static_cast<size_t>(c.m * c.n));
     for (int64_t r = 0; r < c.m; ++r)
@@ -243,54 +254,68 @@ TEST_P(CudaOpsTest, WgmmaGemm) {
         gated[r * c.n + i] = static_cast<double>(act_r.data<float>()[r * c.n + i]) *
                              pr.data<float>()[r * 2 * c.n + c.n + i];
     const std::vector<double> plain = host_values(prod);
+    // Row strides: past the output, multiples of 8 (16-byte rows).
+    const int64_t ld_g = (c.n + 15) / 8 * 8, ld_p = (2 * c.n + 7) / 8 * 8;
     const std::string shape =
         std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k);
     Tensor xd = dev(x), wd = gpu_->prepare_weight(w);
     if (active) {
-      for (int cluster : {1, 2})
-        for (int group : {1, 8}) {
-          const std::string cfg =
-              " cluster " + std::to_string(cluster) + " group " + std::to_string(group);
-          cuda::WgmmaGemmArgs g;
-          g.x = xd.raw();
-          g.w = wd.raw();
-          g.type = dt_;
-          g.m = c.m;
-          g.k = c.k;
-          g.w_rows = 2 * c.n;
-          g.cluster = cluster;
-          g.group = group;
-          // Gated, into rows wider than the output (the columns past it stay poisoned).
-          Tensor out = poisoned(*gpu_, {c.m, c.n + 8}, dt_);
-          g.y = out.raw();
-          g.n_out = c.n;
-          g.ldy = c.n + 8;
-          g.up_row = c.n;
-          g.act = cuda::KAct::kSilu;
-          g.ldy = c.n + 2;  // the TMA store needs 16-byte rows
-          EXPECT_FALSE(cuda::launch_gemm_wgmma(g, gpu_->stream())) << shape << cfg;
-          g.ldy = c.n + 8;
-          ASSERT_TRUE(cuda::launch_gemm_wgmma(g, gpu_->stream())) << shape << cfg;
-          const std::vector<double> got = host_values(*gpu_, out);
-          std::vector<double> body, pad;
+      for (int cfg_i = 0; cfg_i < 8; ++cfg_i) {
+        const int cluster = 1 + (cfg_i & 1), group = cfg_i & 2 ? 8 : 1;
+        const bool handoff = cfg_i & 4;
+        const std::string cfg = " cluster " + std::to_string(cluster) + " group " +
+                                std::to_string(group) + (handoff ? " hand-off" : "");
+        cuda::WgmmaGemmArgs g;
+        g.x = xd.raw();
+        g.w = wd.raw();
+        g.type = dt_;
+        g.m = c.m;
+        g.k = c.k;
+        g.w_rows = 2 * c.n;
+        g.cluster = cluster;
+        g.group = group;
+        g.handoff = handoff;
+        // Gated, into rows wider than the output (the columns past it stay poisoned).
+        Tensor out = poisoned(*gpu_, {c.m, ld_g}, dt_);
+        g.y = out.raw();
+        g.n_out = c.n;
+        g.up_row = c.n;
+        g.act = gelu ? cuda::KAct::kGeluTanh : cuda::KAct::kSilu;
+        g.ldy = ld_g + 2;  // the TMA store and the hand-off need 16-byte rows
+        EXPECT_FALSE(cuda::launch_gemm_wgmma(g, gpu_->stream())) << shape << cfg;
+        g.ldy = ld_g;
+        // The TMA store needs outputs of whole 16-byte pieces; the hand-off does not.
+        const bool takes = handoff || c.n % 8 == 0;
+        ASSERT_EQ(cuda::launch_gemm_wgmma(g, gpu_->stream()), takes) << shape << cfg;
+        const auto split = [&](const std::vector<double>& got, int64_t n, int64_t ld,
+                               std::vector<double>& body, std::vector<double>& pad) {
           for (int64_t r = 0; r < c.m; ++r)
-            for (int64_t i = 0; i < c.n + 8; ++i)
-              (i < c.n ? body : pad).push_back(got[r * (c.n + 8) + i]);
+            for (int64_t i = 0; i < ld; ++i) (i < n ? body : pad).push_back(got[r * ld + i]);
+        };
+        std::vector<double> body, pad;
+        split(host_values(*gpu_, out), c.n, ld_g, body, pad);
+        if (takes) {
           expect_near(body, gated, bound_for(dt_), tag("wgmma gated " + shape + cfg));
           for (double v : pad) ASSERT_TRUE(std::isnan(v)) << "wrote past the output " << shape;
-          // Plain, all 2n columns.
-          Tensor y = poisoned(*gpu_, {c.m, 2 * c.n}, dt_);
-          g.y = y.raw();
-          g.n_out = 2 * c.n;
-          g.ldy = 2 * c.n;
-          g.up_row = -1;
-          g.act = cuda::KAct::kIdentity;
-          ASSERT_TRUE(cuda::launch_gemm_wgmma(g, gpu_->stream())) << shape << cfg;
-          expect_near(host_values(*gpu_, y), plain, bound_for(dt_),
-                      tag("wgmma plain " + shape + cfg));
+        } else {
+          for (double v : body) ASSERT_TRUE(std::isnan(v)) << "declined but wrote " << shape;
         }
+        // Plain, all 2n columns.
+        Tensor y = poisoned(*gpu_, {c.m, ld_p}, dt_);
+        g.y = y.raw();
+        g.n_out = 2 * c.n;
+        g.ldy = ld_p;
+        g.up_row = -1;
+        g.act = cuda::KAct::kIdentity;
+        ASSERT_TRUE(cuda::launch_gemm_wgmma(g, gpu_->stream())) << shape << cfg;
+        std::vector<double> pbody, ppad;
+        split(host_values(*gpu_, y), 2 * c.n, ld_p, pbody, ppad);
+        expect_near(pbody, plain, bound_for(dt_), tag("wgmma plain " + shape + cfg));
+        for (double v : ppad) ASSERT_TRUE(std::isnan(v)) << "wrote past the output " << shape;
+      }
     }
-    // Through the backend.
+    // Through the backend (SiLU).
+    if (gelu) continue;
     Tensor out = poisoned(*gpu_, {c.m, c.n}, dt_);
     const bool fused = gpu_->linear_gated(xd, wd, Tensor(), Activation::kSilu, out);
     EXPECT_EQ(fused, active && c.m >= cuda::CudaBackend::kGatedMinRows) << shape;

@@ -72,6 +72,9 @@ class CudaBackend final : public Backend {
   bool linear_gated(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act,
                     Tensor& out) override;
   static constexpr int64_t kGatedMinRows = 512;
+  // From these rows on, with its epilogue on warps of its own (the hand-off): measured
+  // 3.5 ms faster in the 8 x 1024 prefill step, 0.6-1.2 ms slower in the 1 x 1024 one.
+  static constexpr int64_t kGatedHandoffRows = 2048;
   void gated_activation(const Tensor& in, Activation act, Tensor& out) override;
   void activation(Tensor& x, Activation act) override;
   void scale_add(const Tensor& a, float scale, const Tensor& b, Tensor& out) override;
@@ -189,8 +192,10 @@ class CudaBackend final : public Backend {
   // linear_add through cuBLASLt's C input (TACHYON_FUSE_RESIDUAL=0: never).
   bool fuse_residual_ = true;
   LinearPath last_linear_path_ = LinearPath::kCublas;
-  // The wgmma GEMM's cluster size and row-tile group (TACHYON_GEMM_WGMMA_CLUSTER, _GROUP).
+  // The wgmma GEMM's cluster size, row-tile group and epilogue warps
+  // (TACHYON_GEMM_WGMMA_CLUSTER, _GROUP, _HANDOFF).
   int wgmma_cluster_ = 1, wgmma_group_ = 16;
+  bool wgmma_handoff_ = true;
   Tensor skinny_partial_, merge_counters_;
   AttentionKernel attention_kernel_ = AttentionKernel::kAuto;
   bool batch_invariant_ = false;

@@ -203,8 +203,10 @@ bool CudaBackend::linear_add(const Tensor& x, const Tensor& w, const Tensor& bia
 bool CudaBackend::linear_gated(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act,
                                Tensor& out) {
   const int64_t m = x.dim(0);
+  // Outputs of whole 16-byte pieces only (MLP widths are multiples of 8 in practice; the
+  // kernel's partial pieces at a ragged edge serve the direct calls).
   if (batch_invariant_ || bias || m < kGatedMinRows || out.dtype() != dtype_ ||
-      !gemm_wgmma_active(dtype_))
+      out.dim(1) % 8 != 0 || !gemm_wgmma_active(dtype_))
     return false;
   check_act(x, "linear_gated x");
   check_here(w, "linear_gated weight");
@@ -229,6 +231,7 @@ bool CudaBackend::linear_gated(const Tensor& x, const Tensor& w, const Tensor& b
   g.act = kact(act);
   g.cluster = wgmma_cluster_;
   g.group = wgmma_group_;
+  g.handoff = wgmma_handoff_ && m >= kGatedHandoffRows;
   if (!launch_gemm_wgmma(g, stream_)) return false;
   last_linear_path_ = LinearPath::kWgmma;
   return true;

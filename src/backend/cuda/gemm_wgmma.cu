@@ -40,7 +40,7 @@
 namespace tachyon::cuda {
 namespace {
 
-constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4;
+constexpr int kBM = 128, kBN = 256, kBK = 64;
 constexpr int kThreads = 384;
 constexpr uint32_t kABytes = kBM * kBK * 2;  // 16 KiB
 constexpr uint32_t kBBytes = kBN * kBK * 2;  // 32 KiB
@@ -48,13 +48,33 @@ constexpr uint32_t kStageBytes = kABytes + kBBytes;
 // The gated epilogue's staging tile per consumer: 64 rows x 128 outputs, two panels of 64.
 constexpr uint32_t kOutBytes = 64 * (kBN / 2) * 2;
 
-// What the epilogue writes: the product, or the gated activation (SiLU inlined, or any
-// KAct through apply_act).
-enum class Epi { kPlain, kGatedSilu, kGatedAct };
+// A consumer's accumulator tile handed to the epilogue warps: 64 x 256 in the storage
+// dtype, four panels of 64 columns.
+constexpr uint32_t kHandBytes = 64 * kBN * 2;
 
+// What the epilogue writes and who computes it. The consumers themselves: the product
+// (kPlain, straight from registers) or the gated activation (SiLU inlined, or any KAct
+// through apply_act; staged for a TMA store). Or the epilogue warps (kHand*): the
+// consumers round their accumulators into a hand-off tile and go on with the next tile
+// while warps 1-3 of the producer warpgroup write the product or the gated activation
+// from it; a ring of three stages then leaves room for the two hand-off tiles.
+enum class Epi { kPlain, kGatedSilu, kGatedAct, kHandPlain, kHandGated };
+
+constexpr bool handed(Epi e) {
+  return e == Epi::kHandPlain || e == Epi::kHandGated;
+}
+constexpr bool gated_epi(Epi e) {
+  return e != Epi::kPlain && e != Epi::kHandPlain;
+}
+constexpr int stages(Epi e) {
+  return handed(e) ? 3 : 4;
+}
+// The consumers' staging (gated) or hand-off tiles.
+constexpr uint32_t out_bytes(Epi e) {
+  return handed(e) ? 2 * kHandBytes : (e == Epi::kPlain ? 0 : 2 * kOutBytes);
+}
 constexpr size_t smem_bytes(Epi e) {
-  return kStages * kStageBytes + (e == Epi::kPlain ? 0 : 2 * kOutBytes) + 2 * kStages * 8 +
-         1024;  // + alignment
+  return stages(e) * kStageBytes + out_bytes(e) + 2 * stages(e) * 8 + 4 * 8 + 1024;  // + alignment
 }
 std::atomic<bool> g_enabled{true};  // set_gemm_wgmma
 
@@ -68,6 +88,14 @@ __device__ __forceinline__ void store2(T* p, float a, float b) {
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ uint4 ld_shared16(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr));
+  return v;
+}
+
 // Releases a stage: one arrival per consumer warp on the empty barrier of each block of
 // the cluster.
 template <int kCluster>
@@ -114,6 +142,30 @@ __device__ __forceinline__ uint32_t pack2(float a, float b) {
   return r;
 }
 
+// The two 16-bit values of a word (the lower one first) as floats.
+template <typename T>
+__device__ __forceinline__ float2 unpack2(uint32_t w) {
+  if constexpr (std::is_same_v<T, bf16_t>)
+    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+  else
+    return make_float2(__half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xffffu))),
+                       __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16))));
+}
+
+// The activation, SiLU through the fast exponential and reciprocal (as the consumers'
+// gated epilogue computes it), any other through apply_act.
+__device__ __forceinline__ float act_fast(float g, KAct act) {
+  return act == KAct::kSilu ? __fdividef(g, 1.f + __expf(-g)) : apply_act(g, act);
+}
+
+// Two gated outputs from words of gate and up values: the activation rounded, then the
+// product.
+template <typename T>
+__device__ __forceinline__ uint32_t gated_pair(uint32_t g, uint32_t u, KAct act) {
+  const float2 gf = unpack2<T>(g), uf = unpack2<T>(u);
+  return pack2<T>(round_to<T>(act_fast(gf.x, act)) * uf.x, round_to<T>(act_fast(gf.y, act)) * uf.y);
+}
+
 template <typename T, int kCluster, Epi kEpi>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_x,
@@ -122,20 +174,26 @@ __global__ void __launch_bounds__(kThreads, 1)
                       const int64_t ldy, const int n_out, const int k, const int up_row,
                       const GemmTiles tiles, const KAct act) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr bool kGated = kEpi != Epi::kPlain;
+  constexpr bool kGated = gated_epi(kEpi), kHand = handed(kEpi);
+  constexpr int kStages = stages(kEpi);
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const uint32_t out0 = base + kStages * kStageBytes;  // gated: the consumers' staging tiles
-  const uint32_t full0 = out0 + (kGated ? 2 * kOutBytes : 0), empty0 = full0 + kStages * 8;
+  const uint32_t out0 = base + kStages * kStageBytes;  // staging or hand-off tiles
+  const uint32_t full0 = out0 + out_bytes(kEpi), empty0 = full0 + kStages * 8;
+  const uint32_t hfull0 = empty0 + kStages * 8, hempty0 = hfull0 + 16;  // per consumer
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
   const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
   if (threadIdx.x == 0) {
     tma_prefetch_map(&map_x);
     tma_prefetch_map(&map_w);
-    if constexpr (kGated) tma_prefetch_map(&map_y);
+    if constexpr (kGated && !kHand) tma_prefetch_map(&map_y);
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full0 + 8 * s, 1);
       mbar_init(empty0 + 8 * s, 8 * kCluster);  // each consumer warp of each block
+    }
+    for (int c = 0; c < 2; ++c) {
+      mbar_init(hfull0 + 8 * c, 128);  // every thread of the consumer
+      mbar_init(hempty0 + 8 * c, 96);  // every epilogue thread
     }
     mbar_init_fence();
   }
@@ -179,13 +237,52 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       }
+    } else if (kHand && threadIdx.x >= 32) {
+      // The epilogue warps: each consumer's hand-off tile, 16-byte pieces (8 outputs) to
+      // global memory, rows and pieces spread over the 96 threads.
+      const int e = threadIdx.x - 32;
+      uint32_t hphase = 0;
+      for (int t = first; t < num_tiles; t += step) {
+        int mt, nt;
+        tiles.at(t, mt, nt);
+        for (int c = 0; c < 2; ++c) {
+          mbar_wait(hfull0 + 8 * c, hphase);
+          const uint32_t h = out0 + c * kHandBytes;
+          const int64_t row0 = int64_t{mt * kCluster + static_cast<int>(rank)} * kBM + c * 64;
+          constexpr int kPieces = kGated ? kBN / 16 : kBN / 8;  // per row
+          for (int item = e; item < 64 * kPieces; item += 96) {
+            const int r = item / kPieces, p = item % kPieces;
+            const int64_t row = row0 + r;
+            if (row >= tiles.m) break;  // rows rise with item
+            const uint32_t off = (p >> 3) * (64 * 128) + r * 128 + (((p & 7) ^ (r & 7)) << 4);
+            uint4 v = ld_shared16(h + off);
+            const int col = nt * (kGated ? kBN / 2 : kBN) + p * 8;
+            if constexpr (kGated) {
+              const uint4 u = ld_shared16(h + 2 * (64 * 128) + off);  // up: panels 2, 3
+              v = make_uint4(gated_pair<T>(v.x, u.x, act), gated_pair<T>(v.y, u.y, act),
+                             gated_pair<T>(v.z, u.z, act), gated_pair<T>(v.w, u.w, act));
+            }
+            T* dst = y + row * ldy + col;
+            if (col + 8 <= n_out) {
+              *reinterpret_cast<uint4*>(dst) = v;
+            } else {
+              const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+              uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
+              for (int i = 0; i < 8 && col + i < n_out; ++i)
+                d16[i] = static_cast<uint16_t>(words[i >> 1] >> (16 * (i & 1)));
+            }
+          }
+          mbar_arrive(hempty0 + 8 * c);
+        }
+        hphase ^= 1;
+      }
     }
   } else {
     regs_inc<232>();
     const int c = wg - 1;  // rows 64c .. 64c + 63 of the tile
     const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
     int stage = 0;
-    uint32_t phase = 0;
+    uint32_t phase = 0, hphase = 0;
     float acc[128];
     for (int t = first; t < num_tiles; t += step) {
       int mt, nt;
@@ -219,7 +316,27 @@ __global__ void __launch_bounds__(kThreads, 1)
       // Accumulator 4j + e is row 16 warp + lane / 4 (+ 8 for e >= 2), column 8j +
       // 2 (lane % 4) + (e & 1) of the warp's 16 x 256.
       const int tile_row = (mt * kCluster + static_cast<int>(rank)) * kBM + c * 64;
-      if constexpr (kGated) {
+      if constexpr (kHand) {
+        // The whole 64 x 256 rounded to the hand-off tile once the epilogue warps are done
+        // with the last one (stmatrix, as below).
+        const uint32_t h = out0 + c * kHandBytes;
+        mbar_wait(hempty0 + 8 * c, hphase ^ 1);
+        hphase ^= 1;
+        const int mat = lane >> 3;
+        const int srow = warp * 16 + (mat & 1) * 8 + (lane & 7);
+#pragma unroll
+        for (int j = 0; j < kBN / 8; j += 2) {
+          uint32_t r[4];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int jj = j + (q >> 1), e = 2 * (q & 1);
+            r[q] = pack2<T>(acc[4 * jj + e], acc[4 * jj + e + 1]);
+          }
+          const int col = 8 * (j + (mat >> 1));
+          stmatrix_x4(h + (col >> 6) * (64 * 128) + swz128(srow, col & 63), r);
+        }
+        mbar_arrive(hfull0 + 8 * c);
+      } else if constexpr (kGated) {
         // Gate columns j < 16 beside up columns j + 16: the 64 x 128 outputs to this
         // consumer's staging tile (two 128-byte-swizzled panels of 64 columns), then one
         // TMA store (clipped at the edges) that runs on while the next tile computes.
@@ -264,7 +381,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    if (kGated && threadIdx.x % 128 == 0) bulk_wait_all<false>();
+    if (kGated && !kHand && threadIdx.x % 128 == 0) bulk_wait_all<false>();
   }
   // No block may leave while its cluster peer can still arrive on its barriers or
   // write into its shared memory.
@@ -349,7 +466,7 @@ int resident_clusters(int sms) {
 
 template <typename T, int kCluster, Epi kEpi>
 bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
-  constexpr bool kGated = kEpi != Epi::kPlain;
+  constexpr bool kGated = gated_epi(kEpi);
   constexpr size_t kSmem = smem_bytes(kEpi);
   if (!gemm_image<T, kCluster, kEpi>()) return false;
   if (kSmem > static_cast<size_t>(max_dynamic_smem())) return false;
@@ -357,7 +474,7 @@ bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
   if (!encode_map(mx, a.x, a.type, a.m, a.k, a.k, kBM) ||
       !encode_map(mw, a.w, a.type, a.w_rows, a.k, a.k, kBN / 2))
     return false;
-  if (kGated) {
+  if (kGated && !handed(kEpi)) {
     if (!encode_map(my, a.y, a.type, a.m, a.n_out, a.ldy, 64)) return false;
   } else {
     my = mx;  // unused
@@ -388,6 +505,9 @@ bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
 
 template <typename T, int kCluster>
 bool launch_epi(const WgmmaGemmArgs& a, cudaStream_t stream) {
+  if (a.handoff)
+    return a.up_row < 0 ? launch_typed<T, kCluster, Epi::kHandPlain>(a, stream)
+                        : launch_typed<T, kCluster, Epi::kHandGated>(a, stream);
   if (a.up_row < 0) return launch_typed<T, kCluster, Epi::kPlain>(a, stream);
   if (a.act == KAct::kSilu) return launch_typed<T, kCluster, Epi::kGatedSilu>(a, stream);
   return launch_typed<T, kCluster, Epi::kGatedAct>(a, stream);
@@ -417,14 +537,17 @@ bool gemm_wgmma_supports(const WgmmaGemmArgs& a) {
   };
   constexpr int64_t kMax = int64_t{1} << 30;
   const bool gated = a.up_row >= 0;
+  // The consumers' own plain epilogue stores pairs: even widths and strides.
+  const bool pairs = !gated && !a.handoff;
   return (a.type == DType::kBF16 || a.type == DType::kF16) && a.m > 0 && a.m < kMax &&
-         a.n_out > 0 && a.n_out % 2 == 0 && a.k > 0 && a.k % 8 == 0 && a.k < kMax &&
-         a.ldy >= a.n_out && a.ldy % 2 == 0 && a.w_rows > 0 && a.w_rows < kMax &&
-         (gated ? a.up_row >= a.n_out && a.up_row + a.n_out <= a.w_rows && a.ldy % 8 == 0 &&
-                      aligned(a.y, 16)  // the TMA store
-                : a.n_out <= a.w_rows) &&
-         (a.cluster == 1 || a.cluster == 2) && aligned(a.x, 16) && aligned(a.w, 16) &&
-         aligned(a.y, 4);
+         a.n_out > 0 && a.k > 0 && a.k % 8 == 0 && a.k < kMax && a.ldy >= a.n_out &&
+         (!pairs || (a.n_out % 2 == 0 && a.ldy % 2 == 0)) && a.w_rows > 0 && a.w_rows < kMax &&
+         (gated ? a.up_row >= a.n_out && a.up_row + a.n_out <= a.w_rows : a.n_out <= a.w_rows) &&
+         // the TMA store of the gated tile (whole 16-byte rows: it writes past an
+         // output that ends mid-piece), and the epilogue warps' 16-byte stores
+         (gated || a.handoff ? a.ldy % 8 == 0 && aligned(a.y, 16) : true) &&
+         (gated && !a.handoff ? a.n_out % 8 == 0 : true) && (a.cluster == 1 || a.cluster == 2) &&
+         aligned(a.x, 16) && aligned(a.w, 16) && aligned(a.y, 4);
 }
 
 bool launch_gemm_wgmma(const WgmmaGemmArgs& a, cudaStream_t stream) {

@@ -238,13 +238,18 @@ struct WgmmaGemmArgs {
   KAct act = KAct::kIdentity;
   int cluster = 1;
   int group = 16;
+  // The epilogue on warps of its own (the consumers hand their tile over and go on),
+  // with a ring of three stages instead of four.
+  bool handoff = false;
 };
 // set_gemm_wgmma(false) (the backend reads TACHYON_GEMM_WGMMA=0) turns it off; active: on,
 // and this device runs the sm_90a image.
 void set_gemm_wgmma(bool on);
 bool gemm_wgmma_active(DType type);
 // Shapes, alignments and sizes the kernel takes (x and w 16-byte aligned, k a multiple
-// of 8, n_out and ldy even, every size below 2^30).
+// of 8, every size below 2^30; for the gated form and the hand-off ldy a multiple of 8
+// and y 16-byte aligned, and the gated form without hand-off n_out a multiple of 8;
+// otherwise n_out and ldy even and y 4-byte aligned).
 bool gemm_wgmma_supports(const WgmmaGemmArgs& a);
 // False, having launched nothing, where it is not active or does not support a.
 bool launch_gemm_wgmma(const WgmmaGemmArgs& a, cudaStream_t stream);
