@@ -9,19 +9,23 @@
 //   128 x 256 accumulators (gated: 128 gate columns beside the same 128 up columns,
 //   128 x 128 outputs) and walks them from blockIdx.x in steps of the grid, in groups of
 //   row tiles so that the tiles in flight at once share rows of x and of w in the L2.
-// - The producer's one thread streams k-slices of 64 through a ring of kStages shared-
-//   memory stages with TMA (x: 128 x 64, w: two boxes of 128 x 64, 128-byte swizzle,
-//   zero fill past every edge), each stage's arrival counted in bytes on its "full"
-//   mbarrier; it refills a stage once both consumers released it ("empty").
+// - The producer's one thread streams k-slices of 64 through a ring of shared-memory
+//   stages (four; three with the hand-off below) with TMA (x: 128 x 64, w: two boxes
+//   of 128 x 64, 128-byte swizzle, zero fill past every edge), each stage's arrival
+//   counted in bytes on its "full" mbarrier; it refills a stage once both consumers
+//   released it ("empty").
 // - Each consumer computes 64 rows x 256 columns with wgmma m64n256k16 (both operands
 //   from shared memory), keeps one k-slice's products in flight while waiting for the
 //   next, and releases a stage once the products reading it completed. The epilogue
-//   rounds, applies the gate and stores straight from registers, while the producer
-//   already loads the next tile.
+//   (enum Epi) either runs in the consumers (the product straight from registers; the
+//   gated tile staged through shared memory and written with one TMA store), with the
+//   tensor cores idle meanwhile, or is handed off: the consumers round their tile into
+//   a hand-off buffer and start the next tile while warps 1-3 of the producer
+//   warpgroup write it out (the backend's choice from 2048 rows, where it is faster).
 // - In clusters of two blocks (kCluster 2) the blocks take vertically adjacent tiles of
 //   the same columns: each loads half of the w box and multicasts it to both, so the L2
 //   serves w once per pair. A stage is then refilled once the consumers of both blocks
-//   released it.
+//   released it. (Measured no faster than single blocks; not the default.)
 // Registers: the producer gives back all but 40 (setmaxnreg), the consumers take 232.
 #include <cuda.h>  // CUtensorMap (the type only; the encoder is reached through the runtime)
 #include <cudaTypedefs.h>
