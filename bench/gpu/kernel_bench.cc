@@ -11,10 +11,12 @@
 //   lt_algos (only when asked for): cuBLASLt's configurations for the layer's products
 //         at prefill rows, timed briefly (as the tuner does) and under sustained load;
 //   wgmma (only when asked for): the wgmma GEMM's configurations against cuBLASLt at the
-//         layer's products, plain and (gate_up) gated.
+//         layer's products, plain and (gate_up) gated; then (also alone, as epilogue)
+//         the products with the rotary and KV write or the residual add in the
+//         epilogue against what they replace.
 //
 // Usage: tachyon_kernel_bench [--config CONFIG.json] [--m 1,2,4,...]
-//                             [--only gemm|rows|lt_algos|wgmma]
+//                             [--only gemm|rows|lt_algos|wgmma|epilogue]
 //                             [--reps N]
 // Lines starting with "RESULT" are for scripts.
 #include <cublasLt.h>
@@ -346,6 +348,105 @@ void wgmma_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
   }
 }
 
+// The products whose epilogue the wgmma GEMM takes over from kEpilogueRows rows, through
+// the backend, against what they replace: qkv with the rotary and the KV-cache write
+// (against cuBLASLt's product and then rotary_write_kv), o and down with the residual
+// add (against cuBLASLt's product with the residual as its C input). Each output's
+// relative error against the replaced path's is printed beside its time.
+void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
+  CudaBackendOptions o;
+  cuda::CudaBackend be(o);
+  be.set_gemv(false);
+  be.set_wgmma_add(true);  // (off by default)
+  if (!cuda::gemm_wgmma_active(DType::kBF16)) return;
+  const QkvLayout layout{static_cast<int32_t>(d.heads), static_cast<int32_t>(d.kv_heads),
+                         static_cast<int32_t>(d.head_dim)};
+  std::printf("\n%-8s %6s %-22s %10s %9s\n", "epilogue", "m", "variant", "us", "rel.err");
+  auto report = [&](const char* name, int64_t m, const char* variant, double t, double err) {
+    std::printf("%-8s %6lld %-22s %10.2f %9.2e\n", name, static_cast<long long>(m), variant,
+                t * 1e6, err);
+    std::printf("RESULT epilogue_%s_m%lld_%s_us %.2f err %.2e\n", name, static_cast<long long>(m),
+                variant, t * 1e6, err);
+  };
+  // The plain product with the hand-off, for reference: what the epilogue adds to it.
+  auto plain = [&](const Tensor& x, const Tensor& w, Tensor& y) {
+    cuda::WgmmaGemmArgs g;
+    g.x = x.raw();
+    g.w = w.raw();
+    g.y = y.raw();
+    g.m = x.dim(0);
+    g.k = x.dim(1);
+    g.n_out = g.w_rows = w.dim(0);
+    g.ldy = y.dim(1);
+    g.handoff = true;
+    return time_calls(be, reps, [&](int) {
+      if (!cuda::launch_gemm_wgmma(g, be.stream())) raise<Internal>("wgmma GEMM declined");
+    });
+  };
+  for (int64_t m : ms) {
+    if (m < cuda::CudaBackend::kEpilogueRows) continue;
+    // qkv: rotary and cache write. Real angles (position t, frequency p), one slot a row.
+    {
+      const int64_t n = layout.row_cols(), k = d.hidden;
+      const int rot = static_cast<int>(d.head_dim);
+      Tensor x = upload_random(be, {m, k}, 21), w = upload_random(be, {n, k}, 22);
+      std::vector<float> cs(static_cast<size_t>(m * rot));
+      for (int64_t t = 0; t < m; ++t)
+        for (int p = 0; p < rot / 2; ++p) {
+          const double ang = static_cast<double>(t) * std::pow(500000.0, -2.0 * p / rot);
+          cs[t * rot + p] = static_cast<float>(std::cos(ang));
+          cs[t * rot + rot / 2 + p] = static_cast<float>(std::sin(ang));
+        }
+      Tensor cos_sin = be.upload(cs.data(), {m, rot}, DType::kF32, {});
+      std::vector<int32_t> sl(static_cast<size_t>(m));
+      for (int64_t t = 0; t < m; ++t) sl[t] = static_cast<int32_t>(t);
+      Tensor slots = be.upload_i32(sl.data(), m);
+      const int32_t bs = 16;
+      const Shape cshape = {(m + bs - 1) / bs, layout.num_kv_heads, bs, layout.head_dim};
+      LayerKvCache ca{be.alloc(cshape, DType::kBF16), be.alloc(cshape, DType::kBF16)};
+      LayerKvCache cb{be.alloc(cshape, DType::kBF16), be.alloc(cshape, DType::kBF16)};
+      Tensor qa = be.alloc({m, n}, DType::kBF16), qb = be.alloc({m, n}, DType::kBF16);
+      auto apart = [&] {
+        cuda::set_gemm_wgmma(false);
+        be.linear(x, w, Tensor(), qa, 0, Activation::kIdentity);
+        be.rotary_write_kv(qa, layout, cos_sin, RotaryStyle::kHalf, rot, slots, ca);
+        cuda::set_gemm_wgmma(true);
+      };
+      auto fused = [&] {
+        if (!be.linear_rotary_kv(x, w, Tensor(), qb, layout, cos_sin, RotaryStyle::kHalf, rot,
+                                 slots, cb))
+          raise<Internal>("linear_rotary_kv declined");
+      };
+      apart();
+      fused();
+      const double err = bench::rel_error(bench::bf16_values(be, qb), bench::bf16_values(be, qa));
+      const double err_k =
+          bench::rel_error(bench::bf16_values(be, cb.k), bench::bf16_values(be, ca.k));
+      report("qkv", m, "cublas+rotary_kv", time_calls(be, reps, [&](int) { apart(); }), 0.0);
+      report("qkv", m, "wgmma_rotary_kv", time_calls(be, reps, [&](int) { fused(); }),
+             std::max(err, err_k));
+      report("qkv", m, "wgmma_plain", plain(x, w, qb), 0.0);
+    }
+    // o and down: the residual add. The residual grows over the timed calls (not zeros).
+    for (const Shape5 s :
+         {Shape5{"o", d.hidden, d.heads * d.head_dim}, Shape5{"down", d.hidden, d.inter}}) {
+      Tensor x = upload_random(be, {m, s.k}, 31), w = upload_random(be, {s.n, s.k}, 32);
+      Tensor ya = upload_random(be, {m, s.n}, 33), yb = upload_random(be, {m, s.n}, 33);
+      auto add = [&](bool wgmma, Tensor& y) {
+        cuda::set_gemm_wgmma(wgmma);
+        if (!be.linear_add(x, w, Tensor(), y)) raise<Internal>("linear_add declined");
+        cuda::set_gemm_wgmma(true);
+      };
+      add(false, ya);
+      add(true, yb);
+      const double err = bench::rel_error(bench::bf16_values(be, yb), bench::bf16_values(be, ya));
+      report(s.name, m, "cublas_add", time_calls(be, reps, [&](int) { add(false, ya); }), 0.0);
+      report(s.name, m, "wgmma_add", time_calls(be, reps, [&](int) { add(true, yb); }), err);
+      report(s.name, m, "wgmma_plain", plain(x, w, yb), 0.0);
+    }
+  }
+}
+
 // cuBLASLt's algorithms for the layer's products at prefill rows, under sustained load.
 // The tuner (gemm.cc) times the heuristic's candidates over three calls each, at whatever
 // clock the board is at; a long prefill runs the products back to back at the power
@@ -647,6 +748,7 @@ int run(int argc, char** argv) {
   if (only.empty() || only == "rows") row_rates(d, reps);
   if (only == "lt_algos") gemm_algos(d, ms);
   if (only == "wgmma") wgmma_rates(d, ms, reps);
+  if (only == "wgmma" || only == "epilogue") epilogue_rates(d, ms, reps);
   return 0;
 }
 

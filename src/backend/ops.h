@@ -327,6 +327,25 @@ class Backend {
     rotary(qkv, layout, cos_sin, style, rotary_dim);
     write_kv(qkv, layout, slots, cache);
   }
+  // qkv = x · wᵀ (+ bias) and then rotary_write_kv() on it, in one pass where the backend
+  // folds the rotary and the cache write into the product (w [row_cols, K] prepared,
+  // qkv [T, row_cols] in the activation dtype); the same values as linear() then
+  // rotary_write_kv(). Returns false, having done nothing, where it does not.
+  virtual bool linear_rotary_kv(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& qkv,
+                                const QkvLayout& layout, const Tensor& cos_sin, RotaryStyle style,
+                                int32_t rotary_dim, const Tensor& slots, LayerKvCache& cache) {
+    (void)x;
+    (void)w;
+    (void)bias;
+    (void)qkv;
+    (void)layout;
+    (void)cos_sin;
+    (void)style;
+    (void)rotary_dim;
+    (void)slots;
+    (void)cache;
+    return false;
+  }
   // Causal attention of the step's queries (the q part of qkv) over each sequence's
   // cached keys/values (which already include this step's). Query t of sequence s, the
   // i-th of its q_len tokens, sits at cache index context_len - q_len + i and sees keys

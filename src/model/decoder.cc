@@ -564,20 +564,29 @@ bool Decoder::attention_block(int l, const Tensor& h, Tensor& out, Tensor* add_i
   const LayerWeights& L = w_.layers[l];
   const int64_t T = h.dim(0);
   Tensor qkv = qkv_.view(*be_, T, layout_.row_cols());
-  if (L.qkv) {
-    be_->linear(h, L.qkv.w, L.qkv.b, qkv);
-  } else {
-    be_->linear(h, L.q.w, L.q.b, qkv, 0);
-    be_->linear(h, L.k.w, L.k.b, qkv, layout_.q_cols());
-    be_->linear(h, L.v.w, L.v.b, qkv, layout_.q_cols() + layout_.kv_cols());
+  const bool rotary = cfg_.position == PositionType::kRotary;
+  // The product, the rotary and the cache write in one pass, where nothing else touches
+  // the rows between them.
+  const bool fused = L.qkv && rotary && cfg_.clip_qkv <= 0 && !cfg_.qk_norm && !logn_active_ &&
+                     be_->linear_rotary_kv(h, L.qkv.w, L.qkv.b, qkv, layout_, cos_sin_t_,
+                                           cfg_.rope.style, rope_->dim(), slots_t_, kv_[l]);
+  if (!fused) {
+    if (L.qkv) {
+      be_->linear(h, L.qkv.w, L.qkv.b, qkv);
+    } else {
+      be_->linear(h, L.q.w, L.q.b, qkv, 0);
+      be_->linear(h, L.k.w, L.k.b, qkv, layout_.q_cols());
+      be_->linear(h, L.v.w, L.v.b, qkv, layout_.q_cols() + layout_.kv_cols());
+    }
+    if (cfg_.clip_qkv > 0) be_->clamp(qkv, static_cast<float>(cfg_.clip_qkv));
+    if (cfg_.qk_norm) be_->qk_norm(qkv, layout_, L.q_norm, L.k_norm);
+    if (logn_active_) be_->scale_queries(qkv, layout_, logn_t_);
+    if (rotary)
+      be_->rotary_write_kv(qkv, layout_, cos_sin_t_, cfg_.rope.style, rope_->dim(), slots_t_,
+                           kv_[l]);
+    else
+      be_->write_kv(qkv, layout_, slots_t_, kv_[l]);
   }
-  if (cfg_.clip_qkv > 0) be_->clamp(qkv, static_cast<float>(cfg_.clip_qkv));
-  if (cfg_.qk_norm) be_->qk_norm(qkv, layout_, L.q_norm, L.k_norm);
-  if (logn_active_) be_->scale_queries(qkv, layout_, logn_t_);
-  if (cfg_.position == PositionType::kRotary)
-    be_->rotary_write_kv(qkv, layout_, cos_sin_t_, cfg_.rope.style, rope_->dim(), slots_t_, kv_[l]);
-  else
-    be_->write_kv(qkv, layout_, slots_t_, kv_[l]);
   Tensor attn = attn_.view(*be_, T, layout_.q_cols());
   be_->attention(qkv, layout_, kv_[l], meta_, attn_params_[l], attn);
   if (add_into != nullptr && be_->linear_add(attn, L.o.w, L.o.b, *add_into)) return true;

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 
@@ -57,7 +58,7 @@ std::unique_ptr<Model> load_kjv(DType dtype) {
 // One forward over tokens[computed:] of one sequence on blocks 95, 94, ... (reversed,
 // to exercise the block table); logits of the rows asked for.
 Tensor run_step(Model& m, const std::vector<int32_t>& tokens, int32_t computed,
-                std::vector<int32_t> rows) {
+                std::vector<int32_t> rows, int32_t cache_blocks = 96) {
   ForwardBatch b;
   const int32_t n = static_cast<int32_t>(tokens.size()) - computed;
   for (int32_t i = 0; i < n; ++i) {
@@ -67,7 +68,7 @@ Tensor run_step(Model& m, const std::vector<int32_t>& tokens, int32_t computed,
   b.query_start = {0, n};
   b.context_lens = {computed + n};
   b.max_blocks_per_seq = (computed + n + kBlock - 1) / kBlock;
-  for (int32_t i = 0; i < b.max_blocks_per_seq; ++i) b.block_tables.push_back(95 - i);
+  for (int32_t i = 0; i < b.max_blocks_per_seq; ++i) b.block_tables.push_back(cache_blocks - 1 - i);
   b.logits_rows = std::move(rows);
   return m.forward(b);
 }
@@ -223,34 +224,50 @@ TEST_P(CudaModel16, RandomLlamaFp8KvCache) {
   EXPECT_THROW(run_step(*kjv, {1, 2, 3}, 0, {2}), InvalidArgument);
 }
 
-// A 700-token prefill (the MLP's gate and up products on the wgmma GEMM with the gated
-// epilogue, on Hopper) against the same prefill with that kernel off (cuBLASLt, then
-// the separate gated pass): the logits of the last rows agree.
+// Prefills on the wgmma GEMM (Hopper) against the same prefills with that kernel off
+// (cuBLASLt, then the separate passes): the logits of the last rows agree. 700 tokens
+// take it for the MLP's gate and up products with the gated epilogue (one launch a
+// layer); 2,100 tokens (from kEpilogueRows) also for the qkv product with the rotary
+// and cache write in its epilogue, and (TACHYON_GEMM_WGMMA_ADD=1, set for this model)
+// the o and down products with the residual add (four launches a layer).
 TEST_P(CudaModel16, RandomLlamaGatedGemm) {
   TACHYON_REQUIRE_GPU();
   const DType dt = GetParam();
   int major = 0, minor = 0;
   TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
   TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
-  EXPECT_EQ(cuda::gemm_wgmma_active(dt), major == 9 && minor == 0);
+  const bool active = major == 9 && minor == 0;
+  EXPECT_EQ(cuda::gemm_wgmma_active(dt), active);
   LoadOptions o;
   o.device = Device{DeviceType::kCUDA, 0};
   o.dtype = dt;
+  setenv("TACHYON_GEMM_WGMMA_ADD", "1", 1);  // read when the backend is made
   auto m = load_model(random_llama("tachyon_gated_llama"), o);
-  m->init_kv_cache(96, kBlock);
-  std::mt19937 rng(6);
-  std::vector<int32_t> tokens(700);
-  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 2048);
-  const std::vector<int32_t> rows = {0, 350, 695, 696, 697, 698, 699};
-  const std::vector<double> fused = host_values(run_step(*m, tokens, 0, rows));
-  cuda::set_gemm_wgmma(false);
-  const std::vector<double> apart = host_values(run_step(*m, tokens, 0, rows));
-  cuda::set_gemm_wgmma(true);
-  const ErrorReport e = measure(fused, apart);
-  std::printf("  %s gated GEMM against product + gated pass: normalised %.2e over %zu logits\n",
-              dtype_label(dt).c_str(), e.normalised, fused.size());
-  EXPECT_FALSE(e.nan);
-  EXPECT_LE(e.normalised, 1e-2);
+  unsetenv("TACHYON_GEMM_WGMMA_ADD");
+  constexpr int32_t kBlocks = 160;  // 2,560 tokens
+  m->init_kv_cache(kBlocks, kBlock);
+  constexpr int64_t kLayers = 4;
+  for (int32_t n : {700, 2100}) {
+    std::mt19937 rng(6 + n);
+    std::vector<int32_t> tokens(static_cast<size_t>(n));
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 2048);
+    const std::vector<int32_t> rows = {0, n / 2, n - 5, n - 4, n - 3, n - 2, n - 1};
+    const int64_t before = cuda::gemm_wgmma_launches();
+    const std::vector<double> fused = host_values(run_step(*m, tokens, 0, rows, kBlocks));
+    const int64_t launches = cuda::gemm_wgmma_launches() - before;
+    cuda::set_gemm_wgmma(false);
+    const std::vector<double> apart = host_values(run_step(*m, tokens, 0, rows, kBlocks));
+    cuda::set_gemm_wgmma(true);
+    EXPECT_EQ(launches, active ? (n >= cuda::CudaBackend::kEpilogueRows ? 4 : 1) * kLayers : 0)
+        << n << " tokens";
+    const ErrorReport e = measure(fused, apart);
+    std::printf(
+        "  %s %d tokens, wgmma GEMM (%lld launches) against cuBLASLt and the separate "
+        "passes: normalised %.2e over %zu logits\n",
+        dtype_label(dt).c_str(), n, static_cast<long long>(launches), e.normalised, fused.size());
+    EXPECT_FALSE(e.nan);
+    EXPECT_LE(e.normalised, 1e-2);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaModel16, ::testing::Values(DType::kBF16, DType::kF16),

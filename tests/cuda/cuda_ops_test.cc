@@ -32,6 +32,16 @@ class CudaOpsTest : public ::testing::TestWithParam<DType> {
   Tensor dev(const Tensor& h) { return to_gpu(*gpu_, h, dt_); }
   Tensor dev_f32(const Tensor& h) { return to_gpu(*gpu_, h, DType::kF32); }
   std::string tag(const std::string& s) const { return dtype_label(dt_) + " " + s; }
+  // start + x · wᵀ (+ bias), the CPU's product added in double: what linear_add gives.
+  std::vector<double> added(const Tensor& x, const Tensor& w, const Tensor& bias,
+                            const Tensor& start) {
+    Tensor prod = Tensor::zeros({x.dim(0), w.dim(0)}, DType::kF32);
+    cpu_->linear(x, w, bias, prod, 0, Activation::kIdentity);
+    std::vector<double> want = host_values(prod);
+    const std::vector<double> base = host_values(start);
+    for (size_t i = 0; i < want.size(); ++i) want[i] += base[i];
+    return want;
+  }
 
   DType dt_ = DType::kBF16;
   std::unique_ptr<cuda::CudaBackend> gpu_;
@@ -187,11 +197,8 @@ TEST_P(CudaOpsTest, LinearAdd) {
       Tensor w = input({c.n, c.k}, 1.f / std::sqrt(static_cast<float>(c.k)));
       Tensor b = rounded(randn({c.n}, rng_, 0.5f), dt_);
       Tensor start = rounded(randn({c.m, c.n}, rng_, 2.f), dt_);
-      Tensor prod = Tensor::zeros({c.m, c.n}, DType::kF32);
-      cpu_->linear(x, w, with_bias ? b : Tensor(), prod, 0, Activation::kIdentity);
-      std::vector<double> want = host_values(prod);
+      const std::vector<double> want = added(x, w, with_bias ? b : Tensor(), start);
       const std::vector<double> base = host_values(start);
-      for (size_t i = 0; i < want.size(); ++i) want[i] += base[i];
       Tensor out = dev(start);
       const std::string what = "linear_add " + std::to_string(c.m) + "x" + std::to_string(c.n) +
                                "x" + std::to_string(c.k) + (with_bias ? " bias" : "");
@@ -324,6 +331,227 @@ TEST_P(CudaOpsTest, WgmmaGemm) {
       expect_near(host_values(*gpu_, out), gated, bound_for(dt_), tag("linear_gated " + shape));
     } else {
       for (double v : host_values(*gpu_, out)) ASSERT_TRUE(std::isnan(v)) << "declined but wrote";
+    }
+  }
+}
+
+// The wgmma GEMM's other epilogues on the hand-off warps (Hopper only), each against the
+// plain hand-off product followed by what it replaces, which must agree bit for bit (the
+// same rounded product, the same roundings after it):
+// - add: y += the product, against the product added to y's starting values in f32 and
+//   rounded;
+// - rotary: the qkv rows rotated and their k and v heads written into the paged caches,
+//   against launch_rotary_write_kv on the plain product; both styles, partial rotary,
+//   head_dim 64 and 128, 16-bit and e4m3 caches, skipped slots and a slot past the cache
+//   (reported, not written).
+// Through the backend, linear_rotary_kv and (when set_wgmma_add asks for it) linear_add
+// take it from kEpilogueRows rows without bias (against cuBLASLt then the separate
+// pass, within rounding) and otherwise leave it to cuBLASLt, or decline with the rows
+// untouched.
+TEST_P(CudaOpsTest, WgmmaEpilogues) {
+  const bool active = cuda::gemm_wgmma_active(dt_);
+  const auto bytes = [&](const Tensor& t) {
+    std::vector<uint8_t> b(t.nbytes());
+    TACHYON_CUDA_CHECK(cudaStreamSynchronize(gpu_->stream()));
+    TACHYON_CUDA_CHECK(cudaMemcpy(b.data(), t.raw(), b.size(), cudaMemcpyDeviceToHost));
+    return b;
+  };
+  const auto plain_args = [&](const Tensor& x, const Tensor& w, Tensor& y) {
+    cuda::WgmmaGemmArgs g;
+    g.x = x.raw();
+    g.w = w.raw();
+    g.y = y.raw();
+    g.type = dt_;
+    g.m = x.dim(0);
+    g.k = x.dim(1);
+    g.n_out = w.dim(0);
+    g.w_rows = w.dim(0);
+    g.ldy = y.dim(1);
+    g.handoff = true;
+    return g;
+  };
+  // ---- add ----
+  const LinearCase add_cases[] = {{300, 200, 264}, {130, 512, 136}, {2100, 256, 512}};
+  for (const LinearCase& c : add_cases) {
+    const std::string shape =
+        std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k);
+    Tensor x = input({c.m, c.k});
+    Tensor w = input({c.n, c.k}, 1.f / std::sqrt(static_cast<float>(c.k)));
+    Tensor start = input({c.m, c.n}, 2.f);
+    Tensor xd = dev(x), wd = gpu_->prepare_weight(w);
+    if (active) {
+      Tensor prod = poisoned(*gpu_, {c.m, c.n}, dt_);
+      cuda::WgmmaGemmArgs g = plain_args(xd, wd, prod);
+      ASSERT_TRUE(cuda::launch_gemm_wgmma(g, gpu_->stream())) << shape;
+      const std::vector<double> p = host_values(*gpu_, prod), s0 = host_values(start);
+      Tensor sum = Tensor::empty({c.m, c.n}, DType::kF32);
+      for (size_t i = 0; i < p.size(); ++i)
+        sum.data<float>()[i] = static_cast<float>(p[i]) + static_cast<float>(s0[i]);
+      Tensor y = dev(start);
+      g.y = y.raw();
+      g.add = true;
+      ASSERT_TRUE(cuda::launch_gemm_wgmma(g, gpu_->stream())) << shape;
+      expect_near(host_values(*gpu_, y), host_values(rounded(sum, dt_)), 0.0,
+                  tag("wgmma add " + shape));
+      g.cluster = 2;  // single blocks only
+      EXPECT_FALSE(cuda::launch_gemm_wgmma(g, gpu_->stream())) << shape;
+    }
+    // The backend: with set_wgmma_add, the wgmma GEMM from kEpilogueRows rows without
+    // bias, else (and by default) cuBLASLt.
+    for (int mode = 0; mode < 3; ++mode) {
+      const bool with_bias = mode == 1, on = mode < 2;
+      gpu_->set_wgmma_add(on);
+      Tensor b = rounded(randn({c.n}, rng_, 0.5f), dt_);
+      const std::vector<double> want = added(x, w, with_bias ? b : Tensor(), start);
+      Tensor y = dev(start);
+      ASSERT_TRUE(gpu_->linear_add(xd, wd, with_bias ? gpu_->prepare_weight(b) : Tensor(), y));
+      const bool wgmma = on && active && !with_bias && c.m >= cuda::CudaBackend::kEpilogueRows;
+      EXPECT_EQ(gpu_->last_linear_path() == cuda::CudaBackend::LinearPath::kWgmma, wgmma)
+          << shape << (with_bias ? " bias" : "");
+      expect_near(host_values(*gpu_, y), want, bound_for(dt_),
+                  tag("linear_add " + shape + (with_bias ? " bias" : "") + (on ? "" : " default")));
+    }
+    gpu_->set_wgmma_add(false);
+  }
+  // ---- rotary and KV write ----
+  struct RotCase {
+    int64_t m;
+    int heads, kv_heads, hd, rot;
+    RotaryStyle style;
+    bool fp8;
+  };
+  const RotCase rot_cases[] = {{300, 6, 2, 128, 128, RotaryStyle::kHalf, false},
+                               {2100, 4, 2, 128, 128, RotaryStyle::kHalf, false},
+                               {700, 8, 2, 64, 32, RotaryStyle::kInterleaved, false},
+                               {515, 5, 1, 128, 64, RotaryStyle::kHalf, true},
+                               {260, 6, 3, 64, 64, RotaryStyle::kInterleaved, true}};
+  const int k = 264;
+  for (const RotCase& c : rot_cases) {
+    const QkvLayout layout{c.heads, c.kv_heads, c.hd};
+    const int64_t cols = layout.row_cols();
+    const std::string what = std::to_string(c.m) + " rows " + std::to_string(c.heads) + "/" +
+                             std::to_string(c.kv_heads) + " heads hd " + std::to_string(c.hd) +
+                             " rot " + std::to_string(c.rot) +
+                             (c.style == RotaryStyle::kHalf ? " half" : " interleaved") +
+                             (c.fp8 ? " e4m3 cache" : "");
+    Tensor x = input({c.m, k});
+    Tensor w = input({cols, k}, 1.f / std::sqrt(static_cast<float>(k)));
+    Tensor cs = Tensor::empty({c.m, c.rot}, DType::kF32);
+    for (int64_t t = 0; t < c.m; ++t)
+      for (int p = 0; p < c.rot / 2; ++p) {
+        const double ang = (t + 5) * std::pow(10000.0, -2.0 * p / c.rot);
+        cs.data<float>()[t * c.rot + p] = static_cast<float>(std::cos(ang));
+        cs.data<float>()[t * c.rot + c.rot / 2 + p] = static_cast<float>(std::sin(ang));
+      }
+    const int32_t bs = 16, nb = static_cast<int32_t>((c.m + bs - 1) / bs) + 2;
+    std::vector<int32_t> slots(static_cast<size_t>(c.m));
+    for (int64_t t = 0; t < c.m; ++t)
+      slots[t] = static_cast<int32_t>((t * 37 + 11) % (int64_t{nb} * bs));
+    slots[3] = -1;
+    slots[c.m - 2] = nb * bs;  // past the cache: reported, skipped
+    const Shape cshape = {nb, c.kv_heads, bs, c.hd};
+    const DType cdt = c.fp8 ? DType::kF8E4M3 : dt_;
+    Tensor xd = dev(x), wd = gpu_->prepare_weight(w), cs_g = dev_f32(cs),
+           slots_g = to_gpu_i32(*gpu_, slots);
+    if (!active) continue;
+    cuda::WgmmaRotaryKv r;
+    r.cos_sin = cs_g.data<float>();
+    r.rot = c.rot;
+    r.style = c.style == RotaryStyle::kHalf ? cuda::KRotary::kHalf : cuda::KRotary::kInterleaved;
+    r.heads = c.heads;
+    r.kv_heads = c.kv_heads;
+    r.head_dim = c.hd;
+    r.slots = slots_g.data<int32_t>();
+    r.kv_fp8 = c.fp8;
+    r.num_blocks = nb;
+    r.block_size = bs;
+    // Both runs start from the same poisoned caches and error words.
+    auto run = [&](bool fused, Tensor& qkv, Tensor& kc, Tensor& vc, Tensor& err) {
+      qkv = poisoned(*gpu_, {c.m, cols}, dt_);
+      kc = gpu_->alloc(cshape, cdt);
+      vc = gpu_->alloc(cshape, cdt);
+      TACHYON_CUDA_CHECK(cudaMemsetAsync(kc.raw(), 0x5a, kc.nbytes(), gpu_->stream()));
+      TACHYON_CUDA_CHECK(cudaMemsetAsync(vc.raw(), 0x3c, vc.nbytes(), gpu_->stream()));
+      err = gpu_->alloc({1}, DType::kI32);
+      gpu_->fill_zero(err);
+      cuda::WgmmaRotaryKv rr = r;
+      rr.k_cache = kc.raw();
+      rr.v_cache = vc.raw();
+      rr.err = err.data<int32_t>();
+      cuda::WgmmaGemmArgs g = plain_args(xd, wd, qkv);
+      if (fused) {
+        g.rotary = &rr;
+        return cuda::launch_gemm_wgmma(g, gpu_->stream());
+      }
+      if (!cuda::launch_gemm_wgmma(g, gpu_->stream())) return false;
+      cuda::launch_rotary_write_kv(qkv.raw(), dt_, c.m, cols, c.heads, c.kv_heads, c.hd, rr.cos_sin,
+                                   c.rot, rr.style, rr.slots, kc.raw(), vc.raw(), c.fp8, nb, bs,
+                                   rr.err, gpu_->stream());
+      return true;
+    };
+    Tensor qa, ka, va, ea, qb, kb, vb, eb;
+    ASSERT_TRUE(run(false, qa, ka, va, ea)) << what;
+    ASSERT_TRUE(run(true, qb, kb, vb, eb)) << what;
+    expect_near(host_values(*gpu_, qb), host_values(*gpu_, qa), 0.0,
+                tag("wgmma rotary qkv " + what));
+    EXPECT_TRUE(bytes(kb) == bytes(ka)) << "k cache " << what;
+    EXPECT_TRUE(bytes(vb) == bytes(va)) << "v cache " << what;
+    const auto word = [&](const Tensor& e) {
+      int32_t v = 0;
+      const std::vector<uint8_t> b = bytes(e);
+      std::memcpy(&v, b.data(), sizeof(v));
+      return v;
+    };
+    EXPECT_EQ(word(eb), cuda::kErrKvSlot) << what;
+    EXPECT_EQ(word(ea), cuda::kErrKvSlot) << what;
+  }
+  // The backend, on its own cache dtype, with valid slots: from kEpilogueRows rows the
+  // fused pass (against cuBLASLt's product then rotary_write_kv, within rounding); below
+  // them, or with a bias, it declines and leaves the rows and the cache alone.
+  for (int64_t m : {int64_t{1000}, int64_t{2100}}) {
+    for (bool with_bias : {false, true}) {
+      const QkvLayout layout{8, 2, 128};
+      const int64_t cols = layout.row_cols();
+      const int rot = 128;
+      Tensor x = input({m, k});
+      Tensor w = input({cols, k}, 1.f / std::sqrt(static_cast<float>(k)));
+      Tensor b = rounded(randn({cols}, rng_, 0.5f), dt_);
+      Tensor cs = Tensor::empty({m, rot}, DType::kF32);
+      for (int64_t t = 0; t < m; ++t)
+        for (int p = 0; p < rot / 2; ++p) {
+          const double ang = t * std::pow(10000.0, -2.0 * p / rot);
+          cs.data<float>()[t * rot + p] = static_cast<float>(std::cos(ang));
+          cs.data<float>()[t * rot + rot / 2 + p] = static_cast<float>(std::sin(ang));
+        }
+      const int32_t bs = 16, nb = static_cast<int32_t>(m / bs) + 1;
+      std::vector<int32_t> slots(static_cast<size_t>(m));
+      for (int64_t t = 0; t < m; ++t) slots[t] = static_cast<int32_t>(t);
+      Tensor init = input({nb, layout.num_kv_heads, bs, layout.head_dim});
+      Tensor xd = dev(x), wd = gpu_->prepare_weight(w), bd = gpu_->prepare_weight(b);
+      Tensor cs_g = dev_f32(cs), slots_g = to_gpu_i32(*gpu_, slots);
+      const Tensor bias = with_bias ? bd : Tensor();
+      Tensor qa = poisoned(*gpu_, {m, cols}, dt_);
+      LayerKvCache ca{dev(init), dev(init)};
+      gpu_->linear(xd, wd, bias, qa, 0, Activation::kIdentity);
+      gpu_->rotary_write_kv(qa, layout, cs_g, RotaryStyle::kHalf, rot, slots_g, ca);
+      Tensor qb = poisoned(*gpu_, {m, cols}, dt_);
+      LayerKvCache cb{dev(init), dev(init)};
+      const bool fused = gpu_->linear_rotary_kv(xd, wd, bias, qb, layout, cs_g, RotaryStyle::kHalf,
+                                                rot, slots_g, cb);
+      const std::string what = "linear_rotary_kv " + std::to_string(m) + (with_bias ? " bias" : "");
+      const bool want = active && !with_bias && m >= cuda::CudaBackend::kEpilogueRows;
+      ASSERT_EQ(fused, want) << what;
+      if (!fused) {
+        for (double v : host_values(*gpu_, qb)) ASSERT_TRUE(std::isnan(v)) << "declined but wrote";
+        expect_near(host_values(*gpu_, cb.k), host_values(init), 0.0, tag(what + " k untouched"));
+        continue;
+      }
+      EXPECT_EQ(gpu_->last_linear_path(), cuda::CudaBackend::LinearPath::kWgmma);
+      expect_near(host_values(*gpu_, qb), host_values(*gpu_, qa), bound_for(dt_), tag(what));
+      expect_near(host_values(*gpu_, cb.k), host_values(*gpu_, ca.k), bound_for(dt_),
+                  tag(what + " k cache"));
+      expect_near(host_values(*gpu_, cb.v), host_values(*gpu_, ca.v), bound_for(dt_),
+                  tag(what + " v cache"));
     }
   }
 }

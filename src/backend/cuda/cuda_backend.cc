@@ -94,6 +94,8 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   wgmma_cluster_ = static_cast<int>(env_int("TACHYON_GEMM_WGMMA_CLUSTER", 1, 1, 2));
   wgmma_group_ = static_cast<int>(env_int("TACHYON_GEMM_WGMMA_GROUP", 16, 1, 64));
   wgmma_handoff_ = env_flag("TACHYON_GEMM_WGMMA_HANDOFF", true);
+  wgmma_add_ = env_flag("TACHYON_GEMM_WGMMA_ADD", false);
+  wgmma_rotary_ = env_flag("TACHYON_GEMM_WGMMA_ROTARY", true);
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   alloc_ = std::make_unique<DeviceAllocator>(device_);
   ring_ = std::make_unique<PinnedRing>(kRingBytes);

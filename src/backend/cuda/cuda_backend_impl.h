@@ -66,7 +66,16 @@ class CudaBackend final : public Backend {
 
   void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out, int64_t col_offset,
               Activation act) override;
+  // Through cuBLASLt's C input; with set_wgmma_add (TACHYON_GEMM_WGMMA_ADD=1) from
+  // kEpilogueRows rows without bias on the wgmma GEMM, whose epilogue warps add the
+  // rounded product.
   bool linear_add(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) override;
+  // On the wgmma GEMM with the rotary and the cache write in its epilogue warps, from
+  // kEpilogueRows rows, without bias (TACHYON_GEMM_WGMMA_ROTARY=0: never).
+  bool linear_rotary_kv(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& qkv,
+                        const QkvLayout& layout, const Tensor& cos_sin, RotaryStyle style,
+                        int32_t rotary_dim, const Tensor& slots, LayerKvCache& cache) override;
+  static constexpr int64_t kEpilogueRows = 2048;
   // On the wgmma GEMM with the gate in its epilogue (gemm_wgmma.cu) from kGatedMinRows
   // rows, without bias, where that kernel is active (TACHYON_GEMM_WGMMA=0: never).
   bool linear_gated(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act,
@@ -139,6 +148,9 @@ class CudaBackend final : public Backend {
   // GEMMs of 2..kSkinnyAutoRows rows (16-bit, k % 64 == 0) on the weight-streaming
   // tensor-core kernel (gemm_skinny.cu) instead of cuBLASLt; TACHYON_CUDA_SKINNY=0|1.
   void set_skinny(bool on) { use_skinny_ = on; }
+  // linear_add on the wgmma GEMM (TACHYON_GEMM_WGMMA_ADD; off by default: slower than
+  // cuBLASLt's C input for the o product).
+  void set_wgmma_add(bool on) { wgmma_add_ = on; }
   // Which kernel the last product (linear()) ran on (for tests and benchmarks).
   enum class LinearPath { kCublas, kGemv, kSkinny, kInvariant, kWgmma };
   LinearPath last_linear_path() const { return last_linear_path_; }
@@ -154,6 +166,8 @@ class CudaBackend final : public Backend {
   void check_act(const Tensor& t, const char* what) const;
   void check_rotary(const Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
                     RotaryStyle style, int32_t rotary_dim, const char* what) const;
+  void check_kv_write(const Tensor& slots, int64_t tokens, const QkvLayout& layout,
+                      const LayerKvCache& cache, const char* what) const;
   // Synchronises the stream, then raise_error_word().
   void raise_device_errors();
   // Raises Internal (and clears the word) when a kernel reported bad indices.
@@ -196,6 +210,8 @@ class CudaBackend final : public Backend {
   // (TACHYON_GEMM_WGMMA_CLUSTER, _GROUP, _HANDOFF).
   int wgmma_cluster_ = 1, wgmma_group_ = 16;
   bool wgmma_handoff_ = true;
+  // The wgmma GEMM for linear_add and linear_rotary_kv (TACHYON_GEMM_WGMMA_ADD, _ROTARY).
+  bool wgmma_add_ = false, wgmma_rotary_ = true;
   Tensor skinny_partial_, merge_counters_;
   AttentionKernel attention_kernel_ = AttentionKernel::kAuto;
   bool batch_invariant_ = false;

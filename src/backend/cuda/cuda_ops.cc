@@ -185,18 +185,85 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, T
   gemm(x, 0, m, w, y, out.dtype(), out.dim(1), bias, act);
 }
 
+namespace {
+
+// The wgmma GEMM's arguments for the plain product x · wᵀ into y (row stride ldy), with
+// its epilogue on warps of their own.
+WgmmaGemmArgs wgmma_plain(const Tensor& x, const Tensor& w, void* y, int64_t ldy, int group) {
+  WgmmaGemmArgs g;
+  g.x = x.raw();
+  g.w = w.raw();
+  g.y = y;
+  g.type = x.dtype();
+  g.m = x.dim(0);
+  g.n_out = w.dim(0);
+  g.k = x.dim(1);
+  g.ldy = ldy;
+  g.w_rows = w.dim(0);
+  g.group = group;
+  g.handoff = true;
+  return g;
+}
+
+}  // namespace
+
 bool CudaBackend::linear_add(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
-  // Only where the product runs through cuBLASLt: its epilogue reads out as the C input
-  // (beta = 1), so the add costs the product one more read of out and saves the caller
-  // a separate pass (read out and the product, write out). The matrix-vector kernels of
-  // a few rows and the batch-invariant kernel keep linear() and the separate add.
+  // Only where the product runs through cuBLASLt or the wgmma GEMM: cuBLASLt's epilogue
+  // reads out as the C input (beta = 1), the wgmma GEMM's epilogue warps add the rounded
+  // product to it; either way the add costs the product one more read of out and saves
+  // the caller a separate pass (read out and the product, write out). The
+  // matrix-vector kernels of a few rows and the batch-invariant kernel keep linear()
+  // and the separate add.
   const int64_t m = x.dim(0);
   if (!fuse_residual_ || batch_invariant_ || out.dtype() != dtype_ || m == 0 ||
       (use_gemv_ && m <= kGemvAutoRows) || (use_skinny_ && m <= kSkinnyAutoRows))
     return false;
   check_linear(x, w, bias, out, 0);
   TACHYON_CHECK(out.dim(1) == w.dim(0), "linear_add into {} for {} outputs", out.str(), w.dim(0));
+  if (wgmma_add_ && !bias && m >= kEpilogueRows && gemm_wgmma_active(dtype_)) {
+    WgmmaGemmArgs g = wgmma_plain(x, w, out.raw(), out.dim(1), wgmma_group_);
+    g.add = true;
+    if (launch_gemm_wgmma(g, stream_)) {
+      last_linear_path_ = LinearPath::kWgmma;
+      return true;
+    }
+  }
   gemm(x, 0, m, w, out.raw(), out.dtype(), out.dim(1), bias, Activation::kIdentity, true);
+  return true;
+}
+
+bool CudaBackend::linear_rotary_kv(const Tensor& x, const Tensor& w, const Tensor& bias,
+                                   Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
+                                   RotaryStyle style, int32_t rotary_dim, const Tensor& slots,
+                                   LayerKvCache& cache) {
+  const int64_t m = x.dim(0);
+  if (!wgmma_rotary_ || batch_invariant_ || bias || m < kEpilogueRows ||
+      (style != RotaryStyle::kHalf && style != RotaryStyle::kInterleaved) || rotary_dim <= 0 ||
+      !gemm_wgmma_active(dtype_))
+    return false;
+  check_linear(x, w, bias, qkv, 0);
+  check_rotary(qkv, layout, cos_sin, style, rotary_dim, "linear_rotary_kv");
+  TACHYON_CHECK(qkv.dim(1) == w.dim(0), "linear_rotary_kv into {} for {} outputs", qkv.str(),
+                w.dim(0));
+  check_kv_write(slots, m, layout, cache, "linear_rotary_kv");
+  WgmmaRotaryKv r;
+  r.cos_sin = cos_sin.data<float>();
+  r.rot = rotary_dim;
+  r.style = static_cast<KRotary>(static_cast<int>(style));
+  r.heads = layout.num_heads;
+  r.kv_heads = layout.num_kv_heads;
+  r.head_dim = layout.head_dim;
+  r.slots = slots.data<int32_t>();
+  r.k_cache = cache.k.raw();
+  r.v_cache = cache.v.raw();
+  r.kv_fp8 = kv_fp8();
+  r.num_blocks = cache.num_blocks();
+  r.block_size = static_cast<int>(cache.block_size());
+  r.err = err_dev_;
+  WgmmaGemmArgs g = wgmma_plain(x, w, qkv.raw(), qkv.dim(1), wgmma_group_);
+  g.rotary = &r;
+  if (!launch_gemm_wgmma(g, stream_)) return false;
+  last_linear_path_ = LinearPath::kWgmma;
   return true;
 }
 
@@ -312,6 +379,21 @@ void CudaBackend::add_sigmoid_gated(const Tensor& src, const Tensor& gate_logit,
 
 // ---- attention -------------------------------------------------------------------
 
+// The slots [tokens] (i32) and the layer's caches that a KV write takes.
+void CudaBackend::check_kv_write(const Tensor& slots, int64_t tokens, const QkvLayout& layout,
+                                 const LayerKvCache& cache, const char* what) const {
+  check_here(slots, what);
+  TACHYON_CHECK(slots.numel() == tokens && slots.dtype() == DType::kI32,
+                "{} slots {} for {} tokens", what, slots.str(), tokens);
+  TACHYON_CHECK(cache.k && cache.v && cache.k.ndim() == 4 &&
+                    cache.k.dim(1) == layout.num_kv_heads && cache.k.dim(3) == layout.head_dim &&
+                    cache.v.shape() == cache.k.shape() && cache.k.dtype() == kv_dtype_ &&
+                    cache.v.dtype() == kv_dtype_,
+                "{} cache {}", what, cache.k ? cache.k.str() : std::string("none"));
+  check_here(cache.k, what);
+  check_here(cache.v, what);
+}
+
 // The arguments of a rotary on qkv rows (`what` names the op in the errors).
 void CudaBackend::check_rotary(const Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
                                RotaryStyle style, int32_t rotary_dim, const char* what) const {
@@ -340,16 +422,8 @@ void CudaBackend::rotary(Tensor& qkv, const QkvLayout& layout, const Tensor& cos
 void CudaBackend::write_kv(const Tensor& qkv, const QkvLayout& layout, const Tensor& slots,
                            LayerKvCache& cache) {
   check_act(qkv, "write_kv qkv");
-  check_here(slots, "write_kv slots");
   TACHYON_CHECK(qkv.ndim() == 2 && qkv.dim(1) == layout.row_cols(), "write_kv qkv {}", qkv.str());
-  TACHYON_CHECK_EQ(slots.numel(), qkv.dim(0));
-  TACHYON_CHECK(cache.k && cache.v && cache.k.ndim() == 4 &&
-                    cache.k.dim(1) == layout.num_kv_heads && cache.k.dim(3) == layout.head_dim &&
-                    cache.v.shape() == cache.k.shape() && cache.k.dtype() == kv_dtype_ &&
-                    cache.v.dtype() == kv_dtype_,
-                "write_kv cache {}", cache.k ? cache.k.str() : std::string("none"));
-  check_here(cache.k, "write_kv k cache");
-  check_here(cache.v, "write_kv v cache");
+  check_kv_write(slots, qkv.dim(0), layout, cache, "write_kv");
   launch_write_kv(qkv.raw(), dtype_, qkv.dim(0), qkv.dim(1), layout.q_cols(), layout.num_kv_heads,
                   layout.head_dim, slots.data<int32_t>(), cache.k.raw(), cache.v.raw(), kv_fp8(),
                   cache.num_blocks(), cache.block_size(), err_dev_, stream_);
@@ -594,15 +668,7 @@ void CudaBackend::rotary_write_kv(Tensor& qkv, const QkvLayout& layout, const Te
     return;
   }
   check_rotary(qkv, layout, cos_sin, style, rotary_dim, "rotary_write_kv");
-  check_here(slots, "rotary_write_kv slots");
-  TACHYON_CHECK_EQ(slots.numel(), qkv.dim(0));
-  TACHYON_CHECK(cache.k && cache.v && cache.k.ndim() == 4 &&
-                    cache.k.dim(1) == layout.num_kv_heads && cache.k.dim(3) == layout.head_dim &&
-                    cache.v.shape() == cache.k.shape() && cache.k.dtype() == kv_dtype_ &&
-                    cache.v.dtype() == kv_dtype_,
-                "rotary_write_kv cache {}", cache.k ? cache.k.str() : std::string("none"));
-  check_here(cache.k, "rotary_write_kv k cache");
-  check_here(cache.v, "rotary_write_kv v cache");
+  check_kv_write(slots, qkv.dim(0), layout, cache, "rotary_write_kv");
   launch_rotary_write_kv(qkv.raw(), dtype_, qkv.dim(0), qkv.dim(1), layout.num_heads,
                          layout.num_kv_heads, layout.head_dim, cos_sin.data<float>(), rotary_dim,
                          static_cast<KRotary>(static_cast<int>(style)), slots.data<int32_t>(),

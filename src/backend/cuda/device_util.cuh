@@ -216,6 +216,13 @@ __device__ __forceinline__ bool last_block_arrives(int* counter, int blocks) {
   return last;
 }
 
+// One rotary rotation, written out so that every kernel rounds it the same way (the
+// rotary pass and the products that rotate in their epilogue must agree bit for bit).
+__device__ __forceinline__ void rotate(float x0, float x1, float c, float s, float& y0, float& y1) {
+  y0 = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
+  y1 = __fmaf_rn(x1, c, __fmul_rn(x0, s));
+}
+
 __device__ __forceinline__ void report(int* flag, int code) {
   if (flag != nullptr) atomicOr(flag, code);
 }

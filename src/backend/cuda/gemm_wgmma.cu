@@ -21,12 +21,19 @@
 //   gated tile staged through shared memory and written with one TMA store), with the
 //   tensor cores idle meanwhile, or is handed off: the consumers round their tile into
 //   a hand-off buffer and start the next tile while warps 1-3 of the producer
-//   warpgroup write it out (the backend's choice from 2048 rows, where it is faster).
+//   warpgroup write it out (the backend's choice from 2048 rows, where it is faster):
+//   the product, the gated activation, the product added to y (a residual stream), or
+//   the fused qkv rows rotated and their k and v heads written into the paged KV cache
+//   (the separate rotary pass disappears).
 // - In clusters of two blocks (kCluster 2) the blocks take vertically adjacent tiles of
 //   the same columns: each loads half of the w box and multicasts it to both, so the L2
 //   serves w once per pair. A stage is then refilled once the consumers of both blocks
 //   released it. (Measured no faster than single blocks; not the default.)
-// Registers: the producer gives back all but 40 (setmaxnreg), the consumers take 232.
+// Registers: the producer gives back all but 40 (setmaxnreg), the consumers take 232;
+// with the add or the rotary in the hand-off the producer warpgroup keeps 152 (its
+// epilogue warps hold a batch of loads) and the consumers take 176 (they compile to
+// 168). Each split stays within the 384 x 168 the block is launched with
+// (P + 2 C <= 504), from which the consumers' raise is drawn.
 #include <cuda.h>  // CUtensorMap (the type only; the encoder is reached through the runtime)
 #include <cudaTypedefs.h>
 
@@ -61,14 +68,17 @@ constexpr uint32_t kHandBytes = 64 * kBN * 2;
 // through apply_act; staged for a TMA store). Or the epilogue warps (kHand*): the
 // consumers round their accumulators into a hand-off tile and go on with the next tile
 // while warps 1-3 of the producer warpgroup write the product or the gated activation
-// from it; a ring of three stages then leaves room for the two hand-off tiles.
-enum class Epi { kPlain, kGatedSilu, kGatedAct, kHandPlain, kHandGated };
+// from it, or the product added to y (kHandAdd: a residual stream), or the product
+// rotated and written into the KV cache as well (kHandRotary: the qkv rows); a ring of
+// three stages then leaves room for the two hand-off tiles.
+enum class Epi { kPlain, kGatedSilu, kGatedAct, kHandPlain, kHandGated, kHandAdd, kHandRotary };
 
 constexpr bool handed(Epi e) {
-  return e == Epi::kHandPlain || e == Epi::kHandGated;
+  return e == Epi::kHandPlain || e == Epi::kHandGated || e == Epi::kHandAdd ||
+         e == Epi::kHandRotary;
 }
 constexpr bool gated_epi(Epi e) {
-  return e != Epi::kPlain && e != Epi::kHandPlain;
+  return e == Epi::kGatedSilu || e == Epi::kGatedAct || e == Epi::kHandGated;
 }
 constexpr int stages(Epi e) {
   return handed(e) ? 3 : 4;
@@ -81,6 +91,7 @@ constexpr size_t smem_bytes(Epi e) {
   return stages(e) * kStageBytes + out_bytes(e) + 2 * stages(e) * 8 + 4 * 8 + 1024;  // + alignment
 }
 std::atomic<bool> g_enabled{true};  // set_gemm_wgmma
+std::atomic<int64_t> g_launches{0};
 
 // Two adjacent outputs (4-byte aligned), rounded to nearest.
 template <typename T>
@@ -170,16 +181,146 @@ __device__ __forceinline__ uint32_t gated_pair(uint32_t g, uint32_t u, KAct act)
   return pack2<T>(round_to<T>(act_fast(gf.x, act)) * uf.x, round_to<T>(act_fast(gf.y, act)) * uf.y);
 }
 
+// Two sums of 16-bit values, each rounded.
+template <typename T>
+__device__ __forceinline__ uint32_t add_pair(uint32_t a, uint32_t b) {
+  const float2 af = unpack2<T>(a), bf = unpack2<T>(b);
+  return pack2<T>(af.x + bf.x, af.y + bf.y);
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The byte offset of 16-byte piece p (columns 8p .. 8p + 7) of row r in a hand-off tile:
+// four 128-byte-swizzled panels of 64 columns.
+__device__ __forceinline__ uint32_t hand_piece(int r, int p) {
+  return (p >> 3) * (64 * 128) + r * 128 + (((p & 7) ^ (r & 7)) << 4);
+}
+
+// The epilogue warps walk a hand-off tile's 16-byte pieces a batch of items at a time,
+// issuing every global load of a batch (the residual; the rotary tables and the slots)
+// before using any: one at a time, their latency under the product's load holds up the
+// consumers (Llama-3-8B's qkv at 8192 rows with the rotary: 676 µs one at a time, 640
+// batched, on different boards; the plain product 587).
+constexpr int kAddBatch = 8, kRotaryBatch = 4;
+
+// The epilogue warps' kHandRotary pass over one hand-off tile (rows row0.., columns
+// col0..): what rotary_write_kv_vec_kernel does to the same rounded values. A piece of
+// the first rotary half of a head takes its partner piece of the second half along.
+template <typename T>
+__device__ __forceinline__ void rotary_tile(uint32_t h, int64_t row0, int col0, int m, int n_out,
+                                            T* __restrict__ y, int64_t ldy, const WgmmaRotaryKv& rk,
+                                            int e) {
+  constexpr int kPieces = kBN / 8, kItems = 64 * kPieces;
+  const int hd = rk.head_dim, rot = rk.rot, half = rot / 2;
+  const int rotated_heads = rk.heads + rk.kv_heads;
+  const bool interleaved = rk.style == KRotary::kInterleaved;
+  for (int i0 = e; i0 < kItems; i0 += 96 * kRotaryBatch) {
+    // A piece's place and its loads: 0..3 cosines then sines (half style: 8 of each; the
+    // interleaved style uses the first of each).
+    bool live[kRotaryBatch], rotated[kRotaryBatch];
+    int head[kRotaryBatch], e0[kRotaryBatch];
+    int32_t slot[kRotaryBatch];
+    float4 cs[kRotaryBatch][4];
+#pragma unroll
+    for (int u = 0; u < kRotaryBatch; ++u) {
+      const int item = i0 + 96 * u, r = item / kPieces, p = item % kPieces;
+      const int64_t row = row0 + r;
+      const int col = col0 + p * 8;
+      head[u] = col / hd;
+      e0[u] = col - head[u] * hd;
+      rotated[u] = head[u] < rotated_heads && e0[u] < rot;
+      // (the second rotary half of a head is written by its partner's thread)
+      live[u] =
+          item < kItems && row < m && col < n_out && !(rotated[u] && !interleaved && e0[u] >= half);
+      slot[u] = live[u] && head[u] >= rk.heads ? rk.slots[row] : -1;
+      if (live[u] && rotated[u]) {
+        const float* t = rk.cos_sin + row * rot;
+        const int f = interleaved ? e0[u] / 2 : e0[u];  // first frequency
+        cs[u][0] = *reinterpret_cast<const float4*>(t + f);
+        cs[u][2] = *reinterpret_cast<const float4*>(t + half + f);
+        if (!interleaved) {
+          cs[u][1] = *reinterpret_cast<const float4*>(t + f + 4);
+          cs[u][3] = *reinterpret_cast<const float4*>(t + half + f + 4);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kRotaryBatch; ++u) {
+      if (!live[u]) continue;
+      const int item = i0 + 96 * u, r = item / kPieces, p = item % kPieces;
+      const int64_t row = row0 + r;
+      T* out = y + row * ldy + col0 + p * 8;
+      uint4 a = ld_shared16(h + hand_piece(r, p)), b{};
+      if (rotated[u]) {
+        T* ae = reinterpret_cast<T*>(&a);
+        if (interleaved) {
+          const float cv[4] = {cs[u][0].x, cs[u][0].y, cs[u][0].z, cs[u][0].w};
+          const float sv[4] = {cs[u][2].x, cs[u][2].y, cs[u][2].z, cs[u][2].w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            float y0, y1;
+            rotate(to_f(ae[2 * j]), to_f(ae[2 * j + 1]), cv[j], sv[j], y0, y1);
+            ae[2 * j] = from_f<T>(y0);
+            ae[2 * j + 1] = from_f<T>(y1);
+          }
+        } else {
+          b = ld_shared16(h + hand_piece(r, p + half / 8));
+          T* be = reinterpret_cast<T*>(&b);
+          const float cv[8] = {cs[u][0].x, cs[u][0].y, cs[u][0].z, cs[u][0].w,
+                               cs[u][1].x, cs[u][1].y, cs[u][1].z, cs[u][1].w};
+          const float sv[8] = {cs[u][2].x, cs[u][2].y, cs[u][2].z, cs[u][2].w,
+                               cs[u][3].x, cs[u][3].y, cs[u][3].z, cs[u][3].w};
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            float y0, y1;
+            rotate(to_f(ae[j]), to_f(be[j]), cv[j], sv[j], y0, y1);
+            ae[j] = from_f<T>(y0);
+            be[j] = from_f<T>(y1);
+          }
+          *reinterpret_cast<uint4*>(out + half) = b;
+        }
+      }
+      *reinterpret_cast<uint4*>(out) = a;
+      if (slot[u] < 0) continue;  // q, or not cached
+      if (slot[u] >= rk.num_blocks * rk.block_size) {
+        if (e0[u] == 0) report(rk.err, kErrKvSlot);
+        continue;
+      }
+      const bool is_k = head[u] < rotated_heads;
+      const int kvh = is_k ? head[u] - rk.heads : head[u] - rotated_heads;
+      const int bs = rk.block_size;
+      const int64_t at =
+          ((slot[u] / bs * int64_t{rk.kv_heads} + kvh) * bs + slot[u] % bs) * hd + e0[u];
+      void* cache = is_k ? rk.k_cache : rk.v_cache;
+      const bool pair = rotated[u] && !interleaved;
+      if (rk.kv_fp8) {
+        kv_fp8_t* dst = static_cast<kv_fp8_t*>(cache) + at;
+        *reinterpret_cast<uint2*>(dst) = pack_e4m3x8<T>(a);
+        if (pair) *reinterpret_cast<uint2*>(dst + half) = pack_e4m3x8<T>(b);
+      } else {
+        T* dst = static_cast<T*>(cache) + at;
+        *reinterpret_cast<uint4*>(dst) = a;
+        if (pair) *reinterpret_cast<uint4*>(dst + half) = b;
+      }
+    }
+  }
+}
+#endif
+
 template <typename T, int kCluster, Epi kEpi>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_x,
                       const __grid_constant__ CUtensorMap map_w,
                       const __grid_constant__ CUtensorMap map_y, T* __restrict__ y,
                       const int64_t ldy, const int n_out, const int k, const int up_row,
-                      const GemmTiles tiles, const KAct act) {
+                      const GemmTiles tiles, const KAct act, const WgmmaRotaryKv rk) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool kGated = gated_epi(kEpi), kHand = handed(kEpi);
   constexpr int kStages = stages(kEpi);
+  // The epilogue warps of the add and the rotary hold a batch of loads.
+  constexpr bool kLoads = kEpi == Epi::kHandAdd || kEpi == Epi::kHandRotary;
+  constexpr int kProducerRegs = kLoads ? 152 : 40;
+  constexpr int kConsumerRegs = kLoads ? 176 : 232;
+  static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168);
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t out0 = base + kStages * kStageBytes;  // staging or hand-off tiles
@@ -213,7 +354,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int kb_count = (k + kBK - 1) / kBK;
 
   if (wg == 0) {
-    regs_dec<40>();
+    regs_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
       int stage = 0;
       uint32_t phase = 0;
@@ -253,27 +394,53 @@ __global__ void __launch_bounds__(kThreads, 1)
           mbar_wait(hfull0 + 8 * c, hphase);
           const uint32_t h = out0 + c * kHandBytes;
           const int64_t row0 = int64_t{mt * kCluster + static_cast<int>(rank)} * kBM + c * 64;
-          constexpr int kPieces = kGated ? kBN / 16 : kBN / 8;  // per row
-          for (int item = e; item < 64 * kPieces; item += 96) {
-            const int r = item / kPieces, p = item % kPieces;
-            const int64_t row = row0 + r;
-            if (row >= tiles.m) break;  // rows rise with item
-            const uint32_t off = (p >> 3) * (64 * 128) + r * 128 + (((p & 7) ^ (r & 7)) << 4);
-            uint4 v = ld_shared16(h + off);
-            const int col = nt * (kGated ? kBN / 2 : kBN) + p * 8;
-            if constexpr (kGated) {
-              const uint4 u = ld_shared16(h + 2 * (64 * 128) + off);  // up: panels 2, 3
-              v = make_uint4(gated_pair<T>(v.x, u.x, act), gated_pair<T>(v.y, u.y, act),
-                             gated_pair<T>(v.z, u.z, act), gated_pair<T>(v.w, u.w, act));
-            }
-            T* dst = y + row * ldy + col;
-            if (col + 8 <= n_out) {
-              *reinterpret_cast<uint4*>(dst) = v;
-            } else {
-              const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-              uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
-              for (int i = 0; i < 8 && col + i < n_out; ++i)
-                d16[i] = static_cast<uint16_t>(words[i >> 1] >> (16 * (i & 1)));
+          if constexpr (kEpi == Epi::kHandRotary) {
+            rotary_tile<T>(h, row0, nt * kBN, tiles.m, n_out, y, ldy, rk, e);
+          } else {
+            constexpr int kPieces = kGated ? kBN / 16 : kBN / 8;  // per row
+            constexpr int kItems = 64 * kPieces;
+            // (only the add loads from global memory)
+            constexpr int kBatch = kEpi == Epi::kHandAdd ? kAddBatch : 1;
+            const int col0 = nt * (kGated ? kBN / 2 : kBN);
+            for (int i0 = e; i0 < kItems; i0 += 96 * kBatch) {
+              uint4 res[kBatch];  // kHandAdd: y's pieces, all loaded before any is used
+              if constexpr (kEpi == Epi::kHandAdd) {
+#pragma unroll
+                for (int u = 0; u < kBatch; ++u) {
+                  const int item = i0 + 96 * u, r = item / kPieces, p = item % kPieces;
+                  const int col = col0 + p * 8;
+                  if (item < kItems && row0 + r < tiles.m && col < n_out)
+                    res[u] = *reinterpret_cast<const uint4*>(y + (row0 + r) * ldy + col);
+                }
+              }
+#pragma unroll
+              for (int u = 0; u < kBatch; ++u) {
+                const int item = i0 + 96 * u, r = item / kPieces, p = item % kPieces;
+                const int64_t row = row0 + r;
+                if (item >= kItems || row >= tiles.m) break;  // rows rise with item
+                const uint32_t off = hand_piece(r, p);
+                uint4 v = ld_shared16(h + off);
+                const int col = col0 + p * 8;
+                if constexpr (kGated) {
+                  const uint4 g = ld_shared16(h + 2 * (64 * 128) + off);  // up: panels 2, 3
+                  v = make_uint4(gated_pair<T>(v.x, g.x, act), gated_pair<T>(v.y, g.y, act),
+                                 gated_pair<T>(v.z, g.z, act), gated_pair<T>(v.w, g.w, act));
+                }
+                T* dst = y + row * ldy + col;
+                if (col + 8 <= n_out) {
+                  if constexpr (kEpi == Epi::kHandAdd) {
+                    const uint4 o = res[u];
+                    v = make_uint4(add_pair<T>(v.x, o.x), add_pair<T>(v.y, o.y),
+                                   add_pair<T>(v.z, o.z), add_pair<T>(v.w, o.w));
+                  }
+                  *reinterpret_cast<uint4*>(dst) = v;
+                } else if constexpr (kEpi != Epi::kHandAdd) {  // (the add takes whole pieces)
+                  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+                  uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
+                  for (int i = 0; i < 8 && col + i < n_out; ++i)
+                    d16[i] = static_cast<uint16_t>(words[i >> 1] >> (16 * (i & 1)));
+                }
+              }
             }
           }
           mbar_arrive(hempty0 + 8 * c);
@@ -282,7 +449,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   } else {
-    regs_inc<232>();
+    regs_inc<kConsumerRegs>();
     const int c = wg - 1;  // rows 64c .. 64c + 63 of the tile
     const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
     int stage = 0;
@@ -500,15 +667,21 @@ bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
   tiles.group = std::max(1, a.group);
   const int64_t num_tiles = int64_t{tiles.tiles_m} * tiles.tiles_n;
   const int clusters = static_cast<int>(std::min<int64_t>(num_tiles, resident));
-  launch_kernel_clustered(kernel, dim3(clusters * kCluster), dim3(kThreads), kSmem, stream,
-                          dim3(kCluster, 1, 1), mx, mw, my, static_cast<T*>(a.y), a.ldy,
-                          static_cast<int>(a.n_out), static_cast<int>(a.k),
-                          static_cast<int>(a.up_row), tiles, a.act);
+  launch_kernel_clustered(
+      kernel, dim3(clusters * kCluster), dim3(kThreads), kSmem, stream, dim3(kCluster, 1, 1), mx,
+      mw, my, static_cast<T*>(a.y), a.ldy, static_cast<int>(a.n_out), static_cast<int>(a.k),
+      static_cast<int>(a.up_row), tiles, a.act, a.rotary != nullptr ? *a.rotary : WgmmaRotaryKv{});
   return true;
 }
 
 template <typename T, int kCluster>
 bool launch_epi(const WgmmaGemmArgs& a, cudaStream_t stream) {
+  if (a.add || a.rotary != nullptr) {  // single blocks only (gemm_wgmma_supports)
+    if constexpr (kCluster == 1)
+      return a.add ? launch_typed<T, 1, Epi::kHandAdd>(a, stream)
+                   : launch_typed<T, 1, Epi::kHandRotary>(a, stream);
+    return false;
+  }
   if (a.handoff)
     return a.up_row < 0 ? launch_typed<T, kCluster, Epi::kHandPlain>(a, stream)
                         : launch_typed<T, kCluster, Epi::kHandGated>(a, stream);
@@ -535,6 +708,28 @@ bool gemm_wgmma_active(DType type) {
   return false;
 }
 
+namespace {
+
+// The kHandRotary epilogue's layout: heads of whole pieces that tile the 256-column
+// accumulator tiles, rotary halves of whole pieces, 16-byte aligned tables and caches
+// (8-byte for e4m3), slots within the int range of the cache.
+bool rotary_supported(const WgmmaRotaryKv& r, const WgmmaGemmArgs& a) {
+  const auto aligned = [](const void* p, uintptr_t b) {
+    return reinterpret_cast<uintptr_t>(p) % b == 0;
+  };
+  const int hd = r.head_dim;
+  const uintptr_t cache_align = r.kv_fp8 ? 8 : 16;
+  return (r.style == KRotary::kHalf || r.style == KRotary::kInterleaved) && hd >= 8 &&
+         hd % 8 == 0 && kBN % hd == 0 && r.rot > 0 && r.rot % 16 == 0 && r.rot <= hd &&
+         r.heads > 0 && r.kv_heads > 0 && a.n_out == int64_t{r.heads + 2 * r.kv_heads} * hd &&
+         r.cos_sin != nullptr && aligned(r.cos_sin, 16) && r.slots != nullptr &&
+         r.k_cache != nullptr && r.v_cache != nullptr && aligned(r.k_cache, cache_align) &&
+         aligned(r.v_cache, cache_align) && r.block_size > 0 && r.num_blocks > 0 &&
+         r.num_blocks * r.block_size < (int64_t{1} << 31);
+}
+
+}  // namespace
+
 bool gemm_wgmma_supports(const WgmmaGemmArgs& a) {
   const auto aligned = [](const void* p, uintptr_t b) {
     return reinterpret_cast<uintptr_t>(p) % b == 0;
@@ -551,13 +746,23 @@ bool gemm_wgmma_supports(const WgmmaGemmArgs& a) {
          // output that ends mid-piece), and the epilogue warps' 16-byte stores
          (gated || a.handoff ? a.ldy % 8 == 0 && aligned(a.y, 16) : true) &&
          (gated && !a.handoff ? a.n_out % 8 == 0 : true) && (a.cluster == 1 || a.cluster == 2) &&
-         aligned(a.x, 16) && aligned(a.w, 16) && aligned(a.y, 4);
+         aligned(a.x, 16) && aligned(a.w, 16) && aligned(a.y, 4) &&
+         (a.add || a.rotary != nullptr
+              ? !gated && a.handoff && a.cluster == 1 && a.n_out % 8 == 0 && !(a.add && a.rotary)
+              : true) &&
+         (a.rotary == nullptr || rotary_supported(*a.rotary, a));
 }
 
 bool launch_gemm_wgmma(const WgmmaGemmArgs& a, cudaStream_t stream) {
   if (!gemm_wgmma_active(a.type) || !gemm_wgmma_supports(a)) return false;
-  return a.type == DType::kBF16 ? launch_for_type<bf16_t>(a, stream)
-                                : launch_for_type<f16_t>(a, stream);
+  const bool launched = a.type == DType::kBF16 ? launch_for_type<bf16_t>(a, stream)
+                                               : launch_for_type<f16_t>(a, stream);
+  if (launched) g_launches.fetch_add(1, std::memory_order_relaxed);
+  return launched;
+}
+
+int64_t gemm_wgmma_launches() {
+  return g_launches.load(std::memory_order_relaxed);
 }
 
 }  // namespace tachyon::cuda

@@ -228,6 +228,24 @@ bool launch_attention_flash_wgmma(const AttentionArgs& a, const int32_t* items, 
 // the separate gated pass does). w holds w_rows rows of k. Persistent blocks of 128 x
 // 256 accumulator tiles walked in groups of `group` row tiles; cluster 2 multicasts w
 // between two blocks of adjacent rows.
+// The rotary embedding and KV-cache write in a plain product's epilogue
+// (WgmmaGemmArgs::rotary): y holds the fused qkv rows [m, (heads + 2 kv_heads) head_dim];
+// the q and k heads are rotated and the k and v heads written into the paged caches at
+// slots[row], exactly as launch_rotary_write_kv does to the product's rounded output
+// (style kHalf or kInterleaved).
+struct WgmmaRotaryKv {
+  const float* cos_sin = nullptr;  // [m, rot] f32, 16-byte aligned
+  int rot = 0;
+  KRotary style = KRotary::kHalf;
+  int heads = 0, kv_heads = 0, head_dim = 0;
+  const int32_t* slots = nullptr;  // [m]; negative: not written
+  void* k_cache = nullptr;         // [num_blocks, kv_heads, block_size, head_dim]
+  void* v_cache = nullptr;
+  bool kv_fp8 = false;  // e4m3 bytes, else elements of the product's dtype
+  int64_t num_blocks = 0;
+  int block_size = 0;
+  int* err = nullptr;  // kErrKvSlot for a slot past the cache
+};
 struct WgmmaGemmArgs {
   const void* x = nullptr;
   const void* w = nullptr;
@@ -241,6 +259,11 @@ struct WgmmaGemmArgs {
   // The epilogue on warps of its own (the consumers hand their tile over and go on),
   // with a ring of three stages instead of four.
   bool handoff = false;
+  // With the hand-off, plain products only: y += the product (the rounded product added
+  // to y and rounded again, as linear() and then an add would), or the rotary and KV
+  // write above.
+  bool add = false;
+  const WgmmaRotaryKv* rotary = nullptr;
 };
 // set_gemm_wgmma(false) (the backend reads TACHYON_GEMM_WGMMA=0) turns it off; active: on,
 // and this device runs the sm_90a image.
@@ -249,10 +272,14 @@ bool gemm_wgmma_active(DType type);
 // Shapes, alignments and sizes the kernel takes (x and w 16-byte aligned, k a multiple
 // of 8, every size below 2^30; for the gated form and the hand-off ldy a multiple of 8
 // and y 16-byte aligned, and the gated form without hand-off n_out a multiple of 8;
-// otherwise n_out and ldy even and y 4-byte aligned).
+// otherwise n_out and ldy even and y 4-byte aligned; add and rotary: the hand-off,
+// cluster 1, whole 16-byte pieces; rotary: head_dim a multiple of 8 dividing 256, rot a
+// multiple of 16 up to head_dim, n_out the heads' columns).
 bool gemm_wgmma_supports(const WgmmaGemmArgs& a);
 // False, having launched nothing, where it is not active or does not support a.
 bool launch_gemm_wgmma(const WgmmaGemmArgs& a, cudaStream_t stream);
+// Launches so far in this process (tests: that a path was taken).
+int64_t gemm_wgmma_launches();
 
 // ---- attention_decode.cu ------------------------------------------------------------
 // FlashDecoding-style tensor-core kernel for decode steps (one query token per sequence;

@@ -13,13 +13,6 @@
 namespace tachyon::cuda {
 namespace {
 
-// One rotation, written out so that every kernel rounds it the same way (the fused and
-// separate passes must agree bit for bit).
-__device__ __forceinline__ void rotate(float x0, float x1, float c, float s, float& y0, float& y1) {
-  y0 = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
-  y1 = __fmaf_rn(x1, c, __fmul_rn(x0, s));
-}
-
 // The dims rotary pair p (of half = rot / 2 pairs) turns, in each style.
 template <KRotary kStyle>
 __device__ __forceinline__ void pair_dims(int p, int half, int& i0, int& i1) {
