@@ -278,15 +278,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 // Whether the kernel's sm_90a image is what this device runs.
 template <typename T, int HD>
 bool wgmma_image() {
-  static const bool ok = [] {
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, attention_flash_wgmma_kernel<T, HD>) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    // An sm_90a image (not code compiled at load time from an older architecture's PTX).
-    return attr.binaryVersion == 90 && attr.ptxVersion >= 90;
-  }();
+  static const bool ok =
+      runs_sm90a_image(reinterpret_cast<const void*>(attention_flash_wgmma_kernel<T, HD>));
   return ok;
 }
 

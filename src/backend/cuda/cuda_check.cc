@@ -90,6 +90,15 @@ void allow_dynamic_smem(const void* kernel, size_t bytes) {
     seen.push_back(*it);
 }
 
+bool runs_sm90a_image(const void* kernel) {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return attr.binaryVersion == 90 && attr.ptxVersion >= 90;
+}
+
 int resident_blocks(const void* kernel, int threads, size_t smem) {
   struct Known {
     const void* kernel;

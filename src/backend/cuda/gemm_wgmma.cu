@@ -568,14 +568,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 // Whether the kernel's sm_90a image is what this device runs.
 template <typename T, int kCluster, Epi kEpi>
 bool gemm_image() {
-  static const bool ok = [] {
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, gemm_wgmma_kernel<T, kCluster, kEpi>) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    return attr.binaryVersion == 90 && attr.ptxVersion >= 90;
-  }();
+  static const bool ok =
+      runs_sm90a_image(reinterpret_cast<const void*>(gemm_wgmma_kernel<T, kCluster, kEpi>));
   return ok;
 }
 
@@ -612,27 +606,32 @@ bool encode_map(CUtensorMap& map, const void* ptr, DType type, int64_t rows, int
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// Clusters of the kernel the device holds at once (blocks of one SM each).
+// Clusters of the kernel the device holds at once (blocks of one SM each; for single
+// blocks the occupancy query, kept per thread and device; for clusters of two asked
+// once, for the process's device).
 template <typename T, int kCluster, Epi kEpi>
-int resident_clusters(int sms) {
-  static const int n = [sms] {
-    auto kernel = gemm_wgmma_kernel<T, kCluster, kEpi>;
-    if (kCluster == 1) return sms;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(sms);
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = smem_bytes(kEpi);
-    cudaLaunchAttribute attr = cluster_attribute(dim3(kCluster, 1, 1));
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
-      (void)cudaGetLastError();
-      clusters = 0;
-    }
-    return clusters;
-  }();
-  return n;
+int resident_clusters() {
+  auto kernel = gemm_wgmma_kernel<T, kCluster, kEpi>;
+  if constexpr (kCluster == 1) {
+    return resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, smem_bytes(kEpi));
+  } else {
+    static const int n = [kernel] {
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(kCluster);
+      cfg.blockDim = dim3(kThreads);
+      cfg.dynamicSmemBytes = smem_bytes(kEpi);
+      cudaLaunchAttribute attr = cluster_attribute(dim3(kCluster, 1, 1));
+      cfg.attrs = &attr;
+      cfg.numAttrs = 1;
+      int clusters = 0;
+      if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        clusters = 0;
+      }
+      return clusters;
+    }();
+    return n;
+  }
 }
 
 template <typename T, int kCluster, Epi kEpi>
@@ -652,13 +651,7 @@ bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
   }
   auto kernel = gemm_wgmma_kernel<T, kCluster, kEpi>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem);
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-    return n;
-  }();
-  const int resident = resident_clusters<T, kCluster, kEpi>(sms);
+  const int resident = resident_clusters<T, kCluster, kEpi>();
   if (resident <= 0) return false;
   GemmTiles tiles;
   tiles.m = static_cast<int>(a.m);

@@ -37,6 +37,10 @@ void allow_dynamic_smem(const void* kernel, size_t bytes);
 // current device holds at once, over all its SMs (asked once per thread, kernel, device
 // and size; its shared-memory limit raised first, allow_dynamic_smem).
 int resident_blocks(const void* kernel, int threads, size_t smem);
+// Whether the current device runs `kernel` from its sm_90a image (not from code compiled
+// at load time from an older architecture's PTX): the kernels on Hopper's wgmma, TMA and
+// setmaxnreg exist only there. Callers keep the answer (one device per process).
+bool runs_sm90a_image(const void* kernel);
 // A switch from the environment (cuda_check.h, which .cu files cannot include: fmt).
 bool env_flag(const char* name, bool fallback);
 
