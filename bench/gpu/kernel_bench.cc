@@ -309,24 +309,21 @@ void wgmma_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
         };
         for (const Config cfg : {Config{1, 16, false}, Config{1, 16, true}, Config{2, 16, false},
                                  Config{2, 16, true}, Config{1, 8, true}, Config{1, 32, true}}) {
-          const int cluster = cfg.cluster, group = cfg.group;
-          g.cluster = cluster;
-          g.group = group;
+          g.cluster = cfg.cluster;
+          g.group = cfg.group;
           g.handoff = cfg.handoff;
-          {
-            be.fill_zero(out);
-            g.w = w[0].raw();
-            if (!cuda::launch_gemm_wgmma(g, be.stream())) raise<Internal>("wgmma GEMM declined");
-            const double err = bench::rel_error(bench::bf16_values(be, out), want);
-            const double t = time_calls(be, reps, [&](int i) {
-              g.w = w[i % copies].raw();
-              cuda::launch_gemm_wgmma(g, be.stream());
-            });
-            char name[32];
-            std::snprintf(name, sizeof(name), "%sc%d_g%d%s", prefix, cluster, group,
-                          cfg.handoff ? "_hand" : "");
-            report(name, t, err);
-          }
+          be.fill_zero(out);
+          g.w = w[0].raw();
+          if (!cuda::launch_gemm_wgmma(g, be.stream())) raise<Internal>("wgmma GEMM declined");
+          const double err = bench::rel_error(bench::bf16_values(be, out), want);
+          const double t = time_calls(be, reps, [&](int i) {
+            g.w = w[i % copies].raw();
+            cuda::launch_gemm_wgmma(g, be.stream());
+          });
+          char name[32];
+          std::snprintf(name, sizeof(name), "%sc%d_g%d%s", prefix, cfg.cluster, cfg.group,
+                        cfg.handoff ? "_hand" : "");
+          report(name, t, err);
         }
       };
       configs("", y, -1, cuda::KAct::kIdentity, ref);
@@ -370,14 +367,8 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
   };
   // The plain product with the hand-off, for reference: what the epilogue adds to it.
   auto plain = [&](const Tensor& x, const Tensor& w, Tensor& y) {
-    cuda::WgmmaGemmArgs g;
-    g.x = x.raw();
-    g.w = w.raw();
-    g.y = y.raw();
-    g.m = x.dim(0);
-    g.k = x.dim(1);
-    g.n_out = g.w_rows = w.dim(0);
-    g.ldy = y.dim(1);
+    cuda::WgmmaGemmArgs g = cuda::wgmma_product(x.raw(), w.raw(), y.raw(), DType::kBF16, x.dim(0),
+                                                w.dim(0), x.dim(1), y.dim(1));
     g.handoff = true;
     return time_calls(be, reps, [&](int) {
       if (!cuda::launch_gemm_wgmma(g, be.stream())) raise<Internal>("wgmma GEMM declined");

@@ -357,16 +357,8 @@ TEST_P(CudaOpsTest, WgmmaEpilogues) {
     return b;
   };
   const auto plain_args = [&](const Tensor& x, const Tensor& w, Tensor& y) {
-    cuda::WgmmaGemmArgs g;
-    g.x = x.raw();
-    g.w = w.raw();
-    g.y = y.raw();
-    g.type = dt_;
-    g.m = x.dim(0);
-    g.k = x.dim(1);
-    g.n_out = w.dim(0);
-    g.w_rows = w.dim(0);
-    g.ldy = y.dim(1);
+    cuda::WgmmaGemmArgs g =
+        cuda::wgmma_product(x.raw(), w.raw(), y.raw(), dt_, x.dim(0), w.dim(0), x.dim(1), y.dim(1));
     g.handoff = true;
     return g;
   };

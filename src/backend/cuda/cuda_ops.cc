@@ -185,28 +185,6 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, T
   gemm(x, 0, m, w, y, out.dtype(), out.dim(1), bias, act);
 }
 
-namespace {
-
-// The wgmma GEMM's arguments for the plain product x · wᵀ into y (row stride ldy), with
-// its epilogue on warps of their own.
-WgmmaGemmArgs wgmma_plain(const Tensor& x, const Tensor& w, void* y, int64_t ldy, int group) {
-  WgmmaGemmArgs g;
-  g.x = x.raw();
-  g.w = w.raw();
-  g.y = y;
-  g.type = x.dtype();
-  g.m = x.dim(0);
-  g.n_out = w.dim(0);
-  g.k = x.dim(1);
-  g.ldy = ldy;
-  g.w_rows = w.dim(0);
-  g.group = group;
-  g.handoff = true;
-  return g;
-}
-
-}  // namespace
-
 bool CudaBackend::linear_add(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
   // Only where the product runs through cuBLASLt or the wgmma GEMM: cuBLASLt's epilogue
   // reads out as the C input (beta = 1), the wgmma GEMM's epilogue warps add the rounded
@@ -221,7 +199,10 @@ bool CudaBackend::linear_add(const Tensor& x, const Tensor& w, const Tensor& bia
   check_linear(x, w, bias, out, 0);
   TACHYON_CHECK(out.dim(1) == w.dim(0), "linear_add into {} for {} outputs", out.str(), w.dim(0));
   if (wgmma_add_ && !bias && m >= kEpilogueRows && gemm_wgmma_active(dtype_)) {
-    WgmmaGemmArgs g = wgmma_plain(x, w, out.raw(), out.dim(1), wgmma_group_);
+    WgmmaGemmArgs g =
+        wgmma_product(x.raw(), w.raw(), out.raw(), dtype_, m, w.dim(0), x.dim(1), out.dim(1));
+    g.group = wgmma_group_;
+    g.handoff = true;
     g.add = true;
     if (launch_gemm_wgmma(g, stream_)) {
       last_linear_path_ = LinearPath::kWgmma;
@@ -260,7 +241,10 @@ bool CudaBackend::linear_rotary_kv(const Tensor& x, const Tensor& w, const Tenso
   r.num_blocks = cache.num_blocks();
   r.block_size = static_cast<int>(cache.block_size());
   r.err = err_dev_;
-  WgmmaGemmArgs g = wgmma_plain(x, w, qkv.raw(), qkv.dim(1), wgmma_group_);
+  WgmmaGemmArgs g =
+      wgmma_product(x.raw(), w.raw(), qkv.raw(), dtype_, m, w.dim(0), x.dim(1), qkv.dim(1));
+  g.group = wgmma_group_;
+  g.handoff = true;
   g.rotary = &r;
   if (!launch_gemm_wgmma(g, stream_)) return false;
   last_linear_path_ = LinearPath::kWgmma;
@@ -284,15 +268,8 @@ bool CudaBackend::linear_gated(const Tensor& x, const Tensor& w, const Tensor& b
   TACHYON_CHECK(w.dtype() == x.dtype() && w.dim(1) == x.dim(1) && w.dim(0) == 2 * out.dim(1) &&
                     out.dim(0) == m,
                 "linear_gated: weight {} for input {} and output {}", w.str(), x.str(), out.str());
-  WgmmaGemmArgs g;
-  g.x = x.raw();
-  g.w = w.raw();
-  g.y = out.raw();
-  g.type = dtype_;
-  g.m = m;
-  g.n_out = out.dim(1);
-  g.k = x.dim(1);
-  g.ldy = out.dim(1);
+  WgmmaGemmArgs g =
+      wgmma_product(x.raw(), w.raw(), out.raw(), dtype_, m, out.dim(1), x.dim(1), out.dim(1));
   g.w_rows = w.dim(0);
   g.up_row = out.dim(1);
   g.act = kact(act);

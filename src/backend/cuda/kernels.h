@@ -221,13 +221,6 @@ bool launch_attention_flash_wgmma(const AttentionArgs& a, const int32_t* items, 
                                   cudaStream_t stream);
 
 // ---- gemm_wgmma.cu -------------------------------------------------------------------
-// Dense products on Hopper's wgmma and TMA (sm_90a image on an sm_90 device; bf16/f16,
-// f32 accumulation): y[m, n_out] (row stride ldy) = x[m, k] · w[:n_out, k]ᵀ, or, with
-// up_row >= 0, the gated form y[m, i] = act(x · w[i]ᵀ) * (x · w[up_row + i]ᵀ) for
-// i < n_out (gate and up rounded to the storage dtype first, then the activation, as
-// the separate gated pass does). w holds w_rows rows of k. Persistent blocks of 128 x
-// 256 accumulator tiles walked in groups of `group` row tiles; cluster 2 multicasts w
-// between two blocks of adjacent rows.
 // The rotary embedding and KV-cache write in a plain product's epilogue
 // (WgmmaGemmArgs::rotary): y holds the fused qkv rows [m, (heads + 2 kv_heads) head_dim];
 // the q and k heads are rotated and the k and v heads written into the paged caches at
@@ -246,6 +239,14 @@ struct WgmmaRotaryKv {
   int block_size = 0;
   int* err = nullptr;  // kErrKvSlot for a slot past the cache
 };
+
+// Dense products on Hopper's wgmma and TMA (sm_90a image on an sm_90 device; bf16/f16,
+// f32 accumulation): y[m, n_out] (row stride ldy) = x[m, k] · w[:n_out, k]ᵀ, or, with
+// up_row >= 0, the gated form y[m, i] = act(x · w[i]ᵀ) * (x · w[up_row + i]ᵀ) for
+// i < n_out (gate and up rounded to the storage dtype first, then the activation, as
+// the separate gated pass does). w holds w_rows rows of k. Persistent blocks of 128 x
+// 256 accumulator tiles walked in groups of `group` row tiles; cluster 2 multicasts w
+// between two blocks of adjacent rows.
 struct WgmmaGemmArgs {
   const void* x = nullptr;
   const void* w = nullptr;
@@ -278,6 +279,22 @@ bool gemm_wgmma_active(DType type);
 bool gemm_wgmma_supports(const WgmmaGemmArgs& a);
 // False, having launched nothing, where it is not active or does not support a.
 bool launch_gemm_wgmma(const WgmmaGemmArgs& a, cudaStream_t stream);
+// The plain product y[m, n] (row stride ldy) = x[m, k] · w[n, k]ᵀ in `type`, every other
+// field at its default.
+inline WgmmaGemmArgs wgmma_product(const void* x, const void* w, void* y, DType type, int64_t m,
+                                   int64_t n, int64_t k, int64_t ldy) {
+  WgmmaGemmArgs g;
+  g.x = x;
+  g.w = w;
+  g.y = y;
+  g.type = type;
+  g.m = m;
+  g.n_out = n;
+  g.w_rows = n;
+  g.k = k;
+  g.ldy = ldy;
+  return g;
+}
 // Launches so far in this process (tests: that a path was taken).
 int64_t gemm_wgmma_launches();
 
