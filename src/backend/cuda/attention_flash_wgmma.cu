@@ -1,24 +1,31 @@
 // The prefill flash kernel on Hopper's warpgroup instructions (sm_90a; bf16/f16,
 // head_dim 64 or 128). Same work split, arguments and results as attention_flash.cu's
-// mma.sync kernel (which serves every other case and other devices):
+// mma.sync kernel (which serves every other case and other devices). Warp-specialised:
 //
-// A block (two warpgroups, 256 threads) owns 128 rows, q_tile = 128 / group query
-// tokens of one sequence times the `group` query heads that share a KV head;
-// warpgroup g owns rows [64g, 64g + 64) and keeps their Q fragments in registers. K/V
-// tiles of 64 keys are gathered from the paged cache with cp.async into a ring of
-// kStages shared-memory buffers laid out in 128-byte-swizzled panels (wgmma.cuh), two
-// tiles ahead of their use. Per tile and warpgroup:
+// A block owns 128 rows, q_tile = 128 / group query tokens of one sequence times the
+// `group` query heads that share a KV head, and is three warpgroups:
+// - Two consumer warpgroups; warpgroup g owns rows [64g, 64g + 64) and keeps their Q
+//   fragments in registers (each warp loads its own 16 rows).
+// - A loader warpgroup owning a ring of kStages K/V buffers of 64 keys, laid out in
+//   128-byte-swizzled panels (wgmma.cuh): warps 8-9 copy K, warps 10-11 V; loader p of
+//   each half gathers key p of each tile from the paged cache (its block-table entry
+//   read one tile ahead), a warp copies whole rows kPer keys at a time with cp.async,
+//   and each thread's copies arrive on the stage's "K full" or "V full" mbarrier as they
+//   land. A stage is refilled once all eight consumer warps released it ("empty").
+// Per tile and consumer warpgroup:
 //   S = Q Kᵀ: head_dim / 16 wgmma m64n64k16 (K from shared memory);
 //   behind it, O += P V of the previous tile (m64n{head_dim}k16, P from registers in
 //     the S accumulators' layout, V transposed from shared memory);
 //   the online softmax of S (exp2 with the scale folded in, the mask only on tiles that
 //     cross a row's causal or window edge) runs while P V does; P V must finish before
-//     O is rescaled and the new P written.
+//     O is rescaled, the new P written and the previous tile's stage released.
+// The consumers never meet at a block barrier. They take turns at the tensor cores
+// (named barriers 1 and 2): a warpgroup issues its S and its pending P V only after the
+// other issued its own, so one's softmax runs while the other's products do. Both walk
+// every tile, so the turns stay paired; a tile wholly masked for a warpgroup's rows
+// passes its turn without products (after flushing its pending P V).
 // Every visible tile issues both products, so ptxas sees one wgmma pipeline and does
-// not serialize it (the first visible tile's P V adds a zero P times its own V). Tiles
-// wholly masked for a warpgroup's rows are skipped by it, after flushing its pending
-// P V. The ring holds the tile in use, the previous one (its V still read) and two
-// loading; the block barrier of each tile frees the buffer of tile t - 2.
+// not serialize it (the first visible tile's P V adds a zero P times its own V).
 #include <atomic>
 
 #include "backend/cuda/attention_flash_tile.cuh"
@@ -32,25 +39,27 @@
 namespace tachyon::cuda {
 namespace {
 
-constexpr int kRows = 128;  // rows (query, head) per block
-constexpr int kThreads = 256;
-constexpr int kKeys = 64;  // keys per K/V tile
-// The K/V ring: the tile in use, the previous one (its P V still in flight) and kAhead
-// tiles loading.
-constexpr int kStages = 4;
-[[maybe_unused]] constexpr int kAhead = kStages - 2;  // (used only by the sm_90a pass)
-std::atomic<bool> g_enabled{true};                    // set_flash_wgmma
+constexpr int kRows = 128;          // rows (query, head) per block
+constexpr int kKeys = 64;           // keys per K/V tile
+std::atomic<bool> g_enabled{true};  // set_flash_wgmma
+
+constexpr int kLoaders = 64;   // per half (K or V): one key of a tile per thread
+constexpr int kThreads = 384;  // two consumer warpgroups, then the loaders
+constexpr int kStages = 4;     // K/V ring: in use, the previous (its P V), two loading
+// setmaxnreg: the loaders keep 72 registers (fewer spill their unrolled copies), the
+// consumers take 216 (72 + 2 x 216 <= 504, the 384 x 168 the block is launched with).
+constexpr int kLoaderRegs = 72, kConsumerRegs = 216;
 
 template <int HD>
 struct WgTraits {
-  static constexpr int kChunks = HD / 8;                                 // 16-byte pieces per row
-  static constexpr uint32_t kQBytes = kRows * HD * 2;                    // Q, then the O staging
-  static constexpr uint32_t kTileBytes = kKeys * HD * 2;                 // K (or V) of one tile
-  static constexpr uint32_t kStageBytes = 2 * kTileBytes;                // K then V
-  static constexpr uint32_t kKeyRows = kQBytes + kStages * kStageBytes;  // int [kStages][kKeys]
-  static constexpr size_t kBytes = kKeyRows + kStages * kKeys * sizeof(int) + 1024;  // + alignment
+  static constexpr int kChunks = HD / 8;
+  static constexpr uint32_t kQBytes = kRows * HD * 2;                 // Q, then the O staging
+  static constexpr uint32_t kTileBytes = kKeys * HD * 2;              // K (or V) of one tile
+  static constexpr uint32_t kStageBytes = 2 * kTileBytes;             // K then V
+  static constexpr uint32_t kBars = kQBytes + kStages * kStageBytes;  // 3 x kStages mbarriers
+  static constexpr size_t kBytes = kBars + 3 * kStages * 8 + 1024;    // + alignment
   static_assert(HD % 64 == 0, "whole 128-byte panels");
-  static_assert(kKeys * kChunks % kThreads == 0 && kKeys <= kThreads, "whole load rounds");
+  static_assert(32 % kChunks == 0 && kKeys == kLoaders, "whole rows per copy, a key a loader");
 };
 
 template <typename T, int HD>
@@ -60,83 +69,86 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = WgTraits<HD>;
   constexpr int kChunks = L::kChunks;
-  constexpr int kKSteps = HD / 16;  // k-steps of Q Kᵀ
+  constexpr int kKSteps = HD / 16;
   constexpr int kSRegs = kKeys / 2;
   constexpr int kORegs = HD / 2;
+  constexpr int kS = kStages;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // Swizzling acts on address bits: align the base to 1024 bytes.
   const uint32_t raw = smem_u32(smem_raw);
   unsigned char* smem = smem_raw + (((raw + 1023) & ~1023u) - raw);
   const uint32_t q_base = smem_u32(smem);
   const uint32_t kv_base = q_base + L::kQBytes;
-  int* key_rows = reinterpret_cast<int*>(smem + L::kKeyRows);  // [kStages][kKeys]
+  const uint32_t bars = q_base + L::kBars;
+  auto full_k = [&](int s) { return bars + 8u * s; };
+  auto full_v = [&](int s) { return bars + 8u * (kS + s); };
+  auto empty = [&](int s) { return bars + 8u * (2 * kS + s); };
 
   pdl_wait();  // qkv and the caches come from the previous kernels
   FlashTile f;
   if (!flash_tile<kKeys>(a, items, group, q_tile, f)) return;
   const int n_tiles = f.n_tiles, k_begin = f.k_begin, window = a.sliding_window;
-
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (tid == 0) {
+    for (int s = 0; s < kS; ++s) {
+      mbar_init(full_k(s), kLoaders);
+      mbar_init(full_v(s), kLoaders);
+      mbar_init(empty(s), 8);  // the consumer warps
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (warp >= 8) {  // the loaders
+    regs_dec<kLoaderRegs>();
+    const int half = (tid - 256) >> 6, p = (tid - 256) & 63, pw = p >> 5;
+    constexpr int kPer = 32 / kChunks;  // keys per warp-wide copy
+    const int c = lane % kChunks, sub = lane / kChunks;
+    const T* src = static_cast<const T*>(half == 0 ? a.k_cache : a.v_cache);
+    int blk = flash_key_block(a, f, k_begin + p);
+    for (int t = 0; t < n_tiles; ++t) {
+      const int s = t % kS;
+      const int row = flash_key_row(a, f, k_begin + t * kKeys + p, blk);
+      if (t + 1 < n_tiles) blk = flash_key_block(a, f, k_begin + (t + 1) * kKeys + p);
+      if (t >= kS) mbar_wait(empty(s), ((t / kS) - 1) & 1);
+      const uint32_t dst0 = kv_base + s * L::kStageBytes + half * L::kTileBytes;
+#pragma unroll
+      for (int i = 0; i < kChunks; ++i) {
+        const int kr = i * kPer + sub;  // the key within the warp's 32
+        const int r_row = __shfl_sync(0xffffffffu, row, kr);
+        const int r = pw * 32 + kr;
+        const int64_t off = r_row >= 0 ? int64_t{r_row} * HD + c * 8 : 0;
+        cp_async16(dst0 + (c >> 3) * (kKeys * 128) + swz128(r, (c & 7) * 8), src + off, r_row >= 0);
+      }
+      cp_async_arrive(half == 0 ? full_k(s) : full_v(s));
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    return;
+  }
+
+  regs_inc<kConsumerRegs>();
   const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);  // warp-uniform for the compiler
-  const int g0 = wg * 64;                                 // the warpgroup's first row
-  const int w0 = warp * 16;                               // the warp's first row
-  const int qa = f.query_of(w0 + (lane >> 2));            // this lane's rows: g and g + 8
+  const int g0 = wg * 64, w0 = warp * 16;
+  const int qa = f.query_of(w0 + (lane >> 2));
   const int qb = f.query_of(w0 + (lane >> 2) + 8);
   const int gq_lo = f.query_of(g0), gq_hi = f.query_of(g0 + 63);
   const bool group_live = f.row_live(g0);
   const bool warp_live = f.row_live(w0);
 
-  // Q rows (zero for rows past the tile), swizzled panels of [kRows][64].
+  // The warp's own 16 Q rows (zero past the tile), then its fragments.
   const T* qkv = static_cast<const T*>(a.qkv);
-  for (int i = tid; i < kRows * kChunks; i += kThreads) {
-    const int r = i / kChunks, c = i - r * kChunks;
+#pragma unroll
+  for (int i = lane; i < 16 * kChunks; i += 32) {
+    const int r = w0 + i / kChunks, c = i % kChunks;
     const bool live = f.row_live(r);
     const T* src = live ? qkv + f.row_offset(r, a.qkv_cols, HD) + c * 8 : qkv;
     cp_async16(q_base + (c >> 3) * (kRows * 128) + swz128(r, (c & 7) * 8), src, live);
   }
   cp_async_commit();
-
-  // key_rows[u % kStages][k]: the cache row of key k of tile u (flash_key_row).
-  const bool row_thread = tid < kKeys;
-  // This thread's key of tile u (past the keys from tile n_tiles on).
-  auto key_of = [&](int u) { return k_begin + u * kKeys + tid; };
-  auto fetch_block = [&](int u) { return flash_key_block(a, f, key_of(u)); };
-  auto put_key_row = [&](int u, int blk) {
-    key_rows[(u % kStages) * kKeys + tid] = flash_key_row(a, f, key_of(u), blk);
-  };
-  const T* kc = static_cast<const T*>(a.k_cache);
-  const T* vc = static_cast<const T*>(a.v_cache);
-  auto issue_tile = [&](int u) {  // needs key_rows of tile u visible to every thread
-    const uint32_t ks = kv_base + (u % kStages) * L::kStageBytes;
-    const uint32_t vs = ks + L::kTileBytes;
-    const int* rows = key_rows + (u % kStages) * kKeys;
-#pragma unroll
-    for (int p = 0; p < kKeys * kChunks / kThreads; ++p) {
-      const int i = tid + p * kThreads;
-      const int r = i / kChunks, c = i - r * kChunks;
-      const int row = rows[r];
-      const int64_t off = row >= 0 ? int64_t{row} * HD + c * 8 : 0;
-      const uint32_t dst = (c >> 3) * (kKeys * 128) + swz128(r, (c & 7) * 8);
-      cp_async16(ks + dst, kc + off, row >= 0);
-      cp_async16(vs + dst, vc + off, row >= 0);
-    }
-  };
-
-  // Prologue: tiles 0 .. kAhead - 1 in flight, the key rows of tile kAhead ready.
-  for (int u = 0; u < kAhead; ++u)
-    if (row_thread && u < n_tiles) put_key_row(u, fetch_block(u));
-  __syncthreads();
-  for (int u = 0; u < kAhead; ++u) {
-    if (u < n_tiles) issue_tile(u);
-    cp_async_commit();
-  }
-  if (row_thread && kAhead < n_tiles) put_key_row(kAhead, fetch_block(kAhead));
-
-  // Q fragments (A of Q Kᵀ) for the warp's 16 rows: ldmatrix rows w0 + (l & 7) +
-  // 8 ((l >> 3) & 1), columns 16 kk + 8 (l >> 4).
+  cp_async_wait<0>();
+  __syncwarp();
   uint32_t qf[kKSteps][4];
-  cp_async_wait<kAhead>();  // Q
-  __syncthreads();
   {
     const int r = w0 + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
@@ -150,31 +162,40 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < kORegs; ++i) o[i] = 0.f;
   float sc[kSRegs];
-  uint32_t pf[kKeys / 16][4] = {};  // P of the pending tile, the A fragments of P V
-  bool pending = false;             // P V of tile t - 1 not issued yet
+  uint32_t pf[kKeys / 16][4] = {};
+  bool pending = false;
   FlashRows rows;
 
-  auto issue_pv = [&](int u) {  // O += P V of tile u
-    const uint32_t vs = kv_base + (u % kStages) * L::kStageBytes + L::kTileBytes;
+  auto wait_v = [&](int u) { mbar_wait(full_v(u % kS), (u / kS) & 1); };
+  auto release = [&](int u) {
+    if (lane == 0) mbar_arrive(empty(u % kS));
+  };
+  auto issue_pv = [&](int u) {
+    const uint32_t vs = kv_base + (u % kS) * L::kStageBytes + L::kTileBytes;
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk)
       wgmma_rs<HD, T, 1>(o, pf[kk], wgmma_desc(vs + kk * 16 * 128, kKeys * 128, 1024), 1);
   };
+  // The turns: warpgroup 0 goes first; warpgroup 1 does not pass on its last turn (every
+  // arrival then has its wait).
+  const int my_turn = 1 + wg, other_turn = 2 - wg;
+  if (wg == 1) named_arrive(1, 256);
+  auto pass_turn = [&](int t) {
+    if (wg == 0 || t + 1 < n_tiles) named_arrive(other_turn, 256);
+  };
 
   for (int t = 0; t < n_tiles; ++t) {
-    cp_async_wait<kAhead - 1>();  // tile t (this thread's part)
-    fence_proxy_async();
-    __syncthreads();  // everyone's; tile t - 2's buffer is free (its P V finished in t - 1)
-    if (t + kAhead < n_tiles) issue_tile(t + kAhead);
-    cp_async_commit();
-    const int next = t + kAhead + 1;  // key rows one tile ahead of their copy
-    const int next_blk = row_thread ? fetch_block(next) : 0;
-
+    const int s = t % kS;
+    mbar_wait(full_k(s), (t / kS) & 1);
     const int kt = k_begin + t * kKeys;
     const bool visible =
         group_live && kt <= gq_hi && (window <= 0 || kt + kKeys - 1 > gq_lo - window);
     if (visible) {
-      const uint32_t ks = kv_base + (t % kStages) * L::kStageBytes;
+      const int pv_tile = pending ? t - 1 : t;  // with no P pending, P = 0 times this V
+      wait_v(pv_tile);
+      fence_proxy_async();
+      named_barrier(my_turn, 256);
+      const uint32_t ks = kv_base + s * L::kStageBytes;
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk) {
@@ -183,21 +204,21 @@ __global__ void __launch_bounds__(kThreads, 1)
                               kk > 0);
       }
       wgmma_commit();
-      // With no P pending, P is zero and V is this tile's: O += 0 keeps one path.
-      issue_pv(pending ? t - 1 : t);
+      issue_pv(pv_tile);
       wgmma_commit();
+      pass_turn(t);
       wgmma_wait<1>();
       fence_regs(sc);
 
-      // Only tiles crossing a row's edge (diagonal, window start, the context's end).
       const bool edge = kt + kKeys - 1 > gq_lo || (window > 0 && kt <= gq_hi - window);
       const float2 alpha =
           rows.step<kKeys / 8>([&](int n, int e) -> float& { return sc[4 * n + e]; }, edge, kt, qa,
                                qb, window, scale_log2, lane);
-      wgmma_wait<0>();  // the previous P V is done: O and P may change
+      wgmma_wait<0>();
       fence_regs(o);
 #pragma unroll
       for (int kk = 0; kk < kKeys / 16; ++kk) fence_regs(pf[kk]);
+      if (pending) release(t - 1);
 #pragma unroll
       for (int i = 0; i < kORegs; i += 4) {
         o[i] *= alpha.x;
@@ -205,8 +226,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         o[i + 2] *= alpha.y;
         o[i + 3] *= alpha.y;
       }
-      // The S accumulators of key tiles 2kk and 2kk + 1 are the A fragment of keys
-      // [16 kk, 16 kk + 16).
 #pragma unroll
       for (int kk = 0; kk < kKeys / 16; ++kk) {
         pf[kk][0] = pack2<T>(sc[8 * kk], sc[8 * kk + 1]);
@@ -215,23 +234,31 @@ __global__ void __launch_bounds__(kThreads, 1)
         pf[kk][3] = pack2<T>(sc[8 * kk + 6], sc[8 * kk + 7]);
       }
       pending = true;
-    } else if (pending) {  // flush before the tile's buffer can be reused
-      wgmma_fence();
-      issue_pv(t - 1);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(o);
+    } else {
+      named_barrier(my_turn, 256);
+      pass_turn(t);
+      if (pending) {  // flush the last P V (its stage is released behind it)
+        wait_v(t - 1);
+        fence_proxy_async();
+        wgmma_fence();
+        issue_pv(t - 1);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(o);
 #pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk) fence_regs(pf[kk]);
+        for (int kk = 0; kk < kKeys / 16; ++kk) fence_regs(pf[kk]);
 #pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk) pf[kk][0] = pf[kk][1] = pf[kk][2] = pf[kk][3] = 0;
-      pending = false;
+        for (int kk = 0; kk < kKeys / 16; ++kk) pf[kk][0] = pf[kk][1] = pf[kk][2] = pf[kk][3] = 0;
+        release(t - 1);
+        pending = false;
+      }
+      wait_v(t);  // unread here, but its copies must land before the stage is refilled
+      release(t);
     }
-    // Published by the next iteration's barrier; its slot was last read by the issue of
-    // tile next - kStages, iterations ago.
-    if (row_thread && next < n_tiles) put_key_row(next, next_blk);
   }
   if (pending) {
+    wait_v(n_tiles - 1);
+    fence_proxy_async();
     wgmma_fence();
     issue_pv(n_tiles - 1);
     wgmma_commit();
@@ -241,13 +268,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kk = 0; kk < kKeys / 16; ++kk) fence_regs(pf[kk]);
   }
   pdl_launch_dependents();
-  cp_async_wait<0>();
-  if (!warp_live) return;  // no barrier below: each warp finishes its own rows
+  if (!warp_live) return;
 
   const float2 inv = rows.inverse_sums();
-  // O through the warp's own rows of the Q buffer (only this warp read them, into its
-  // Q fragments; same swizzled panels), then out in
-  // 16-byte pieces: whole rows per lane group, coalesced.
   {
     const int ra = w0 + (lane >> 2), rb = ra + 8;
 #pragma unroll
@@ -271,7 +294,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           *reinterpret_cast<const uint4*>(smem + (c >> 3) * (kRows * 128) + swz128(r, (c & 7) * 8));
   }
 #else
-  __trap();  // launched only where the sm_90a image runs (wgmma_image)
+  __trap();
 #endif
 }
 

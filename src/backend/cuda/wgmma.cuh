@@ -18,8 +18,8 @@
 // N contiguous) spans panels with the leading-byte offset.
 //
 // Below them: mbarriers, TMA (tensor-memory-access) loads and stores of 2-d boxes, their
-// multicast to a cluster, stmatrix, named barriers and setmaxnreg, for warp-specialised
-// kernels (gemm_wgmma.cu).
+// multicast to a cluster, stmatrix, named barriers, cp.async arrivals on mbarriers and
+// setmaxnreg, for warp-specialised kernels (gemm_wgmma.cu, attention_flash_wgmma.cu).
 #pragma once
 
 #include <cstdint>
@@ -259,6 +259,15 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4
 // Barrier `id` (1..15; 0 is __syncthreads) over `count` threads (whole warps).
 __device__ __forceinline__ void named_barrier(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+// Arrives at barrier `id` without waiting (counted among its `count` threads).
+__device__ __forceinline__ void named_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+// One arrival on bar once every cp.async this thread issued before it has landed (the
+// barrier's expected count includes it).
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 // Hands registers back to (dec) or takes them from (inc) the block's pool, per warpgroup.
 template <int kRegs>
