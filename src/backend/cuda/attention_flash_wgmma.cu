@@ -176,6 +176,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kk = 0; kk < kKeys / 16; ++kk)
       wgmma_rs<HD, T, 1>(o, pf[kk], wgmma_desc(vs + kk * 16 * 128, kKeys * 128, 1024), 1);
   };
+  auto flush_pv = [&](int u) {  // the pending P V of tile u, alone, to completion
+    wait_v(u);
+    fence_proxy_async();
+    wgmma_fence();
+    issue_pv(u);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(o);
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) fence_regs(pf[kk]);
+  };
   // The turns: warpgroup 0 goes first; warpgroup 1 does not pass on its last turn (every
   // arrival then has its wait).
   const int my_turn = 1 + wg, other_turn = 2 - wg;
@@ -238,15 +249,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       named_barrier(my_turn, 256);
       pass_turn(t);
       if (pending) {  // flush the last P V (its stage is released behind it)
-        wait_v(t - 1);
-        fence_proxy_async();
-        wgmma_fence();
-        issue_pv(t - 1);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(o);
-#pragma unroll
-        for (int kk = 0; kk < kKeys / 16; ++kk) fence_regs(pf[kk]);
+        flush_pv(t - 1);
 #pragma unroll
         for (int kk = 0; kk < kKeys / 16; ++kk) pf[kk][0] = pf[kk][1] = pf[kk][2] = pf[kk][3] = 0;
         release(t - 1);
@@ -256,17 +259,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       release(t);
     }
   }
-  if (pending) {
-    wait_v(n_tiles - 1);
-    fence_proxy_async();
-    wgmma_fence();
-    issue_pv(n_tiles - 1);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(o);
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) fence_regs(pf[kk]);
-  }
+  if (pending) flush_pv(n_tiles - 1);
   pdl_launch_dependents();
   if (!warp_live) return;
 
