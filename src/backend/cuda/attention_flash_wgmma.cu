@@ -17,7 +17,9 @@
 //   behind it, O += P V of the previous tile (m64n{head_dim}k16, P from registers in
 //     the S accumulators' layout, V transposed from shared memory);
 //   the online softmax of S (exp2 with the scale folded in, the mask only on tiles that
-//     cross a row's causal or window edge) runs while P V does; P V must finish before
+//     cross a row's causal or window edge) comes before the wait for P V in the source,
+//     but ptxas hoists that wait to the top of the softmax's basic block (the SASS), so
+//     the softmax overlaps only the other warpgroup's products; P V must finish before
 //     O is rescaled, the new P written and the previous tile's stage released.
 // The consumers never meet at a block barrier. They take turns at the tensor cores
 // (named barriers 1 and 2): a warpgroup issues its S and its pending P V only after the
