@@ -12,6 +12,9 @@
 //   read one tile ahead), a warp copies whole rows kPer keys at a time with cp.async,
 //   and each thread's copies arrive on the stage's "K full" or "V full" mbarrier as they
 //   land. A stage is refilled once all eight consumer warps released it ("empty").
+// A block holds an SM alone (its registers), so its start and end are not hidden behind
+// another block's work: the Q copy and the first tile's copies go out before the barrier
+// set-up, and nothing on the way in or out divides by a runtime divisor (FlashTile).
 // Per tile and consumer warpgroup:
 //   S = Q Kᵀ: head_dim / 16 wgmma m64n64k16 (K from shared memory);
 //   behind it, O += P V of the previous tile (m64n{head_dim}k16, P from registers in
@@ -91,6 +94,42 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (!flash_tile<kKeys>(a, items, group, q_tile, f)) return;
   const int n_tiles = f.n_tiles, k_begin = f.k_begin, window = a.sliding_window;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int w0 = warp * 16;
+  // A loader's part (warps 8-11): half 0 copies K, half 1 V, loader p key p of each tile.
+  const int half = (tid - 256) >> 6, p = (tid - 256) & 63, pw = p >> 5;
+  auto copy_tile = [&](int t, int row) {  // tile t's copies of key p (row: its cache row)
+    constexpr int kPer = 32 / kChunks;    // keys per warp-wide copy
+    const int c = lane % kChunks, sub = lane / kChunks;
+    const T* src = static_cast<const T*>(half == 0 ? a.k_cache : a.v_cache);
+    const uint32_t dst0 = kv_base + (t % kS) * L::kStageBytes + half * L::kTileBytes;
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const int kr = i * kPer + sub;  // the key within the warp's 32
+      const int r_row = __shfl_sync(0xffffffffu, row, kr);
+      const int r = pw * 32 + kr;
+      const int64_t off = r_row >= 0 ? int64_t{r_row} * HD + c * 8 : 0;
+      cp_async16(dst0 + (c >> 3) * (kKeys * 128) + swz128(r, (c & 7) * 8), src + off, r_row >= 0);
+    }
+  };
+  // The loads a block starts with go out before anything else, their latency (most of
+  // the block's start) overlapping the barrier set-up and the register hand-over: the
+  // consumers' Q and the loaders' first tile (arriving on its barriers once they exist).
+  int blk = 0;     // a loader's next block-table entry
+  if (warp < 8) {  // the warp's own 16 Q rows (zero past the tile)
+    const T* qkv = static_cast<const T*>(a.qkv);
+#pragma unroll
+    for (int i = lane; i < 16 * kChunks; i += 32) {
+      const int r = w0 + i / kChunks, c = i % kChunks;
+      const bool live = f.row_live(r);
+      const T* src = live ? qkv + f.row_offset(r, a.qkv_cols, HD) + c * 8 : qkv;
+      cp_async16(q_base + (c >> 3) * (kRows * 128) + swz128(r, (c & 7) * 8), src, live);
+    }
+    cp_async_commit();
+  } else {
+    blk = flash_key_block(a, f, k_begin + p);
+    copy_tile(0, flash_key_row(a, f, k_begin + p, blk));
+    if (n_tiles > 1) blk = flash_key_block(a, f, k_begin + kKeys + p);
+  }
   if (tid == 0) {
     for (int s = 0; s < kS; ++s) {
       mbar_init(full_k(s), kLoaders);
@@ -103,25 +142,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warp >= 8) {  // the loaders
     regs_dec<kLoaderRegs>();
-    const int half = (tid - 256) >> 6, p = (tid - 256) & 63, pw = p >> 5;
-    constexpr int kPer = 32 / kChunks;  // keys per warp-wide copy
-    const int c = lane % kChunks, sub = lane / kChunks;
-    const T* src = static_cast<const T*>(half == 0 ? a.k_cache : a.v_cache);
-    int blk = flash_key_block(a, f, k_begin + p);
-    for (int t = 0; t < n_tiles; ++t) {
+    cp_async_arrive(half == 0 ? full_k(0) : full_v(0));
+    for (int t = 1; t < n_tiles; ++t) {
       const int s = t % kS;
       const int row = flash_key_row(a, f, k_begin + t * kKeys + p, blk);
       if (t + 1 < n_tiles) blk = flash_key_block(a, f, k_begin + (t + 1) * kKeys + p);
       if (t >= kS) mbar_wait(empty(s), ((t / kS) - 1) & 1);
-      const uint32_t dst0 = kv_base + s * L::kStageBytes + half * L::kTileBytes;
-#pragma unroll
-      for (int i = 0; i < kChunks; ++i) {
-        const int kr = i * kPer + sub;  // the key within the warp's 32
-        const int r_row = __shfl_sync(0xffffffffu, row, kr);
-        const int r = pw * 32 + kr;
-        const int64_t off = r_row >= 0 ? int64_t{r_row} * HD + c * 8 : 0;
-        cp_async16(dst0 + (c >> 3) * (kKeys * 128) + swz128(r, (c & 7) * 8), src + off, r_row >= 0);
-      }
+      copy_tile(t, row);
       cp_async_arrive(half == 0 ? full_k(s) : full_v(s));
     }
     cp_async_commit();
@@ -131,23 +158,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   regs_inc<kConsumerRegs>();
   const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);  // warp-uniform for the compiler
-  const int g0 = wg * 64, w0 = warp * 16;
+  const int g0 = wg * 64;
   const int qa = f.query_of(w0 + (lane >> 2));
   const int qb = f.query_of(w0 + (lane >> 2) + 8);
   const int gq_lo = f.query_of(g0), gq_hi = f.query_of(g0 + 63);
   const bool group_live = f.row_live(g0);
   const bool warp_live = f.row_live(w0);
 
-  // The warp's own 16 Q rows (zero past the tile), then its fragments.
-  const T* qkv = static_cast<const T*>(a.qkv);
-#pragma unroll
-  for (int i = lane; i < 16 * kChunks; i += 32) {
-    const int r = w0 + i / kChunks, c = i % kChunks;
-    const bool live = f.row_live(r);
-    const T* src = live ? qkv + f.row_offset(r, a.qkv_cols, HD) + c * 8 : qkv;
-    cp_async16(q_base + (c >> 3) * (kRows * 128) + swz128(r, (c & 7) * 8), src, live);
-  }
-  cp_async_commit();
+  // The warp's Q fragments, once its copy landed.
   cp_async_wait<0>();
   __syncwarp();
   uint32_t qf[kKSteps][4];

@@ -533,7 +533,7 @@ const int32_t* CudaBackend::flash_items(const AttentionArgs& a, const AttentionM
     flash_items_ =
         upload(flash_host_items_.data(), {static_cast<int64_t>(flash_host_items_.size())},
                DType::kI32, flash_items_);
-    flash_num_items_ = static_cast<int32_t>(flash_host_items_.size() / 2);
+    flash_num_items_ = static_cast<int32_t>(flash_host_items_.size() / kFlashItemInts);
     flash_key_.assign({q_tile, multi_only, a.num_seqs});
     flash_key_.insert(flash_key_.end(), qs.begin(), qs.end());
     flash_key_.insert(flash_key_.end(), ctx.begin(), ctx.end());

@@ -199,12 +199,13 @@ bool attention_flash_supports(const AttentionArgs& a);
 // Query tokens per block: 128 / (heads / kv_heads).
 int attention_flash_q_tile(const AttentionArgs& a);
 // The blocks' work from host copies of query_start [seqs + 1] and context_lens [seqs]:
-// items [n][2] of (sequence, query tile counted from the sequence's end), the tiles
-// with the most keys first.
+// items [n][kFlashItemInts] of (sequence, the tile's first token in qkv, its query
+// count, the cache index of its first query), the tiles with the most keys first.
 // (Without the sequences of one query when a.multi_queries_only.)
+constexpr int kFlashItemInts = 4;
 void attention_flash_items(const AttentionArgs& a, const int32_t* query_start,
                            const int32_t* context_lens, std::vector<int32_t>& items);
-// items: a device copy of attention_flash_items' list (num_items pairs), or null for
+// items: a device copy of attention_flash_items' list (num_items items), or null for
 // the grid of every (tile, sequence) pair the max_query_len hint allows.
 bool launch_attention_flash(const AttentionArgs& a, const int32_t* items, int32_t num_items,
                             cudaStream_t stream);
