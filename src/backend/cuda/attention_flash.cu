@@ -343,14 +343,11 @@ void attention_flash_items(const AttentionArgs& a, const int32_t* query_start,
   });
   items.resize(kFlashItemInts * work.size());
   for (size_t i = 0; i < work.size(); ++i) {
-    const int32_t s = work[i].s, q_len = query_start[s + 1] - query_start[s];
-    const int32_t hi = q_len - work[i].j * q_tile;  // the tile is queries [tile0, hi)
-    const int32_t tile0 = std::max(0, hi - q_tile);
+    const int32_t s = work[i].s;
     int32_t* it = items.data() + kFlashItemInts * i;
     it[0] = s;
-    it[1] = query_start[s] + tile0;
-    it[2] = hi - tile0;
-    it[3] = context_lens[s] - q_len + tile0;
+    flash_tile_span(query_start[s], query_start[s + 1] - query_start[s], context_lens[s], work[i].j,
+                    q_tile, it[1], it[2], it[3]);
   }
 }
 

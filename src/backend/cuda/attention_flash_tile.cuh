@@ -52,6 +52,22 @@ struct FlashTile {
   }
 };
 
+// Query tile j (counted from the end) of a sequence whose q_len queries start at row q0
+// of qkv and end at cache index ctx - 1: its first token, query count and first query's
+// cache index; false past the sequence's tiles. Shared by the host's work list
+// (attention_flash_items) and the kernels' dense grid.
+__host__ __device__ __forceinline__ bool flash_tile_span(int q0, int q_len, int ctx, int j,
+                                                         int q_tile, int& tok0, int& n_q,
+                                                         int& first_idx) {
+  const int hi = q_len - j * q_tile;  // the tile is queries [tile0, hi) of the sequence
+  if (hi <= 0) return false;
+  const int tile0 = hi > q_tile ? hi - q_tile : 0;
+  tok0 = q0 + tile0;
+  n_q = hi - tile0;
+  first_idx = ctx - q_len + tile0;
+  return true;
+}
+
 // The block's work; false when it has none (a dense grid's tile past the sequence).
 template <int kKeys>
 __device__ __forceinline__ bool flash_tile(const AttentionArgs& a, const int32_t* items, int group,
@@ -68,13 +84,9 @@ __device__ __forceinline__ bool flash_tile(const AttentionArgs& a, const int32_t
     const int j = item / a.num_seqs;  // query tile counted from the sequence's end
     f.s = item - j * a.num_seqs;
     const int q0 = a.query_start[f.s];
-    const int q_len = a.query_start[f.s + 1] - q0;
-    const int hi = q_len - j * q_tile;  // the tile is queries [tile0, hi) of the sequence
-    if (hi <= 0) return false;
-    const int tile0 = max(0, hi - q_tile);
-    f.tok0 = q0 + tile0;
-    f.n_q = hi - tile0;
-    f.first_idx = a.context_lens[f.s] - q_len + tile0;
+    if (!flash_tile_span(q0, a.query_start[f.s + 1] - q0, a.context_lens[f.s], j, q_tile, f.tok0,
+                         f.n_q, f.first_idx))
+      return false;
   }
   f.k_begin = a.sliding_window > 0 ? max(0, f.first_idx - a.sliding_window + 1) : 0;
   f.k_end = f.first_idx + f.n_q;  // one past the last query's own key
