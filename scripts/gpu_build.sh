@@ -7,8 +7,10 @@
 # carried:
 #   cd STAGE && tar xJf bins.txz && cd .. && SRC_DIR=<this checkout> bash STAGE/gpu_suite.sh STAGE
 # (SRC_DIR: the tests read data through the source path compiled into them.)
-# Usage: [STAGE=dir] [GPU_TARGETS="t1 t2"] scripts/gpu_build.sh [extra ninja targets...]
+# Usage: [STAGE=dir] [GPU_TARGETS="t1 t2"] [PROBE=1] scripts/gpu_build.sh [extra ninja targets...]
 #   GPU_TARGETS replaces the default target list (e.g. only the test binaries).
+#   PROBE=1 builds the flash kernel's diagnostic form (src/backend/cuda/flash_probe.cuh;
+#   only that file recompiles, and the next build without PROBE=1 switches it back).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=build-gpu
@@ -16,6 +18,11 @@ STAGE=${STAGE:-.devbin}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTACHYON_CUDA=ON \
     -DTACHYON_CUDA_ARCHS=90a -DTACHYON_STATIC_DEPS=ON >/dev/null
+fi
+PROBE_WANT=$([ "${PROBE:-0}" = 1 ] && echo ON || echo OFF)
+PROBE_HAVE=$(grep -s '^TACHYON_FLASH_PROBE:BOOL=' "$BUILD_DIR/CMakeCache.txt" | cut -d= -f2 || true)
+if [ "$PROBE_WANT" != "${PROBE_HAVE:-OFF}" ]; then
+  cmake -S . -B "$BUILD_DIR" -DTACHYON_FLASH_PROBE="$PROBE_WANT" >/dev/null
 fi
 TARGETS=(tachyon tachyon_cuda_tests tachyon_conformance_tests tachyon_engine_tests tachyon_gpu_bench
   tachyon_kernel_bench)
@@ -38,5 +45,5 @@ done | sort -u | while read -r lib; do cp -L "$lib" "$STAGE/bin/"; done
 # code): about 7 MB for all of them instead of 31 MB with gzip.
 (cd "$STAGE/bin" && tar cf - ./* | xz -9 -T2 >../bins.txz)
 rm -rf "$STAGE/bin"
-cp scripts/gpu_suite.sh bench/gpu/{llama8b.sh,llama3_8b_config.json,hf_baseline.py,llama8b_table.py,ncu_summary.py,smi_summary.py} "$STAGE/"
+cp scripts/gpu_suite.sh bench/gpu/{llama8b.sh,llama3_8b_config.json,hf_baseline.py,llama8b_table.py,ncu_summary.py,smi_summary.py,flash_probe.py} "$STAGE/"
 du -sh "$STAGE"

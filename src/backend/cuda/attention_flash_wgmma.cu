@@ -32,9 +32,14 @@
 // Every visible tile issues both products, so ptxas sees one wgmma pipeline and does
 // not serialize it (the first visible tile's P V adds a zero P times its own V).
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "backend/cuda/attention_flash_tile.cuh"
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/flash_probe.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/launch_check.h"
@@ -70,9 +75,19 @@ struct WgTraits {
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_flash_wgmma_kernel(const AttentionArgs a, const int32_t* __restrict__ items,
-                                 const int group, const int q_tile, const float scale_log2) {
+                                 const int group, const int q_tile, const float scale_log2,
+                                 uint32_t* __restrict__ probe) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = WgTraits<HD>;
+  // The diagnostic build's record of this block (flash_probe.cuh); compiled out otherwise.
+  uint32_t* const rec =
+      kFlashProbe && probe != nullptr ? probe + kProbeWords * blockIdx.x : nullptr;
+  const uint32_t c_entry = kFlashProbe ? static_cast<uint32_t>(clock()) : 0;
+  const uint64_t g_entry = probe_globaltimer();
+  auto stamp = [&](int slot) {  // thread 0's cycles since entry
+    if constexpr (kFlashProbe)
+      if (rec != nullptr && threadIdx.x == 0) rec[slot] = static_cast<uint32_t>(clock()) - c_entry;
+  };
   constexpr int kChunks = L::kChunks;
   constexpr int kKSteps = HD / 16;
   constexpr int kSRegs = kKeys / 2;
@@ -95,6 +110,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int n_tiles = f.n_tiles, k_begin = f.k_begin, window = a.sliding_window;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int w0 = warp * 16;
+  if constexpr (kFlashProbe) {
+    if (rec != nullptr && tid == 0) {
+      rec[0] = static_cast<uint32_t>(g_entry);
+      rec[1] = static_cast<uint32_t>(g_entry >> 32);
+      rec[2] = probe_smid();
+      rec[3] = static_cast<uint32_t>(n_tiles);
+    }
+    stamp(4);
+  }
   // A loader's part (warps 8-11): half 0 copies K, half 1 V, loader p key p of each tile.
   const int half = (tid - 256) >> 6, p = (tid - 256) & 63, pw = p >> 5;
   auto copy_tile = [&](int t, int row) {  // tile t's copies of key p (row: its cache row)
@@ -142,17 +166,23 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warp >= 8) {  // the loaders
     regs_dec<kLoaderRegs>();
+    ProbeLaps<2> laps;  // 0: waiting for an empty stage, 1: the rest
+    laps.begin();
     cp_async_arrive(half == 0 ? full_k(0) : full_v(0));
     for (int t = 1; t < n_tiles; ++t) {
       const int s = t % kS;
       const int row = flash_key_row(a, f, k_begin + t * kKeys + p, blk);
       if (t + 1 < n_tiles) blk = flash_key_block(a, f, k_begin + (t + 1) * kKeys + p);
+      laps.lap(1);
       if (t >= kS) mbar_wait(empty(s), ((t / kS) - 1) & 1);
+      laps.lap(0);
       copy_tile(t, row);
       cp_async_arrive(half == 0 ? full_k(s) : full_v(s));
     }
     cp_async_commit();
     cp_async_wait<0>();
+    laps.lap(1);
+    if (p == 0) laps.store(rec != nullptr ? rec + kProbeLoader + 2 * half : nullptr);
     return;
   }
 
@@ -177,6 +207,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       ldsm_x4(q_base + (col >> 6) * (kRows * 128) + swz128(r, col & 63), qf[kk]);
     }
   }
+  stamp(5);
 
   float o[kORegs];
 #pragma unroll
@@ -215,9 +246,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (wg == 0 || t + 1 < n_tiles) named_arrive(other_turn, 256);
   };
 
+  ProbeLaps<kPhCount> laps;  // lane 0 of each warpgroup's first warp (flash_probe.cuh)
+  laps.begin();
   for (int t = 0; t < n_tiles; ++t) {
     const int s = t % kS;
     mbar_wait(full_k(s), (t / kS) & 1);
+    laps.lap(kPhWaitK);
+    if (t == 0) stamp(6);
     const int kt = k_begin + t * kKeys;
     const bool visible =
         group_live && kt <= gq_hi && (window <= 0 || kt + kKeys - 1 > gq_lo - window);
@@ -225,7 +260,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int pv_tile = pending ? t - 1 : t;  // with no P pending, P = 0 times this V
       wait_v(pv_tile);
       fence_proxy_async();
+      laps.lap(kPhWaitV);
       named_barrier(my_turn, 256);
+      laps.lap(kPhTurn);
       const uint32_t ks = kv_base + s * L::kStageBytes;
       wgmma_fence();
 #pragma unroll
@@ -240,6 +277,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       pass_turn(t);
       wgmma_wait<1>();
       fence_regs(sc);
+      laps.lap(kPhSReady);
 
       const bool edge = kt + kKeys - 1 > gq_lo || (window > 0 && kt <= gq_hi - window);
       const float2 alpha =
@@ -249,6 +287,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_regs(o);
 #pragma unroll
       for (int kk = 0; kk < kKeys / 16; ++kk) fence_regs(pf[kk]);
+      laps.lap(kPhSoftmax);
       if (pending) release(t - 1);
 #pragma unroll
       for (int i = 0; i < kORegs; i += 4) {
@@ -265,6 +304,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         pf[kk][3] = pack2<T>(sc[8 * kk + 6], sc[8 * kk + 7]);
       }
       pending = true;
+      laps.lap(kPhRest);
     } else {
       named_barrier(my_turn, 256);
       pass_turn(t);
@@ -277,9 +317,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       wait_v(t);  // unread here, but its copies must land before the stage is refilled
       release(t);
+      laps.lap(kPhRest);
     }
   }
   if (pending) flush_pv(n_tiles - 1);
+  stamp(7);
+  if ((warp & 3) == 0 && lane == 0)
+    laps.store(rec != nullptr ? rec + kProbeConsumer + kPhCount * wg : nullptr);
   pdl_launch_dependents();
   if (!warp_live) return;
 
@@ -306,10 +350,79 @@ __global__ void __launch_bounds__(kThreads, 1)
       *reinterpret_cast<uint4*>(out + f.row_offset(r, out_cols, HD) + c * 8) =
           *reinterpret_cast<const uint4*>(smem + (c >> 3) * (kRows * 128) + swz128(r, (c & 7) * 8));
   }
+  if constexpr (kFlashProbe) {
+    stamp(8);
+    if (rec != nullptr && tid == 0) {
+      const uint64_t g = probe_globaltimer();
+      rec[9] = static_cast<uint32_t>(g);
+      rec[10] = static_cast<uint32_t>(g >> 32);
+    }
+  }
 #else
   __trap();
 #endif
 }
+
+#if TACHYON_FLASH_PROBE
+// The diagnostic build's records (flash_probe.cuh): one buffer, reused by every launch;
+// a launch first writes the previous launch's records to PREFIX.<its blocks>.
+struct ProbeState {
+  const char* prefix = std::getenv("TACHYON_FLASH_PROBE");
+  uint32_t* buf = nullptr;
+  int64_t cap = 0, last = 0;
+  cudaStream_t last_stream = nullptr;
+
+  void flush() {
+    if (last == 0) return;
+    std::vector<uint32_t> h(static_cast<size_t>(kProbeWords * last));
+    if (cudaStreamSynchronize(last_stream) == cudaSuccess &&
+        cudaMemcpy(h.data(), buf, h.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess) {
+      const std::string name = std::string(prefix) + "." + std::to_string(last);
+      if (FILE* fp = std::fopen(name.c_str(), "wb")) {
+        std::fwrite(h.data(), 4, h.size(), fp);
+        std::fclose(fp);
+      }
+    }
+    last = 0;
+  }
+};
+
+ProbeState& probe_state() {
+  static ProbeState* st = [] {
+    auto* p = new ProbeState;
+    std::atexit([] { probe_state().flush(); });
+    return p;
+  }();
+  return *st;
+}
+
+}  // namespace
+
+uint32_t* flash_probe_buffer(int64_t blocks, cudaStream_t stream) {
+  ProbeState& st = probe_state();
+  if (st.prefix == nullptr || blocks <= 0) return nullptr;
+  cudaStreamCaptureStatus cs;
+  if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
+    return nullptr;
+  st.flush();
+  if (blocks > st.cap) {
+    if (st.buf != nullptr) cudaFree(st.buf);
+    st.buf = nullptr;
+    st.cap = 0;
+    if (cudaMalloc(&st.buf, static_cast<size_t>(4 * kProbeWords * blocks)) != cudaSuccess)
+      return nullptr;
+    st.cap = blocks;
+  }
+  if (cudaMemsetAsync(st.buf, 0, static_cast<size_t>(4 * kProbeWords * blocks), stream) !=
+      cudaSuccess)
+    return nullptr;
+  st.last = blocks;
+  st.last_stream = stream;
+  return st.buf;
+}
+
+namespace {
+#endif
 
 // Whether the kernel's sm_90a image is what this device runs.
 template <typename T, int HD>
@@ -332,7 +445,8 @@ bool launch_hd(const AttentionArgs& a, const int32_t* items, int32_t num_items,
                                                 (kRows / group) * a.num_seqs * a.kv_heads;
   if (blocks > 0)
     launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), L::kBytes, stream, a,
-                  items, group, kRows / group, a.scale * kLog2e);
+                  items, group, kRows / group, a.scale * kLog2e,
+                  flash_probe_buffer(blocks, stream));
   return true;
 }
 
