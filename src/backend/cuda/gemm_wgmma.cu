@@ -34,8 +34,7 @@
 // epilogue warps hold a batch of loads) and the consumers take 176 (they compile to
 // 168). Each split stays within the 384 x 168 the block is launched with
 // (P + 2 C <= 504), from which the consumers' raise is drawn.
-#include <cuda.h>  // CUtensorMap (the type only; the encoder is reached through the runtime)
-#include <cudaTypedefs.h>
+#include <cuda.h>  // CUtensorMap
 
 #include <algorithm>
 #include <atomic>
@@ -46,12 +45,14 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mma_util.cuh"
+#include "backend/cuda/tensor_map.h"
 #include "backend/cuda/wgmma.cuh"
 
 namespace tachyon::cuda {
 namespace {
 
 constexpr int kBM = 128, kBN = 256, kBK = 64;
+static_assert(kBK == 64, "encode_map's boxes are 64 columns (128 bytes) wide");
 constexpr int kThreads = 384;
 constexpr uint32_t kABytes = kBM * kBK * 2;  // 16 KiB
 constexpr uint32_t kBBytes = kBN * kBK * 2;  // 32 KiB
@@ -573,39 +574,6 @@ bool gemm_image() {
   return ok;
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      p = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  }();
-  return fn;
-}
-
-// A row-major [rows, cols] 16-bit matrix (row stride ld elements) in boxes of box_rows x
-// 64 columns, 128-byte swizzled; loads fill zeros past its edges, stores are clipped.
-bool encode_map(CUtensorMap& map, const void* ptr, DType type, int64_t rows, int64_t cols,
-                int64_t ld, uint32_t box_rows) {
-  PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (encode == nullptr) return false;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * 2};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kBK), box_rows};
-  const cuuint32_t elem[2] = {1, 1};
-  return encode(&map,
-                type == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                     : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                2, const_cast<void*>(ptr), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 // Clusters of the kernel the device holds at once (blocks of one SM each; for single
 // blocks the occupancy query, kept per thread and device; for clusters of two asked
 // once, for the process's device).
@@ -696,8 +664,10 @@ void set_gemm_wgmma(bool on) {
 
 bool gemm_wgmma_active(DType type) {
   if (!g_enabled.load(std::memory_order_relaxed)) return false;
-  if (type == DType::kBF16) return gemm_image<bf16_t, 1, Epi::kGatedSilu>() && tensor_map_encoder();
-  if (type == DType::kF16) return gemm_image<f16_t, 1, Epi::kGatedSilu>() && tensor_map_encoder();
+  if (type == DType::kBF16)
+    return gemm_image<bf16_t, 1, Epi::kGatedSilu>() && tensor_map_encoder_available();
+  if (type == DType::kF16)
+    return gemm_image<f16_t, 1, Epi::kGatedSilu>() && tensor_map_encoder_available();
   return false;
 }
 
