@@ -261,6 +261,18 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
     run(plain);
     cuda::set_flash_wgmma(true);
     EXPECT_TRUE(ran(Kernel::kFlash)) << plain.name;
+    // The copy-engine loads, which the kernel takes for no sliding window and block sizes
+    // of whole 8-key runs that tile 64 keys (else it keeps cp.async).
+    cuda::set_flash_tma(true);
+    AttnCase tma = c;
+    tma.name += " (tma)";
+    const int64_t before = cuda::flash_tma_launches();
+    run(tma);
+    cuda::set_flash_tma(false);
+    EXPECT_TRUE(ran(Kernel::kFlash)) << tma.name;
+    const int bs = c.block_size;
+    const bool applies = c.window <= 0 && bs % 8 == 0 && (64 % bs == 0 || bs % 64 == 0);
+    EXPECT_EQ(cuda::flash_tma_launches() > before, applies) << tma.name;
   }
 
   // The decode kernel's plan for the case's shape (what it splits the keys by).
@@ -395,7 +407,7 @@ TEST_P(CudaAttentionTest, FlashTileEdges) {
 TEST_P(CudaAttentionTest, FlashCachedPrefixes) {
   const std::vector<SeqSpec> seqs = {{100, 37}, {513, 64}, {31, 1}, {4, 6}, {1000, 300},
                                      {64, 64},  {63, 65},  {0, 16}, {1, 1}, {127, 129}};
-  for (int bs : {5, 7, 16, 32}) {
+  for (int bs : {5, 7, 16, 32, 64, 128}) {
     run_flash({"flash cached, block " + std::to_string(bs), 8, 2, 128, bs, seqs});
     run_flash({"flash cached hd 64 mha, block " + std::to_string(bs), 4, 4, 64, bs, seqs});
   }

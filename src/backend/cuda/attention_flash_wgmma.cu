@@ -31,6 +31,8 @@
 // passes its turn without products (after flushing its pending P V).
 // Every visible tile issues both products, so ptxas sees one wgmma pipeline and does
 // not serialize it (the first visible tile's P V adds a zero P times its own V).
+#include <cuda.h>  // CUtensorMap
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -44,6 +46,7 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/launch_check.h"
 #include "backend/cuda/mma_util.cuh"
+#include "backend/cuda/tensor_map.h"
 #include "backend/cuda/wgmma.cuh"
 
 namespace tachyon::cuda {
@@ -52,6 +55,8 @@ namespace {
 constexpr int kRows = 128;          // rows (query, head) per block
 constexpr int kKeys = 64;           // keys per K/V tile
 std::atomic<bool> g_enabled{true};  // set_flash_wgmma
+std::atomic<bool> g_tma{false};     // set_flash_tma
+std::atomic<int64_t> g_tma_launches{0};
 
 constexpr int kLoaders = 64;   // per half (K or V): one key of a tile per thread
 constexpr int kThreads = 384;  // two consumer warpgroups, then the loaders
@@ -72,10 +77,20 @@ struct WgTraits {
   static_assert(32 % kChunks == 0 && kKeys == kLoaders, "whole rows per copy, a key a loader");
 };
 
-template <typename T, int HD>
+// The copy-engine form of the loads (kTma): where it applies (TmaKv::box_rows > 0), the
+// caches as [num_blocks * kv_heads * block_size, head_dim] tensor maps in boxes of
+// box_rows keys (one page run: min(block_size, 64)) x 64 columns.
+struct TmaKv {
+  int box_rows = 0;
+  int rows = 0;  // the maps' row count: a box there is wholly past the cache (zeros)
+};
+
+template <typename T, int HD, bool kTma>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_flash_wgmma_kernel(const AttentionArgs a, const int32_t* __restrict__ items,
                                  const int group, const int q_tile, const float scale_log2,
+                                 const __grid_constant__ CUtensorMap map_k,
+                                 const __grid_constant__ CUtensorMap map_v, const TmaKv tma,
                                  uint32_t* __restrict__ probe) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = WgTraits<HD>;
@@ -135,6 +150,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       cp_async16(dst0 + (c >> 3) * (kKeys * 128) + swz128(r, (c & 7) * 8), src + off, r_row >= 0);
     }
   };
+  // Tiles the copy engine loads (kTma): every tile wholly inside the keys but the first
+  // (issued before the barriers exist). The others are copied by the loaders with
+  // cp.async, zero past the keys: a page's rows past the sequence are never read (they
+  // may hold anything, and 0 x NaN in P V is NaN).
+  auto tma_tile = [&](int t) { return kTma && t > 0 && k_begin + (t + 1) * kKeys <= f.k_end; };
   // The loads a block starts with go out before anything else, their latency (most of
   // the block's start) overlapping the barrier set-up and the register hand-over: the
   // consumers' Q and the loaders' first tile (arriving on its barriers once they exist).
@@ -166,6 +186,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warp >= 8) {  // the loaders
     regs_dec<kLoaderRegs>();
+    const bool run_start = kTma && p % tma.box_rows == 0;  // the first key of a page run
     ProbeLaps<2> laps;  // 0: waiting for an empty stage, 1: the rest
     laps.begin();
     cp_async_arrive(half == 0 ? full_k(0) : full_v(0));
@@ -176,8 +197,23 @@ __global__ void __launch_bounds__(kThreads, 1)
       laps.lap(1);
       if (t >= kS) mbar_wait(empty(s), ((t / kS) - 1) & 1);
       laps.lap(0);
-      copy_tile(t, row);
-      cp_async_arrive(half == 0 ? full_k(s) : full_v(s));
+      const uint32_t bar = half == 0 ? full_k(s) : full_v(s);
+      if (tma_tile(t)) {
+        if (run_start) {  // the run's boxes, one a panel
+          mbar_arrive_tx(bar, tma.box_rows * HD * 2);
+          const uint32_t dst = kv_base + s * L::kStageBytes + half * L::kTileBytes + p * 128;
+          const int y = row >= 0 ? row : tma.rows;  // a bad block-table entry: zeros
+          const void* map = half == 0 ? static_cast<const void*>(&map_k) : &map_v;
+#pragma unroll
+          for (int panel = 0; panel < HD / 64; ++panel)
+            tma_load_2d(dst + panel * (kKeys * 128), map, panel * 64, y, bar);
+        } else {
+          mbar_arrive(bar);
+        }
+      } else {
+        copy_tile(t, row);
+        cp_async_arrive(bar);
+      }
     }
     cp_async_commit();
     cp_async_wait<0>();
@@ -259,7 +295,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (visible) {
       const int pv_tile = pending ? t - 1 : t;  // with no P pending, P = 0 times this V
       wait_v(pv_tile);
-      fence_proxy_async();
+      // cp.async writes shared memory through the generic proxy, wgmma reads it through
+      // the async one; the copy engine's writes need no fence.
+      if (!tma_tile(t) || !tma_tile(pv_tile)) fence_proxy_async();
       laps.lap(kPhWaitV);
       named_barrier(my_turn, 256);
       laps.lap(kPhTurn);
@@ -428,8 +466,27 @@ namespace {
 template <typename T, int HD>
 bool wgmma_image() {
   static const bool ok =
-      runs_sm90a_image(reinterpret_cast<const void*>(attention_flash_wgmma_kernel<T, HD>));
+      runs_sm90a_image(reinterpret_cast<const void*>(attention_flash_wgmma_kernel<T, HD, false>));
   return ok;
+}
+
+// The copy-engine loads' maps of the caches, where they apply: no sliding window (tiles
+// then start at key 0, so every page run of a tile starts a box), a block size that is a
+// multiple of 8 and divides 64 or is a multiple of 64, and row counts a coordinate holds.
+template <int HD>
+bool tma_maps(const AttentionArgs& a, CUtensorMap& map_k, CUtensorMap& map_v, TmaKv& tma) {
+  if (!g_tma.load(std::memory_order_relaxed) || a.sliding_window > 0) return false;
+  const int bs = a.block_size;
+  if (bs <= 0 || bs % 8 != 0 || (64 % bs != 0 && bs % 64 != 0)) return false;
+  const int64_t rows = int64_t{a.num_blocks} * a.kv_heads * bs;
+  if (rows <= 0 || rows >= (int64_t{1} << 31) - 64) return false;
+  if (reinterpret_cast<uintptr_t>(a.k_cache) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(a.v_cache) % 16 != 0)
+    return false;
+  tma.box_rows = bs < 64 ? bs : 64;
+  tma.rows = static_cast<int>(rows);
+  return encode_map(map_k, a.k_cache, a.type, rows, HD, HD, tma.box_rows) &&
+         encode_map(map_v, a.v_cache, a.type, rows, HD, HD, tma.box_rows);
 }
 
 template <typename T, int HD>
@@ -437,7 +494,12 @@ bool launch_hd(const AttentionArgs& a, const int32_t* items, int32_t num_items,
                cudaStream_t stream) {
   using L = WgTraits<HD>;
   if (L::kBytes > static_cast<size_t>(max_dynamic_smem())) return false;
-  auto kernel = attention_flash_wgmma_kernel<T, HD>;
+  CUtensorMap map_k{}, map_v{};
+  TmaKv tma;
+  const bool use_tma = tma_maps<HD>(a, map_k, map_v, tma);
+  if (use_tma) g_tma_launches.fetch_add(1, std::memory_order_relaxed);
+  auto kernel = use_tma ? attention_flash_wgmma_kernel<T, HD, true>
+                        : attention_flash_wgmma_kernel<T, HD, false>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), L::kBytes);
   const int group = a.heads / a.kv_heads;
   const int64_t blocks = items != nullptr ? int64_t{num_items} * a.kv_heads
@@ -445,7 +507,7 @@ bool launch_hd(const AttentionArgs& a, const int32_t* items, int32_t num_items,
                                                 (kRows / group) * a.num_seqs * a.kv_heads;
   if (blocks > 0)
     launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), L::kBytes, stream, a,
-                  items, group, kRows / group, a.scale * kLog2e,
+                  items, group, kRows / group, a.scale * kLog2e, map_k, map_v, tma,
                   flash_probe_buffer(blocks, stream));
   return true;
 }
@@ -467,6 +529,14 @@ bool launch_typed(const AttentionArgs& a, const int32_t* items, int32_t num_item
 
 void set_flash_wgmma(bool on) {
   g_enabled.store(on, std::memory_order_relaxed);
+}
+
+void set_flash_tma(bool on) {
+  g_tma.store(on, std::memory_order_relaxed);
+}
+
+int64_t flash_tma_launches() {
+  return g_tma_launches.load(std::memory_order_relaxed);
 }
 
 bool attention_flash_wgmma_active(DType type, int head_dim) {

@@ -217,6 +217,12 @@ bool launch_attention_flash(const AttentionArgs& a, const int32_t* items, int32_
 // set_flash_wgmma(false) (the backend reads TACHYON_FLASH_WGMMA=0) turns it off, for
 // comparisons; active: on, and this device runs the sm_90a image.
 void set_flash_wgmma(bool on);
+// set_flash_tma(true) (TACHYON_FLASH_TMA=1) has the wgmma kernel load whole K/V tiles
+// with the copy engine (TMA boxes of page runs) instead of the loaders' cp.async, where
+// it applies (no sliding window; block size a multiple of 8 dividing 64, or of 64).
+void set_flash_tma(bool on);
+// Launches that took the copy-engine form so far (for tests).
+int64_t flash_tma_launches();
 bool attention_flash_wgmma_active(DType type, int head_dim);
 bool launch_attention_flash_wgmma(const AttentionArgs& a, const int32_t* items, int32_t num_items,
                                   cudaStream_t stream);
