@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The prefill flash kernel's experiments in one call on the GPU machine: its tests, then
+# the attention rates and the 8 x 1024 / 1 x 1024 prefill steps once per setting, the
+# settings alternated round by round (boards drift within a call), then the diagnostic
+# build's per-phase records if one was staged. Everything it writes goes into one
+# archive, $OUT/flash_ab.txz (the device tool brings back only a few files).
+#
+# Build here first:
+#   STAGE=.devbin GPU_TARGETS="tachyon_cuda_tests tachyon_gpu_bench" scripts/gpu_build.sh
+#   (optional) PROBE=1 STAGE=/tmp/probe GPU_TARGETS=tachyon_gpu_bench scripts/gpu_build.sh
+#              && mkdir -p .devbin/probe && cp /tmp/probe/bins.txz .devbin/probe/
+#   (optional) a second build to compare against, its bins.txz in .devbin/old/
+# On the GPU machine, from the repository root, with .devbin carried:
+#   bash bench/gpu/flash_ab.sh .devbin
+# SETTINGS="TACHYON_FLASH_TMA=0 TACHYON_FLASH_TMA=1" (the default) are the settings
+# compared, space-separated, each a comma-separated list of VAR=value; ROUNDS (2) the
+# rounds; SKIP_TESTS=1 skips the tests; SKIP_STEPS=1 the prefill steps.
+set -uo pipefail
+ROOT=$(pwd)
+HERE=$(cd "$(dirname "$0")" && pwd)
+BIN=$(cd "${1:?usage: flash_ab.sh STAGE_DIR}" && pwd)
+OUT=${OUT:-/tmp/out}
+R=$(mktemp -d)
+for d in "$BIN" "$BIN/old" "$BIN/probe"; do
+  if [ -f "$d/bins.txz" ] && [ ! -x "$d/tachyon_gpu_bench" ]; then (cd "$d" && tar xJf bins.txz); fi
+done
+export LD_LIBRARY_PATH=$BIN:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# The tests read their data through the source path compiled into them.
+SRC_DIR=${SRC_DIR:-/work/main}
+if [ "$SRC_DIR" != "$ROOT" ] && [ ! -e "$SRC_DIR" ]; then
+  mkdir -p "$(dirname "$SRC_DIR")" && ln -s "$ROOT" "$SRC_DIR"
+fi
+CONFIG=$HERE/llama3_8b_config.json
+SETTINGS=${SETTINGS:-"TACHYON_FLASH_TMA=0 TACHYON_FLASH_TMA=1"}
+ROUNDS=${ROUNDS:-2}
+nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv >"$R/smi.txt"
+finish() {
+  nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv >>"$R/smi.txt"
+  mkdir -p "$OUT" && (cd "$R" && tar cJf "$OUT/flash_ab.txz" .)
+}
+trap finish EXIT
+
+if [ -z "${SKIP_TESTS:-}" ]; then
+  F='*Prefill*:*Flash*:*MixedBatch*:*GroupRatios*:*SlidingWindow*:*Bidirectional*:CudaModel*:CudaGraph*:*Overlap*'
+  timeout 300 "$BIN/tachyon_cuda_tests" --gtest_filter="$F" >"$R/tests.log" 2>&1
+  echo "tests rc=$? $(grep -cE '^\[       OK' "$R/tests.log") ok; $(grep -E '^\[  (PASSED|FAILED)' "$R/tests.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED|Failure' "$R/tests.log" | head -20
+fi
+
+bins() {  # the builds to time: tag binary
+  echo "new $BIN/tachyon_gpu_bench"
+  [ -x "$BIN/old/tachyon_gpu_bench" ] && echo "old $BIN/old/tachyon_gpu_bench"
+}
+# shellcheck disable=SC2086 # a setting's VAR=value words are split on purpose
+attn() {  # tag binary env
+  env ${3//,/ } "$2" --config "$CONFIG" --dir /tmp/w --attn-only >"$R/attn_$1.log" 2>&1
+  echo "attn $1 [$3]: $(grep -E 'RESULT attn_flash_(1x1024|8x1024|1x4096)' "$R/attn_$1.log" |
+    awk '{print $2 "=" $3}' | tr '\n' ' ')"
+}
+# shellcheck disable=SC2086
+step() {  # tag binary env
+  env ${3//,/ } "$2" --config "$CONFIG" --dir /tmp/w --keep-model --prefill 8x1024,1x1024 \
+    --decode 1 --ctx 1024 --no-ops >"$R/step_$1.log" 2>&1
+  echo "step $1 [$3]: $(grep -E 'RESULT prefill' "$R/step_$1.log" | awk '{print $2 "=" $3}' | tr '\n' ' ')"
+}
+sweep() {  # fn: fn TAG BINARY SETTING for every round, build and setting, in that nesting
+  local round tag bin s i
+  for round in $(seq 1 "$ROUNDS"); do
+    while read -r tag bin; do
+      i=0
+      for s in $SETTINGS; do
+        "$1" "${tag}_s${i}_r$round" "$bin" "$s"
+        i=$((i + 1))
+      done
+    done < <(bins)
+  done
+}
+sweep attn
+[ -n "${SKIP_STEPS:-}" ] || sweep step
+if [ -x "$BIN/probe/tachyon_gpu_bench" ]; then
+  i=0
+  for s in $SETTINGS; do
+    mkdir -p "$R/probe_s$i"
+    # shellcheck disable=SC2086
+    env ${s//,/ } TACHYON_FLASH_PROBE="$R/probe_s$i/rec" "$BIN/probe/tachyon_gpu_bench" \
+      --config "$CONFIG" --dir /tmp/w --attn-only >"$R/probe_s$i/attn.log" 2>&1
+    echo "probe [$s]: $(grep -E 'RESULT attn_flash_(1x1024|8x1024|1x4096)' "$R/probe_s$i/attn.log" |
+      awk '{print $2 "=" $3}' | tr '\n' ' ')"
+    python3 "$HERE/flash_probe.py" "$R"/probe_s$i/rec.* | tee "$R/probe_s$i/report.txt"
+    rm -f "$R"/probe_s$i/rec.*
+    i=$((i + 1))
+  done
+fi
