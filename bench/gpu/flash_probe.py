@@ -14,7 +14,8 @@ import struct
 import sys
 
 WORDS = 32
-PHASES = ["wait K", "wait V", "turn", "issue->S", "softmax", "rest"]
+PHASES = ["wait K", "wait V", "turn", "issue->S", "S->PV", "softmax", "rest"]
+CONSUMER, LOADER = 12, 12 + 2 * len(PHASES)
 
 
 def fit(x, y):
@@ -58,13 +59,13 @@ def report(path):
 
     n_tiles = sum(tiles)
     for wg in range(2):
-        base = 12 + 6 * wg
-        tot = [sum(r[base + i] for r in recs) for i in range(6)]
+        base = CONSUMER + len(PHASES) * wg
+        tot = [sum(r[base + i] for r in recs) for i in range(len(PHASES))]
         per = [t / n_tiles for t in tot]
         print(f"  warpgroup {wg}, cycles a tile: " +
               "  ".join(f"{n} {v:.0f}" for n, v in zip(PHASES, per)) + f"  (sum {sum(per):.0f})")
     for half, name in ((0, "K"), (1, "V")):
-        base = 24 + 2 * half
+        base = LOADER + 2 * half
         wait = sum(r[base] for r in recs) / n_tiles
         rest = sum(r[base + 1] for r in recs) / n_tiles
         print(f"  {name} loader, cycles a tile: waiting for an empty stage {wait:.0f}, the rest {rest:.0f}")

@@ -261,14 +261,17 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
     run(plain);
     cuda::set_flash_wgmma(true);
     EXPECT_TRUE(ran(Kernel::kFlash)) << plain.name;
-    // The copy-engine loads, which the kernel takes for no sliding window and block sizes
-    // of whole 8-key runs that tile 64 keys (else it keeps cp.async).
+    // The optional forms together: the copy-engine loads, which the kernel takes for no
+    // sliding window and block sizes of whole 8-key runs that tile 64 keys (else it keeps
+    // cp.async), and the lazy softmax max.
     cuda::set_flash_tma(true);
+    cuda::set_flash_lazy(true);
     AttnCase tma = c;
-    tma.name += " (tma)";
+    tma.name += " (tma, lazy max)";
     const int64_t before = cuda::flash_tma_launches();
     run(tma);
     cuda::set_flash_tma(false);
+    cuda::set_flash_lazy(false);
     EXPECT_TRUE(ran(Kernel::kFlash)) << tma.name;
     const int bs = c.block_size;
     const bool applies = c.window <= 0 && bs % 8 == 0 && (64 % bs == 0 || bs % 64 == 0);

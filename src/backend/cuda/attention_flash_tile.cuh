@@ -125,7 +125,11 @@ struct FlashRows {
   // column tiles. With edge, keys past the row's query or before its window are masked.
   // The scores become p = exp(s - max), summed into l; returns the factors (rows g,
   // g + 8) that rescale O to the new max.
-  template <int kNTiles, typename At>
+  // kLazy: the warp keeps its rows' old maxes unless one of them would grow by more than
+  // 2^8 (kLazyLog2) -- then p <= 256, harmless in f32 sums and in P's 16-bit form, and the
+  // final 1 / l uses the same max -- so most tiles return factors of exactly 1 and the
+  // caller may skip the rescale (any_rescale). The warp's choice is uniform.
+  template <int kNTiles, bool kLazy = false, typename At>
   __device__ __forceinline__ float2 step(At&& at, bool edge, int kt, int qa, int qb, int window,
                                          float scale_log2, int lane) {
     if (edge) {
@@ -149,6 +153,16 @@ struct FlashRows {
     mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
     mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
     mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+    if constexpr (kLazy) {
+      // Keep the old maxes (as finite as they were) unless a row's grows past the bound
+      // or is still -inf with a visible key now.
+      const bool grow =
+          (mx_a - m_a) * scale_log2 > kLazyLog2 || (mx_b - m_b) * scale_log2 > kLazyLog2;
+      if (!__any_sync(0xffffffffu, grow)) {
+        mx_a = m_a;
+        mx_b = m_b;
+      }
+    }
     // A row with no visible key yet keeps max -inf: its p are 0 and nothing rescales.
     const float base_a = mx_a == -INFINITY ? 0.f : mx_a * scale_log2;
     const float base_b = mx_b == -INFINITY ? 0.f : mx_b * scale_log2;
@@ -168,6 +182,13 @@ struct FlashRows {
       l_b += at(n, 2) + at(n, 3);
     }
     return make_float2(alpha_a, alpha_b);
+  }
+
+  static constexpr float kLazyLog2 = 8.f;
+
+  // Whether any of the warp's rows needs its O rescaled (a factor other than 1).
+  __device__ __forceinline__ static bool any_rescale(float2 alpha) {
+    return __any_sync(0xffffffffu, alpha.x != 1.f || alpha.y != 1.f);
   }
 
   // After the last tile: 1 / l of rows g and g + 8 (0 for a row that saw no key).

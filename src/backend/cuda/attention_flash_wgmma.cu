@@ -56,6 +56,7 @@ constexpr int kRows = 128;          // rows (query, head) per block
 constexpr int kKeys = 64;           // keys per K/V tile
 std::atomic<bool> g_enabled{true};  // set_flash_wgmma
 std::atomic<bool> g_tma{false};     // set_flash_tma
+std::atomic<bool> g_lazy{false};    // set_flash_lazy
 std::atomic<int64_t> g_tma_launches{0};
 
 constexpr int kLoaders = 64;   // per half (K or V): one key of a tile per thread
@@ -85,7 +86,12 @@ struct TmaKv {
   int rows = 0;  // the maps' row count: a box there is wholly past the cache (zeros)
 };
 
-template <typename T, int HD, bool kTma>
+// The kernel's forms (template bits): the copy-engine loads, and the lazy softmax max
+// (FlashRows::step's kLazy: O is rescaled only on tiles where a row's max grows past the
+// bound). Both off by default (set_flash_tma, set_flash_lazy).
+constexpr int kModeTma = 1, kModeLazy = 2;
+
+template <typename T, int HD, int kMode>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_flash_wgmma_kernel(const AttentionArgs a, const int32_t* __restrict__ items,
                                  const int group, const int q_tile, const float scale_log2,
@@ -93,6 +99,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                  const __grid_constant__ CUtensorMap map_v, const TmaKv tma,
                                  uint32_t* __restrict__ probe) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr bool kTma = (kMode & kModeTma) != 0, kLazy = (kMode & kModeLazy) != 0;
   using L = WgTraits<HD>;
   // The diagnostic build's record of this block (flash_probe.cuh); compiled out otherwise.
   uint32_t* const rec =
@@ -316,23 +323,29 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<1>();
       fence_regs(sc);
       laps.lap(kPhSReady);
+      if constexpr (kFlashProbe) {  // where ptxas puts this wait anyway (flash_probe.cuh)
+        wgmma_wait<0>();
+        laps.lap(kPhPvDone);
+      }
 
       const bool edge = kt + kKeys - 1 > gq_lo || (window > 0 && kt <= gq_hi - window);
       const float2 alpha =
-          rows.step<kKeys / 8>([&](int n, int e) -> float& { return sc[4 * n + e]; }, edge, kt, qa,
-                               qb, window, scale_log2, lane);
+          rows.step<kKeys / 8, kLazy>([&](int n, int e) -> float& { return sc[4 * n + e]; }, edge,
+                                      kt, qa, qb, window, scale_log2, lane);
       wgmma_wait<0>();
       fence_regs(o);
 #pragma unroll
       for (int kk = 0; kk < kKeys / 16; ++kk) fence_regs(pf[kk]);
       laps.lap(kPhSoftmax);
       if (pending) release(t - 1);
+      if (!kLazy || FlashRows::any_rescale(alpha)) {
 #pragma unroll
-      for (int i = 0; i < kORegs; i += 4) {
-        o[i] *= alpha.x;
-        o[i + 1] *= alpha.x;
-        o[i + 2] *= alpha.y;
-        o[i + 3] *= alpha.y;
+        for (int i = 0; i < kORegs; i += 4) {
+          o[i] *= alpha.x;
+          o[i + 1] *= alpha.x;
+          o[i + 2] *= alpha.y;
+          o[i + 3] *= alpha.y;
+        }
       }
 #pragma unroll
       for (int kk = 0; kk < kKeys / 16; ++kk) {
@@ -466,7 +479,7 @@ namespace {
 template <typename T, int HD>
 bool wgmma_image() {
   static const bool ok =
-      runs_sm90a_image(reinterpret_cast<const void*>(attention_flash_wgmma_kernel<T, HD, false>));
+      runs_sm90a_image(reinterpret_cast<const void*>(attention_flash_wgmma_kernel<T, HD, 0>));
   return ok;
 }
 
@@ -498,8 +511,12 @@ bool launch_hd(const AttentionArgs& a, const int32_t* items, int32_t num_items,
   TmaKv tma;
   const bool use_tma = tma_maps<HD>(a, map_k, map_v, tma);
   if (use_tma) g_tma_launches.fetch_add(1, std::memory_order_relaxed);
-  auto kernel = use_tma ? attention_flash_wgmma_kernel<T, HD, true>
-                        : attention_flash_wgmma_kernel<T, HD, false>;
+  const int mode =
+      (use_tma ? kModeTma : 0) | (g_lazy.load(std::memory_order_relaxed) ? kModeLazy : 0);
+  constexpr decltype(&attention_flash_wgmma_kernel<T, HD, 0>) kKernels[4] = {
+      attention_flash_wgmma_kernel<T, HD, 0>, attention_flash_wgmma_kernel<T, HD, 1>,
+      attention_flash_wgmma_kernel<T, HD, 2>, attention_flash_wgmma_kernel<T, HD, 3>};
+  auto kernel = kKernels[mode];
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), L::kBytes);
   const int group = a.heads / a.kv_heads;
   const int64_t blocks = items != nullptr ? int64_t{num_items} * a.kv_heads
@@ -533,6 +550,10 @@ void set_flash_wgmma(bool on) {
 
 void set_flash_tma(bool on) {
   g_tma.store(on, std::memory_order_relaxed);
+}
+
+void set_flash_lazy(bool on) {
+  g_lazy.store(on, std::memory_order_relaxed);
 }
 
 int64_t flash_tma_launches() {

@@ -13,12 +13,14 @@
 //   2     %smid, 3 the block's key tiles
 //   4-8   thread 0's cycles from entry: work item read (after the wait for the previous
 //         kernel), Q in registers, first K tile landed, last P V done, O stored
-//   12-17 warpgroup 0's lane 0, summed over its tiles: waiting for K, waiting for V,
-//         waiting for its turn, issue to S ready, the softmax (with ptxas's hoisted wait
-//         for its own P V), the rest (O rescale, P packing, stage release)
-//   18-23 the same for warpgroup 1
-//   24-25 the K loader's thread 0: waiting for an empty stage, issuing copies
-//   26-27 the same for the V loader
+//   12-18 warpgroup 0's lane 0, summed over its tiles: waiting for K, waiting for V,
+//         waiting for its turn, issue to S ready, S ready to its own P V done, the
+//         softmax, the rest (O rescale, P packing, stage release). The probe build waits
+//         for P V right after S (ptxas puts that wait at the top of the softmax anyway,
+//         the SASS shows), so the two products' times come apart.
+//   19-25 the same for warpgroup 1
+//   26-27 the K loader's thread 0: waiting for an empty stage, issuing copies
+//   28-29 the same for the V loader
 // Reading the counter perturbs the schedule a little: time the probe build against a
 // normal one in the same call before reading much into small differences.
 #pragma once
@@ -37,9 +39,19 @@ namespace tachyon::cuda {
 
 inline constexpr bool kFlashProbe = TACHYON_FLASH_PROBE != 0;
 inline constexpr int kProbeWords = 32;
-enum ProbePhase : int { kPhWaitK, kPhWaitV, kPhTurn, kPhSReady, kPhSoftmax, kPhRest, kPhCount };
-inline constexpr int kProbeConsumer = 12;  // + 6 x warpgroup
-inline constexpr int kProbeLoader = 24;    // + 2 x half
+enum ProbePhase : int {
+  kPhWaitK,
+  kPhWaitV,
+  kPhTurn,
+  kPhSReady,
+  kPhPvDone,
+  kPhSoftmax,
+  kPhRest,
+  kPhCount
+};
+inline constexpr int kProbeConsumer = 12;                           // + kPhCount x warpgroup
+inline constexpr int kProbeLoader = kProbeConsumer + 2 * kPhCount;  // + 2 x half
+static_assert(kProbeLoader + 4 <= kProbeWords);
 
 // One thread's phase clock: lap(p) adds the cycles since the previous lap to phase p.
 template <int N>

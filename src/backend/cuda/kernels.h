@@ -223,6 +223,9 @@ void set_flash_wgmma(bool on);
 void set_flash_tma(bool on);
 // Launches that took the copy-engine form so far (for tests).
 int64_t flash_tma_launches();
+// set_flash_lazy(true) (TACHYON_FLASH_LAZY=1): the wgmma kernel keeps a warp's softmax
+// maxes until one grows by more than 2^8 and skips O's rescale on the other tiles.
+void set_flash_lazy(bool on);
 bool attention_flash_wgmma_active(DType type, int head_dim);
 bool launch_attention_flash_wgmma(const AttentionArgs& a, const int32_t* items, int32_t num_items,
                                   cudaStream_t stream);
