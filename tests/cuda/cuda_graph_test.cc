@@ -12,6 +12,7 @@
 #include <random>
 
 #include "cuda/cuda_test_util.h"
+#include "cuda/step_batch.h"
 #include "model/decoder.h"
 #include "model/loader.h"
 
@@ -33,30 +34,12 @@ std::unique_ptr<Model> load(DType dtype, bool graphs) {
   return m;
 }
 
-struct Seq {
-  int32_t slot;  // which run of kBlocksEach blocks it owns (in reverse order)
-  std::vector<int32_t> tokens;
-  int32_t computed = 0;
-};
+using Seq = StepSeq;
 
-// One step advancing each sequence over all its not-yet-computed tokens.
+// Each sequence's blocks in reverse order.
 ForwardBatch make_batch(const std::vector<Seq*>& seqs) {
-  ForwardBatch b;
-  b.query_start = {0};
-  b.max_blocks_per_seq = kBlocksEach;
-  for (const Seq* s : seqs) {
-    const int32_t n = static_cast<int32_t>(s->tokens.size()) - s->computed;
-    for (int32_t i = 0; i < n; ++i) {
-      b.token_ids.push_back(s->tokens[s->computed + i]);
-      b.positions.push_back(s->computed + i);
-    }
-    b.query_start.push_back(b.query_start.back() + n);
-    b.context_lens.push_back(static_cast<int32_t>(s->tokens.size()));
-    b.logits_rows.push_back(b.query_start.back() - 1);
-    for (int32_t i = 0; i < kBlocksEach; ++i)
-      b.block_tables.push_back((s->slot + 1) * kBlocksEach - 1 - i);
-  }
-  return b;
+  return step_batch(seqs, kBlocksEach,
+                    [](int32_t slot, int32_t i) { return (slot + 1) * kBlocksEach - 1 - i; });
 }
 
 class CudaGraphTest : public ::testing::TestWithParam<DType> {};

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "cuda/cuda_test_util.h"
+#include "cuda/step_batch.h"
 #include "model/decoder.h"
 #include "model/loader.h"
 
@@ -31,33 +32,19 @@ std::unique_ptr<Model> load() {
   return m;
 }
 
-struct Seq {
-  int32_t slot;
-  std::vector<int32_t> tokens;
-  int32_t computed = 0;
-};
+using Seq = StepSeq;
 
 // A step over every sequence's uncomputed tokens, a greedy device row each (row
 // `host_row` sampled on the host instead).
 ForwardBatch make_batch(const std::vector<Seq*>& seqs, int host_row = -1) {
-  ForwardBatch b;
-  b.query_start = {0};
-  b.max_blocks_per_seq = kBlocksEach;
-  for (const Seq* s : seqs) {
-    const int32_t n = static_cast<int32_t>(s->tokens.size()) - s->computed;
-    for (int32_t i = 0; i < n; ++i) {
-      b.token_ids.push_back(s->tokens[s->computed + i]);
-      b.positions.push_back(s->computed + i);
-    }
-    b.query_start.push_back(b.query_start.back() + n);
-    b.context_lens.push_back(static_cast<int32_t>(s->tokens.size()));
-    b.logits_rows.push_back(b.query_start.back() - 1);
-    for (int32_t i = 0; i < kBlocksEach; ++i) b.block_tables.push_back(s->slot * kBlocksEach + i);
-    RowSampling r;
-    r.mode = static_cast<int>(b.sampling.rows.size()) == host_row ? RowSampling::Mode::kHost
-                                                                  : RowSampling::Mode::kDevice;
-    r.greedy = true;
-    b.sampling.rows.push_back(r);
+  ForwardBatch b =
+      step_batch(seqs, kBlocksEach, [](int32_t slot, int32_t i) { return slot * kBlocksEach + i; });
+  for (size_t r = 0; r < seqs.size(); ++r) {
+    RowSampling row;
+    row.mode =
+        static_cast<int>(r) == host_row ? RowSampling::Mode::kHost : RowSampling::Mode::kDevice;
+    row.greedy = true;
+    b.sampling.rows.push_back(row);
   }
   return b;
 }
