@@ -31,6 +31,9 @@
 // passes its turn without products (after flushing its pending P V).
 // Every visible tile issues both products, so ptxas sees one wgmma pipeline and does
 // not serialize it (the first visible tile's P V adds a zero P times its own V).
+// Optional forms, off by default until measured: the copy engine loads whole tiles
+// (TACHYON_FLASH_TMA), and the lazy softmax max (TACHYON_FLASH_LAZY). A diagnostic build
+// records where each block's cycles go (flash_probe.cuh).
 #include <cuda.h>  // CUtensorMap
 
 #include <atomic>
