@@ -14,7 +14,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
+#include <string>
 
 #include "backend/cuda/kernels.h"
 #include "backend/ops.h"
@@ -242,40 +244,58 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
     auto_ran_ = gpu_->last_attention_kernel();
     expect_near(host_values(*gpu_, out), want_for(auto_ran_), bound_for(dt_),
                 dtype_label(dt_) + " auto (" + kernel_name(auto_ran_) + ") " + c.name);
+    // The flash kernel's other forms (forms_), on the same inputs against the same
+    // reference.
+    for (const FlashForm& form : forms_) {
+      form.set(true);
+      gpu_->set_attention_kernel(Kernel::kFlash);
+      Tensor fout = poisoned(*gpu_, {T, layout.q_cols()}, dt_);
+      gpu_->attention(qkv_g, layout, g, mg, pg, fout);
+      const bool took = gpu_->last_attention_kernel() == Kernel::kFlash;
+      form.set(false);
+      EXPECT_TRUE(took) << c.name << " (" << form.label << ")";
+      if (took)
+        expect_near(host_values(*gpu_, fout), want_for(Kernel::kFlash), bound_for(dt_),
+                    dtype_label(dt_) + " flash (" + form.label + ") " + c.name);
+    }
+  }
+
+  // A form of the flash kernel: set(true) switches it on, set(false) back off.
+  struct FlashForm {
+    std::string label;
+    std::function<void(bool)> set;
+  };
+  std::vector<FlashForm> forms_;
+  // The wgmma kernel's alternatives: mma.sync, and its optional forms together (the
+  // copy-engine loads and the lazy softmax max).
+  static std::vector<FlashForm> wgmma_forms() {
+    return {{"mma.sync", [](bool on) { cuda::set_flash_wgmma(!on); }},
+            {"tma, lazy max", [](bool on) {
+               cuda::set_flash_tma(on);
+               cuda::set_flash_lazy(on);
+             }}};
   }
 
   // Whether the last run() ran the kernel (it applied to the case).
   bool ran(Kernel k) const { return std::find(ran_.begin(), ran_.end(), k) != ran_.end(); }
   // run(), and for bf16/f16 a check that the flash kernel took the case; where the
-  // wgmma form applies (sm_90a, head_dim 64 or 128), once with it and once without.
+  // wgmma form applies (sm_90a, head_dim 64 or 128), the flash kernel again on the same
+  // inputs on mma.sync, and with its optional forms together: the copy-engine loads
+  // (taken for no sliding window and block sizes of whole 8-key runs that tile 64 keys,
+  // else it keeps cp.async) and the lazy softmax max.
   void run_flash(const AttnCase& c) {
     const bool wgmma = cuda::attention_flash_wgmma_active(dt_, c.head_dim);
+    if (wgmma) forms_ = wgmma_forms();
+    const int64_t before = cuda::flash_tma_launches();
     run(c);
+    forms_.clear();
     if (dt_ != DType::kF32) {
       EXPECT_TRUE(ran(Kernel::kFlash)) << c.name;
     }
     if (!wgmma) return;
-    cuda::set_flash_wgmma(false);
-    AttnCase plain = c;
-    plain.name += " (mma.sync)";
-    run(plain);
-    cuda::set_flash_wgmma(true);
-    EXPECT_TRUE(ran(Kernel::kFlash)) << plain.name;
-    // The optional forms together: the copy-engine loads, which the kernel takes for no
-    // sliding window and block sizes of whole 8-key runs that tile 64 keys (else it keeps
-    // cp.async), and the lazy softmax max.
-    cuda::set_flash_tma(true);
-    cuda::set_flash_lazy(true);
-    AttnCase tma = c;
-    tma.name += " (tma, lazy max)";
-    const int64_t before = cuda::flash_tma_launches();
-    run(tma);
-    cuda::set_flash_tma(false);
-    cuda::set_flash_lazy(false);
-    EXPECT_TRUE(ran(Kernel::kFlash)) << tma.name;
     const int bs = c.block_size;
     const bool applies = c.window <= 0 && bs % 8 == 0 && (64 % bs == 0 || bs % 64 == 0);
-    EXPECT_EQ(cuda::flash_tma_launches() > before, applies) << tma.name;
+    EXPECT_EQ(cuda::flash_tma_launches() > before, applies) << c.name << " (tma)";
   }
 
   // The decode kernel's plan for the case's shape (what it splits the keys by).
@@ -865,7 +885,10 @@ TEST_P(CudaAttentionFp8Test, Decode) {
 // no host lengths (staging bounded by the device's lengths), block-table entries before
 // a window unset.
 TEST_P(CudaAttentionFp8Test, PrefillAndMixed) {
+  // The flash kernel's forms on the staged 16-bit copy of the cache, too.
+  if (cuda::attention_flash_wgmma_active(dt_, 128)) forms_ = wgmma_forms();
   run({"fp8 prefill", 8, 2, 128, 16, {{0, 37}, {0, 1}, {0, 130}}});
+  forms_.clear();
   EXPECT_TRUE(ran(Kernel::kFlash) && ran(Kernel::kSimple));
   run({"fp8 chunked, block 5", 4, 2, 64, 5, {{100, 37}, {513, 64}, {31, 1}, {4, 6}}});
   run({"fp8 mixed prefill + decode", 8, 2, 128, 16, {{600, 1}, {0, 45}, {2100, 1}, {30, 9}}});
