@@ -119,6 +119,7 @@ __device__ __forceinline__ int flash_key_row(const AttentionArgs& a, const Flash
 struct FlashRows {
   float m_a = -INFINITY, m_b = -INFINITY;  // running max of the raw scores
   float l_a = 0.f, l_b = 0.f;              // this lane's part of the running sums
+  bool kept = false;  // step<kLazy>: the warp kept its maxes (every factor is exactly 1)
 
   // One key tile: at(n, e) is the score of key kt + 8n + 2 (lane % 4) + (e & 1) for row
   // g's query qa (e < 2) or row g + 8's qb, the m16n8 accumulator layout over kNTiles
@@ -127,8 +128,8 @@ struct FlashRows {
   // g + 8) that rescale O to the new max.
   // kLazy: the warp keeps its rows' old maxes unless one of them would grow by more than
   // 2^8 (kLazyLog2) -- then p <= 256, harmless in f32 sums and in P's 16-bit form, and the
-  // final 1 / l uses the same max -- so most tiles return factors of exactly 1 and the
-  // caller may skip the rescale (any_rescale). The warp's choice is uniform.
+  // final 1 / l uses the same max -- so most tiles return factors of exactly 1 (kept set)
+  // and the caller may skip the rescale. The warp's choice is uniform.
   template <int kNTiles, bool kLazy = false, typename At>
   __device__ __forceinline__ float2 step(At&& at, bool edge, int kt, int qa, int qb, int window,
                                          float scale_log2, int lane) {
@@ -158,7 +159,8 @@ struct FlashRows {
       // or is still -inf with a visible key now.
       const bool grow =
           (mx_a - m_a) * scale_log2 > kLazyLog2 || (mx_b - m_b) * scale_log2 > kLazyLog2;
-      if (!__any_sync(0xffffffffu, grow)) {
+      kept = !__any_sync(0xffffffffu, grow);
+      if (kept) {
         mx_a = m_a;
         mx_b = m_b;
       }
@@ -185,11 +187,6 @@ struct FlashRows {
   }
 
   static constexpr float kLazyLog2 = 8.f;
-
-  // Whether any of the warp's rows needs its O rescaled (a factor other than 1).
-  __device__ __forceinline__ static bool any_rescale(float2 alpha) {
-    return __any_sync(0xffffffffu, alpha.x != 1.f || alpha.y != 1.f);
-  }
 
   // After the last tile: 1 / l of rows g and g + 8 (0 for a row that saw no key).
   __device__ __forceinline__ float2 inverse_sums() const {

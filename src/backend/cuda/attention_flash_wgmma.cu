@@ -341,7 +341,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kk = 0; kk < kKeys / 16; ++kk) fence_regs(pf[kk]);
       laps.lap(kPhSoftmax);
       if (pending) release(t - 1);
-      if (!kLazy || FlashRows::any_rescale(alpha)) {
+      if (!kLazy || !rows.kept) {
 #pragma unroll
         for (int i = 0; i < kORegs; i += 4) {
           o[i] *= alpha.x;
