@@ -460,9 +460,9 @@ struct LtProduct {
   int64_t n = 0, k = 0;
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  std::vector<LtCandidate> cands;
-  std::vector<Tensor> w;
-  Tensor x, y;
+  std::vector<LtCandidate> cands = {};
+  std::vector<Tensor> w = {};
+  Tensor x = {}, y = {};
   int quick_pick = -1, sustained_pick = -1;
 };
 
@@ -566,17 +566,11 @@ void gemm_algos(const Dims& d, const std::vector<int64_t>& ms) {
     return msec * 1e-3 / calls;
   };
   for (int64_t m : ms) {
-    std::vector<LtProduct> ps(4);
-    const int64_t shapes[4][2] = {{(d.heads + 2 * d.kv_heads) * d.head_dim, d.hidden},
-                                  {d.hidden, d.heads * d.head_dim},
-                                  {2 * d.inter, d.hidden},
-                                  {d.hidden, d.inter}};
-    const char* names[4] = {"qkv", "o", "gate_up", "down"};
-    for (int i = 0; i < 4; ++i) {
-      ps[i].name = names[i];
-      ps[i].n = shapes[i][0];
-      ps[i].k = shapes[i][1];
-    }
+    std::vector<LtProduct> ps = {
+        {.name = "qkv", .n = (d.heads + 2 * d.kv_heads) * d.head_dim, .k = d.hidden},
+        {.name = "o", .n = d.hidden, .k = d.heads * d.head_dim},
+        {.name = "gate_up", .n = 2 * d.inter, .k = d.hidden},
+        {.name = "down", .n = d.hidden, .k = d.inter}};
     std::printf("\n%-8s %6s %4s %3s %4s %5s %5s %7s %5s %9s %9s %9s %9s\n", "gemm", "m", "cand",
                 "heu", "algo", "tile", "stage", "cluster", "swz", "quick us", "sust. us", "TFLOP/s",
                 "rel.err");
