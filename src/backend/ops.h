@@ -69,6 +69,14 @@ struct NormParams {
   float weight_offset = 0.f;  // the scale is (weight_offset + weight): Gemma uses 1
 };
 
+// A product that normalises its own input rows: x is the un-normalised input of an RMS
+// norm (the residual stream) whose scale Backend::fold_norm() moved into the product's
+// weight, and each output row is scaled by 1 / sqrt(mean(x_row²) + eps) before anything
+// else is done to it (the norm's pass, and its [T, D] output, disappear).
+struct RowRms {
+  float eps = 1e-5f;
+};
+
 // Per-step sequence metadata for the paged KV cache, all i32 device tensors.
 // Cache slot s of a sequence is position s of that sequence; the physical slot is
 // block_tables[seq, s / block_size] * block_size + s % block_size.
@@ -237,6 +245,23 @@ class Backend {
   virtual void qk_norm(Tensor& qkv, const QkvLayout& layout, const NormParams& q_norm,
                        const NormParams& k_norm) = 0;
 
+  // Norms folded into the products that read them: whether fold_norm() takes this
+  // prepared weight w [N, K] and norm (an RMS norm without bias, over K).
+  virtual bool folds_norm(const Tensor& w, const NormParams& norm) const {
+    (void)w;
+    (void)norm;
+    return false;
+  }
+  // A new weight w'[n, k] = w[n, k] * (norm.weight_offset + norm.weight[k]), rounded to
+  // w's dtype (w itself is left alone): the product of x / rms(x) with w' is the product
+  // of norm(x) with w (up to that rounding), so the norm's pass needs no weight and a
+  // product that takes a RowRms needs no pass at all. Only where folds_norm().
+  virtual Tensor fold_norm(const Tensor& w, const NormParams& norm) {
+    (void)w;
+    (void)norm;
+    throw Internal("fold_norm: this backend does not fold norms");
+  }
+
   // ---- dense ----------------------------------------------------------------------
   // out[:, col_offset : col_offset + N] = act(x · wᵀ + bias).
   // x [T, K]; w [N, K] (prepared); bias [N] f32 optional (a 16-bit backend adds it in
@@ -261,13 +286,15 @@ class Backend {
   // intermediate): w [2I, K] (prepared; [gate | up] rows), out [T, I] in the activation
   // dtype, with the same rounding as linear() into [T, 2I] then gated_activation().
   // Returns false, having done nothing, where it does not (the caller then runs those).
+  // With rms, x's rows are normalised by the product (RowRms), where the backend can.
   virtual bool linear_gated(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act,
-                            Tensor& out) {
+                            Tensor& out, const RowRms* rms = nullptr) {
     (void)x;
     (void)w;
     (void)bias;
     (void)act;
     (void)out;
+    (void)rms;
     return false;
   }
   // out[t, i] = act(in[t, i]) * in[t, I + i]; in [T, 2I] ([gate | up]), out [T, I].
@@ -330,10 +357,13 @@ class Backend {
   // qkv = x · wᵀ (+ bias) and then rotary_write_kv() on it, in one pass where the backend
   // folds the rotary and the cache write into the product (w [row_cols, K] prepared,
   // qkv [T, row_cols] in the activation dtype); the same values as linear() then
-  // rotary_write_kv(). Returns false, having done nothing, where it does not.
+  // rotary_write_kv(). Returns false, having done nothing, where it does not. With rms,
+  // x's rows are normalised by the product (RowRms), where the backend can.
   virtual bool linear_rotary_kv(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& qkv,
                                 const QkvLayout& layout, const Tensor& cos_sin, RotaryStyle style,
-                                int32_t rotary_dim, const Tensor& slots, LayerKvCache& cache) {
+                                int32_t rotary_dim, const Tensor& slots, LayerKvCache& cache,
+                                const RowRms* rms = nullptr) {
+    (void)rms;
     (void)x;
     (void)w;
     (void)bias;

@@ -16,6 +16,19 @@
 namespace tachyon::cuda_test {
 namespace {
 
+// Rotary tables [m, rot] f32 of real angles: position pos0 + t, frequency p (base 10000),
+// rot / 2 cosines then rot / 2 sines a row.
+Tensor rotary_table(int64_t m, int rot, int64_t pos0 = 0) {
+  Tensor cs = Tensor::empty({m, rot}, DType::kF32);
+  for (int64_t t = 0; t < m; ++t)
+    for (int p = 0; p < rot / 2; ++p) {
+      const double ang = static_cast<double>(pos0 + t) * std::pow(10000.0, -2.0 * p / rot);
+      cs.data<float>()[t * rot + p] = static_cast<float>(std::cos(ang));
+      cs.data<float>()[t * rot + rot / 2 + p] = static_cast<float>(std::sin(ang));
+    }
+  return cs;
+}
+
 class CudaOpsTest : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
@@ -428,13 +441,7 @@ TEST_P(CudaOpsTest, WgmmaEpilogues) {
                              (c.fp8 ? " e4m3 cache" : "");
     Tensor x = input({c.m, k});
     Tensor w = input({cols, k}, 1.f / std::sqrt(static_cast<float>(k)));
-    Tensor cs = Tensor::empty({c.m, c.rot}, DType::kF32);
-    for (int64_t t = 0; t < c.m; ++t)
-      for (int p = 0; p < c.rot / 2; ++p) {
-        const double ang = (t + 5) * std::pow(10000.0, -2.0 * p / c.rot);
-        cs.data<float>()[t * c.rot + p] = static_cast<float>(std::cos(ang));
-        cs.data<float>()[t * c.rot + c.rot / 2 + p] = static_cast<float>(std::sin(ang));
-      }
+    Tensor cs = rotary_table(c.m, c.rot, 5);
     const int32_t bs = 16, nb = static_cast<int32_t>((c.m + bs - 1) / bs) + 2;
     std::vector<int32_t> slots(static_cast<size_t>(c.m));
     for (int64_t t = 0; t < c.m; ++t)
@@ -508,13 +515,7 @@ TEST_P(CudaOpsTest, WgmmaEpilogues) {
       Tensor x = input({m, k});
       Tensor w = input({cols, k}, 1.f / std::sqrt(static_cast<float>(k)));
       Tensor b = rounded(randn({cols}, rng_, 0.5f), dt_);
-      Tensor cs = Tensor::empty({m, rot}, DType::kF32);
-      for (int64_t t = 0; t < m; ++t)
-        for (int p = 0; p < rot / 2; ++p) {
-          const double ang = t * std::pow(10000.0, -2.0 * p / rot);
-          cs.data<float>()[t * rot + p] = static_cast<float>(std::cos(ang));
-          cs.data<float>()[t * rot + rot / 2 + p] = static_cast<float>(std::sin(ang));
-        }
+      Tensor cs = rotary_table(m, rot);
       const int32_t bs = 16, nb = static_cast<int32_t>(m / bs) + 1;
       std::vector<int32_t> slots(static_cast<size_t>(m));
       for (int64_t t = 0; t < m; ++t) slots[t] = static_cast<int32_t>(t);
@@ -545,6 +546,188 @@ TEST_P(CudaOpsTest, WgmmaEpilogues) {
       expect_near(host_values(*gpu_, cb.v), host_values(*gpu_, ca.v), bound_for(dt_),
                   tag(what + " v cache"));
     }
+  }
+}
+
+// Norms folded into the products that read them:
+// - fold_norm: w' = w * (offset + g), rounded, bit for bit against the host's f32 product
+//   rounded, offsets 0 and 1 (Gemma's norms); the source weight untouched; folds_norm
+//   declines while off (the default), a LayerNorm, a norm with a bias, a width mismatch.
+// - linear_gated and linear_rotary_kv with a RowRms (the wgmma GEMM normalising x's rows
+//   itself, from kEpilogueRows rows on Hopper): rows whose scales span 1e-2 .. 1e2 (the
+//   normalisation matters), eps 1e-5 and 0.1 (eps matters), k not a multiple of 64 and
+//   rows past the last tile. Gated: against the host's product of x scaled by
+//   1 / sqrt(mean(x²) + eps) in double, gate and up rounded, the activation rounded, the
+//   product. Rotary: against linear() and rotary_write_kv() on the rows normalised by
+//   add_norm with a weight of ones (within rounding), both caches included. Below
+//   kEpilogueRows the calls decline and leave everything alone; the kernel refuses the
+//   row norm in clusters, without the hand-off, for a plain product, with a NaN eps.
+TEST_P(CudaOpsTest, FoldedNorms) {
+  // ---- fold_norm ----
+  {
+    const int64_t n = 37, k = 72;
+    Tensor w = input({n, k});
+    Tensor g = randn({k}, rng_, 0.3f, 1.f);
+    NormParams norm;
+    norm.weight = dev_f32(g);
+    Tensor wd = gpu_->prepare_weight(w);
+    gpu_->set_norm_fold(false);
+    EXPECT_FALSE(gpu_->folds_norm(wd, norm));
+    gpu_->set_norm_fold(true);
+    ASSERT_TRUE(gpu_->folds_norm(wd, norm));
+    for (float offset : {0.f, 1.f}) {
+      norm.weight_offset = offset;
+      Tensor want = Tensor::empty({n, k}, DType::kF32);
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t c = 0; c < k; ++c)
+          want.data<float>()[r * k + c] =
+              w.data<float>()[r * k + c] * (offset + g.data<float>()[c]);
+      const Tensor folded = gpu_->fold_norm(wd, norm);
+      expect_near(host_values(*gpu_, folded), host_values(rounded(want, dt_)), 0.0,
+                  tag("fold_norm offset " + std::to_string(static_cast<int>(offset))));
+    }
+    expect_near(host_values(*gpu_, wd), host_values(w), 0.0, tag("fold_norm source untouched"));
+    NormParams layer = norm;
+    layer.type = NormType::kLayerNorm;
+    EXPECT_FALSE(gpu_->folds_norm(wd, layer));
+    NormParams biased = norm;
+    biased.bias = dev_f32(randn({k}, rng_));
+    EXPECT_FALSE(gpu_->folds_norm(wd, biased));
+    EXPECT_FALSE(gpu_->folds_norm(gpu_->prepare_weight(input({n, k + 8})), norm));
+    gpu_->set_norm_fold(false);
+  }
+  const bool active = cuda::gemm_wgmma_active(dt_);
+  // Rows of random scales, and each row's 1 / sqrt(mean(x²) + eps).
+  const auto scaled_rows = [&](int64_t m, int64_t k) {
+    Tensor x = randn({m, k}, rng_);
+    std::uniform_real_distribution<float> e(-2.f, 2.f);
+    for (int64_t r = 0; r < m; ++r) {
+      const float s = std::pow(10.f, e(rng_));
+      for (int64_t c = 0; c < k; ++c) x.data<float>()[r * k + c] *= s;
+    }
+    return rounded(x, dt_);
+  };
+  const auto inv_rms = [](const Tensor& x, float eps) {
+    const int64_t m = x.dim(0), k = x.dim(1);
+    std::vector<double> inv(static_cast<size_t>(m));
+    for (int64_t r = 0; r < m; ++r) {
+      double ss = 0;
+      for (int64_t c = 0; c < k; ++c)
+        ss += double{x.data<float>()[r * k + c]} * x.data<float>()[r * k + c];
+      inv[r] = 1.0 / std::sqrt(ss / static_cast<double>(k) + eps);
+    }
+    return inv;
+  };
+  // ---- gated ----
+  struct GatedCase {
+    int64_t m, n, k;
+    float eps;
+  };
+  const GatedCase gated_cases[] = {
+      {2100, 264, 136, 1e-5f}, {2300, 128, 520, 0.1f}, {1000, 128, 136, 1e-5f}};
+  for (const GatedCase& c : gated_cases) {
+    const std::string shape = std::to_string(c.m) + "x" + std::to_string(c.n) + "x" +
+                              std::to_string(c.k) + " eps " + std::to_string(c.eps);
+    Tensor x = scaled_rows(c.m, c.k);
+    Tensor w = input({2 * c.n, c.k}, 1.f / std::sqrt(static_cast<float>(c.k)));
+    Tensor prod = Tensor::zeros({c.m, 2 * c.n}, DType::kF32);
+    cpu_->linear(x, w, Tensor(), prod, 0, Activation::kIdentity);
+    const std::vector<double> inv = inv_rms(x, c.eps);
+    for (int64_t r = 0; r < c.m; ++r)
+      for (int64_t i = 0; i < 2 * c.n; ++i)
+        prod.data<float>()[r * 2 * c.n + i] =
+            static_cast<float>(prod.data<float>()[r * 2 * c.n + i] * inv[r]);
+    Tensor pr = rounded(prod, dt_);
+    Tensor act = Tensor::zeros({c.m, c.n}, DType::kF32);
+    for (int64_t r = 0; r < c.m; ++r)
+      for (int64_t i = 0; i < c.n; ++i) {
+        const double v = pr.data<float>()[r * 2 * c.n + i];
+        act.data<float>()[r * c.n + i] = static_cast<float>(v / (1.0 + std::exp(-v)));
+      }
+    Tensor act_r = rounded(act, dt_);
+    std::vector<double> want(static_cast<size_t>(c.m * c.n));
+    for (int64_t r = 0; r < c.m; ++r)
+      for (int64_t i = 0; i < c.n; ++i)
+        want[r * c.n + i] =
+            double{act_r.data<float>()[r * c.n + i]} * pr.data<float>()[r * 2 * c.n + c.n + i];
+    Tensor xd = dev(x), wd = gpu_->prepare_weight(w);
+    const RowRms rms{c.eps};
+    Tensor out = poisoned(*gpu_, {c.m, c.n}, dt_);
+    const int64_t before = cuda::gemm_wgmma_rms_launches();
+    const bool took = gpu_->linear_gated(xd, wd, Tensor(), Activation::kSilu, out, &rms);
+    ASSERT_EQ(took, active && c.m >= cuda::CudaBackend::kGatedHandoffRows) << shape;
+    EXPECT_EQ(cuda::gemm_wgmma_rms_launches() - before, took ? 1 : 0) << shape;
+    if (took) {
+      expect_near(host_values(*gpu_, out), want, bound_for(dt_), tag("linear_gated rms " + shape));
+    } else {
+      for (double v : host_values(*gpu_, out)) ASSERT_TRUE(std::isnan(v)) << "declined but wrote";
+    }
+    if (!active) continue;
+    cuda::WgmmaGemmArgs g =
+        cuda::wgmma_product(xd.raw(), wd.raw(), out.raw(), dt_, c.m, c.n, c.k, c.n);
+    g.w_rows = 2 * c.n;
+    g.up_row = c.n;
+    g.act = cuda::KAct::kSilu;
+    g.handoff = true;
+    g.rms_eps = c.eps;
+    ASSERT_TRUE(cuda::gemm_wgmma_supports(g)) << shape;
+    for (int refuse = 0; refuse < 4; ++refuse) {
+      cuda::WgmmaGemmArgs b = g;
+      if (refuse == 0) b.cluster = 2;
+      if (refuse == 1) b.handoff = false;
+      if (refuse == 2) {
+        b.up_row = -1;  // plain
+        b.w_rows = b.n_out = 2 * c.n;
+        b.ldy = 2 * c.n;
+      }
+      if (refuse == 3) b.rms_eps = std::nanf("");
+      EXPECT_FALSE(cuda::launch_gemm_wgmma(b, gpu_->stream())) << shape << " refusal " << refuse;
+    }
+  }
+  // ---- rotary and KV write ----
+  for (int64_t m : {int64_t{2100}, int64_t{1000}}) {
+    const QkvLayout layout{8, 2, 128};
+    const int64_t cols = layout.row_cols(), k = 264;
+    const int rot = 128;
+    const float eps = 1e-5f;
+    Tensor x = scaled_rows(m, k);
+    Tensor w = input({cols, k}, 1.f / std::sqrt(static_cast<float>(k)));
+    Tensor cs = rotary_table(m, rot);
+    const int32_t bs = 16, nb = static_cast<int32_t>(m / bs) + 1;
+    std::vector<int32_t> slots(static_cast<size_t>(m));
+    for (int64_t t = 0; t < m; ++t) slots[t] = static_cast<int32_t>((t * 37 + 5) % m);
+    Tensor init = input({nb, layout.num_kv_heads, bs, layout.head_dim});
+    Tensor xd = dev(x), wd = gpu_->prepare_weight(w);
+    Tensor cs_g = dev_f32(cs), slots_g = to_gpu_i32(*gpu_, slots);
+    // The reference: the weightless norm's pass, the product, the rotary and cache write.
+    NormParams unit;
+    unit.eps = eps;
+    Tensor ones = Tensor::empty({k}, DType::kF32);
+    std::fill(ones.data<float>(), ones.data<float>() + k, 1.f);
+    unit.weight = dev_f32(ones);
+    Tensor xr = dev(x), h = poisoned(*gpu_, {m, k}, dt_);
+    gpu_->add_norm(xr, Tensor(), Tensor(), unit, h);
+    Tensor qa = poisoned(*gpu_, {m, cols}, dt_);
+    LayerKvCache ca{dev(init), dev(init)};
+    gpu_->linear(h, wd, Tensor(), qa, 0, Activation::kIdentity);
+    gpu_->rotary_write_kv(qa, layout, cs_g, RotaryStyle::kHalf, rot, slots_g, ca);
+    Tensor qb = poisoned(*gpu_, {m, cols}, dt_);
+    LayerKvCache cb{dev(init), dev(init)};
+    const RowRms rms{eps};
+    const bool fused = gpu_->linear_rotary_kv(xd, wd, Tensor(), qb, layout, cs_g,
+                                              RotaryStyle::kHalf, rot, slots_g, cb, &rms);
+    const std::string what = "linear_rotary_kv rms " + std::to_string(m);
+    ASSERT_EQ(fused, active && m >= cuda::CudaBackend::kEpilogueRows) << what;
+    if (!fused) {
+      for (double v : host_values(*gpu_, qb)) ASSERT_TRUE(std::isnan(v)) << "declined but wrote";
+      expect_near(host_values(*gpu_, cb.k), host_values(init), 0.0, tag(what + " k untouched"));
+      continue;
+    }
+    expect_near(host_values(*gpu_, qb), host_values(*gpu_, qa), bound_for(dt_), tag(what));
+    expect_near(host_values(*gpu_, cb.k), host_values(*gpu_, ca.k), bound_for(dt_),
+                tag(what + " k cache"));
+    expect_near(host_values(*gpu_, cb.v), host_values(*gpu_, ca.v), bound_for(dt_),
+                tag(what + " v cache"));
   }
 }
 

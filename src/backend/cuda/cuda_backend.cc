@@ -98,6 +98,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   wgmma_handoff_ = env_flag("TACHYON_GEMM_WGMMA_HANDOFF", true);
   wgmma_add_ = env_flag("TACHYON_GEMM_WGMMA_ADD", false);
   wgmma_rotary_ = env_flag("TACHYON_GEMM_WGMMA_ROTARY", true);
+  norm_fold_ = env_flag("TACHYON_NORM_FOLD", false);
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   alloc_ = std::make_unique<DeviceAllocator>(device_);
   ring_ = std::make_unique<PinnedRing>(kRingBytes);

@@ -74,11 +74,17 @@ class CudaBackend final : public Backend {
   // kEpilogueRows rows, without bias (TACHYON_GEMM_WGMMA_ROTARY=0: never).
   bool linear_rotary_kv(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& qkv,
                         const QkvLayout& layout, const Tensor& cos_sin, RotaryStyle style,
-                        int32_t rotary_dim, const Tensor& slots, LayerKvCache& cache) override;
+                        int32_t rotary_dim, const Tensor& slots, LayerKvCache& cache,
+                        const RowRms* rms = nullptr) override;
   // On the wgmma GEMM with the gate in its epilogue (gemm_wgmma.cu) from kGatedMinRows
-  // rows, without bias, where that kernel is active (TACHYON_GEMM_WGMMA=0: never).
+  // rows, without bias, where that kernel is active (TACHYON_GEMM_WGMMA=0: never). With
+  // a RowRms (both): only where the epilogue is handed off (from kGatedHandoffRows rows).
   bool linear_gated(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act,
-                    Tensor& out) override;
+                    Tensor& out, const RowRms* rms = nullptr) override;
+  // Norms folded into 16-bit and f32 weights on the device, when set_norm_fold asks for
+  // it (TACHYON_NORM_FOLD=1; off by default until measured).
+  bool folds_norm(const Tensor& w, const NormParams& norm) const override;
+  Tensor fold_norm(const Tensor& w, const NormParams& norm) override;
   static constexpr int64_t kGatedMinRows = 512;
   // From these rows on, with its epilogue on warps of its own (the hand-off): measured
   // 3.5 ms faster in the 8 x 1024 prefill step, 0.6-1.2 ms slower in the 1 x 1024 one.
@@ -153,6 +159,9 @@ class CudaBackend final : public Backend {
   // linear_add on the wgmma GEMM (TACHYON_GEMM_WGMMA_ADD; off by default: slower than
   // cuBLASLt's C input for the o product).
   void set_wgmma_add(bool on) { wgmma_add_ = on; }
+  // Whether folds_norm() says yes (TACHYON_NORM_FOLD=1): a model made afterwards folds
+  // its pre-attention and pre-MLP norms into the qkv and gate/up weights.
+  void set_norm_fold(bool on) { norm_fold_ = on; }
   // Which kernel the last product (linear()) ran on (for tests and benchmarks).
   enum class LinearPath { kCublas, kGemv, kSkinny, kInvariant, kWgmma };
   LinearPath last_linear_path() const { return last_linear_path_; }
@@ -214,6 +223,7 @@ class CudaBackend final : public Backend {
   bool wgmma_handoff_ = true;
   // The wgmma GEMM for linear_add and linear_rotary_kv (TACHYON_GEMM_WGMMA_ADD, _ROTARY).
   bool wgmma_add_ = false, wgmma_rotary_ = true;
+  bool norm_fold_ = false;  // TACHYON_NORM_FOLD
   Tensor skinny_partial_, merge_counters_;
   AttentionKernel attention_kernel_ = AttentionKernel::kAuto;
   bool batch_invariant_ = false;

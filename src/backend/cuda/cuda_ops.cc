@@ -83,6 +83,22 @@ void CudaBackend::add_norm(Tensor& residual, const Tensor& delta1, const Tensor&
                   dtype_, residual.dim(0), d, norm_args(norm, d), out.raw(), stream_);
 }
 
+bool CudaBackend::folds_norm(const Tensor& w, const NormParams& norm) const {
+  const DType t = w.dtype();
+  return norm_fold_ && norm.type == NormType::kRMSNorm && !norm.bias && norm.weight &&
+         norm.weight.dtype() == DType::kF32 && norm.weight.device() == device() && w &&
+         w.device() == device() && w.ndim() == 2 && norm.weight.numel() == w.dim(1) &&
+         (t == DType::kF32 || t == DType::kF16 || t == DType::kBF16);
+}
+
+Tensor CudaBackend::fold_norm(const Tensor& w, const NormParams& norm) {
+  TACHYON_CHECK(folds_norm(w, norm), "fold_norm: {} with a norm of {}", w.str(), norm.weight.str());
+  Tensor out = alloc_->alloc(w.shape(), w.dtype());
+  launch_fold_norm(w.raw(), out.raw(), w.dtype(), w.dim(0), w.dim(1), norm.weight.data<float>(),
+                   norm.weight_offset, stream_);
+  return out;
+}
+
 void CudaBackend::qk_norm(Tensor& qkv, const QkvLayout& layout, const NormParams& q_norm,
                           const NormParams& k_norm) {
   check_act(qkv, "qk_norm qkv");
@@ -216,7 +232,7 @@ bool CudaBackend::linear_add(const Tensor& x, const Tensor& w, const Tensor& bia
 bool CudaBackend::linear_rotary_kv(const Tensor& x, const Tensor& w, const Tensor& bias,
                                    Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
                                    RotaryStyle style, int32_t rotary_dim, const Tensor& slots,
-                                   LayerKvCache& cache) {
+                                   LayerKvCache& cache, const RowRms* rms) {
   const int64_t m = x.dim(0);
   if (!wgmma_rotary_ || batch_invariant_ || bias || m < kEpilogueRows ||
       (style != RotaryStyle::kHalf && style != RotaryStyle::kInterleaved) || rotary_dim <= 0 ||
@@ -246,18 +262,20 @@ bool CudaBackend::linear_rotary_kv(const Tensor& x, const Tensor& w, const Tenso
   g.group = wgmma_group_;
   g.handoff = true;
   g.rotary = &r;
+  if (rms != nullptr) g.rms_eps = rms->eps;
   if (!launch_gemm_wgmma(g, stream_)) return false;
   last_linear_path_ = LinearPath::kWgmma;
   return true;
 }
 
 bool CudaBackend::linear_gated(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act,
-                               Tensor& out) {
+                               Tensor& out, const RowRms* rms) {
   const int64_t m = x.dim(0);
+  const bool handoff = wgmma_handoff_ && m >= kGatedHandoffRows;
   // Outputs of whole 16-byte pieces only (MLP widths are multiples of 8 in practice; the
   // kernel's partial pieces at a ragged edge serve the direct calls).
   if (batch_invariant_ || bias || m < kGatedMinRows || out.dtype() != dtype_ ||
-      out.dim(1) % 8 != 0 || !gemm_wgmma_active(dtype_))
+      out.dim(1) % 8 != 0 || !gemm_wgmma_active(dtype_) || (rms != nullptr && !handoff))
     return false;
   check_act(x, "linear_gated x");
   check_here(w, "linear_gated weight");
@@ -275,7 +293,11 @@ bool CudaBackend::linear_gated(const Tensor& x, const Tensor& w, const Tensor& b
   g.act = kact(act);
   g.cluster = wgmma_cluster_;
   g.group = wgmma_group_;
-  g.handoff = wgmma_handoff_ && m >= kGatedHandoffRows;
+  g.handoff = handoff;
+  if (rms != nullptr) {
+    g.rms_eps = rms->eps;
+    g.cluster = 1;  // the row norm runs in single blocks
+  }
   if (!launch_gemm_wgmma(g, stream_)) return false;
   last_linear_path_ = LinearPath::kWgmma;
   return true;

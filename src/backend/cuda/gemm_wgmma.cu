@@ -38,6 +38,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -88,11 +89,14 @@ constexpr int stages(Epi e) {
 constexpr uint32_t out_bytes(Epi e) {
   return handed(e) ? 2 * kHandBytes : (e == Epi::kPlain ? 0 : 2 * kOutBytes);
 }
-constexpr size_t smem_bytes(Epi e) {
-  return stages(e) * kStageBytes + out_bytes(e) + 2 * stages(e) * 8 + 4 * 8 + 1024;  // + alignment
+// The row norm's (kRms) two buffers of 128 row scales and their full and empty barriers.
+constexpr uint32_t kRmsBytes = 2 * kBM * 4 + 4 * 8;
+constexpr size_t smem_bytes(Epi e, bool rms) {
+  return stages(e) * kStageBytes + out_bytes(e) + 2 * stages(e) * 8 + 4 * 8 +
+         (rms ? kRmsBytes : 0) + 1024;  // + alignment
 }
 std::atomic<bool> g_enabled{true};  // set_gemm_wgmma
-std::atomic<int64_t> g_launches{0};
+std::atomic<int64_t> g_launches{0}, g_rms_launches{0};
 
 // Two adjacent outputs (4-byte aligned), rounded to nearest.
 template <typename T>
@@ -110,6 +114,15 @@ __device__ __forceinline__ uint4 ld_shared16(uint32_t addr) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "r"(addr));
   return v;
+}
+
+__device__ __forceinline__ float ld_shared_f32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ void st_shared_f32(uint32_t addr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
 }
 
 // Releases a stage: one arrival per consumer warp on the empty barrier of each block of
@@ -190,6 +203,33 @@ __device__ __forceinline__ uint32_t add_pair(uint32_t a, uint32_t b) {
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The row norm (kRms): adds the squares of one staged x slice's rows lane, lane + 32,
+// lane + 64 and lane + 96 to ss. A row of the 128 x 64 box is 128 bytes (the 128-byte
+// swizzle only permutes its 16-byte pieces, which a sum does not mind); the eight lanes
+// of a quarter warp read eight rows' pieces at distinct offsets, so without conflicts.
+template <typename T>
+__device__ __forceinline__ void add_row_squares(uint32_t sa, int lane, float (&ss)[4]) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const uint32_t row = sa + (lane + 32 * q) * 128;
+    uint4 v[8];  // the whole row in flight at once
+#pragma unroll
+    for (int p = 0; p < 8; ++p) v[p] = ld_shared16(row + 16 * p);
+    float a[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int p = 0; p < 8; ++p) {
+      const uint32_t w[4] = {v[p].x, v[p].y, v[p].z, v[p].w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = unpack2<T>(w[i]);
+        a[i] = fmaf(f.x, f.x, a[i]);
+        a[i] = fmaf(f.y, f.y, a[i]);
+      }
+    }
+    ss[q] += (a[0] + a[1]) + (a[2] + a[3]);
+  }
+}
+
 // The byte offset of 16-byte piece p (columns 8p .. 8p + 7) of row r in a hand-off tile:
 // four 128-byte-swizzled panels of 64 columns.
 __device__ __forceinline__ uint32_t hand_piece(int r, int p) {
@@ -307,18 +347,27 @@ __device__ __forceinline__ void rotary_tile(uint32_t h, int64_t row0, int col0, 
 }
 #endif
 
-template <typename T, int kCluster, Epi kEpi>
+// kRms (the hand-off forms, single blocks): x's rows are normalised in the kernel. The
+// producer's whole first warp runs its loop: lane 0 issues the loads as above, and the
+// warp, kStages - 1 slices behind, adds the squares of each landed x slice's rows; after
+// a tile's last slice it writes the tile's 128 row scales 1 / sqrt(mean(x²) + rms_eps)
+// into one of two buffers (full / empty mbarriers). The consumers scale their
+// accumulators' rows before rounding them into the hand-off tile.
+template <typename T, int kCluster, Epi kEpi, bool kRms = false>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_x,
                       const __grid_constant__ CUtensorMap map_w,
                       const __grid_constant__ CUtensorMap map_y, T* __restrict__ y,
                       const int64_t ldy, const int n_out, const int k, const int up_row,
-                      const GemmTiles tiles, const KAct act, const WgmmaRotaryKv rk) {
+                      const GemmTiles tiles, const KAct act, const WgmmaRotaryKv rk,
+                      const float rms_eps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(!kRms || (handed(kEpi) && kCluster == 1), "the row norm: hand-off, single blocks");
   constexpr bool kGated = gated_epi(kEpi), kHand = handed(kEpi);
   constexpr int kStages = stages(kEpi);
-  // The epilogue warps of the add and the rotary hold a batch of loads.
-  constexpr bool kLoads = kEpi == Epi::kHandAdd || kEpi == Epi::kHandRotary;
+  // The epilogue warps of the add and the rotary hold a batch of loads, the row norm's
+  // warp a slice's rows.
+  constexpr bool kLoads = kEpi == Epi::kHandAdd || kEpi == Epi::kHandRotary || kRms;
   constexpr int kProducerRegs = kLoads ? 152 : 40;
   constexpr int kConsumerRegs = kLoads ? 176 : 232;
   static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168);
@@ -327,6 +376,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t out0 = base + kStages * kStageBytes;  // staging or hand-off tiles
   const uint32_t full0 = out0 + out_bytes(kEpi), empty0 = full0 + kStages * 8;
   const uint32_t hfull0 = empty0 + kStages * 8, hempty0 = hfull0 + 16;  // per consumer
+  // kRms: two buffers of row scales, each with a full and an empty barrier.
+  const uint32_t rsfull0 = hempty0 + 16, rsempty0 = rsfull0 + 16, rs0 = rsempty0 + 16;
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
   const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
   if (threadIdx.x == 0) {
@@ -340,6 +391,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int c = 0; c < 2; ++c) {
       mbar_init(hfull0 + 8 * c, 128);  // every thread of the consumer
       mbar_init(hempty0 + 8 * c, 96);  // every epilogue thread
+    }
+    if constexpr (kRms) {
+      for (int b = 0; b < 2; ++b) {
+        mbar_init(rsfull0 + 8 * b, 32);    // every lane of the producer's first warp
+        mbar_init(rsempty0 + 8 * b, 256);  // every consumer thread
+      }
     }
     mbar_init_fence();
   }
@@ -356,7 +413,67 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (wg == 0) {
     regs_dec<kProducerRegs>();
-    if (threadIdx.x == 0) {
+    if (kRms && threadIdx.x < 32) {
+      const int lane = threadIdx.x;
+      const int my_tiles = first < num_tiles ? (num_tiles - first + step - 1) / step : 0;
+      const int total = my_tiles * kb_count;
+      constexpr int kLag = kStages - 1;  // the slice summed is refilled after the next issue
+      const float inv_k = 1.f / static_cast<float>(k);
+      int stage = 0, it = 0, ikb = 0;   // the next slice to issue: stage, tile, k-slice
+      int sstage = 0, st = 0, skb = 0;  // the next slice to sum
+      uint32_t phase = 0, sphase = 0;
+      int row = 0, b_row0 = 0, b_row1 = 0;
+      float ss[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int g = 0; g < total + kLag; ++g) {
+        if (g < total) {
+          if (ikb == 0) {
+            int mt, nt;
+            tiles.at(first + it * step, mt, nt);
+            row = mt * kBM;
+            b_row0 = kGated ? nt * (kBN / 2) : nt * kBN;
+            b_row1 = kGated ? up_row + nt * (kBN / 2) : nt * kBN + kBN / 2;
+          }
+          if (lane == 0) {
+            const uint32_t full = full0 + 8 * stage, sa = base + stage * kStageBytes;
+            mbar_wait(empty0 + 8 * stage, phase ^ 1);
+            mbar_arrive_tx(full, kStageBytes);
+            tma_load_2d(sa, &map_x, ikb * kBK, row, full);
+            tma_load_2d(sa + kABytes, &map_w, ikb * kBK, b_row0, full);
+            tma_load_2d(sa + kABytes + kBBytes / 2, &map_w, ikb * kBK, b_row1, full);
+          }
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
+          if (++ikb == kb_count) {
+            ikb = 0;
+            ++it;
+          }
+        }
+        if (g >= kLag) {
+          mbar_wait(full0 + 8 * sstage, sphase);
+          add_row_squares<T>(base + sstage * kStageBytes, lane, ss);
+          __syncwarp();  // every lane's reads are done before lane 0 refills the stage
+          if (++sstage == kStages) {
+            sstage = 0;
+            sphase ^= 1;
+          }
+          if (++skb == kb_count) {
+            skb = 0;
+            const int b = st & 1;
+            mbar_wait(rsempty0 + 8 * b, ((st >> 1) & 1) ^ 1);  // the consumers read it
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              st_shared_f32(rs0 + b * (kBM * 4) + (lane + 32 * q) * 4,
+                            rsqrtf(ss[q] * inv_k + rms_eps));
+              ss[q] = 0.f;
+            }
+            mbar_arrive(rsfull0 + 8 * b);
+            ++st;
+          }
+        }
+      }
+    } else if (!kRms && threadIdx.x == 0) {
       int stage = 0;
       uint32_t phase = 0;
       for (int t = first; t < num_tiles; t += step) {
@@ -454,6 +571,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int c = wg - 1;  // rows 64c .. 64c + 63 of the tile
     const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
     int stage = 0;
+    [[maybe_unused]] int tile_i = 0;  // kRms: the tile's row-scale buffer
     uint32_t phase = 0, hphase = 0;
     float acc[128];
     for (int t = first; t < num_tiles; t += step) {
@@ -488,6 +606,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       // Accumulator 4j + e is row 16 warp + lane / 4 (+ 8 for e >= 2), column 8j +
       // 2 (lane % 4) + (e & 1) of the warp's 16 x 256.
       const int tile_row = (mt * kCluster + static_cast<int>(rank)) * kBM + c * 64;
+      if constexpr (kRms) {  // rows 16 warp + lane / 4 and 8 below it
+        const int b = tile_i & 1;
+        mbar_wait(rsfull0 + 8 * b, (tile_i >> 1) & 1);
+        const uint32_t at = rs0 + b * (kBM * 4) + (c * 64 + warp * 16 + (lane >> 2)) * 4;
+        const float s0 = ld_shared_f32(at), s1 = ld_shared_f32(at + 8 * 4);
+        mbar_arrive(rsempty0 + 8 * b);
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) {
+          acc[4 * j] *= s0;
+          acc[4 * j + 1] *= s0;
+          acc[4 * j + 2] *= s1;
+          acc[4 * j + 3] *= s1;
+        }
+        ++tile_i;
+      }
       if constexpr (kHand) {
         // The whole 64 x 256 rounded to the hand-off tile once the epilogue warps are done
         // with the last one (stmatrix, as below).
@@ -567,27 +700,27 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // Whether the kernel's sm_90a image is what this device runs.
-template <typename T, int kCluster, Epi kEpi>
+template <typename T, int kCluster, Epi kEpi, bool kRms = false>
 bool gemm_image() {
   static const bool ok =
-      runs_sm90a_image(reinterpret_cast<const void*>(gemm_wgmma_kernel<T, kCluster, kEpi>));
+      runs_sm90a_image(reinterpret_cast<const void*>(gemm_wgmma_kernel<T, kCluster, kEpi, kRms>));
   return ok;
 }
 
 // Clusters of the kernel the device holds at once (blocks of one SM each; for single
 // blocks the occupancy query, kept per thread and device; for clusters of two asked
 // once, for the process's device).
-template <typename T, int kCluster, Epi kEpi>
+template <typename T, int kCluster, Epi kEpi, bool kRms>
 int resident_clusters() {
-  auto kernel = gemm_wgmma_kernel<T, kCluster, kEpi>;
+  auto kernel = gemm_wgmma_kernel<T, kCluster, kEpi, kRms>;
   if constexpr (kCluster == 1) {
-    return resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, smem_bytes(kEpi));
+    return resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, smem_bytes(kEpi, kRms));
   } else {
     static const int n = [kernel] {
       cudaLaunchConfig_t cfg{};
       cfg.gridDim = dim3(kCluster);
       cfg.blockDim = dim3(kThreads);
-      cfg.dynamicSmemBytes = smem_bytes(kEpi);
+      cfg.dynamicSmemBytes = smem_bytes(kEpi, kRms);
       cudaLaunchAttribute attr = cluster_attribute(dim3(kCluster, 1, 1));
       cfg.attrs = &attr;
       cfg.numAttrs = 1;
@@ -602,11 +735,11 @@ int resident_clusters() {
   }
 }
 
-template <typename T, int kCluster, Epi kEpi>
+template <typename T, int kCluster, Epi kEpi, bool kRms = false>
 bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
   constexpr bool kGated = gated_epi(kEpi);
-  constexpr size_t kSmem = smem_bytes(kEpi);
-  if (!gemm_image<T, kCluster, kEpi>()) return false;
+  constexpr size_t kSmem = smem_bytes(kEpi, kRms);
+  if (!gemm_image<T, kCluster, kEpi, kRms>()) return false;
   if (kSmem > static_cast<size_t>(max_dynamic_smem())) return false;
   CUtensorMap mx, mw, my;
   if (!encode_map(mx, a.x, a.type, a.m, a.k, a.k, kBM) ||
@@ -617,9 +750,9 @@ bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
   } else {
     my = mx;  // unused
   }
-  auto kernel = gemm_wgmma_kernel<T, kCluster, kEpi>;
+  auto kernel = gemm_wgmma_kernel<T, kCluster, kEpi, kRms>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem);
-  const int resident = resident_clusters<T, kCluster, kEpi>();
+  const int resident = resident_clusters<T, kCluster, kEpi, kRms>();
   if (resident <= 0) return false;
   GemmTiles tiles;
   tiles.m = static_cast<int>(a.m);
@@ -628,15 +761,22 @@ bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
   tiles.group = std::max(1, a.group);
   const int64_t num_tiles = int64_t{tiles.tiles_m} * tiles.tiles_n;
   const int clusters = static_cast<int>(std::min<int64_t>(num_tiles, resident));
-  launch_kernel_clustered(
-      kernel, dim3(clusters * kCluster), dim3(kThreads), kSmem, stream, dim3(kCluster, 1, 1), mx,
-      mw, my, static_cast<T*>(a.y), a.ldy, static_cast<int>(a.n_out), static_cast<int>(a.k),
-      static_cast<int>(a.up_row), tiles, a.act, a.rotary != nullptr ? *a.rotary : WgmmaRotaryKv{});
+  launch_kernel_clustered(kernel, dim3(clusters * kCluster), dim3(kThreads), kSmem, stream,
+                          dim3(kCluster, 1, 1), mx, mw, my, static_cast<T*>(a.y), a.ldy,
+                          static_cast<int>(a.n_out), static_cast<int>(a.k),
+                          static_cast<int>(a.up_row), tiles, a.act,
+                          a.rotary != nullptr ? *a.rotary : WgmmaRotaryKv{}, a.rms_eps);
   return true;
 }
 
 template <typename T, int kCluster>
 bool launch_epi(const WgmmaGemmArgs& a, cudaStream_t stream) {
+  if (a.rms_eps >= 0.f) {  // the hand-off's gated and rotary forms, single blocks only
+    if constexpr (kCluster == 1)
+      return a.rotary != nullptr ? launch_typed<T, 1, Epi::kHandRotary, true>(a, stream)
+                                 : launch_typed<T, 1, Epi::kHandGated, true>(a, stream);
+    return false;
+  }
   if (a.add || a.rotary != nullptr) {  // single blocks only (gemm_wgmma_supports)
     if constexpr (kCluster == 1)
       return a.add ? launch_typed<T, 1, Epi::kHandAdd>(a, stream)
@@ -713,7 +853,10 @@ bool gemm_wgmma_supports(const WgmmaGemmArgs& a) {
          (a.add || a.rotary != nullptr
               ? !gated && a.handoff && a.cluster == 1 && a.n_out % 8 == 0 && !(a.add && a.rotary)
               : true) &&
-         (a.rotary == nullptr || rotary_supported(*a.rotary, a));
+         (a.rotary == nullptr || rotary_supported(*a.rotary, a)) &&
+         // the row norm: the hand-off's gated or rotary form, single blocks
+         (a.rms_eps < 0.f || (std::isfinite(a.rms_eps) && a.handoff && a.cluster == 1 && !a.add &&
+                              (gated || a.rotary != nullptr)));
 }
 
 bool launch_gemm_wgmma(const WgmmaGemmArgs& a, cudaStream_t stream) {
@@ -721,11 +864,16 @@ bool launch_gemm_wgmma(const WgmmaGemmArgs& a, cudaStream_t stream) {
   const bool launched = a.type == DType::kBF16 ? launch_for_type<bf16_t>(a, stream)
                                                : launch_for_type<f16_t>(a, stream);
   if (launched) g_launches.fetch_add(1, std::memory_order_relaxed);
+  if (launched && a.rms_eps >= 0.f) g_rms_launches.fetch_add(1, std::memory_order_relaxed);
   return launched;
 }
 
 int64_t gemm_wgmma_launches() {
   return g_launches.load(std::memory_order_relaxed);
+}
+
+int64_t gemm_wgmma_rms_launches() {
+  return g_rms_launches.load(std::memory_order_relaxed);
 }
 
 }  // namespace tachyon::cuda

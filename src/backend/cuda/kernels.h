@@ -56,6 +56,11 @@ void launch_qk_norm(void* qkv, DType type, int64_t rows, int64_t cols, int q_hea
                     int head_dim, const NormArgs& q_norm, const NormArgs& k_norm,
                     cudaStream_t stream);
 
+// out[r, c] = w[r, c] * (offset + scale[c]), rounded; w, out [rows, k] in f32, f16 or
+// bf16 (a norm's scale folded into the weight that reads the norm's output).
+void launch_fold_norm(const void* w, void* out, DType type, int64_t rows, int64_t k,
+                      const float* scale, float offset, cudaStream_t stream);
+
 // ---- elementwise.cu ---------------------------------------------------------------
 // y[r, c] = act(y[r, c] + bias[c]) for a [rows, cols] view with row stride ld.
 void launch_bias_act(void* y, DType type, int64_t ld, int64_t rows, int64_t cols, const float* bias,
@@ -275,6 +280,11 @@ struct WgmmaGemmArgs {
   // write above.
   bool add = false;
   const WgmmaRotaryKv* rotary = nullptr;
+  // >= 0: x's rows are the un-normalised input of an RMS norm whose weight is folded into
+  // w's columns (fold_norm): the kernel sums each row's squares as the slices land and
+  // scales the row's accumulators by 1 / sqrt(mean(x_row²) + rms_eps) before the
+  // epilogue. The hand-off's gated and rotary forms, single blocks.
+  float rms_eps = -1.f;
 };
 // set_gemm_wgmma(false) (the backend reads TACHYON_GEMM_WGMMA=0) turns it off; active: on,
 // and this device runs the sm_90a image.
@@ -285,7 +295,8 @@ bool gemm_wgmma_active(DType type);
 // and y 16-byte aligned, and the gated form without hand-off n_out a multiple of 8;
 // otherwise n_out and ldy even and y 4-byte aligned; add and rotary: the hand-off,
 // cluster 1, whole 16-byte pieces; rotary: head_dim a multiple of 8 dividing 256, rot a
-// multiple of 16 up to head_dim, n_out the heads' columns).
+// multiple of 16 up to head_dim, n_out the heads' columns; rms_eps finite, with the
+// hand-off, cluster 1 and the gated or rotary form).
 bool gemm_wgmma_supports(const WgmmaGemmArgs& a);
 // False, having launched nothing, where it is not active or does not support a.
 bool launch_gemm_wgmma(const WgmmaGemmArgs& a, cudaStream_t stream);
@@ -307,6 +318,8 @@ inline WgmmaGemmArgs wgmma_product(const void* x, const void* w, void* y, DType 
 }
 // Launches so far in this process (tests: that a path was taken).
 int64_t gemm_wgmma_launches();
+// Of those, the launches that normalised x's rows (rms_eps).
+int64_t gemm_wgmma_rms_launches();
 
 // ---- attention_decode.cu ------------------------------------------------------------
 // FlashDecoding-style tensor-core kernel for decode steps (one query token per sequence;

@@ -381,3 +381,32 @@ void launch_qk_norm(void* qkv, DType type, int64_t rows, int64_t cols, int q_hea
 }
 
 }  // namespace tachyon::cuda
+
+namespace tachyon::cuda {
+namespace {
+
+// out[r, c] = w[r, c] * (offset + scale[c]), rounded to T: a norm's scale folded into
+// the columns of the weight that reads its output.
+template <typename T>
+__global__ void fold_norm_kernel(const T* __restrict__ w, T* __restrict__ out, int64_t total,
+                                 int64_t k, const float* __restrict__ scale, float offset) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += stride)
+    out[i] = from_f<T>(to_f(w[i]) * (offset + scale[i % k]));
+}
+
+}  // namespace
+
+void launch_fold_norm(const void* w, void* out, DType type, int64_t rows, int64_t k,
+                      const float* scale, float offset, cudaStream_t stream) {
+  const int64_t total = rows * k;
+  if (total == 0) return;
+  const auto blocks =
+      static_cast<unsigned>(std::min<int64_t>(ceil_div(total, int64_t{256}), 65536));
+  TACHYON_DISPATCH_FLOAT(type, T, {
+    launch_kernel(fold_norm_kernel<T>, dim3(blocks), dim3(256), 0, stream, static_cast<const T*>(w),
+                  static_cast<T*>(out), total, k, scale, offset);
+  });
+}
+
+}  // namespace tachyon::cuda
