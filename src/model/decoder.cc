@@ -134,6 +134,7 @@ Decoder::Decoder(ModelConfig config, ModelWeights weights, std::unique_ptr<Backe
     : cfg_(std::move(config)), w_(std::move(weights)), be_(std::move(backend)) {
   cfg_.validate();
   prepare_weights(w_, *be_);
+  fold_norms();
   TACHYON_CHECK_EQ(static_cast<int32_t>(w_.layers.size()), cfg_.layer_num);
   layout_ = QkvLayout{cfg_.head_num, cfg_.head_num_kv, cfg_.size_per_head};
   if (cfg_.position == PositionType::kRotary) rope_ = std::make_unique<RopeTable>(cfg_.rope);
@@ -159,6 +160,31 @@ Decoder::Decoder(ModelConfig config, ModelWeights weights, std::unique_ptr<Backe
     p.alibi_scale = cfg_.alibi_scaled ? p.scale : 1.f;
     p.alibi_bias_bf16 = cfg_.alibi_bf16;
   }
+}
+
+void Decoder::fold_norms() {
+  if (cfg_.residual_from_norm || cfg_.post_norm || cfg_.parallel_residual || cfg_.sandwich_norm ||
+      !cfg_.gated_mlp)
+    return;
+  for (int l = 0; l < cfg_.layer_num; ++l) {
+    const LayerWeights& L = w_.layers[l];
+    if (cfg_.is_moe(l) || !L.qkv || !L.gate_up || !be_->folds_norm(L.qkv.w, L.attn_norm) ||
+        !be_->folds_norm(L.gate_up.w, L.mlp_norm))
+      return;
+  }
+  const std::vector<float> ones(static_cast<size_t>(cfg_.hidden_size), 1.f);
+  const Tensor unit =
+      be_->upload(ones.data(), {static_cast<int64_t>(ones.size())}, DType::kF32, {});
+  for (LayerWeights& L : w_.layers) {
+    for (auto [w, norm] :
+         {std::pair{&L.qkv.w, &L.attn_norm}, std::pair{&L.gate_up.w, &L.mlp_norm}}) {
+      *w = be_->fold_norm(*w, *norm);
+      norm->weight = unit;
+      norm->weight_offset = 0.f;
+    }
+  }
+  be_->synchronize();
+  norms_folded_ = true;
 }
 
 size_t Decoder::kv_bytes_per_block(int32_t block_size) const {
@@ -505,6 +531,28 @@ void Decoder::compute(int64_t T, int64_t R, Tensor& logits) {
       be_->add_norm(residual, m, Tensor(), L.mlp_norm, residual);
       continue;
     }
+    if (!cfg_.parallel_residual && !cfg_.sandwich_norm) {
+      // The o and down projections add into the residual stream themselves where the
+      // backend can (the next norm then reads one tensor instead of two). With the norms
+      // folded, a product may normalise the residual's rows itself (no norm pass).
+      bool o_added;
+      if (norms_folded_ && !pending1 && !pending2) {
+        o_added = attention_block(l, residual, o, &residual, &L.attn_norm);
+      } else {
+        be_->add_norm(residual, pending1, pending2, L.attn_norm, h);
+        o_added = attention_block(l, h, o, &residual);
+      }
+      bool m_added;
+      if (norms_folded_ && o_added) {
+        m_added = mlp_block(l, residual, m, &residual, &L.mlp_norm);
+      } else {
+        be_->add_norm(residual, o_added ? Tensor() : o, Tensor(), L.mlp_norm, h);
+        m_added = mlp_block(l, h, m, &residual);
+      }
+      pending1 = m_added ? Tensor() : m;
+      pending2 = Tensor();
+      continue;
+    }
     be_->add_norm(residual, pending1, pending2, L.attn_norm, h);
     if (cfg_.parallel_residual) {
       attention_block(l, h, o);
@@ -517,21 +565,13 @@ void Decoder::compute(int64_t T, int64_t R, Tensor& logits) {
       }
       pending1 = o;
       pending2 = m;
-    } else if (cfg_.sandwich_norm) {
+    } else {  // sandwich_norm
       attention_block(l, h, o);
       be_->add_norm(o, Tensor(), Tensor(), L.post_attn_norm, o);
       be_->add_norm(residual, o, Tensor(), L.mlp_norm, h);
       mlp_block(l, h, m);
       be_->add_norm(m, Tensor(), Tensor(), L.post_mlp_norm, m);
       pending1 = m;
-      pending2 = Tensor();
-    } else {
-      // The o and down projections add into the residual stream themselves where the
-      // backend can (the next norm then reads one tensor instead of two).
-      const bool o_added = attention_block(l, h, o, &residual);
-      be_->add_norm(residual, o_added ? Tensor() : o, Tensor(), L.mlp_norm, h);
-      const bool m_added = mlp_block(l, h, m, &residual);
-      pending1 = m_added ? Tensor() : m;
       pending2 = Tensor();
     }
   }
@@ -560,16 +600,25 @@ void Decoder::compute(int64_t T, int64_t R, Tensor& logits) {
   if (cfg_.final_softcap > 0) be_->softcap(logits, static_cast<float>(cfg_.final_softcap));
 }
 
-bool Decoder::attention_block(int l, const Tensor& h, Tensor& out, Tensor* add_into) {
+bool Decoder::attention_block(int l, const Tensor& in, Tensor& out, Tensor* add_into,
+                              const NormParams* rms) {
   const LayerWeights& L = w_.layers[l];
-  const int64_t T = h.dim(0);
+  const int64_t T = in.dim(0);
   Tensor qkv = qkv_.view(*be_, T, layout_.row_cols());
   const bool rotary = cfg_.position == PositionType::kRotary;
   // The product, the rotary and the cache write in one pass, where nothing else touches
-  // the rows between them.
-  const bool fused = L.qkv && rotary && cfg_.clip_qkv <= 0 && !cfg_.qk_norm && !logn_active_ &&
-                     be_->linear_rotary_kv(h, L.qkv.w, L.qkv.b, qkv, layout_, cos_sin_t_,
-                                           cfg_.rope.style, rope_->dim(), slots_t_, kv_[l]);
+  // the rows between them (and, given rms, the rows' normalisation).
+  const RowRms row_rms{rms != nullptr ? rms->eps : 0.f};
+  const bool fused =
+      L.qkv && rotary && cfg_.clip_qkv <= 0 && !cfg_.qk_norm && !logn_active_ &&
+      be_->linear_rotary_kv(in, L.qkv.w, L.qkv.b, qkv, layout_, cos_sin_t_, cfg_.rope.style,
+                            rope_->dim(), slots_t_, kv_[l], rms != nullptr ? &row_rms : nullptr);
+  Tensor h = in;
+  if (rms != nullptr && !fused) {  // the weightless norm's pass, then as usual
+    h = h_.view(*be_, T, cfg_.hidden_size);
+    Tensor residual = in;
+    be_->add_norm(residual, Tensor(), Tensor(), *rms, h);
+  }
   if (!fused) {
     if (L.qkv) {
       be_->linear(h, L.qkv.w, L.qkv.b, qkv);
@@ -594,9 +643,23 @@ bool Decoder::attention_block(int l, const Tensor& h, Tensor& out, Tensor* add_i
   return false;
 }
 
-bool Decoder::mlp_block(int l, const Tensor& h, Tensor& out, Tensor* add_into) {
+bool Decoder::mlp_block(int l, const Tensor& in, Tensor& out, Tensor* add_into,
+                        const NormParams* rms) {
   const LayerWeights& L = w_.layers[l];
-  const int64_t T = h.dim(0);
+  const int64_t T = in.dim(0);
+  Tensor h = in;
+  if (rms != nullptr) {
+    // gate/up with the gated activation and the rows' normalisation in one product, or
+    // the weightless norm's pass first.
+    const RowRms row_rms{rms->eps};
+    Tensor a = act_.view(*be_, T, cfg_.inter_size);
+    if (cfg_.gated_mlp && L.gate_up &&
+        be_->linear_gated(in, L.gate_up.w, L.gate_up.b, cfg_.activation, a, &row_rms))
+      return down_block(l, a, out, add_into);
+    h = h_.view(*be_, T, cfg_.hidden_size);
+    Tensor residual = in;
+    be_->add_norm(residual, Tensor(), Tensor(), *rms, h);
+  }
   if (cfg_.is_moe(l)) {
     const int32_t E = cfg_.moe.num_experts, K = cfg_.moe.top_k;
     Tensor logits = router_.view(*be_, T, E);
@@ -641,6 +704,11 @@ bool Decoder::mlp_block(int l, const Tensor& h, Tensor& out, Tensor* add_into) {
   } else {
     be_->linear(h, L.up.w, L.up.b, a, 0, cfg_.activation);
   }
+  return down_block(l, a, out, add_into);
+}
+
+bool Decoder::down_block(int l, const Tensor& a, Tensor& out, Tensor* add_into) {
+  const LayerWeights& L = w_.layers[l];
   if (add_into != nullptr && be_->linear_add(a, L.down.w, L.down.b, *add_into)) return true;
   be_->linear(a, L.down.w, L.down.b, out);
   return false;

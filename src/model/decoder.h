@@ -110,15 +110,27 @@ class Decoder final : public Model {
   // The blocks write their output projection to `out`; given `add_into` (the residual
   // stream), they add it there instead where the backend folds the add into the product
   // (Backend::linear_add), and return true when they did (`out` is then untouched).
-  bool attention_block(int layer, const Tensor& h, Tensor& out, Tensor* add_into = nullptr);
-  bool mlp_block(int layer, const Tensor& h, Tensor& out, Tensor* add_into = nullptr);
+  // Given `rms` (the layer's norm, folded: fold_norms), `h` is the residual stream
+  // itself: the block's first product normalises its rows (RowRms) where the backend
+  // can, or the block runs the weightless norm into h_ first.
+  bool attention_block(int layer, const Tensor& h, Tensor& out, Tensor* add_into = nullptr,
+                       const NormParams* rms = nullptr);
+  bool mlp_block(int layer, const Tensor& h, Tensor& out, Tensor* add_into = nullptr,
+                 const NormParams* rms = nullptr);
+  // The MLP's down projection of the activation a [T, inter_size] (as the blocks above).
+  bool down_block(int layer, const Tensor& a, Tensor& out, Tensor* add_into);
+  // The pre-attention and pre-MLP norms of a plain pre-norm decoder moved into the qkv
+  // and gate/up weights (Backend::fold_norm), where the backend folds every layer's:
+  // the norms keep only their normalisation (a weight of ones).
+  void fold_norms();
 
   ModelConfig cfg_;
   ModelWeights w_;
   std::unique_ptr<Backend> be_;
   QkvLayout layout_;
   std::vector<AttentionParams> attn_params_;
-  bool all_sliding_ = false;  // every layer has the sliding window
+  bool all_sliding_ = false;   // every layer has the sliding window
+  bool norms_folded_ = false;  // fold_norms() did
   std::unique_ptr<RopeTable> rope_;
 
   std::vector<LayerKvCache> kv_;

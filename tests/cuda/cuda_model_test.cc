@@ -46,11 +46,15 @@ std::vector<KjvCase> kjv_cases() {
   return out;
 }
 
-std::unique_ptr<Model> load_kjv(DType dtype) {
+// fold: with the norms folded into the products (TACHYON_NORM_FOLD=1, read when the
+// backend is made).
+std::unique_ptr<Model> load_kjv(DType dtype, bool fold = false) {
   LoadOptions o;
   o.device = Device{DeviceType::kCUDA, 0};
   o.dtype = dtype;
+  if (fold) setenv("TACHYON_NORM_FOLD", "1", 1);
   auto m = load_model(std::string(TACHYON_SOURCE_DIR) + "/models/tiny-kjv-chat", o);
+  unsetenv("TACHYON_NORM_FOLD");
   m->init_kv_cache(96, kBlock);
   return m;
 }
@@ -99,59 +103,69 @@ Greedy greedy(Model& m, const KjvCase& c, int32_t eos) {
   return g;
 }
 
+// Also with the norms folded into the products (fold_norm): the same greedy tokens.
 TEST(CudaModel, KjvF32GreedyMatchesTransformers) {
   TACHYON_REQUIRE_GPU();
-  auto m = load_kjv(DType::kF32);
-  const int32_t eos = static_cast<int32_t>(m->config().eos_token_ids.at(0));
-  for (const KjvCase& c : kjv_cases())
-    EXPECT_EQ(greedy(*m, c, eos).tokens, c.greedy) << "prompt: " << c.prompt;
+  for (bool fold : {false, true}) {
+    auto m = load_kjv(DType::kF32, fold);
+    const int32_t eos = static_cast<int32_t>(m->config().eos_token_ids.at(0));
+    for (const KjvCase& c : kjv_cases())
+      EXPECT_EQ(greedy(*m, c, eos).tokens, c.greedy)
+          << "prompt: " << c.prompt << (fold ? " (norms folded)" : "");
+  }
 }
 
 class CudaModel16 : public ::testing::TestWithParam<DType> {};
 
+// Each 16-bit dtype against the f32 model and transformers' greedy references, plain and
+// with the norms folded into the products.
 TEST_P(CudaModel16, KjvTeacherForcedAndGreedy) {
   TACHYON_REQUIRE_GPU();
   const DType dt = GetParam();
   auto ref = load_kjv(DType::kF32);
-  auto m = load_kjv(dt);
-  const int64_t vocab = m->vocab_size();
-  const int32_t eos = static_cast<int32_t>(m->config().eos_token_ids.at(0));
-  for (const KjvCase& c : kjv_cases()) {
-    // The reference path in one prefill: logits at every position from the last
-    // prompt token on predict the reference tokens.
-    std::vector<int32_t> tokens = c.prompt_ids;
-    tokens.insert(tokens.end(), c.greedy.begin(), c.greedy.end() - 1);
-    const int32_t p0 = static_cast<int32_t>(c.prompt_ids.size()) - 1;
-    std::vector<int32_t> rows;
-    for (int32_t i = p0; i < static_cast<int32_t>(tokens.size()); ++i) rows.push_back(i);
-    Tensor lr = run_step(*ref, tokens, 0, rows);
-    Tensor lg = run_step(*m, tokens, 0, rows);
-    const std::vector<double> want = host_values(lr), got = host_values(lg);
-    const ErrorReport e = measure(got, want);
-    double max_err = 0;
-    for (size_t i = 0; i < got.size(); ++i) max_err = std::max(max_err, std::abs(got[i] - want[i]));
-    std::printf("  %s kjv \"%.30s...\": normalised %.2e, max abs %.3f over %zu positions\n",
-                dtype_label(dt).c_str(), c.prompt.c_str(), e.normalised, max_err, rows.size());
-    EXPECT_FALSE(e.nan);
-    EXPECT_LE(e.normalised, 3e-2) << c.prompt;
-    int checked = 0;
-    for (size_t r = 0; r < rows.size(); ++r) {
-      const float* pr = lr.data<float>() + r * vocab;
-      const float* pg = lg.data<float>() + r * vocab;
-      std::vector<float> s(pr, pr + vocab);
-      std::partial_sort(s.begin(), s.begin() + 2, s.end(), std::greater<float>());
-      if (double{s[0]} - s[1] <= 2 * max_err) continue;
-      ++checked;
-      EXPECT_EQ(std::max_element(pg, pg + vocab) - pg, c.greedy[r])
-          << c.prompt << " position " << r;
-    }
-    EXPECT_GT(checked, static_cast<int>(rows.size()) / 2) << "too few decisive positions";
-    // Free-running greedy through the cache, up to the first near tie.
-    const Greedy g = greedy(*m, c, eos);
-    for (size_t i = 0; i < g.tokens.size() && i < c.greedy.size(); ++i) {
-      if (g.margins[i] <= 3 * max_err) break;
-      EXPECT_EQ(g.tokens[i], c.greedy[i]) << c.prompt << " step " << i;
-      if (g.tokens[i] != c.greedy[i]) break;
+  for (bool fold : {false, true}) {
+    auto m = load_kjv(dt, fold);
+    const int64_t vocab = m->vocab_size();
+    const int32_t eos = static_cast<int32_t>(m->config().eos_token_ids.at(0));
+    for (const KjvCase& c : kjv_cases()) {
+      // The reference path in one prefill: logits at every position from the last
+      // prompt token on predict the reference tokens.
+      std::vector<int32_t> tokens = c.prompt_ids;
+      tokens.insert(tokens.end(), c.greedy.begin(), c.greedy.end() - 1);
+      const int32_t p0 = static_cast<int32_t>(c.prompt_ids.size()) - 1;
+      std::vector<int32_t> rows;
+      for (int32_t i = p0; i < static_cast<int32_t>(tokens.size()); ++i) rows.push_back(i);
+      Tensor lr = run_step(*ref, tokens, 0, rows);
+      Tensor lg = run_step(*m, tokens, 0, rows);
+      const std::vector<double> want = host_values(lr), got = host_values(lg);
+      const ErrorReport e = measure(got, want);
+      double max_err = 0;
+      for (size_t i = 0; i < got.size(); ++i)
+        max_err = std::max(max_err, std::abs(got[i] - want[i]));
+      std::printf("  %s%s kjv \"%.30s...\": normalised %.2e, max abs %.3f over %zu positions\n",
+                  dtype_label(dt).c_str(), fold ? " folded" : "", c.prompt.c_str(), e.normalised,
+                  max_err, rows.size());
+      EXPECT_FALSE(e.nan);
+      EXPECT_LE(e.normalised, 3e-2) << c.prompt;
+      int checked = 0;
+      for (size_t r = 0; r < rows.size(); ++r) {
+        const float* pr = lr.data<float>() + r * vocab;
+        const float* pg = lg.data<float>() + r * vocab;
+        std::vector<float> s(pr, pr + vocab);
+        std::partial_sort(s.begin(), s.begin() + 2, s.end(), std::greater<float>());
+        if (double{s[0]} - s[1] <= 2 * max_err) continue;
+        ++checked;
+        EXPECT_EQ(std::max_element(pg, pg + vocab) - pg, c.greedy[r])
+            << c.prompt << " position " << r;
+      }
+      EXPECT_GT(checked, static_cast<int>(rows.size()) / 2) << "too few decisive positions";
+      // Free-running greedy through the cache, up to the first near tie.
+      const Greedy g = greedy(*m, c, eos);
+      for (size_t i = 0; i < g.tokens.size() && i < c.greedy.size(); ++i) {
+        if (g.margins[i] <= 3 * max_err) break;
+        EXPECT_EQ(g.tokens[i], c.greedy[i]) << c.prompt << " step " << i;
+        if (g.tokens[i] != c.greedy[i]) break;
+      }
     }
   }
 }
@@ -267,6 +281,59 @@ TEST_P(CudaModel16, RandomLlamaGatedGemm) {
         dtype_label(dt).c_str(), n, static_cast<long long>(launches), e.normalised, fused.size());
     EXPECT_FALSE(e.nan);
     EXPECT_LE(e.normalised, 1e-2);
+  }
+}
+
+// The pre-attention and pre-MLP norms folded into the qkv and gate/up weights
+// (TACHYON_NORM_FOLD=1) against the same checkpoint unfolded: prefills of 700 tokens
+// (the weightless norm's pass, then the products) and 2,100 (from kEpilogueRows on
+// Hopper the qkv and gate/up products normalise the rows themselves: two launches a
+// layer, no norm pass), then decode steps through the cache; the logits agree within
+// the roundings the fold moves.
+TEST_P(CudaModel16, RandomLlamaFoldedNorms) {
+  TACHYON_REQUIRE_GPU();
+  const DType dt = GetParam();
+  const bool active = cuda::gemm_wgmma_active(dt);
+  const std::string dir = random_llama("tachyon_folded_llama");
+  constexpr int32_t kBlocks = 160;  // 2,560 tokens
+  auto load = [&](bool fold) {
+    LoadOptions o;
+    o.device = Device{DeviceType::kCUDA, 0};
+    o.dtype = dt;
+    if (fold) setenv("TACHYON_NORM_FOLD", "1", 1);
+    auto m = load_model(dir, o);
+    unsetenv("TACHYON_NORM_FOLD");
+    m->init_kv_cache(kBlocks, kBlock);
+    return m;
+  };
+  auto plain = load(false), folded = load(true);
+  constexpr int64_t kLayers = 4;
+  for (int32_t n : {700, 2100}) {
+    std::mt19937 rng(17 + n);
+    std::vector<int32_t> tokens(static_cast<size_t>(n) + 4);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 2048);
+    const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + n);
+    const std::vector<int32_t> rows = {0, n / 2, n - 3, n - 2, n - 1};
+    const int64_t before = cuda::gemm_wgmma_rms_launches();
+    std::vector<double> got = host_values(run_step(*folded, prompt, 0, rows, kBlocks));
+    const int64_t launches = cuda::gemm_wgmma_rms_launches() - before;
+    std::vector<double> want = host_values(run_step(*plain, prompt, 0, rows, kBlocks));
+    EXPECT_EQ(launches, active && n >= cuda::CudaBackend::kEpilogueRows ? 2 * kLayers : 0)
+        << n << " tokens";
+    for (int32_t i = n; i < n + 4; ++i) {  // decode steps
+      const std::vector<int32_t> prefix(tokens.begin(), tokens.begin() + i + 1);
+      const std::vector<double> g = host_values(run_step(*folded, prefix, i, {0}, kBlocks));
+      const std::vector<double> w = host_values(run_step(*plain, prefix, i, {0}, kBlocks));
+      got.insert(got.end(), g.begin(), g.end());
+      want.insert(want.end(), w.begin(), w.end());
+    }
+    const ErrorReport e = measure(got, want);
+    std::printf(
+        "  %s %d tokens and 4 decode steps, norms folded (%lld row-norm launches) against "
+        "unfolded: normalised %.2e over %zu logits\n",
+        dtype_label(dt).c_str(), n, static_cast<long long>(launches), e.normalised, got.size());
+    EXPECT_FALSE(e.nan);
+    EXPECT_LE(e.normalised, 2e-2);
   }
 }
 
