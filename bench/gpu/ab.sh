@@ -1,27 +1,33 @@
 #!/usr/bin/env bash
-# The prefill flash kernel's experiments in one call on the GPU machine: its tests, then
-# the attention rates and the 8 x 1024 / 1 x 1024 prefill steps once per setting, the
-# settings alternated round by round (boards drift within a call), then the diagnostic
-# build's per-phase records if one was staged. Everything it writes goes into one
-# archive, $OUT/flash_ab.txz (the device tool brings back only a few files).
+# Experiments behind settings, A/B in one call on the GPU machine: the tests that cover
+# them, then the attention rates and the 8 x 1024 / 1 x 1024 prefill steps once per
+# setting, the settings alternated round by round (boards drift within a call), the
+# kernel bench if asked for, then the flash kernel's diagnostic build's per-phase records
+# if one was staged. Everything it writes goes into one archive, $OUT/ab.txz (the device
+# tool brings back only a few files).
 #
 # Build here first:
-#   STAGE=.devbin GPU_TARGETS="tachyon_cuda_tests tachyon_gpu_bench" scripts/gpu_build.sh
+#   STAGE=.devbin GPU_TARGETS="tachyon_cuda_tests tachyon_gpu_bench tachyon_kernel_bench" \
+#     scripts/gpu_build.sh
 #   (optional) PROBE=1 STAGE=/tmp/probe GPU_TARGETS=tachyon_gpu_bench scripts/gpu_build.sh
 #              && mkdir -p .devbin/probe && cp /tmp/probe/bins.txz .devbin/probe/
 #   (optional) a second build to compare against, its bins.txz in .devbin/old/
 # On the GPU machine, from the repository root, with .devbin carried:
-#   bash bench/gpu/flash_ab.sh .devbin
+#   bash bench/gpu/ab.sh .devbin
 # SETTINGS are the settings compared, space-separated, each a comma-separated list of
-# VAR=value (default: the default form, the copy-engine loads, the lazy softmax max, both);
-# ROUNDS (2) the rounds; SKIP_TESTS=1 skips the tests; SKIP_STEPS=1 the prefill steps.
-# Time: the tests ~150 s, an attention run ~25 s, a step run ~30 s (the first also writes
+# VAR=value (default: the flash kernel's default form, its copy-engine loads, its lazy
+# softmax max, both; the norms folded into the products: TACHYON_NORM_FOLD=1);
+# ROUNDS (2) the rounds; TEST_FILTER the tests (default: attention, models, graphs,
+# overlap, the wgmma GEMM's epilogues and the folded norms); SKIP_TESTS=1 skips them,
+# SKIP_ATTN=1 the attention rates, SKIP_STEPS=1 the prefill steps; KERNEL_ARGS (e.g.
+# "--only epilogue --m 2048,8192") runs tachyon_kernel_bench once with them.
+# Time: the tests ~180 s, an attention run ~25 s, a step run ~30 s (the first also writes
 # the 16 GB checkpoint, ~20 s), a probe run ~25 s: with four settings and two rounds, run
 # SKIP_STEPS=1 in one call and SKIP_TESTS=1 in the next to stay within 600 s a call.
 set -uo pipefail
 ROOT=$(pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
-BIN=$(cd "${1:?usage: flash_ab.sh STAGE_DIR}" && pwd)
+BIN=$(cd "${1:?usage: ab.sh STAGE_DIR}" && pwd)
 OUT=${OUT:-/tmp/out}
 R=$(mktemp -d)
 for d in "$BIN" "$BIN/old" "$BIN/probe"; do
@@ -34,18 +40,18 @@ if [ "$SRC_DIR" != "$ROOT" ] && [ ! -e "$SRC_DIR" ]; then
   mkdir -p "$(dirname "$SRC_DIR")" && ln -s "$ROOT" "$SRC_DIR"
 fi
 CONFIG=$HERE/llama3_8b_config.json
-SETTINGS=${SETTINGS:-"TACHYON_FLASH_TMA=0 TACHYON_FLASH_TMA=1 TACHYON_FLASH_LAZY=1 TACHYON_FLASH_TMA=1,TACHYON_FLASH_LAZY=1"}
+SETTINGS=${SETTINGS:-"TACHYON_FLASH_TMA=0 TACHYON_FLASH_TMA=1 TACHYON_FLASH_LAZY=1 TACHYON_FLASH_TMA=1,TACHYON_FLASH_LAZY=1 TACHYON_NORM_FOLD=1"}
 ROUNDS=${ROUNDS:-2}
 nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv >"$R/smi.txt"
 finish() {
   nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv >>"$R/smi.txt"
-  mkdir -p "$OUT" && (cd "$R" && tar cJf "$OUT/flash_ab.txz" .)
+  mkdir -p "$OUT" && (cd "$R" && tar cJf "$OUT/ab.txz" .)
 }
 trap finish EXIT
 
 if [ -z "${SKIP_TESTS:-}" ]; then
-  F='*Prefill*:*Flash*:*MixedBatch*:*GroupRatios*:*SlidingWindow*:*Bidirectional*:CudaModel*:CudaGraph*:*Overlap*'
-  timeout 300 "$BIN/tachyon_cuda_tests" --gtest_filter="$F" >"$R/tests.log" 2>&1
+  F='*Prefill*:*Flash*:*MixedBatch*:*GroupRatios*:*SlidingWindow*:*Bidirectional*:CudaModel*:CudaGraph*:*Overlap*:*Wgmma*:*FoldedNorms*'
+  timeout 360 "$BIN/tachyon_cuda_tests" --gtest_filter="${TEST_FILTER:-$F}" >"$R/tests.log" 2>&1
   echo "tests rc=$? $(grep -cE '^\[       OK' "$R/tests.log") ok; $(grep -E '^\[  (PASSED|FAILED)' "$R/tests.log" | tr '\n' ' ')"
   grep -E '^\[  FAILED|Failure' "$R/tests.log" | head -20
 fi
@@ -78,8 +84,14 @@ sweep() {  # fn: fn TAG BINARY SETTING for every round, build and setting, in th
     done < <(bins)
   done
 }
-sweep attn
+[ -n "${SKIP_ATTN:-}" ] || sweep attn
 [ -n "${SKIP_STEPS:-}" ] || sweep step
+if [ -n "${KERNEL_ARGS:-}" ]; then
+  # shellcheck disable=SC2086 # the arguments are split on purpose
+  "$BIN/tachyon_kernel_bench" --config "$CONFIG" $KERNEL_ARGS >"$R/kernels.log" 2>&1
+  echo "kernels rc=$?:"
+  grep -E '^RESULT' "$R/kernels.log" | head -60
+fi
 if [ -x "$BIN/probe/tachyon_gpu_bench" ]; then
   i=0
   for s in $SETTINGS; do

@@ -348,8 +348,10 @@ void wgmma_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
 // The products whose epilogue the wgmma GEMM takes over from kEpilogueRows rows, through
 // the backend, against what they replace: qkv with the rotary and the KV-cache write
 // (against cuBLASLt's product and then rotary_write_kv), o and down with the residual
-// add (against cuBLASLt's product with the residual as its C input). Each output's
-// relative error against the replaced path's is printed beside its time.
+// add (against cuBLASLt's product with the residual as its C input); and qkv and gate_up
+// normalising their rows themselves (RowRms) against the weightless norm's pass and then
+// the same product. Each output's relative error against the replaced path's is printed
+// beside its time.
 void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
   CudaBackendOptions o;
   cuda::CudaBackend be(o);
@@ -358,6 +360,13 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
   if (!cuda::gemm_wgmma_active(DType::kBF16)) return;
   const QkvLayout layout{static_cast<int32_t>(d.heads), static_cast<int32_t>(d.kv_heads),
                          static_cast<int32_t>(d.head_dim)};
+  // An RMS norm with a weight of ones (a norm whose weight was folded away).
+  NormParams unit;
+  {
+    const std::vector<float> ones(static_cast<size_t>(d.hidden), 1.f);
+    unit.weight = be.upload(ones.data(), {d.hidden}, DType::kF32, {});
+    unit.eps = 1e-5f;
+  }
   std::printf("\n%-8s %6s %-22s %10s %9s\n", "epilogue", "m", "variant", "us", "rel.err");
   auto report = [&](const char* name, int64_t m, const char* variant, double t, double err) {
     std::printf("%-8s %6lld %-22s %10.2f %9.2e\n", name, static_cast<long long>(m), variant,
@@ -417,6 +426,40 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
       report("qkv", m, "wgmma_rotary_kv", time_calls(be, reps, [&](int) { fused(); }),
              std::max(err, err_k));
       report("qkv", m, "wgmma_plain", plain(x, w, qb), 0.0);
+      // From the residual stream: the weightless norm's pass and then the product, against
+      // the product normalising the rows itself (RowRms; the norm's weight folded away).
+      // product(in, rms) runs it; out is what it writes.
+      Tensor h = be.alloc({m, k}, DType::kBF16);
+      const RowRms rms{1e-5f};
+      auto rms_rates = [&](const char* name, auto&& product, const Tensor& out) {
+        auto apart_rms = [&] {
+          Tensor xr = x;
+          be.add_norm(xr, Tensor(), Tensor(), unit, h);
+          product(h, nullptr);
+        };
+        apart_rms();
+        const std::vector<float> ref = bench::bf16_values(be, out);
+        product(x, &rms);
+        const double e = bench::rel_error(bench::bf16_values(be, out), ref);
+        report(name, m, "norm+wgmma", time_calls(be, reps, [&](int) { apart_rms(); }), 0.0);
+        report(name, m, "wgmma_rms", time_calls(be, reps, [&](int) { product(x, &rms); }), e);
+      };
+      rms_rates(
+          "qkv",
+          [&](const Tensor& in, const RowRms* r) {
+            if (!be.linear_rotary_kv(in, w, Tensor(), qb, layout, cos_sin, RotaryStyle::kHalf, rot,
+                                     slots, cb, r))
+              raise<Internal>("linear_rotary_kv declined");
+          },
+          qb);
+      Tensor wg = upload_random(be, {2 * d.inter, k}, 23), a = be.alloc({m, d.inter}, DType::kBF16);
+      rms_rates(
+          "gate_up",
+          [&](const Tensor& in, const RowRms* r) {
+            if (!be.linear_gated(in, wg, Tensor(), Activation::kSilu, a, r))
+              raise<Internal>("linear_gated declined");
+          },
+          a);
     }
     // o and down: the residual add. The residual grows over the timed calls (not zeros).
     for (const Shape5 s :
