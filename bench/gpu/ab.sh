@@ -14,16 +14,20 @@
 #   (optional) a second build to compare against, its bins.txz in .devbin/old/
 # On the GPU machine, from the repository root, with .devbin carried:
 #   bash bench/gpu/ab.sh .devbin
-# SETTINGS are the settings compared, space-separated, each a comma-separated list of
-# VAR=value (default: the flash kernel's default form, its copy-engine loads, its lazy
-# softmax max, both; the norms folded into the products: TACHYON_NORM_FOLD=1);
-# ROUNDS (2) the rounds; TEST_FILTER the tests (default: attention, models, graphs,
+# SETTINGS are the settings the prefill steps compare, space-separated, each a
+# comma-separated list of VAR=value (default: as built; the norms folded into the products;
+# with stream-K for the GEMM's last waves; with the down projection on the wgmma GEMM too;
+# with the flash kernel's copy-engine loads and lazy softmax max as well); ATTN_SETTINGS
+# those the attention rates and the probe compare (default: the flash kernel's default
+# form, its copy-engine loads, its lazy max, both); ROUNDS (2) the rounds; TEST_FILTER the tests (default: attention, models, graphs,
 # overlap, the wgmma GEMM's epilogues and the folded norms); SKIP_TESTS=1 skips them,
 # SKIP_ATTN=1 the attention rates, SKIP_STEPS=1 the prefill steps; KERNEL_ARGS (e.g.
 # "--only epilogue --m 2048,8192") runs tachyon_kernel_bench once with them.
-# Time: the tests ~180 s, an attention run ~25 s, a step run ~30 s (the first also writes
-# the 16 GB checkpoint, ~20 s), a probe run ~25 s: with four settings and two rounds, run
-# SKIP_STEPS=1 in one call and SKIP_TESTS=1 in the next to stay within 600 s a call.
+# Time: the tests ~200 s, an attention run ~25 s, a step run ~30 s (the first also writes
+# the 16 GB checkpoint, ~20 s), a probe run ~25 s, the epilogue kernel bench ~30 s: run
+# SKIP_STEPS=1 (with KERNEL_ARGS) in one call and SKIP_TESTS=1 SKIP_ATTN=1 in the next to
+# stay within 600 s a call. A build in STAGE/old (its bins.txz) runs beside the new one in
+# the sweeps, with the first setting only.
 set -uo pipefail
 ROOT=$(pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -40,7 +44,10 @@ if [ "$SRC_DIR" != "$ROOT" ] && [ ! -e "$SRC_DIR" ]; then
   mkdir -p "$(dirname "$SRC_DIR")" && ln -s "$ROOT" "$SRC_DIR"
 fi
 CONFIG=$HERE/llama3_8b_config.json
-SETTINGS=${SETTINGS:-"TACHYON_FLASH_TMA=0 TACHYON_FLASH_TMA=1 TACHYON_FLASH_LAZY=1 TACHYON_FLASH_TMA=1,TACHYON_FLASH_LAZY=1 TACHYON_NORM_FOLD=1"}
+FLASH_FORMS="TACHYON_FLASH_TMA=0 TACHYON_FLASH_TMA=1 TACHYON_FLASH_LAZY=1 TACHYON_FLASH_TMA=1,TACHYON_FLASH_LAZY=1"
+ATTN_SETTINGS=${ATTN_SETTINGS:-$FLASH_FORMS}
+FOLD=TACHYON_NORM_FOLD=1 SK=TACHYON_GEMM_WGMMA_STREAMK=1
+SETTINGS=${SETTINGS:-"TACHYON_NORM_FOLD=0 $FOLD $FOLD,$SK $FOLD,$SK,TACHYON_GEMM_WGMMA_ADD=2 $FOLD,$SK,TACHYON_FLASH_TMA=1,TACHYON_FLASH_LAZY=1"}
 ROUNDS=${ROUNDS:-2}
 nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv >"$R/smi.txt"
 finish() {
@@ -72,20 +79,21 @@ step() {  # tag binary env
     --decode 1 --ctx 1024 --no-ops >"$R/step_$1.log" 2>&1
   echo "step $1 [$3]: $(grep -E 'RESULT prefill' "$R/step_$1.log" | awk '{print $2 "=" $3}' | tr '\n' ' ')"
 }
-sweep() {  # fn: fn TAG BINARY SETTING for every round, build and setting, in that nesting
+sweep() {  # fn settings: fn TAG BINARY SETTING for every round, build and setting, nested so
   local round tag bin s i
   for round in $(seq 1 "$ROUNDS"); do
     while read -r tag bin; do
       i=0
-      for s in $SETTINGS; do
+      for s in $2; do
+        [ "$tag" = old ] && [ "$i" -gt 0 ] && break  # the older build: its first setting only
         "$1" "${tag}_s${i}_r$round" "$bin" "$s"
         i=$((i + 1))
       done
     done < <(bins)
   done
 }
-[ -n "${SKIP_ATTN:-}" ] || sweep attn
-[ -n "${SKIP_STEPS:-}" ] || sweep step
+[ -n "${SKIP_ATTN:-}" ] || sweep attn "$ATTN_SETTINGS"
+[ -n "${SKIP_STEPS:-}" ] || sweep step "$SETTINGS"
 if [ -n "${KERNEL_ARGS:-}" ]; then
   # shellcheck disable=SC2086 # the arguments are split on purpose
   "$BIN/tachyon_kernel_bench" --config "$CONFIG" $KERNEL_ARGS >"$R/kernels.log" 2>&1
@@ -94,7 +102,7 @@ if [ -n "${KERNEL_ARGS:-}" ]; then
 fi
 if [ -x "$BIN/probe/tachyon_gpu_bench" ]; then
   i=0
-  for s in $SETTINGS; do
+  for s in $ATTN_SETTINGS; do
     mkdir -p "$R/probe_s$i"
     # shellcheck disable=SC2086
     env ${s//,/ } TACHYON_FLASH_PROBE="$R/probe_s$i/rec" "$BIN/probe/tachyon_gpu_bench" \

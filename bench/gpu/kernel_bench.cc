@@ -350,8 +350,9 @@ void wgmma_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
 // (against cuBLASLt's product and then rotary_write_kv), o and down with the residual
 // add (against cuBLASLt's product with the residual as its C input); and qkv and gate_up
 // normalising their rows themselves (RowRms) against the weightless norm's pass and then
-// the same product. Each output's relative error against the replaced path's is printed
-// beside its time.
+// the same product; each wgmma form also with stream-K for the last waves (_sk). Each
+// output's relative error against the replaced path's is printed beside its time (0 for
+// the rows only timed).
 void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
   CudaBackendOptions o;
   cuda::CudaBackend be(o);
@@ -442,7 +443,17 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
         product(x, &rms);
         const double e = bench::rel_error(bench::bf16_values(be, out), ref);
         report(name, m, "norm+wgmma", time_calls(be, reps, [&](int) { apart_rms(); }), 0.0);
+        report(name, m, "wgmma", time_calls(be, reps, [&](int) { product(h, nullptr); }), 0.0);
         report(name, m, "wgmma_rms", time_calls(be, reps, [&](int) { product(x, &rms); }), e);
+        // The same with stream-K for the last waves.
+        be.set_wgmma_stream_k(true);
+        for (const RowRms* r : {static_cast<const RowRms*>(nullptr), &rms}) {
+          product(r != nullptr ? x : h, r);
+          const double es = bench::rel_error(bench::bf16_values(be, out), ref);
+          report(name, m, r != nullptr ? "wgmma_rms_sk" : "wgmma_sk",
+                 time_calls(be, reps, [&](int) { product(r != nullptr ? x : h, r); }), es);
+        }
+        be.set_wgmma_stream_k(false);
       };
       rms_rates(
           "qkv",
@@ -476,6 +487,9 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
       const double err = bench::rel_error(bench::bf16_values(be, yb), bench::bf16_values(be, ya));
       report(s.name, m, "cublas_add", time_calls(be, reps, [&](int) { add(false, ya); }), 0.0);
       report(s.name, m, "wgmma_add", time_calls(be, reps, [&](int) { add(true, yb); }), err);
+      be.set_wgmma_stream_k(true);
+      report(s.name, m, "wgmma_add_sk", time_calls(be, reps, [&](int) { add(true, yb); }), 0.0);
+      be.set_wgmma_stream_k(false);
       report(s.name, m, "wgmma_plain", plain(x, w, yb), 0.0);
     }
   }

@@ -731,6 +731,146 @@ TEST_P(CudaOpsTest, FoldedNorms) {
   }
 }
 
+// Stream-K for the last waves of the wgmma GEMM (Hopper): every hand-off form (plain,
+// gated, add, rotary with the cache write, and the row-norm gated and rotary forms) on
+// grids capped at a few blocks, so that the last partial wave and one whole wave are
+// divided by k-slices and tiles split between blocks: k of 1, 3, 9 and 17 slices (one
+// slice: nothing to split), rows past the last tile, each launch twice on the same
+// workspace (the marks of the first must not satisfy the second). Each against the same
+// launch without stream-K (which the other tests check against references): the split
+// tiles' sums differ only in the order of f32 additions. Through the backend, with
+// set_wgmma_stream_k, gate_up at 2,100 rows on the whole device against the same call
+// without. A workspace too small for the grid: no stream-K, the same outputs.
+TEST_P(CudaOpsTest, WgmmaStreamK) {
+  if (!cuda::gemm_wgmma_active(dt_)) GTEST_SKIP() << "the wgmma GEMM needs Hopper";
+  const auto bytes = [&](const Tensor& t) {
+    std::vector<uint8_t> b(t.nbytes());
+    TACHYON_CUDA_CHECK(cudaStreamSynchronize(gpu_->stream()));
+    TACHYON_CUDA_CHECK(cudaMemcpy(b.data(), t.raw(), b.size(), cudaMemcpyDeviceToHost));
+    return b;
+  };
+  const int kMaxBlocks = 16;
+  Tensor ws =
+      gpu_->alloc({static_cast<int64_t>(cuda::gemm_wgmma_sk_bytes(kMaxBlocks) / 4)}, DType::kF32);
+  gpu_->fill_zero(ws);
+  struct Case {
+    int64_t m, n, k;  // n: the outputs (the gated forms read 2n weight rows)
+    int blocks;
+  };
+  const Case cases[] = {
+      {700, 1024, 520, 7}, {300, 768, 136, 5}, {1029, 512, 64, 13}, {2100, 1280, 1032, 16}};
+  enum Form { kPlain, kGated, kAdd, kRotary, kGatedRms, kRotaryRms, kForms };
+  const char* names[] = {"plain", "gated", "add", "rotary", "gated rms", "rotary rms"};
+  for (const Case& c : cases) {
+    for (int form = 0; form < kForms; ++form) {
+      const bool gated = form == kGated || form == kGatedRms;
+      const bool rotary = form == kRotary || form == kRotaryRms;
+      const bool rms = form == kGatedRms || form == kRotaryRms;
+      const std::string what = std::string(names[form]) + " " + std::to_string(c.m) + "x" +
+                               std::to_string(c.n) + "x" + std::to_string(c.k) + " on " +
+                               std::to_string(c.blocks) + " blocks";
+      Tensor x = input({c.m, c.k}, rms ? 3.f : 1.f);
+      Tensor w = input({gated ? 2 * c.n : c.n, c.k}, 1.f / std::sqrt(static_cast<float>(c.k)));
+      Tensor start = input({c.m, c.n});
+      Tensor xd = dev(x), wd = gpu_->prepare_weight(w);
+      // The rotary form's layout: heads of 128, one KV head.
+      const QkvLayout layout{static_cast<int32_t>(c.n / 128 - 2), 1, 128};
+      Tensor cs = dev_f32(rotary_table(c.m, 128));
+      std::vector<int32_t> slots(static_cast<size_t>(c.m));
+      for (int64_t t = 0; t < c.m; ++t) slots[t] = static_cast<int32_t>(t);
+      Tensor slots_g = to_gpu_i32(*gpu_, slots);
+      const int32_t bs = 16, nb = static_cast<int32_t>(c.m / bs) + 1;
+      Tensor err = gpu_->alloc({1}, DType::kI32);
+      gpu_->fill_zero(err);
+      struct Out {
+        Tensor y, kc, vc;
+      };
+      auto run = [&](bool sk, size_t ws_bytes, int times) {
+        Out o;
+        o.y = form == kAdd ? dev(start) : poisoned(*gpu_, {c.m, c.n}, dt_);
+        o.kc = gpu_->alloc({nb, 1, bs, 128}, dt_);
+        o.vc = gpu_->alloc({nb, 1, bs, 128}, dt_);
+        gpu_->fill_zero(o.kc);
+        gpu_->fill_zero(o.vc);
+        cuda::WgmmaRotaryKv r;
+        r.cos_sin = cs.data<float>();
+        r.rot = 128;
+        r.style = cuda::KRotary::kHalf;
+        r.heads = layout.num_heads;
+        r.kv_heads = 1;
+        r.head_dim = 128;
+        r.slots = slots_g.data<int32_t>();
+        r.k_cache = o.kc.raw();
+        r.v_cache = o.vc.raw();
+        r.num_blocks = nb;
+        r.block_size = bs;
+        r.err = err.data<int32_t>();
+        cuda::WgmmaGemmArgs g =
+            cuda::wgmma_product(xd.raw(), wd.raw(), o.y.raw(), dt_, c.m, c.n, c.k, c.n);
+        g.handoff = true;
+        g.max_blocks = c.blocks;
+        g.group = 2;
+        if (gated) {
+          g.w_rows = 2 * c.n;
+          g.up_row = c.n;
+          g.act = cuda::KAct::kSilu;
+        }
+        g.add = form == kAdd;
+        if (rotary) g.rotary = &r;
+        if (rms) g.rms_eps = 1e-5f;
+        g.stream_k = sk;
+        g.sk_workspace = ws.raw();
+        g.sk_workspace_bytes = ws_bytes;
+        for (int i = 0; i < times; ++i) {
+          if (form == kAdd && i > 0) break;  // (the add accumulates)
+          EXPECT_TRUE(cuda::launch_gemm_wgmma(g, gpu_->stream())) << what;
+        }
+        return o;
+      };
+      const Out plain = run(false, ws.nbytes(), 1);
+      const int64_t before = cuda::gemm_wgmma_sk_launches();
+      const Out split = run(true, ws.nbytes(), 2);
+      const int64_t tiles = (c.m + 127) / 128 * ((c.n + (gated ? 127 : 255)) / (gated ? 128 : 256));
+      const bool divided = tiles > c.blocks && tiles % c.blocks != 0;
+      EXPECT_EQ(cuda::gemm_wgmma_sk_launches() - before, divided ? (form == kAdd ? 1 : 2) : 0)
+          << what << " (" << tiles << " tiles)";
+      const double tight = dt_ == DType::kBF16 ? 2e-3 : 5e-4;
+      expect_near(host_values(*gpu_, split.y), host_values(*gpu_, plain.y), tight,
+                  tag("stream-K " + what));
+      if (rotary) {
+        expect_near(host_values(*gpu_, split.kc), host_values(*gpu_, plain.kc), tight,
+                    tag("stream-K k cache " + what));
+        expect_near(host_values(*gpu_, split.vc), host_values(*gpu_, plain.vc), tight,
+                    tag("stream-K v cache " + what));
+      }
+      if (form == kPlain && divided) {  // a workspace too small: every tile whole
+        const int64_t b2 = cuda::gemm_wgmma_sk_launches();
+        const Out whole = run(true, cuda::gemm_wgmma_sk_bytes(c.blocks) - 1, 1);
+        EXPECT_EQ(cuda::gemm_wgmma_sk_launches(), b2) << what;
+        EXPECT_TRUE(bytes(whole.y) == bytes(plain.y)) << what;
+      }
+    }
+  }
+  // Through the backend.
+  {
+    const int64_t m = 2100, n = 2048, k = 136;
+    Tensor x = input({m, k});
+    Tensor w = input({2 * n, k}, 1.f / std::sqrt(static_cast<float>(k)));
+    Tensor xd = dev(x), wd = gpu_->prepare_weight(w);
+    Tensor a = poisoned(*gpu_, {m, n}, dt_), b = poisoned(*gpu_, {m, n}, dt_);
+    ASSERT_TRUE(gpu_->linear_gated(xd, wd, Tensor(), Activation::kSilu, a));
+    gpu_->set_wgmma_stream_k(true);
+    const int64_t before = cuda::gemm_wgmma_sk_launches();
+    ASSERT_TRUE(gpu_->linear_gated(xd, wd, Tensor(), Activation::kSilu, b));
+    gpu_->set_wgmma_stream_k(false);
+    const int64_t tiles = (m + 127) / 128 * (n / 128);
+    const int sms = gpu_->num_sms();
+    EXPECT_EQ(cuda::gemm_wgmma_sk_launches() - before, tiles > sms && tiles % sms != 0 ? 1 : 0);
+    expect_near(host_values(*gpu_, b), host_values(*gpu_, a), dt_ == DType::kBF16 ? 2e-3 : 5e-4,
+                tag("linear_gated stream-K"));
+  }
+}
+
 // Every matrix-vector variant (x through L1 or shared memory, 1, 2 or 4 warps per
 // column, 8, 16 or 32 warps a block, persistent blocks) for 1..4 rows, with row lengths
 // that end mid-batch or mid-share, and f32 output. The last two cases give each

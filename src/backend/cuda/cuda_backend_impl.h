@@ -17,6 +17,7 @@
 namespace tachyon::cuda {
 
 struct AttentionArgs;  // kernels.h
+struct WgmmaGemmArgs;  // kernels.h
 
 // GEMMs of at most this many rows go to the matrix-vector kernel (gemv.cu, which takes
 // up to kGemvMaxRows): measured on the H200 at Llama-3-8B shapes it beats cuBLASLt at
@@ -156,9 +157,15 @@ class CudaBackend final : public Backend {
   // GEMMs of 2..kSkinnyAutoRows rows (16-bit, k % 64 == 0) on the weight-streaming
   // tensor-core kernel (gemm_skinny.cu) instead of cuBLASLt; TACHYON_CUDA_SKINNY=0|1.
   void set_skinny(bool on) { use_skinny_ = on; }
-  // linear_add on the wgmma GEMM (TACHYON_GEMM_WGMMA_ADD; off by default: slower than
-  // cuBLASLt's C input for the o product).
-  void set_wgmma_add(bool on) { wgmma_add_ = on; }
+  // linear_add on the wgmma GEMM (TACHYON_GEMM_WGMMA_ADD=1; off by default: slower than
+  // cuBLASLt's C input for the o product), or only for products at least kDeepK deep
+  // (TACHYON_GEMM_WGMMA_ADD=2: the MLP's down projection, where it matched cuBLASLt).
+  void set_wgmma_add(bool on) { wgmma_add_ = on ? 1 : 0; }
+  void set_wgmma_add_deep() { wgmma_add_ = 2; }
+  static constexpr int64_t kDeepK = 8192;
+  // Stream-K for the last waves of the wgmma GEMM's hand-off products (gate_up, the fused
+  // qkv, the add; TACHYON_GEMM_WGMMA_STREAMK=1; off by default until measured).
+  void set_wgmma_stream_k(bool on) { wgmma_sk_ = on; }
   // Whether folds_norm() says yes (TACHYON_NORM_FOLD=1): a model made afterwards folds
   // its pre-attention and pre-MLP norms into the qkv and gate/up weights.
   void set_norm_fold(bool on) { norm_fold_ = on; }
@@ -222,7 +229,12 @@ class CudaBackend final : public Backend {
   int wgmma_cluster_ = 1, wgmma_group_ = 16;
   bool wgmma_handoff_ = true;
   // The wgmma GEMM for linear_add and linear_rotary_kv (TACHYON_GEMM_WGMMA_ADD, _ROTARY).
-  bool wgmma_add_ = false, wgmma_rotary_ = true;
+  int wgmma_add_ = 0;  // 0 never, 1 always, 2 from kDeepK
+  bool wgmma_rotary_ = true;
+  bool wgmma_sk_ = false;
+  Tensor sk_workspace_;  // the stream-K partial tiles and marks (zeroed once)
+  // With wgmma_sk_, g takes stream-K and the workspace (allocated and zeroed once).
+  void stream_k(WgmmaGemmArgs& g);
   bool norm_fold_ = false;  // TACHYON_NORM_FOLD
   Tensor skinny_partial_, merge_counters_;
   AttentionKernel attention_kernel_ = AttentionKernel::kAuto;

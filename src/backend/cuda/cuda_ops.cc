@@ -214,12 +214,14 @@ bool CudaBackend::linear_add(const Tensor& x, const Tensor& w, const Tensor& bia
     return false;
   check_linear(x, w, bias, out, 0);
   TACHYON_CHECK(out.dim(1) == w.dim(0), "linear_add into {} for {} outputs", out.str(), w.dim(0));
-  if (wgmma_add_ && !bias && m >= kEpilogueRows && gemm_wgmma_active(dtype_)) {
+  const bool wgmma = wgmma_add_ == 1 || (wgmma_add_ == 2 && x.dim(1) >= kDeepK);
+  if (wgmma && !bias && m >= kEpilogueRows && gemm_wgmma_active(dtype_)) {
     WgmmaGemmArgs g =
         wgmma_product(x.raw(), w.raw(), out.raw(), dtype_, m, w.dim(0), x.dim(1), out.dim(1));
     g.group = wgmma_group_;
     g.handoff = true;
     g.add = true;
+    stream_k(g);
     if (launch_gemm_wgmma(g, stream_)) {
       last_linear_path_ = LinearPath::kWgmma;
       return true;
@@ -227,6 +229,18 @@ bool CudaBackend::linear_add(const Tensor& x, const Tensor& w, const Tensor& bia
   }
   gemm(x, 0, m, w, out.raw(), out.dtype(), out.dim(1), bias, Activation::kIdentity, true);
   return true;
+}
+
+void CudaBackend::stream_k(WgmmaGemmArgs& g) {
+  if (!wgmma_sk_) return;
+  const size_t bytes = gemm_wgmma_sk_bytes(num_sms_);
+  if (!sk_workspace_ || sk_workspace_.nbytes() < bytes) {
+    sk_workspace_ = alloc_->alloc_bytes(bytes);
+    TACHYON_CUDA_CHECK(cudaMemsetAsync(sk_workspace_.raw(), 0, bytes, stream_));
+  }
+  g.stream_k = true;
+  g.sk_workspace = sk_workspace_.raw();
+  g.sk_workspace_bytes = sk_workspace_.nbytes();
 }
 
 bool CudaBackend::linear_rotary_kv(const Tensor& x, const Tensor& w, const Tensor& bias,
@@ -263,6 +277,7 @@ bool CudaBackend::linear_rotary_kv(const Tensor& x, const Tensor& w, const Tenso
   g.handoff = true;
   g.rotary = &r;
   if (rms != nullptr) g.rms_eps = rms->eps;
+  stream_k(g);
   if (!launch_gemm_wgmma(g, stream_)) return false;
   last_linear_path_ = LinearPath::kWgmma;
   return true;
@@ -298,6 +313,7 @@ bool CudaBackend::linear_gated(const Tensor& x, const Tensor& w, const Tensor& b
     g.rms_eps = rms->eps;
     g.cluster = 1;  // the row norm runs in single blocks
   }
+  if (handoff && g.cluster == 1) stream_k(g);
   if (!launch_gemm_wgmma(g, stream_)) return false;
   last_linear_path_ = LinearPath::kWgmma;
   return true;

@@ -96,7 +96,7 @@ constexpr size_t smem_bytes(Epi e, bool rms) {
          (rms ? kRmsBytes : 0) + 1024;  // + alignment
 }
 std::atomic<bool> g_enabled{true};  // set_gemm_wgmma
-std::atomic<int64_t> g_launches{0}, g_rms_launches{0};
+std::atomic<int64_t> g_launches{0}, g_rms_launches{0}, g_sk_launches{0};
 
 // Two adjacent outputs (4-byte aligned), rounded to nearest.
 template <typename T>
@@ -124,6 +124,15 @@ __device__ __forceinline__ float ld_shared_f32(uint32_t addr) {
 __device__ __forceinline__ void st_shared_f32(uint32_t addr, float v) {
   asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
 }
+// Stream-K's marks: written with release, read with acquire semantics at GPU scope.
+__device__ __forceinline__ void st_release(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 
 // Releases a stage: one arrival per consumer warp on the empty barrier of each block of
 // the cluster.
@@ -145,6 +154,70 @@ struct GemmTiles {
     const int rows = min(group, tiles_m - first), local = t - g * per_group;
     mt = first + local % rows;
     nt = local / rows;
+  }
+};
+
+// Stream-K for the last waves (kSk, the hand-off forms in single blocks): a grid of G
+// blocks that deals out T tiles whole, one a block in turn, ends with a partial wave of
+// T % G tiles while the other blocks idle. With it, the tiles before dp_tiles (whole waves
+// but the last) are dealt out whole as before, and the k-slices of the rest (the partial
+// wave and one whole wave: sk_units slices) are divided evenly among the blocks, in order,
+// so a block's share spans less than two tiles and a tile at most two blocks. Of a tile
+// split between blocks b and b + 1, block b + 1 computes its last slices first in its
+// share and writes those accumulators (kRms: and its rows' squares) to its slot of the
+// workspace, marking each part with the launch's epoch; block b computes the first slices
+// last in its share, by when the other part is long written, adds it and writes the tile.
+struct GemmSk {
+  int dp_tiles = 0;             // tiles dealt out whole
+  int sk_units = 0;             // k-slices of the divided tiles after them (0: none)
+  float* partial = nullptr;     // [G][2 consumers][32][128 threads][4] accumulators
+  float* partial_ss = nullptr;  // [G][128] rows' squares (kRms)
+  uint32_t* flags = nullptr;    // [G][3]: the epoch once consumer 0, 1, the producer wrote
+  uint32_t epoch = 0;
+};
+// The workspace of a grid of G blocks: the accumulators, the squares, the flags (zeroed
+// before its first use; epochs only grow, so it is never cleared again).
+constexpr size_t sk_partial_floats(int grid) {
+  return size_t(grid) * 2 * 128 * 128;
+}
+constexpr size_t sk_bytes(int grid) {
+  return (sk_partial_floats(grid) + size_t(grid) * 128) * 4 + size_t(grid) * 3 * 4;
+}
+
+// A block's work in order: tile t, k-slices [kb0, kb1). Its whole tiles first + i step
+// (before dp_tiles with stream-K), then (kSk) its share of the divided tiles' slices.
+template <bool kSk>
+struct TileWalk {
+  int t_next, step, end, kb_count, dp_tiles = 0;
+  int64_t u = 0, u1 = 0;
+  __device__ __forceinline__ TileWalk(int first, int step_, int num_tiles, int kb_count_,
+                                      const GemmSk& sk)
+      : t_next(first), step(step_), end(num_tiles), kb_count(kb_count_) {
+    if (kSk && sk.sk_units > 0) {
+      end = sk.dp_tiles;
+      dp_tiles = sk.dp_tiles;
+      u = int64_t{first} * sk.sk_units / step;
+      u1 = int64_t{first + 1} * sk.sk_units / step;
+    }
+  }
+  __device__ __forceinline__ bool next(int& t, int& kb0, int& kb1) {
+    if (t_next < end) {
+      t = t_next;
+      t_next += step;
+      kb0 = 0;
+      kb1 = kb_count;
+      return true;
+    }
+    if constexpr (kSk) {
+      if (u < u1) {
+        t = dp_tiles + static_cast<int>(u / kb_count);
+        kb0 = static_cast<int>(u % kb_count);
+        kb1 = min(kb_count, kb0 + static_cast<int>(u1 - u));
+        u += kb1 - kb0;
+        return true;
+      }
+    }
+    return false;
   }
 };
 
@@ -353,16 +426,18 @@ __device__ __forceinline__ void rotary_tile(uint32_t h, int64_t row0, int col0, 
 // a tile's last slice it writes the tile's 128 row scales 1 / sqrt(mean(x²) + rms_eps)
 // into one of two buffers (full / empty mbarriers). The consumers scale their
 // accumulators' rows before rounding them into the hand-off tile.
-template <typename T, int kCluster, Epi kEpi, bool kRms = false>
+// kSk: stream-K for the last waves (GemmSk).
+template <typename T, int kCluster, Epi kEpi, bool kRms = false, bool kSk = false>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_x,
                       const __grid_constant__ CUtensorMap map_w,
                       const __grid_constant__ CUtensorMap map_y, T* __restrict__ y,
                       const int64_t ldy, const int n_out, const int k, const int up_row,
                       const GemmTiles tiles, const KAct act, const WgmmaRotaryKv rk,
-                      const float rms_eps) {
+                      const float rms_eps, const GemmSk sk) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(!kRms || (handed(kEpi) && kCluster == 1), "the row norm: hand-off, single blocks");
+  static_assert(!kSk || (handed(kEpi) && kCluster == 1), "stream-K: hand-off, single blocks");
   constexpr bool kGated = gated_epi(kEpi), kHand = handed(kEpi);
   constexpr int kStages = stages(kEpi);
   // The epilogue warps of the add and the rotary hold a batch of loads, the row norm's
@@ -415,24 +490,28 @@ __global__ void __launch_bounds__(kThreads, 1)
     regs_dec<kProducerRegs>();
     if (kRms && threadIdx.x < 32) {
       const int lane = threadIdx.x;
-      const int my_tiles = first < num_tiles ? (num_tiles - first + step - 1) / step : 0;
-      const int total = my_tiles * kb_count;
       constexpr int kLag = kStages - 1;  // the slice summed is refilled after the next issue
       const float inv_k = 1.f / static_cast<float>(k);
-      int stage = 0, it = 0, ikb = 0;   // the next slice to issue: stage, tile, k-slice
-      int sstage = 0, st = 0, skb = 0;  // the next slice to sum
+      // Two walks over the same work: the slices issued, and (kLag behind) the slices summed.
+      TileWalk<kSk> iw(first, step, num_tiles, kb_count, sk),
+          sw(first, step, num_tiles, kb_count, sk);
+      int it = 0, ikb = 0, ikb1 = 0, st_t = 0, skb = 0, skb0 = 0, skb1 = 0;
+      bool iv = iw.next(it, ikb, ikb1), sv = sw.next(st_t, skb, skb1);
+      skb0 = skb;
+      int stage = 0, sstage = 0, issued = 0, summed = 0, out_i = 0;
       uint32_t phase = 0, sphase = 0;
       int row = 0, b_row0 = 0, b_row1 = 0;
+      const auto rows_of = [&](int t) {
+        int mt, nt;
+        tiles.at(t, mt, nt);
+        row = mt * kBM;
+        b_row0 = kGated ? nt * (kBN / 2) : nt * kBN;
+        b_row1 = kGated ? up_row + nt * (kBN / 2) : nt * kBN + kBN / 2;
+      };
+      if (iv) rows_of(it);
       float ss[4] = {0.f, 0.f, 0.f, 0.f};
-      for (int g = 0; g < total + kLag; ++g) {
-        if (g < total) {
-          if (ikb == 0) {
-            int mt, nt;
-            tiles.at(first + it * step, mt, nt);
-            row = mt * kBM;
-            b_row0 = kGated ? nt * (kBN / 2) : nt * kBN;
-            b_row1 = kGated ? up_row + nt * (kBN / 2) : nt * kBN + kBN / 2;
-          }
+      while (iv || sv) {
+        if (iv) {
           if (lane == 0) {
             const uint32_t full = full0 + 8 * stage, sa = base + stage * kStageBytes;
             mbar_wait(empty0 + 8 * stage, phase ^ 1);
@@ -445,12 +524,13 @@ __global__ void __launch_bounds__(kThreads, 1)
             stage = 0;
             phase ^= 1;
           }
-          if (++ikb == kb_count) {
-            ikb = 0;
-            ++it;
+          ++issued;
+          if (++ikb == ikb1) {
+            iv = iw.next(it, ikb, ikb1);
+            if (iv) rows_of(it);
           }
         }
-        if (g >= kLag) {
+        if (sv && (issued - summed > kLag || !iv)) {
           mbar_wait(full0 + 8 * sstage, sphase);
           add_row_squares<T>(base + sstage * kStageBytes, lane, ss);
           __syncwarp();  // every lane's reads are done before lane 0 refills the stage
@@ -458,31 +538,51 @@ __global__ void __launch_bounds__(kThreads, 1)
             sstage = 0;
             sphase ^= 1;
           }
-          if (++skb == kb_count) {
-            skb = 0;
-            const int b = st & 1;
-            mbar_wait(rsempty0 + 8 * b, ((st >> 1) & 1) ^ 1);  // the consumers read it
+          ++summed;
+          if (++skb == skb1) {  // the item's slices are summed
+            const int slot = blockIdx.x;
+            if (kSk && skb0 > 0) {  // a tile's last slices: the squares to the workspace
 #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              st_shared_f32(rs0 + b * (kBM * 4) + (lane + 32 * q) * 4,
-                            rsqrtf(ss[q] * inv_k + rms_eps));
-              ss[q] = 0.f;
+              for (int q = 0; q < 4; ++q) sk.partial_ss[slot * kBM + lane + 32 * q] = ss[q];
+              __threadfence();
+              __syncwarp();
+              if (lane == 0) st_release(sk.flags + slot * 3 + 2, sk.epoch);
+            } else {
+              if (kSk && skb1 < kb_count) {  // a tile's first slices: add the other part
+                while (ld_acquire(sk.flags + (slot + 1) * 3 + 2) != sk.epoch) {
+                }
+#pragma unroll
+                for (int q = 0; q < 4; ++q)
+                  ss[q] += __ldcg(sk.partial_ss + (slot + 1) * kBM + lane + 32 * q);
+              }
+              const int b = out_i & 1;
+              mbar_wait(rsempty0 + 8 * b, ((out_i >> 1) & 1) ^ 1);  // the consumers read it
+#pragma unroll
+              for (int q = 0; q < 4; ++q)
+                st_shared_f32(rs0 + b * (kBM * 4) + (lane + 32 * q) * 4,
+                              rsqrtf(ss[q] * inv_k + rms_eps));
+              mbar_arrive(rsfull0 + 8 * b);
+              ++out_i;
             }
-            mbar_arrive(rsfull0 + 8 * b);
-            ++st;
+#pragma unroll
+            for (int q = 0; q < 4; ++q) ss[q] = 0.f;
+            sv = sw.next(st_t, skb, skb1);
+            skb0 = skb;
           }
         }
       }
     } else if (!kRms && threadIdx.x == 0) {
       int stage = 0;
       uint32_t phase = 0;
-      for (int t = first; t < num_tiles; t += step) {
+      TileWalk<kSk> walk(first, step, num_tiles, kb_count, sk);
+      int t, kb0, kb1;
+      while (walk.next(t, kb0, kb1)) {
         int mt, nt;
         tiles.at(t, mt, nt);
         const int row = (mt * kCluster + static_cast<int>(rank)) * kBM;
         const int b_row0 = kGated ? nt * (kBN / 2) : nt * kBN;  // w rows of the two boxes
         const int b_row1 = kGated ? up_row + nt * (kBN / 2) : nt * kBN + kBN / 2;
-        for (int kb = 0; kb < kb_count; ++kb) {
+        for (int kb = kb0; kb < kb1; ++kb) {
           const uint32_t full = full0 + 8 * stage, sa = base + stage * kStageBytes;
           mbar_wait(empty0 + 8 * stage, phase ^ 1);
           mbar_arrive_tx(full, kStageBytes);
@@ -505,7 +605,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       // global memory, rows and pieces spread over the 96 threads.
       const int e = threadIdx.x - 32;
       uint32_t hphase = 0;
-      for (int t = first; t < num_tiles; t += step) {
+      TileWalk<kSk> walk(first, step, num_tiles, kb_count, sk);
+      int t, kb0, kb1;
+      while (walk.next(t, kb0, kb1)) {
+        if (kSk && kb0 > 0) continue;  // a tile's last slices: the other block writes it
         int mt, nt;
         tiles.at(t, mt, nt);
         for (int c = 0; c < 2; ++c) {
@@ -574,10 +677,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     [[maybe_unused]] int tile_i = 0;  // kRms: the tile's row-scale buffer
     uint32_t phase = 0, hphase = 0;
     float acc[128];
-    for (int t = first; t < num_tiles; t += step) {
+    TileWalk<kSk> walk(first, step, num_tiles, kb_count, sk);
+    int t, kb0, kb1;
+    while (walk.next(t, kb0, kb1)) {
       int mt, nt;
       tiles.at(t, mt, nt);
-      for (int kb = 0; kb < kb_count; ++kb) {
+      for (int kb = kb0; kb < kb1; ++kb) {
         const uint32_t sa = base + stage * kStageBytes;
         mbar_wait(full0 + 8 * stage, phase);
         const uint64_t da = wgmma_desc(sa + c * (64 * 128), 16, 1024);
@@ -585,13 +690,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk)
-          wgmma_ss256<T>(acc, da + 2 * kk, db + 2 * kk, kb > 0 || kk > 0);  // +32 bytes of k
+          wgmma_ss256<T>(acc, da + 2 * kk, db + 2 * kk, kb > kb0 || kk > 0);  // +32 bytes of k
         wgmma_commit();
         // The slice before is complete once at most this one is in flight: release it.
         wgmma_wait<1>();
         fence_regs(acc);
         const int prev = stage == 0 ? kStages - 1 : stage - 1;
-        if (kb > 0 && lane == 0) release<kCluster>(empty0 + 8 * prev);
+        if (kb > kb0 && lane == 0) release<kCluster>(empty0 + 8 * prev);
         if (++stage == kStages) {
           stage = 0;
           phase ^= 1;
@@ -602,6 +707,34 @@ __global__ void __launch_bounds__(kThreads, 1)
       {
         const int last = stage == 0 ? kStages - 1 : stage - 1;
         if (lane == 0) release<kCluster>(empty0 + 8 * last);
+      }
+      if constexpr (kSk) {
+        // Accumulator 4q + e of thread i at float4 q * 128 + i of the consumer's part.
+        const int slot = blockIdx.x, i = threadIdx.x & 127;
+        if (kb0 > 0) {  // a tile's last slices: to the workspace, for the other block
+          float4* p = reinterpret_cast<float4*>(sk.partial) + (size_t(slot) * 2 + c) * 32 * 128 + i;
+#pragma unroll
+          for (int q = 0; q < 32; ++q)
+            p[q * 128] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+          __threadfence();
+          named_barrier(1 + c, 128);
+          if (i == 0) st_release(sk.flags + slot * 3 + c, sk.epoch);
+          continue;
+        }
+        if (kb1 < kb_count) {  // a tile's first slices: the other block's part added
+          while (ld_acquire(sk.flags + (slot + 1) * 3 + c) != sk.epoch) {
+          }
+          const float4* p = reinterpret_cast<const float4*>(sk.partial) +
+                            (size_t(slot + 1) * 2 + c) * 32 * 128 + i;
+#pragma unroll
+          for (int q = 0; q < 32; ++q) {
+            const float4 v = __ldcg(p + q * 128);  // (from the L2: another SM wrote it)
+            acc[4 * q] += v.x;
+            acc[4 * q + 1] += v.y;
+            acc[4 * q + 2] += v.z;
+            acc[4 * q + 3] += v.w;
+          }
+        }
       }
       // Accumulator 4j + e is row 16 warp + lane / 4 (+ 8 for e >= 2), column 8j +
       // 2 (lane % 4) + (e & 1) of the warp's 16 x 256.
@@ -700,19 +833,19 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // Whether the kernel's sm_90a image is what this device runs.
-template <typename T, int kCluster, Epi kEpi, bool kRms = false>
+template <typename T, int kCluster, Epi kEpi, bool kRms = false, bool kSk = false>
 bool gemm_image() {
-  static const bool ok =
-      runs_sm90a_image(reinterpret_cast<const void*>(gemm_wgmma_kernel<T, kCluster, kEpi, kRms>));
+  static const bool ok = runs_sm90a_image(
+      reinterpret_cast<const void*>(gemm_wgmma_kernel<T, kCluster, kEpi, kRms, kSk>));
   return ok;
 }
 
 // Clusters of the kernel the device holds at once (blocks of one SM each; for single
 // blocks the occupancy query, kept per thread and device; for clusters of two asked
 // once, for the process's device).
-template <typename T, int kCluster, Epi kEpi, bool kRms>
+template <typename T, int kCluster, Epi kEpi, bool kRms, bool kSk>
 int resident_clusters() {
-  auto kernel = gemm_wgmma_kernel<T, kCluster, kEpi, kRms>;
+  auto kernel = gemm_wgmma_kernel<T, kCluster, kEpi, kRms, kSk>;
   if constexpr (kCluster == 1) {
     return resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, smem_bytes(kEpi, kRms));
   } else {
@@ -735,11 +868,13 @@ int resident_clusters() {
   }
 }
 
-template <typename T, int kCluster, Epi kEpi, bool kRms = false>
+std::atomic<uint32_t> g_sk_epoch{0};
+
+template <typename T, int kCluster, Epi kEpi, bool kRms = false, bool kSk = false>
 bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
   constexpr bool kGated = gated_epi(kEpi);
   constexpr size_t kSmem = smem_bytes(kEpi, kRms);
-  if (!gemm_image<T, kCluster, kEpi, kRms>()) return false;
+  if (!gemm_image<T, kCluster, kEpi, kRms, kSk>()) return false;
   if (kSmem > static_cast<size_t>(max_dynamic_smem())) return false;
   CUtensorMap mx, mw, my;
   if (!encode_map(mx, a.x, a.type, a.m, a.k, a.k, kBM) ||
@@ -750,9 +885,10 @@ bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
   } else {
     my = mx;  // unused
   }
-  auto kernel = gemm_wgmma_kernel<T, kCluster, kEpi, kRms>;
+  auto kernel = gemm_wgmma_kernel<T, kCluster, kEpi, kRms, kSk>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem);
-  const int resident = resident_clusters<T, kCluster, kEpi, kRms>();
+  int resident = resident_clusters<T, kCluster, kEpi, kRms, kSk>();
+  if (a.max_blocks > 0) resident = std::min(resident, a.max_blocks / kCluster);
   if (resident <= 0) return false;
   GemmTiles tiles;
   tiles.m = static_cast<int>(a.m);
@@ -761,28 +897,50 @@ bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
   tiles.group = std::max(1, a.group);
   const int64_t num_tiles = int64_t{tiles.tiles_m} * tiles.tiles_n;
   const int clusters = static_cast<int>(std::min<int64_t>(num_tiles, resident));
+  GemmSk sk;
+  if constexpr (kSk) {
+    // The last partial wave and one whole wave divided by k-slices (where a partial wave
+    // follows a whole one, and the workspace holds the grid's parts).
+    sk.dp_tiles = static_cast<int>(num_tiles);
+    const int64_t rem = num_tiles % clusters;
+    if (num_tiles > clusters && rem != 0 && a.sk_workspace != nullptr &&
+        a.sk_workspace_bytes >= sk_bytes(clusters)) {
+      const int64_t kb_count = ceil_div(a.k, int64_t{kBK});
+      sk.dp_tiles = static_cast<int>(num_tiles - rem - clusters);
+      sk.sk_units = static_cast<int>((rem + clusters) * kb_count);
+      sk.partial = static_cast<float*>(a.sk_workspace);
+      sk.partial_ss = sk.partial + sk_partial_floats(clusters);
+      sk.flags = reinterpret_cast<uint32_t*>(sk.partial_ss + size_t(clusters) * kBM);
+      sk.epoch = g_sk_epoch.fetch_add(1, std::memory_order_relaxed) + 1;
+      g_sk_launches.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
   launch_kernel_clustered(kernel, dim3(clusters * kCluster), dim3(kThreads), kSmem, stream,
                           dim3(kCluster, 1, 1), mx, mw, my, static_cast<T*>(a.y), a.ldy,
                           static_cast<int>(a.n_out), static_cast<int>(a.k),
                           static_cast<int>(a.up_row), tiles, a.act,
-                          a.rotary != nullptr ? *a.rotary : WgmmaRotaryKv{}, a.rms_eps);
+                          a.rotary != nullptr ? *a.rotary : WgmmaRotaryKv{}, a.rms_eps, sk);
   return true;
+}
+
+// The hand-off forms in single blocks, with or without stream-K.
+template <typename T, bool kSk>
+bool launch_handed(const WgmmaGemmArgs& a, cudaStream_t stream) {
+  if (a.rms_eps >= 0.f)
+    return a.rotary != nullptr ? launch_typed<T, 1, Epi::kHandRotary, true, kSk>(a, stream)
+                               : launch_typed<T, 1, Epi::kHandGated, true, kSk>(a, stream);
+  if (a.add) return launch_typed<T, 1, Epi::kHandAdd, false, kSk>(a, stream);
+  if (a.rotary != nullptr) return launch_typed<T, 1, Epi::kHandRotary, false, kSk>(a, stream);
+  return a.up_row < 0 ? launch_typed<T, 1, Epi::kHandPlain, false, kSk>(a, stream)
+                      : launch_typed<T, 1, Epi::kHandGated, false, kSk>(a, stream);
 }
 
 template <typename T, int kCluster>
 bool launch_epi(const WgmmaGemmArgs& a, cudaStream_t stream) {
-  if (a.rms_eps >= 0.f) {  // the hand-off's gated and rotary forms, single blocks only
-    if constexpr (kCluster == 1)
-      return a.rotary != nullptr ? launch_typed<T, 1, Epi::kHandRotary, true>(a, stream)
-                                 : launch_typed<T, 1, Epi::kHandGated, true>(a, stream);
-    return false;
-  }
-  if (a.add || a.rotary != nullptr) {  // single blocks only (gemm_wgmma_supports)
-    if constexpr (kCluster == 1)
-      return a.add ? launch_typed<T, 1, Epi::kHandAdd>(a, stream)
-                   : launch_typed<T, 1, Epi::kHandRotary>(a, stream);
-    return false;
-  }
+  if (kCluster == 1 && a.handoff)
+    return a.stream_k ? launch_handed<T, true>(a, stream) : launch_handed<T, false>(a, stream);
+  if (a.rms_eps >= 0.f || a.add || a.rotary != nullptr || a.stream_k)
+    return false;  // single blocks with the hand-off only (gemm_wgmma_supports)
   if (a.handoff)
     return a.up_row < 0 ? launch_typed<T, kCluster, Epi::kHandPlain>(a, stream)
                         : launch_typed<T, kCluster, Epi::kHandGated>(a, stream);
@@ -856,7 +1014,13 @@ bool gemm_wgmma_supports(const WgmmaGemmArgs& a) {
          (a.rotary == nullptr || rotary_supported(*a.rotary, a)) &&
          // the row norm: the hand-off's gated or rotary form, single blocks
          (a.rms_eps < 0.f || (std::isfinite(a.rms_eps) && a.handoff && a.cluster == 1 && !a.add &&
-                              (gated || a.rotary != nullptr)));
+                              (gated || a.rotary != nullptr))) &&
+         // stream-K: the hand-off forms, single blocks
+         (!a.stream_k || (a.handoff && a.cluster == 1)) && a.max_blocks >= 0;
+}
+
+size_t gemm_wgmma_sk_bytes(int grid) {
+  return sk_bytes(std::max(grid, 0));
 }
 
 bool launch_gemm_wgmma(const WgmmaGemmArgs& a, cudaStream_t stream) {
@@ -874,6 +1038,10 @@ int64_t gemm_wgmma_launches() {
 
 int64_t gemm_wgmma_rms_launches() {
   return g_rms_launches.load(std::memory_order_relaxed);
+}
+
+int64_t gemm_wgmma_sk_launches() {
+  return g_sk_launches.load(std::memory_order_relaxed);
 }
 
 }  // namespace tachyon::cuda

@@ -285,6 +285,16 @@ struct WgmmaGemmArgs {
   // scales the row's accumulators by 1 / sqrt(mean(x_row²) + rms_eps) before the
   // epilogue. The hand-off's gated and rotary forms, single blocks.
   float rms_eps = -1.f;
+  // Stream-K for the last waves (the hand-off forms, single blocks): the last partial wave
+  // and one whole wave of tiles divided among the blocks by k-slices, split tiles summed
+  // through sk_workspace (gemm_wgmma_sk_bytes(grid) bytes at least, zeroed before its
+  // first use, one launch at a time; without it, or without a partial wave, every tile is
+  // whole as usual).
+  bool stream_k = false;
+  void* sk_workspace = nullptr;
+  size_t sk_workspace_bytes = 0;
+  // At most this many blocks (0: as many as the device holds; tests).
+  int max_blocks = 0;
 };
 // set_gemm_wgmma(false) (the backend reads TACHYON_GEMM_WGMMA=0) turns it off; active: on,
 // and this device runs the sm_90a image.
@@ -296,7 +306,7 @@ bool gemm_wgmma_active(DType type);
 // otherwise n_out and ldy even and y 4-byte aligned; add and rotary: the hand-off,
 // cluster 1, whole 16-byte pieces; rotary: head_dim a multiple of 8 dividing 256, rot a
 // multiple of 16 up to head_dim, n_out the heads' columns; rms_eps finite, with the
-// hand-off, cluster 1 and the gated or rotary form).
+// hand-off, cluster 1 and the gated or rotary form; stream_k: the hand-off, cluster 1).
 bool gemm_wgmma_supports(const WgmmaGemmArgs& a);
 // False, having launched nothing, where it is not active or does not support a.
 bool launch_gemm_wgmma(const WgmmaGemmArgs& a, cudaStream_t stream);
@@ -320,6 +330,10 @@ inline WgmmaGemmArgs wgmma_product(const void* x, const void* w, void* y, DType 
 int64_t gemm_wgmma_launches();
 // Of those, the launches that normalised x's rows (rms_eps).
 int64_t gemm_wgmma_rms_launches();
+// The stream-K workspace a grid of this many blocks needs.
+size_t gemm_wgmma_sk_bytes(int grid);
+// Of the launches, those that divided tiles among blocks (stream-K).
+int64_t gemm_wgmma_sk_launches();
 
 // ---- attention_decode.cu ------------------------------------------------------------
 // FlashDecoding-style tensor-core kernel for decode steps (one query token per sequence;
