@@ -25,6 +25,10 @@
 //   the product, the gated activation, the product added to y (a residual stream), or
 //   the fused qkv rows rotated and their k and v heads written into the paged KV cache
 //   (the separate rotary pass disappears).
+// - Optionally (the hand-off forms, single blocks): the row norm (kRms), x's rows
+//   normalised by the kernel itself from the squares the producer's first warp sums as
+//   the slices land, the norm's weight folded into w; and stream-K (kSk, GemmSk), the last
+//   whole wave and the partial one divided among the blocks by k-slices.
 // - In clusters of two blocks (kCluster 2) the blocks take vertically adjacent tiles of
 //   the same columns: each loads half of the w box and multicasts it to both, so the L2
 //   serves w once per pair. A stage is then refilled once the consumers of both blocks
