@@ -193,15 +193,15 @@ constexpr size_t sk_bytes(int grid) {
 template <bool kSk>
 struct TileWalk {
   int t_next, step, end, kb_count, dp_tiles = 0;
-  int64_t u = 0, u1 = 0;
+  int u = 0, u1 = 0;  // (sk_units < 2^31: launch_typed)
   __device__ __forceinline__ TileWalk(int first, int step_, int num_tiles, int kb_count_,
                                       const GemmSk& sk)
       : t_next(first), step(step_), end(num_tiles), kb_count(kb_count_) {
     if (kSk && sk.sk_units > 0) {
       end = sk.dp_tiles;
       dp_tiles = sk.dp_tiles;
-      u = int64_t{first} * sk.sk_units / step;
-      u1 = int64_t{first + 1} * sk.sk_units / step;
+      u = static_cast<int>(int64_t{first} * sk.sk_units / step);
+      u1 = static_cast<int>(int64_t{first + 1} * sk.sk_units / step);
     }
   }
   __device__ __forceinline__ bool next(int& t, int& kb0, int& kb1) {
@@ -214,9 +214,9 @@ struct TileWalk {
     }
     if constexpr (kSk) {
       if (u < u1) {
-        t = dp_tiles + static_cast<int>(u / kb_count);
-        kb0 = static_cast<int>(u % kb_count);
-        kb1 = min(kb_count, kb0 + static_cast<int>(u1 - u));
+        t = dp_tiles + u / kb_count;
+        kb0 = u % kb_count;
+        kb1 = min(kb_count, kb0 + (u1 - u));
         u += kb1 - kb0;
         return true;
       }
@@ -907,9 +907,10 @@ bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
     // follows a whole one, and the workspace holds the grid's parts).
     sk.dp_tiles = static_cast<int>(num_tiles);
     const int64_t rem = num_tiles % clusters;
+    const int64_t kb_count = ceil_div(a.k, int64_t{kBK});
     if (num_tiles > clusters && rem != 0 && a.sk_workspace != nullptr &&
-        a.sk_workspace_bytes >= sk_bytes(clusters)) {
-      const int64_t kb_count = ceil_div(a.k, int64_t{kBK});
+        a.sk_workspace_bytes >= sk_bytes(clusters) &&
+        (rem + clusters) * kb_count < (int64_t{1} << 31)) {
       sk.dp_tiles = static_cast<int>(num_tiles - rem - clusters);
       sk.sk_units = static_cast<int>((rem + clusters) * kb_count);
       sk.partial = static_cast<float*>(a.sk_workspace);
