@@ -47,6 +47,7 @@
 #include <cstring>
 
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/gemm_walk.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mma_util.cuh"
@@ -158,70 +159,6 @@ struct GemmTiles {
     const int rows = min(group, tiles_m - first), local = t - g * per_group;
     mt = first + local % rows;
     nt = local / rows;
-  }
-};
-
-// Stream-K for the last waves (kSk, the hand-off forms in single blocks): a grid of G
-// blocks that deals out T tiles whole, one a block in turn, ends with a partial wave of
-// T % G tiles while the other blocks idle. With it, the tiles before dp_tiles (whole waves
-// but the last) are dealt out whole as before, and the k-slices of the rest (the partial
-// wave and one whole wave: sk_units slices) are divided evenly among the blocks, in order,
-// so a block's share spans less than two tiles and a tile at most two blocks. Of a tile
-// split between blocks b and b + 1, block b + 1 computes its last slices first in its
-// share and writes those accumulators (kRms: and its rows' squares) to its slot of the
-// workspace, marking each part with the launch's epoch; block b computes the first slices
-// last in its share, by when the other part is long written, adds it and writes the tile.
-struct GemmSk {
-  int dp_tiles = 0;             // tiles dealt out whole
-  int sk_units = 0;             // k-slices of the divided tiles after them (0: none)
-  float* partial = nullptr;     // [G][2 consumers][32][128 threads][4] accumulators
-  float* partial_ss = nullptr;  // [G][128] rows' squares (kRms)
-  uint32_t* flags = nullptr;    // [G][3]: the epoch once consumer 0, 1, the producer wrote
-  uint32_t epoch = 0;
-};
-// The workspace of a grid of G blocks: the accumulators, the squares, the flags (zeroed
-// before its first use; epochs only grow, so it is never cleared again).
-constexpr size_t sk_partial_floats(int grid) {
-  return size_t(grid) * 2 * 128 * 128;
-}
-constexpr size_t sk_bytes(int grid) {
-  return (sk_partial_floats(grid) + size_t(grid) * 128) * 4 + size_t(grid) * 3 * 4;
-}
-
-// A block's work in order: tile t, k-slices [kb0, kb1). Its whole tiles first + i step
-// (before dp_tiles with stream-K), then (kSk) its share of the divided tiles' slices.
-template <bool kSk>
-struct TileWalk {
-  int t_next, step, end, kb_count, dp_tiles = 0;
-  int u = 0, u1 = 0;  // (sk_units < 2^31: launch_typed)
-  __device__ __forceinline__ TileWalk(int first, int step_, int num_tiles, int kb_count_,
-                                      const GemmSk& sk)
-      : t_next(first), step(step_), end(num_tiles), kb_count(kb_count_) {
-    if (kSk && sk.sk_units > 0) {
-      end = sk.dp_tiles;
-      dp_tiles = sk.dp_tiles;
-      u = static_cast<int>(int64_t{first} * sk.sk_units / step);
-      u1 = static_cast<int>(int64_t{first + 1} * sk.sk_units / step);
-    }
-  }
-  __device__ __forceinline__ bool next(int& t, int& kb0, int& kb1) {
-    if (t_next < end) {
-      t = t_next;
-      t_next += step;
-      kb0 = 0;
-      kb1 = kb_count;
-      return true;
-    }
-    if constexpr (kSk) {
-      if (u < u1) {
-        t = dp_tiles + u / kb_count;
-        kb0 = u % kb_count;
-        kb1 = min(kb_count, kb0 + (u1 - u));
-        u += kb1 - kb0;
-        return true;
-      }
-    }
-    return false;
   }
 };
 
@@ -905,14 +842,9 @@ bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
   if constexpr (kSk) {
     // The last partial wave and one whole wave divided by k-slices (where a partial wave
     // follows a whole one, and the workspace holds the grid's parts).
-    sk.dp_tiles = static_cast<int>(num_tiles);
-    const int64_t rem = num_tiles % clusters;
-    const int64_t kb_count = ceil_div(a.k, int64_t{kBK});
-    if (num_tiles > clusters && rem != 0 && a.sk_workspace != nullptr &&
-        a.sk_workspace_bytes >= sk_bytes(clusters) &&
-        (rem + clusters) * kb_count < (int64_t{1} << 31)) {
-      sk.dp_tiles = static_cast<int>(num_tiles - rem - clusters);
-      sk.sk_units = static_cast<int>((rem + clusters) * kb_count);
+    if (a.sk_workspace != nullptr && a.sk_workspace_bytes >= sk_bytes(clusters))
+      sk = plan_stream_k(num_tiles, clusters, ceil_div(a.k, int64_t{kBK}));
+    if (sk.sk_units > 0) {
       sk.partial = static_cast<float*>(a.sk_workspace);
       sk.partial_ss = sk.partial + sk_partial_floats(clusters);
       sk.flags = reinterpret_cast<uint32_t*>(sk.partial_ss + size_t(clusters) * kBM);
