@@ -183,7 +183,6 @@ void Decoder::fold_norms() {
       norm->weight_offset = 0.f;
     }
   }
-  be_->synchronize();
   norms_folded_ = true;
 }
 
@@ -613,12 +612,7 @@ bool Decoder::attention_block(int l, const Tensor& in, Tensor& out, Tensor* add_
       L.qkv && rotary && cfg_.clip_qkv <= 0 && !cfg_.qk_norm && !logn_active_ &&
       be_->linear_rotary_kv(in, L.qkv.w, L.qkv.b, qkv, layout_, cos_sin_t_, cfg_.rope.style,
                             rope_->dim(), slots_t_, kv_[l], rms != nullptr ? &row_rms : nullptr);
-  Tensor h = in;
-  if (rms != nullptr && !fused) {  // the weightless norm's pass, then as usual
-    h = h_.view(*be_, T, cfg_.hidden_size);
-    Tensor residual = in;
-    be_->add_norm(residual, Tensor(), Tensor(), *rms, h);
-  }
+  const Tensor h = rms != nullptr && !fused ? normed(in, *rms) : in;
   if (!fused) {
     if (L.qkv) {
       be_->linear(h, L.qkv.w, L.qkv.b, qkv);
@@ -656,9 +650,7 @@ bool Decoder::mlp_block(int l, const Tensor& in, Tensor& out, Tensor* add_into,
     if (cfg_.gated_mlp && L.gate_up &&
         be_->linear_gated(in, L.gate_up.w, L.gate_up.b, cfg_.activation, a, &row_rms))
       return down_block(l, a, out, add_into);
-    h = h_.view(*be_, T, cfg_.hidden_size);
-    Tensor residual = in;
-    be_->add_norm(residual, Tensor(), Tensor(), *rms, h);
+    h = normed(in, *rms);
   }
   if (cfg_.is_moe(l)) {
     const int32_t E = cfg_.moe.num_experts, K = cfg_.moe.top_k;
@@ -705,6 +697,13 @@ bool Decoder::mlp_block(int l, const Tensor& in, Tensor& out, Tensor* add_into,
     be_->linear(h, L.up.w, L.up.b, a, 0, cfg_.activation);
   }
   return down_block(l, a, out, add_into);
+}
+
+Tensor Decoder::normed(const Tensor& in, const NormParams& norm) {
+  Tensor h = h_.view(*be_, in.dim(0), cfg_.hidden_size);
+  Tensor residual = in;  // (no deltas: read only)
+  be_->add_norm(residual, Tensor(), Tensor(), norm, h);
+  return h;
 }
 
 bool Decoder::down_block(int l, const Tensor& a, Tensor& out, Tensor* add_into) {

@@ -117,6 +117,8 @@ class Decoder final : public Model {
                        const NormParams* rms = nullptr);
   bool mlp_block(int layer, const Tensor& h, Tensor& out, Tensor* add_into = nullptr,
                  const NormParams* rms = nullptr);
+  // norm(in) into h_ (in: the residual stream, untouched); the blocks' weightless norm pass.
+  Tensor normed(const Tensor& in, const NormParams& norm);
   // The MLP's down projection of the activation a [T, inter_size] (as the blocks above).
   bool down_block(int layer, const Tensor& a, Tensor& out, Tensor* add_into);
   // The pre-attention and pre-MLP norms of a plain pre-norm decoder moved into the qkv

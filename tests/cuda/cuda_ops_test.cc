@@ -45,6 +45,32 @@ class CudaOpsTest : public ::testing::TestWithParam<DType> {
   Tensor dev(const Tensor& h) { return to_gpu(*gpu_, h, dt_); }
   Tensor dev_f32(const Tensor& h) { return to_gpu(*gpu_, h, DType::kF32); }
   std::string tag(const std::string& s) const { return dtype_label(dt_) + " " + s; }
+  // A device tensor's bytes.
+  std::vector<uint8_t> device_bytes(const Tensor& t) {
+    std::vector<uint8_t> b(t.nbytes());
+    gpu_->download(t, b.data());
+    return b;
+  }
+  // A backend linear_rotary_kv call (qb, cb from a cache that started as init) against
+  // the reference (qa, ca): declined, the rows and the cache untouched; taken, both within
+  // rounding (and, with wgmma_path, on the wgmma GEMM).
+  void check_rotary_call(bool fused, const std::string& what, const Tensor& qb,
+                         const LayerKvCache& cb, const Tensor& qa, const LayerKvCache& ca,
+                         const Tensor& init, bool wgmma_path) {
+    if (!fused) {
+      for (double v : host_values(*gpu_, qb)) ASSERT_TRUE(std::isnan(v)) << "declined but wrote";
+      expect_near(host_values(*gpu_, cb.k), host_values(init), 0.0, tag(what + " k untouched"));
+      return;
+    }
+    if (wgmma_path) {
+      EXPECT_EQ(gpu_->last_linear_path(), cuda::CudaBackend::LinearPath::kWgmma);
+    }
+    expect_near(host_values(*gpu_, qb), host_values(*gpu_, qa), bound_for(dt_), tag(what));
+    expect_near(host_values(*gpu_, cb.k), host_values(*gpu_, ca.k), bound_for(dt_),
+                tag(what + " k cache"));
+    expect_near(host_values(*gpu_, cb.v), host_values(*gpu_, ca.v), bound_for(dt_),
+                tag(what + " v cache"));
+  }
   // start + x · wᵀ (+ bias), the CPU's product added in double: what linear_add gives.
   std::vector<double> added(const Tensor& x, const Tensor& w, const Tensor& bias,
                             const Tensor& start) {
@@ -363,12 +389,6 @@ TEST_P(CudaOpsTest, WgmmaGemm) {
 // untouched.
 TEST_P(CudaOpsTest, WgmmaEpilogues) {
   const bool active = cuda::gemm_wgmma_active(dt_);
-  const auto bytes = [&](const Tensor& t) {
-    std::vector<uint8_t> b(t.nbytes());
-    TACHYON_CUDA_CHECK(cudaStreamSynchronize(gpu_->stream()));
-    TACHYON_CUDA_CHECK(cudaMemcpy(b.data(), t.raw(), b.size(), cudaMemcpyDeviceToHost));
-    return b;
-  };
   const auto plain_args = [&](const Tensor& x, const Tensor& w, Tensor& y) {
     cuda::WgmmaGemmArgs g =
         cuda::wgmma_product(x.raw(), w.raw(), y.raw(), dt_, x.dim(0), w.dim(0), x.dim(1), y.dim(1));
@@ -493,11 +513,11 @@ TEST_P(CudaOpsTest, WgmmaEpilogues) {
     ASSERT_TRUE(run(true, qb, kb, vb, eb)) << what;
     expect_near(host_values(*gpu_, qb), host_values(*gpu_, qa), 0.0,
                 tag("wgmma rotary qkv " + what));
-    EXPECT_TRUE(bytes(kb) == bytes(ka)) << "k cache " << what;
-    EXPECT_TRUE(bytes(vb) == bytes(va)) << "v cache " << what;
+    EXPECT_TRUE(device_bytes(kb) == device_bytes(ka)) << "k cache " << what;
+    EXPECT_TRUE(device_bytes(vb) == device_bytes(va)) << "v cache " << what;
     const auto word = [&](const Tensor& e) {
       int32_t v = 0;
-      const std::vector<uint8_t> b = bytes(e);
+      const std::vector<uint8_t> b = device_bytes(e);
       std::memcpy(&v, b.data(), sizeof(v));
       return v;
     };
@@ -534,17 +554,7 @@ TEST_P(CudaOpsTest, WgmmaEpilogues) {
       const std::string what = "linear_rotary_kv " + std::to_string(m) + (with_bias ? " bias" : "");
       const bool want = active && !with_bias && m >= cuda::CudaBackend::kEpilogueRows;
       ASSERT_EQ(fused, want) << what;
-      if (!fused) {
-        for (double v : host_values(*gpu_, qb)) ASSERT_TRUE(std::isnan(v)) << "declined but wrote";
-        expect_near(host_values(*gpu_, cb.k), host_values(init), 0.0, tag(what + " k untouched"));
-        continue;
-      }
-      EXPECT_EQ(gpu_->last_linear_path(), cuda::CudaBackend::LinearPath::kWgmma);
-      expect_near(host_values(*gpu_, qb), host_values(*gpu_, qa), bound_for(dt_), tag(what));
-      expect_near(host_values(*gpu_, cb.k), host_values(*gpu_, ca.k), bound_for(dt_),
-                  tag(what + " k cache"));
-      expect_near(host_values(*gpu_, cb.v), host_values(*gpu_, ca.v), bound_for(dt_),
-                  tag(what + " v cache"));
+      check_rotary_call(fused, what, qb, cb, qa, ca, init, true);
     }
   }
 }
@@ -718,16 +728,7 @@ TEST_P(CudaOpsTest, FoldedNorms) {
                                               RotaryStyle::kHalf, rot, slots_g, cb, &rms);
     const std::string what = "linear_rotary_kv rms " + std::to_string(m);
     ASSERT_EQ(fused, active && m >= cuda::CudaBackend::kEpilogueRows) << what;
-    if (!fused) {
-      for (double v : host_values(*gpu_, qb)) ASSERT_TRUE(std::isnan(v)) << "declined but wrote";
-      expect_near(host_values(*gpu_, cb.k), host_values(init), 0.0, tag(what + " k untouched"));
-      continue;
-    }
-    expect_near(host_values(*gpu_, qb), host_values(*gpu_, qa), bound_for(dt_), tag(what));
-    expect_near(host_values(*gpu_, cb.k), host_values(*gpu_, ca.k), bound_for(dt_),
-                tag(what + " k cache"));
-    expect_near(host_values(*gpu_, cb.v), host_values(*gpu_, ca.v), bound_for(dt_),
-                tag(what + " v cache"));
+    check_rotary_call(fused, what, qb, cb, qa, ca, init, false);
   }
 }
 
@@ -743,12 +744,6 @@ TEST_P(CudaOpsTest, FoldedNorms) {
 // without. A workspace too small for the grid: no stream-K, the same outputs.
 TEST_P(CudaOpsTest, WgmmaStreamK) {
   if (!cuda::gemm_wgmma_active(dt_)) GTEST_SKIP() << "the wgmma GEMM needs Hopper";
-  const auto bytes = [&](const Tensor& t) {
-    std::vector<uint8_t> b(t.nbytes());
-    TACHYON_CUDA_CHECK(cudaStreamSynchronize(gpu_->stream()));
-    TACHYON_CUDA_CHECK(cudaMemcpy(b.data(), t.raw(), b.size(), cudaMemcpyDeviceToHost));
-    return b;
-  };
   const int kMaxBlocks = 16;
   Tensor ws =
       gpu_->alloc({static_cast<int64_t>(cuda::gemm_wgmma_sk_bytes(kMaxBlocks) / 4)}, DType::kF32);
@@ -847,7 +842,7 @@ TEST_P(CudaOpsTest, WgmmaStreamK) {
         const int64_t b2 = cuda::gemm_wgmma_sk_launches();
         const Out whole = run(true, cuda::gemm_wgmma_sk_bytes(c.blocks) - 1, 1);
         EXPECT_EQ(cuda::gemm_wgmma_sk_launches(), b2) << what;
-        EXPECT_TRUE(bytes(whole.y) == bytes(plain.y)) << what;
+        EXPECT_TRUE(device_bytes(whole.y) == device_bytes(plain.y)) << what;
       }
     }
   }

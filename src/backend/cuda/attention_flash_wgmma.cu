@@ -37,10 +37,6 @@
 #include <cuda.h>  // CUtensorMap
 
 #include <atomic>
-#include <cstdio>
-#include <cstdlib>
-#include <string>
-#include <vector>
 
 #include "backend/cuda/attention_flash_tile.cuh"
 #include "backend/cuda/device_util.cuh"
@@ -51,6 +47,13 @@
 #include "backend/cuda/mma_util.cuh"
 #include "backend/cuda/tensor_map.h"
 #include "backend/cuda/wgmma.cuh"
+
+#if TACHYON_FLASH_PROBE
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+#endif
 
 namespace tachyon::cuda {
 namespace {
