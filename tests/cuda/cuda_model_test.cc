@@ -334,6 +334,8 @@ TEST_P(CudaModel16, RandomLlamaFoldedNorms) {
         dtype_label(dt).c_str(), n, static_cast<long long>(launches), e.normalised, got.size());
     EXPECT_FALSE(e.nan);
     EXPECT_LE(e.normalised, 2e-2);
+    // (the norms' weights are 1 +- 0.05 noise: folded roundings differ)
+    EXPECT_GT(e.normalised, 0.0) << n << " tokens: the fold changed nothing";
   }
 }
 
