@@ -21,7 +21,7 @@
 # those the attention rates and the probe compare (default: the flash kernel's default
 # form, its copy-engine loads, its lazy max, both); ROUNDS (2) the rounds; TEST_FILTER the tests (default: attention, models, graphs,
 # overlap, the wgmma GEMM's epilogues and the folded norms); SKIP_TESTS=1 skips them,
-# SKIP_ATTN=1 the attention rates, SKIP_STEPS=1 the prefill steps; KERNEL_ARGS (e.g.
+# SKIP_ATTN=1 the attention rates, SKIP_STEPS=1 the prefill steps, SKIP_PROBE=1 the probe; KERNEL_ARGS (e.g.
 # "--only epilogue --m 2048,8192") runs tachyon_kernel_bench once with them.
 # Time: the tests ~200 s, an attention run ~25 s, a step run ~30 s (the first also writes
 # the 16 GB checkpoint, ~20 s), a probe run ~25 s, the epilogue kernel bench ~30 s: run
@@ -58,7 +58,7 @@ trap finish EXIT
 
 if [ -z "${SKIP_TESTS:-}" ]; then
   F='*Prefill*:*Flash*:*MixedBatch*:*GroupRatios*:*SlidingWindow*:*Bidirectional*:CudaModel*:CudaGraph*:*Overlap*:*Wgmma*:*FoldedNorms*'
-  timeout 360 "$BIN/tachyon_cuda_tests" --gtest_filter="${TEST_FILTER:-$F}" >"$R/tests.log" 2>&1
+  timeout "${TESTS_TIMEOUT:-360}" "$BIN/tachyon_cuda_tests" --gtest_filter="${TEST_FILTER:-$F}" >"$R/tests.log" 2>&1
   echo "tests rc=$? $(grep -cE '^\[       OK' "$R/tests.log") ok; $(grep -E '^\[  (PASSED|FAILED)' "$R/tests.log" | tr '\n' ' ')"
   grep -E '^\[  FAILED|Failure' "$R/tests.log" | head -20
 fi
@@ -69,13 +69,13 @@ bins() {  # the builds to time: tag binary
 }
 # shellcheck disable=SC2086 # a setting's VAR=value words are split on purpose
 attn() {  # tag binary env
-  env ${3//,/ } "$2" --config "$CONFIG" --dir /tmp/w --attn-only >"$R/attn_$1.log" 2>&1
+  timeout 120 env ${3//,/ } "$2" --config "$CONFIG" --dir /tmp/w --attn-only >"$R/attn_$1.log" 2>&1
   echo "attn $1 [$3]: $(grep -E 'RESULT attn_flash_(1x1024|8x1024|1x4096)' "$R/attn_$1.log" |
     awk '{print $2 "=" $3}' | tr '\n' ' ')"
 }
 # shellcheck disable=SC2086
 step() {  # tag binary env
-  env ${3//,/ } "$2" --config "$CONFIG" --dir /tmp/w --keep-model --prefill 8x1024,1x1024 \
+  timeout 150 env ${3//,/ } "$2" --config "$CONFIG" --dir /tmp/w --keep-model --prefill 8x1024,1x1024 \
     --decode 1 --ctx 1024 --no-ops >"$R/step_$1.log" 2>&1
   echo "step $1 [$3]: $(grep -E 'RESULT prefill' "$R/step_$1.log" | awk '{print $2 "=" $3}' | tr '\n' ' ')"
 }
@@ -96,11 +96,11 @@ sweep() {  # fn settings: fn TAG BINARY SETTING for every round, build and setti
 [ -n "${SKIP_STEPS:-}" ] || sweep step "$SETTINGS"
 if [ -n "${KERNEL_ARGS:-}" ]; then
   # shellcheck disable=SC2086 # the arguments are split on purpose
-  "$BIN/tachyon_kernel_bench" --config "$CONFIG" $KERNEL_ARGS >"$R/kernels.log" 2>&1
+  timeout 120 "$BIN/tachyon_kernel_bench" --config "$CONFIG" $KERNEL_ARGS >"$R/kernels.log" 2>&1
   echo "kernels rc=$?:"
   grep -E '^RESULT' "$R/kernels.log" | head -60
 fi
-if [ -x "$BIN/probe/tachyon_gpu_bench" ]; then
+if [ -z "${SKIP_PROBE:-}" ] && [ -x "$BIN/probe/tachyon_gpu_bench" ]; then
   i=0
   for s in $ATTN_SETTINGS; do
     mkdir -p "$R/probe_s$i"
