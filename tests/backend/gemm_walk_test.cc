@@ -39,6 +39,18 @@ TEST(GemmWalk, PlanOnlyWithAPartialWaveAfterAWholeOne) {
   EXPECT_EQ(sk.sk_units, (40 + 132) * 64);
   EXPECT_EQ(plan_stream_k(7168, 132, int64_t{1} << 24).sk_units, 0);  // past 2^31 slices
   EXPECT_EQ(plan_stream_k(10, 0, 4).sk_units, 0);
+  EXPECT_GT(plan_stream_k(3 * kSkMaxBlocks + 1, kSkMaxBlocks, 4).sk_units, 0);
+  EXPECT_EQ(plan_stream_k(3 * kSkMaxBlocks + 3, kSkMaxBlocks + 1, 4).sk_units, 0);  // no flags
+}
+
+// The flags sit before every grid's partial tiles: a launch on one grid size never writes
+// accumulators where a launch on another reads its flags.
+TEST(GemmWalk, WorkspaceFlagsInOnePlaceForEveryGrid) {
+  for (int g : {1, 5, 16, 132, kSkMaxBlocks}) {
+    EXPECT_GE(sk_flag_bytes(), size_t(g) * 3 * 4);
+    EXPECT_EQ(sk_bytes(g), sk_flag_bytes() + sk_partial_floats(g) * 4 + size_t(g) * 128 * 4);
+    EXPECT_EQ(sk_flag_bytes() % 16, 0u);  // the partial tiles stay float4-aligned
+  }
 }
 
 // Every (tile, slice) exactly once; whole tiles before dp_tiles, dealt in turn; in the

@@ -737,9 +737,10 @@ TEST_P(CudaOpsTest, FoldedNorms) {
 // grids capped at a few blocks, so that the last partial wave and one whole wave are
 // divided by k-slices and tiles split between blocks: k of 1, 3, 9 and 17 slices (one
 // slice: nothing to split), rows past the last tile, each launch twice on the same
-// workspace (the marks of the first must not satisfy the second). Each against the same
-// launch without stream-K (which the other tests check against references): the split
-// tiles' sums differ only in the order of f32 additions. Through the backend, with
+// workspace (the marks of the first must not satisfy the second), grids of different
+// sizes one after another on it, and epochs that wrap. Each against the same launch
+// without stream-K (which the other tests check against references): the split tiles'
+// sums differ only in the order of f32 additions. Through the backend, with
 // set_wgmma_stream_k, gate_up at 2,100 rows on the whole device against the same call
 // without. A workspace too small for the grid: no stream-K, the same outputs.
 TEST_P(CudaOpsTest, WgmmaStreamK) {
@@ -748,6 +749,7 @@ TEST_P(CudaOpsTest, WgmmaStreamK) {
   Tensor ws =
       gpu_->alloc({static_cast<int64_t>(cuda::gemm_wgmma_sk_bytes(kMaxBlocks) / 4)}, DType::kF32);
   gpu_->fill_zero(ws);
+  cuda::WgmmaSkWorkspace wsd{ws.raw(), ws.nbytes(), 0};
   struct Case {
     int64_t m, n, k;  // n: the outputs (the gated forms read 2n weight rows)
     int blocks;
@@ -780,7 +782,7 @@ TEST_P(CudaOpsTest, WgmmaStreamK) {
       struct Out {
         Tensor y, kc, vc;
       };
-      auto run = [&](bool sk, size_t ws_bytes, int times) {
+      auto run = [&](bool sk, cuda::WgmmaSkWorkspace* w, int times) {
         Out o;
         o.y = form == kAdd ? dev(start) : poisoned(*gpu_, {c.m, c.n}, dt_);
         o.kc = gpu_->alloc({nb, 1, bs, 128}, dt_);
@@ -814,21 +816,23 @@ TEST_P(CudaOpsTest, WgmmaStreamK) {
         if (rotary) g.rotary = &r;
         if (rms) g.rms_eps = 1e-5f;
         g.stream_k = sk;
-        g.sk_workspace = ws.raw();
-        g.sk_workspace_bytes = ws_bytes;
+        g.sk_workspace = w;
         for (int i = 0; i < times; ++i) {
           if (form == kAdd && i > 0) break;  // (the add accumulates)
           EXPECT_TRUE(cuda::launch_gemm_wgmma(g, gpu_->stream())) << what;
         }
         return o;
       };
-      const Out plain = run(false, ws.nbytes(), 1);
+      const Out plain = run(false, &wsd, 1);
       const int64_t before = cuda::gemm_wgmma_sk_launches();
-      const Out split = run(true, ws.nbytes(), 2);
+      const uint32_t epoch = wsd.epoch;
+      const Out split = run(true, &wsd, 2);
       const int64_t tiles = (c.m + 127) / 128 * ((c.n + (gated ? 127 : 255)) / (gated ? 128 : 256));
       const bool divided = tiles > c.blocks && tiles % c.blocks != 0;
-      EXPECT_EQ(cuda::gemm_wgmma_sk_launches() - before, divided ? (form == kAdd ? 1 : 2) : 0)
+      const int launches = divided ? (form == kAdd ? 1 : 2) : 0;
+      EXPECT_EQ(cuda::gemm_wgmma_sk_launches() - before, launches)
           << what << " (" << tiles << " tiles)";
+      EXPECT_EQ(wsd.epoch, epoch + static_cast<uint32_t>(launches)) << what;
       const double tight = dt_ == DType::kBF16 ? 2e-3 : 5e-4;
       expect_near(host_values(*gpu_, split.y), host_values(*gpu_, plain.y), tight,
                   tag("stream-K " + what));
@@ -838,11 +842,19 @@ TEST_P(CudaOpsTest, WgmmaStreamK) {
         expect_near(host_values(*gpu_, split.vc), host_values(*gpu_, plain.vc), tight,
                     tag("stream-K v cache " + what));
       }
-      if (form == kPlain && divided) {  // a workspace too small: every tile whole
+      if (form == kPlain && divided) {
+        // A workspace too small: every tile whole.
         const int64_t b2 = cuda::gemm_wgmma_sk_launches();
-        const Out whole = run(true, cuda::gemm_wgmma_sk_bytes(c.blocks) - 1, 1);
+        cuda::WgmmaSkWorkspace tiny{ws.raw(), cuda::gemm_wgmma_sk_bytes(c.blocks) - 1, 0};
+        const Out whole = run(true, &tiny, 1);
         EXPECT_EQ(cuda::gemm_wgmma_sk_launches(), b2) << what;
         EXPECT_TRUE(device_bytes(whole.y) == device_bytes(plain.y)) << what;
+        // The epochs wrap: the flags are cleared and the epochs start again at 1.
+        wsd.epoch = ~uint32_t{0};
+        const Out wrapped = run(true, &wsd, 2);
+        EXPECT_EQ(wsd.epoch, 2u) << what;
+        expect_near(host_values(*gpu_, wrapped.y), host_values(*gpu_, plain.y), tight,
+                    tag("stream-K, epochs wrapped, " + what));
       }
     }
   }

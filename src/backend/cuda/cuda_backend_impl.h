@@ -13,11 +13,9 @@
 #include "backend/cuda/allocator.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/kernels.h"
 
 namespace tachyon::cuda {
-
-struct AttentionArgs;  // kernels.h
-struct WgmmaGemmArgs;  // kernels.h
 
 // GEMMs of at most this many rows go to the matrix-vector kernel (gemv.cu, which takes
 // up to kGemvMaxRows): measured on the H200 at Llama-3-8B shapes it beats cuBLASLt at
@@ -232,7 +230,8 @@ class CudaBackend final : public Backend {
   int wgmma_add_ = 0;  // 0 never, 1 always, 2 from kDeepK
   bool wgmma_rotary_ = true;
   bool wgmma_sk_ = false;
-  Tensor sk_workspace_;  // the stream-K partial tiles and marks (zeroed once)
+  Tensor sk_workspace_;     // the stream-K partial tiles and marks (zeroed once)
+  WgmmaSkWorkspace sk_ws_;  // it, with the last launch's epoch
   // With wgmma_sk_, g takes stream-K and the workspace (allocated and zeroed once).
   void stream_k(WgmmaGemmArgs& g);
   bool norm_fold_ = false;  // TACHYON_NORM_FOLD

@@ -233,14 +233,18 @@ bool CudaBackend::linear_add(const Tensor& x, const Tensor& w, const Tensor& bia
 
 void CudaBackend::stream_k(WgmmaGemmArgs& g) {
   if (!wgmma_sk_) return;
+  // Not while a graph is recorded: its replays would all carry the recorded epoch.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  TACHYON_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return;
   const size_t bytes = gemm_wgmma_sk_bytes(num_sms_);
   if (!sk_workspace_ || sk_workspace_.nbytes() < bytes) {
     sk_workspace_ = alloc_->alloc_bytes(bytes);
     TACHYON_CUDA_CHECK(cudaMemsetAsync(sk_workspace_.raw(), 0, bytes, stream_));
+    sk_ws_ = WgmmaSkWorkspace{sk_workspace_.raw(), sk_workspace_.nbytes(), 0};
   }
   g.stream_k = true;
-  g.sk_workspace = sk_workspace_.raw();
-  g.sk_workspace_bytes = sk_workspace_.nbytes();
+  g.sk_workspace = &sk_ws_;
 }
 
 bool CudaBackend::linear_rotary_kv(const Tensor& x, const Tensor& w, const Tensor& bias,

@@ -33,22 +33,30 @@ struct GemmSk {
   uint32_t epoch = 0;
 };
 
-// The workspace of a grid of G blocks: the accumulators, the squares, the flags (zeroed
-// before its first use; epochs only grow, so it is never cleared again).
+// The workspace of a grid of G blocks (G <= kSkMaxBlocks): the flags of every grid size
+// first, so that launches on grids of different sizes find their flags in one place (a
+// grid's partial tiles never lie where another grid reads flags), then the accumulators,
+// then the squares. Zeroed before its first use; a launch's epoch is one above the
+// launch before it on the same workspace, so the flags are cleared again only when the
+// epochs wrap.
+constexpr int kSkMaxBlocks = 1024;
+constexpr size_t sk_flag_bytes() {
+  return size_t(kSkMaxBlocks) * 3 * 4;
+}
 constexpr size_t sk_partial_floats(int grid) {
   return size_t(grid) * 2 * 128 * 128;
 }
 constexpr size_t sk_bytes(int grid) {
-  return (sk_partial_floats(grid) + size_t(grid) * 128) * 4 + size_t(grid) * 3 * 4;
+  return sk_flag_bytes() + (sk_partial_floats(grid) + size_t(grid) * 128) * 4;
 }
 
 // The division of num_tiles tiles of kb_count k-slices among grid blocks: stream-K where a
-// partial wave follows a whole one (and the divided slices stay below 2^31), else every
-// tile whole (sk_units 0). The workspace pointers are the caller's.
+// partial wave follows a whole one (on at most kSkMaxBlocks blocks, the divided slices
+// below 2^31), else every tile whole (sk_units 0). The workspace pointers are the caller's.
 inline GemmSk plan_stream_k(int64_t num_tiles, int grid, int64_t kb_count) {
   GemmSk sk;
   sk.dp_tiles = static_cast<int>(num_tiles);
-  if (grid <= 0 || kb_count <= 0) return sk;
+  if (grid <= 0 || grid > kSkMaxBlocks || kb_count <= 0) return sk;
   const int64_t rem = num_tiles % grid;
   if (num_tiles > grid && rem != 0 && (rem + grid) * kb_count < (int64_t{1} << 31)) {
     sk.dp_tiles = static_cast<int>(num_tiles - rem - grid);

@@ -809,8 +809,6 @@ int resident_clusters() {
   }
 }
 
-std::atomic<uint32_t> g_sk_epoch{0};
-
 template <typename T, int kCluster, Epi kEpi, bool kRms = false, bool kSk = false>
 bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
   constexpr bool kGated = gated_epi(kEpi);
@@ -842,13 +840,18 @@ bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
   if constexpr (kSk) {
     // The last partial wave and one whole wave divided by k-slices (where a partial wave
     // follows a whole one, and the workspace holds the grid's parts).
-    if (a.sk_workspace != nullptr && a.sk_workspace_bytes >= sk_bytes(clusters))
+    WgmmaSkWorkspace* ws = a.sk_workspace;
+    if (ws != nullptr && ws->data != nullptr && ws->bytes >= sk_bytes(clusters))
       sk = plan_stream_k(num_tiles, clusters, ceil_div(a.k, int64_t{kBK}));
     if (sk.sk_units > 0) {
-      sk.partial = static_cast<float*>(a.sk_workspace);
+      sk.flags = static_cast<uint32_t*>(ws->data);
+      sk.partial = reinterpret_cast<float*>(static_cast<char*>(ws->data) + sk_flag_bytes());
       sk.partial_ss = sk.partial + sk_partial_floats(clusters);
-      sk.flags = reinterpret_cast<uint32_t*>(sk.partial_ss + size_t(clusters) * kBM);
-      sk.epoch = g_sk_epoch.fetch_add(1, std::memory_order_relaxed) + 1;
+      if (++ws->epoch == 0) {  // wrapped: no flag may still hold an epoch to come
+        TACHYON_CUDA_CHECK(cudaMemsetAsync(ws->data, 0, sk_flag_bytes(), stream));
+        ws->epoch = 1;
+      }
+      sk.epoch = ws->epoch;
       g_sk_launches.fetch_add(1, std::memory_order_relaxed);
     }
   }

@@ -262,6 +262,18 @@ struct WgmmaRotaryKv {
 // the separate gated pass does). w holds w_rows rows of k. Persistent blocks of 128 x
 // 256 accumulator tiles walked in groups of `group` row tiles; cluster 2 multicasts w
 // between two blocks of adjacent rows.
+// Stream-K's workspace: `bytes` (gemm_wgmma_sk_bytes(grid) at least) of device memory,
+// zeroed before its first use, and the epoch of the last launch that divided tiles
+// through it (0 before the first). Each such launch takes the next epoch as the mark of
+// its parts and clears the workspace's flags on the stream where the epochs wrap, so a
+// mark left by an earlier launch never passes for the current one. Its launches run one
+// at a time (one stream), and not in a recorded graph (a replay would repeat the epoch).
+struct WgmmaSkWorkspace {
+  void* data = nullptr;
+  size_t bytes = 0;
+  uint32_t epoch = 0;
+};
+
 struct WgmmaGemmArgs {
   const void* x = nullptr;
   const void* w = nullptr;
@@ -287,12 +299,10 @@ struct WgmmaGemmArgs {
   float rms_eps = -1.f;
   // Stream-K for the last waves (the hand-off forms, single blocks): the last partial wave
   // and one whole wave of tiles divided among the blocks by k-slices, split tiles summed
-  // through sk_workspace (gemm_wgmma_sk_bytes(grid) bytes at least, zeroed before its
-  // first use, one launch at a time; without it, or without a partial wave, every tile is
-  // whole as usual).
+  // through sk_workspace (WgmmaSkWorkspace; without it, one too small for the grid, or
+  // without a partial wave, every tile is whole as usual).
   bool stream_k = false;
-  void* sk_workspace = nullptr;
-  size_t sk_workspace_bytes = 0;
+  WgmmaSkWorkspace* sk_workspace = nullptr;
   // At most this many blocks (0: as many as the device holds; tests).
   int max_blocks = 0;
 };
