@@ -19,10 +19,12 @@
 # with stream-K for the GEMM's last waves; with the down projection on the wgmma GEMM too;
 # with the flash kernel's copy-engine loads and lazy softmax max as well); ATTN_SETTINGS
 # those the attention rates and the probe compare (default: the flash kernel's default
-# form, its copy-engine loads, its lazy max, both); ROUNDS (2) the rounds; TEST_FILTER the tests (default: attention, models, graphs,
-# overlap, the wgmma GEMM's epilogues and the folded norms); SKIP_TESTS=1 skips them,
-# SKIP_ATTN=1 the attention rates, SKIP_STEPS=1 the prefill steps, SKIP_PROBE=1 the probe; KERNEL_ARGS (e.g.
-# "--only epilogue --m 2048,8192") runs tachyon_kernel_bench once with them.
+# form, its copy-engine loads, its lazy max, both); ROUNDS (2) the rounds; TEST_FILTER
+# the tests (default: attention, models, graphs, overlap, the wgmma GEMM's epilogues and
+# the folded norms) and TESTS_TIMEOUT their limit in seconds (360); SKIP_TESTS=1 skips
+# them, SKIP_ATTN=1 the attention rates, SKIP_STEPS=1 the prefill steps, SKIP_PROBE=1 the
+# probe; KERNEL_ARGS (e.g. "--only epilogue --m 2048,8192") runs tachyon_kernel_bench
+# once with them. Every run has a time limit, so a hung kernel costs one run.
 # Time: the tests ~200 s, an attention run ~25 s, a step run ~30 s (the first also writes
 # the 16 GB checkpoint, ~20 s), a probe run ~25 s, the epilogue kernel bench ~30 s: run
 # SKIP_STEPS=1 (with KERNEL_ARGS) in one call and SKIP_TESTS=1 SKIP_ATTN=1 in the next to

@@ -49,8 +49,8 @@ TEST(GemmWalk, WorkspaceFlagsInOnePlaceForEveryGrid) {
   for (int g : {1, 5, 16, 132, kSkMaxBlocks}) {
     EXPECT_GE(sk_flag_bytes(), size_t(g) * 3 * 4);
     EXPECT_EQ(sk_bytes(g), sk_flag_bytes() + sk_partial_floats(g) * 4 + size_t(g) * 128 * 4);
-    EXPECT_EQ(sk_flag_bytes() % 16, 0u);  // the partial tiles stay float4-aligned
   }
+  EXPECT_EQ(sk_flag_bytes() % 16, 0u);  // the partial tiles stay float4-aligned
 }
 
 // Every (tile, slice) exactly once; whole tiles before dp_tiles, dealt in turn; in the

@@ -849,7 +849,7 @@ TEST_P(CudaOpsTest, WgmmaStreamK) {
         const Out whole = run(true, &tiny, 1);
         EXPECT_EQ(cuda::gemm_wgmma_sk_launches(), b2) << what;
         EXPECT_TRUE(device_bytes(whole.y) == device_bytes(plain.y)) << what;
-        // The epochs wrap: the flags are cleared and the epochs start again at 1.
+        // The epochs wrap: the launches go on at epochs 1 and 2, with the same outputs.
         wsd.epoch = ~uint32_t{0};
         const Out wrapped = run(true, &wsd, 2);
         EXPECT_EQ(wsd.epoch, 2u) << what;

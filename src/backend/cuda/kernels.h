@@ -255,13 +255,6 @@ struct WgmmaRotaryKv {
   int* err = nullptr;  // kErrKvSlot for a slot past the cache
 };
 
-// Dense products on Hopper's wgmma and TMA (sm_90a image on an sm_90 device; bf16/f16,
-// f32 accumulation): y[m, n_out] (row stride ldy) = x[m, k] · w[:n_out, k]ᵀ, or, with
-// up_row >= 0, the gated form y[m, i] = act(x · w[i]ᵀ) * (x · w[up_row + i]ᵀ) for
-// i < n_out (gate and up rounded to the storage dtype first, then the activation, as
-// the separate gated pass does). w holds w_rows rows of k. Persistent blocks of 128 x
-// 256 accumulator tiles walked in groups of `group` row tiles; cluster 2 multicasts w
-// between two blocks of adjacent rows.
 // Stream-K's workspace: `bytes` (gemm_wgmma_sk_bytes(grid) at least) of device memory,
 // zeroed before its first use, and the epoch of the last launch that divided tiles
 // through it (0 before the first). Each such launch takes the next epoch as the mark of
@@ -274,6 +267,13 @@ struct WgmmaSkWorkspace {
   uint32_t epoch = 0;
 };
 
+// Dense products on Hopper's wgmma and TMA (sm_90a image on an sm_90 device; bf16/f16,
+// f32 accumulation): y[m, n_out] (row stride ldy) = x[m, k] · w[:n_out, k]ᵀ, or, with
+// up_row >= 0, the gated form y[m, i] = act(x · w[i]ᵀ) * (x · w[up_row + i]ᵀ) for
+// i < n_out (gate and up rounded to the storage dtype first, then the activation, as
+// the separate gated pass does). w holds w_rows rows of k. Persistent blocks of 128 x
+// 256 accumulator tiles walked in groups of `group` row tiles; cluster 2 multicasts w
+// between two blocks of adjacent rows.
 struct WgmmaGemmArgs {
   const void* x = nullptr;
   const void* w = nullptr;
