@@ -349,8 +349,10 @@ void wgmma_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
 // the backend, against what they replace: qkv with the rotary and the KV-cache write
 // (against cuBLASLt's product and then rotary_write_kv), o and down with the residual
 // add (against cuBLASLt's product with the residual as its C input); and qkv and gate_up
-// normalising their rows themselves (RowRms) against the weightless norm's pass and then
-// the same product; each wgmma form also with stream-K for the last waves (_sk). Each
+// normalising their rows themselves (RowRms: the pass that computes the rows' scales,
+// timed alone as row_scales, then the product scaling its rows) against the weightless
+// norm's pass and then the same product; each wgmma form also with stream-K for the last
+// waves (_sk). Each
 // output's relative error against the replaced path's is printed beside its time (0 for
 // the rows only timed).
 void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
@@ -432,6 +434,23 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
       // product(in, rms) runs it; out is what it writes.
       Tensor h = be.alloc({m, k}, DType::kBF16);
       const RowRms rms{1e-5f};
+      {
+        Tensor scales = be.alloc({m}, DType::kF32);
+        report("norm", m, "row_scales",
+               time_calls(be, reps,
+                          [&](int) {
+                            cuda::launch_row_inv_rms(x.raw(), DType::kBF16, m, k, rms.eps,
+                                                     scales.data<float>(), be.stream());
+                          }),
+               0.0);
+        report("norm", m, "add_norm",
+               time_calls(be, reps,
+                          [&](int) {
+                            Tensor xr = x;
+                            be.add_norm(xr, Tensor(), Tensor(), unit, h);
+                          }),
+               0.0);
+      }
       auto rms_rates = [&](const char* name, auto&& product, const Tensor& out) {
         auto apart_rms = [&] {
           Tensor xr = x;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -563,15 +564,20 @@ TEST_P(CudaOpsTest, WgmmaEpilogues) {
 // - fold_norm: w' = w * (offset + g), rounded, bit for bit against the host's f32 product
 //   rounded, offsets 0 and 1 (Gemma's norms); the source weight untouched; folds_norm
 //   declines while off (the default), a LayerNorm, a norm with a bias, a width mismatch.
-// - linear_gated and linear_rotary_kv with a RowRms (the wgmma GEMM normalising x's rows
-//   itself, from kEpilogueRows rows on Hopper): rows whose scales span 1e-2 .. 1e2 (the
-//   normalisation matters), eps 1e-5 and 0.1 (eps matters), k not a multiple of 64 and
-//   rows past the last tile. Gated: against the host's product of x scaled by
+// - launch_row_inv_rms: 1 / sqrt(mean(x²) + eps) of rows whose scales span 1e-2 .. 1e2,
+//   in 16-byte pieces (widths of whole pieces, one batch and several, a batch that ends
+//   mid-row) and one element at a time (a width that rules pieces out, and a view that
+//   starts mid-piece), against the host's sums in double.
+// - linear_gated and linear_rotary_kv with a RowRms (the wgmma GEMM scaling its rows by
+//   those factors, from kEpilogueRows rows on Hopper): rows whose scales span 1e-2 ..
+//   1e2 (the normalisation matters), eps 1e-5 and 0.1 (eps matters), k not a multiple of
+//   64 and rows past the last tile. Gated: against the host's product of x scaled by
 //   1 / sqrt(mean(x²) + eps) in double, gate and up rounded, the activation rounded, the
 //   product. Rotary: against linear() and rotary_write_kv() on the rows normalised by
 //   add_norm with a weight of ones (within rounding), both caches included. Below
-//   kEpilogueRows the calls decline and leave everything alone; the kernel refuses the
-//   row norm in clusters, without the hand-off, for a plain product, with a NaN eps.
+//   kEpilogueRows, and with a NaN eps, the calls decline and leave everything alone; the
+//   kernel refuses row scales in clusters, without the hand-off, for a plain product,
+//   misaligned.
 TEST_P(CudaOpsTest, FoldedNorms) {
   // ---- fold_norm ----
   {
@@ -628,6 +634,33 @@ TEST_P(CudaOpsTest, FoldedNorms) {
     }
     return inv;
   };
+  // ---- row scales ----
+  for (const auto& [m, k, offset] : {std::tuple<int64_t, int64_t, int64_t>{300, 4096, 0},
+                                     {77, 520, 0},
+                                     {1000, 64, 0},
+                                     {45, 37, 0},
+                                     {45, 136, 3}}) {
+    const std::string what = "row_inv_rms " + std::to_string(m) + "x" + std::to_string(k) + " at " +
+                             std::to_string(offset);
+    const float eps = 1e-5f;
+    Tensor x = scaled_rows(m, k + offset);
+    Tensor xd = dev(x);
+    const void* at = static_cast<const char*>(xd.raw()) + offset * dtype_size(dt_);
+    // m rows of k read from element `offset` of the buffer on (offset 3: a view that
+    // starts mid-piece); the host reads the same elements.
+    Tensor got = poisoned(*gpu_, {m}, DType::kF32);
+    cuda::launch_row_inv_rms(at, dt_, m, k, eps, got.data<float>(), gpu_->stream());
+    std::vector<double> want(static_cast<size_t>(m));
+    for (int64_t r = 0; r < m; ++r) {
+      double ss = 0;
+      for (int64_t c = 0; c < k; ++c) {
+        const double v = x.data<float>()[offset + r * k + c];
+        ss += v * v;
+      }
+      want[r] = 1.0 / std::sqrt(ss / static_cast<double>(k) + eps);
+    }
+    expect_near(host_values(*gpu_, got), want, 1e-5, tag(what));
+  }
   // ---- gated ----
   struct GatedCase {
     int64_t m, n, k;
@@ -661,6 +694,13 @@ TEST_P(CudaOpsTest, FoldedNorms) {
         want[r * c.n + i] =
             double{act_r.data<float>()[r * c.n + i]} * pr.data<float>()[r * 2 * c.n + c.n + i];
     Tensor xd = dev(x), wd = gpu_->prepare_weight(w);
+    {
+      const RowRms nan_eps{std::nanf("")};
+      Tensor untouched = poisoned(*gpu_, {c.m, c.n}, dt_);
+      EXPECT_FALSE(gpu_->linear_gated(xd, wd, Tensor(), Activation::kSilu, untouched, &nan_eps))
+          << shape;
+      for (double v : host_values(*gpu_, untouched)) ASSERT_TRUE(std::isnan(v)) << "NaN eps wrote";
+    }
     const RowRms rms{c.eps};
     Tensor out = poisoned(*gpu_, {c.m, c.n}, dt_);
     const int64_t before = cuda::gemm_wgmma_rms_launches();
@@ -679,7 +719,8 @@ TEST_P(CudaOpsTest, FoldedNorms) {
     g.up_row = c.n;
     g.act = cuda::KAct::kSilu;
     g.handoff = true;
-    g.rms_eps = c.eps;
+    Tensor scales = gpu_->alloc({c.m + 1}, DType::kF32);
+    g.row_scale = scales.data<float>();
     ASSERT_TRUE(cuda::gemm_wgmma_supports(g)) << shape;
     for (int refuse = 0; refuse < 4; ++refuse) {
       cuda::WgmmaGemmArgs b = g;
@@ -690,7 +731,9 @@ TEST_P(CudaOpsTest, FoldedNorms) {
         b.w_rows = b.n_out = 2 * c.n;
         b.ldy = 2 * c.n;
       }
-      if (refuse == 3) b.rms_eps = std::nanf("");
+      if (refuse == 3)
+        b.row_scale =
+            reinterpret_cast<const float*>(reinterpret_cast<const char*>(scales.data<float>()) + 2);
       EXPECT_FALSE(cuda::launch_gemm_wgmma(b, gpu_->stream())) << shape << " refusal " << refuse;
     }
   }
@@ -770,6 +813,10 @@ TEST_P(CudaOpsTest, WgmmaStreamK) {
       Tensor w = input({gated ? 2 * c.n : c.n, c.k}, 1.f / std::sqrt(static_cast<float>(c.k)));
       Tensor start = input({c.m, c.n});
       Tensor xd = dev(x), wd = gpu_->prepare_weight(w);
+      Tensor scales = gpu_->alloc({c.m}, DType::kF32);
+      if (rms)
+        cuda::launch_row_inv_rms(xd.raw(), dt_, c.m, c.k, 1e-5f, scales.data<float>(),
+                                 gpu_->stream());
       // The rotary form's layout: heads of 128, one KV head.
       const QkvLayout layout{static_cast<int32_t>(c.n / 128 - 2), 1, 128};
       Tensor cs = dev_f32(rotary_table(c.m, 128));
@@ -814,7 +861,7 @@ TEST_P(CudaOpsTest, WgmmaStreamK) {
         }
         g.add = form == kAdd;
         if (rotary) g.rotary = &r;
-        if (rms) g.rms_eps = 1e-5f;
+        if (rms) g.row_scale = scales.data<float>();
         g.stream_k = sk;
         g.sk_workspace = w;
         for (int i = 0; i < times; ++i) {

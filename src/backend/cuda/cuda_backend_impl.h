@@ -235,6 +235,10 @@ class CudaBackend final : public Backend {
   // With wgmma_sk_, g takes stream-K and the workspace (allocated and zeroed once).
   void stream_k(WgmmaGemmArgs& g);
   bool norm_fold_ = false;  // TACHYON_NORM_FOLD
+  // A RowRms's scales for x's rows (launch_row_inv_rms, one pass that reads x) in
+  // row_scale_, for the product that scales its rows by them.
+  const float* row_scales(const Tensor& x, const RowRms& rms);
+  Tensor row_scale_;
   Tensor skinny_partial_, merge_counters_;
   AttentionKernel attention_kernel_ = AttentionKernel::kAuto;
   bool batch_invariant_ = false;

@@ -1,6 +1,7 @@
 // CudaBackend ops: shape checks on the host, then the kernels of kernels.h or
 // cuBLASLt, all queued on the backend's stream.
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "backend/cuda/cuda_backend_impl.h"
@@ -231,6 +232,13 @@ bool CudaBackend::linear_add(const Tensor& x, const Tensor& w, const Tensor& bia
   return true;
 }
 
+const float* CudaBackend::row_scales(const Tensor& x, const RowRms& rms) {
+  const int64_t m = x.dim(0);
+  auto* out = static_cast<float*>(scratch(row_scale_, static_cast<size_t>(m) * sizeof(float)));
+  launch_row_inv_rms(x.raw(), x.dtype(), m, x.dim(1), rms.eps, out, stream_);
+  return out;
+}
+
 void CudaBackend::stream_k(WgmmaGemmArgs& g) {
   if (!wgmma_sk_) return;
   // Not while a graph is recorded: its replays would all carry the recorded epoch.
@@ -254,7 +262,8 @@ bool CudaBackend::linear_rotary_kv(const Tensor& x, const Tensor& w, const Tenso
   const int64_t m = x.dim(0);
   if (!wgmma_rotary_ || batch_invariant_ || bias || m < kEpilogueRows ||
       (style != RotaryStyle::kHalf && style != RotaryStyle::kInterleaved) || rotary_dim <= 0 ||
-      !gemm_wgmma_active(dtype_))
+      !gemm_wgmma_active(dtype_) ||
+      (rms != nullptr && !(rms->eps >= 0.f && std::isfinite(rms->eps))))
     return false;
   check_linear(x, w, bias, qkv, 0);
   check_rotary(qkv, layout, cos_sin, style, rotary_dim, "linear_rotary_kv");
@@ -280,7 +289,7 @@ bool CudaBackend::linear_rotary_kv(const Tensor& x, const Tensor& w, const Tenso
   g.group = wgmma_group_;
   g.handoff = true;
   g.rotary = &r;
-  if (rms != nullptr) g.rms_eps = rms->eps;
+  if (rms != nullptr) g.row_scale = row_scales(x, *rms);
   stream_k(g);
   if (!launch_gemm_wgmma(g, stream_)) return false;
   last_linear_path_ = LinearPath::kWgmma;
@@ -294,7 +303,8 @@ bool CudaBackend::linear_gated(const Tensor& x, const Tensor& w, const Tensor& b
   // Outputs of whole 16-byte pieces only (MLP widths are multiples of 8 in practice; the
   // kernel's partial pieces at a ragged edge serve the direct calls).
   if (batch_invariant_ || bias || m < kGatedMinRows || out.dtype() != dtype_ ||
-      out.dim(1) % 8 != 0 || !gemm_wgmma_active(dtype_) || (rms != nullptr && !handoff))
+      out.dim(1) % 8 != 0 || !gemm_wgmma_active(dtype_) ||
+      (rms != nullptr && !(handoff && rms->eps >= 0.f && std::isfinite(rms->eps))))
     return false;
   check_act(x, "linear_gated x");
   check_here(w, "linear_gated weight");
@@ -314,8 +324,8 @@ bool CudaBackend::linear_gated(const Tensor& x, const Tensor& w, const Tensor& b
   g.group = wgmma_group_;
   g.handoff = handoff;
   if (rms != nullptr) {
-    g.rms_eps = rms->eps;
-    g.cluster = 1;  // the row norm runs in single blocks
+    g.row_scale = row_scales(x, *rms);
+    g.cluster = 1;  // row scales: single blocks
   }
   if (handoff && g.cluster == 1) stream_k(g);
   if (!launch_gemm_wgmma(g, stream_)) return false;

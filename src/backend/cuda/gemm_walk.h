@@ -7,10 +7,10 @@
 // and the k-slices of the rest (the partial wave and one whole wave: sk_units slices) are
 // divided evenly among the blocks, in order, so a block's share spans less than two tiles
 // and a tile at most two blocks. Of a tile split between blocks b and b + 1, block b + 1
-// computes its last slices first in its share and writes those accumulators (and, in the
-// row-norm form, its rows' squares) to its slot of the workspace, marking each part with
-// the launch's epoch; block b computes the first slices last in its share, by when the
-// other part is long written, adds it and writes the tile.
+// computes its last slices first in its share and writes those accumulators to its slot
+// of the workspace, marking each consumer's part with the launch's epoch; block b
+// computes the first slices last in its share, by when the other part is long written,
+// adds it and writes the tile.
 #pragma once
 
 #include <cstddef>
@@ -25,29 +25,28 @@
 namespace tachyon::cuda {
 
 struct GemmSk {
-  int dp_tiles = 0;             // tiles dealt out whole
-  int sk_units = 0;             // k-slices of the divided tiles after them (0: none)
-  float* partial = nullptr;     // [G][2 consumers][32][128 threads][4] accumulators
-  float* partial_ss = nullptr;  // [G][128] rows' squares (the row-norm form)
-  uint32_t* flags = nullptr;    // [G][3]: the epoch once consumer 0, 1, the producer wrote
+  int dp_tiles = 0;           // tiles dealt out whole
+  int sk_units = 0;           // k-slices of the divided tiles after them (0: none)
+  float* partial = nullptr;   // [G][2 consumers][32][128 threads][4] accumulators
+  uint32_t* flags = nullptr;  // [G][2]: the epoch once consumer 0, 1 wrote its part
   uint32_t epoch = 0;
 };
 
 // The workspace of a grid of G blocks (G <= kSkMaxBlocks): the flags of every grid size
 // first, so that launches on grids of different sizes find their flags in one place (a
-// grid's partial tiles never lie where another grid reads flags), then the accumulators,
-// then the squares. Zeroed before its first use; a launch's epoch is one above the
+// grid's partial tiles never lie where another grid reads flags), then the accumulators.
+// Zeroed before its first use; a launch's epoch is one above the
 // launch before it on the same workspace, so the flags are cleared again only when the
 // epochs wrap.
 constexpr int kSkMaxBlocks = 1024;
 constexpr size_t sk_flag_bytes() {
-  return size_t(kSkMaxBlocks) * 3 * 4;
+  return size_t(kSkMaxBlocks) * 2 * 4;
 }
 constexpr size_t sk_partial_floats(int grid) {
   return size_t(grid) * 2 * 128 * 128;
 }
 constexpr size_t sk_bytes(int grid) {
-  return sk_flag_bytes() + (sk_partial_floats(grid) + size_t(grid) * 128) * 4;
+  return sk_flag_bytes() + sk_partial_floats(grid) * 4;
 }
 
 // The division of num_tiles tiles of kb_count k-slices among grid blocks: stream-K where a

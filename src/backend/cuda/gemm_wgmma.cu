@@ -25,9 +25,10 @@
 //   the product, the gated activation, the product added to y (a residual stream), or
 //   the fused qkv rows rotated and their k and v heads written into the paged KV cache
 //   (the separate rotary pass disappears).
-// - Optionally (the hand-off forms, single blocks): the row norm (kRms), x's rows
-//   normalised by the kernel itself from the squares the producer's first warp sums as
-//   the slices land, the norm's weight folded into w; and stream-K (kSk, GemmSk), the last
+// - Optionally (the hand-off forms, single blocks): row scales (kRms), each row of the
+//   product scaled by a factor given per row before it is rounded (an RMS norm's
+//   1 / rms(x_row), computed by a pass that only reads x, with the norm's weight folded
+//   into w: the normalised rows are never written); and stream-K (kSk, GemmSk), the last
 //   whole wave and the partial one divided among the blocks by k-slices.
 // - In clusters of two blocks (kCluster 2) the blocks take vertically adjacent tiles of
 //   the same columns: each loads half of the w box and multicasts it to both, so the L2
@@ -94,11 +95,8 @@ constexpr int stages(Epi e) {
 constexpr uint32_t out_bytes(Epi e) {
   return handed(e) ? 2 * kHandBytes : (e == Epi::kPlain ? 0 : 2 * kOutBytes);
 }
-// The row norm's (kRms) two buffers of 128 row scales and their full and empty barriers.
-constexpr uint32_t kRmsBytes = 2 * kBM * 4 + 4 * 8;
-constexpr size_t smem_bytes(Epi e, bool rms) {
-  return stages(e) * kStageBytes + out_bytes(e) + 2 * stages(e) * 8 + 4 * 8 +
-         (rms ? kRmsBytes : 0) + 1024;  // + alignment
+constexpr size_t smem_bytes(Epi e) {
+  return stages(e) * kStageBytes + out_bytes(e) + 2 * stages(e) * 8 + 4 * 8 + 1024;  // + alignment
 }
 std::atomic<bool> g_enabled{true};  // set_gemm_wgmma
 std::atomic<int64_t> g_launches{0}, g_rms_launches{0}, g_sk_launches{0};
@@ -121,14 +119,6 @@ __device__ __forceinline__ uint4 ld_shared16(uint32_t addr) {
   return v;
 }
 
-__device__ __forceinline__ float ld_shared_f32(uint32_t addr) {
-  float v;
-  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ void st_shared_f32(uint32_t addr, float v) {
-  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
-}
 // Stream-K's marks: written with release, read with acquire semantics at GPU scope.
 __device__ __forceinline__ void st_release(uint32_t* p, uint32_t v) {
   asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
@@ -217,33 +207,6 @@ __device__ __forceinline__ uint32_t add_pair(uint32_t a, uint32_t b) {
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// The row norm (kRms): adds the squares of one staged x slice's rows lane, lane + 32,
-// lane + 64 and lane + 96 to ss. A row of the 128 x 64 box is 128 bytes (the 128-byte
-// swizzle only permutes its 16-byte pieces, which a sum does not mind); the eight lanes
-// of a quarter warp read eight rows' pieces at distinct offsets, so without conflicts.
-template <typename T>
-__device__ __forceinline__ void add_row_squares(uint32_t sa, int lane, float (&ss)[4]) {
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const uint32_t row = sa + (lane + 32 * q) * 128;
-    uint4 v[8];  // the whole row in flight at once
-#pragma unroll
-    for (int p = 0; p < 8; ++p) v[p] = ld_shared16(row + 16 * p);
-    float a[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int p = 0; p < 8; ++p) {
-      const uint32_t w[4] = {v[p].x, v[p].y, v[p].z, v[p].w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 f = unpack2<T>(w[i]);
-        a[i] = fmaf(f.x, f.x, a[i]);
-        a[i] = fmaf(f.y, f.y, a[i]);
-      }
-    }
-    ss[q] += (a[0] + a[1]) + (a[2] + a[3]);
-  }
-}
-
 // The byte offset of 16-byte piece p (columns 8p .. 8p + 7) of row r in a hand-off tile:
 // four 128-byte-swizzled panels of 64 columns.
 __device__ __forceinline__ uint32_t hand_piece(int r, int p) {
@@ -361,13 +324,9 @@ __device__ __forceinline__ void rotary_tile(uint32_t h, int64_t row0, int col0, 
 }
 #endif
 
-// kRms (the hand-off forms, single blocks): x's rows are normalised in the kernel. The
-// producer's whole first warp runs its loop: lane 0 issues the loads as above, and the
-// warp, kStages - 1 slices behind, adds the squares of each landed x slice's rows; after
-// a tile's last slice it writes the tile's 128 row scales 1 / sqrt(mean(x²) + rms_eps)
-// into one of two buffers (full / empty mbarriers). The consumers scale their
-// accumulators' rows before rounding them into the hand-off tile.
-// kSk: stream-K for the last waves (GemmSk).
+// kRms (the hand-off forms, single blocks): the consumers load their rows' factors from
+// row_scale as a tile starts and scale the accumulators' rows by them before rounding
+// them into the hand-off tile. kSk: stream-K for the last waves (GemmSk).
 template <typename T, int kCluster, Epi kEpi, bool kRms = false, bool kSk = false>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_x,
@@ -375,15 +334,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                       const __grid_constant__ CUtensorMap map_y, T* __restrict__ y,
                       const int64_t ldy, const int n_out, const int k, const int up_row,
                       const GemmTiles tiles, const KAct act, const WgmmaRotaryKv rk,
-                      const float rms_eps, const GemmSk sk) {
+                      const float* __restrict__ row_scale, const GemmSk sk) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(!kRms || (handed(kEpi) && kCluster == 1), "the row norm: hand-off, single blocks");
+  static_assert(!kRms || (handed(kEpi) && kCluster == 1), "row scales: hand-off, single blocks");
   static_assert(!kSk || (handed(kEpi) && kCluster == 1), "stream-K: hand-off, single blocks");
   constexpr bool kGated = gated_epi(kEpi), kHand = handed(kEpi);
   constexpr int kStages = stages(kEpi);
-  // The epilogue warps of the add and the rotary hold a batch of loads, the row norm's
-  // warp a slice's rows.
-  constexpr bool kLoads = kEpi == Epi::kHandAdd || kEpi == Epi::kHandRotary || kRms;
+  // The epilogue warps of the add and the rotary hold a batch of loads.
+  constexpr bool kLoads = kEpi == Epi::kHandAdd || kEpi == Epi::kHandRotary;
   constexpr int kProducerRegs = kLoads ? 152 : 40;
   constexpr int kConsumerRegs = kLoads ? 176 : 232;
   static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168);
@@ -392,8 +350,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t out0 = base + kStages * kStageBytes;  // staging or hand-off tiles
   const uint32_t full0 = out0 + out_bytes(kEpi), empty0 = full0 + kStages * 8;
   const uint32_t hfull0 = empty0 + kStages * 8, hempty0 = hfull0 + 16;  // per consumer
-  // kRms: two buffers of row scales, each with a full and an empty barrier.
-  const uint32_t rsfull0 = hempty0 + 16, rsempty0 = rsfull0 + 16, rs0 = rsempty0 + 16;
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
   const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
   if (threadIdx.x == 0) {
@@ -407,12 +363,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int c = 0; c < 2; ++c) {
       mbar_init(hfull0 + 8 * c, 128);  // every thread of the consumer
       mbar_init(hempty0 + 8 * c, 96);  // every epilogue thread
-    }
-    if constexpr (kRms) {
-      for (int b = 0; b < 2; ++b) {
-        mbar_init(rsfull0 + 8 * b, 32);    // every lane of the producer's first warp
-        mbar_init(rsempty0 + 8 * b, 256);  // every consumer thread
-      }
     }
     mbar_init_fence();
   }
@@ -429,90 +379,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (wg == 0) {
     regs_dec<kProducerRegs>();
-    if (kRms && threadIdx.x < 32) {
-      const int lane = threadIdx.x;
-      constexpr int kLag = kStages - 1;  // the slice summed is refilled after the next issue
-      const float inv_k = 1.f / static_cast<float>(k);
-      // Two walks over the same work: the slices issued, and (kLag behind) the slices summed.
-      TileWalk<kSk> iw(first, step, num_tiles, kb_count, sk),
-          sw(first, step, num_tiles, kb_count, sk);
-      int it = 0, ikb = 0, ikb1 = 0, st_t = 0, skb = 0, skb0 = 0, skb1 = 0;
-      bool iv = iw.next(it, ikb, ikb1), sv = sw.next(st_t, skb, skb1);
-      skb0 = skb;
-      int stage = 0, sstage = 0, issued = 0, summed = 0, out_i = 0;
-      uint32_t phase = 0, sphase = 0;
-      int row = 0, b_row0 = 0, b_row1 = 0;
-      const auto rows_of = [&](int t) {
-        int mt, nt;
-        tiles.at(t, mt, nt);
-        row = mt * kBM;
-        b_row0 = kGated ? nt * (kBN / 2) : nt * kBN;
-        b_row1 = kGated ? up_row + nt * (kBN / 2) : nt * kBN + kBN / 2;
-      };
-      if (iv) rows_of(it);
-      float ss[4] = {0.f, 0.f, 0.f, 0.f};
-      while (iv || sv) {
-        if (iv) {
-          if (lane == 0) {
-            const uint32_t full = full0 + 8 * stage, sa = base + stage * kStageBytes;
-            mbar_wait(empty0 + 8 * stage, phase ^ 1);
-            mbar_arrive_tx(full, kStageBytes);
-            tma_load_2d(sa, &map_x, ikb * kBK, row, full);
-            tma_load_2d(sa + kABytes, &map_w, ikb * kBK, b_row0, full);
-            tma_load_2d(sa + kABytes + kBBytes / 2, &map_w, ikb * kBK, b_row1, full);
-          }
-          if (++stage == kStages) {
-            stage = 0;
-            phase ^= 1;
-          }
-          ++issued;
-          if (++ikb == ikb1) {
-            iv = iw.next(it, ikb, ikb1);
-            if (iv) rows_of(it);
-          }
-        }
-        if (sv && (issued - summed > kLag || !iv)) {
-          mbar_wait(full0 + 8 * sstage, sphase);
-          add_row_squares<T>(base + sstage * kStageBytes, lane, ss);
-          __syncwarp();  // every lane's reads are done before lane 0 refills the stage
-          if (++sstage == kStages) {
-            sstage = 0;
-            sphase ^= 1;
-          }
-          ++summed;
-          if (++skb == skb1) {  // the item's slices are summed
-            const int slot = blockIdx.x;
-            if (kSk && skb0 > 0) {  // a tile's last slices: the squares to the workspace
-#pragma unroll
-              for (int q = 0; q < 4; ++q) sk.partial_ss[slot * kBM + lane + 32 * q] = ss[q];
-              __threadfence();
-              __syncwarp();
-              if (lane == 0) st_release(sk.flags + slot * 3 + 2, sk.epoch);
-            } else {
-              if (kSk && skb1 < kb_count) {  // a tile's first slices: add the other part
-                while (ld_acquire(sk.flags + (slot + 1) * 3 + 2) != sk.epoch) {
-                }
-#pragma unroll
-                for (int q = 0; q < 4; ++q)
-                  ss[q] += __ldcg(sk.partial_ss + (slot + 1) * kBM + lane + 32 * q);
-              }
-              const int b = out_i & 1;
-              mbar_wait(rsempty0 + 8 * b, ((out_i >> 1) & 1) ^ 1);  // the consumers read it
-#pragma unroll
-              for (int q = 0; q < 4; ++q)
-                st_shared_f32(rs0 + b * (kBM * 4) + (lane + 32 * q) * 4,
-                              rsqrtf(ss[q] * inv_k + rms_eps));
-              mbar_arrive(rsfull0 + 8 * b);
-              ++out_i;
-            }
-#pragma unroll
-            for (int q = 0; q < 4; ++q) ss[q] = 0.f;
-            sv = sw.next(st_t, skb, skb1);
-            skb0 = skb;
-          }
-        }
-      }
-    } else if (!kRms && threadIdx.x == 0) {
+    if (threadIdx.x == 0) {
       int stage = 0;
       uint32_t phase = 0;
       TileWalk<kSk> walk(first, step, num_tiles, kb_count, sk);
@@ -615,7 +482,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int c = wg - 1;  // rows 64c .. 64c + 63 of the tile
     const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
     int stage = 0;
-    [[maybe_unused]] int tile_i = 0;  // kRms: the tile's row-scale buffer
     uint32_t phase = 0, hphase = 0;
     float acc[128];
     TileWalk<kSk> walk(first, step, num_tiles, kb_count, sk);
@@ -623,6 +489,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     while (walk.next(t, kb0, kb1)) {
       int mt, nt;
       tiles.at(t, mt, nt);
+      // Accumulator 4j + e is row 16 warp + lane / 4 (+ 8 for e >= 2), column 8j +
+      // 2 (lane % 4) + (e & 1) of the warp's 16 x 256.
+      const int tile_row = (mt * kCluster + static_cast<int>(rank)) * kBM + c * 64;
+      // kRms: the factors of rows 16 warp + lane / 4 and 8 below it, loaded while the
+      // slices compute (rows past the last: nothing to scale).
+      [[maybe_unused]] float s0 = 0.f, s1 = 0.f;
+      if constexpr (kRms) {
+        const int r0 = tile_row + warp * 16 + (lane >> 2);
+        if (r0 < tiles.m) s0 = row_scale[r0];
+        if (r0 + 8 < tiles.m) s1 = row_scale[r0 + 8];
+      }
       for (int kb = kb0; kb < kb1; ++kb) {
         const uint32_t sa = base + stage * kStageBytes;
         mbar_wait(full0 + 8 * stage, phase);
@@ -659,11 +536,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             p[q * 128] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
           __threadfence();
           named_barrier(1 + c, 128);
-          if (i == 0) st_release(sk.flags + slot * 3 + c, sk.epoch);
+          if (i == 0) st_release(sk.flags + slot * 2 + c, sk.epoch);
           continue;
         }
         if (kb1 < kb_count) {  // a tile's first slices: the other block's part added
-          while (ld_acquire(sk.flags + (slot + 1) * 3 + c) != sk.epoch) {
+          while (ld_acquire(sk.flags + (slot + 1) * 2 + c) != sk.epoch) {
           }
           const float4* p = reinterpret_cast<const float4*>(sk.partial) +
                             (size_t(slot + 1) * 2 + c) * 32 * 128 + i;
@@ -677,15 +554,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       }
-      // Accumulator 4j + e is row 16 warp + lane / 4 (+ 8 for e >= 2), column 8j +
-      // 2 (lane % 4) + (e & 1) of the warp's 16 x 256.
-      const int tile_row = (mt * kCluster + static_cast<int>(rank)) * kBM + c * 64;
-      if constexpr (kRms) {  // rows 16 warp + lane / 4 and 8 below it
-        const int b = tile_i & 1;
-        mbar_wait(rsfull0 + 8 * b, (tile_i >> 1) & 1);
-        const uint32_t at = rs0 + b * (kBM * 4) + (c * 64 + warp * 16 + (lane >> 2)) * 4;
-        const float s0 = ld_shared_f32(at), s1 = ld_shared_f32(at + 8 * 4);
-        mbar_arrive(rsempty0 + 8 * b);
+      if constexpr (kRms) {
 #pragma unroll
         for (int j = 0; j < kBN / 8; ++j) {
           acc[4 * j] *= s0;
@@ -693,7 +562,6 @@ __global__ void __launch_bounds__(kThreads, 1)
           acc[4 * j + 2] *= s1;
           acc[4 * j + 3] *= s1;
         }
-        ++tile_i;
       }
       if constexpr (kHand) {
         // The whole 64 x 256 rounded to the hand-off tile once the epilogue warps are done
@@ -788,13 +656,13 @@ template <typename T, int kCluster, Epi kEpi, bool kRms, bool kSk>
 int resident_clusters() {
   auto kernel = gemm_wgmma_kernel<T, kCluster, kEpi, kRms, kSk>;
   if constexpr (kCluster == 1) {
-    return resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, smem_bytes(kEpi, kRms));
+    return resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, smem_bytes(kEpi));
   } else {
     static const int n = [kernel] {
       cudaLaunchConfig_t cfg{};
       cfg.gridDim = dim3(kCluster);
       cfg.blockDim = dim3(kThreads);
-      cfg.dynamicSmemBytes = smem_bytes(kEpi, kRms);
+      cfg.dynamicSmemBytes = smem_bytes(kEpi);
       cudaLaunchAttribute attr = cluster_attribute(dim3(kCluster, 1, 1));
       cfg.attrs = &attr;
       cfg.numAttrs = 1;
@@ -812,7 +680,7 @@ int resident_clusters() {
 template <typename T, int kCluster, Epi kEpi, bool kRms = false, bool kSk = false>
 bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
   constexpr bool kGated = gated_epi(kEpi);
-  constexpr size_t kSmem = smem_bytes(kEpi, kRms);
+  constexpr size_t kSmem = smem_bytes(kEpi);
   if (!gemm_image<T, kCluster, kEpi, kRms, kSk>()) return false;
   if (kSmem > static_cast<size_t>(max_dynamic_smem())) return false;
   CUtensorMap mx, mw, my;
@@ -846,7 +714,6 @@ bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
     if (sk.sk_units > 0) {
       sk.flags = static_cast<uint32_t*>(ws->data);
       sk.partial = reinterpret_cast<float*>(static_cast<char*>(ws->data) + sk_flag_bytes());
-      sk.partial_ss = sk.partial + sk_partial_floats(clusters);
       if (++ws->epoch == 0) {  // wrapped: no flag may still hold an epoch to come
         TACHYON_CUDA_CHECK(cudaMemsetAsync(ws->data, 0, sk_flag_bytes(), stream));
         ws->epoch = 1;
@@ -859,14 +726,14 @@ bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
                           dim3(kCluster, 1, 1), mx, mw, my, static_cast<T*>(a.y), a.ldy,
                           static_cast<int>(a.n_out), static_cast<int>(a.k),
                           static_cast<int>(a.up_row), tiles, a.act,
-                          a.rotary != nullptr ? *a.rotary : WgmmaRotaryKv{}, a.rms_eps, sk);
+                          a.rotary != nullptr ? *a.rotary : WgmmaRotaryKv{}, a.row_scale, sk);
   return true;
 }
 
 // The hand-off forms in single blocks, with or without stream-K.
 template <typename T, bool kSk>
 bool launch_handed(const WgmmaGemmArgs& a, cudaStream_t stream) {
-  if (a.rms_eps >= 0.f)
+  if (a.row_scale != nullptr)
     return a.rotary != nullptr ? launch_typed<T, 1, Epi::kHandRotary, true, kSk>(a, stream)
                                : launch_typed<T, 1, Epi::kHandGated, true, kSk>(a, stream);
   if (a.add) return launch_typed<T, 1, Epi::kHandAdd, false, kSk>(a, stream);
@@ -879,7 +746,7 @@ template <typename T, int kCluster>
 bool launch_epi(const WgmmaGemmArgs& a, cudaStream_t stream) {
   if (kCluster == 1 && a.handoff)
     return a.stream_k ? launch_handed<T, true>(a, stream) : launch_handed<T, false>(a, stream);
-  if (a.rms_eps >= 0.f || a.add || a.rotary != nullptr || a.stream_k)
+  if (a.row_scale != nullptr || a.add || a.rotary != nullptr || a.stream_k)
     return false;  // single blocks with the hand-off only (gemm_wgmma_supports)
   if (a.handoff)
     return a.up_row < 0 ? launch_typed<T, kCluster, Epi::kHandPlain>(a, stream)
@@ -952,9 +819,9 @@ bool gemm_wgmma_supports(const WgmmaGemmArgs& a) {
               ? !gated && a.handoff && a.cluster == 1 && a.n_out % 8 == 0 && !(a.add && a.rotary)
               : true) &&
          (a.rotary == nullptr || rotary_supported(*a.rotary, a)) &&
-         // the row norm: the hand-off's gated or rotary form, single blocks
-         (a.rms_eps < 0.f || (std::isfinite(a.rms_eps) && a.handoff && a.cluster == 1 && !a.add &&
-                              (gated || a.rotary != nullptr))) &&
+         // row scales: the hand-off's gated or rotary form, single blocks
+         (a.row_scale == nullptr || (aligned(a.row_scale, 4) && a.handoff && a.cluster == 1 &&
+                                     !a.add && (gated || a.rotary != nullptr))) &&
          // stream-K: the hand-off forms, single blocks
          (!a.stream_k || (a.handoff && a.cluster == 1)) && a.max_blocks >= 0;
 }
@@ -968,7 +835,7 @@ bool launch_gemm_wgmma(const WgmmaGemmArgs& a, cudaStream_t stream) {
   const bool launched = a.type == DType::kBF16 ? launch_for_type<bf16_t>(a, stream)
                                                : launch_for_type<f16_t>(a, stream);
   if (launched) g_launches.fetch_add(1, std::memory_order_relaxed);
-  if (launched && a.rms_eps >= 0.f) g_rms_launches.fetch_add(1, std::memory_order_relaxed);
+  if (launched && a.row_scale != nullptr) g_rms_launches.fetch_add(1, std::memory_order_relaxed);
   return launched;
 }
 

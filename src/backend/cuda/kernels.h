@@ -60,6 +60,11 @@ void launch_qk_norm(void* qkv, DType type, int64_t rows, int64_t cols, int q_hea
 // bf16 (a norm's scale folded into the weight that reads the norm's output).
 void launch_fold_norm(const void* w, void* out, DType type, int64_t rows, int64_t k,
                       const float* scale, float offset, cudaStream_t stream);
+// out[r] = 1 / sqrt(mean(x[r, :]²) + eps) in f32 for x [rows, d] (f32, f16 or bf16): the
+// row scales of an RMS norm whose weight is folded into the product that reads x
+// (WgmmaGemmArgs::row_scale).
+void launch_row_inv_rms(const void* x, DType type, int64_t rows, int64_t d, float eps, float* out,
+                        cudaStream_t stream);
 
 // ---- elementwise.cu ---------------------------------------------------------------
 // y[r, c] = act(y[r, c] + bias[c]) for a [rows, cols] view with row stride ld.
@@ -292,11 +297,12 @@ struct WgmmaGemmArgs {
   // write above.
   bool add = false;
   const WgmmaRotaryKv* rotary = nullptr;
-  // >= 0: x's rows are the un-normalised input of an RMS norm whose weight is folded into
-  // w's columns (fold_norm): the kernel sums each row's squares as the slices land and
-  // scales the row's accumulators by 1 / sqrt(mean(x_row²) + rms_eps) before the
-  // epilogue. The hand-off's gated and rotary forms, single blocks.
-  float rms_eps = -1.f;
+  // Non-null: the product's row r scaled by row_scale[r] (f32, m of them, 4-byte
+  // aligned) before the epilogue rounds it. With x the un-normalised input of an RMS norm
+  // whose weight is folded into w's columns (fold_norm) and the scales from
+  // launch_row_inv_rms, the product of the normalised rows (no norm pass writes them).
+  // The hand-off's gated and rotary forms, single blocks.
+  const float* row_scale = nullptr;
   // Stream-K for the last waves (the hand-off forms, single blocks): the last partial wave
   // and one whole wave of tiles divided among the blocks by k-slices, split tiles summed
   // through sk_workspace (WgmmaSkWorkspace; without it, one too small for the grid, or
@@ -315,8 +321,8 @@ bool gemm_wgmma_active(DType type);
 // and y 16-byte aligned, and the gated form without hand-off n_out a multiple of 8;
 // otherwise n_out and ldy even and y 4-byte aligned; add and rotary: the hand-off,
 // cluster 1, whole 16-byte pieces; rotary: head_dim a multiple of 8 dividing 256, rot a
-// multiple of 16 up to head_dim, n_out the heads' columns; rms_eps finite, with the
-// hand-off, cluster 1 and the gated or rotary form; stream_k: the hand-off, cluster 1).
+// multiple of 16 up to head_dim, n_out the heads' columns; row_scale 4-byte aligned, with
+// the hand-off, cluster 1 and the gated or rotary form; stream_k: the hand-off, cluster 1).
 bool gemm_wgmma_supports(const WgmmaGemmArgs& a);
 // False, having launched nothing, where it is not active or does not support a.
 bool launch_gemm_wgmma(const WgmmaGemmArgs& a, cudaStream_t stream);
@@ -338,7 +344,7 @@ inline WgmmaGemmArgs wgmma_product(const void* x, const void* w, void* y, DType 
 }
 // Launches so far in this process (tests: that a path was taken).
 int64_t gemm_wgmma_launches();
-// Of those, the launches that normalised x's rows (rms_eps).
+// Of those, the launches that scaled the product's rows (row_scale).
 int64_t gemm_wgmma_rms_launches();
 // The stream-K workspace a grid of this many blocks needs.
 size_t gemm_wgmma_sk_bytes(int grid);

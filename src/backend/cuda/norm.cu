@@ -395,7 +395,63 @@ __global__ void fold_norm_kernel(const T* __restrict__ w, T* __restrict__ out, i
     out[i] = from_f<T>(to_f(w[i]) * (offset + scale[i % k]));
 }
 
+// One warp a row: out[r] = 1 / sqrt(mean(x[r, :]²) + eps), the squares summed in f32
+// (kVec > 1: 16-byte pieces, a batch of kUnroll of them in flight a lane; kVec 1: one
+// element at a time, for rows whose width or alignment rules out pieces).
+template <typename T, int kVec>
+__global__ void row_inv_rms_kernel(const T* __restrict__ x, int64_t rows, int64_t d, float eps,
+                                   float* __restrict__ out) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t r = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32;
+  if (r >= rows) return;
+  const int lane = threadIdx.x & 31;
+  const T* row = x + r * d;
+  float sq = 0.f;
+  if constexpr (kVec > 1) {
+    constexpr int kUnroll = 4;
+    const int64_t vecs = d / kVec;
+    for (int64_t v0 = lane; v0 < vecs; v0 += 32 * kUnroll) {
+      Piece<T, kVec> p[kUnroll] = {};
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (v0 + 32 * u < vecs) p[u] = load_piece<T, kVec>(row + (v0 + 32 * u) * kVec);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          const float f = to_f(p[u].e[j]);  // (zero past the row's end)
+          sq = fmaf(f, f, sq);
+        }
+    }
+  } else {
+    for (int64_t i = lane; i < d; i += 32) {
+      const float f = to_f(row[i]);
+      sq = fmaf(f, f, sq);
+    }
+  }
+  const float total = warp_sum(sq);
+  if (lane == 0) out[r] = rsqrtf(total / static_cast<float>(d) + eps);
+}
+
 }  // namespace
+
+void launch_row_inv_rms(const void* x, DType type, int64_t rows, int64_t d, float eps, float* out,
+                        cudaStream_t stream) {
+  if (rows == 0) return;
+  TACHYON_KERNEL_CHECK(d > 0, "row_inv_rms: empty rows");
+  constexpr int kWarps = 8;
+  const dim3 grid(static_cast<unsigned>(ceil_div(rows, int64_t{kWarps})));
+  TACHYON_DISPATCH_FLOAT(type, T, {
+    constexpr int kVec = 16 / sizeof(T);
+    if (d % kVec == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0)
+      launch_kernel(row_inv_rms_kernel<T, kVec>, grid, dim3(32 * kWarps), 0, stream,
+                    static_cast<const T*>(x), rows, d, eps, out);
+    else
+      launch_kernel(row_inv_rms_kernel<T, 1>, grid, dim3(32 * kWarps), 0, stream,
+                    static_cast<const T*>(x), rows, d, eps, out);
+  });
+}
 
 void launch_fold_norm(const void* w, void* out, DType type, int64_t rows, int64_t k,
                       const float* scale, float offset, cudaStream_t stream) {
