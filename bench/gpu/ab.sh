@@ -15,9 +15,10 @@
 # On the GPU machine, from the repository root, with .devbin carried:
 #   bash bench/gpu/ab.sh .devbin
 # SETTINGS are the settings the prefill steps compare, space-separated, each a
-# comma-separated list of VAR=value (default: as built; the norms folded into the products;
-# with stream-K for the GEMM's last waves; with the down projection on the wgmma GEMM too;
-# with the flash kernel's copy-engine loads and lazy softmax max as well); ATTN_SETTINGS
+# comma-separated list of VAR=value (default: as built; the norms folded into the products
+# (row scales from a read-only pass); folded with the down projection's add on the wgmma
+# GEMM, which keeps the rows' squares for the next qkv product; folded with the o and down
+# adds both there; the down add there without the fold); ATTN_SETTINGS
 # those the attention rates and the probe compare (default: the flash kernel's default
 # form, its copy-engine loads, its lazy max, both); ROUNDS (2) the rounds; TEST_FILTER
 # the tests (default: attention, models, graphs, overlap, the wgmma GEMM's epilogues and
@@ -48,8 +49,8 @@ fi
 CONFIG=$HERE/llama3_8b_config.json
 FLASH_FORMS="TACHYON_FLASH_TMA=0 TACHYON_FLASH_TMA=1 TACHYON_FLASH_LAZY=1 TACHYON_FLASH_TMA=1,TACHYON_FLASH_LAZY=1"
 ATTN_SETTINGS=${ATTN_SETTINGS:-$FLASH_FORMS}
-FOLD=TACHYON_NORM_FOLD=1 SK=TACHYON_GEMM_WGMMA_STREAMK=1
-SETTINGS=${SETTINGS:-"TACHYON_NORM_FOLD=0 $FOLD $FOLD,$SK $FOLD,$SK,TACHYON_GEMM_WGMMA_ADD=2 $FOLD,$SK,TACHYON_FLASH_TMA=1,TACHYON_FLASH_LAZY=1"}
+FOLD=TACHYON_NORM_FOLD=1 ADD1=TACHYON_GEMM_WGMMA_ADD=1 ADD2=TACHYON_GEMM_WGMMA_ADD=2
+SETTINGS=${SETTINGS:-"TACHYON_NORM_FOLD=0 $FOLD $FOLD,$ADD2 $FOLD,$ADD1 $ADD2"}
 ROUNDS=${ROUNDS:-2}
 nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv >"$R/smi.txt"
 finish() {

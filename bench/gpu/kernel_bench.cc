@@ -506,6 +506,30 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
       const double err = bench::rel_error(bench::bf16_values(be, yb), bench::bf16_values(be, ya));
       report(s.name, m, "cublas_add", time_calls(be, reps, [&](int) { add(false, ya); }), 0.0);
       report(s.name, m, "wgmma_add", time_calls(be, reps, [&](int) { add(true, yb); }), err);
+      // Keeping the rows' squares for the next product's row scales (the folded norms), and
+      // turning them into the scales.
+      RowSquares kept;
+      report(s.name, m, "wgmma_add_squares",
+             time_calls(be, reps,
+                        [&](int) {
+                          if (!be.linear_add(x, w, Tensor(), yb, &kept) || kept.token == 0)
+                            raise<Internal>("linear_add kept no squares");
+                        }),
+             0.0);
+      {
+        const int parts = cuda::gemm_wgmma_square_parts(s.n);
+        std::vector<float> h(static_cast<size_t>(parts * m));
+        for (size_t i = 0; i < h.size(); ++i) h[i] = 1.f + static_cast<float>(i % 97);
+        Tensor sq = be.upload(h.data(), {parts, m}, DType::kF32, {});
+        Tensor scales = be.alloc({m}, DType::kF32);
+        report(s.name, m, "row_scales_parts",
+               time_calls(be, reps,
+                          [&](int) {
+                            cuda::launch_row_inv_rms_parts(sq.data<float>(), parts, m, s.n, 1e-5f,
+                                                           scales.data<float>(), be.stream());
+                          }),
+               0.0);
+      }
       be.set_wgmma_stream_k(true);
       report(s.name, m, "wgmma_add_sk", time_calls(be, reps, [&](int) { add(true, yb); }), 0.0);
       be.set_wgmma_stream_k(false);

@@ -69,12 +69,26 @@ struct NormParams {
   float weight_offset = 0.f;  // the scale is (weight_offset + weight): Gemma uses 1
 };
 
+// What a product that added into a residual stream (Backend::linear_add) kept of it for
+// the product that normalises the same rows next (RowRms::squares): the backend's token
+// for the rows' sums of squares, which spares that product a pass over the rows. token 0:
+// nothing kept. The backend honours it only for the same rows (data and count) and while
+// no later linear_add replaced what it kept; the caller passes it on only while nothing
+// else has written the rows.
+struct RowSquares {
+  const void* data = nullptr;
+  int64_t rows = 0;
+  uint64_t token = 0;
+};
+
 // A product that normalises its own input rows: x is the un-normalised input of an RMS
 // norm (the residual stream) whose scale Backend::fold_norm() moved into the product's
 // weight, and each output row is scaled by 1 / sqrt(mean(x_row²) + eps) before anything
-// else is done to it (the norm's pass, and its [T, D] output, disappear).
+// else is done to it (the norm's pass, and its [T, D] output, disappear). squares: what
+// the product that last added into x kept of its rows, if anything.
 struct RowRms {
   float eps = 1e-5f;
+  const RowSquares* squares = nullptr;
 };
 
 // Per-step sequence metadata for the paged KV cache, all i32 device tensors.
@@ -273,12 +287,16 @@ class Backend {
   // backend folds the add into the product (a residual stream updated by the o and down
   // projections without a separate add). x [T, K]; w [N, K] (prepared); out [T, N] in
   // the activation dtype. Returns false, having done nothing, where it does not (the
-  // caller then runs linear() and adds).
-  virtual bool linear_add(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
+  // caller then runs linear() and adds). Given squares, it is reset, then filled where
+  // the backend keeps the new rows' sums of squares for a RowRms product that reads out
+  // next.
+  virtual bool linear_add(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
+                          RowSquares* squares = nullptr) {
     (void)x;
     (void)w;
     (void)bias;
     (void)out;
+    if (squares != nullptr) *squares = RowSquares{};
     return false;
   }
   // out[t, i] = act(x · w[i]ᵀ) * (x · w[I + i]ᵀ) in one pass, where the backend computes

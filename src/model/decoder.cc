@@ -510,6 +510,7 @@ void Decoder::compute(int64_t T, int64_t R, Tensor& logits) {
   Tensor o = o_.view(*be_, T, D);
   Tensor m = mlp_.view(*be_, T, D);
   Tensor pending1, pending2;
+  squares_ = RowSquares{};
   const float rscale = static_cast<float>(cfg_.residual_scale);
   for (int l = 0; l < cfg_.layer_num; ++l) {
     const LayerWeights& L = w_.layers[l];
@@ -539,6 +540,7 @@ void Decoder::compute(int64_t T, int64_t R, Tensor& logits) {
         o_added = attention_block(l, residual, o, &residual, &L.attn_norm);
       } else {
         be_->add_norm(residual, pending1, pending2, L.attn_norm, h);
+        squares_ = RowSquares{};
         o_added = attention_block(l, h, o, &residual);
       }
       bool m_added;
@@ -546,6 +548,7 @@ void Decoder::compute(int64_t T, int64_t R, Tensor& logits) {
         m_added = mlp_block(l, residual, m, &residual, &L.mlp_norm);
       } else {
         be_->add_norm(residual, o_added ? Tensor() : o, Tensor(), L.mlp_norm, h);
+        squares_ = RowSquares{};
         m_added = mlp_block(l, h, m, &residual);
       }
       pending1 = m_added ? Tensor() : m;
@@ -607,7 +610,7 @@ bool Decoder::attention_block(int l, const Tensor& in, Tensor& out, Tensor* add_
   const bool rotary = cfg_.position == PositionType::kRotary;
   // The product, the rotary and the cache write in one pass, where nothing else touches
   // the rows between them (and, given rms, the rows' normalisation).
-  const RowRms row_rms{rms != nullptr ? rms->eps : 0.f};
+  const RowRms row_rms{rms != nullptr ? rms->eps : 0.f, &squares_};
   const bool fused =
       L.qkv && rotary && cfg_.clip_qkv <= 0 && !cfg_.qk_norm && !logn_active_ &&
       be_->linear_rotary_kv(in, L.qkv.w, L.qkv.b, qkv, layout_, cos_sin_t_, cfg_.rope.style,
@@ -632,7 +635,8 @@ bool Decoder::attention_block(int l, const Tensor& in, Tensor& out, Tensor* add_
   }
   Tensor attn = attn_.view(*be_, T, layout_.q_cols());
   be_->attention(qkv, layout_, kv_[l], meta_, attn_params_[l], attn);
-  if (add_into != nullptr && be_->linear_add(attn, L.o.w, L.o.b, *add_into)) return true;
+  if (add_into != nullptr && be_->linear_add(attn, L.o.w, L.o.b, *add_into, squares_out()))
+    return true;
   be_->linear(attn, L.o.w, L.o.b, out);
   return false;
 }
@@ -645,7 +649,7 @@ bool Decoder::mlp_block(int l, const Tensor& in, Tensor& out, Tensor* add_into,
   if (rms != nullptr) {
     // gate/up with the gated activation and the rows' normalisation in one product, or
     // the weightless norm's pass first.
-    const RowRms row_rms{rms->eps};
+    const RowRms row_rms{rms->eps, &squares_};
     Tensor a = act_.view(*be_, T, cfg_.inter_size);
     if (cfg_.gated_mlp && L.gate_up &&
         be_->linear_gated(in, L.gate_up.w, L.gate_up.b, cfg_.activation, a, &row_rms))
@@ -708,7 +712,8 @@ Tensor Decoder::normed(const Tensor& in, const NormParams& norm) {
 
 bool Decoder::down_block(int l, const Tensor& a, Tensor& out, Tensor* add_into) {
   const LayerWeights& L = w_.layers[l];
-  if (add_into != nullptr && be_->linear_add(a, L.down.w, L.down.b, *add_into)) return true;
+  if (add_into != nullptr && be_->linear_add(a, L.down.w, L.down.b, *add_into, squares_out()))
+    return true;
   be_->linear(a, L.down.w, L.down.b, out);
   return false;
 }

@@ -112,7 +112,9 @@ class Decoder final : public Model {
   // (Backend::linear_add), and return true when they did (`out` is then untouched).
   // Given `rms` (the layer's norm, folded: fold_norms), `h` is the residual stream
   // itself: the block's first product normalises its rows (RowRms) where the backend
-  // can, or the block runs the weightless norm into h_ first.
+  // can, or the block runs the weightless norm into h_ first. With the norms folded, the
+  // products that add into the residual stream ask the backend to keep its rows' squares
+  // (squares_) for the RowRms product that reads it next.
   bool attention_block(int layer, const Tensor& h, Tensor& out, Tensor* add_into = nullptr,
                        const NormParams* rms = nullptr);
   bool mlp_block(int layer, const Tensor& h, Tensor& out, Tensor* add_into = nullptr,
@@ -133,6 +135,10 @@ class Decoder final : public Model {
   std::vector<AttentionParams> attn_params_;
   bool all_sliding_ = false;   // every layer has the sliding window
   bool norms_folded_ = false;  // fold_norms() did
+  // What the last linear_add into the residual stream kept of its rows (reset wherever
+  // the stream is written otherwise).
+  RowSquares squares_;
+  RowSquares* squares_out() { return norms_folded_ ? &squares_ : nullptr; }
   std::unique_ptr<RopeTable> rope_;
 
   std::vector<LayerKvCache> kv_;

@@ -289,24 +289,29 @@ TEST_P(CudaModel16, RandomLlamaGatedGemm) {
 // (the weightless norm's pass, then the products) and 2,100 (from kEpilogueRows on
 // Hopper the qkv and gate/up products normalise the rows themselves: two launches a
 // layer, no norm pass), then decode steps through the cache; the logits agree within
-// the roundings the fold moves.
+// the roundings the fold moves. Folded again with the o and down products' adds on the
+// wgmma GEMM (TACHYON_GEMM_WGMMA_ADD=1): at 2,100 tokens every row-scale but the first
+// layer's qkv comes from the squares the add before kept (2 x layers - 1 parts
+// launches), with the same agreement.
 TEST_P(CudaModel16, RandomLlamaFoldedNorms) {
   TACHYON_REQUIRE_GPU();
   const DType dt = GetParam();
   const bool active = cuda::gemm_wgmma_active(dt);
   const std::string dir = random_llama("tachyon_folded_llama");
   constexpr int32_t kBlocks = 160;  // 2,560 tokens
-  auto load = [&](bool fold) {
+  auto load = [&](bool fold, bool wgmma_add = false) {
     LoadOptions o;
     o.device = Device{DeviceType::kCUDA, 0};
     o.dtype = dt;
     if (fold) setenv("TACHYON_NORM_FOLD", "1", 1);
+    if (wgmma_add) setenv("TACHYON_GEMM_WGMMA_ADD", "1", 1);
     auto m = load_model(dir, o);
     unsetenv("TACHYON_NORM_FOLD");
+    unsetenv("TACHYON_GEMM_WGMMA_ADD");
     m->init_kv_cache(kBlocks, kBlock);
     return m;
   };
-  auto plain = load(false), folded = load(true);
+  auto plain = load(false), folded = load(true), kept = load(true, true);
   constexpr int64_t kLayers = 4;
   for (int32_t n : {700, 2100}) {
     std::mt19937 rng(17 + n);
@@ -336,6 +341,19 @@ TEST_P(CudaModel16, RandomLlamaFoldedNorms) {
     EXPECT_LE(e.normalised, 2e-2);
     // (the norms' weights are 1 +- 0.05 noise: folded roundings differ)
     EXPECT_GT(e.normalised, 0.0) << n << " tokens: the fold changed nothing";
+    // The adds' kept squares.
+    const int64_t parts_before = cuda::row_inv_rms_parts_launches();
+    const std::vector<double> k = host_values(run_step(*kept, prompt, 0, rows, kBlocks));
+    const int64_t parts = cuda::row_inv_rms_parts_launches() - parts_before;
+    EXPECT_EQ(parts, active && n >= cuda::CudaBackend::kEpilogueRows ? 2 * kLayers - 1 : 0)
+        << n << " tokens";
+    const std::vector<double> w(want.begin(), want.begin() + static_cast<int64_t>(k.size()));
+    const ErrorReport ek = measure(k, w);
+    std::printf(
+        "  %s %d tokens, folded, squares kept by the adds (%lld launches): normalised %.2e\n",
+        dtype_label(dt).c_str(), n, static_cast<long long>(parts), ek.normalised);
+    EXPECT_FALSE(ek.nan);
+    EXPECT_LE(ek.normalised, 2e-2);
   }
 }
 

@@ -578,6 +578,13 @@ TEST_P(CudaOpsTest, WgmmaEpilogues) {
 //   kEpilogueRows, and with a NaN eps, the calls decline and leave everything alone; the
 //   kernel refuses row scales in clusters, without the hand-off, for a plain product,
 //   misaligned.
+// - The add's kept squares (Hopper): the wgmma GEMM's add writing each row's sum of
+//   squares per 256-column tile (two whole tiles and one of a single piece) against the
+//   host's sums over the y it wrote, launch_row_inv_rms_parts against the host's scales;
+//   the kernel refuses squares without the add or misaligned. Through the backend:
+//   linear_add hands out a token that a RowRms product then uses (one parts launch, the
+//   same outputs as the pass within rounding); a token another linear_add replaced, one
+//   for other rows, and cuBLASLt's add (no token) fall back to the pass.
 TEST_P(CudaOpsTest, FoldedNorms) {
   // ---- fold_norm ----
   {
@@ -736,6 +743,86 @@ TEST_P(CudaOpsTest, FoldedNorms) {
             reinterpret_cast<const float*>(reinterpret_cast<const char*>(scales.data<float>()) + 2);
       EXPECT_FALSE(cuda::launch_gemm_wgmma(b, gpu_->stream())) << shape << " refusal " << refuse;
     }
+  }
+  // ---- squares kept by the add ----
+  if (active) {
+    const int64_t m = 2100, n = 520, k = 136, ng = 128;
+    const float eps = 1e-5f;
+    Tensor x = input({m, k});
+    Tensor w = input({n, k}, 1.f / std::sqrt(static_cast<float>(k)));
+    Tensor start = scaled_rows(m, n);
+    Tensor xd = dev(x), wd = gpu_->prepare_weight(w);
+    const int parts = cuda::gemm_wgmma_square_parts(n);
+    ASSERT_EQ(parts, 3);
+    Tensor y = dev(start);
+    Tensor sq = poisoned(*gpu_, {parts, m}, DType::kF32);
+    cuda::WgmmaGemmArgs g = cuda::wgmma_product(xd.raw(), wd.raw(), y.raw(), dt_, m, n, k, n);
+    g.handoff = true;
+    g.add = true;
+    g.row_squares = sq.data<float>();
+    ASSERT_TRUE(cuda::launch_gemm_wgmma(g, gpu_->stream()));
+    const std::vector<double> yv = host_values(*gpu_, y);
+    std::vector<double> want(static_cast<size_t>(parts * m), 0.0), inv(static_cast<size_t>(m));
+    for (int64_t r = 0; r < m; ++r) {
+      double total = 0;
+      for (int64_t c = 0; c < n; ++c) {
+        const double v = yv[r * n + c];
+        want[(c / 256) * m + r] += v * v;
+        total += v * v;
+      }
+      inv[r] = 1.0 / std::sqrt(total / static_cast<double>(n) + eps);
+    }
+    expect_near(host_values(*gpu_, sq), want, 1e-5, tag("add's row squares"));
+    Tensor scales = poisoned(*gpu_, {m}, DType::kF32);
+    cuda::launch_row_inv_rms_parts(sq.data<float>(), parts, m, n, eps, scales.data<float>(),
+                                   gpu_->stream());
+    expect_near(host_values(*gpu_, scales), inv, 1e-5, tag("row_inv_rms_parts"));
+    for (int refuse = 0; refuse < 2; ++refuse) {
+      cuda::WgmmaGemmArgs b = g;
+      if (refuse == 0) b.add = false;
+      if (refuse == 1)
+        b.row_squares = reinterpret_cast<float*>(reinterpret_cast<char*>(sq.data<float>()) + 2);
+      EXPECT_FALSE(cuda::launch_gemm_wgmma(b, gpu_->stream())) << "squares refusal " << refuse;
+    }
+    // Through the backend: the residual stream after the add, read by the gated product.
+    Tensor wg = gpu_->prepare_weight(input({2 * ng, n}, 1.f / std::sqrt(static_cast<float>(n))));
+    const auto gated = [&](const Tensor& in, const RowRms& rms) {
+      Tensor out = poisoned(*gpu_, {m, ng}, dt_);
+      EXPECT_TRUE(gpu_->linear_gated(in, wg, Tensor(), Activation::kSilu, out, &rms));
+      return host_values(*gpu_, out);
+    };
+    gpu_->set_wgmma_add(true);
+    Tensor res = dev(start), other = dev(start);
+    RowSquares kept;
+    ASSERT_TRUE(gpu_->linear_add(xd, wd, Tensor(), res, &kept));
+    EXPECT_NE(kept.token, 0u);
+    EXPECT_EQ(kept.data, res.raw());
+    EXPECT_EQ(kept.rows, m);
+    const std::vector<double> by_pass = gated(res, RowRms{eps});
+    int64_t before = cuda::row_inv_rms_parts_launches();
+    const std::vector<double> by_kept = gated(res, RowRms{eps, &kept});
+    EXPECT_EQ(cuda::row_inv_rms_parts_launches() - before, 1);
+    expect_near(by_kept, by_pass, dt_ == DType::kBF16 ? 2e-3 : 5e-4,
+                tag("gated from kept squares"));
+    // Squares for other rows: the pass.
+    before = cuda::row_inv_rms_parts_launches();
+    gated(other, RowRms{eps, &kept});
+    EXPECT_EQ(cuda::row_inv_rms_parts_launches() - before, 0) << "other rows";
+    // Replaced by a later add's: the pass for the first token, the second's serves.
+    RowSquares later;
+    ASSERT_TRUE(gpu_->linear_add(xd, wd, Tensor(), other, &later));
+    EXPECT_NE(later.token, kept.token);
+    before = cuda::row_inv_rms_parts_launches();
+    gated(res, RowRms{eps, &kept});
+    EXPECT_EQ(cuda::row_inv_rms_parts_launches() - before, 0) << "replaced";
+    gated(other, RowRms{eps, &later});
+    EXPECT_EQ(cuda::row_inv_rms_parts_launches() - before, 1) << "the later add's";
+    // cuBLASLt's add keeps nothing.
+    gpu_->set_wgmma_add(false);
+    RowSquares none = later;
+    ASSERT_TRUE(gpu_->linear_add(xd, wd, Tensor(), other, &none));
+    EXPECT_EQ(none.token, 0u);
+    EXPECT_EQ(none.data, nullptr);
   }
   // ---- rotary and KV write ----
   for (int64_t m : {int64_t{2100}, int64_t{1000}}) {

@@ -68,7 +68,10 @@ class CudaBackend final : public Backend {
   // Through cuBLASLt's C input; with set_wgmma_add (TACHYON_GEMM_WGMMA_ADD=1) from
   // kEpilogueRows rows without bias on the wgmma GEMM, whose epilogue warps add the
   // rounded product.
-  bool linear_add(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) override;
+  // Given squares, the wgmma GEMM's epilogue also keeps the new rows' sums of squares
+  // (one per 256 columns) for the RowRms product that reads out next.
+  bool linear_add(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
+                  RowSquares* squares = nullptr) override;
   // On the wgmma GEMM with the rotary and the cache write in its epilogue warps, from
   // kEpilogueRows rows, without bias (TACHYON_GEMM_WGMMA_ROTARY=0: never).
   bool linear_rotary_kv(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& qkv,
@@ -235,10 +238,22 @@ class CudaBackend final : public Backend {
   // With wgmma_sk_, g takes stream-K and the workspace (allocated and zeroed once).
   void stream_k(WgmmaGemmArgs& g);
   bool norm_fold_ = false;  // TACHYON_NORM_FOLD
-  // A RowRms's scales for x's rows (launch_row_inv_rms, one pass that reads x) in
-  // row_scale_, for the product that scales its rows by them.
+  // A RowRms's scales for x's rows in row_scale_, for the product that scales its rows
+  // by them: from the squares linear_add kept (launch_row_inv_rms_parts) where
+  // rms.squares names them, else one pass that reads x (launch_row_inv_rms).
   const float* row_scales(const Tensor& x, const RowRms& rms);
   Tensor row_scale_;
+  // What the last linear_add that kept squares kept: the rows (data, count, width), the
+  // parts in row_squares_, and the token it handed out.
+  struct KeptSquares {
+    const void* data = nullptr;
+    int64_t rows = 0, cols = 0;
+    int parts = 0;
+    uint64_t token = 0;
+  };
+  KeptSquares kept_squares_;
+  Tensor row_squares_;
+  uint64_t squares_token_ = 0;
   Tensor skinny_partial_, merge_counters_;
   AttentionKernel attention_kernel_ = AttentionKernel::kAuto;
   bool batch_invariant_ = false;

@@ -202,13 +202,15 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, T
   gemm(x, 0, m, w, y, out.dtype(), out.dim(1), bias, act);
 }
 
-bool CudaBackend::linear_add(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
+bool CudaBackend::linear_add(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
+                             RowSquares* squares) {
   // Only where the product runs through cuBLASLt or the wgmma GEMM: cuBLASLt's epilogue
   // reads out as the C input (beta = 1), the wgmma GEMM's epilogue warps add the rounded
   // product to it; either way the add costs the product one more read of out and saves
   // the caller a separate pass (read out and the product, write out). The
   // matrix-vector kernels of a few rows and the batch-invariant kernel keep linear()
-  // and the separate add.
+  // and the separate add. The rows' squares are kept where the wgmma GEMM runs it.
+  if (squares != nullptr) *squares = RowSquares{};
   const int64_t m = x.dim(0);
   if (!fuse_residual_ || batch_invariant_ || out.dtype() != dtype_ || m == 0 ||
       (use_gemv_ && m <= kGemvAutoRows) || (use_skinny_ && m <= kSkinnyAutoRows))
@@ -222,9 +224,17 @@ bool CudaBackend::linear_add(const Tensor& x, const Tensor& w, const Tensor& bia
     g.group = wgmma_group_;
     g.handoff = true;
     g.add = true;
+    const int parts = gemm_wgmma_square_parts(g.n_out);
+    if (squares != nullptr)
+      g.row_squares = static_cast<float*>(
+          scratch(row_squares_, static_cast<size_t>(parts) * static_cast<size_t>(m) * 4));
     stream_k(g);
     if (launch_gemm_wgmma(g, stream_)) {
       last_linear_path_ = LinearPath::kWgmma;
+      if (squares != nullptr) {
+        kept_squares_ = KeptSquares{out.raw(), m, out.dim(1), parts, ++squares_token_};
+        *squares = RowSquares{out.raw(), m, squares_token_};
+      }
       return true;
     }
   }
@@ -233,9 +243,18 @@ bool CudaBackend::linear_add(const Tensor& x, const Tensor& w, const Tensor& bia
 }
 
 const float* CudaBackend::row_scales(const Tensor& x, const RowRms& rms) {
-  const int64_t m = x.dim(0);
+  const int64_t m = x.dim(0), k = x.dim(1);
   auto* out = static_cast<float*>(scratch(row_scale_, static_cast<size_t>(m) * sizeof(float)));
-  launch_row_inv_rms(x.raw(), x.dtype(), m, x.dim(1), rms.eps, out, stream_);
+  // From the squares the last linear_add kept, where they are x's (and nothing replaced
+  // them since); else the pass over x.
+  const RowSquares* sq = rms.squares;
+  const KeptSquares& kept = kept_squares_;
+  if (sq != nullptr && sq->token != 0 && sq->token == kept.token && sq->data == x.raw() &&
+      sq->rows == m && kept.data == x.raw() && kept.rows == m && kept.cols == k) {
+    launch_row_inv_rms_parts(row_squares_.data<float>(), kept.parts, m, k, rms.eps, out, stream_);
+  } else {
+    launch_row_inv_rms(x.raw(), x.dtype(), m, k, rms.eps, out, stream_);
+  }
   return out;
 }
 

@@ -199,6 +199,20 @@ __device__ __forceinline__ uint32_t gated_pair(uint32_t g, uint32_t u, KAct act)
   return pack2<T>(round_to<T>(act_fast(gf.x, act)) * uf.x, round_to<T>(act_fast(gf.y, act)) * uf.y);
 }
 
+// The sum of the squares of a piece's eight 16-bit values.
+template <typename T>
+__device__ __forceinline__ float piece_squares(const uint4& v) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = unpack2<T>(w[i]);
+    s = fmaf(f.x, f.x, s);
+    s = fmaf(f.y, f.y, s);
+  }
+  return s;
+}
+
 // Two sums of 16-bit values, each rounded.
 template <typename T>
 __device__ __forceinline__ uint32_t add_pair(uint32_t a, uint32_t b) {
@@ -326,7 +340,9 @@ __device__ __forceinline__ void rotary_tile(uint32_t h, int64_t row0, int col0, 
 
 // kRms (the hand-off forms, single blocks): the consumers load their rows' factors from
 // row_scale as a tile starts and scale the accumulators' rows by them before rounding
-// them into the hand-off tile. kSk: stream-K for the last waves (GemmSk).
+// them into the hand-off tile. kHandAdd with row_squares: the epilogue warps also write
+// each row's sum of squares of its new values over the tile's columns. kSk: stream-K for
+// the last waves (GemmSk).
 template <typename T, int kCluster, Epi kEpi, bool kRms = false, bool kSk = false>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_x,
@@ -334,7 +350,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                       const __grid_constant__ CUtensorMap map_y, T* __restrict__ y,
                       const int64_t ldy, const int n_out, const int k, const int up_row,
                       const GemmTiles tiles, const KAct act, const WgmmaRotaryKv rk,
-                      const float* __restrict__ row_scale, const GemmSk sk) {
+                      const float* __restrict__ row_scale, float* __restrict__ row_squares,
+                      const GemmSk sk) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(!kRms || (handed(kEpi) && kCluster == 1), "row scales: hand-off, single blocks");
   static_assert(!kSk || (handed(kEpi) && kCluster == 1), "stream-K: hand-off, single blocks");
@@ -456,11 +473,13 @@ __global__ void __launch_bounds__(kThreads, 1)
                                  gated_pair<T>(v.z, g.z, act), gated_pair<T>(v.w, g.w, act));
                 }
                 T* dst = y + row * ldy + col;
+                [[maybe_unused]] float sq = 0.f;  // the add: the piece's squares
                 if (col + 8 <= n_out) {
                   if constexpr (kEpi == Epi::kHandAdd) {
                     const uint4 o = res[u];
                     v = make_uint4(add_pair<T>(v.x, o.x), add_pair<T>(v.y, o.y),
                                    add_pair<T>(v.z, o.z), add_pair<T>(v.w, o.w));
+                    if (row_squares != nullptr) sq = piece_squares<T>(v);
                   }
                   *reinterpret_cast<uint4*>(dst) = v;
                 } else if constexpr (kEpi != Epi::kHandAdd) {  // (the add takes whole pieces)
@@ -468,6 +487,16 @@ __global__ void __launch_bounds__(kThreads, 1)
                   uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
                   for (int i = 0; i < 8 && col + i < n_out; ++i)
                     d16[i] = static_cast<uint16_t>(words[i >> 1] >> (16 * (i & 1)));
+                }
+                if constexpr (kEpi == Epi::kHandAdd) {
+                  // The row's squares over the tile's columns: a warp's lanes hold one
+                  // row's 32 pieces (item % 32 is the lane, item / 32 the same for the
+                  // whole warp, so the break above is the warp's as well).
+                  static_assert(kPieces == 32 && 96 % kPieces == 0, "a warp a row");
+                  if (row_squares != nullptr) {
+                    sq = warp_sum(sq);
+                    if ((e & 31) == 0) row_squares[int64_t{nt} * tiles.m + row] = sq;
+                  }
                 }
               }
             }
@@ -722,11 +751,11 @@ bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
       g_sk_launches.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  launch_kernel_clustered(kernel, dim3(clusters * kCluster), dim3(kThreads), kSmem, stream,
-                          dim3(kCluster, 1, 1), mx, mw, my, static_cast<T*>(a.y), a.ldy,
-                          static_cast<int>(a.n_out), static_cast<int>(a.k),
-                          static_cast<int>(a.up_row), tiles, a.act,
-                          a.rotary != nullptr ? *a.rotary : WgmmaRotaryKv{}, a.row_scale, sk);
+  launch_kernel_clustered(
+      kernel, dim3(clusters * kCluster), dim3(kThreads), kSmem, stream, dim3(kCluster, 1, 1), mx,
+      mw, my, static_cast<T*>(a.y), a.ldy, static_cast<int>(a.n_out), static_cast<int>(a.k),
+      static_cast<int>(a.up_row), tiles, a.act, a.rotary != nullptr ? *a.rotary : WgmmaRotaryKv{},
+      a.row_scale, a.row_squares, sk);
   return true;
 }
 
@@ -822,8 +851,14 @@ bool gemm_wgmma_supports(const WgmmaGemmArgs& a) {
          // row scales: the hand-off's gated or rotary form, single blocks
          (a.row_scale == nullptr || (aligned(a.row_scale, 4) && a.handoff && a.cluster == 1 &&
                                      !a.add && (gated || a.rotary != nullptr))) &&
+         // the rows' squares: the add
+         (a.row_squares == nullptr || (aligned(a.row_squares, 4) && a.add)) &&
          // stream-K: the hand-off forms, single blocks
          (!a.stream_k || (a.handoff && a.cluster == 1)) && a.max_blocks >= 0;
+}
+
+int gemm_wgmma_square_parts(int64_t n_out) {
+  return static_cast<int>(ceil_div(std::max<int64_t>(n_out, 0), int64_t{kBN}));
 }
 
 size_t gemm_wgmma_sk_bytes(int grid) {

@@ -65,6 +65,12 @@ void launch_fold_norm(const void* w, void* out, DType type, int64_t rows, int64_
 // (WgmmaGemmArgs::row_scale).
 void launch_row_inv_rms(const void* x, DType type, int64_t rows, int64_t d, float eps, float* out,
                         cudaStream_t stream);
+// The same from sums of squares given in parts: out[r] = 1 / sqrt(sum_p squares[p * rows
+// + r] / d + eps), the parts added in order (WgmmaGemmArgs::row_squares).
+void launch_row_inv_rms_parts(const float* squares, int parts, int64_t rows, int64_t d, float eps,
+                              float* out, cudaStream_t stream);
+// launch_row_inv_rms_parts calls so far in this process (tests: that kept squares served).
+int64_t row_inv_rms_parts_launches();
 
 // ---- elementwise.cu ---------------------------------------------------------------
 // y[r, c] = act(y[r, c] + bias[c]) for a [rows, cols] view with row stride ld.
@@ -303,6 +309,12 @@ struct WgmmaGemmArgs {
   // launch_row_inv_rms, the product of the normalised rows (no norm pass writes them).
   // The hand-off's gated and rotary forms, single blocks.
   const float* row_scale = nullptr;
+  // Non-null, with add: the sum of the squares of each row of y after the add (the
+  // rounded values it stores), one per row and 256-column tile:
+  // row_squares[t * m + r] for t < gemm_wgmma_square_parts(n_out) (4-byte aligned);
+  // launch_row_inv_rms_parts turns them into row_scale's factors for a product that
+  // reads y next, without another pass over it.
+  float* row_squares = nullptr;
   // Stream-K for the last waves (the hand-off forms, single blocks): the last partial wave
   // and one whole wave of tiles divided among the blocks by k-slices, split tiles summed
   // through sk_workspace (WgmmaSkWorkspace; without it, one too small for the grid, or
@@ -346,6 +358,8 @@ inline WgmmaGemmArgs wgmma_product(const void* x, const void* w, void* y, DType 
 int64_t gemm_wgmma_launches();
 // Of those, the launches that scaled the product's rows (row_scale).
 int64_t gemm_wgmma_rms_launches();
+// The parts of WgmmaGemmArgs::row_squares for an output of n_out columns.
+int gemm_wgmma_square_parts(int64_t n_out);
 // The stream-K workspace a grid of this many blocks needs.
 size_t gemm_wgmma_sk_bytes(int grid);
 // Of the launches, those that divided tiles among blocks (stream-K).

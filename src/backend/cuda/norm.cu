@@ -3,6 +3,7 @@
 // one warp a row for prefill-sized batches), and the per-head q/k norm (one warp per
 // head). TACHYON_NORM_WARP_ROWS=0 keeps the block-per-row kernels everywhere.
 #include <algorithm>
+#include <atomic>
 #include <type_traits>
 
 #include "backend/cuda/device_util.cuh"
@@ -434,7 +435,34 @@ __global__ void row_inv_rms_kernel(const T* __restrict__ x, int64_t rows, int64_
   if (lane == 0) out[r] = rsqrtf(total / static_cast<float>(d) + eps);
 }
 
+// One thread a row: the parts of its sum of squares added in order.
+__global__ void row_inv_rms_parts_kernel(const float* __restrict__ squares, int parts, int64_t rows,
+                                         int64_t d, float eps, float* __restrict__ out) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (r >= rows) return;
+  float s = 0.f;
+  for (int p = 0; p < parts; ++p) s += squares[p * rows + r];
+  out[r] = rsqrtf(s / static_cast<float>(d) + eps);
+}
+
+std::atomic<int64_t> g_parts_launches{0};  // launch_row_inv_rms_parts
+
 }  // namespace
+
+void launch_row_inv_rms_parts(const float* squares, int parts, int64_t rows, int64_t d, float eps,
+                              float* out, cudaStream_t stream) {
+  if (rows == 0) return;
+  TACHYON_KERNEL_CHECK(d > 0 && parts > 0, "row_inv_rms_parts: empty rows");
+  g_parts_launches.fetch_add(1, std::memory_order_relaxed);
+  launch_kernel(row_inv_rms_parts_kernel, dim3(static_cast<unsigned>(ceil_div(rows, int64_t{256}))),
+                dim3(256), 0, stream, squares, parts, rows, d, eps, out);
+}
+
+int64_t row_inv_rms_parts_launches() {
+  return g_parts_launches.load(std::memory_order_relaxed);
+}
 
 void launch_row_inv_rms(const void* x, DType type, int64_t rows, int64_t d, float eps, float* out,
                         cudaStream_t stream) {
