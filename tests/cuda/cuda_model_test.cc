@@ -334,7 +334,7 @@ TEST_P(CudaModel16, RandomLlamaFoldedNorms) {
     }
     const ErrorReport e = measure(got, want);
     std::printf(
-        "  %s %d tokens and 4 decode steps, norms folded (%lld row-norm launches) against "
+        "  %s %d tokens and 4 decode steps, norms folded (%lld row-scale launches) against "
         "unfolded: normalised %.2e over %zu logits\n",
         dtype_label(dt).c_str(), n, static_cast<long long>(launches), e.normalised, got.size());
     EXPECT_FALSE(e.nan);

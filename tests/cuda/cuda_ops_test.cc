@@ -863,16 +863,17 @@ TEST_P(CudaOpsTest, FoldedNorms) {
 }
 
 // Stream-K for the last waves of the wgmma GEMM (Hopper): every hand-off form (plain,
-// gated, add, rotary with the cache write, and the row-norm gated and rotary forms) on
-// grids capped at a few blocks, so that the last partial wave and one whole wave are
-// divided by k-slices and tiles split between blocks: k of 1, 3, 9 and 17 slices (one
-// slice: nothing to split), rows past the last tile, each launch twice on the same
-// workspace (the marks of the first must not satisfy the second), grids of different
-// sizes one after another on it, and epochs that wrap. Each against the same launch
-// without stream-K (which the other tests check against references): the split tiles'
-// sums differ only in the order of f32 additions. Through the backend, with
-// set_wgmma_stream_k, gate_up at 2,100 rows on the whole device against the same call
-// without. A workspace too small for the grid: no stream-K, the same outputs.
+// gated, add, rotary with the cache write, and the row-scale gated and rotary forms,
+// their scales from launch_row_inv_rms) on grids capped at a few blocks, so that the last
+// partial wave and one whole wave are divided by k-slices and tiles split between
+// blocks: k of 1, 3, 9 and 17 slices (one slice: nothing to split), rows past the last
+// tile, each launch twice on the same workspace (the marks of the first must not satisfy
+// the second), grids of different sizes one after another on it, and epochs that wrap.
+// Each against the same launch without stream-K (which the other tests check against
+// references): the split tiles' sums differ only in the order of f32 additions. Through
+// the backend, with set_wgmma_stream_k, gate_up at 2,100 rows on the whole device against
+// the same call without. A workspace too small for the grid: no stream-K, the same
+// outputs.
 TEST_P(CudaOpsTest, WgmmaStreamK) {
   if (!cuda::gemm_wgmma_active(dt_)) GTEST_SKIP() << "the wgmma GEMM needs Hopper";
   const int kMaxBlocks = 16;
