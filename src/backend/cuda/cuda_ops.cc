@@ -225,9 +225,11 @@ bool CudaBackend::linear_add(const Tensor& x, const Tensor& w, const Tensor& bia
     g.handoff = true;
     g.add = true;
     const int parts = gemm_wgmma_square_parts(g.n_out);
-    if (squares != nullptr)
+    if (squares != nullptr) {
+      kept_squares_ = KeptSquares{};  // (the buffer is rewritten, or reallocated, here)
       g.row_squares = static_cast<float*>(
           scratch(row_squares_, static_cast<size_t>(parts) * static_cast<size_t>(m) * 4));
+    }
     stream_k(g);
     if (launch_gemm_wgmma(g, stream_)) {
       last_linear_path_ = LinearPath::kWgmma;
