@@ -15,7 +15,7 @@ class ThreadPool;
 
 namespace tachyon::cpu {
 
-class CpuBackend final : public Backend {
+class CpuBackend : public Backend {
  public:
   // pool: the thread pool the kernels use (the global pool when null). isa: the
   // instruction-set path of the products and attention (the active one when unset;
