@@ -1013,6 +1013,109 @@ TEST_P(CudaOpsTest, WgmmaStreamK) {
   }
 }
 
+// The wgmma GEMM with its second consumer a slice behind the first (stagger, Hopper):
+// every form (plain and gated in the consumers, single blocks and clusters of two; the
+// hand-off's plain, gated, add, rotary with the cache write, and row-scaled gated form;
+// stream-K) gives the same bytes as without, the products being computed in the same
+// order. k of one slice (no stagger: the second slice may never come), of two, and of
+// nine; rows past the last tile; grids of a few blocks, so that blocks take several
+// tiles.
+TEST_P(CudaOpsTest, WgmmaStagger) {
+  if (!cuda::gemm_wgmma_active(dt_)) GTEST_SKIP() << "the wgmma GEMM needs Hopper";
+  Tensor ws = gpu_->alloc({static_cast<int64_t>(cuda::gemm_wgmma_sk_bytes(16) / 4)}, DType::kF32);
+  gpu_->fill_zero(ws);
+  cuda::WgmmaSkWorkspace wsd{ws.raw(), ws.nbytes(), 0};
+  struct Case {
+    int64_t m, n, k;
+    int blocks;
+  };
+  const Case cases[] = {{300, 512, 64, 3}, {700, 768, 128, 5}, {1029, 512, 520, 7}};
+  enum Form {
+    kPlain,
+    kGated,
+    kPlainPair,
+    kGatedPair,
+    kHandPlain,
+    kHandGated,
+    kAdd,
+    kRotary,
+    kGatedRows,
+    kGatedSk,
+    kForms
+  };
+  const char* names[] = {
+      "plain",          "gated", "plain, clusters", "gated, clusters",    "hand-off plain",
+      "hand-off gated", "add",   "rotary",          "gated, rows scaled", "gated, stream-K"};
+  for (const Case& c : cases) {
+    for (int form = 0; form < kForms; ++form) {
+      const bool gated = form == kGated || form == kGatedPair || form == kHandGated ||
+                         form == kGatedRows || form == kGatedSk;
+      const std::string what = std::string(names[form]) + " " + std::to_string(c.m) + "x" +
+                               std::to_string(c.n) + "x" + std::to_string(c.k);
+      Tensor x = input({c.m, c.k});
+      Tensor w = input({gated ? 2 * c.n : c.n, c.k}, 1.f / std::sqrt(static_cast<float>(c.k)));
+      Tensor start = input({c.m, c.n});
+      Tensor xd = dev(x), wd = gpu_->prepare_weight(w);
+      Tensor scales = gpu_->alloc({c.m}, DType::kF32);
+      cuda::launch_row_inv_rms(xd.raw(), dt_, c.m, c.k, 1e-5f, scales.data<float>(),
+                               gpu_->stream());
+      const QkvLayout layout{static_cast<int32_t>(c.n / 128 - 2), 1, 128};
+      Tensor cs = dev_f32(rotary_table(c.m, 128));
+      std::vector<int32_t> slots(static_cast<size_t>(c.m));
+      for (int64_t t = 0; t < c.m; ++t) slots[t] = static_cast<int32_t>(t);
+      Tensor slots_g = to_gpu_i32(*gpu_, slots);
+      const int32_t bs = 16, nb = static_cast<int32_t>(c.m / bs) + 1;
+      Tensor err = gpu_->alloc({1}, DType::kI32);
+      gpu_->fill_zero(err);
+      auto run = [&](bool stagger) {
+        std::vector<Tensor> o;
+        o.push_back(form == kAdd ? dev(start) : poisoned(*gpu_, {c.m, c.n}, dt_));
+        o.push_back(gpu_->alloc({nb, 1, bs, 128}, dt_));
+        gpu_->fill_zero(o[1]);
+        cuda::WgmmaRotaryKv r;
+        r.cos_sin = cs.data<float>();
+        r.rot = 128;
+        r.style = cuda::KRotary::kHalf;
+        r.heads = layout.num_heads;
+        r.kv_heads = 1;
+        r.head_dim = 128;
+        r.slots = slots_g.data<int32_t>();
+        r.k_cache = o[1].raw();
+        r.v_cache = o[1].raw();  // (v written over k: the same in both runs)
+        r.num_blocks = nb;
+        r.block_size = bs;
+        r.err = err.data<int32_t>();
+        cuda::WgmmaGemmArgs g =
+            cuda::wgmma_product(xd.raw(), wd.raw(), o[0].raw(), dt_, c.m, c.n, c.k, c.n);
+        g.max_blocks = c.blocks * (form == kPlainPair || form == kGatedPair ? 2 : 1);
+        g.group = 2;
+        if (gated) {
+          g.w_rows = 2 * c.n;
+          g.up_row = c.n;
+          g.act = cuda::KAct::kSilu;
+        }
+        g.cluster = form == kPlainPair || form == kGatedPair ? 2 : 1;
+        g.handoff = form >= kHandPlain;
+        g.add = form == kAdd;
+        if (form == kRotary) g.rotary = &r;
+        if (form == kGatedRows) g.row_scale = scales.data<float>();
+        if (form == kGatedSk) {
+          g.stream_k = true;
+          g.sk_workspace = &wsd;
+        }
+        g.stagger = stagger;
+        EXPECT_TRUE(cuda::launch_gemm_wgmma(g, gpu_->stream())) << what;
+        return o;
+      };
+      const std::vector<Tensor> plain = run(false), staggered = run(true);
+      EXPECT_TRUE(device_bytes(staggered[0]) == device_bytes(plain[0])) << what;
+      if (form == kRotary) {
+        EXPECT_TRUE(device_bytes(staggered[1]) == device_bytes(plain[1])) << what << " cache";
+      }
+    }
+  }
+}
+
 // Every matrix-vector variant (x through L1 or shared memory, 1, 2 or 4 warps per
 // column, 8, 16 or 32 warps a block, persistent blocks) for 1..4 rows, with row lengths
 // that end mid-batch or mid-share, and f32 output. The last two cases give each

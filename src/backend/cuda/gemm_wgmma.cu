@@ -351,7 +351,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                       const int64_t ldy, const int n_out, const int k, const int up_row,
                       const GemmTiles tiles, const KAct act, const WgmmaRotaryKv rk,
                       const float* __restrict__ row_scale, float* __restrict__ row_squares,
-                      const GemmSk sk) {
+                      const GemmSk sk, const bool stagger) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(!kRms || (handed(kEpi) && kCluster == 1), "row scales: hand-off, single blocks");
   static_assert(!kSk || (handed(kEpi) && kCluster == 1), "stream-K: hand-off, single blocks");
@@ -510,6 +510,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     regs_inc<kConsumerRegs>();
     const int c = wg - 1;  // rows 64c .. 64c + 63 of the tile
     const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+    // stagger: the second consumer starts once the second slice has landed, so that the
+    // consumers' ends of a tile (the last products drained, the tile handed off) fall
+    // about a slice apart, the tensor cores running the other consumer's slice meanwhile.
+    // With kb_count >= 2 every block has two slices or more (a whole tile, or a stream-K
+    // share of at least kb_count slices), so the second slice always lands.
+    if (stagger && c == 1 && kb_count >= 2) mbar_wait(full0 + 8, 0);
     int stage = 0;
     uint32_t phase = 0, hphase = 0;
     float acc[128];
@@ -755,7 +761,7 @@ bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
       kernel, dim3(clusters * kCluster), dim3(kThreads), kSmem, stream, dim3(kCluster, 1, 1), mx,
       mw, my, static_cast<T*>(a.y), a.ldy, static_cast<int>(a.n_out), static_cast<int>(a.k),
       static_cast<int>(a.up_row), tiles, a.act, a.rotary != nullptr ? *a.rotary : WgmmaRotaryKv{},
-      a.row_scale, a.row_squares, sk);
+      a.row_scale, a.row_squares, sk, a.stagger);
   return true;
 }
 

@@ -321,6 +321,9 @@ struct WgmmaGemmArgs {
   // without a partial wave, every tile is whole as usual).
   bool stream_k = false;
   WgmmaSkWorkspace* sk_workspace = nullptr;
+  // The second consumer warpgroup a slice behind the first, so that their tile ends do
+  // not leave the tensor cores idle together (an experiment: TACHYON_GEMM_WGMMA_STAGGER).
+  bool stagger = false;
   // At most this many blocks (0: as many as the device holds; tests).
   int max_blocks = 0;
 };
