@@ -52,6 +52,51 @@ class CudaOpsTest : public ::testing::TestWithParam<DType> {
     gpu_->download(t, b.data());
     return b;
   }
+  // The wgmma GEMM form tests' inputs for m x n x k (gated: 2n weight rows): x (its
+  // values scaled by x_scale), w, a residual to add into, the rows' scales; for the
+  // rotary form, heads of 128 with one KV head, real angles, row t in slot t of a cache
+  // of blocks of 16, and the error word.
+  struct WgmmaInputs {
+    Tensor xd, wd, start, scales, cs, slots, err;
+    QkvLayout layout;
+    int32_t bs = 16, nb = 0;
+    // The rotary form's arguments, writing k_cache and v_cache ([nb, 1, bs, 128]).
+    cuda::WgmmaRotaryKv rotary(Tensor& k_cache, Tensor& v_cache) {
+      cuda::WgmmaRotaryKv r;
+      r.cos_sin = cs.data<float>();
+      r.rot = 128;
+      r.style = cuda::KRotary::kHalf;
+      r.heads = layout.num_heads;
+      r.kv_heads = 1;
+      r.head_dim = 128;
+      r.slots = slots.data<int32_t>();
+      r.k_cache = k_cache.raw();
+      r.v_cache = v_cache.raw();
+      r.num_blocks = nb;
+      r.block_size = bs;
+      r.err = err.data<int32_t>();
+      return r;
+    }
+  };
+  WgmmaInputs wgmma_inputs(int64_t m, int64_t n, int64_t k, bool gated, float x_scale = 1.f) {
+    WgmmaInputs in;
+    in.xd = dev(input({m, k}, x_scale));
+    in.wd =
+        gpu_->prepare_weight(input({gated ? 2 * n : n, k}, 1.f / std::sqrt(static_cast<float>(k))));
+    in.start = input({m, n});
+    in.scales = gpu_->alloc({m}, DType::kF32);
+    cuda::launch_row_inv_rms(in.xd.raw(), dt_, m, k, 1e-5f, in.scales.data<float>(),
+                             gpu_->stream());
+    in.layout = QkvLayout{static_cast<int32_t>(n / 128 - 2), 1, 128};
+    in.cs = dev_f32(rotary_table(m, 128));
+    std::vector<int32_t> slots(static_cast<size_t>(m));
+    for (int64_t t = 0; t < m; ++t) slots[t] = static_cast<int32_t>(t);
+    in.slots = to_gpu_i32(*gpu_, slots);
+    in.nb = static_cast<int32_t>(m / in.bs) + 1;
+    in.err = gpu_->alloc({1}, DType::kI32);
+    gpu_->fill_zero(in.err);
+    return in;
+  }
   // A backend linear_rotary_kv call (qb, cb from a cache that started as init) against
   // the reference (qa, ca): declined, the rows and the cache untouched; taken, both within
   // rounding (and, with wgmma_path, on the wgmma GEMM).
@@ -897,48 +942,20 @@ TEST_P(CudaOpsTest, WgmmaStreamK) {
       const std::string what = std::string(names[form]) + " " + std::to_string(c.m) + "x" +
                                std::to_string(c.n) + "x" + std::to_string(c.k) + " on " +
                                std::to_string(c.blocks) + " blocks";
-      Tensor x = input({c.m, c.k}, rms ? 3.f : 1.f);
-      Tensor w = input({gated ? 2 * c.n : c.n, c.k}, 1.f / std::sqrt(static_cast<float>(c.k)));
-      Tensor start = input({c.m, c.n});
-      Tensor xd = dev(x), wd = gpu_->prepare_weight(w);
-      Tensor scales = gpu_->alloc({c.m}, DType::kF32);
-      if (rms)
-        cuda::launch_row_inv_rms(xd.raw(), dt_, c.m, c.k, 1e-5f, scales.data<float>(),
-                                 gpu_->stream());
-      // The rotary form's layout: heads of 128, one KV head.
-      const QkvLayout layout{static_cast<int32_t>(c.n / 128 - 2), 1, 128};
-      Tensor cs = dev_f32(rotary_table(c.m, 128));
-      std::vector<int32_t> slots(static_cast<size_t>(c.m));
-      for (int64_t t = 0; t < c.m; ++t) slots[t] = static_cast<int32_t>(t);
-      Tensor slots_g = to_gpu_i32(*gpu_, slots);
-      const int32_t bs = 16, nb = static_cast<int32_t>(c.m / bs) + 1;
-      Tensor err = gpu_->alloc({1}, DType::kI32);
-      gpu_->fill_zero(err);
+      WgmmaInputs in = wgmma_inputs(c.m, c.n, c.k, gated, rms ? 3.f : 1.f);
       struct Out {
         Tensor y, kc, vc;
       };
       auto run = [&](bool sk, cuda::WgmmaSkWorkspace* w, int times) {
         Out o;
-        o.y = form == kAdd ? dev(start) : poisoned(*gpu_, {c.m, c.n}, dt_);
-        o.kc = gpu_->alloc({nb, 1, bs, 128}, dt_);
-        o.vc = gpu_->alloc({nb, 1, bs, 128}, dt_);
+        o.y = form == kAdd ? dev(in.start) : poisoned(*gpu_, {c.m, c.n}, dt_);
+        o.kc = gpu_->alloc({in.nb, 1, in.bs, 128}, dt_);
+        o.vc = gpu_->alloc({in.nb, 1, in.bs, 128}, dt_);
         gpu_->fill_zero(o.kc);
         gpu_->fill_zero(o.vc);
-        cuda::WgmmaRotaryKv r;
-        r.cos_sin = cs.data<float>();
-        r.rot = 128;
-        r.style = cuda::KRotary::kHalf;
-        r.heads = layout.num_heads;
-        r.kv_heads = 1;
-        r.head_dim = 128;
-        r.slots = slots_g.data<int32_t>();
-        r.k_cache = o.kc.raw();
-        r.v_cache = o.vc.raw();
-        r.num_blocks = nb;
-        r.block_size = bs;
-        r.err = err.data<int32_t>();
+        const cuda::WgmmaRotaryKv r = in.rotary(o.kc, o.vc);
         cuda::WgmmaGemmArgs g =
-            cuda::wgmma_product(xd.raw(), wd.raw(), o.y.raw(), dt_, c.m, c.n, c.k, c.n);
+            cuda::wgmma_product(in.xd.raw(), in.wd.raw(), o.y.raw(), dt_, c.m, c.n, c.k, c.n);
         g.handoff = true;
         g.max_blocks = c.blocks;
         g.group = 2;
@@ -949,7 +966,7 @@ TEST_P(CudaOpsTest, WgmmaStreamK) {
         }
         g.add = form == kAdd;
         if (rotary) g.rotary = &r;
-        if (rms) g.row_scale = scales.data<float>();
+        if (rms) g.row_scale = in.scales.data<float>();
         g.stream_k = sk;
         g.sk_workspace = w;
         for (int i = 0; i < times; ++i) {
@@ -1052,41 +1069,17 @@ TEST_P(CudaOpsTest, WgmmaStagger) {
                          form == kGatedRows || form == kGatedSk;
       const std::string what = std::string(names[form]) + " " + std::to_string(c.m) + "x" +
                                std::to_string(c.n) + "x" + std::to_string(c.k);
-      Tensor x = input({c.m, c.k});
-      Tensor w = input({gated ? 2 * c.n : c.n, c.k}, 1.f / std::sqrt(static_cast<float>(c.k)));
-      Tensor start = input({c.m, c.n});
-      Tensor xd = dev(x), wd = gpu_->prepare_weight(w);
-      Tensor scales = gpu_->alloc({c.m}, DType::kF32);
-      cuda::launch_row_inv_rms(xd.raw(), dt_, c.m, c.k, 1e-5f, scales.data<float>(),
-                               gpu_->stream());
-      const QkvLayout layout{static_cast<int32_t>(c.n / 128 - 2), 1, 128};
-      Tensor cs = dev_f32(rotary_table(c.m, 128));
-      std::vector<int32_t> slots(static_cast<size_t>(c.m));
-      for (int64_t t = 0; t < c.m; ++t) slots[t] = static_cast<int32_t>(t);
-      Tensor slots_g = to_gpu_i32(*gpu_, slots);
-      const int32_t bs = 16, nb = static_cast<int32_t>(c.m / bs) + 1;
-      Tensor err = gpu_->alloc({1}, DType::kI32);
-      gpu_->fill_zero(err);
+      WgmmaInputs in = wgmma_inputs(c.m, c.n, c.k, gated);
       auto run = [&](bool stagger) {
         std::vector<Tensor> o;
-        o.push_back(form == kAdd ? dev(start) : poisoned(*gpu_, {c.m, c.n}, dt_));
-        o.push_back(gpu_->alloc({nb, 1, bs, 128}, dt_));
-        gpu_->fill_zero(o[1]);
-        cuda::WgmmaRotaryKv r;
-        r.cos_sin = cs.data<float>();
-        r.rot = 128;
-        r.style = cuda::KRotary::kHalf;
-        r.heads = layout.num_heads;
-        r.kv_heads = 1;
-        r.head_dim = 128;
-        r.slots = slots_g.data<int32_t>();
-        r.k_cache = o[1].raw();
-        r.v_cache = o[1].raw();  // (v written over k: the same in both runs)
-        r.num_blocks = nb;
-        r.block_size = bs;
-        r.err = err.data<int32_t>();
+        o.push_back(form == kAdd ? dev(in.start) : poisoned(*gpu_, {c.m, c.n}, dt_));
+        for (int i = 0; i < 2; ++i) {
+          o.push_back(gpu_->alloc({in.nb, 1, in.bs, 128}, dt_));
+          gpu_->fill_zero(o.back());
+        }
+        const cuda::WgmmaRotaryKv r = in.rotary(o[1], o[2]);
         cuda::WgmmaGemmArgs g =
-            cuda::wgmma_product(xd.raw(), wd.raw(), o[0].raw(), dt_, c.m, c.n, c.k, c.n);
+            cuda::wgmma_product(in.xd.raw(), in.wd.raw(), o[0].raw(), dt_, c.m, c.n, c.k, c.n);
         g.max_blocks = c.blocks * (form == kPlainPair || form == kGatedPair ? 2 : 1);
         g.group = 2;
         if (gated) {
@@ -1098,7 +1091,7 @@ TEST_P(CudaOpsTest, WgmmaStagger) {
         g.handoff = form >= kHandPlain;
         g.add = form == kAdd;
         if (form == kRotary) g.rotary = &r;
-        if (form == kGatedRows) g.row_scale = scales.data<float>();
+        if (form == kGatedRows) g.row_scale = in.scales.data<float>();
         if (form == kGatedSk) {
           g.stream_k = true;
           g.sk_workspace = &wsd;
@@ -1110,7 +1103,8 @@ TEST_P(CudaOpsTest, WgmmaStagger) {
       const std::vector<Tensor> plain = run(false), staggered = run(true);
       EXPECT_TRUE(device_bytes(staggered[0]) == device_bytes(plain[0])) << what;
       if (form == kRotary) {
-        EXPECT_TRUE(device_bytes(staggered[1]) == device_bytes(plain[1])) << what << " cache";
+        EXPECT_TRUE(device_bytes(staggered[1]) == device_bytes(plain[1])) << what << " k cache";
+        EXPECT_TRUE(device_bytes(staggered[2]) == device_bytes(plain[2])) << what << " v cache";
       }
     }
   }
