@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <deque>
 #include <memory>
 #include <unordered_map>
@@ -234,8 +235,8 @@ class CudaBackend final : public Backend {
   bool wgmma_rotary_ = true;
   bool wgmma_sk_ = false;
   bool wgmma_stagger_ = false;  // TACHYON_GEMM_WGMMA_STAGGER: WgmmaGemmArgs::stagger
-  Tensor sk_workspace_;     // the stream-K partial tiles and marks (zeroed once)
-  WgmmaSkWorkspace sk_ws_;  // it, with the last launch's epoch
+  Tensor sk_workspace_;         // the stream-K partial tiles and marks (zeroed once)
+  WgmmaSkWorkspace sk_ws_;      // it, with the last launch's epoch
   // With wgmma_sk_, g takes stream-K and the workspace (allocated and zeroed once).
   void stream_k(WgmmaGemmArgs& g);
   bool norm_fold_ = false;  // TACHYON_NORM_FOLD
@@ -243,14 +244,15 @@ class CudaBackend final : public Backend {
   // by them: from the squares linear_add kept (launch_row_inv_rms_parts) where
   // rms.squares names them, else one pass that reads x (launch_row_inv_rms).
   const float* row_scales(const Tensor& x, const RowRms& rms);
+  // Whether a RowRms is one the products take (eps finite and not negative).
+  static bool takes(const RowRms& rms) { return rms.eps >= 0.f && std::isfinite(rms.eps); }
   Tensor row_scale_;
-  // What the last linear_add that kept squares kept: the rows (data, count, width), the
-  // parts in row_squares_, and the token it handed out.
+  // What the last linear_add that kept squares kept: the token it handed out (rows and
+  // their count), their width, and the parts in row_squares_.
   struct KeptSquares {
-    const void* data = nullptr;
-    int64_t rows = 0, cols = 0;
+    RowSquares handed;
+    int64_t cols = 0;
     int parts = 0;
-    uint64_t token = 0;
   };
   KeptSquares kept_squares_;
   Tensor row_squares_;

@@ -1,7 +1,6 @@
 // CudaBackend ops: shape checks on the host, then the kernels of kernels.h or
 // cuBLASLt, all queued on the backend's stream.
 #include <algorithm>
-#include <cmath>
 #include <set>
 
 #include "backend/cuda/cuda_backend_impl.h"
@@ -235,8 +234,8 @@ bool CudaBackend::linear_add(const Tensor& x, const Tensor& w, const Tensor& bia
     if (launch_gemm_wgmma(g, stream_)) {
       last_linear_path_ = LinearPath::kWgmma;
       if (squares != nullptr) {
-        kept_squares_ = KeptSquares{out.raw(), m, out.dim(1), parts, ++squares_token_};
-        *squares = RowSquares{out.raw(), m, squares_token_};
+        kept_squares_ = KeptSquares{RowSquares{out.raw(), m, ++squares_token_}, out.dim(1), parts};
+        *squares = kept_squares_.handed;
       }
       return true;
     }
@@ -252,8 +251,8 @@ const float* CudaBackend::row_scales(const Tensor& x, const RowRms& rms) {
   // them since); else the pass over x.
   const RowSquares* sq = rms.squares;
   const KeptSquares& kept = kept_squares_;
-  if (sq != nullptr && sq->token != 0 && sq->token == kept.token && sq->data == x.raw() &&
-      sq->rows == m && kept.data == x.raw() && kept.rows == m && kept.cols == k) {
+  if (sq != nullptr && sq->token != 0 && sq->token == kept.handed.token &&
+      kept.handed.data == x.raw() && kept.handed.rows == m && kept.cols == k) {
     launch_row_inv_rms_parts(row_squares_.data<float>(), kept.parts, m, k, rms.eps, out, stream_);
   } else {
     launch_row_inv_rms(x.raw(), x.dtype(), m, k, rms.eps, out, stream_);
@@ -284,8 +283,7 @@ bool CudaBackend::linear_rotary_kv(const Tensor& x, const Tensor& w, const Tenso
   const int64_t m = x.dim(0);
   if (!wgmma_rotary_ || batch_invariant_ || bias || m < kEpilogueRows ||
       (style != RotaryStyle::kHalf && style != RotaryStyle::kInterleaved) || rotary_dim <= 0 ||
-      !gemm_wgmma_active(dtype_) ||
-      (rms != nullptr && !(rms->eps >= 0.f && std::isfinite(rms->eps))))
+      !gemm_wgmma_active(dtype_) || (rms != nullptr && !takes(*rms)))
     return false;
   check_linear(x, w, bias, qkv, 0);
   check_rotary(qkv, layout, cos_sin, style, rotary_dim, "linear_rotary_kv");
@@ -327,7 +325,7 @@ bool CudaBackend::linear_gated(const Tensor& x, const Tensor& w, const Tensor& b
   // kernel's partial pieces at a ragged edge serve the direct calls).
   if (batch_invariant_ || bias || m < kGatedMinRows || out.dtype() != dtype_ ||
       out.dim(1) % 8 != 0 || !gemm_wgmma_active(dtype_) ||
-      (rms != nullptr && !(handoff && rms->eps >= 0.f && std::isfinite(rms->eps))))
+      (rms != nullptr && !(handoff && takes(*rms))))
     return false;
   check_act(x, "linear_gated x");
   check_here(w, "linear_gated weight");
