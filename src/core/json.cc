@@ -21,6 +21,9 @@ Json parse_json(std::string_view text, std::string_view what, int max_depth) {
                     /*ignore_comments=*/false);
   } catch (const Json::parse_error& e) {
     raise<InvalidArgument>("{}: invalid JSON: {}", what, e.what());
+  } catch (const Json::exception& e) {
+    // Valid syntax the parser still refuses: a number too large for a double (406).
+    raise<InvalidArgument>("{}: invalid JSON: {}", what, e.what());
   }
   if (too_deep) raise<InvalidArgument>("{}: JSON nested deeper than {}", what, max_depth);
   return j;
