@@ -377,11 +377,14 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
     std::printf("RESULT epilogue_%s_m%lld_%s_us %.2f err %.2e\n", name, static_cast<long long>(m),
                 variant, t * 1e6, err);
   };
-  // The plain product with the hand-off, for reference: what the epilogue adds to it.
+  // The plain product with the hand-off, for reference: what the epilogue adds to it
+  // (with the schedule experiments the backend reads, as the backend's calls take them).
   auto plain = [&](const Tensor& x, const Tensor& w, Tensor& y) {
     cuda::WgmmaGemmArgs g = cuda::wgmma_product(x.raw(), w.raw(), y.raw(), DType::kBF16, x.dim(0),
                                                 w.dim(0), x.dim(1), y.dim(1));
     g.handoff = true;
+    g.stagger = cuda::env_flag("TACHYON_GEMM_WGMMA_STAGGER", false);
+    g.one_hand = cuda::env_flag("TACHYON_GEMM_WGMMA_ONE_HAND", false);
     return time_calls(be, reps, [&](int) {
       if (!cuda::launch_gemm_wgmma(g, be.stream())) raise<Internal>("wgmma GEMM declined");
     });
