@@ -19,7 +19,8 @@ namespace {
 constexpr size_t kMaxPending = 64;
 
 // "<0xXX>": a byte-fallback piece. The ByteFallback decoder decides on a whole run of
-// them at once, so none of the run is final before a token of another kind arrives.
+// them at once, so none of the run is final before a token of another kind arrives (a
+// skipped special token is not one).
 bool is_byte_piece(const std::string& t) {
   auto hex = [](char c) {
     return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F') || (c >= 'a' && c <= 'f');
@@ -34,7 +35,9 @@ class WindowDecoder : public IncrementalDecoder {
   std::string step(int32_t id) override {
     window_.push_back(id);
     const bool may_wait = window_.size() - read_ < kMaxPending;
-    if (may_wait && is_byte_piece(t_.id_to_token(id))) return "";
+    // A special token that decode skips adds no text, and a byte-fallback run goes on
+    // across it in the full decode (the decoders never see it): nothing is final yet.
+    if (may_wait && (is_byte_piece(t_.id_to_token(id)) || (skip_ && t_.is_special(id)))) return "";
     std::string full = t_.decode(window_, skip_);
     if (may_wait && ends_with_replacement(full)) return "";
     const size_t hold = cleanup_hold(full);
