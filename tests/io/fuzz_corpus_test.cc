@@ -2,10 +2,7 @@
 // the fuzz entry points, so builds without libFuzzer exercise them too.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-
+#include "fuzz_replay.h"
 #include "io/fuzz_entries.h"
 
 namespace tachyon {
@@ -19,20 +16,9 @@ struct Replay {
 template <typename F>
 Replay replay(const std::string& corpus, F&& entry) {
   Replay r;
-  std::filesystem::path dir =
-      std::filesystem::path(TACHYON_SOURCE_DIR) / "tests/io/corpus" / corpus;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (!e.is_regular_file()) continue;
-    std::ifstream f(e.path(), std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    std::string bytes = ss.str();
-    SCOPED_TRACE(e.path().string());
-    // A copy in its own allocation, so the sanitizer sees reads past its end.
-    std::vector<uint8_t> data(bytes.begin(), bytes.end());
-    r.accepted += entry(data.data(), data.size()) ? 1 : 0;
-    ++r.files;
-  }
+  r.files = testing::for_each_corpus_input(
+      "tests/io/corpus/" + corpus,
+      [&](const std::vector<uint8_t>& d) { r.accepted += entry(d.data(), d.size()) ? 1 : 0; });
   return r;
 }
 

@@ -2,31 +2,18 @@
 // through the fuzz entry point, so builds without libFuzzer run it too.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-
+#include "fuzz_replay.h"
 #include "server/request_fuzz_entry.h"
 
 namespace tachyon {
 namespace {
 
 TEST(RequestFuzzCorpus, ReplaysCleanly) {
-  const std::filesystem::path dir =
-      std::filesystem::path(TACHYON_SOURCE_DIR) / "tests/server/corpus/request";
-  int files = 0, answered = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (!e.is_regular_file() || e.path().filename() == "README.md") continue;
-    std::ifstream f(e.path(), std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    const std::string bytes = ss.str();
-    SCOPED_TRACE(e.path().string());
-    // A copy in its own allocation, so a sanitizer sees reads past its end.
-    const std::vector<uint8_t> data(bytes.begin(), bytes.end());
-    answered += fuzz::request_one(data.data(), data.size()) ? 1 : 0;
-    ++files;
-  }
+  int answered = 0;
+  const int files = testing::for_each_corpus_input(
+      "tests/server/corpus/request", [&](const std::vector<uint8_t>& d) {
+        answered += fuzz::request_one(d.data(), d.size()) ? 1 : 0;
+      });
   // The valid seeds are answered, the malformed ones refused (a bug aborts the process).
   EXPECT_GE(files, 20);
   EXPECT_GE(answered, 10);
