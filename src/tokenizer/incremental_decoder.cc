@@ -14,8 +14,9 @@ namespace {
 
 // After this many tokens without output, pending text is emitted anyway, so that a
 // step never decodes more than this many tokens. Only a run of more than this many
-// byte-fallback pieces that is invalid UTF-8 as a whole can then stream differently
-// from the full decode (which turns every byte of such a run into U+FFFD).
+// byte-fallback pieces or U+FFFD tokens can then stream differently from the full decode
+// (which turns every byte of an invalid run into U+FFFD, however long): the stream cuts
+// there, and the tokens after the cut are decoded apart from those before it.
 constexpr size_t kMaxPending = 64;
 
 // "<0xXX>": a byte-fallback piece. The ByteFallback decoder decides on a whole run of
@@ -49,6 +50,24 @@ class WindowDecoder : public IncrementalDecoder {
     std::string out = avail > start ? full.substr(start, avail - start) : "";
     emitted_ += out.size();
     if (hold > 0) return out;
+    if (!may_wait) {
+      // Forced out: what follows starts at a hard cut, so that no text already out is
+      // decoded again with different neighbours (a byte-fallback run or a U+FFFD token
+      // read anew from the middle would give other text, out of order). The context is
+      // the last token where its text ends cleanly, else nothing.
+      const int32_t last = window_.back();
+      std::string last_text = t_.decode(std::span<const int32_t>(&last, 1), skip_);
+      window_.clear();
+      prefix_text_.clear();
+      if (!is_byte_piece(t_.id_to_token(last)) && !last_text.empty() &&
+          !ends_with_replacement(last_text)) {
+        window_.push_back(last);
+        prefix_text_ = std::move(last_text);
+      }
+      read_ = window_.size();
+      emitted_ = 0;
+      return out;
+    }
     // Everything decoded so far is out: the new context is the tokens since the last
     // read point, unless they decode to nothing (skipped specials, a lone stripped
     // space), which would lose the context the decoders need.

@@ -150,6 +150,29 @@ TEST_P(RoundTripTest, IncrementalDecoderOnArbitraryIds) {
   check_incremental(*tok, ids, false);
 }
 
+// After 64 tokens without text out (here U+FFFD tokens, then a byte run that the 64th
+// token leaves incomplete) the stream emits what it holds and cuts there: the tokens after
+// the cut are decoded apart from those before it, so the split character comes out as
+// replacement characters and nothing already out is decoded again out of order.
+TEST(IncrementalDecoder, CutsCleanlyAfterSixtyFourTokensWithoutText) {
+  auto tok = Tokenizer::load(kjv_dir());
+  const auto fffd = tok->token_to_id("\xEF\xBF\xBD"), e7 = tok->token_to_id("<0xE7>"),
+             b8 = tok->token_to_id("<0xB8>"), a = tok->token_to_id("A");
+  ASSERT_TRUE(fffd && e7 && b8 && a);
+  std::vector<int32_t> ids(62, *fffd);
+  for (int32_t id : {*e7, *b8, *b8, *a}) ids.push_back(id);  // "\xE7\xB8\xB8" is one character
+  std::string whole;
+  for (int i = 0; i < 62; ++i) whole += "\xEF\xBF\xBD";
+  ASSERT_EQ(tok->decode(ids, false), whole + "\xE7\xB8\xB8" "A");
+  auto inc = tok->make_incremental_decoder(false);
+  std::string streamed;
+  for (int32_t id : ids) streamed += inc->step(id);
+  streamed += inc->flush();
+  const std::vector<int32_t> before(ids.begin(), ids.begin() + 64),
+      after(ids.begin() + 64, ids.end());
+  EXPECT_TRUE(same_text(streamed, tok->decode(before, false) + tok->decode(after, false)));
+}
+
 TEST_P(RoundTripTest, HostileSizes) {
   const std::string name = GetParam();
   if (name != "llama3" && name != "gemma3" && name != "kjv") GTEST_SKIP() << "covered by others";
