@@ -41,7 +41,12 @@ Json handle(const Tokenizer& tok, const std::string& line) {
     std::vector<int32_t> v;
     v.reserve(ids.size());
     for (const Json& x : ids) {
-      if (!x.is_number_integer() || x.get<int64_t>() < INT32_MIN || x.get<int64_t>() > INT32_MAX) {
+      // (An unsigned value above INT64_MAX would wrap in get<int64_t>(): read it as one.)
+      const bool in_range = x.is_number_unsigned()
+                                ? x.get<uint64_t>() <= static_cast<uint64_t>(INT32_MAX)
+                                : x.is_number_integer() && x.get<int64_t>() >= INT32_MIN &&
+                                      x.get<int64_t>() <= INT32_MAX;
+      if (!in_range) {
         raise<InvalidArgument>("\"ids\" must be an array of token ids");
       }
       v.push_back(static_cast<int32_t>(x.get<int64_t>()));

@@ -50,8 +50,10 @@ TEST(TokenizeCli, JsonlRequests) {
           R"({"ids": "nope"})",
           R"({"messages": [{"role": "user", "content": "Quote John 3:16"}], "add_generation_prompt": true})",
           R"({"text": "\u00e9\ud83d\ude00"})",
+          R"({"ids": [18446744073709551615]})",  // would wrap to -1 as an int64
+          R"({"ids": [2147483648]})",
       });
-  ASSERT_EQ(replies.size(), 7u);
+  ASSERT_EQ(replies.size(), 9u);
   EXPECT_EQ(replies[0]["ids"], Json(tok->encode("In the beginning", false)));
   EXPECT_EQ(replies[1]["ids"], Json(tok->encode("In the beginning", true)));
   EXPECT_TRUE(replies[2].contains("error"));
@@ -60,6 +62,8 @@ TEST(TokenizeCli, JsonlRequests) {
   EXPECT_EQ(replies[5]["rendered"], "<s>[INST] Quote John 3:16 [/INST]");
   EXPECT_EQ(replies[5]["ids"], Json(tok->encode("<s>[INST] Quote John 3:16 [/INST]", false)));
   EXPECT_EQ(replies[6]["ids"], Json(tok->encode("\xC3\xA9\xF0\x9F\x98\x80", true)));
+  EXPECT_TRUE(replies[7].contains("error")) << replies[7].dump();
+  EXPECT_TRUE(replies[8].contains("error")) << replies[8].dump();
 }
 
 }  // namespace
