@@ -100,8 +100,9 @@ inline bool tokenizer_one(const uint8_t* data, size_t size) {
     if (!skip_roundtrip && t.tok->decode(plain, false) != testing::expected_roundtrip(t.name, text))
       tokenizer_bug(t.name, "decode(encode(x)) is not x as normalised");
     // (At most 63 ids: after 64 tokens without output the streaming decoder emits what
-    // it holds anyway, and a longer run of byte pieces or U+FFFD tokens may then stream
-    // differently from the full decode, a documented limit of it.)
+    // it holds and cuts the stream there, decoding the tokens after the cut apart from
+    // those before it, as the full decode does not; IncrementalDecoder.CutsCleanly...
+    // checks that case.)
     const std::vector<int32_t> head(ids.begin(), ids.begin() + std::min<size_t>(ids.size(), 63));
     check_stream(t, head, false);
     check_stream(t, head, true);
