@@ -32,6 +32,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 #include "core/dtype.h"
@@ -384,7 +385,7 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
                                                 w.dim(0), x.dim(1), y.dim(1));
     g.handoff = true;
     g.stagger = cuda::env_flag("TACHYON_GEMM_WGMMA_STAGGER", false);
-    g.one_hand = cuda::env_flag("TACHYON_GEMM_WGMMA_ONE_HAND", false);
+    g.one_hand = cuda::env_int("TACHYON_GEMM_WGMMA_ONE_HAND", 0, 0, 2) >= 2;
     return time_calls(be, reps, [&](int) {
       if (!cuda::launch_gemm_wgmma(g, be.stream())) raise<Internal>("wgmma GEMM declined");
     });
