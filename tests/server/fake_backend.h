@@ -70,7 +70,8 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
     std::string out;
     for (const auto& m : messages)
       out += m["role"].get<std::string>() + ": " + m["content"].get<std::string>() + "\n";
-    if (extra.contains("prefix")) out = extra["prefix"].get<std::string>() + out;
+    if (extra.contains("prefix") && extra["prefix"].is_string())
+      out = extra["prefix"].get<std::string>() + out;
     if (add_generation_prompt) out += "assistant:";
     return out;
   }
