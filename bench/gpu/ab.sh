@@ -15,11 +15,9 @@
 # On the GPU machine, from the repository root, with .devbin carried:
 #   bash bench/gpu/ab.sh .devbin
 # SETTINGS are the settings the prefill steps compare, space-separated, each a
-# comma-separated list of VAR=value (default: as built; the norms folded into the products
-# (row scales from a read-only pass); folded with the down projection's add on the wgmma
-# GEMM, which keeps the rows' squares for the next qkv product; one hand-off tile and four
-# stages for the wgmma GEMM's gated product, then for every hand-off form; folded, down
-# there and the gated product's one hand-off tile); ATTN_SETTINGS
+# comma-separated list of VAR=value (default: as built, the norms folded into the products
+# and the down projection's add on the wgmma GEMM; folded, the add on cuBLASLt (row scales
+# from a read-only pass); neither); ATTN_SETTINGS
 # those the attention rates and the probe compare (default: the flash kernel's default
 # form, its copy-engine loads, its lazy max, both); ROUNDS (2) the rounds; TEST_FILTER
 # the tests (default: attention, models, graphs, overlap, the wgmma GEMM's epilogues and
@@ -27,7 +25,7 @@
 # them, SKIP_ATTN=1 the attention rates, SKIP_STEPS=1 the prefill steps, SKIP_PROBE=1 the
 # probe; KERNEL_ARGS (e.g. "--only epilogue --m 2048,8192") runs tachyon_kernel_bench
 # with them, once as built and once with each of KERNEL_SETTINGS (default: the consumers
-# staggered; one hand-off tile for every hand-off form; both; "" for none). Every run has a time limit, so a hung kernel costs one run.
+# staggered; "" for none). Every run has a time limit, so a hung kernel costs one run.
 # Time: the tests ~200 s, an attention run ~25 s, a step run ~30 s (the first also writes
 # the 16 GB checkpoint, ~20 s), a probe run ~25 s, the epilogue kernel bench ~30 s: run
 # SKIP_STEPS=1 (with KERNEL_ARGS) in one call and SKIP_TESTS=1 SKIP_ATTN=1 in the next to
@@ -51,11 +49,11 @@ fi
 CONFIG=$HERE/llama3_8b_config.json
 FLASH_FORMS="TACHYON_FLASH_TMA=0 TACHYON_FLASH_TMA=1 TACHYON_FLASH_LAZY=1 TACHYON_FLASH_TMA=1,TACHYON_FLASH_LAZY=1"
 ATTN_SETTINGS=${ATTN_SETTINGS:-$FLASH_FORMS}
-FOLD=TACHYON_NORM_FOLD=1 ADD2=TACHYON_GEMM_WGMMA_ADD=2
+FOLD=TACHYON_NORM_FOLD=1 UNFOLD=TACHYON_NORM_FOLD=0
+ADD2=TACHYON_GEMM_WGMMA_ADD=2 ADD0=TACHYON_GEMM_WGMMA_ADD=0
 STAGGER=TACHYON_GEMM_WGMMA_STAGGER=1
-ONE1=TACHYON_GEMM_WGMMA_ONE_HAND=1 ONE2=TACHYON_GEMM_WGMMA_ONE_HAND=2
-SETTINGS=${SETTINGS:-"TACHYON_NORM_FOLD=0 $FOLD $FOLD,$ADD2 $ONE1 $ONE2 $FOLD,$ADD2,$ONE1"}
-KERNEL_SETTINGS=${KERNEL_SETTINGS-"$STAGGER $ONE2 $STAGGER,$ONE2"}
+SETTINGS=${SETTINGS:-"$FOLD,$ADD2 $FOLD,$ADD0 $UNFOLD,$ADD0"}
+KERNEL_SETTINGS=${KERNEL_SETTINGS-"$STAGGER"}
 ROUNDS=${ROUNDS:-2}
 nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv >"$R/smi.txt"
 finish() {

@@ -360,7 +360,7 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
   CudaBackendOptions o;
   cuda::CudaBackend be(o);
   be.set_gemv(false);
-  be.set_wgmma_add(true);  // (off by default)
+  be.set_wgmma_add(true);  // (by default only from kDeepK)
   if (!cuda::gemm_wgmma_active(DType::kBF16)) return;
   const QkvLayout layout{static_cast<int32_t>(d.heads), static_cast<int32_t>(d.kv_heads),
                          static_cast<int32_t>(d.head_dim)};

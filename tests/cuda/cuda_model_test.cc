@@ -46,13 +46,13 @@ std::vector<KjvCase> kjv_cases() {
   return out;
 }
 
-// fold: with the norms folded into the products (TACHYON_NORM_FOLD=1, read when the
-// backend is made).
+// fold: with the norms folded into the products (TACHYON_NORM_FOLD, read when the
+// backend is made; on by default).
 std::unique_ptr<Model> load_kjv(DType dtype, bool fold = false) {
   LoadOptions o;
   o.device = Device{DeviceType::kCUDA, 0};
   o.dtype = dtype;
-  if (fold) setenv("TACHYON_NORM_FOLD", "1", 1);
+  setenv("TACHYON_NORM_FOLD", fold ? "1" : "0", 1);
   auto m = load_model(std::string(TACHYON_SOURCE_DIR) + "/models/tiny-kjv-chat", o);
   unsetenv("TACHYON_NORM_FOLD");
   m->init_kv_cache(96, kBlock);
@@ -303,8 +303,8 @@ TEST_P(CudaModel16, RandomLlamaFoldedNorms) {
     LoadOptions o;
     o.device = Device{DeviceType::kCUDA, 0};
     o.dtype = dt;
-    if (fold) setenv("TACHYON_NORM_FOLD", "1", 1);
-    if (wgmma_add) setenv("TACHYON_GEMM_WGMMA_ADD", "1", 1);
+    setenv("TACHYON_NORM_FOLD", fold ? "1" : "0", 1);
+    setenv("TACHYON_GEMM_WGMMA_ADD", wgmma_add ? "1" : "0", 1);
     auto m = load_model(dir, o);
     unsetenv("TACHYON_NORM_FOLD");
     unsetenv("TACHYON_GEMM_WGMMA_ADD");

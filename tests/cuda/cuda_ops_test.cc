@@ -468,7 +468,7 @@ TEST_P(CudaOpsTest, WgmmaEpilogues) {
       EXPECT_FALSE(cuda::launch_gemm_wgmma(g, gpu_->stream())) << shape;
     }
     // The backend: with set_wgmma_add, the wgmma GEMM from kEpilogueRows rows without
-    // bias, else (and by default) cuBLASLt.
+    // bias, else cuBLASLt.
     for (int mode = 0; mode < 3; ++mode) {
       const bool with_bias = mode == 1, on = mode < 2;
       gpu_->set_wgmma_add(on);

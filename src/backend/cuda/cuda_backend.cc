@@ -96,12 +96,12 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   wgmma_cluster_ = static_cast<int>(env_int("TACHYON_GEMM_WGMMA_CLUSTER", 1, 1, 2));
   wgmma_group_ = static_cast<int>(env_int("TACHYON_GEMM_WGMMA_GROUP", 16, 1, 64));
   wgmma_handoff_ = env_flag("TACHYON_GEMM_WGMMA_HANDOFF", true);
-  wgmma_add_ = static_cast<int>(env_int("TACHYON_GEMM_WGMMA_ADD", 0, 0, 2));
+  wgmma_add_ = static_cast<int>(env_int("TACHYON_GEMM_WGMMA_ADD", 2, 0, 2));
   wgmma_sk_ = env_flag("TACHYON_GEMM_WGMMA_STREAMK", false);
   wgmma_stagger_ = env_flag("TACHYON_GEMM_WGMMA_STAGGER", false);
   wgmma_one_hand_ = static_cast<int>(env_int("TACHYON_GEMM_WGMMA_ONE_HAND", 0, 0, 2));
   wgmma_rotary_ = env_flag("TACHYON_GEMM_WGMMA_ROTARY", true);
-  norm_fold_ = env_flag("TACHYON_NORM_FOLD", false);
+  norm_fold_ = env_flag("TACHYON_NORM_FOLD", true);
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   alloc_ = std::make_unique<DeviceAllocator>(device_);
   ring_ = std::make_unique<PinnedRing>(kRingBytes);

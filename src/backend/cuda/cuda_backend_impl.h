@@ -66,9 +66,9 @@ class CudaBackend final : public Backend {
 
   void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out, int64_t col_offset,
               Activation act) override;
-  // Through cuBLASLt's C input; with set_wgmma_add (TACHYON_GEMM_WGMMA_ADD=1) from
-  // kEpilogueRows rows without bias on the wgmma GEMM, whose epilogue warps add the
-  // rounded product.
+  // Through cuBLASLt's C input; where set_wgmma_add asks for it (by default products at
+  // least kDeepK deep: the MLP's down projection) from kEpilogueRows rows without bias on
+  // the wgmma GEMM, whose epilogue warps add the rounded product.
   // Given squares, the wgmma GEMM's epilogue also keeps the new rows' sums of squares
   // (one per 256 columns) for the RowRms product that reads out next.
   bool linear_add(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
@@ -84,8 +84,9 @@ class CudaBackend final : public Backend {
   // a RowRms (both): only where the epilogue is handed off (from kGatedHandoffRows rows).
   bool linear_gated(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act,
                     Tensor& out, const RowRms* rms = nullptr) override;
-  // Norms folded into 16-bit and f32 weights on the device, when set_norm_fold asks for
-  // it (TACHYON_NORM_FOLD=1; off by default until measured).
+  // Norms folded into 16-bit and f32 weights on the device, unless set_norm_fold says
+  // no (TACHYON_NORM_FOLD=0; on by default: with the down projection's add on the wgmma
+  // GEMM, the 8 x 1024 prefill step of a Llama-3-8B shape took 182.0 ms against 184.5).
   bool folds_norm(const Tensor& w, const NormParams& norm) const override;
   Tensor fold_norm(const Tensor& w, const NormParams& norm) override;
   static constexpr int64_t kGatedMinRows = 512;
@@ -159,17 +160,18 @@ class CudaBackend final : public Backend {
   // GEMMs of 2..kSkinnyAutoRows rows (16-bit, k % 64 == 0) on the weight-streaming
   // tensor-core kernel (gemm_skinny.cu) instead of cuBLASLt; TACHYON_CUDA_SKINNY=0|1.
   void set_skinny(bool on) { use_skinny_ = on; }
-  // linear_add on the wgmma GEMM (TACHYON_GEMM_WGMMA_ADD=1; off by default: slower than
-  // cuBLASLt's C input for the o product), or only for products at least kDeepK deep
-  // (TACHYON_GEMM_WGMMA_ADD=2: the MLP's down projection, where it matched cuBLASLt).
+  // linear_add on the wgmma GEMM (TACHYON_GEMM_WGMMA_ADD=1: slower than cuBLASLt's C
+  // input for the o product), only for products at least kDeepK deep (=2, the default:
+  // the MLP's down projection, where it matches cuBLASLt and keeps the rows' squares for
+  // the next qkv product's folded norm), or never (=0).
   void set_wgmma_add(bool on) { wgmma_add_ = on ? 1 : 0; }
   void set_wgmma_add_deep() { wgmma_add_ = 2; }
   static constexpr int64_t kDeepK = 8192;
   // Stream-K for the last waves of the wgmma GEMM's hand-off products (gate_up, the fused
   // qkv, the add; TACHYON_GEMM_WGMMA_STREAMK=1; off by default until measured).
   void set_wgmma_stream_k(bool on) { wgmma_sk_ = on; }
-  // Whether folds_norm() says yes (TACHYON_NORM_FOLD=1): a model made afterwards folds
-  // its pre-attention and pre-MLP norms into the qkv and gate/up weights.
+  // Whether folds_norm() says yes (TACHYON_NORM_FOLD, on by default): a model made
+  // afterwards folds its pre-attention and pre-MLP norms into the qkv and gate/up weights.
   void set_norm_fold(bool on) { norm_fold_ = on; }
   // Which kernel the last product (linear()) ran on (for tests and benchmarks).
   enum class LinearPath { kCublas, kGemv, kSkinny, kInvariant, kWgmma };
@@ -231,7 +233,7 @@ class CudaBackend final : public Backend {
   int wgmma_cluster_ = 1, wgmma_group_ = 16;
   bool wgmma_handoff_ = true;
   // The wgmma GEMM for linear_add and linear_rotary_kv (TACHYON_GEMM_WGMMA_ADD, _ROTARY).
-  int wgmma_add_ = 0;  // 0 never, 1 always, 2 from kDeepK
+  int wgmma_add_ = 2;  // 0 never, 1 always, 2 from kDeepK
   bool wgmma_rotary_ = true;
   bool wgmma_sk_ = false;
   bool wgmma_stagger_ = false;  // TACHYON_GEMM_WGMMA_STAGGER: WgmmaGemmArgs::stagger
@@ -243,7 +245,7 @@ class CudaBackend final : public Backend {
   WgmmaSkWorkspace sk_ws_;  // it, with the last launch's epoch
   // With wgmma_sk_, g takes stream-K and the workspace (allocated and zeroed once).
   void stream_k(WgmmaGemmArgs& g);
-  bool norm_fold_ = false;  // TACHYON_NORM_FOLD
+  bool norm_fold_ = true;  // TACHYON_NORM_FOLD
   // A RowRms's scales for x's rows in row_scale_, for the product that scales its rows
   // by them: from the squares linear_add kept (launch_row_inv_rms_parts) where
   // rms.squares names them, else one pass that reads x (launch_row_inv_rms).
