@@ -32,7 +32,6 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_impl.h"
-#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 #include "core/dtype.h"
@@ -378,14 +377,11 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
     std::printf("RESULT epilogue_%s_m%lld_%s_us %.2f err %.2e\n", name, static_cast<long long>(m),
                 variant, t * 1e6, err);
   };
-  // The plain product with the hand-off, for reference: what the epilogue adds to it
-  // (with the schedule experiments the backend reads, as the backend's calls take them).
+  // The plain product with the hand-off, for reference: what the epilogue adds to it.
   auto plain = [&](const Tensor& x, const Tensor& w, Tensor& y) {
     cuda::WgmmaGemmArgs g = cuda::wgmma_product(x.raw(), w.raw(), y.raw(), DType::kBF16, x.dim(0),
                                                 w.dim(0), x.dim(1), y.dim(1));
     g.handoff = true;
-    g.stagger = cuda::env_flag("TACHYON_GEMM_WGMMA_STAGGER", false);
-    g.one_hand = cuda::env_int("TACHYON_GEMM_WGMMA_ONE_HAND", 0, 0, 2) >= 2;
     return time_calls(be, reps, [&](int) {
       if (!cuda::launch_gemm_wgmma(g, be.stream())) raise<Internal>("wgmma GEMM declined");
     });

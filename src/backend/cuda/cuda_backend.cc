@@ -99,7 +99,6 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   wgmma_add_ = static_cast<int>(env_int("TACHYON_GEMM_WGMMA_ADD", 2, 0, 2));
   wgmma_sk_ = env_flag("TACHYON_GEMM_WGMMA_STREAMK", false);
   wgmma_stagger_ = env_flag("TACHYON_GEMM_WGMMA_STAGGER", false);
-  wgmma_one_hand_ = static_cast<int>(env_int("TACHYON_GEMM_WGMMA_ONE_HAND", 0, 0, 2));
   wgmma_rotary_ = env_flag("TACHYON_GEMM_WGMMA_ROTARY", true);
   norm_fold_ = env_flag("TACHYON_NORM_FOLD", true);
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));

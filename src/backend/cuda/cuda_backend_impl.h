@@ -237,12 +237,8 @@ class CudaBackend final : public Backend {
   bool wgmma_rotary_ = true;
   bool wgmma_sk_ = false;
   bool wgmma_stagger_ = false;  // TACHYON_GEMM_WGMMA_STAGGER: WgmmaGemmArgs::stagger
-  // TACHYON_GEMM_WGMMA_ONE_HAND (WgmmaGemmArgs::one_hand): 0 never, 1 the gated product
-  // (its epilogue pass loads nothing, so the consumer that waits for it waits least), 2
-  // every hand-off form.
-  int wgmma_one_hand_ = 0;
-  Tensor sk_workspace_;     // the stream-K partial tiles and marks (zeroed once)
-  WgmmaSkWorkspace sk_ws_;  // it, with the last launch's epoch
+  Tensor sk_workspace_;         // the stream-K partial tiles and marks (zeroed once)
+  WgmmaSkWorkspace sk_ws_;      // it, with the last launch's epoch
   // With wgmma_sk_, g takes stream-K and the workspace (allocated and zeroed once).
   void stream_k(WgmmaGemmArgs& g);
   bool norm_fold_ = true;  // TACHYON_NORM_FOLD

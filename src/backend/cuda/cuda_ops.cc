@@ -224,7 +224,6 @@ bool CudaBackend::linear_add(const Tensor& x, const Tensor& w, const Tensor& bia
     g.handoff = true;
     g.add = true;
     g.stagger = wgmma_stagger_;
-    g.one_hand = wgmma_one_hand_ >= 2;
     const int parts = gemm_wgmma_square_parts(g.n_out);
     if (squares != nullptr) {
       kept_squares_ = KeptSquares{};  // (the buffer is rewritten, or reallocated, here)
@@ -311,7 +310,6 @@ bool CudaBackend::linear_rotary_kv(const Tensor& x, const Tensor& w, const Tenso
   g.handoff = true;
   g.rotary = &r;
   g.stagger = wgmma_stagger_;
-  g.one_hand = wgmma_one_hand_ >= 2;
   if (rms != nullptr) g.row_scale = row_scales(x, *rms);
   stream_k(g);
   if (!launch_gemm_wgmma(g, stream_)) return false;
@@ -347,7 +345,6 @@ bool CudaBackend::linear_gated(const Tensor& x, const Tensor& w, const Tensor& b
   g.group = wgmma_group_;
   g.handoff = handoff;
   g.stagger = wgmma_stagger_;
-  g.one_hand = wgmma_one_hand_ >= 1;
   if (rms != nullptr) {
     g.row_scale = row_scales(x, *rms);
     g.cluster = 1;  // row scales: single blocks

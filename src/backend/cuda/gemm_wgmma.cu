@@ -88,20 +88,16 @@ constexpr bool handed(Epi e) {
 constexpr bool gated_epi(Epi e) {
   return e == Epi::kGatedSilu || e == Epi::kGatedAct || e == Epi::kHandGated;
 }
-// kOne (the hand-off forms, an experiment): one hand-off tile that the two consumers
-// fill in turn, which gives the ring back its fourth stage.
-constexpr int stages(Epi e, bool one = false) {
-  return handed(e) && !one ? 3 : 4;
+constexpr int stages(Epi e) {
+  return handed(e) ? 3 : 4;
 }
 // The consumers' staging (gated) or hand-off tiles.
-constexpr uint32_t out_bytes(Epi e, bool one = false) {
-  return handed(e) ? (one ? 1 : 2) * kHandBytes : (e == Epi::kPlain ? 0 : 2 * kOutBytes);
+constexpr uint32_t out_bytes(Epi e) {
+  return handed(e) ? 2 * kHandBytes : (e == Epi::kPlain ? 0 : 2 * kOutBytes);
 }
-constexpr size_t smem_bytes(Epi e, bool one = false) {
-  return stages(e, one) * kStageBytes + out_bytes(e, one) + 2 * stages(e, one) * 8 + 4 * 8 +
-         1024;  // + alignment
+constexpr size_t smem_bytes(Epi e) {
+  return stages(e) * kStageBytes + out_bytes(e) + 2 * stages(e) * 8 + 4 * 8 + 1024;  // + alignment
 }
-static_assert(smem_bytes(Epi::kHandGated, true) <= 227 * 1024, "four stages and one hand-off tile");
 std::atomic<bool> g_enabled{true};  // set_gemm_wgmma
 std::atomic<int64_t> g_launches{0}, g_rms_launches{0}, g_sk_launches{0};
 
@@ -346,11 +342,8 @@ __device__ __forceinline__ void rotary_tile(uint32_t h, int64_t row0, int col0, 
 // row_scale as a tile starts and scale the accumulators' rows by them before rounding
 // them into the hand-off tile. kHandAdd with row_squares: the epilogue warps also write
 // each row's sum of squares of its new values over the tile's columns. kSk: stream-K for
-// the last waves (GemmSk). kOne: one hand-off tile for both consumers, filled in turn
-// (consumer 0's tile i after the epilogue warps are done with consumer 1's tile i - 1,
-// consumer 1's after they are done with consumer 0's tile i), and four stages.
-template <typename T, int kCluster, Epi kEpi, bool kRms = false, bool kSk = false,
-          bool kOne = false>
+// the last waves (GemmSk).
+template <typename T, int kCluster, Epi kEpi, bool kRms = false, bool kSk = false>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_x,
                       const __grid_constant__ CUtensorMap map_w,
@@ -362,9 +355,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(!kRms || (handed(kEpi) && kCluster == 1), "row scales: hand-off, single blocks");
   static_assert(!kSk || (handed(kEpi) && kCluster == 1), "stream-K: hand-off, single blocks");
-  static_assert(!kOne || (handed(kEpi) && kCluster == 1), "one hand-off tile: single blocks");
   constexpr bool kGated = gated_epi(kEpi), kHand = handed(kEpi);
-  constexpr int kStages = stages(kEpi, kOne);
+  constexpr int kStages = stages(kEpi);
   // The epilogue warps of the add and the rotary hold a batch of loads.
   constexpr bool kLoads = kEpi == Epi::kHandAdd || kEpi == Epi::kHandRotary;
   constexpr int kProducerRegs = kLoads ? 152 : 40;
@@ -373,7 +365,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t out0 = base + kStages * kStageBytes;  // staging or hand-off tiles
-  const uint32_t full0 = out0 + out_bytes(kEpi, kOne), empty0 = full0 + kStages * 8;
+  const uint32_t full0 = out0 + out_bytes(kEpi), empty0 = full0 + kStages * 8;
   const uint32_t hfull0 = empty0 + kStages * 8, hempty0 = hfull0 + 16;  // per consumer
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
   const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
@@ -446,7 +438,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         tiles.at(t, mt, nt);
         for (int c = 0; c < 2; ++c) {
           mbar_wait(hfull0 + 8 * c, hphase);
-          const uint32_t h = out0 + (kOne ? 0 : c) * kHandBytes;
+          const uint32_t h = out0 + c * kHandBytes;
           const int64_t row0 = int64_t{mt * kCluster + static_cast<int>(rank)} * kBM + c * 64;
           if constexpr (kEpi == Epi::kHandRotary) {
             rotary_tile<T>(h, row0, nt * kBN, tiles.m, n_out, y, ldy, rk, e);
@@ -609,16 +601,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (kHand) {
         // The whole 64 x 256 rounded to the hand-off tile once the epilogue warps are done
         // with the last one (stmatrix, as below).
-        const uint32_t h = out0 + (kOne ? 0 : c) * kHandBytes;
-        if constexpr (kOne) {
-          // Tile i (hphase = i & 1): consumer 0 after the epilogue's pass over consumer 1's
-          // tile i - 1 (parity 1 on a fresh barrier passes at once), consumer 1 after its
-          // pass over consumer 0's tile i. Neither barrier can be two passes ahead: the
-          // next pass needs the waiting consumer's own fill.
-          mbar_wait(hempty0 + 8 * (1 - c), c == 0 ? hphase ^ 1 : hphase);
-        } else {
-          mbar_wait(hempty0 + 8 * c, hphase ^ 1);
-        }
+        const uint32_t h = out0 + c * kHandBytes;
+        mbar_wait(hempty0 + 8 * c, hphase ^ 1);
         hphase ^= 1;
         const int mat = lane >> 3;
         const int srow = warp * 16 + (mat & 1) * 8 + (lane & 7);
@@ -693,28 +677,27 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // Whether the kernel's sm_90a image is what this device runs.
-template <typename T, int kCluster, Epi kEpi, bool kRms = false, bool kSk = false,
-          bool kOne = false>
+template <typename T, int kCluster, Epi kEpi, bool kRms = false, bool kSk = false>
 bool gemm_image() {
   static const bool ok = runs_sm90a_image(
-      reinterpret_cast<const void*>(gemm_wgmma_kernel<T, kCluster, kEpi, kRms, kSk, kOne>));
+      reinterpret_cast<const void*>(gemm_wgmma_kernel<T, kCluster, kEpi, kRms, kSk>));
   return ok;
 }
 
 // Clusters of the kernel the device holds at once (blocks of one SM each; for single
 // blocks the occupancy query, kept per thread and device; for clusters of two asked
 // once, for the process's device).
-template <typename T, int kCluster, Epi kEpi, bool kRms, bool kSk, bool kOne>
+template <typename T, int kCluster, Epi kEpi, bool kRms, bool kSk>
 int resident_clusters() {
-  auto kernel = gemm_wgmma_kernel<T, kCluster, kEpi, kRms, kSk, kOne>;
+  auto kernel = gemm_wgmma_kernel<T, kCluster, kEpi, kRms, kSk>;
   if constexpr (kCluster == 1) {
-    return resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, smem_bytes(kEpi, kOne));
+    return resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, smem_bytes(kEpi));
   } else {
     static const int n = [kernel] {
       cudaLaunchConfig_t cfg{};
       cfg.gridDim = dim3(kCluster);
       cfg.blockDim = dim3(kThreads);
-      cfg.dynamicSmemBytes = smem_bytes(kEpi, kOne);
+      cfg.dynamicSmemBytes = smem_bytes(kEpi);
       cudaLaunchAttribute attr = cluster_attribute(dim3(kCluster, 1, 1));
       cfg.attrs = &attr;
       cfg.numAttrs = 1;
@@ -729,12 +712,11 @@ int resident_clusters() {
   }
 }
 
-template <typename T, int kCluster, Epi kEpi, bool kRms = false, bool kSk = false,
-          bool kOne = false>
+template <typename T, int kCluster, Epi kEpi, bool kRms = false, bool kSk = false>
 bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
   constexpr bool kGated = gated_epi(kEpi);
-  constexpr size_t kSmem = smem_bytes(kEpi, kOne);
-  if (!gemm_image<T, kCluster, kEpi, kRms, kSk, kOne>()) return false;
+  constexpr size_t kSmem = smem_bytes(kEpi);
+  if (!gemm_image<T, kCluster, kEpi, kRms, kSk>()) return false;
   if (kSmem > static_cast<size_t>(max_dynamic_smem())) return false;
   CUtensorMap mx, mw, my;
   if (!encode_map(mx, a.x, a.type, a.m, a.k, a.k, kBM) ||
@@ -745,9 +727,9 @@ bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
   } else {
     my = mx;  // unused
   }
-  auto kernel = gemm_wgmma_kernel<T, kCluster, kEpi, kRms, kSk, kOne>;
+  auto kernel = gemm_wgmma_kernel<T, kCluster, kEpi, kRms, kSk>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem);
-  int resident = resident_clusters<T, kCluster, kEpi, kRms, kSk, kOne>();
+  int resident = resident_clusters<T, kCluster, kEpi, kRms, kSk>();
   if (a.max_blocks > 0) resident = std::min(resident, a.max_blocks / kCluster);
   if (resident <= 0) return false;
   GemmTiles tiles;
@@ -783,27 +765,22 @@ bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
   return true;
 }
 
-// The hand-off forms in single blocks, with or without stream-K, or with one hand-off
-// tile (kOne, without stream-K).
-template <typename T, bool kSk, bool kOne = false>
+// The hand-off forms in single blocks, with or without stream-K.
+template <typename T, bool kSk>
 bool launch_handed(const WgmmaGemmArgs& a, cudaStream_t stream) {
-  static_assert(!(kSk && kOne));
   if (a.row_scale != nullptr)
-    return a.rotary != nullptr ? launch_typed<T, 1, Epi::kHandRotary, true, kSk, kOne>(a, stream)
-                               : launch_typed<T, 1, Epi::kHandGated, true, kSk, kOne>(a, stream);
-  if (a.add) return launch_typed<T, 1, Epi::kHandAdd, false, kSk, kOne>(a, stream);
-  if (a.rotary != nullptr) return launch_typed<T, 1, Epi::kHandRotary, false, kSk, kOne>(a, stream);
-  return a.up_row < 0 ? launch_typed<T, 1, Epi::kHandPlain, false, kSk, kOne>(a, stream)
-                      : launch_typed<T, 1, Epi::kHandGated, false, kSk, kOne>(a, stream);
+    return a.rotary != nullptr ? launch_typed<T, 1, Epi::kHandRotary, true, kSk>(a, stream)
+                               : launch_typed<T, 1, Epi::kHandGated, true, kSk>(a, stream);
+  if (a.add) return launch_typed<T, 1, Epi::kHandAdd, false, kSk>(a, stream);
+  if (a.rotary != nullptr) return launch_typed<T, 1, Epi::kHandRotary, false, kSk>(a, stream);
+  return a.up_row < 0 ? launch_typed<T, 1, Epi::kHandPlain, false, kSk>(a, stream)
+                      : launch_typed<T, 1, Epi::kHandGated, false, kSk>(a, stream);
 }
 
 template <typename T, int kCluster>
 bool launch_epi(const WgmmaGemmArgs& a, cudaStream_t stream) {
-  if (kCluster == 1 && a.handoff) {
-    if (a.stream_k) return launch_handed<T, true>(a, stream);
-    return a.one_hand ? launch_handed<T, false, true>(a, stream)
-                      : launch_handed<T, false>(a, stream);
-  }
+  if (kCluster == 1 && a.handoff)
+    return a.stream_k ? launch_handed<T, true>(a, stream) : launch_handed<T, false>(a, stream);
   if (a.row_scale != nullptr || a.add || a.rotary != nullptr || a.stream_k)
     return false;  // single blocks with the hand-off only (gemm_wgmma_supports)
   if (a.handoff)

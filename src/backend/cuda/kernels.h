@@ -324,11 +324,6 @@ struct WgmmaGemmArgs {
   // The second consumer warpgroup a slice behind the first, so that their tile ends do
   // not leave the tensor cores idle together (an experiment: TACHYON_GEMM_WGMMA_STAGGER).
   bool stagger = false;
-  // The hand-off forms with one hand-off tile that the two consumers fill in turn instead
-  // of one each, so that the ring has four stages instead of three (an experiment:
-  // TACHYON_GEMM_WGMMA_ONE_HAND=1 for the gated product, =2 for every hand-off form).
-  // Taken where the hand-off runs in single blocks without stream-K, ignored elsewhere.
-  bool one_hand = false;
   // At most this many blocks (0: as many as the device holds; tests).
   int max_blocks = 0;
 };
