@@ -55,6 +55,7 @@ class WindowDecoder : public IncrementalDecoder {
       // decoded again with different neighbours (a byte-fallback run or a U+FFFD token
       // read anew from the middle would give other text, out of order). The context is
       // the last token where its text ends cleanly, else nothing.
+      cut_ = true;
       const int32_t last = window_.back();
       std::string last_text = t_.decode(std::span<const int32_t>(&last, 1), skip_);
       window_.clear();
@@ -83,6 +84,8 @@ class WindowDecoder : public IncrementalDecoder {
     emitted_ = 0;
     return out;
   }
+
+  bool cut() const override { return cut_; }
 
   std::string flush() override {
     std::string full = t_.decode(window_, skip_);
@@ -129,6 +132,7 @@ class WindowDecoder : public IncrementalDecoder {
   size_t read_ = 0;
   std::string prefix_text_;
   size_t emitted_ = 0;  // bytes of the window's text past prefix_text_ already returned
+  bool cut_ = false;    // a forced emission cut the stream (cut())
 };
 
 }  // namespace

@@ -40,13 +40,18 @@ class Backend;
 // with this token (possibly empty): never a broken UTF-8 sequence, never text a later
 // token could still change (incomplete bytes, byte-fallback pieces, a pending leading
 // space). flush() returns what is held back at the end. The concatenation of all
-// step() results and flush() equals Tokenizer::decode() of all the ids.
+// step() results and flush() equals Tokenizer::decode() of all the ids, unless the
+// stream was cut (cut()).
 // Each step decodes only a small window of recent tokens.
 class IncrementalDecoder {
  public:
   virtual ~IncrementalDecoder() = default;
   virtual std::string step(int32_t id) = 0;
   virtual std::string flush() = 0;
+  // Whether a step emitted held text because 64 tokens in a row gave none: the tokens
+  // after such a cut are decoded apart from those before it, so the text can differ from
+  // the full decode where a byte-fallback or U+FFFD run crosses the cut.
+  virtual bool cut() const = 0;
 };
 
 struct ChatTemplateSource {

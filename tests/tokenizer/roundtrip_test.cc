@@ -80,6 +80,7 @@ void check_incremental(const Tokenizer& tok, const std::vector<int32_t>& ids, bo
     streamed += piece;
   }
   streamed += inc->flush();
+  EXPECT_FALSE(inc->cut()) << Json(ids).dump();
   EXPECT_TRUE(same_text(streamed, tok.decode(ids, skip))) << Json(ids).dump();
 }
 
@@ -163,11 +164,17 @@ TEST(IncrementalDecoder, CutsCleanlyAfterSixtyFourTokensWithoutText) {
   for (int32_t id : {*e7, *b8, *b8, *a}) ids.push_back(id);  // "\xE7\xB8\xB8" is one character
   std::string whole;
   for (int i = 0; i < 62; ++i) whole += "\xEF\xBF\xBD";
-  ASSERT_EQ(tok->decode(ids, false), whole + "\xE7\xB8\xB8" "A");
+  ASSERT_EQ(tok->decode(ids, false), whole +
+                                         "\xE7\xB8\xB8"
+                                         "A");
   auto inc = tok->make_incremental_decoder(false);
   std::string streamed;
-  for (int32_t id : ids) streamed += inc->step(id);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    streamed += inc->step(ids[i]);
+    EXPECT_EQ(inc->cut(), i >= 63) << "after token " << i;
+  }
   streamed += inc->flush();
+  EXPECT_TRUE(inc->cut());
   const std::vector<int32_t> before(ids.begin(), ids.begin() + 64),
       after(ids.begin() + 64, ids.end());
   EXPECT_TRUE(same_text(streamed, tok->decode(before, false) + tok->decode(after, false)));
