@@ -245,7 +245,8 @@ class Backend {
 
   // ---- embeddings ---------------------------------------------------------------
   // out[t, :] (= or +=) scale * table[ids[t] + id_offset, :].
-  // table [V, D] any float dtype; ids [T] i32 (each id + id_offset in [0, V)); out [T, D].
+  // table [V, D] any float dtype; ids [T] i32 (each id + id_offset in [0, V)); out [T, D]
+  // in the activation dtype or f32 (the decoder gathers f32 rotary rows this way).
   virtual void embedding(const Tensor& table, const Tensor& ids, int32_t id_offset, float scale,
                          bool accumulate, Tensor& out) = 0;
 

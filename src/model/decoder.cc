@@ -1,6 +1,7 @@
 #include "model/decoder.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +26,16 @@ Tensor Decoder::Buffer::view(Backend& be, int64_t rows, int64_t cols, DType dtyp
 }
 
 namespace {
+
+// A row count from the environment: a non-negative decimal integer.
+int64_t env_rows(const char* name, const char* value) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(value, &end, 10);
+  if (end == value || *end != '\0' || errno != 0 || v < 0)
+    raise<InvalidArgument>("{}: '{}' is not a row count", name, value);
+  return static_cast<int64_t>(v);
+}
 
 // Rows of host matrices [n_i, K] of one dtype stacked into one [sum n_i, K] matrix (and
 // their f32 biases into one, zeros where a part has none); an empty result when the
@@ -148,6 +159,8 @@ Decoder::Decoder(ModelConfig config, ModelWeights weights, std::unique_ptr<Backe
   if (const char* env = std::getenv("TACHYON_GRAPHS"); env != nullptr && std::string(env) == "0")
     graphs_on_ = false;
   if (be_->device().is_cpu()) graphs_on_ = false;
+  if (const char* env = std::getenv("TACHYON_ROPE_GATHER_ROWS"); env != nullptr)
+    rope_gather_rows_ = env_rows("TACHYON_ROPE_GATHER_ROWS", env);
   all_sliding_ = cfg_.sliding_window > 0;
   for (int l = 0; l < cfg_.layer_num; ++l) all_sliding_ = all_sliding_ && cfg_.is_sliding(l);
   attn_params_.resize(static_cast<size_t>(cfg_.layer_num));
@@ -375,7 +388,17 @@ void Decoder::upload_staged() {
   pieces_.clear();
 }
 
-void Decoder::stage_metadata(const ForwardBatch& b, int64_t live_tokens) {
+void Decoder::ensure_rope_rows(int64_t n) {
+  const int64_t have = rope_rows_ ? rope_rows_.dim(0) : 0;
+  if (n <= have) return;
+  const int64_t rows = std::max(n, std::min(2 * have, int64_t{cfg_.max_seq_len}));
+  const int32_t rot = rope_->dim();
+  std::vector<float> host(static_cast<size_t>(rows * rot));
+  rope_->rows(static_cast<int32_t>(rows), host.data());
+  rope_rows_ = be_->upload(host.data(), {rows, rot}, DType::kF32, {});
+}
+
+void Decoder::stage_metadata(const ForwardBatch& b, int64_t live_tokens, bool gather_rope) {
   const int64_t T = b.num_tokens();
   const int32_t S = b.num_seqs();
   h_slots_.resize(static_cast<size_t>(T));
@@ -430,7 +453,16 @@ void Decoder::stage_metadata(const ForwardBatch& b, int64_t live_tokens) {
     else
       logn_t_ = Tensor();
   }
-  if (cfg_.position == PositionType::kRotary) {
+  rope_gather_ = false;
+  if (cfg_.position == PositionType::kRotary && gather_rope && rope_gather_rows_ > 0 &&
+      T >= rope_gather_rows_ && rope_->position_only()) {
+    int32_t max_pos = 0;
+    for (int32_t p : b.positions) max_pos = std::max(max_pos, p);
+    ensure_rope_rows(int64_t{max_pos} + 1);  // validated: below max_seq_len
+    stage_i32(b.positions, &rope_pos_t_);
+    rope_gather_ = true;
+  }
+  if (cfg_.position == PositionType::kRotary && !rope_gather_) {
     const int32_t rot = rope_->dim();
     h_cos_sin_.resize(static_cast<size_t>(T * rot));
     if (cfg_.glm_2d_positions()) {
@@ -505,6 +537,12 @@ void Decoder::compute(int64_t T, int64_t R, Tensor& logits) {
   if (cfg_.position == PositionType::kLearned)
     be_->embedding(w_.pos_embedding, pos_t_, cfg_.learned_pos_offset, 1.f, true, residual);
   if (cfg_.embedding_norm) be_->add_norm(residual, Tensor(), Tensor(), w_.embed_norm, residual);
+
+  if (rope_gather_) {
+    cos_sin_t_ = rope_gathered_.view(*be_, T, rope_->dim(), DType::kF32);
+    be_->embedding(rope_rows_, rope_pos_t_, 0, 1.f, false, cos_sin_t_);
+    ++rope_gathers_;
+  }
 
   Tensor h = h_.view(*be_, T, D);
   Tensor o = o_.view(*be_, T, D);

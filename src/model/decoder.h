@@ -64,6 +64,13 @@ class Decoder final : public Model {
     graphs_.clear();
   }
   bool step_graphs() const { return graphs_on_; }
+  // Eager steps of at least this many tokens take their rotary rows from a device table
+  // (rope_rows_) instead of uploading them; 0 turns that off. TACHYON_ROPE_GATHER_ROWS
+  // in the environment sets it (kRopeGatherRows by default).
+  void set_rope_gather_rows(int64_t rows) { rope_gather_rows_ = rows; }
+  static constexpr int64_t kRopeGatherRows = 256;
+  // Steps whose rotary rows were gathered on the device so far (for tests).
+  int64_t rope_gathers() const { return rope_gathers_; }
   // Steps that ran as a graph replay, and graphs recorded, so far.
   int64_t graph_replays() const { return graph_replays_; }
   int64_t graph_records() const { return graph_records_; }
@@ -87,7 +94,13 @@ class Decoder final : public Model {
   void stage_prefix_lens(const ForwardBatch& b);
   // The step's attention metadata, slots and rotary tables. Tokens from live_tokens on
   // are padding: their K/V are not written.
-  void stage_metadata(const ForwardBatch& b, int64_t live_tokens);
+  // With gather_rope, a long enough step of a rotary model whose rows depend on the
+  // position alone stages its positions, and compute() gathers the rows (the table is
+  // grown here): a prefill of T tokens would otherwise copy T x rot floats three times on
+  // the host and upload them before its first kernel.
+  void stage_metadata(const ForwardBatch& b, int64_t live_tokens, bool gather_rope = true);
+  // rope_rows_ covering positions [0, n).
+  void ensure_rope_rows(int64_t n);
   // Token ids, learned positions and the logits rows (rows_t_, left empty when they are
   // the step's rows in order: the final hidden states then need no gather).
   void stage_inputs(const ForwardBatch& b);
@@ -163,6 +176,13 @@ class Decoder final : public Model {
   Buffer staged_;
   AttentionMeta meta_;
   Tensor slots_t_, cos_sin_t_, ids_t_, pos_t_, rows_t_;
+  // The rotary rows of positions [0, rows) on the device ([rows, rot] f32), the step's
+  // positions for the gather (in staged_), and whether this step gathers.
+  Tensor rope_rows_, rope_pos_t_;
+  Buffer rope_gathered_;
+  bool rope_gather_ = false;
+  int64_t rope_gather_rows_ = kRopeGatherRows;
+  int64_t rope_gathers_ = 0;
   // Activations.
   Buffer residual_, h_, h2_, embed_, qkv_, attn_, o_, mlp_, gate_up_, act_, shared_, router_,
       moe_ids_, moe_w_, shared_logit_, final_, final_proj_, graph_logits_;

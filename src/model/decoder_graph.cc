@@ -104,7 +104,7 @@ Tensor Decoder::forward_graph(const ForwardBatch& b) {
   for (int32_t s = 0; s <= B; ++s) p.query_start[s] = s;
   for (int32_t s = 0; s < B; ++s) p.logits_rows[s] = s;
 
-  stage_metadata(p, S);
+  stage_metadata(p, S, /*gather_rope=*/false);  // the recorded step reads cos_sin_t_ as staged
   meta_.max_query_len = 1;
   meta_.max_context_len = C;
   stage_inputs(p);

@@ -189,6 +189,13 @@ void RopeTable::fill(const int32_t* positions, const int32_t* seq_lens, int64_t 
   }
 }
 
+void RopeTable::rows(int32_t n, float* out) {
+  TACHYON_CHECK(position_only(), "rotary rows of a {} table", two_d_ ? "2-D" : "length-dependent");
+  const size_t width = 2 * cached_.inv_freq.size();
+  for (int32_t p = 0; p < n; ++p)
+    std::memcpy(out + static_cast<size_t>(p) * width, cached_row(p), width * sizeof(float));
+}
+
 const float* RopeTable::cached_row(int32_t position) {
   TACHYON_CHECK(position >= 0, "rotary position {}", position);
   const size_t width = 2 * cached_.inv_freq.size();

@@ -41,6 +41,11 @@ class RopeTable {
   void fill(const int32_t* positions, const int32_t* seq_lens, int64_t n, float* out,
             const int32_t* block_positions = nullptr);
   int32_t dim() const { return rope_.dim; }
+  // Whether a row depends on the position alone (not 2-D, not length-dependent): then
+  // rows() gives the rows of every position and a step may gather its rows from them.
+  bool position_only() const { return !two_d_ && !length_dependent_; }
+  // The rows of positions [0, n) into out [n, dim] (position_only() only).
+  void rows(int32_t n, float* out);
 
  private:
   // The f cosines then f sines of the frequency table at a position (f = the table's

@@ -55,7 +55,10 @@ void CudaBackend::embedding(const Tensor& table, const Tensor& ids, int32_t id_o
                             bool accumulate, Tensor& out) {
   check_here(table, "embedding table");
   check_here(ids, "embedding ids");
-  check_act(out, "embedding out");
+  check_here(out, "embedding out");
+  TACHYON_CHECK(out.dtype() == dtype_ || out.dtype() == DType::kF32,
+                "embedding out {} is neither in the activation dtype {} nor f32", out.str(),
+                dtype_name(dtype_));
   check_2d(table, "embedding table");
   check_2d(out, "embedding out");
   const int64_t n = ids.numel(), d = table.dim(1);
