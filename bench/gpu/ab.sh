@@ -18,8 +18,9 @@
 # comma-separated list of VAR=value (default: as built, the norms folded into the products
 # and the down projection's add on the wgmma GEMM; folded, the add on cuBLASLt (row scales
 # from a read-only pass); neither); ATTN_SETTINGS
-# those the attention rates and the probe compare (default: the flash kernel's default
-# form, its copy-engine loads, its lazy max, both); ROUNDS (2) the rounds; TEST_FILTER
+# those the attention rates and the probe compare (default: the flash kernel as built,
+# with its copy-engine loads and lazy max; without the loads; without the lazy max;
+# without both); ROUNDS (2) the rounds; TEST_FILTER
 # the tests (default: attention, models, graphs, overlap, the wgmma GEMM's epilogues and
 # the folded norms) and TESTS_TIMEOUT their limit in seconds (360); SKIP_TESTS=1 skips
 # them, SKIP_ATTN=1 the attention rates, SKIP_STEPS=1 the prefill steps, SKIP_PROBE=1 the
@@ -47,7 +48,7 @@ if [ "$SRC_DIR" != "$ROOT" ] && [ ! -e "$SRC_DIR" ]; then
   mkdir -p "$(dirname "$SRC_DIR")" && ln -s "$ROOT" "$SRC_DIR"
 fi
 CONFIG=$HERE/llama3_8b_config.json
-FLASH_FORMS="TACHYON_FLASH_TMA=0 TACHYON_FLASH_TMA=1 TACHYON_FLASH_LAZY=1 TACHYON_FLASH_TMA=1,TACHYON_FLASH_LAZY=1"
+FLASH_FORMS="TACHYON_FLASH_TMA=1,TACHYON_FLASH_LAZY=1 TACHYON_FLASH_TMA=0 TACHYON_FLASH_LAZY=0 TACHYON_FLASH_TMA=0,TACHYON_FLASH_LAZY=0"
 ATTN_SETTINGS=${ATTN_SETTINGS:-$FLASH_FORMS}
 FOLD=TACHYON_NORM_FOLD=1 UNFOLD=TACHYON_NORM_FOLD=0
 ADD2=TACHYON_GEMM_WGMMA_ADD=2 ADD0=TACHYON_GEMM_WGMMA_ADD=0

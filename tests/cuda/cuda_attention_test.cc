@@ -266,13 +266,16 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
     std::function<void(bool)> set;
   };
   std::vector<FlashForm> forms_;
-  // The wgmma kernel's alternatives: mma.sync, and its optional forms together (the
-  // copy-engine loads and the lazy softmax max).
+  // The wgmma kernel's alternatives: mma.sync, and the other setting of its two optional
+  // forms together (the copy-engine loads and the lazy softmax max, on by default), each
+  // put back as it was.
   static std::vector<FlashForm> wgmma_forms() {
+    const bool tma = cuda::flash_tma(), lazy = cuda::flash_lazy();
+    const bool forms_on = tma && lazy;
     return {{"mma.sync", [](bool on) { cuda::set_flash_wgmma(!on); }},
-            {"tma, lazy max", [](bool on) {
-               cuda::set_flash_tma(on);
-               cuda::set_flash_lazy(on);
+            {forms_on ? "cp.async, exact max" : "tma, lazy max", [=](bool on) {
+               cuda::set_flash_tma(on ? !forms_on : tma);
+               cuda::set_flash_lazy(on ? !forms_on : lazy);
              }}};
   }
 
@@ -280,9 +283,9 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
   bool ran(Kernel k) const { return std::find(ran_.begin(), ran_.end(), k) != ran_.end(); }
   // run(), and for bf16/f16 a check that the flash kernel took the case; where the
   // wgmma form applies (sm_90a, head_dim 64 or 128), the flash kernel again on the same
-  // inputs on mma.sync, and with its optional forms together: the copy-engine loads
-  // (taken for no sliding window and block sizes of whole 8-key runs that tile 64 keys,
-  // else it keeps cp.async) and the lazy softmax max.
+  // inputs on mma.sync, and with its two optional forms in their other setting: the
+  // copy-engine loads (taken for no sliding window and block sizes of whole 8-key runs
+  // that tile 64 keys, else it keeps cp.async) and the lazy softmax max.
   void run_flash(const AttnCase& c) {
     const bool wgmma = cuda::attention_flash_wgmma_active(dt_, c.head_dim);
     if (wgmma) forms_ = wgmma_forms();

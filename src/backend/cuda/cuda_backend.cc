@@ -90,8 +90,8 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   set_pdl_enabled(major >= 9 && env_flag("TACHYON_PDL", true));
   set_decode_cluster_merge(major >= 9 && env_flag("TACHYON_DECODE_CLUSTER", true));
   set_flash_wgmma(env_flag("TACHYON_FLASH_WGMMA", true));
-  set_flash_tma(env_flag("TACHYON_FLASH_TMA", false));
-  set_flash_lazy(env_flag("TACHYON_FLASH_LAZY", false));
+  set_flash_tma(env_flag("TACHYON_FLASH_TMA", true));
+  set_flash_lazy(env_flag("TACHYON_FLASH_LAZY", true));
   set_gemm_wgmma(env_flag("TACHYON_GEMM_WGMMA", true));
   wgmma_cluster_ = static_cast<int>(env_int("TACHYON_GEMM_WGMMA_CLUSTER", 1, 1, 2));
   wgmma_group_ = static_cast<int>(env_int("TACHYON_GEMM_WGMMA_GROUP", 16, 1, 64));

@@ -233,15 +233,19 @@ bool launch_attention_flash(const AttentionArgs& a, const int32_t* items, int32_
 // set_flash_wgmma(false) (the backend reads TACHYON_FLASH_WGMMA=0) turns it off, for
 // comparisons; active: on, and this device runs the sm_90a image.
 void set_flash_wgmma(bool on);
-// set_flash_tma(true) (TACHYON_FLASH_TMA=1) has the wgmma kernel load whole K/V tiles
-// with the copy engine (TMA boxes of page runs) instead of the loaders' cp.async, where
-// it applies (no sliding window; block size a multiple of 8 dividing 64, or of 64).
+// set_flash_tma(true) (the default; TACHYON_FLASH_TMA=0 turns it off) has the wgmma
+// kernel load whole K/V tiles with the copy engine (TMA boxes of page runs) instead of
+// the loaders' cp.async, where it applies (no sliding window; block size a multiple of 8
+// dividing 64, or of 64).
 void set_flash_tma(bool on);
+bool flash_tma();
 // Launches that took the copy-engine form so far (for tests).
 int64_t flash_tma_launches();
-// set_flash_lazy(true) (TACHYON_FLASH_LAZY=1): the wgmma kernel keeps a warp's softmax
-// maxes until one grows by more than 2^8 and skips O's rescale on the other tiles.
+// set_flash_lazy(true) (the default; TACHYON_FLASH_LAZY=0 turns it off): the wgmma
+// kernel keeps a warp's softmax maxes until one grows by more than 2^8 and skips O's
+// rescale on the other tiles.
 void set_flash_lazy(bool on);
+bool flash_lazy();
 bool attention_flash_wgmma_active(DType type, int head_dim);
 bool launch_attention_flash_wgmma(const AttentionArgs& a, const int32_t* items, int32_t num_items,
                                   cudaStream_t stream);
