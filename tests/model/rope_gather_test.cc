@@ -47,8 +47,9 @@ Steps run(const std::string& name, int64_t gather_rows) {
 }
 
 TEST(RopeGather, SameLogitsAsUploadedRows) {
-  // llama* and chatglm3 (a partial rotary): rows by position (the table grows at steps
-  // 1, 2 and 4); the dynamic scaling's rows depend on the length; gpt2 has no rotary.
+  // llama* and chatglm3 (a partial rotary): rows by position (the table is built at the
+  // first step and grown at the second and third: a row missing from it is an error);
+  // the dynamic scaling's rows depend on the length; gpt2 has no rotary.
   const std::vector<std::pair<std::string, bool>> cases = {{"llama", true},
                                                            {"llama_rope_llama3", true},
                                                            {"llama_rope_linear", true},
