@@ -476,7 +476,15 @@ void Decoder::stage_metadata(const ForwardBatch& b, int64_t live_tokens, bool ga
 }
 
 Tensor Decoder::forward(const ForwardBatch& b) {
-  return be_->to_host(device_logits(b));
+  Tensor logits = device_logits(b);
+  if (logits.device().is_cpu()) return logits;
+  // Straight into a pooled host buffer (pinned on a GPU; reused once the caller drops the
+  // result): no second copy of the rows on the host.
+  Tensor buf = host_buffer(logits.numel(), DType::kF32);
+  Tensor out = Tensor::wrap(buf.raw(), logits.shape(), DType::kF32, buf.owner(), buf.device());
+  be_->download_async(logits, out.raw());
+  be_->wait_fence(be_->fence());
+  return out;
 }
 
 Tensor Decoder::device_logits(const ForwardBatch& b) {
