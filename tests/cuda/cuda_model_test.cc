@@ -115,6 +115,63 @@ TEST(CudaModel, KjvF32GreedyMatchesTransformers) {
   }
 }
 
+// forward()'s logits come back in the decoder's pooled host buffers: a result the caller
+// still holds is never written by later steps (its bytes stay as they were), and each
+// result holds its own step's logits, also when earlier buffers were dropped for reuse
+// (all rows of a prompt, then one row; recomputed logits may come from other GEMM
+// configurations, hence a tolerance there).
+TEST(CudaModel, ForwardResultsAreTheCallers) {
+  TACHYON_REQUIRE_GPU();
+  auto m = load_kjv(DType::kF32);
+  const std::vector<KjvCase> cases = kjv_cases();
+  ASSERT_GE(cases.size(), 2u);
+  auto all_rows = [](const std::vector<int32_t>& ids) {
+    std::vector<int32_t> r(ids.size());
+    for (size_t i = 0; i < r.size(); ++i) r[i] = static_cast<int32_t>(i);
+    return r;
+  };
+  auto values = [](const Tensor& t) {
+    return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+  };
+  // Largest difference over largest magnitude.
+  auto rel = [](const float* got, const float* want, size_t n) {
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < n; ++i) {
+      diff = std::max(diff, std::abs(double{got[i]} - want[i]));
+      scale = std::max(scale, std::abs(double{want[i]}));
+    }
+    return diff / scale;
+  };
+  const std::vector<int32_t>& a = cases[0].prompt_ids;
+  const std::vector<int32_t>& b = cases[1].prompt_ids;
+  const int64_t v = m->vocab_size();
+  Tensor ra = run_step(*m, a, 0, all_rows(a));
+  const std::vector<float> want_a = values(ra);
+  Tensor rb = run_step(*m, b, 0, all_rows(b));
+  const std::vector<float> want_b = values(rb);
+  Tensor rb_last = run_step(*m, b, 0, {static_cast<int32_t>(b.size()) - 1});
+  ASSERT_EQ(ra.dim(0), static_cast<int64_t>(a.size()));
+  ASSERT_EQ(rb.dim(0), static_cast<int64_t>(b.size()));
+  ASSERT_EQ(rb_last.dim(0), 1);
+  EXPECT_EQ(values(ra), want_a) << "a later step wrote a result still held";
+  EXPECT_EQ(values(rb), want_b) << "a later step wrote a result still held";
+  EXPECT_LE(rel(rb_last.data<float>(), want_b.data() + want_b.size() - v, static_cast<size_t>(v)),
+            1e-4);
+  EXPECT_GT(rel(want_a.data() + want_a.size() - v, want_b.data() + want_b.size() - v,
+                static_cast<size_t>(v)),
+            1e-3)
+      << "two prompts' last rows, one answer";
+  ra = Tensor();
+  rb = Tensor();
+  rb_last = Tensor();
+  const Tensor again_b = run_step(*m, b, 0, all_rows(b));
+  const Tensor again_a = run_step(*m, a, 0, all_rows(a));
+  ASSERT_EQ(again_a.numel(), static_cast<int64_t>(want_a.size()));
+  ASSERT_EQ(again_b.numel(), static_cast<int64_t>(want_b.size()));
+  EXPECT_LE(rel(again_b.data<float>(), want_b.data(), want_b.size()), 1e-4);
+  EXPECT_LE(rel(again_a.data<float>(), want_a.data(), want_a.size()), 1e-4);
+}
+
 class CudaModel16 : public ::testing::TestWithParam<DType> {};
 
 // Each 16-bit dtype against the f32 model and transformers' greedy references, plain and
