@@ -31,7 +31,7 @@
 // passes its turn without products (after flushing its pending P V).
 // Every visible tile issues both products, so ptxas sees one wgmma pipeline and does
 // not serialize it (the first visible tile's P V adds a zero P times its own V).
-// Two forms on by default (measured 8% faster at 8 x 1024, 16% at 1 x 4096, together):
+// Two forms on by default (measured 9% faster at 8 x 1024, 16% at 1 x 4096, together):
 // the copy engine loads whole tiles (TACHYON_FLASH_TMA=0 turns it off), and the lazy
 // softmax max (TACHYON_FLASH_LAZY=0). A diagnostic build
 // records where each block's cycles go (flash_probe.cuh).
