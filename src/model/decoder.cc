@@ -1,12 +1,12 @@
 #include "model/decoder.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "core/env.h"
 #include "core/error.h"
 
 namespace tachyon {
@@ -26,16 +26,6 @@ Tensor Decoder::Buffer::view(Backend& be, int64_t rows, int64_t cols, DType dtyp
 }
 
 namespace {
-
-// A row count from the environment: a non-negative decimal integer.
-int64_t env_rows(const char* name, const char* value) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(value, &end, 10);
-  if (end == value || *end != '\0' || errno != 0 || v < 0)
-    raise<InvalidArgument>("{}: '{}' is not a row count", name, value);
-  return static_cast<int64_t>(v);
-}
 
 // Rows of host matrices [n_i, K] of one dtype stacked into one [sum n_i, K] matrix (and
 // their f32 biases into one, zeros where a part has none); an empty result when the
@@ -159,8 +149,7 @@ Decoder::Decoder(ModelConfig config, ModelWeights weights, std::unique_ptr<Backe
   if (const char* env = std::getenv("TACHYON_GRAPHS"); env != nullptr && std::string(env) == "0")
     graphs_on_ = false;
   if (be_->device().is_cpu()) graphs_on_ = false;
-  if (const char* env = std::getenv("TACHYON_ROPE_GATHER_ROWS"); env != nullptr)
-    rope_gather_rows_ = env_rows("TACHYON_ROPE_GATHER_ROWS", env);
+  rope_gather_rows_ = env_int("TACHYON_ROPE_GATHER_ROWS", kRopeGatherRows, 0, 1L << 30);
   all_sliding_ = cfg_.sliding_window > 0;
   for (int l = 0; l < cfg_.layer_num; ++l) all_sliding_ = all_sliding_ && cfg_.is_sliding(l);
   attn_params_.resize(static_cast<size_t>(cfg_.layer_num));

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/cuda/launch_check.h"
+#include "core/env.h"
 #include "core/error.h"
 
 namespace tachyon::cuda {
@@ -18,12 +19,9 @@ namespace tachyon::cuda {
 // Number of visible CUDA devices (0 when there is no driver or no GPU).
 int device_count();
 
-// A switch from the environment: unset or empty gives fallback; 1/true and 0/false;
-// anything else throws InvalidArgument naming the variable.
-bool env_flag(const char* name, bool fallback);
-// An integer setting from the environment: unset or empty gives fallback; a decimal
-// integer in [lo, hi]; anything else throws InvalidArgument naming the variable.
-long env_int(const char* name, long fallback, long lo, long hi);
+// The backend's settings from the environment (core/env.h).
+using ::tachyon::env_flag;
+using ::tachyon::env_int;
 
 }  // namespace tachyon::cuda
 

@@ -256,7 +256,8 @@ __device__ __forceinline__ void rotary_tile(uint32_t h, int64_t row0, int col0, 
   // and the unrotated tail's.
   const int lead = (interleaved ? rot : half) / 8;
   const int per_row = lead + (hd - rot) / 8, items = 64 * per_row;
-  const bool any_rotated = head0<rotated_heads, any_cached = head0 + tile_heads> rk.heads;
+  const bool any_rotated = head0 < rotated_heads;         // q or k heads in the tile
+  const bool any_cached = head0 + tile_heads > rk.heads;  // k or v heads in the tile
   for (int i0 = e; i0 < items; i0 += 96 * kRotaryBatch) {
     // An item's place and its loads: 0..3 cosines then sines (half style: 8 of each; the
     // interleaved style uses the first of each).

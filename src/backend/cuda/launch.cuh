@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "backend/cuda/launch_check.h"
+#include "core/env.h"
 
 namespace tachyon::cuda {
 
@@ -41,8 +42,8 @@ int resident_blocks(const void* kernel, int threads, size_t smem);
 // at load time from an older architecture's PTX): the kernels on Hopper's wgmma, TMA and
 // setmaxnreg exist only there. Callers keep the answer (one device per process).
 bool runs_sm90a_image(const void* kernel);
-// A switch from the environment (cuda_check.h, which .cu files cannot include: fmt).
-bool env_flag(const char* name, bool fallback);
+// A switch from the environment (core/env.h).
+using ::tachyon::env_flag;
 
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
