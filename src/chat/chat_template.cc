@@ -1,5 +1,6 @@
 #include "chat/chat_template.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/error.h"
@@ -33,17 +34,26 @@ std::string ChatTemplate::render_impl(const BasicChatTemplateInputs<J>& in,
     if (!in.extra.is_null()) {
       if (!in.extra.is_object())
         raise<InvalidArgument>("chat template kwargs must be a JSON object");
+      if (in.extra.size() > kMaxKwargs)
+        raise<InvalidArgument>("chat_template_kwargs has {} keys; the limit is {}", in.extra.size(),
+                               kMaxKwargs);
+      if (const size_t bytes = in.extra.dump().size(); bytes > kMaxKwargsBytes)
+        raise<InvalidArgument>("chat_template_kwargs takes {} bytes as JSON; the limit is {}",
+                               bytes, kMaxKwargsBytes);
+      // An object's keys are unique, so a kwarg can only meet a standard argument (an
+      // error) or a special token set above (which it replaces, as in transformers).
+      const size_t standard = vars.size();
       for (auto it = in.extra.begin(); it != in.extra.end(); ++it) {
         const std::string& k = it.key();
         if (k == "messages" || k == "tools" || k == "documents" || k == "add_generation_prompt")
           raise<InvalidArgument>("chat template kwarg '{}' collides with a standard argument", k);
-        bool replaced = false;
-        for (auto& kv : vars)
-          if (kv.first == k) {
-            kv.second = jinja::from_json(it.value());
-            replaced = true;
-          }
-        if (!replaced) vars.emplace_back(k, jinja::from_json(it.value()));
+        jinja::Value v = jinja::from_json(it.value());
+        auto same = std::find_if(vars.begin(), vars.begin() + static_cast<std::ptrdiff_t>(standard),
+                                 [&](const auto& kv) { return kv.first == k; });
+        if (same != vars.begin() + static_cast<std::ptrdiff_t>(standard))
+          same->second = std::move(v);
+        else
+          vars.emplace_back(k, std::move(v));
       }
     }
   } catch (const jinja::TemplateError& e) {
@@ -90,6 +100,21 @@ const std::string& ChatTemplateSet::select(std::optional<std::string_view> name,
       "This model has multiple chat templates with no default specified (available: {})", names);
 }
 
+ChatTemplate ChatTemplateSet::compile(std::optional<std::string_view> name, bool has_tools) const {
+  const std::string& source = select(name, has_tools);
+  try {
+    return ChatTemplate::compile(source);
+  } catch (const InvalidArgument& e) {
+    for (const auto& [k, v] : templates)
+      if (&v == &source) {
+        auto o = origins.find(k);
+        raise<InvalidArgument>(
+            "{}: {}", o != origins.end() ? o->second : "chat template '" + k + "'", e.what());
+      }
+    throw;
+  }
+}
+
 ChatTemplateSet chat_templates_from_config(const Json& config) {
   ChatTemplateSet set;
   if (!config.is_object()) return set;
@@ -116,18 +141,27 @@ ChatTemplateSet load_chat_templates(const std::string& model_dir) {
   ChatTemplateSet files;
   fs::path dir(model_dir);
   std::error_code ec;
-  if (fs::is_regular_file(dir / "chat_template.jinja", ec))
+  if (fs::is_regular_file(dir / "chat_template.jinja", ec)) {
     files.templates["default"] = read_file((dir / "chat_template.jinja").string());
+    files.origins["default"] = (dir / "chat_template.jinja").string();
+  }
   if (fs::is_directory(dir / "additional_chat_templates", ec)) {
     for (const auto& e : fs::directory_iterator(dir / "additional_chat_templates", ec)) {
-      if (e.path().extension() == ".jinja")
+      if (e.path().extension() == ".jinja") {
         files.templates[e.path().stem().string()] = read_file(e.path().string());
+        files.origins[e.path().stem().string()] = e.path().string();
+      }
     }
   }
   if (!files.empty()) return files;
   fs::path cfg = dir / "tokenizer_config.json";
   if (!fs::is_regular_file(cfg, ec)) return files;
-  return chat_templates_from_config(load_json_file(cfg.string()));
+  ChatTemplateSet set = chat_templates_from_config(load_json_file(cfg.string()));
+  for (const auto& [k, v] : set.templates)
+    set.origins[k] = cfg.string() + (set.templates.size() == 1 && k == "default"
+                                         ? ": chat_template"
+                                         : ": chat_template '" + k + "'");
+  return set;
 }
 
 std::string special_token(const Json& config, std::string_view key) {

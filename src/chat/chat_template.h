@@ -50,6 +50,11 @@ using OrderedChatTemplateInputs = BasicChatTemplateInputs<nlohmann::ordered_json
 
 class ChatTemplate {
  public:
+  // Limits on `extra` (chat_template_kwargs), which come from requests: keys, and bytes
+  // as JSON. Past either, render() throws InvalidArgument naming the limit.
+  static constexpr size_t kMaxKwargs = 256;
+  static constexpr size_t kMaxKwargsBytes = size_t{1} << 20;
+
   // Throws InvalidArgument naming the line and column of a syntax error.
   static ChatTemplate compile(std::string_view source);
 
@@ -74,11 +79,15 @@ class ChatTemplate {
 // The chat templates a checkpoint ships, by name ("default" for a single one).
 struct ChatTemplateSet {
   std::map<std::string, std::string> templates;
+  // Where each template was read from (a file, or "FILE: chat_template"), for messages.
+  std::map<std::string, std::string> origins;
 
   bool empty() const { return templates.empty(); }
   // transformers' choice: `name` when given; else "tool_use" when tools are passed and
   // it exists; else "default". Throws InvalidArgument when there is none to use.
   const std::string& select(std::optional<std::string_view> name, bool has_tools) const;
+  // The selected template compiled; a syntax error names where the template came from.
+  ChatTemplate compile(std::optional<std::string_view> name, bool has_tools) const;
 };
 
 // tokenizer_config.json's chat_template: a string, or a list of {name, template}.

@@ -108,7 +108,12 @@ Value range_fn(Interpreter& in, CallArgs& a) {
   return Value::list(std::move(out));
 }
 
-void fill_dict(Dict& d, const CallArgs& a, const char* fn) {
+void fill_dict(Interpreter& in, Dict& d, const CallArgs& a, const char* fn) {
+  const size_t from = a.args.empty()        ? 0
+                      : a.args[0].is_dict() ? a.args[0].dict().size()
+                      : a.args[0].is_list() ? a.args[0].items().size()
+                                            : 0;
+  in.charge_items(2 * (from + a.kwargs.size()));
   if (a.args.size() > 1)
     fail(fmt::format("{} expected at most 1 argument, got {}", fn, a.args.size()));
   if (!a.args.empty()) {
@@ -176,14 +181,14 @@ class Joiner : public Object {
 
 void add_globals(Scope& scope) {
   scope.set("range", builtin("range", range_fn));
-  scope.set("dict", builtin("dict", [](Interpreter&, CallArgs& a) {
+  scope.set("dict", builtin("dict", [](Interpreter& in, CallArgs& a) {
               auto d = std::make_shared<Dict>();
-              fill_dict(*d, a, "dict");
+              fill_dict(in, *d, a, "dict");
               return Value::dict(std::move(d));
             }));
-  scope.set("namespace", builtin("namespace", [](Interpreter&, CallArgs& a) {
+  scope.set("namespace", builtin("namespace", [](Interpreter& in, CallArgs& a) {
               auto ns = std::make_shared<Namespace>();
-              fill_dict(ns->attrs, a, "namespace");
+              fill_dict(in, ns->attrs, a, "namespace");
               return Value::object(ns);
             }));
   scope.set("cycler", builtin("cycler", [](Interpreter&, CallArgs& a) {

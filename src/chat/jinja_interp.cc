@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "chat/jinja_strings.h"
 
 namespace tachyon::jinja {
@@ -9,8 +11,12 @@ namespace tachyon::jinja {
 // ---- scopes
 
 const Value* Scope::lookup_local(std::string_view name) const {
-  for (auto it = vars_.rbegin(); it != vars_.rend(); ++it)
-    if (it->first == name) return &it->second;
+  if (!index_.empty()) {
+    auto it = index_.find(name);
+    return it == index_.end() ? nullptr : &vars_[it->second].second;
+  }
+  for (const auto& kv : vars_)
+    if (kv.first == name) return &kv.second;
   return nullptr;
 }
 
@@ -21,13 +27,25 @@ const Value* Scope::lookup(std::string_view name) const {
 }
 
 void Scope::set(std::string_view name, Value v) {
-  for (auto& kv : vars_) {
-    if (kv.first == name) {
-      kv.second = std::move(v);
-      return;
+  if (Value* have = const_cast<Value*>(lookup_local(name))) {
+    *have = std::move(v);
+    return;
+  }
+  if (vars_.size() == vars_.capacity()) {
+    // The index views the names' bytes, which a reallocation of vars_ moves (a short
+    // string lives inside its std::string): rebuild it after growing.
+    vars_.reserve(std::max<size_t>(2 * vars_.size(), 4));
+    if (!index_.empty()) {
+      index_.clear();
+      for (size_t i = 0; i < vars_.size(); ++i) index_.emplace(vars_[i].first, i);
     }
   }
   vars_.emplace_back(std::string(name), std::move(v));
+  if (!index_.empty()) {
+    index_.emplace(vars_.back().first, vars_.size() - 1);
+  } else if (vars_.size() > kIndexFrom) {
+    for (size_t i = 0; i < vars_.size(); ++i) index_.emplace(vars_[i].first, i);
+  }
 }
 
 // ---- objects that need the interpreter
@@ -229,6 +247,12 @@ void Interpreter::charge(size_t bytes) {
   if (total_bytes_ > options_.limits.max_total_bytes)
     fail(fmt::format("template built more than the limit of {} bytes of values",
                      options_.limits.max_total_bytes));
+}
+
+void Interpreter::charge_items(size_t n) {
+  check_items(n);
+  step(static_cast<int64_t>(n));
+  charge(n * sizeof(Value));
 }
 
 void Interpreter::check_items(size_t n) const {

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <fmt/format.h>
@@ -35,7 +36,10 @@ struct RenderOptions {
   std::optional<std::time_t> now;
 };
 
-// A lexical scope: loop iterations, macro calls and filter/with blocks open one.
+// A lexical scope: loop iterations, macro calls and filter/with blocks open one. Most
+// hold a few names and are searched in place; one that grows past kIndexFrom names (the
+// render's context, which holds every chat_template_kwargs key) is indexed by name, so
+// setting or looking up n names costs O(n), not O(n^2).
 class Scope {
  public:
   explicit Scope(std::shared_ptr<Scope> parent) : parent_(std::move(parent)) {}
@@ -44,8 +48,10 @@ class Scope {
   void set(std::string_view name, Value v);
 
  private:
+  static constexpr size_t kIndexFrom = 16;
   std::shared_ptr<Scope> parent_;
   std::vector<std::pair<std::string, Value>> vars_;
+  std::unordered_map<std::string_view, size_t> index_;  // into vars_, once indexed
 };
 using ScopePtr = std::shared_ptr<Scope>;
 
@@ -78,6 +84,10 @@ class Interpreter {
   void check_items(size_t n) const;
   // Counts a newly built string or list (bytes) against the per-render budget.
   void charge(size_t bytes);
+  // A list or dict of n values (a dict entry counts as two) built or copied at run time:
+  // against the item limit, the steps and the byte budget, so that a template which
+  // copies a growing collection in a loop is bounded like one that grows a string.
+  void charge_items(size_t n);
   const Limits& limits() const { return options_.limits; }
   const RenderOptions& options() const { return options_; }
 

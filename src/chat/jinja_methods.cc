@@ -405,7 +405,11 @@ Value list_method(Interpreter& in, const Value& l, std::string_view m, CallArgs&
       if (equals(l.items()[static_cast<size_t>(i)], p[0])) return Value::integer(i);
     fail(fmt::format("{} is not in list", repr(p[0])));
   }
-  if (m == "copy") return bind("copy", a, {}), Value::list(l.items());
+  if (m == "copy") {
+    bind("copy", a, {});
+    in.charge_items(l.items().size());
+    return Value::list(l.items());
+  }
   fail(fmt::format("{}.{}() is not supported", type_name(l), m));
 }
 
@@ -418,7 +422,7 @@ Value dict_method(Interpreter& in, const Value& d, std::string_view m, CallArgs&
   ValueList out;
   if (m == "items" || m == "keys" || m == "values") {
     bind(std::string(m), a, {});
-    in.step(static_cast<int64_t>(d.dict().size()));
+    in.charge_items((m == "items" ? 3 : 1) * d.dict().size());
     for (const auto& [k, v] : d.dict().entries())
       out.push_back(m == "items" ? Value::list({k, v}, true) : m == "keys" ? k : v);
     return Value::list(std::move(out));

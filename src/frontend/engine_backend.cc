@@ -161,8 +161,7 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
   b->tokenizer_ = Tokenizer::load(tok_dir);
   auto templates = load_chat_templates(tok_dir);
   if (!templates.empty())
-    b->chat_ = std::make_shared<ChatTemplate>(
-        ChatTemplate::compile(templates.select(std::nullopt, false)));
+    b->chat_ = std::make_shared<ChatTemplate>(templates.compile(std::nullopt, false));
   for (int32_t id : b->tokenizer_->encode(" a b", false))
     if (b->tokenizer_->id_to_token(id).find("\xC4\xA0") != std::string::npos) b->byte_level_ = true;
 

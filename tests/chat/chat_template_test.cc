@@ -26,6 +26,33 @@ TEST(ChatTemplate, StandardVariables) {
   EXPECT_THROW(t.render(in), InvalidArgument);
 }
 
+// chat_template_kwargs come from requests: a kwarg replaces a special token, the others
+// are new variables, and more keys or bytes than the limits are refused naming them.
+TEST(ChatTemplate, KwargsAreBounded) {
+  auto t = ChatTemplate::compile("{{ bos_token }}|{{ k0 }}|{{ k255 }}");
+  ChatTemplateInputs in;
+  in.bos_token = "<s>";
+  for (size_t i = 0; i < ChatTemplate::kMaxKwargs; ++i) in.extra["k" + std::to_string(i)] = i;
+  in.extra["bos_token"] = "[B]";
+  in.extra.erase("k1");  // still kMaxKwargs keys with bos_token
+  EXPECT_EQ(t.render(in), "[B]|0|255");
+  in.extra["k1"] = 1;
+  auto expect_limit = [&](const std::string& fragment) {
+    try {
+      t.render(in);
+      ADD_FAILURE() << "expected an error naming " << fragment;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  expect_limit("the limit is 256");
+  in.extra = Json::object();
+  for (int i = 0; i < 100000; ++i) in.extra["x" + std::to_string(i)] = i;
+  expect_limit("100000 keys; the limit is 256");
+  in.extra = {{"big", std::string(ChatTemplate::kMaxKwargsBytes, 'a')}};
+  expect_limit("bytes as JSON; the limit is 1048576");
+}
+
 TEST(ChatTemplate, OrderedInputsKeepKeyOrder) {
   auto t = ChatTemplate::compile("{% for tool in tools %}{{ tool | tojson }}{% endfor %}");
   const char* tools = R"([{"type": "function", "function": {"name": "f", "description": "d"}}])";
@@ -89,6 +116,27 @@ TEST(ChatTemplate, SyntaxErrorsAreInvalidArgument) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("syntax error at line 2"), std::string::npos) << e.what();
   }
+}
+
+// A template read from a checkpoint names its file when it does not compile.
+TEST(ChatTemplate, SyntaxErrorsNameTheFile) {
+  auto dir =
+      std::filesystem::temp_directory_path() / ("tachyon_chat_bad_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto expect_named = [&](const std::string& fragment) {
+    try {
+      load_chat_templates(dir.string()).compile(std::nullopt, false);
+      ADD_FAILURE() << "expected a syntax error naming " << fragment;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("syntax error at line 1"), std::string::npos);
+    }
+  };
+  std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": "{{ oops"})";
+  expect_named((dir / "tokenizer_config.json").string() + ": chat_template");
+  std::ofstream(dir / "chat_template.jinja") << "{% if %}";
+  expect_named((dir / "chat_template.jinja").string());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

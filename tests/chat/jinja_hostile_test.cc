@@ -47,6 +47,23 @@ TEST(JinjaHostile, DeeplyNestedStructures) {
   expect_error(ifs + ends, "nesting");
 }
 
+// Copying a growing dict in a loop is quadratic work: it counts against the same
+// budgets as lists and strings, so it ends in an error instead of running for minutes.
+TEST(JinjaHostile, GrowingDictCopies) {
+  expect_error(
+      "{% set ns = namespace(d={}) %}{% for i in range(100000) %}"
+      "{% set ns.d = dict(ns.d, **{('k' ~ i): i}) %}{% endfor %}{{ ns.d | length }}",
+      "limit");
+  expect_error(
+      "{% set ns = namespace(d={}) %}{% for i in range(100000) %}"
+      "{% set ns.d = dict(ns.d.items() | list + [(i, i)]) %}{% endfor %}",
+      "limit");
+  // A dict built once, and a small one copied often, stay fine.
+  EXPECT_EQ(render("{% set ns = namespace(d={}) %}{% for i in range(200) %}"
+                   "{% set ns.d = dict(ns.d, **{('k' ~ i): i}) %}{% endfor %}{{ ns.d | length }}"),
+            "200");
+}
+
 TEST(JinjaHostile, LongFlatChains) {
   // Left-leaning trees built by loops in the parser are bounded too.
   std::string sum = "{{ 1";
