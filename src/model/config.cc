@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 
@@ -90,6 +91,24 @@ void ModelConfig::validate() const {
   positive(hidden_size, "hidden_size");
   positive(vocab_size, "vocab_size");
   positive(max_seq_len, "max_seq_len (max_position_embeddings)");
+  // Token ids, positions, lengths and row counts are 32-bit through the engine, the
+  // kernels and the KV cache: a size past that range would be silently truncated.
+  auto at_most_i32 = [&](int64_t v, const char* name) {
+    constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+    if (v > kMax)
+      raise<InvalidArgument>("model config: {} is {}; the largest supported is {}", name, v, kMax);
+  };
+  at_most_i32(max_seq_len, "max_seq_len (max_position_embeddings)");
+  at_most_i32(vocab_size, "vocab_size");
+  at_most_i32(hidden_size, "hidden_size");
+  at_most_i32(inter_size, "inter_size (intermediate_size)");
+  at_most_i32(word_embed_proj_dim, "word_embed_proj_dim");
+  at_most_i32(moe.inter_size, "moe inter_size (moe_intermediate_size)");
+  at_most_i32(moe.shared_inter_size, "moe shared_inter_size (shared_expert_intermediate_size)");
+  at_most_i32(logn_scaling_len, "logn_scaling_len (seq_length)");
+  at_most_i32(rope.original_max_position, "rope original_max_position_embeddings");
+  at_most_i32(rope.max_position_embeddings, "rope max_position_embeddings");
+  for (int64_t id : eos_token_ids) at_most_i32(id, "eos_token_id");
   if (head_num % head_num_kv != 0)
     raise<InvalidArgument>("model config: head_num_kv ({}) must divide head_num ({})", head_num_kv,
                            head_num);

@@ -288,8 +288,12 @@ void read_rope(const HfConfig& cfg, ModelConfig& mc, double theta_default, doubl
     // sequences of max_position_embeddings * factor tokens.
     r.type = type == "linear" ? RopeType::kLinear : RopeType::kDynamic;
     r.factor = need_factor();
-    if (r.factor > 1)
-      mc.max_seq_len = static_cast<int64_t>(static_cast<double>(mc.max_seq_len) * r.factor);
+    if (r.factor > 1) {
+      // Computed in double and bounded before the conversion (a huge factor would make it
+      // undefined); ModelConfig::validate() then names the field if it is past 32 bits.
+      const double stretched = static_cast<double>(mc.max_seq_len) * r.factor;
+      mc.max_seq_len = stretched < 0x1p62 ? static_cast<int64_t>(stretched) : int64_t{1} << 62;
+    }
   } else if (type == "llama3") {
     r.type = RopeType::kLlama3;
     r.factor = need_factor();

@@ -126,6 +126,18 @@ TEST(ConfigMapping, BadConfigsNameTheField) {
   j = llama_json();
   j["hidden_act"] = "swoosh";
   expect_invalid([&] { map(j); }, {"hidden_act", "swoosh"});
+  // Sizes past 32 bits are refused, not truncated (4294967301 once became a context of 5).
+  for (int64_t big : {int64_t{4294967301}, int64_t{1} << 62, int64_t{2147483648}}) {
+    j = llama_json();
+    j["max_position_embeddings"] = big;
+    expect_invalid([&] { map(j); }, {"max_position_embeddings", "2147483647"});
+  }
+  j = llama_json();
+  j["vocab_size"] = int64_t{1} << 40;
+  expect_invalid([&] { map(j); }, {"vocab_size"});
+  j = llama_json();
+  j["max_position_embeddings"] = 2147483647;  // the largest that fits is taken
+  EXPECT_EQ(map(j).max_seq_len, 2147483647);
   Json bloom =
       Json::parse(R"({"architectures": ["BloomForCausalLM"], "hidden_size": 64, "n_head": 0,
                                "n_layer": 2, "vocab_size": 512})");
