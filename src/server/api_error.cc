@@ -65,8 +65,8 @@ ApiError ApiError::unsupported(std::string message, std::string param) {
                   "unsupported_parameter", NativeErrorCode::kUnsupported);
 }
 
-ApiError ApiError::context_length(std::string message) {
-  return ApiError(400, "invalid_request_error", std::move(message), "messages",
+ApiError ApiError::context_length(std::string message, std::string param) {
+  return ApiError(400, "invalid_request_error", std::move(message), std::move(param),
                   "context_length_exceeded", NativeErrorCode::kLongPrompt);
 }
 

@@ -54,7 +54,8 @@ class ApiError : public std::exception {
   static ApiError bad_request(std::string message, std::string param = {});
   static ApiError unknown_field(const std::string& field);
   static ApiError unsupported(std::string message, std::string param = {});
-  static ApiError context_length(std::string message);
+  // param: the field that holds the prompt ("messages" for chat, "prompt" otherwise).
+  static ApiError context_length(std::string message, std::string param);
   static ApiError unauthorized();
   static ApiError not_found(std::string message, std::string code = "not_found");
   static ApiError method_not_allowed(const std::string& method, const std::string& path);

@@ -158,6 +158,18 @@ void ServerApp::handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
                                       req.remote_address, metrics_.get(), options_.log_requests);
   bool native = req.path == "/" || req.path == "/tokenizer/encode";
   try {
+    // The key is checked before the route and the method, so that a client without one
+    // learns nothing of which routes exist; only the public routes (health) skip it.
+    if (route == nullptr || !route->public_route) {
+      auto auth = req.header("authorization");
+      std::string_view value = auth ? *auth : std::string_view();
+      if (!keys_.allows(auth ? &value : nullptr)) {
+        ApiError e = ApiError::unauthorized();
+        respond_json(*w, e.status(), native ? e.native_json() : e.openai_json(),
+                     {{"WWW-Authenticate", "Bearer"}});
+        return;
+      }
+    }
     if (route == nullptr) throw ApiError::not_found("no route for " + req.method + " " + req.path);
     bool method_ok = false;
     std::string allow;
@@ -169,16 +181,6 @@ void ServerApp::handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
       ApiError e = ApiError::method_not_allowed(req.method, req.path);
       respond_json(*w, e.status(), native ? e.native_json() : e.openai_json(), {{"Allow", allow}});
       return;
-    }
-    if (!route->public_route) {
-      auto auth = req.header("authorization");
-      std::string_view value = auth ? *auth : std::string_view();
-      if (!keys_.allows(auth ? &value : nullptr)) {
-        ApiError e = ApiError::unauthorized();
-        respond_json(*w, e.status(), native ? e.native_json() : e.openai_json(),
-                     {{"WWW-Authenticate", "Bearer"}});
-        return;
-      }
     }
     if (options_.log_requests)
       log_info("request {} {} {} from {} ({} bytes)", id, req.method, req.path, req.remote_address,

@@ -38,11 +38,12 @@ void ServerApp::handle_worker_status(const std::shared_ptr<ResponseWriter>& w) {
 
 void ServerApp::handle_models(const std::shared_ptr<ResponseWriter>& w, const std::string& id) {
   auto b = backend();
+  // "root" is the served name too: never the model's filesystem path.
   Json model = {{"id", options_.model_name},
                 {"object", "model"},
                 {"created", created_},
                 {"owned_by", "tachyon"},
-                {"root", b ? b->model_info().path : std::string()},
+                {"root", options_.model_name},
                 {"parent", nullptr},
                 {"max_model_len", b ? b->model_info().max_model_len : 0}};
   if (id.empty())

@@ -44,8 +44,9 @@ struct ServerShared {
   }
 };
 
-// Starts serving a freshly accepted connection.
-void start_session(tcp::socket socket, ServerShared* shared);
+// Starts serving a freshly accepted connection; a `reserve` one (taken past
+// max_connections) serves only the health and metrics routes.
+void start_session(tcp::socket socket, ServerShared* shared, bool reserve);
 // Server shutdown: close the connection if it is idle, else once its response ends.
 void session_shutdown_when_idle(const std::shared_ptr<Session>& s);
 // Closes the connection now (its request, if any, sees the client gone).

@@ -41,7 +41,8 @@ struct HttpServer::Impl {
           if (!ec) {
             ErrorCodeT ignored;
             socket.set_option(tcp::no_delay(true), ignored);
-            if (static_cast<size_t>(shared.connections.load()) >= shared.options.max_connections) {
+            const auto open = static_cast<size_t>(shared.connections.load());
+            if (open >= shared.options.max_connections + shared.options.reserved_connections) {
               static const std::string kBusy = [] {
                 std::string body =
                     R"({"error":{"message":"too many open connections","type":"server_error","param":null,"code":503}})";
@@ -53,7 +54,7 @@ struct HttpServer::Impl {
               socket.shutdown(tcp::socket::shutdown_both, ignored);
               socket.close(ignored);
             } else {
-              start_session(std::move(socket), &shared);
+              start_session(std::move(socket), &shared, open >= shared.options.max_connections);
             }
           } else {
             log_warning("http: accept failed: {}", ec.message());

@@ -21,6 +21,10 @@ struct HttpServerOptions {
   size_t max_body_bytes = 32u << 20;    // larger bodies get 413
   size_t max_header_bytes = 64u << 10;  // larger headers get 431
   size_t max_connections = 4096;        // more get 503 and are closed
+  // Connections past max_connections that are still taken, for liveness probes and
+  // scrapes only: a request on one other than GET /health, /metrics or /worker_status
+  // gets 503, and each is closed after its response.
+  size_t reserved_connections = 16;
   // A stalled client loses its connection: reading one request (headers and body)
   // may take at most request_timeout; an idle keep-alive connection is closed after
   // keep_alive_timeout; one write may wait at most write_timeout for the client.

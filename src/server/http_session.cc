@@ -3,6 +3,9 @@
 #include <array>
 #include <cerrno>
 #include <deque>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "core/error.h"
 #include "core/json.h"
@@ -28,13 +31,52 @@ std::string to_lower(std::string_view s) {
   return out;
 }
 
+std::string_view trim_ows(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// What RFC 9112 requires a server to refuse in a request's framing, which a proxy in
+// front may read otherwise (request smuggling): a transfer coding other than one final
+// "chunked" (we decode no other), Transfer-Encoding beside Content-Length, and an
+// HTTP/1.1 request without Host. Empty when the framing is sound.
+template <typename Request>
+std::string framing_error(const Request& req) {
+  std::string codings;
+  size_t te_fields = 0;
+  for (const auto& f : req)
+    if (f.name() == bhttp::field::transfer_encoding) {
+      codings += (te_fields++ ? "," : "") + std::string(f.value());
+    }
+  if (te_fields > 0) {
+    std::vector<std::string_view> list;
+    std::string_view rest = codings;
+    while (true) {
+      const size_t comma = rest.find(',');
+      list.push_back(trim_ows(rest.substr(0, comma)));
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+    if (list.size() != 1 ||
+        !beast::iequals(beast::string_view(list[0].data(), list[0].size()), "chunked"))
+      return "Transfer-Encoding '" + codings + "' is not supported: only 'chunked' alone";
+    if (req.count(bhttp::field::content_length) > 0)
+      return "Transfer-Encoding and Content-Length must not both be given";
+  }
+  if (req.version() == 11 && req.count(bhttp::field::host) == 0)
+    return "an HTTP/1.1 request needs a Host header";
+  return {};
+}
+
 }  // namespace
 
 // One connection. Everything but the atomics runs on strand_.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, ServerShared* shared)
+  Session(tcp::socket socket, ServerShared* shared, bool reserve)
       : shared_(shared),
+        reserve_(reserve),
         strand_(net::make_strand(*shared->ioc)),
         socket_(std::move(socket)),
         timer_(strand_) {
@@ -225,6 +267,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (state_ != State::kReading) return;
     if (ec) return read_failed(ec);
     const auto& req = parser_->get();
+    if (std::string why = framing_error(req); !why.empty()) return reject(400, why);
     if (auto len = parser_->content_length(); len && *len > shared_->options.max_body_bytes)
       return reject(413, "request body larger than the limit of " +
                              std::to_string(shared_->options.max_body_bytes) + " bytes");
@@ -490,6 +533,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   ServerShared* shared_;
+  const bool reserve_;  // taken past max_connections: health and metrics only
   net::strand<net::io_context::executor_type> strand_;
   tcp::socket socket_;
   net::steady_timer timer_;
@@ -596,8 +640,20 @@ void Session::dispatch() {
   ++seq_;
   reset_response_state();
   version_ = msg.version() == 10 ? 10 : 11;
-  keep_alive_ = msg.keep_alive() && !shutting_down_ && !shared_->shutting_down.load();
+  keep_alive_ = msg.keep_alive() && !reserve_ && !shutting_down_ && !shared_->shutting_down.load();
   begin_in_flight();
+  if (reserve_) {
+    const std::string_view target(msg.target().data(), msg.target().size());
+    const std::string_view path = target.substr(0, target.find('?'));
+    if (msg.method() != bhttp::verb::get ||
+        (path != "/health" && path != "/metrics" && path != "/worker_status")) {
+      respond(
+          seq_, 503, "application/json",
+          R"({"error":{"message":"too many open connections","type":"server_error","param":null,"code":503}})",
+          {});
+      return;
+    }
+  }
 
   HttpRequest req;
   req.method = std::string(msg.method_string());
@@ -627,8 +683,8 @@ void Session::dispatch() {
   }
 }
 
-void start_session(tcp::socket socket, ServerShared* shared) {
-  std::make_shared<Session>(std::move(socket), shared)->start();
+void start_session(tcp::socket socket, ServerShared* shared, bool reserve) {
+  std::make_shared<Session>(std::move(socket), shared, reserve)->start();
 }
 
 void session_shutdown_when_idle(const std::shared_ptr<Session>& s) {

@@ -99,7 +99,7 @@ struct ConfigFields {
     if (min_new_tokens) p.min_new_tokens = static_cast<int32_t>(*min_new_tokens);
     if (top_k) p.top_k = static_cast<int32_t>(*top_k);
     if (top_p) {
-      if (*top_p <= 0.0) throw ApiError::bad_request("top_p must be greater than 0", "top_p");
+      check_top_p(*top_p);
       p.top_p = static_cast<float>(*top_p);
     }
     if (temperature) p.temperature = static_cast<float>(*temperature);

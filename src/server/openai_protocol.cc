@@ -1,5 +1,7 @@
 #include "server/openai_protocol.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "server/api_error.h"
@@ -18,7 +20,7 @@ void read_sampling(FieldReader& r, OpenAIRequest& req, const RequestLimits& limi
   r.opt_string("user", 4096);  // accepted, unused
   if (auto v = r.opt_number("temperature", 0.0, 2.0)) p.temperature = static_cast<float>(*v);
   if (auto v = r.opt_number("top_p", 0.0, 1.0)) {
-    if (*v <= 0.0) throw ApiError::bad_request("top_p must be greater than 0", "top_p");
+    check_top_p(*v);
     p.top_p = static_cast<float>(*v);
   }
   if (auto v = r.opt_number("presence_penalty", -2.0, 2.0))
@@ -281,13 +283,23 @@ OpenAIRequest parse_completion_request(const Json& body, const RequestLimits& li
   return req;
 }
 
+void check_top_p(double top_p) {
+  if (!(top_p > 0.0))
+    throw ApiError::bad_request(fmt::format("top_p must be greater than 0 (got {})", top_p),
+                                "top_p");
+  if (!(static_cast<float>(top_p) > 0.0f))
+    throw ApiError::bad_request(
+        fmt::format("top_p {} is 0 as a 32-bit float; it must be greater than 0", top_p), "top_p");
+}
+
 int32_t resolve_max_new_tokens(std::optional<int64_t> requested, int64_t prompt_len,
                                int64_t max_model_len, int64_t cap, const char* prompt_word) {
   if (prompt_len >= max_model_len)
     throw ApiError::context_length("This model's maximum context length is " +
-                                   std::to_string(max_model_len) + " tokens. However, your " +
-                                   prompt_word + " has " + std::to_string(prompt_len) +
-                                   " tokens, leaving no room for the completion.");
+                                       std::to_string(max_model_len) + " tokens. However, your " +
+                                       prompt_word + " has " + std::to_string(prompt_len) +
+                                       " tokens, leaving no room for the completion.",
+                                   prompt_word);
   int64_t room = max_model_len - prompt_len;
   if (cap > 0 && requested && *requested > cap)
     throw ApiError::bad_request("max_tokens is " + std::to_string(*requested) + "; at most " +
@@ -297,9 +309,11 @@ int32_t resolve_max_new_tokens(std::optional<int64_t> requested, int64_t prompt_
   if (*requested > room)
     throw ApiError::context_length(
         "This model's maximum context length is " + std::to_string(max_model_len) +
-        " tokens. However, you requested " + std::to_string(prompt_len + *requested) + " tokens (" +
-        std::to_string(prompt_len) + " in the " + prompt_word + ", " + std::to_string(*requested) +
-        " in the completion). Please reduce the length of the " + prompt_word + " or completion.");
+            " tokens. However, you requested " + std::to_string(prompt_len + *requested) +
+            " tokens (" + std::to_string(prompt_len) + " in the " + prompt_word + ", " +
+            std::to_string(*requested) + " in the completion). Please reduce the length of the " +
+            prompt_word + " or completion.",
+        prompt_word);
   return static_cast<int32_t>(*requested);
 }
 

@@ -72,6 +72,10 @@ Json parse_chat_messages(const Json* v, const std::string& field);
 std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& v, const std::string& field,
                                                         size_t max_entries);
 
+// Refuses a top_p that is not above 0, also once it is a 32-bit float (1e-320 is
+// positive as a double and 0 as a float), with the value as given.
+void check_top_p(double top_p);
+
 // Resolves max_new_tokens against the model's window for a prompt of prompt_len
 // tokens: the requested value (checked to fit) or the room left. Throws
 // ApiError::context_length when the prompt (plus the requested tokens) does not fit.

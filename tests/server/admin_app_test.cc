@@ -42,6 +42,9 @@ TEST(AdminApi, WorkerStatusAndModels) {
   ASSERT_EQ(models["data"].size(), 1u);
   EXPECT_EQ(models["data"][0]["id"], "fake-model");
   EXPECT_EQ(models["data"][0]["max_model_len"], 256);
+  // The served name, never the model's filesystem path.
+  EXPECT_EQ(models["data"][0]["root"], "fake-model");
+  EXPECT_EQ(models.dump().find("/models/fake"), std::string::npos);
   EXPECT_EQ(parse(s.get("/v1/models/fake-model").body)["id"], "fake-model");
   EXPECT_EQ(s.get("/v1/models/other").status, 404);
 }
@@ -123,6 +126,12 @@ TEST(AdminApi, ApiKeysGuardEverythingButHealth) {
   EXPECT_EQ(s.get("/metrics").status, 401);
   EXPECT_EQ(s.post("/", Json{{"prompt", "x"}}).status, 401);
   EXPECT_EQ(parse(s.post("/", Json{{"prompt", "x"}}).body)["error_code"], 507);
+  // The key is asked for before anything is said about routes or methods.
+  EXPECT_EQ(s.get("/no/such/route").status, 401);
+  EXPECT_EQ(s.get("/v1/chat/completions").status, 401);
+  EXPECT_EQ(s.get("/no/such/route", {{"Authorization", "Bearer key-one"}}).status, 404);
+  EXPECT_EQ(s.get("/v1/chat/completions", {{"Authorization", "Bearer key-one"}}).status, 405);
+  EXPECT_EQ(s.post("/health", std::string("{}")).status, 200);  // public route, any key
 }
 
 }  // namespace

@@ -14,6 +14,7 @@ namespace tachyon::server {
 namespace {
 
 using testing::TestConnection;
+using testing::TestResponse;
 
 // Waits for a signal from another thread (generous timeout: a hang fails the test
 // instead of blocking the suite; nothing is asserted about durations).
@@ -304,6 +305,7 @@ TEST(HttpServer, GracefulShutdownFinishesInFlightRequests) {
 TEST(HttpServer, RefusesConnectionsOverTheLimit) {
   auto opt = test_options();
   opt.max_connections = 1;
+  opt.reserved_connections = 0;
   HttpServer server(opt, echo);
   server.start();
   TestConnection first(server.port());
@@ -312,6 +314,66 @@ TEST(HttpServer, RefusesConnectionsOverTheLimit) {
   std::string raw = second.read_until_closed();
   EXPECT_NE(raw.find("503"), std::string::npos);
   EXPECT_EQ(first.request("GET", "/").status, 200);
+}
+
+// Past max_connections a few connections are still taken for liveness probes and
+// scrapes; anything else on them gets 503, and each closes after its answer.
+TEST(HttpServer, KeepsAReserveForHealthAndMetrics) {
+  auto opt = test_options();
+  opt.max_connections = 1;
+  opt.reserved_connections = 3;  // room for closed connections not yet reaped
+  HttpServer server(opt, echo);
+  server.start();
+  TestConnection first(server.port());
+  EXPECT_EQ(first.request("GET", "/").status, 200);
+  {
+    TestConnection probe(server.port());
+    TestResponse r = probe.request("GET", "/health");
+    EXPECT_EQ(r.status, 200);
+    EXPECT_FALSE(r.keep_alive);  // closed after its answer
+  }
+  {
+    TestConnection other(server.port());
+    TestResponse r = other.request("POST", "/v1/completions", "{}");
+    EXPECT_EQ(r.status, 503);
+    EXPECT_FALSE(r.keep_alive);
+  }
+  {
+    TestConnection metrics(server.port());
+    EXPECT_EQ(metrics.request("GET", "/metrics?x=1").status, 200);
+  }
+  EXPECT_EQ(first.request("GET", "/").status, 200);
+}
+
+// RFC 9112 framing a proxy in front may read differently (request smuggling) is refused.
+TEST(HttpServer, RefusesAmbiguousFraming) {
+  HttpServer server(test_options(), echo);
+  server.start();
+  auto status_of = [&](const std::string& raw) {
+    TestConnection c(server.port());
+    c.send(raw);
+    return c.read_response().status;
+  };
+  const std::string body = "5\r\nhello\r\n0\r\n\r\n";
+  EXPECT_EQ(
+      status_of("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n" + body),
+      400);
+  EXPECT_EQ(status_of("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n"), 400);
+  EXPECT_EQ(status_of("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                      "Transfer-Encoding: chunked\r\n\r\n" +
+                      body),
+            400);
+  EXPECT_EQ(status_of("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                      "Content-Length: 10\r\n\r\n" +
+                      body),
+            400);
+  EXPECT_EQ(status_of("GET / HTTP/1.1\r\n\r\n"), 400);  // HTTP/1.1 without Host
+  // What stays accepted: one final chunked (any case, with spaces), HTTP/1.0 without Host.
+  EXPECT_EQ(status_of("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:  Chunked \r\n\r\n" + body),
+            200);
+  TestConnection old(server.port());
+  old.send("GET / HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(old.read_response().status, 200);
 }
 
 TEST(HttpServer, StalledReaderIsDropped) {

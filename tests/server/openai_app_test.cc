@@ -178,6 +178,7 @@ TEST(OpenAIChat, RefusesBadRequestsNamingTheField) {
       {"wrong type", {{"temperature", "hot"}}, 400, "temperature"},
       {"out of range", {{"temperature", 3}}, 400, "temperature"},
       {"bool is not a number", {{"top_p", true}}, 400, "top_p"},
+      {"top_p 0 as a float", {{"top_p", 1e-320}}, 400, "top_p"},
       {"unknown field", {{"frobnicate", 1}}, 400, "frobnicate"},
       {"n too large", {{"n", 1000}}, 400, "n"},
       {"fractional int", {{"max_tokens", 2.5}}, 400, "max_tokens"},
@@ -341,6 +342,22 @@ TEST(OpenAICompletions, StreamsTextChunks) {
     text += parse(events[i])["choices"][0]["text"].get<std::string>();
   EXPECT_EQ(text, "abcde");
   EXPECT_EQ(parse(events[events.size() - 2])["usage"]["completion_tokens"], 5);
+}
+
+// The completions API holds its prompt in "prompt": its context errors name that field.
+TEST(OpenAICompletions, ContextErrorsNameThePrompt) {
+  TestServer s;  // window 256
+  for (const Json& body :
+       {Json{{"prompt", std::string(300, 'a')}}, Json{{"prompt", "x"}, {"max_tokens", 100000}}}) {
+    auto r = s.post("/v1/completions", body);
+    EXPECT_EQ(r.status, 400) << r.body;
+    Json j = parse(r.body);
+    EXPECT_EQ(j["error"]["code"], "context_length_exceeded") << r.body;
+    EXPECT_EQ(j["error"]["param"], "prompt") << r.body;
+  }
+  Json j = parse(s.post("/v1/completions", Json{{"prompt", "x"}, {"top_p", 1e-320}}).body);
+  EXPECT_EQ(j["error"]["param"], "top_p");
+  EXPECT_NE(j["error"]["message"].get<std::string>().find("1e-320"), std::string::npos);
 }
 
 TEST(OpenAICompletions, RefusesUnsupportedOptions) {
