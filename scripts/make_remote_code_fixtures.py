@@ -23,6 +23,15 @@ run in float64 with a key/value cache, so that greedy decoding follows what the
 published `generate()` computes. Before any fixture is written, each port is run on the
 twins and must reproduce the native fixtures' Hugging Face logits and greedy tokens.
 
+The weights are not kept as files (chatglm6b's float16 .bin shards aside, a format
+case): each folder gets a weights.json manifest (scripts/fixture_weights.py; the format
+is in tests/conformance/fixtures/README.md) from which the tests regenerate them bit for
+bit. A twin's tensors are gathers of rows of its native fixture's seeded draws (found by
+matching rows, checked exactly), and a twin's manifest names the native fixture whose
+reference.safetensors it shares instead of a copy. baichuan2_13b's own random weights are
+drawn with the manifest's float64 recipe (stream_fixture). Making fixtures needs torch;
+regenerating their weights needs only numpy.
+
 Run with Debian's python3-torch (1.13) and python3-numpy:
     /usr/bin/python3 scripts/make_remote_code_fixtures.py [--check] [--only NAME]...
 --check rebuilds everything in memory and compares it with the files in the repository;
