@@ -59,13 +59,19 @@ class Stream:
         return d
 
 
+def _libm(f, x):
+    # The C library's log / cos / sin (as torch and the C++ materialiser call them):
+    # numpy's own vectorised versions may differ in the last bit on some builds.
+    return np.fromiter(map(f, x.ravel()), dtype=np.float64, count=x.size).reshape(x.shape)
+
+
 def box_muller16(g):
     u1 = 1.0 - g[:, :8]
     u2 = g[:, 8:].copy()
-    r = np.sqrt(-2.0 * np.log(u1))
+    r = np.sqrt(-2.0 * _libm(math.log, u1))
     t = 2.0 * math.pi * u2
-    g[:, :8] = r * np.cos(t)
-    g[:, 8:] = r * np.sin(t)
+    g[:, :8] = r * _libm(math.cos, t)
+    g[:, 8:] = r * _libm(math.sin, t)
 
 
 def value(kind, std, z):
