@@ -5,10 +5,12 @@ format of tests/conformance/fixtures (see its README.md).
 
     python3 scripts/make_fixtures.py OUT_DIR [--only NAME ...]
 
-Needs torch and transformers (5.x). Writes OUT_DIR/<variant>/ (config.json, weights,
-reference.json, reference.safetensors) for every variant, then OUT_DIR.tar.gz. Copy
-the folders into tests/conformance/fixtures/; the conformance test picks up every
-folder with a reference.json.
+Needs torch and transformers (5.x). Writes OUT_DIR/<variant>/ (config.json,
+weights.json, reference.json, reference.safetensors) for every variant, then
+OUT_DIR.tar.gz. Copy the folders into tests/conformance/fixtures/; the conformance test
+picks up every folder with a config.json. The weights are not kept: weights.json (see
+scripts/fixture_weights.py) regenerates them bit for bit at test time, and this script
+checks that it does before deleting the files save_pretrained wrote.
 
 Each checkpoint: 2 layers, vocab 512, hidden 64 (96 where a head count that is not a
 power of two needs it), seeded random weights scaled so that logits are far from
@@ -34,6 +36,9 @@ import transformers
 from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import AutoConfig, AutoModelForCausalLM
+
+sys.dont_write_bytecode = True  # keep scripts/ free of __pycache__
+import fixture_weights  # noqa: E402  (scripts/, next to this file)
 
 VOCAB = 512
 NUM_NEW = 10
@@ -159,24 +164,67 @@ def seed_of(name):
     return zlib.crc32(name.encode()) & 0x7FFFFFFF
 
 
+def draw_kind(name, shape):
+    """How a parameter is drawn: ("scaled", std) for float32(z) * float32(std), ("norm",
+    None) for float32(1 + 0.1 z), z a float64 normal (fixture_weights.py's kinds)."""
+    if len(shape) >= 2:
+        std = 1.0 if ("embed" in name or "wte" in name or "wpe" in name or "word_embeddings" in name) \
+            else 1.0 / math.sqrt(shape[-1])
+        if len(shape) == 3:  # fused experts [E, out, in] or [E, in, out]
+            std = 1.0 / math.sqrt(min(shape[1], shape[2]))
+        return "scaled", std
+    if name.endswith("bias"):
+        return "scaled", 0.1
+    return "norm", None  # norm scales and other vectors
+
+
 def scale_weights(model, seed):
     """Seeded random weights: matrices ~ N(0, 1/fan_in), embeddings ~ N(0, 1), norm
-    scales ~ 1 + N(0, 0.1^2), biases ~ N(0, 0.1^2). Logits then spread well beyond
-    float32 noise."""
+    scales ~ 1 + N(0, 0.1^2), biases ~ N(0, 0.1^2), drawn in name order from one stream.
+    Logits then spread well beyond float32 noise. Returns the manifest stream."""
     gen = torch.Generator().manual_seed(seed)
+    stream = {"seed": seed, "skip": 0, "tensors": []}
     with torch.no_grad():
         for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
-            shape = p.shape
-            if p.ndim >= 2:
-                std = 1.0 if ("embed" in name or "wte" in name or "wpe" in name or "word_embeddings" in name) \
-                    else 1.0 / math.sqrt(shape[-1])
-                if p.ndim == 3:  # fused experts [E, out, in] or [E, in, out]
-                    std = 1.0 / math.sqrt(min(shape[1], shape[2]))
-                p.copy_(torch.randn(shape, generator=gen, dtype=torch.float64).to(p.dtype) * std)
-            elif name.endswith("bias"):
-                p.copy_(torch.randn(shape, generator=gen, dtype=torch.float64).to(p.dtype) * 0.1)
-            else:  # norm scales and other vectors
-                p.copy_((1.0 + 0.1 * torch.randn(shape, generator=gen, dtype=torch.float64)).to(p.dtype))
+            shape = list(p.shape)
+            kind, std = draw_kind(name, shape)
+            z = torch.randn(shape, generator=gen, dtype=torch.float64)
+            if kind == "scaled":
+                p.copy_(z.to(p.dtype) * std)
+            else:
+                p.copy_((1.0 + 0.1 * z).to(p.dtype))
+            # A 3-d parameter is listed by rows ([E * a, b]), so that the per-expert
+            # tensors the checkpoint holds are gathers of its rows.
+            t = {"name": name, "shape": [shape[0] * shape[1], shape[2]] if len(shape) == 3 else shape,
+                 "kind": kind}
+            if std is not None:
+                t["std"] = float(torch.tensor(std, dtype=torch.float32))
+            stream["tensors"].append(t)
+    return stream
+
+
+def write_weights_manifest(path, stream):
+    """Replaces the weight files save_pretrained wrote with weights.json, after checking
+    that the manifest rebuilds them byte for byte."""
+    weight_files = sorted(f for f in os.listdir(path)
+                          if f.startswith("model") and (f.endswith(".safetensors") or f.endswith(".json")))
+    if weight_files != ["model.safetensors"]:
+        sys.exit(f"{path}: expected one model.safetensors, got {weight_files}")
+    tensors = {}
+    with safe_open(os.path.join(path, "model.safetensors"), framework="pt") as sf:
+        meta = sf.metadata()
+        for k in sf.keys():
+            t = sf.get_tensor(k).contiguous()
+            name = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}[t.dtype]
+            bits = t.view(torch.int16) if t.element_size() == 2 else t.view(torch.int32)
+            tensors[k] = (name, list(t.shape), bits.numpy().tobytes())
+    m = fixture_weights.twin_manifest({"format": fixture_weights.FORMAT, "streams": [stream]}, tensors, meta)
+    built = fixture_weights.materialise(m)
+    with open(os.path.join(path, "model.safetensors"), "rb") as f:
+        if built["model.safetensors"] != f.read():
+            sys.exit(f"{path}: weights.json does not rebuild model.safetensors byte for byte")
+    fixture_weights.write_manifest(path, m)
+    os.remove(os.path.join(path, "model.safetensors"))
 
 
 def load_f64(path):
@@ -251,7 +299,7 @@ def make_variant(out_root, name):
     config = AutoConfig.for_model(model_type, **kwargs)
     model = AutoModelForCausalLM.from_config(config)
     model = model.to(torch.float32)
-    scale_weights(model, seed)
+    stream = scale_weights(model, seed)
     model.save_pretrained(path, safe_serialization=True)
     del model
 
@@ -292,6 +340,7 @@ def make_variant(out_root, name):
     }
     with open(os.path.join(path, "reference.json"), "w") as f:
         json.dump(ref, f, indent=1)
+    write_weights_manifest(path, stream)
     margins = ", ".join(f"{c['min_greedy_margin']:.4f}" for c in case_refs)
     print(f"{name:28s} {arch:24s} greedy {greedy_mode:15s} min margins {margins}")
 

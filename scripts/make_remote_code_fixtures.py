@@ -23,6 +23,15 @@ run in float64 with a key/value cache, so that greedy decoding follows what the
 published `generate()` computes. Before any fixture is written, each port is run on the
 twins and must reproduce the native fixtures' Hugging Face logits and greedy tokens.
 
+The weights are not kept as files (chatglm6b's float16 .bin shards aside, a format
+case): each folder gets a weights.json manifest (scripts/fixture_weights.py; the format
+is in tests/conformance/fixtures/README.md) from which the tests regenerate them bit for
+bit. A twin's tensors are gathers of rows of its native fixture's seeded draws (found by
+matching rows, checked exactly), and a twin's manifest names the native fixture whose
+reference.safetensors it shares instead of a copy. baichuan2_13b's own random weights are
+drawn with the manifest's float64 recipe (stream_fixture). Making fixtures needs torch;
+regenerating their weights needs only numpy.
+
 Run with Debian's python3-torch (1.13) and python3-numpy:
     /usr/bin/python3 scripts/make_remote_code_fixtures.py [--check] [--only NAME]...
 --check rebuilds everything in memory and compares it with the files in the repository;
@@ -31,6 +40,7 @@ Run with Debian's python3-torch (1.13) and python3-numpy:
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -41,6 +51,7 @@ sys.dont_write_bytecode = True  # keep scripts/ free of __pycache__
 from remote_code_ports import (BaichuanPort, ChatGLM6BPort, ChatGLMPort, InternLM2Port,
                                InternLMPort, LlamaPort, QwenPort, check_twin, read_safetensors,
                                load_native, run_case, safetensors_bytes)
+import fixture_weights  # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 FIXTURES = os.path.join(ROOT, "tests", "conformance", "fixtures")
@@ -72,9 +83,33 @@ def cast(t, dtype):
     return {k: v.to(dtype) for k, v in t.items()}
 
 
+def stream_fixture(shapes, seed):
+    """Scaled random weights as the native fixtures have them (matrices ~ N(0, 2/in),
+    norm scales ~ 1 + N(0, 0.1^2), biases ~ N(0, 0.1^2), embeddings ~ N(0, 1)), drawn
+    in float64 from one seeded stream in name order (fixture_weights.py's recipe, so the
+    manifest regenerates them). Returns (tensors, the manifest stream)."""
+    stream = fixture_weights.Stream(seed)
+    out, spec = {}, {"seed": seed, "skip": 0, "tensors": []}
+    for name, shape in sorted(shapes.items()):
+        if len(shape) == 1 and name.endswith("norm.weight"):
+            t = {"kind": "norm"}
+        elif len(shape) == 1:
+            t = {"kind": "scaled64", "std": 0.1}
+        elif "embed" in name:
+            t = {"kind": "scaled", "std": 1.0}
+        else:
+            t = {"kind": "scaled64", "std": (2.0 / shape[1]) ** 0.5}
+        z = stream.normal(math.prod(shape))
+        v = fixture_weights.value(t["kind"], t.get("std"), z)
+        out[name] = torch.from_numpy(v.reshape(shape).copy())
+        spec["tensors"].append(dict(name=name, shape=list(shape), **t))
+    return out, spec
+
+
 def random_like_fixture(shapes, seed):
     """Scaled random weights as the native fixtures have them (matrices ~ N(0, 1/in),
-    norm scales ~ 1 + N(0, 0.1^2), embeddings ~ N(0, 1))."""
+    norm scales ~ 1 + N(0, 0.1^2), embeddings ~ N(0, 1)), torch's float32 draws: only
+    for chatglm6b, which stores its weights (its sharded .bin files are a format case)."""
     g = torch.Generator().manual_seed(seed)
     out = {}
     for name, shape in sorted(shapes.items()):
@@ -105,13 +140,16 @@ def fixture_list():
     fixtures = []
 
     def add(name, config, tensors, port, source, cases=None, note="", prompt_lengths=None,
-            fmt="safetensors", prompt_makers=None, port_on_twins=True):
+            fmt="safetensors", prompt_makers=None, port_on_twins=True, stream=None):
         # port_on_twins: the port's class also runs a twin fixture (so its code is checked
-        # against transformers there); False for a port of its own.
+        # against transformers there); False for a port of its own. stream: the manifest
+        # stream the tensors were drawn from (stream_fixture), else they are gathers of a
+        # native fixture's.
         fixtures.append({"name": name, "config": config, "tensors": tensors, "port": port,
                          "source": source, "cases": cases, "note": note,
                          "prompt_lengths": prompt_lengths, "format": fmt,
-                         "prompt_makers": prompt_makers, "port_on_twins": port_on_twins})
+                         "prompt_makers": prompt_makers, "port_on_twins": port_on_twins,
+                         "stream": stream})
 
     common = {"bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": D,
               "initializer_range": 0.02, "intermediate_size": I, "num_attention_heads": H,
@@ -168,11 +206,12 @@ def fixture_list():
                        model_type="baichuan", rms_norm_eps=llama_cfg["rms_norm_eps"],
                        torch_dtype="float32", transformers_version="4.29.2", z_loss_weight=0)
     add("baichuan2_7b", baichuan2_7, baichuan_t, lambda c, t: BaichuanPort(c, t, False, True),
-        None, llama_cases, fmt="bin",
+        None, llama_cases,
         note="Baichuan2-7B: the baichuan twin's weights with Baichuan2's NormHead (lm_head rows "
-             "L2-normalised at inference; the checkpoint stores them raw), shipped as "
-             "pytorch_model.bin (a zip torch pickle) as Baichuan2-7B is. float32, so that the "
-             "normalisation is not blurred by rounding.")
+             "L2-normalised at inference; the checkpoint stores them raw), float32, so that the "
+             "normalisation is not blurred by rounding. The hub ships pytorch_model.bin; this "
+             "fixture is generated as model.safetensors (gpt2 and chatglm6b cover the .bin "
+             "formats).")
 
     baichuan13 = dict(common, _from_model_config=True, architectures=["BaichuanForCausalLM"],
                       auto_map=baichuan_auto, model_max_length=llama_cfg["max_position_embeddings"],
@@ -195,12 +234,13 @@ def fixture_list():
                        L + "mlp.down_proj.weight": [D5, I5]})
     baichuan2_13 = dict(baichuan13, hidden_size=D5, num_attention_heads=H5, intermediate_size=I5,
                         tokenizer_class="BaichuanTokenizer", torch_dtype="float32", z_loss_weight=0)
-    add("baichuan2_13b", baichuan2_13, random_like_fixture(shapes, 1313),
-        lambda c, t: BaichuanPort(c, t, True, True), None, llama_cases, fmt="bin-sharded",
+    t13, stream13 = stream_fixture(shapes, 1313)
+    add("baichuan2_13b", baichuan2_13, t13,
+        lambda c, t: BaichuanPort(c, t, True, True), None, llama_cases, stream=stream13,
         note="Baichuan2-13B: ALiBi with 5 heads (not a power of two, as the real 40: the "
              "slopes interleave) and the NormHead; random weights scaled as the native "
-             "fixtures', float32, in two pytorch_model-0000N-of-00002.bin shards with "
-             "pytorch_model.bin.index.json as Baichuan2-13B ships them.")
+             "fixtures', float32, generated as model.safetensors (the hub ships two "
+             "pytorch_model-0000N-of-00002.bin shards; chatglm6b covers that format).")
 
     # --- ChatGLM (ChatGLM3-6B config) from the GLM-4 fixture (GlmForCausalLM).
     def chatglm_tensors(t, n_layers):
@@ -466,8 +506,17 @@ def build(fixture, natives):
     # The port reads the tensors as written (dtype included).
     tensors = {k: v.clone() for k, v in fixture["tensors"].items()}
     files = {"config.json": sorted_json(config).encode()}
-    files.update(weight_files(tensors, fixture.get("format", "safetensors")))
-    reread = read_weight_files(files)
+    if fixture.get("format", "safetensors") == "safetensors":
+        # Generated at test time from a manifest (scripts/fixture_weights.py).
+        manifest = weights_manifest(fixture, tensors)
+        files["weights.json"] = fixture_weights.dump_manifest(manifest).encode()
+        reread = read_weight_files(fixture_weights.materialise(manifest))
+        for k, v in tensors.items():
+            if not torch.equal(reread[k], v) or reread[k].dtype != v.dtype:
+                sys.exit("%s: the manifest does not rebuild %s" % (fixture["name"], k))
+    else:
+        files.update(weight_files(tensors, fixture["format"]))
+        reread = read_weight_files(files)
 
     def make_port():
         return port(config, reread)
@@ -476,9 +525,8 @@ def build(fixture, natives):
         check_twin("%s (twin of %s)" % (fixture["name"], fixture["source"]), make_port, layers,
                    natives[fixture["source"]])
         folder = os.path.join(FIXTURES, fixture["source"])
-        with open(os.path.join(folder, "reference.safetensors"), "rb") as f:
-            files["reference.safetensors"] = f.read()
-        # The native fixture's cases and logits; the tensor list is this folder's own.
+        # The native fixture's cases and logits (its reference.safetensors, which the
+        # manifest names); the tensor list is this folder's own.
         with open(os.path.join(folder, "reference.json")) as f:
             reference = json.load(f)
         reference["checkpoint_tensors"] = {k: list(v.shape) for k, v in sorted(tensors.items())}
@@ -529,6 +577,32 @@ def build(fixture, natives):
     print("  %-44s reference computed (smallest greedy margin %.4f)" %
           (fixture["name"], min(c["min_greedy_margin"] for c in cases)))
     return files
+
+
+def weights_manifest(fixture, tensors):
+    """The weights.json of a generated fixture: its own stream, or gathers of the rows of
+    a native fixture's stream tensors (the first native that holds them all)."""
+    meta = {"format": "pt"}
+    if fixture["stream"]:
+        spec = {k: (_ST_NAMES[v.dtype], list(v.shape)) for k, v in tensors.items()}
+        return fixture_weights.finish_manifest(
+            fixture_weights.stream_manifest(fixture["stream"], spec, meta))
+    raw = {}
+    for k, v in tensors.items():
+        v = v.contiguous()
+        bits = v.view(torch.int16) if v.element_size() == 2 else v.view(torch.int32)
+        raw[k] = (_ST_NAMES[v.dtype], list(v.shape), bits.numpy().tobytes())
+    for native in ["llama", "glm", "qwen2"]:
+        try:
+            m = fixture_weights.twin_manifest(fixture_weights.load_manifest(native), raw, meta,
+                                              fixture["source"])
+        except ValueError:
+            continue
+        return fixture_weights.finish_manifest(m)
+    sys.exit("%s: its tensors are not gathers of a native fixture's" % fixture["name"])
+
+
+_ST_NAMES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
 
 
 def torch_bin_bytes(tensors):

@@ -14,6 +14,9 @@ import sys
 
 import torch
 
+sys.dont_write_bytecode = True  # keep scripts/ free of __pycache__
+import fixture_weights  # noqa: E402
+
 F64 = torch.float64
 
 # ----------------------------------------------------------------------------------------
@@ -24,9 +27,10 @@ _DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
 _NAMES = {v: k for k, v in _DTYPES.items()}
 
 
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
+def read_safetensors(path, data=None):
+    if data is None:
+        with open(path, "rb") as f:
+            data = f.read()
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8:8 + n])
     out = {}
@@ -56,7 +60,21 @@ def safetensors_bytes(tensors):
     return struct.pack("<Q", len(text)) + text + b"".join(blobs)
 
 
+def read_safetensors_bytes(data):
+    return read_safetensors(None, data)
+
+
 def read_checkpoint(folder):
+    """A fixture's tensors: built from its weights.json manifest (fixture_weights.py), or
+    read from its safetensors files where it stores them."""
+    if os.path.exists(os.path.join(folder, fixture_weights.MANIFEST)):
+        with open(os.path.join(folder, fixture_weights.MANIFEST)) as f:
+            files = fixture_weights.materialise(json.load(f))
+        out = {}
+        for name, data in sorted(files.items()):
+            if name.endswith(".safetensors"):
+                out.update(read_safetensors_bytes(data))
+        return out
     index = os.path.join(folder, "model.safetensors.index.json")
     if os.path.exists(index):
         with open(index) as f:

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <set>
 
 #include "core/checked.h"
@@ -42,20 +43,27 @@ Layout plan_layout(const NamedTensors& tensors, const std::map<std::string, std:
     size_t sa = dtype_size(tensors[a].second.dtype()), sb = dtype_size(tensors[b].second.dtype());
     return sa != sb ? sa > sb : tensors[a].first < tensors[b].first;
   });
-  Json j = Json::object();
-  if (!meta.empty()) j["__metadata__"] = meta;
+  // Keys in sorted order; each entry's fields as the reference implementation writes
+  // them (dtype, shape, data_offsets), so that equal tensors give equal files.
+  std::map<std::string, std::string> entries;
+  if (!meta.empty()) entries["__metadata__"] = Json(meta).dump();
   Layout out;
   uint64_t offset = 0;
   for (size_t i : idx) {
     const auto& [name, t] = tensors[i];
     uint64_t end = add_or_throw<uint64_t>(offset, t.nbytes(), "write_safetensors");
-    j[name] = {{"dtype", safetensors_dtype_name(t.dtype())},
-               {"shape", t.shape()},
-               {"data_offsets", {offset, end}}};
+    entries[name] = fmt::format(R"({{"dtype":{},"shape":{},"data_offsets":{}}})",
+                                Json(safetensors_dtype_name(t.dtype())).dump(),
+                                Json(t.shape()).dump(), Json({offset, end}).dump());
     offset = end;
     out.order.push_back(&t);
   }
-  std::string text = j.dump();
+  std::string text = "{";
+  for (const auto& [key, value] : entries) {
+    if (text.size() > 1) text += ',';
+    text += Json(key).dump() + ':' + value;
+  }
+  text += '}';
   text.append((8 - text.size() % 8) % 8, ' ');
   uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) out.header.push_back(static_cast<char>((n >> (8 * i)) & 0xff));

@@ -4,11 +4,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "io/safetensors.h"
 #include "model/hf_config.h"
+#include "model/normal_stream.h"
 #include "model/registry.h"
 
 namespace tachyon {
@@ -120,16 +122,6 @@ uint64_t splitmix64(uint64_t& x) {
   return z ^ (z >> 31);
 }
 
-// Approximately standard-normal values: the sum of four 16-bit uniforms (Irwin-Hall),
-// centred and scaled to unit variance. Cheap, and bounded at about +-3.5 sigma.
-inline float approx_normal(uint64_t r) {
-  const float s =
-      static_cast<float>((r & 0xffff) + ((r >> 16) & 0xffff) + ((r >> 32) & 0xffff) + (r >> 48));
-  constexpr float kMean = 4 * 32767.5f;
-  constexpr float kInvStd = 1.0f / 37837.2f;  // sqrt(4 * (65536^2 - 1) / 12)
-  return (s - kMean) * kInvStd;
-}
-
 Tensor make_tensor(const RandomTensorSpec& spec, DType dtype, uint64_t seed, uint64_t index,
                    float norm_center, ThreadPool& pool) {
   Tensor t = Tensor::empty(spec.shape, dtype);
@@ -139,13 +131,17 @@ Tensor make_tensor(const RandomTensorSpec& spec, DType dtype, uint64_t seed, uin
     scale = 0.05f;
     center = norm_center;
   }
+  // Chunks of the tensor draw in parallel, each from its own NormalStream (the fixtures'
+  // generator) seeded from (seed, tensor index, chunk).
   constexpr int64_t kChunk = 1 << 16;
   pool.run((n + kChunk - 1) / kChunk, [&](int64_t c) {
     uint64_t state = seed * 0x100000001b3ULL ^ (index << 32) ^ static_cast<uint64_t>(c);
-    splitmix64(state);
+    NormalStream stream(static_cast<uint32_t>(splitmix64(state) >> 32));
     const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
+    std::vector<double> z(static_cast<size_t>(std::max<int64_t>(e - b, 16)));
+    stream.normal(z.data(), static_cast<int64_t>(z.size()));
     for (int64_t i = b; i < e; ++i) {
-      const float v = center + scale * approx_normal(splitmix64(state));
+      const float v = center + scale * static_cast<float>(z[static_cast<size_t>(i - b)]);
       switch (dtype) {
         case DType::kF32:
           t.data<float>()[i] = v;

@@ -1,6 +1,7 @@
 // Random checkpoints of any shape (for benchmarks and round-trip tests): every tensor
 // an architecture's weight mapping names, filled with scaled random values so that
-// activations stay in a sane range (matrices ~ N(0, 0.02^2), norm scales ~ 1).
+// activations stay in a sane range (matrices ~ N(0, 0.02^2), norm scales ~ 1), drawn from
+// NormalStream (model/normal_stream.h), the generator the conformance fixtures use too.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 // libFuzzer target: template parsing and rendering (build with -DTACHYON_FUZZ=ON and
-// clang; run e.g. build-fuzz/tests/jinja_fuzz tests/chat/corpus/jinja).
+// clang; run e.g. build-fuzz/tests/jinja_fuzz tests/chat/corpus/jinja
+// tests/chat/templates).
 #include "chat/jinja_fuzz_entry.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -19,6 +19,7 @@
 #include <numeric>
 #include <random>
 
+#include "conformance/fixture_dir.h"
 #include "core/json.h"
 #include "io/safetensors.h"
 #include "model/loader.h"
@@ -34,14 +35,10 @@ constexpr double kRelTolerance16 = 3e-2;
 constexpr double kMarginFactor = 3.0;
 constexpr int32_t kBlockSize = 4;
 
-std::string fixtures_dir() {
-  return std::string(TACHYON_SOURCE_DIR) + "/tests/conformance/fixtures";
-}
-
 std::vector<std::string> fixture_names() {
   std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(fixtures_dir()))
-    if (e.is_directory() && fs::exists(e.path() / "reference.json"))
+  for (const auto& e : fs::directory_iterator(testing_util::fixtures_source_dir()))
+    if (e.is_directory() && fs::exists(e.path() / "config.json"))
       names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
@@ -65,9 +62,9 @@ struct Seq {
 class ConformanceTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    dir_ = fixtures_dir() + "/" + GetParam();
-    Json ref = load_json_file(dir_ + "/reference.json");
-    auto logits = SafetensorsFile::open(dir_ + "/reference.safetensors");
+    dir_ = testing_util::fixture(GetParam());
+    Json ref = load_json_file(testing_util::fixture_source_dir(GetParam()) + "/reference.json");
+    auto logits = SafetensorsFile::open(testing_util::fixture_reference_logits(GetParam()));
     for (size_t i = 0; i < ref["cases"].size(); ++i) {
       Case c;
       for (const auto& v : ref["cases"][i]["input_ids"]) c.input_ids.push_back(v.get<int32_t>());

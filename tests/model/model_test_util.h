@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "conformance/fixture_dir.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "model/forward.h"
@@ -15,10 +16,6 @@
 #include "model/registry.h"
 
 namespace tachyon::testing_util {
-
-inline std::string fixture(const char* name) {
-  return std::string(TACHYON_SOURCE_DIR) + "/tests/conformance/fixtures/" + name;
-}
 
 // One sequence's step: `tokens` after `computed` cached ones, in cache `blocks`; the
 // logits of its last token.

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "conformance/fixture_dir.h"
 #include "core/json.h"
 #include "io/checkpoint.h"
 #include "model/loader.h"
@@ -17,12 +18,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Each fixture's checkpoint folder (materialised from its manifest where it has one).
 std::vector<fs::path> fixture_dirs() {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(testing_util::fixtures_source_dir()))
+    if (fs::exists(e.path() / "config.json")) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
   std::vector<fs::path> out;
-  for (const auto& e :
-       fs::directory_iterator(std::string(TACHYON_SOURCE_DIR) + "/tests/conformance/fixtures"))
-    if (fs::exists(e.path() / "config.json")) out.push_back(e.path());
-  std::sort(out.begin(), out.end());
+  for (const auto& n : names) out.push_back(testing_util::fixture(n));
   return out;
 }
 

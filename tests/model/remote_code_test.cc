@@ -376,7 +376,7 @@ TEST(ChatGLM, PerHeadQkvLayoutLoadsAsBlocks) {
 }
 
 TEST(ForwardBatch, PromptLengthsAreValidated) {
-  auto model = load_model(std::string(TACHYON_SOURCE_DIR) + "/tests/conformance/fixtures/qwen_ntk");
+  auto model = load_model(testing_util::fixture("qwen_ntk"));
   model->init_kv_cache(4, 4);
   ForwardBatch b;
   b.token_ids = {5, 9};

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "conformance/fixture_dir.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "model/loader.h"
@@ -182,7 +183,7 @@ namespace {
 // gives the same logits as the hub layout.
 TEST(StackedExperts, SameLogitsAsPerExpertTensors) {
   namespace fs = std::filesystem;
-  const fs::path src = fs::path(TACHYON_SOURCE_DIR) / "tests/conformance/fixtures/mixtral";
+  const fs::path src = testing_util::fixture("mixtral");
   const fs::path dst =
       fs::temp_directory_path() / ("tachyon_stacked_" + std::to_string(::getpid()));
   fs::create_directories(dst);
@@ -239,7 +240,7 @@ namespace {
 // (rounded) values computes: weights are converted exactly inside the kernels.
 TEST(CheckpointDtypes, HalfPrecisionWeightsConvertExactly) {
   namespace fs = std::filesystem;
-  const fs::path src = fs::path(TACHYON_SOURCE_DIR) / "tests/conformance/fixtures/qwen3";
+  const fs::path src = testing_util::fixture("qwen3");
   auto ckpt = SafetensorsFile::open((src / "model.safetensors").string());
   auto run = [](const std::string& dir) {
     auto m = load_model(dir);
