@@ -18,6 +18,7 @@ namespace {
 
 constexpr size_t kWatchBufferBytes = 4096;
 constexpr size_t kMaxPipelinedBytes = 64u << 10;
+constexpr size_t kHeaderReadBytes = 4096;
 
 bool header_text_ok(std::string_view s) {
   return std::none_of(s.begin(), s.end(),
@@ -108,7 +109,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // Server shutdown: close if idle; otherwise close once the current response ends.
   void shutdown_when_idle() {
     shutting_down_ = true;
-    if (state_ == State::kReading && !(parser_ && parser_->got_some())) close();
+    if (state_ == State::kReading && !got_some()) close();
   }
   void force_close() {
     mark_peer_gone();
@@ -257,10 +258,40 @@ class Session : public std::enable_shared_from_this<Session> {
       pipelined_.clear();
     }
     arm_timer(seq_ == 0 ? shared_->options.request_timeout : shared_->options.keep_alive_timeout);
-    bhttp::async_read_header(
-        socket_, buffer_, *parser_,
-        net::bind_executor(
-            strand_, [self = shared_from_this()](ErrorCodeT ec, size_t) { self->on_header(ec); }));
+    take_header();
+  }
+
+  // The header is parsed once all of it has arrived, so that its raw bytes can be
+  // checked first for what the parser would quietly accept: obsolete line folding
+  // (RFC 9112 lets a server refuse it; a proxy may read a folded header differently).
+  void take_header() {
+    const auto bytes = buffer_.data();
+    const std::string_view data(static_cast<const char*>(bytes.data()), bytes.size());
+    const size_t end = data.find("\r\n\r\n");
+    if (end == std::string_view::npos) {
+      if (data.size() > shared_->options.max_header_bytes)
+        return reject(431, "request headers too large");
+      socket_.async_read_some(
+          buffer_.prepare(kHeaderReadBytes),
+          net::bind_executor(strand_, [self = shared_from_this()](ErrorCodeT ec, size_t n) {
+            if (self->state_ != State::kReading) return;
+            if (ec)
+              return self->read_failed(n == 0 && self->buffer_.size() == 0
+                                           ? ec
+                                           : ErrorCodeT(bhttp::error::partial_message));
+            self->buffer_.commit(n);
+            self->take_header();
+          }));
+      return;
+    }
+    const std::string_view header = data.substr(0, end + 2);
+    if (header.find("\r\n ") != std::string_view::npos ||
+        header.find("\r\n\t") != std::string_view::npos)
+      return reject(400, "obsolete line folding in a request header is not accepted");
+    ErrorCodeT ec;
+    buffer_.consume(parser_->put(buffer_.data(), ec));
+    if (!ec && !parser_->is_header_done()) ec = bhttp::error::partial_message;
+    on_header(ec);
   }
 
   void on_header(ErrorCodeT ec) {
@@ -522,8 +553,11 @@ class Session : public std::enable_shared_from_this<Session> {
     ++timer_gen_;
     timer_.cancel();
   }
+  // Whether any of the request being read has arrived (bytes of a header not yet whole
+  // wait in buffer_, unparsed).
+  bool got_some() const { return buffer_.size() > 0 || (parser_ && parser_->got_some()); }
   void on_timeout() {
-    if (state_ == State::kReading && parser_ && parser_->got_some() && !writing_) {
+    if (state_ == State::kReading && got_some() && !writing_) {
       log_debug("http: request from {} timed out while reading", remote_);
       return reject(408, "request not received in time", /*linger=*/false);
     }

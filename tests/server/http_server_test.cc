@@ -368,6 +368,21 @@ TEST(HttpServer, RefusesAmbiguousFraming) {
                       body),
             400);
   EXPECT_EQ(status_of("GET / HTTP/1.1\r\n\r\n"), 400);  // HTTP/1.1 without Host
+  // Obsolete line folding (a header continued on the next line), with a space or a tab.
+  EXPECT_EQ(status_of("GET / HTTP/1.1\r\nHost: x\r\nX-Test: a\r\n b\r\n\r\n"), 400);
+  EXPECT_EQ(status_of("GET / HTTP/1.1\r\nX-Test: a\r\n\tb\r\nHost: x\r\n\r\n"), 400);
+  {
+    // A header that arrives in pieces is still read whole.
+    TestConnection c(server.port());
+    c.send("GET /split HTTP/1.1\r\nHo");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    c.send("st: x\r\nX-Test: y\r\n");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    c.send("\r\n");
+    TestResponse r = c.read_response();
+    EXPECT_EQ(r.status, 200);
+    EXPECT_NE(r.body.find("x-test=y"), std::string::npos) << r.body;
+  }
   // What stays accepted: one final chunked (any case, with spaces), HTTP/1.0 without Host.
   EXPECT_EQ(status_of("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:  Chunked \r\n\r\n" + body),
             200);
