@@ -51,7 +51,7 @@ Decoder::Decoder(ModelConfig config, ModelWeights weights, Backend& backend)
 }
 
 size_t Decoder::workspace_bytes(int32_t max_tokens) const {
-  // Every activation buffer of forward() at max_tokens rows (they are kept between
+  // Every activation buffer of compute() at max_tokens rows (they are kept between
   // steps), the f32 logits of every row, the attention split-K partials, and slack for
   // the backend's GEMM workspace and metadata.
   const size_t t = static_cast<size_t>(std::max(max_tokens, 1));
