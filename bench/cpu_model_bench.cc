@@ -1,6 +1,6 @@
 // The whole model on the CPU through the real path: a checkpoint folder loaded as
 // load_model does it (config mapping, memory-mapped checkpoint, weight mapping, the
-// unified decoder on the CPU backend), then Decoder::forward timed for a prefill of
+// unified decoder on the CPU backend), then ModelRunner::forward timed for a prefill of
 // --prompt tokens and for single-token decode steps after it.
 //
 // Decode steps are timed alternately with a plain prefetching read of as many bytes as
@@ -26,8 +26,8 @@
 #include "bench_util.h"
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
-#include "model/decoder.h"
 #include "model/hf_config.h"
+#include "model/model_runner.h"
 #include "model/registry.h"
 #include "model/weights.h"
 
@@ -233,7 +233,7 @@ int run(const Options& opt) {
     backend = std::move(prof);
   else
     backend = make_cpu_backend();
-  Decoder model(mc, std::move(weights), std::move(backend));
+  ModelRunner model(mc, std::move(weights), std::move(backend));
   const int64_t wbytes = decode_weight_bytes(model.weights());
   const double flops = prefill_gemm_flops(model.weights(), opt.prompt);
   std::printf(

@@ -48,8 +48,8 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/json.h"
-#include "model/decoder.h"
 #include "model/loader.h"
+#include "model/model_runner.h"
 #include "model/random_model.h"
 
 #include "kernel_trace.h"
@@ -563,7 +563,7 @@ int run(int argc, char** argv) {
   lo.device = Device{DeviceType::kCUDA, 0};
   lo.dtype = *dtype;
   auto model = load_model(model_dir, lo);
-  auto* decoder = dynamic_cast<Decoder*>(model.get());
+  auto* decoder = dynamic_cast<ModelRunner*>(model.get());
   const auto mem = model->backend().memory_info();
   std::printf("loaded on the GPU in %.1f s (%s); device memory %.1f GiB free of %.1f GiB\n",
               now_s() - t0, dtype_name_s.c_str(), mem.free_bytes / double(1 << 30),

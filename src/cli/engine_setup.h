@@ -26,8 +26,8 @@
 
 #include "cli/args.h"
 #include "engine/async_model.h"
-#include "model/decoder.h"
 #include "model/loader.h"
+#include "model/model_runner.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tachyon::cli {

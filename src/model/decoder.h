@@ -1,125 +1,78 @@
-// The unified decoder: one implementation of LanguageModel for every architecture,
-// driven by ModelConfig flags and built from backend ops only.
+// The unified decoder's math: one implementation for every architecture, driven by
+// ModelConfig flags and built from backend ops only. It turns a step's inputs, already
+// on the device (StepInputs, staged by ModelRunner), into the logits of the rows asked
+// for, writing the step's K/V into the paged caches it is handed.
 #pragma once
 
-#include <deque>
-#include <map>
-#include <memory>
-#include <utility>
+#include <cstdint>
+#include <span>
 #include <vector>
 
 #include "backend/ops.h"
 #include "model/config.h"
-#include "model/forward.h"
-#include "model/rope.h"
 #include "model/weights.h"
 
 namespace tachyon {
 
-// A loaded model: the engine contract plus what tools want to show about it.
-class Model : public LanguageModel {
- public:
-  virtual const ModelConfig& config() const = 0;
-  virtual const ModelWeights& weights() const = 0;
-  virtual Backend& backend() = 0;
-  virtual size_t workspace_bytes(int32_t max_tokens) const = 0;
+// A reusable device buffer, grown to the largest step seen.
+struct StepBuffer {
+  Tensor storage;
+  // A [rows, cols] view of the storage (grown when needed), in the backend's
+  // activation dtype unless given.
+  Tensor view(Backend& be, int64_t rows, int64_t cols);
+  Tensor view(Backend& be, int64_t rows, int64_t cols, DType dtype);
 };
 
-class Decoder final : public Model {
+// One step's inputs on the device (T tokens, R logits rows).
+struct StepInputs {
+  Tensor ids;        // [T] i32 token ids
+  Tensor positions;  // [T] i32, for learned position embeddings only
+  Tensor slots;      // [T] i32 the cache slot of each token's K/V; -1: not written
+  AttentionMeta meta;
+  // Rotary models: the step's rows [T, rot] f32; or, given rope_rows (the rows of
+  // positions [0, n), [n, rot] f32), gathered from them at rope_positions ([T] i32).
+  Tensor cos_sin;
+  Tensor rope_rows, rope_positions;
+  // [R] i32: the rows whose logits the step wants, in order; empty when they are the
+  // step's rows in order (the final hidden states then need no gather).
+  Tensor logits_rows;
+  // [T] f32 per-token query scale (logn_scaling_len), or empty when every scale is 1.
+  Tensor logn;
+};
+
+// A layer of a plain pre-norm decoder (the usual case; compute() has the others:
+// parallel residual, post-norm, sandwich norms, residual from the norm):
+//
+//   h  = attn_norm(x)                          (or folded into the qkv product)
+//   x += o(attention(rotary(qkv(h)), cache))   (K/V written to the cache on the way)
+//   h  = mlp_norm(x)                           (or folded into the gate/up product)
+//   x += down(act(gate(h)) * up(h))            (or the MoE experts)
+//
+// and logits = lm_head(final_norm(x)) at the rows asked for. Where the backend can, the
+// adds into x happen inside the o and down products, and a norm rides on the product
+// that reads it (RowRms, from the squares the add before kept).
+class Decoder {
  public:
-  Decoder(ModelConfig config, ModelWeights weights, std::unique_ptr<Backend> backend);
+  // Prepares the weights for the backend's kernels (uploaded, fused, norms folded).
+  Decoder(ModelConfig config, ModelWeights weights, Backend& backend);
+  Decoder(const Decoder&) = delete;
+  Decoder& operator=(const Decoder&) = delete;
 
-  int32_t vocab_size() const override { return static_cast<int32_t>(cfg_.vocab_size); }
-  int32_t max_seq_len() const override { return static_cast<int32_t>(cfg_.max_seq_len); }
-  PromptLayout prompt_layout(std::span<const int32_t> prompt) const override;
-  size_t kv_bytes_per_block(int32_t block_size) const override;
-  void init_kv_cache(int32_t num_blocks, int32_t block_size) override;
-  void copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) override;
-  bool init_kv_swap(int32_t num_blocks) override;
-  void swap_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& out,
-                      const std::vector<std::pair<int32_t, int32_t>>& in) override;
-  Tensor forward(const ForwardBatch& batch) override;
-  bool samples_on_device() const override { return be_->supports_sampling(); }
-  // launch() then collect(); no step may be launched and not collected.
-  ForwardOutput forward_sample(const ForwardBatch& batch) override;
-  // On a device backend launch() queues the step, its sampling and the copies of its
-  // results, and returns; collect() waits for them (decoder_sample.cc).
-  void launch(const ForwardBatch& batch) override;
-  ForwardOutput collect() override;
+  const ModelConfig& config() const { return cfg_; }
+  const ModelWeights& weights() const { return w_; }
 
-  const ModelConfig& config() const override { return cfg_; }
-  const ModelWeights& weights() const override { return w_; }
-  Backend& backend() override { return *be_; }
-  // Device bytes the activations of a step of max_tokens tokens may take (an upper
-  // estimate, for sizing the KV cache from the memory left).
-  size_t workspace_bytes(int32_t max_tokens) const override;
+  // The step on `in`: T = in.ids' tokens, logits [R, V] f32 (device work only). Writes
+  // the step's K/V into kv (one cache per layer).
+  void compute(const StepInputs& in, std::span<LayerKvCache> kv, Tensor& logits);
 
-  // Pure decode steps (one new token per sequence, logits for each) on a backend that
-  // records graphs run as a replayed graph per (batch bucket, context bucket): the
-  // batch is padded to the bucket and its metadata refreshed in place. On by default;
-  // TACHYON_GRAPHS=0 in the environment turns it off.
-  // Setting it drops the graphs recorded so far (backend settings may have changed).
-  void set_step_graphs(bool on) {
-    graphs_on_ = on;
-    graphs_.clear();
-  }
-  bool step_graphs() const { return graphs_on_; }
-  // Eager steps of at least this many tokens take their rotary rows from a device table
-  // (rope_rows_) instead of uploading them; 0 turns that off. TACHYON_ROPE_GATHER_ROWS
-  // in the environment sets it (kRopeGatherRows by default).
-  void set_rope_gather_rows(int64_t rows) { rope_gather_rows_ = rows; }
-  static constexpr int64_t kRopeGatherRows = 256;
-  // Steps whose rotary rows were gathered on the device so far (for tests).
-  int64_t rope_gathers() const { return rope_gathers_; }
-  // Steps that ran as a graph replay, and graphs recorded, so far.
-  int64_t graph_replays() const { return graph_replays_; }
-  int64_t graph_records() const { return graph_records_; }
+  // Device bytes the activations of a step of max_tokens tokens may take, with the f32
+  // logits of every row (an upper estimate, for sizing the KV cache).
+  size_t workspace_bytes(int32_t max_tokens) const;
+  // The addresses of the activation buffers compute() works in (a recorded step reads
+  // them), in a fixed order.
+  void buffer_addresses(std::vector<const void*>& out) const;
 
  private:
-  // Reusable device buffers, grown to the largest step seen.
-  struct Buffer {
-    Tensor storage;
-    // A [rows, cols] view of the storage (grown when needed), in the backend's
-    // activation dtype unless given.
-    Tensor view(Backend& be, int64_t rows, int64_t cols);
-    Tensor view(Backend& be, int64_t rows, int64_t cols, DType dtype);
-  };
-
-  void validate(const ForwardBatch& b) const;
-  void validate_layouts(const ForwardBatch& b) const;
-  // GLM's 2-D rotary positions of the step's tokens: h_pos_ and h_block_.
-  void rotary_positions(const ForwardBatch& b);
-  // meta_.prefix_lens: set when some query of the step lies inside a bidirectional
-  // context (only a prompt's first step can have one), else absent.
-  void stage_prefix_lens(const ForwardBatch& b);
-  // The step's attention metadata, slots and rotary tables. Tokens from live_tokens on
-  // are padding: their K/V are not written.
-  // With gather_rope, a long enough step of a rotary model whose rows depend on the
-  // position alone stages its positions, and compute() gathers the rows (the table is
-  // grown here): a prefill of T tokens would otherwise copy T x rot floats three times on
-  // the host and upload them before its first kernel.
-  void stage_metadata(const ForwardBatch& b, int64_t live_tokens, bool gather_rope = true);
-  // rope_rows_ covering positions [0, n).
-  void ensure_rope_rows(int64_t n);
-  // Token ids, learned positions and the logits rows (rows_t_, left empty when they are
-  // the step's rows in order: the final hidden states then need no gather).
-  void stage_inputs(const ForwardBatch& b);
-  // The deferred tokens into the uploaded ids (after upload_staged()).
-  void take_deferred();
-  // A step's metadata goes to the device in one copy: stage() appends a piece of 4-byte
-  // elements to h_staged_ (each at a 256-byte boundary) and names the tensor that will
-  // view it; upload_staged() copies them all into staged_ and sets those tensors.
-  void stage(const void* data, Shape shape, DType dtype, Tensor* out);
-  void upload_staged();
-  // The step on the uploaded inputs: T tokens, logits [R, V] f32 (device work only).
-  void compute(int64_t T, int64_t R, Tensor& logits);
-  bool graph_eligible(const ForwardBatch& b) const;
-  // The largest batch bucket recorded as a graph (decoder_graph.cc).
-  static constexpr int32_t kMaxGraphBatch = 512;
-  Tensor forward_graph(const ForwardBatch& b);
-  std::vector<const void*> buffer_addresses() const;
-  // The step's f32 logits [logits_rows, vocab] on the backend's device.
-  Tensor device_logits(const ForwardBatch& b);
   // The blocks write their output projection to `out`; given `add_into` (the residual
   // stream), they add it there instead where the backend folds the add into the product
   // (Backend::linear_add), and return true when they did (`out` is then untouched).
@@ -136,6 +89,10 @@ class Decoder final : public Model {
   Tensor normed(const Tensor& in, const NormParams& norm);
   // The MLP's down projection of the activation a [T, inter_size] (as the blocks above).
   bool down_block(int layer, const Tensor& a, Tensor& out, Tensor* add_into);
+  // Every weight in the form the backend's kernels read (on a GPU: converted and
+  // uploaded once, q/k/v and gate/up stacked; on the CPU: the same tensors).
+  // (decoder_weights.cc, as fold_norms)
+  static void prepare_weights(ModelWeights& w, Backend& be);
   // The pre-attention and pre-MLP norms of a plain pre-norm decoder moved into the qkv
   // and gate/up weights (Backend::fold_norm), where the backend folds every layer's:
   // the norms keep only their normalisation (a weight of ones).
@@ -143,79 +100,24 @@ class Decoder final : public Model {
 
   ModelConfig cfg_;
   ModelWeights w_;
-  std::unique_ptr<Backend> be_;
+  Backend& be_;
   QkvLayout layout_;
   std::vector<AttentionParams> attn_params_;
-  bool all_sliding_ = false;   // every layer has the sliding window
   bool norms_folded_ = false;  // fold_norms() did
   // What the last linear_add into the residual stream kept of its rows (reset wherever
   // the stream is written otherwise).
   RowSquares squares_;
   RowSquares* squares_out() { return norms_folded_ ? &squares_ : nullptr; }
-  std::unique_ptr<RopeTable> rope_;
 
-  std::vector<LayerKvCache> kv_;
-  std::vector<LayerKvCache> swap_;  // swap space, the cache's block shape (Backend::alloc_swap)
-  int32_t block_size_ = 0;
+  // The step compute() runs: its inputs, caches and rotary rows (the staged or the
+  // gathered ones).
+  const StepInputs* step_ = nullptr;
+  std::span<LayerKvCache> kv_;
+  Tensor cos_sin_;
 
-  // Host-side staging for the step's metadata (reused).
-  std::vector<int32_t> h_slots_, h_seq_len_, h_pos_, h_block_, h_prefix_;
-  std::vector<float> h_cos_sin_;
-  std::vector<float> h_logn_;  // per-token query scale (logn_scaling_len)
-  bool logn_active_ = false;   // some token of this step is past logn_scaling_len
-  Tensor logn_t_;
-  // Device metadata, all in staged_ (pieces of h_staged_, see stage()).
-  std::vector<int32_t> h_staged_;
-  struct StagedPiece {
-    int64_t offset;  // in 4-byte words
-    Shape shape;
-    DType dtype;
-    Tensor* out;
-  };
-  std::vector<StagedPiece> pieces_;
-  Buffer staged_;
-  AttentionMeta meta_;
-  Tensor slots_t_, cos_sin_t_, ids_t_, pos_t_, rows_t_;
-  // The rotary rows of positions [0, rows) on the device ([rows, rot] f32), the step's
-  // positions for the gather (in staged_), and whether this step gathers.
-  Tensor rope_rows_, rope_pos_t_;
-  Buffer rope_gathered_;
-  bool rope_gather_ = false;
-  int64_t rope_gather_rows_ = kRopeGatherRows;
-  int64_t rope_gathers_ = 0;
   // Activations.
-  Buffer residual_, h_, h2_, embed_, qkv_, attn_, o_, mlp_, gate_up_, act_, shared_, router_,
-      moe_ids_, moe_w_, shared_logit_, final_, final_proj_, graph_logits_;
-
-  // Step graphs (decoder_graph.cc), keyed by (batch bucket, context bucket).
-  struct StepGraph {
-    std::unique_ptr<DeviceGraph> graph;
-    std::vector<const void*> addresses;  // the buffers it was recorded on
-  };
-  std::map<std::pair<int32_t, int32_t>, StepGraph> graphs_;
-  bool graphs_on_ = true;
-  ForwardBatch padded_;
-  int64_t graph_replays_ = 0, graph_records_ = 0;
-  // Device sampling and steps in flight (decoder_sample.cc).
-  Buffer sample_ids_;
-  // A launched step: its output once the fence is passed (ids and the host rows'
-  // logits copied into host buffers), or ready at launch.
-  struct Launched {
-    uint64_t fence = 0;
-    int64_t rows = 0;
-    Tensor ids;     // [rows] i32, host
-    Tensor logits;  // [host rows, V] f32, host
-    bool ready = false;
-    ForwardOutput out;  // when ready
-  };
-  std::deque<Launched> launched_;
-  // The ids the last launched step chose on the device [rows] (what the next step's
-  // deferred tokens read), or empty when it chose none.
-  Tensor last_ids_;
-  // Host buffers for results in flight (alloc_host), reused once nothing else holds them.
-  std::vector<Tensor> host_pool_;
-  Tensor host_buffer(int64_t elems, DType dtype);
-  Tensor deferred_t_;  // the step's deferred pairs [n, 2] (a staged piece)
+  StepBuffer residual_, h_, h2_, embed_, qkv_, attn_, o_, mlp_, gate_up_, act_, shared_, router_,
+      moe_ids_, moe_w_, shared_logit_, final_, final_proj_, rope_gathered_;
 };
 
 }  // namespace tachyon

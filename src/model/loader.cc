@@ -157,7 +157,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
   ModelWeights weights = load_weights(*ckpt, mc, map);
   log_debug("loaded {} ({}): {} layers, {} parameters", dir, mc.architecture, mc.layer_num,
             weights.total_params);
-  auto model = std::make_unique<Decoder>(std::move(mc), std::move(weights), std::move(backend));
+  auto model = std::make_unique<ModelRunner>(std::move(mc), std::move(weights), std::move(backend));
   model->backend().synchronize();  // weights are on the device before the checkpoint unmaps
   return model;
 }

@@ -1,5 +1,5 @@
 // Loading a Hugging Face model folder through the public path: config.json ->
-// registry (config mapping) -> Checkpoint -> weight mapping -> decoder.
+// registry (config mapping) -> Checkpoint -> weight mapping -> model runner.
 #pragma once
 
 #include <memory>
@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/tensor.h"
-#include "model/decoder.h"
+#include "model/model_runner.h"
 
 namespace tachyon {
 

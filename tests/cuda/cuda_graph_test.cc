@@ -13,8 +13,8 @@
 
 #include "cuda/cuda_test_util.h"
 #include "cuda/step_batch.h"
-#include "model/decoder.h"
 #include "model/loader.h"
+#include "model/model_runner.h"
 
 namespace tachyon::cuda_test {
 namespace {
@@ -28,7 +28,7 @@ std::unique_ptr<Model> load(DType dtype, bool graphs) {
   o.dtype = dtype;
   auto m = load_model(std::string(TACHYON_SOURCE_DIR) + "/models/tiny-kjv-chat", o);
   m->init_kv_cache(4 * kBlocksEach, kBlock);
-  auto* d = dynamic_cast<Decoder*>(m.get());
+  auto* d = dynamic_cast<ModelRunner*>(m.get());
   EXPECT_NE(d, nullptr);
   if (d != nullptr) d->set_step_graphs(graphs);
   return m;
@@ -97,7 +97,7 @@ TEST_P(CudaGraphTest, DecodeGraphsMatchEager) {
       live[r]->tokens.push_back(static_cast<int32_t>(std::max_element(p, p + vocab) - p));
     }
   }
-  const auto* d = dynamic_cast<const Decoder*>(graph.get());
+  const auto* d = dynamic_cast<const ModelRunner*>(graph.get());
   ASSERT_NE(d, nullptr);
   std::printf("  %s: %d decode steps, %lld graph replays, %lld recordings\n",
               dtype_label(dt).c_str(), decode_steps, static_cast<long long>(d->graph_replays()),
@@ -105,7 +105,7 @@ TEST_P(CudaGraphTest, DecodeGraphsMatchEager) {
   // Buckets (4, 512), (4, 1024), (2, 1024), then (4, 1024) again after the regrowth.
   EXPECT_GE(d->graph_records(), 3);
   EXPECT_GE(d->graph_replays(), decode_steps - 8);
-  const auto* e = dynamic_cast<const Decoder*>(eager.get());
+  const auto* e = dynamic_cast<const ModelRunner*>(eager.get());
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->graph_replays(), 0);
 }

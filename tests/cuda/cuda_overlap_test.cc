@@ -1,4 +1,4 @@
-// Steps queued ahead on the GPU (Decoder::launch / collect): a step whose input tokens
+// Steps queued ahead on the GPU (ModelRunner::launch / collect): a step whose input tokens
 // are the previous step's ids, taken on the device (ForwardBatch::deferred), launched
 // before the previous step is collected, must choose exactly what the same step chooses
 // with those tokens given by the host. Two copies of the bundled model (step graphs on)
@@ -14,8 +14,8 @@
 
 #include "cuda/cuda_test_util.h"
 #include "cuda/step_batch.h"
-#include "model/decoder.h"
 #include "model/loader.h"
+#include "model/model_runner.h"
 
 namespace tachyon::cuda_test {
 namespace {
@@ -121,7 +121,7 @@ TEST(CudaOverlap, DeferredTokensMatchStepByStep) {
   for (const auto& v : ids_serial) distinct.insert(distinct.end(), v.begin(), v.end());
   std::sort(distinct.begin(), distinct.end());
   EXPECT_GT(std::unique(distinct.begin(), distinct.end()) - distinct.begin(), 5);
-  const auto* d = dynamic_cast<const Decoder*>(ahead.get());
+  const auto* d = dynamic_cast<const ModelRunner*>(ahead.get());
   ASSERT_NE(d, nullptr);
   EXPECT_GT(d->graph_replays(), kSteps / 2);  // the deferred ids went into replayed graphs
 }

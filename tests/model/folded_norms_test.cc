@@ -13,9 +13,9 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "io/checkpoint.h"
-#include "model/decoder.h"
 #include "model/hf_config.h"
 #include "model/loader.h"
+#include "model/model_runner.h"
 #include "model/model_test_util.h"
 #include "model/registry.h"
 #include "model/weights.h"
@@ -138,14 +138,14 @@ class FoldingBackend : public cpu::CpuBackend {
 };
 
 // The fixture's model on `backend`, as load_model builds it.
-std::unique_ptr<Decoder> decoder_on(const std::string& dir, std::unique_ptr<Backend> backend,
-                                    std::unique_ptr<Checkpoint>& ckpt) {
+std::unique_ptr<ModelRunner> decoder_on(const std::string& dir, std::unique_ptr<Backend> backend,
+                                        std::unique_ptr<Checkpoint>& ckpt) {
   HfConfig cfg = HfConfig::load(dir + "/config.json");
   const ArchSpec& spec = find_arch(cfg, "");
   ModelConfig mc = map_model_config(cfg, "", dir + "/generation_config.json");
   ckpt = Checkpoint::open(dir);
   ModelWeights weights = load_weights(*ckpt, mc, spec.map_weights(mc));
-  return std::make_unique<Decoder>(std::move(mc), std::move(weights), std::move(backend));
+  return std::make_unique<ModelRunner>(std::move(mc), std::move(weights), std::move(backend));
 }
 
 double max_rel_diff(const Tensor& a, const Tensor& b) {

@@ -1,4 +1,4 @@
-// The decoder's rotary rows gathered on the device (Decoder::set_rope_gather_rows): a
+// The runner's rotary rows gathered on the device (ModelRunner::set_rope_gather_rows): a
 // step that gathers its rows from the table of every position gives the same logits,
 // bit for bit, as one that uploads the rows it computed on the host; rotaries whose
 // rows do not depend on the position alone (2-D, length-dependent) keep the upload.
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "model/decoder.h"
 #include "model/loader.h"
+#include "model/model_runner.h"
 #include "model/model_test_util.h"
 
 namespace tachyon {
@@ -28,7 +28,7 @@ struct Steps {
 // steps, each step gathering from `gather_rows` tokens (0: never).
 Steps run(const std::string& name, int64_t gather_rows) {
   auto model = load_model(fixture(name.c_str()));
-  auto* d = dynamic_cast<Decoder*>(model.get());
+  auto* d = dynamic_cast<ModelRunner*>(model.get());
   EXPECT_NE(d, nullptr);
   if (d == nullptr) return {};
   d->set_rope_gather_rows(gather_rows);

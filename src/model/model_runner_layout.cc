@@ -1,19 +1,19 @@
-// The decoder's side of prompt layouts (model/prompt_layout.h): reading a prompt,
+// The runner's side of prompt layouts (model/prompt_layout.h): reading a prompt,
 // checking each step's layouts, GLM's 2-D rotary positions and the attention prefix
 // lengths of a bidirectional context.
 #include <string>
 
 #include "core/error.h"
-#include "model/decoder.h"
+#include "model/model_runner.h"
 #include "model/prompt_layout.h"
 
 namespace tachyon {
 
-PromptLayout Decoder::prompt_layout(std::span<const int32_t> prompt) const {
+PromptLayout ModelRunner::prompt_layout(std::span<const int32_t> prompt) const {
   return make_prompt_layout(cfg_, prompt);
 }
 
-void Decoder::validate_layouts(const ForwardBatch& b) const {
+void ModelRunner::validate_layouts(const ForwardBatch& b) const {
   const int32_t S = b.num_seqs();
   if (b.layouts.empty()) {
     if (cfg_.needs_prompt_layout() && S > 0)
@@ -43,7 +43,7 @@ void Decoder::validate_layouts(const ForwardBatch& b) const {
   }
 }
 
-void Decoder::rotary_positions(const ForwardBatch& b) {
+void ModelRunner::rotary_positions(const ForwardBatch& b) {
   const size_t T = static_cast<size_t>(b.num_tokens());
   h_pos_.resize(T);
   h_block_.resize(T);
@@ -56,8 +56,8 @@ void Decoder::rotary_positions(const ForwardBatch& b) {
   }
 }
 
-void Decoder::stage_prefix_lens(const ForwardBatch& b) {
-  meta_.prefix_lens = Tensor();
+void ModelRunner::stage_prefix_lens(const ForwardBatch& b) {
+  in_.meta.prefix_lens = Tensor();
   if (!cfg_.bidirectional_context || b.layouts.empty()) return;
   const int32_t S = b.num_seqs();
   h_prefix_.assign(static_cast<size_t>(S), 0);
@@ -70,7 +70,7 @@ void Decoder::stage_prefix_lens(const ForwardBatch& b) {
     inside = inside || start < L.context_len - 1;
   }
   if (!inside) return;
-  stage(h_prefix_.data(), {S}, DType::kI32, &meta_.prefix_lens);
+  stage(h_prefix_.data(), {S}, DType::kI32, &in_.meta.prefix_lens);
 }
 
 }  // namespace tachyon

@@ -1,11 +1,11 @@
-// Decoder::launch / collect / forward_sample: the step's logits stay on the device,
+// ModelRunner::launch / collect / forward_sample: the step's logits stay on the device,
 // which chooses the tokens of the rows it can; only their ids (and the logits of the
 // rows the host needs) come back, copied behind the step's work so that the host can
 // queue the next step before they arrive.
 #include <algorithm>
 
 #include "core/error.h"
-#include "model/decoder.h"
+#include "model/model_runner.h"
 
 namespace tachyon {
 
@@ -39,7 +39,7 @@ void validate_sampling(const SamplingBatch& sb, int64_t R, int64_t V) {
 
 }  // namespace
 
-Tensor Decoder::host_buffer(int64_t elems, DType dtype) {
+Tensor ModelRunner::host_buffer(int64_t elems, DType dtype) {
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(elems, 1)) * dtype_size(dtype);
   for (Tensor& t : host_pool_)
     if (t.owner().use_count() == 1 && t.nbytes() >= bytes)
@@ -51,7 +51,7 @@ Tensor Decoder::host_buffer(int64_t elems, DType dtype) {
   return Tensor::wrap(t.raw(), {elems}, dtype, t.owner(), t.device());
 }
 
-void Decoder::launch(const ForwardBatch& b) {
+void ModelRunner::launch(const ForwardBatch& b) {
   TACHYON_CHECK(launched_.size() < 2, "launch: two steps are already launched and not collected");
   const int64_t R = static_cast<int64_t>(b.logits_rows.size());
   const int64_t V = cfg_.vocab_size;
@@ -93,7 +93,7 @@ void Decoder::launch(const ForwardBatch& b) {
   launched_.push_back(std::move(l));
 }
 
-ForwardOutput Decoder::collect() {
+ForwardOutput ModelRunner::collect() {
   TACHYON_CHECK(!launched_.empty(), "collect: no step was launched");
   Launched l = std::move(launched_.front());
   launched_.pop_front();
@@ -108,7 +108,7 @@ ForwardOutput Decoder::collect() {
   return out;
 }
 
-ForwardOutput Decoder::forward_sample(const ForwardBatch& b) {
+ForwardOutput ModelRunner::forward_sample(const ForwardBatch& b) {
   TACHYON_CHECK(launched_.empty(), "forward_sample: a launched step was not collected");
   launch(b);
   return collect();

@@ -1,16 +1,18 @@
 // Decode steps as replayed device graphs. A pure decode step (every sequence advances
 // by one token and wants its logits) is padded to a batch bucket; its metadata goes
-// into the decoder's device buffers in place (block tables repacked to a width fixed by
+// into the runner's device buffers in place (block tables repacked to a width fixed by
 // the context bucket, attention hints set to the bucket), and the recorded kernels of
 // that (batch, context) bucket run again. Padding sequences have context 1 on block 0
 // and write no K/V; their logits rows are dropped. (A decode step never has a query
 // inside a bidirectional context, so the graphs never carry prefix lengths.) The first step of a
 // bucket runs eagerly (sizing every buffer and scratch), then is recorded; a graph whose buffers
 // have moved since (a larger step regrew them) is recorded again.
+// (The runner's graph steps apart from its eager step, model_runner.cc: the padding,
+// the buckets and the recordings are one part of the runner that the rest never reads.)
 #include <algorithm>
 
 #include "core/error.h"
-#include "model/decoder.h"
+#include "model/model_runner.h"
 
 namespace tachyon {
 namespace {
@@ -34,7 +36,7 @@ int32_t context_bucket(int32_t ctx) {
 
 }  // namespace
 
-bool Decoder::graph_eligible(const ForwardBatch& b) const {
+bool ModelRunner::graph_eligible(const ForwardBatch& b) const {
   if (!graphs_on_ || kv_.empty()) return false;
   const int32_t S = b.num_seqs();
   if (S <= 0 || S > kMaxGraphBatch || b.num_tokens() != S) return false;
@@ -49,16 +51,14 @@ bool Decoder::graph_eligible(const ForwardBatch& b) const {
   return true;
 }
 
-std::vector<const void*> Decoder::buffer_addresses() const {
-  std::vector<const void*> a;
-  for (const Buffer* buf : {&staged_, &residual_, &h_, &h2_, &embed_, &qkv_, &attn_, &o_, &mlp_,
-                            &gate_up_, &act_, &shared_, &router_, &moe_ids_, &moe_w_,
-                            &shared_logit_, &final_, &final_proj_, &graph_logits_})
-    a.push_back(buf->storage.raw());
+std::vector<const void*> ModelRunner::buffer_addresses() const {
+  std::vector<const void*> a = {staged_.storage.raw()};
+  decoder_.buffer_addresses(a);  // the activations
+  a.push_back(graph_logits_.storage.raw());
   // The staged pieces (their offsets in staged_ follow the step's shapes).
-  for (const Tensor* t :
-       {&ids_t_, &pos_t_, &rows_t_, &slots_t_, &cos_sin_t_, &logn_t_, &meta_.query_start,
-        &meta_.context_lens, &meta_.block_tables, &meta_.prefix_lens})
+  for (const Tensor* t : {&in_.ids, &in_.positions, &in_.logits_rows, &in_.slots, &in_.cos_sin,
+                          &in_.logn, &in_.meta.query_start, &in_.meta.context_lens,
+                          &in_.meta.block_tables, &in_.meta.prefix_lens})
     a.push_back(t->raw());
   for (const LayerKvCache& c : kv_) {
     a.push_back(c.k.raw());
@@ -67,7 +67,7 @@ std::vector<const void*> Decoder::buffer_addresses() const {
   return a;
 }
 
-Tensor Decoder::forward_graph(const ForwardBatch& b) {
+Tensor ModelRunner::forward_graph(const ForwardBatch& b) {
   const int32_t S = b.num_seqs();
   const int32_t B = batch_bucket(S);
   int32_t max_ctx = 0;
@@ -104,9 +104,9 @@ Tensor Decoder::forward_graph(const ForwardBatch& b) {
   for (int32_t s = 0; s <= B; ++s) p.query_start[s] = s;
   for (int32_t s = 0; s < B; ++s) p.logits_rows[s] = s;
 
-  stage_metadata(p, S, /*gather_rope=*/false);  // the recorded step reads cos_sin_t_ as staged
-  meta_.max_query_len = 1;
-  meta_.max_context_len = C;
+  stage_metadata(p, S, /*gather_rope=*/false);  // the recorded step reads in_.cos_sin as staged
+  in_.meta.max_query_len = 1;
+  in_.meta.max_context_len = C;
   stage_inputs(p);
   upload_staged();
   take_deferred();  // before the graph, whose first kernel reads the ids
@@ -122,9 +122,9 @@ Tensor Decoder::forward_graph(const ForwardBatch& b) {
   } else {
     if (it != graphs_.end()) graphs_.erase(it);
     // Eagerly (this step's result), then recorded for the next steps of the bucket.
-    compute(B, B, logits);
+    compute(logits);
     if (graphs_.size() >= 64) graphs_.clear();
-    std::unique_ptr<DeviceGraph> g = be_->record([&] { compute(B, B, logits); });
+    std::unique_ptr<DeviceGraph> g = be_->record([&] { compute(logits); });
     if (g) {
       ++graph_records_;
       graphs_[key] = StepGraph{std::move(g), buffer_addresses()};
