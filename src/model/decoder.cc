@@ -8,6 +8,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/settings.h"
 
 namespace tachyon {
 
@@ -146,8 +147,7 @@ Decoder::Decoder(ModelConfig config, ModelWeights weights, std::unique_ptr<Backe
       for (float& x : s) x = bf16_to_f32(f32_to_bf16(x));
     slopes = be_->upload(s.data(), {static_cast<int64_t>(s.size())}, DType::kF32, {});
   }
-  if (const char* env = std::getenv("TACHYON_GRAPHS"); env != nullptr && std::string(env) == "0")
-    graphs_on_ = false;
+  if (!setting_env_bool("graphs")) graphs_on_ = false;
   if (be_->device().is_cpu()) graphs_on_ = false;
   rope_gather_rows_ = env_int("TACHYON_ROPE_GATHER_ROWS", kRopeGatherRows, 0, 1L << 30);
   all_sliding_ = cfg_.sliding_window > 0;
