@@ -50,6 +50,7 @@ std::string details(const Setting& s, std::string_view command) {
 std::string line(const Setting& s, std::string_view command) {
   std::string flag = s.type == SettingType::kBool ? "--[no-]" + s.name : "--" + s.name;
   flag += metavar(s);
+  if (flag.size() > 32) flag += "\n  " + std::string(32, ' ');
   return fmt::format("  {:<32} {}\n  {:<32} [{}]\n", flag, s.help, "", details(s, command));
 }
 
@@ -58,12 +59,13 @@ std::string line(const Setting& s, std::string_view command) {
 std::string settings_help(std::string_view command, std::string_view usage) {
   std::string out = std::string(usage);
   if (!out.empty() && out.back() != '\n') out += '\n';
+  const bool has_file = find_setting("config").takes(command);
   out += fmt::format(
       "\nsettings of 'tachyon {}': each from its flag, else its environment variables in\n"
-      "the order shown, else the settings file named by --config, else the default.\n"
+      "the order shown, {}else the default.\n"
       "--a-b VALUE, --a-b=VALUE and --a_b VALUE are the same; booleans also take --a-b,\n"
       "--a-b true|false and --no-a-b.\n",
-      command);
+      command, has_file ? "else the settings file named by --config, " : "");
   for (const Setting& s : settings_table())
     if (s.takes(command)) out += line(s, command);
   return out;

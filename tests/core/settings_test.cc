@@ -260,6 +260,11 @@ TEST(Settings, HelpListsEverySettingOfTheCommand) {
   EXPECT_NE(serve.find("also --kv-cache-bytes"), std::string::npos);
   EXPECT_EQ(serve.find("also --model"), std::string::npos);  // serve's --model is the model
   EXPECT_NE(settings_help("bench-serving", "usage").find("also --model"), std::string::npos);
+  // make-random's --config is the model's config.json, not a settings file.
+  EXPECT_NE(serve.find("settings file named by --config"), std::string::npos);
+  const std::string mr = settings_help("make-random", "usage");
+  EXPECT_EQ(mr.find("settings file"), std::string::npos);
+  EXPECT_NE(mr.find("also --config"), std::string::npos);
   const std::string main = main_help();
   for (const auto& [name, line] : subcommands()) EXPECT_NE(main.find(name), std::string::npos);
   for (const char* v :
