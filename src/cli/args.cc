@@ -19,6 +19,10 @@ std::optional<SettingValues> parse_command(std::string_view command,
     std::fwrite(help.data(), 1, help.size(), stdout);
     return std::nullopt;
   }
+  // The settings the libraries read from the environment: a malformed one fails here,
+  // before any work, rather than deep inside the first use.
+  for (const Setting& s : settings_table())
+    if (s.commands.empty()) setting_env_str(s.name);
   if (find_setting("log-level").takes(command))
     set_log_level(parse_log_level(values->str("log-level")));
   if (find_setting("threads").takes(command) && values->integer("threads") > 0)

@@ -12,7 +12,8 @@ namespace tachyon::cli {
 
 // Resolves `command`'s settings from `argv` and the environment. On --help / -h prints
 // `usage` and the settings' table to stdout and returns nullopt (the command then
-// exits 0). Applies --log-level and --threads where the command takes them.
+// exits 0). Checks the settings read from the environment only (TACHYON_CPU_ISA, ...).
+// Applies --log-level and --threads where the command takes them.
 std::optional<SettingValues> parse_command(std::string_view command,
                                            const std::vector<std::string>& argv,
                                            std::string_view usage);

@@ -89,6 +89,14 @@ TEST(CliHelp, BadFlagsFailWithTheFlagNamed) {
     EXPECT_NE(out.find(std::string("error: ") + c.message), std::string::npos) << c.args << "\n"
                                                                                << out;
   }
+  // So are the variables the libraries read, before anything loads.
+  for (const char* env :
+       {"TACHYON_CPU_PORTABLE=maybe", "TACHYON_GRAPHS=2", "TACHYON_CPU_ISA=avx9"}) {
+    const auto [code, out] = run("inspect --model /nonexistent", env);
+    EXPECT_EQ(code, 1) << env << "\n" << out;
+    const std::string var = std::string(env).substr(0, std::string(env).find('='));
+    EXPECT_NE(out.find("error: " + var + ": '"), std::string::npos) << out;
+  }
   // An environment variable is checked the same way, before anything loads.
   const auto [code, out] =
       run("generate --prompt-ids 1 --model /nonexistent", "TACHYON_MAX_NUM_SEQS=abc");
