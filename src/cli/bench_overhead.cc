@@ -15,6 +15,7 @@
 
 #include "cli/args.h"
 #include "cli/bench_serving.h"
+#include "cli/model_dir.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "frontend/engine_backend.h"
@@ -63,16 +64,17 @@ class TimingBackend : public InferenceBackend {
 }  // namespace
 
 int run_overhead_bench(const std::vector<std::string>& argv) {
-  Args args(argv, {"model", "num-requests", "input-len", "output-len", "threads", "seed"},
-            {"overhead", "json"});
-  std::string model = args.get_or("model", "models/tiny-kjv-chat");
-  int64_t n = args.get_int("num-requests", 200);
-  int64_t input_len = args.get_int("input-len", 32);
-  int64_t output_len = args.get_int("output-len", 4);
-  if (args.has("threads"))
-    ThreadPool::set_global_threads(static_cast<int>(args.get_int("threads", 0)));
-  if (n < 1 || input_len < 1 || output_len < 1)
-    raise<InvalidArgument>("counts and lengths must be positive");
+  const auto parsed = parse_command(
+      "bench-overhead", argv,
+      "usage: tachyon bench-serving --overhead [--model DIR] [--num-requests N] "
+      "[--input-len L] [--output-len O] [--json]\n\n"
+      "TTFT through an in-process HTTP server against the engine's own, per request.\n");
+  if (!parsed) return 0;
+  const SettingValues& args = *parsed;
+  const std::string model = resolve_model_dir(args.str("model"));
+  const int64_t n = args.integer("num-requests");
+  const int64_t input_len = args.integer("input-len");
+  const int64_t output_len = args.integer("output-len");
 
   EngineBackendOptions bo;
   bo.model_dir = model;
@@ -91,7 +93,7 @@ int run_overhead_bench(const std::vector<std::string>& argv) {
       });
   http.start();
 
-  std::mt19937_64 rng(static_cast<uint64_t>(args.get_int("seed", 0)));
+  std::mt19937_64 rng(static_cast<uint64_t>(args.integer("seed")));
   std::uniform_int_distribution<int32_t> tok(300,
                                              std::max(301, backend->model_info().vocab_size - 1));
   std::vector<std::vector<int32_t>> prompts;

@@ -271,13 +271,19 @@ class Bench {
   double wall_ms_ = 0;
 };
 
-Options parse(const std::vector<std::string>& argv) {
-  Args args(argv,
-            {"url", "endpoint", "num-requests", "concurrency", "request-rate", "input-len",
-             "output-len", "api-key", "model", "seed"},
-            {"json"});
+constexpr const char* kUsage =
+    "usage: tachyon bench-serving [--url http://127.0.0.1:8088] [--endpoint /v1/completions]\n"
+    "                             [--num-requests N] [--concurrency C | --request-rate R]\n"
+    "                             [--input-len L] [--output-len O] [--json]\n"
+    "       tachyon bench-serving --overhead [--model DIR] ...   the HTTP layer's overhead\n\n"
+    "Benchmarks a running server over HTTP with streaming requests of random prompts.\n";
+
+std::optional<Options> parse(const std::vector<std::string>& argv) {
+  const auto parsed = parse_command("bench-serving", argv, kUsage);
+  if (!parsed) return std::nullopt;
+  const SettingValues& args = *parsed;
   Options o;
-  std::string url = args.get_or("url", "http://127.0.0.1:8088");
+  std::string url = args.str("url");
   if (url.rfind("http://", 0) != 0)
     raise<InvalidArgument>("--url must start with http://, got '{}'", url);
   std::string hostport = url.substr(7);
@@ -285,21 +291,17 @@ Options parse(const std::vector<std::string>& argv) {
   auto colon = hostport.rfind(':');
   o.host = colon == std::string::npos ? hostport : hostport.substr(0, colon);
   o.port = colon == std::string::npos ? "80" : hostport.substr(colon + 1);
-  o.endpoint = args.get_or("endpoint", o.endpoint);
-  if (o.endpoint != "/v1/completions" && o.endpoint != "/v1/chat/completions")
-    raise<InvalidArgument>("--endpoint must be /v1/completions or /v1/chat/completions");
-  o.num_requests = args.get_int("num-requests", o.num_requests);
-  o.concurrency = args.get_int("concurrency", 0);
-  o.request_rate = args.get_double("request-rate", 0);
-  o.input_len = args.get_int("input-len", o.input_len);
-  o.output_len = args.get_int("output-len", o.output_len);
-  o.api_key = args.get_or("api-key", "");
-  o.model = args.get_or("model", "");
-  o.seed = args.get_int("seed", 0);
+  o.endpoint = args.str("endpoint");
+  o.num_requests = args.integer("num-requests");
+  o.concurrency = args.given("concurrency") ? args.integer("concurrency") : 0;
+  o.request_rate = args.given("request-rate") ? args.number("request-rate") : 0;
+  o.input_len = args.integer("input-len");
+  o.output_len = args.integer("output-len");
+  const std::vector<std::string> keys = args.list("api-key");
+  o.api_key = keys.empty() ? std::string() : keys.front();
+  o.model = args.str("served-model-name");
+  o.seed = args.integer("seed");
   o.json = args.flag("json");
-  if (o.num_requests < 1 || o.input_len < 1 || o.output_len < 1 || o.concurrency < 0 ||
-      o.request_rate < 0)
-    raise<InvalidArgument>("counts and lengths must be positive");
   return o;
 }
 
@@ -317,9 +319,11 @@ Json dist_ms(const std::vector<double>& v) {
 }
 
 int run_serving_bench(const std::vector<std::string>& argv) {
-  if (std::find(argv.begin(), argv.end(), "--overhead") != argv.end())
-    return run_overhead_bench(argv);
-  Options o = parse(argv);
+  for (const std::string& a : argv)
+    if (a == "--overhead" || a.rfind("--overhead=", 0) == 0) return run_overhead_bench(argv);
+  const std::optional<Options> parsed = parse(argv);
+  if (!parsed) return 0;
+  const Options& o = *parsed;
   Bench bench(o);
   std::vector<Result> results = bench.run();
   std::vector<double> ttft, itl, tpot, e2e;

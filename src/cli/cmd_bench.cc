@@ -21,6 +21,7 @@
 #include <random>
 #include <thread>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/engine_setup.h"
 #include "cli/model_dir.h"
@@ -51,25 +52,24 @@ Json dist(const std::vector<double>& v) {
           {"p99", percentile(v, 99)}};
 }
 
-std::vector<std::vector<int32_t>> make_prompts(const Args& args, const EngineBundle& b, int64_t n,
-                                               std::mt19937_64& rng) {
+std::vector<std::vector<int32_t>> make_prompts(const SettingValues& args, const EngineBundle& b,
+                                               int64_t n, std::mt19937_64& rng) {
   std::vector<std::vector<int32_t>> prompts;
-  if (auto file = args.get("prompts")) {
-    std::ifstream in(*file);
-    if (!in) raise<NotFound>("cannot open --prompts {}", *file);
+  if (args.given("prompts")) {
+    const std::string file = args.str("prompts");
+    std::ifstream in(file);
+    if (!in) raise<NotFound>("cannot open --prompts {}", file);
     std::string line;
     std::vector<std::vector<int32_t>> all;
     while (std::getline(in, line))
       if (line.find_first_not_of(" \t\r") != std::string::npos)
-        all.push_back(prompt_from_json(parse_json(line, *file), b.tokenizer.get()));
-    if (all.empty()) raise<InvalidArgument>("--prompts {} has no prompts", *file);
+        all.push_back(prompt_from_json(parse_json(line, file), b.tokenizer.get()));
+    if (all.empty()) raise<InvalidArgument>("--prompts {} has no prompts", file);
     for (int64_t i = 0; i < n; ++i) prompts.push_back(all[static_cast<size_t>(i) % all.size()]);
     return prompts;
   }
-  const int64_t len = args.get_int("input-len", 128);
-  const double ratio = args.get_double("range-ratio", 0.0);
-  if (len < 1) raise<InvalidArgument>("--input-len must be >= 1");
-  if (!(ratio >= 0 && ratio < 1)) raise<InvalidArgument>("--range-ratio must be in [0, 1)");
+  const int64_t len = args.integer("input-len");
+  const double ratio = args.number("range-ratio");
   const int32_t vocab = b.engine->vocab_size();
   // Ordinary tokens only: skip the first few ids (special tokens in most vocabularies).
   const int32_t low = std::min(vocab - 1, 16);
@@ -85,33 +85,39 @@ std::vector<std::vector<int32_t>> make_prompts(const Args& args, const EngineBun
   return prompts;
 }
 
+constexpr const char* kUsage =
+    "usage: tachyon bench [--model DIR] [--num-requests N] [--input-len L] [--output-len O]\n"
+    "                     [--concurrency C | --request-rate R] [--json] [flags]\n"
+    "       tachyon bench --url http://HOST:PORT [...]   the serving benchmark (bench-serving)\n\n"
+    "Offline benchmark of the engine: random prompts (or --prompts FILE.jsonl), each request\n"
+    "generating exactly its output length; reports throughput, TTFT, ITL, TPOT and\n"
+    "end-to-end latency percentiles and the engine's step time split.\n";
+
 }  // namespace
 
 int cmd_bench(const CommandArgs& argv) {
   // Serving mode: with --url the same benchmark runs against a running server over HTTP.
   for (const std::string& a : argv)
     if (a == "--url" || a.rfind("--url=", 0) == 0) return cmd_bench_serving(argv);
-  std::set<std::string> flags = engine_flags();
-  flags.insert({"model", "num-requests", "input-len", "output-len", "range-ratio", "concurrency",
-                "request-rate", "prompts", "temperature", "seed"});
-  Args args(argv, flags, {"json"});
-  const int64_t n = args.get_int("num-requests", 64);
-  if (n < 1 || n > 1000000) raise<InvalidArgument>("--num-requests must be in [1, 1000000]");
-  const int64_t out_len = args.get_int("output-len", 128);
-  if (out_len < 1) raise<InvalidArgument>("--output-len must be >= 1");
-  if (args.has("concurrency") && args.has("request-rate"))
+  const auto parsed = parse_command("bench", argv, kUsage);
+  if (!parsed) return 0;
+  const SettingValues& args = *parsed;
+  const int64_t n = args.integer("num-requests");
+  const int64_t out_len = args.integer("output-len");
+  const bool open_loop = args.given("request-rate");
+  if (args.given("concurrency") && open_loop)
     raise<InvalidArgument>("give --concurrency or --request-rate, not both");
-  const int64_t concurrency = args.get_int("concurrency", std::min<int64_t>(n, 32));
-  const double rate = args.get_double("request-rate", 0.0);
+  const int64_t concurrency =
+      args.given("concurrency") ? args.integer("concurrency") : std::min<int64_t>(n, 32);
+  const double rate = open_loop ? args.number("request-rate") : 0.0;
   if (concurrency < 1) raise<InvalidArgument>("--concurrency must be >= 1");
-  if (args.has("request-rate") && !(rate > 0)) raise<InvalidArgument>("--request-rate must be > 0");
   const bool json = args.flag("json");
 
-  EngineBundle b = open_engine(resolve_model_dir(args.get_or("model", "")), args);
-  std::mt19937_64 rng(static_cast<uint64_t>(args.get_int("seed", 0)));
+  EngineBundle b = open_engine(resolve_model_dir(args.str("model")), args);
+  std::mt19937_64 rng(static_cast<uint64_t>(args.integer("seed")));
   const auto prompts = make_prompts(args, b, n, rng);
   GenerateConfig cfg;
-  cfg.temperature = static_cast<float>(args.get_double("temperature", 0.0));
+  cfg.temperature = static_cast<float>(args.number("temperature"));
   cfg.ignore_eos = true;
 
   std::vector<GenerateResult> results(static_cast<size_t>(n));
@@ -129,7 +135,7 @@ int cmd_bench(const CommandArgs& argv) {
     return GenerateRequest{prompts[static_cast<size_t>(i)], c};
   };
   std::vector<std::thread> workers;
-  if (args.has("request-rate")) {
+  if (open_loop) {
     // Poisson arrivals from one thread; results are read after all are submitted (the
     // engine measures TTFT and token gaps itself).
     std::exponential_distribution<double> gap(rate);
@@ -205,8 +211,8 @@ int cmd_bench(const CommandArgs& argv) {
   Json j = {
       {"num_requests", n},
       {"failed", failed},
-      {"concurrency", args.has("request-rate") ? Json(nullptr) : Json(concurrency)},
-      {"request_rate", args.has("request-rate") ? Json(rate) : Json(nullptr)},
+      {"concurrency", open_loop ? Json(nullptr) : Json(concurrency)},
+      {"request_rate", open_loop ? Json(rate) : Json(nullptr)},
       {"duration_s", wall},
       {"input_tokens", in_tokens},
       {"output_tokens", out_tokens},

@@ -72,66 +72,68 @@ void dump_prompt_logits(Model& model, const std::vector<int32_t>& prompt, const 
 }
 
 // The defaults that flags give every request, as generate_config JSON.
-Json flag_defaults(const Args& args) {
+Json flag_defaults(const SettingValues& v) {
   Json d = Json::object();
-  if (auto g = args.get("generate-config")) {
-    d = parse_json(*g, "--generate-config");
+  if (v.given("generate-config")) {
+    d = parse_json(v.str("generate-config"), "--generate-config");
     if (!d.is_object()) raise<InvalidArgument>("--generate-config must be a JSON object");
   }
-  if (args.has("max-new-tokens"))
-    d["max_new_tokens"] = args.get_int("max-new-tokens", 32);
-  else if (!d.contains("max_new_tokens"))
-    d["max_new_tokens"] = 32;
-  if (args.has("temperature"))
-    d["temperature"] = args.get_double("temperature", 0.0);
-  else if (!d.contains("temperature"))
-    d["temperature"] = 0.0;
-  if (args.has("seed")) d["random_seed"] = args.get_int("seed", 0);
-  if (args.flag("ignore-eos")) d["ignore_eos"] = true;
+  if (v.given("max-new-tokens") || !d.contains("max_new_tokens"))
+    d["max_new_tokens"] = v.integer("max-new-tokens");
+  if (v.given("temperature") || !d.contains("temperature"))
+    d["temperature"] = v.number("temperature");
+  if (v.given("seed")) d["random_seed"] = v.integer("seed");
+  if (v.flag("ignore-eos")) d["ignore_eos"] = true;
   return d;
 }
+
+constexpr const char* kUsage =
+    "usage: tachyon generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3) [flags]\n"
+    "       tachyon generate [--model DIR] --input FILE.jsonl [--output FILE.jsonl] [flags]\n\n"
+    "Generates from one prompt (prints the ids; --stream the text as it comes; --json one\n"
+    "object with prompt_ids, output_ids, text, finish_reason, aux_info), or from every line\n"
+    "of a JSONL file at once (results in input order).\n";
 
 }  // namespace
 
 int cmd_generate(const CommandArgs& argv) {
-  std::set<std::string> flags = engine_flags();
-  flags.insert({"model", "prompt", "prompt-ids", "max-new-tokens", "temperature", "dump-logits",
-                "seed", "generate-config", "input", "output"});
-  Args args(argv, flags, {"ignore-eos", "json", "stream"});
-  const std::string dir = resolve_model_dir(args.get_or("model", ""));
+  const auto parsed = parse_command("generate", argv, kUsage);
+  if (!parsed) return 0;
+  const SettingValues& args = *parsed;
+  const std::string dir = resolve_model_dir(args.str("model"));
   const Json defaults = flag_defaults(args);
-  if (args.has("input")) {
-    if (args.has("prompt") || args.has("prompt-ids") || args.has("dump-logits"))
+  if (args.given("input")) {
+    if (args.given("prompt") || args.given("prompt-ids") || args.given("dump-logits"))
       raise<InvalidArgument>("--input does not mix with --prompt, --prompt-ids or --dump-logits");
     EngineBundle b = open_engine(dir, args);
-    const int failed =
-        run_generate_batch(b, args.require("input"), args.get_or("output", "-"), defaults);
+    const int failed = run_generate_batch(b, args.str("input"), args.str("output"), defaults);
     return failed == 0 ? 0 : 1;
   }
-  if (args.has("prompt") == args.has("prompt-ids"))
+  if (args.given("prompt") == args.given("prompt-ids"))
     raise<InvalidArgument>("give --prompt TEXT or --prompt-ids 1,2,3 (or --input FILE.jsonl)");
   const GenerateConfig config = GenerateConfig::from_json(defaults);
 
   EngineBundle b;
   std::vector<int32_t> prompt;
-  if (args.has("prompt-ids")) prompt = parse_ids(args.require("prompt-ids"));
-  if (auto path = args.get("dump-logits")) {
+  if (args.given("prompt-ids")) prompt = parse_ids(args.str("prompt-ids"));
+  if (args.given("dump-logits")) {
+    const std::string path = args.str("dump-logits");
     // The model alone first; the engine then sizes the cache its own way.
     auto model = load_model(dir, load_options(args));
     if (prompt.empty()) {
       auto tok = Tokenizer::load(dir);
-      prompt = tok->encode(args.require("prompt"), true);
+      prompt = tok->encode(args.str("prompt"), true);
     }
     for (int32_t id : prompt)
       if (id >= model->vocab_size())
         raise<InvalidArgument>("--prompt-ids: token id {} is outside the vocabulary ({})", id,
                                model->vocab_size());
-    if (!prompt.empty()) dump_prompt_logits(*model, prompt, *path);
+    if (!prompt.empty()) dump_prompt_logits(*model, prompt, path);
   }
   b = open_engine(dir, args, std::max(config.width(), 1));
   if (prompt.empty()) {
     if (!b.tokenizer) raise<InvalidArgument>("--prompt needs a tokenizer; pass --prompt-ids");
-    prompt = b.tokenizer->encode(args.require("prompt"), true);
+    prompt = b.tokenizer->encode(args.str("prompt"), true);
   }
   const bool json = args.flag("json");
   const auto t0 = std::chrono::steady_clock::now();

@@ -12,10 +12,15 @@
 namespace tachyon::cli {
 
 int cmd_inspect(const CommandArgs& argv) {
-  Args args(argv, {"model", "model-type"}, {"json"});
-  const std::string dir = resolve_model_dir(args.get_or("model", ""));
+  const auto parsed = parse_command("inspect", argv,
+                                    "usage: tachyon inspect [--model DIR] [--json]\n\n"
+                                    "Shows the model's mapped config and where every weight "
+                                    "slot comes from.\n");
+  if (!parsed) return 0;
+  const SettingValues& args = *parsed;
+  const std::string dir = resolve_model_dir(args.str("model"));
   LoadOptions opts;
-  opts.model_type = args.get_or("model-type", "");
+  opts.model_type = args.str("model-type");
   std::unique_ptr<Model> model = load_model(dir, opts);
   const ModelConfig& cfg = model->config();
   const ModelWeights& w = model->weights();

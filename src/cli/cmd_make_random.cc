@@ -10,19 +10,23 @@
 namespace tachyon::cli {
 
 int cmd_make_random(const CommandArgs& argv) {
-  Args args(argv, {"config", "out", "dtype", "seed", "shard-mib"}, {});
+  const auto settings = parse_command(
+      "make-random", argv,
+      "usage: tachyon make-random --config CONFIG.json --out DIR [--dtype bf16] [--seed S]\n\n"
+      "Writes a checkpoint with random weights for a model's config.json.\n");
+  if (!settings) return 0;
+  const SettingValues& args = *settings;
   RandomModelOptions opts;
-  const std::string dtype = args.get_or("dtype", "bf16");
-  auto parsed = parse_dtype(dtype);
-  if (!parsed) raise<InvalidArgument>("--dtype: unknown dtype '{}' (f32, f16, bf16)", dtype);
-  opts.dtype = *parsed;
-  opts.seed = static_cast<uint64_t>(args.get_int("seed", 0));
-  const int64_t shard_mib = args.get_int("shard-mib", 2048);
-  if (shard_mib <= 0) raise<InvalidArgument>("--shard-mib must be positive");
-  opts.shard_bytes = static_cast<uint64_t>(shard_mib) << 20;
-  const std::string out = args.require("out");
+  const std::string dtype = args.str("weight-dtype");
+  opts.dtype = *parse_dtype(dtype);  // one of the setting's choices
+  opts.seed = static_cast<uint64_t>(args.integer("seed"));
+  opts.shard_bytes = static_cast<uint64_t>(args.integer("shard-mib")) << 20;
+  const std::string out = args.str("out");
+  const std::string config = args.str("model-config");
+  if (config.empty() || out.empty())
+    raise<InvalidArgument>("give --config CONFIG.json and --out DIR");
   auto t0 = std::chrono::steady_clock::now();
-  const uint64_t params = write_random_model(args.require("config"), out, opts);
+  const uint64_t params = write_random_model(config, out, opts);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "wrote %llu parameters (%s) to %s in %.2f s\n",
                static_cast<unsigned long long>(params), dtype.c_str(), out.c_str(), s);

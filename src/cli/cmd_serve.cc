@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/load_progress.h"
+#include "cli/model_dir.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
@@ -29,26 +30,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using server::ServeConfig;
-
-// The bundled demo model: next to the binary's source tree, or under the working
-// directory, or under $TACHYON_HOME.
-std::string find_demo_model() {
-  std::vector<fs::path> roots;
-  if (const char* home = std::getenv("TACHYON_HOME")) roots.emplace_back(home);
-  roots.push_back(fs::current_path());
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    roots.push_back(exe.parent_path().parent_path());
-    roots.push_back(exe.parent_path().parent_path() / "share" / "tachyon");
-  }
-  for (const auto& r : roots) {
-    fs::path p = r / "models" / "tiny-kjv-chat";
-    if (fs::exists(p / "config.json", ec)) return p.string();
-  }
-  raise<NotFound>(
-      "no --model given and the bundled demo model (models/tiny-kjv-chat) was not found");
-}
 
 std::string served_name(const ServeConfig& c, const std::string& model_dir) {
   if (!c.served_model_name.empty()) return c.served_model_name;
@@ -134,7 +115,7 @@ int cmd_serve(const CommandArgs& args) {
   ServeConfig cfg = *loaded;
   set_log_level(parse_log_level(cfg.log_level));
   if (cfg.threads > 0) ThreadPool::set_global_threads(static_cast<int>(cfg.threads));
-  std::string model_dir = cfg.model.empty() ? find_demo_model() : cfg.model;
+  std::string model_dir = resolve_model_dir(cfg.model);
   if (!fs::exists(fs::path(model_dir) / "config.json"))
     raise<NotFound>("model directory '{}' has no config.json", model_dir);
   std::string name = served_name(cfg, model_dir);

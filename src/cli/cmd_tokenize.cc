@@ -77,13 +77,25 @@ Json handle(const Tokenizer& tok, const std::string& line) {
   raise<InvalidArgument>("request needs \"text\", \"ids\" or \"messages\"");
 }
 
+constexpr const char* kUsage =
+    "usage: tachyon tokenize --tokenizer DIR --jsonl          requests on stdin, replies on "
+    "stdout\n"
+    "       tachyon tokenize --tokenizer DIR --text TEXT      the ids of TEXT\n\n"
+    "--jsonl requests: {\"text\": ..., \"add_special_tokens\": true} -> {\"ids\": [...]};\n"
+    "{\"ids\": [...], \"skip_special_tokens\": false} -> {\"text\": ...}; {\"messages\": [...],\n"
+    "\"add_generation_prompt\": true} -> {\"rendered\": ..., \"ids\": [...]}; a failure -> "
+    "{\"error\": ...}.\n";
+
 }  // namespace
 
 int cmd_tokenize(const CommandArgs& argv) {
-  Args args(argv, {"tokenizer", "text"}, {"jsonl", "no-special-tokens"});
-  auto tok = Tokenizer::load(args.require("tokenizer"));
-  if (auto text = args.get("text")) {
-    Json ids = tok->encode(*text, !args.flag("no-special-tokens"));
+  const auto parsed = parse_command("tokenize", argv, kUsage);
+  if (!parsed) return 0;
+  const SettingValues& args = *parsed;
+  if (args.str("tokenizer").empty()) raise<InvalidArgument>("missing required flag --tokenizer");
+  auto tok = Tokenizer::load(args.str("tokenizer"));
+  if (args.given("text")) {
+    Json ids = tok->encode(args.str("text"), args.flag("special-tokens"));
     std::printf("%s\n", ids.dump().c_str());
     return 0;
   }

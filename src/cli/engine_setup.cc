@@ -11,19 +11,12 @@
 
 namespace tachyon::cli {
 
-std::set<std::string> engine_flags() {
-  return {"kv-cache-mb",  "max-num-seqs", "max-batch-tokens",    "block-size",     "model-type",
-          "device",       "dtype",        "gpu-memory-fraction", "kv-cache-dtype", "swap-space",
-          "overlap-steps"};
-}
-
-LoadOptions load_options(const Args& args) {
+LoadOptions load_options(const SettingValues& v) {
   LoadOptions opts;
-  opts.model_type = args.get_or("model-type", "");
-  if (args.has("device")) opts.device = parse_device(args.require("device"));
-  if (args.has("dtype")) opts.dtype = parse_compute_dtype(args.require("dtype"));
-  if (args.has("kv-cache-dtype"))
-    opts.kv_cache_dtype = parse_kv_cache_dtype(args.require("kv-cache-dtype"));
+  opts.model_type = v.str("model-type");
+  opts.device = parse_device(v.str("device"));
+  opts.dtype = parse_compute_dtype(v.str("dtype"));
+  opts.kv_cache_dtype = parse_kv_cache_dtype(v.str("kv-cache-dtype"));
   return opts;
 }
 
@@ -37,10 +30,11 @@ int64_t host_memory_available() {
   return 0;
 }
 
-EngineBundle open_engine(const std::string& model_dir, const Args& args, int32_t expected_seqs) {
+EngineBundle open_engine(const std::string& model_dir, const SettingValues& v,
+                         int32_t expected_seqs) {
   EngineBundle b;
   const auto t0 = std::chrono::steady_clock::now();
-  const LoadOptions opts = load_options(args);
+  const LoadOptions opts = load_options(v);
   b.model = load_model(model_dir, opts);
   try {
     b.tokenizer = Tokenizer::load(model_dir);
@@ -49,28 +43,26 @@ EngineBundle open_engine(const std::string& model_dir, const Args& args, int32_t
   }
   b.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
+  // 0 keeps the engine's default, as serve does.
   EngineConfig c;
-  c.max_num_seqs = static_cast<int32_t>(args.get_int("max-num-seqs", 128));
-  c.max_num_batched_tokens = static_cast<int32_t>(args.get_int("max-batch-tokens", 512));
-  c.block_size = static_cast<int32_t>(args.get_int("block-size", 16));
-  if (c.max_num_seqs < 1 || c.max_num_seqs > 65536)
-    raise<InvalidArgument>("--max-num-seqs {} must be in [1, 65536]", c.max_num_seqs);
-  if (c.max_num_batched_tokens < c.max_num_seqs || c.max_num_batched_tokens > (1 << 20))
-    raise<InvalidArgument>("--max-batch-tokens {} must be in [max-num-seqs, 1048576]",
-                           c.max_num_batched_tokens);
-  if (c.block_size < 1 || c.block_size > 1024)
-    raise<InvalidArgument>("--block-size {} must be in [1, 1024]", c.block_size);
+  if (v.integer("max-num-seqs") > 0)
+    c.max_num_seqs = static_cast<int32_t>(v.integer("max-num-seqs"));
+  if (v.integer("max-num-batched-tokens") > 0)
+    c.max_num_batched_tokens = static_cast<int32_t>(v.integer("max-num-batched-tokens"));
+  c.max_num_batched_tokens = std::max(c.max_num_batched_tokens, c.max_num_seqs);
+  if (v.integer("block-size") > 0) c.block_size = static_cast<int32_t>(v.integer("block-size"));
+  if (v.integer("num-kv-blocks") > 0)
+    c.num_kv_blocks = static_cast<int32_t>(v.integer("num-kv-blocks"));
   for (int64_t id : b.model->config().eos_token_ids)
     c.eos_token_ids.push_back(static_cast<int32_t>(id));
-  if (args.has("kv-cache-mb")) {
-    const double mb = args.get_double("kv-cache-mb", 0);
-    if (!(mb > 0 && mb < 1e9)) raise<InvalidArgument>("--kv-cache-mb {} must be > 0", mb);
+  const double mb = v.number("kv-cache-mb");
+  if (c.num_kv_blocks > 0) {
+    // The block count decides.
+  } else if (mb > 0) {
     c.kv_cache_bytes = static_cast<int64_t>(mb * 1024 * 1024);
   } else if (!b.model->backend().device().is_cpu()) {
-    const double fraction = args.get_double("gpu-memory-fraction", 0.9);
-    if (!(fraction > 0 && fraction <= 1))
-      raise<InvalidArgument>("--gpu-memory-fraction {} must be in (0, 1]", fraction);
-    c.kv_cache_bytes = kv_cache_budget_bytes(*b.model, fraction, c.max_num_batched_tokens);
+    c.kv_cache_bytes =
+        kv_cache_budget_bytes(*b.model, v.number("gpu-memory-fraction"), c.max_num_batched_tokens);
   } else {
     // A fifth of free memory, but no more than every sequence at full length needs.
     const int64_t per_block = static_cast<int64_t>(b.model->kv_bytes_per_block(c.block_size));
@@ -80,14 +72,9 @@ EngineBundle open_engine(const std::string& model_dir, const Args& args, int32_t
     if (budget <= 0) budget = int64_t{1} << 30;
     c.kv_cache_bytes = std::min(budget, blocks_full * per_block);
   }
-  const double swap_gib = args.get_double("swap-space", -1);
-  if (args.has("swap-space") && !(swap_gib >= 0))
-    raise<InvalidArgument>("--swap-space {} must be >= 0 GiB", swap_gib);
-  c.swap_space_bytes = swap_space_bytes(swap_gib, b.model->backend().device().is_cpu());
-  const std::string overlap = args.get_or("overlap-steps", "on");
-  if (overlap != "on" && overlap != "off")
-    raise<InvalidArgument>("--overlap-steps '{}' must be on or off", overlap);
-  c.overlap_steps = overlap == "on";
+  c.swap_space_bytes = swap_space_bytes(v.has("swap-space") ? v.number("swap-space") : -1,
+                                        b.model->backend().device().is_cpu());
+  c.overlap_steps = v.flag("overlap-steps");
   std::shared_ptr<const TextTokenizer> text;
   if (b.tokenizer) text = make_text_tokenizer(b.tokenizer, c.eos_token_ids);
   b.engine = std::make_unique<AsyncModel>(b.model, text, c);

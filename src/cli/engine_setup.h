@@ -1,30 +1,15 @@
 // Opening a model folder as a running engine, for the commands that drive AsyncModel
-// (generate, bench, later serve): the model, its tokenizer when it has one, and the
-// engine sized by the flags below.
-//   --kv-cache-mb MB        KV cache budget (default: 20% of available memory, at most
-//                           what the expected number of full-length sequences need)
-//   --max-num-seqs N        sequences in flight (default 128)
-//   --max-batch-tokens N    tokens per engine step (default 512)
-//   --block-size N          tokens per KV block (default 16)
-//   --model-type NAME       architecture override
-//   --device D              cpu, cuda, cuda:N or auto (default: TACHYON_DEVICE, else auto)
-//   --dtype T               compute dtype on a GPU: bf16 (default), f16, f32
-//   --gpu-memory-fraction F on a GPU without --kv-cache-mb, the KV cache takes what F of
-//                           the device's memory leaves after weights and workspace (0.9)
-//   --kv-cache-dtype T      auto (the compute dtype) or fp8 (e4m3, on a GPU: half the
-//                           bytes per token)
-//   --swap-space GIB        pinned host memory where preempted requests' KV blocks wait
-//                           instead of being recomputed (default 4 on a GPU, 0 on the CPU)
-//   --overlap-steps on|off  queue each step before the host has seen the tokens of the
-//                           one in flight (EngineConfig::overlap_steps; default on)
+// (generate, bench): the model, its tokenizer when it has one, and the engine sized by
+// the engine settings (core/settings_table.cc: --kv-cache-mb, --max-num-seqs,
+// --max-num-batched-tokens, --block-size, --num-kv-blocks, --model-type, --device,
+// --dtype, --gpu-memory-fraction, --kv-cache-dtype, --swap-space, --overlap-steps).
 #pragma once
 
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
-#include "cli/args.h"
+#include "core/settings.h"
 #include "engine/async_model.h"
 #include "model/loader.h"
 #include "model/model_runner.h"
@@ -40,12 +25,11 @@ struct EngineBundle {
 };
 
 // LoadOptions from --model-type, --device, --dtype and --kv-cache-dtype.
-LoadOptions load_options(const Args& args);
-// The value flags open_engine() reads (add them to the command's own).
-std::set<std::string> engine_flags();
+LoadOptions load_options(const SettingValues& settings);
 // expected_seqs: sequences the caller will run at once, for the default KV budget
 // (0: max-num-seqs).
-EngineBundle open_engine(const std::string& model_dir, const Args& args, int32_t expected_seqs = 0);
+EngineBundle open_engine(const std::string& model_dir, const SettingValues& settings,
+                         int32_t expected_seqs = 0);
 
 // Free memory on this host (MemAvailable), or 0 when unknown.
 int64_t host_memory_available();

@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "core/settings.h"
 
 namespace tachyon::cli {
 namespace {
@@ -14,28 +15,33 @@ namespace {
 struct Command {
   const char* name;
   int (*run)(const CommandArgs&);
-  const char* help;
 };
 
+// The descriptions are in core/settings_table.cc (subcommands()).
 constexpr Command kCommands[] = {
-    {"version", cmd_version, "print the version"},
-    {"tokenize", cmd_tokenize, "encode/decode with a checkpoint's tokenizer (--jsonl)"},
-    {"generate", cmd_generate, "generate tokens from a prompt with a model"},
-    {"inspect", cmd_inspect, "show a model's mapped config and weights"},
-    {"make-random", cmd_make_random, "write a checkpoint with random weights for a config.json"},
-    {"serve", cmd_serve, "serve a model over HTTP (RTP-LLM native and OpenAI APIs)"},
-    {"bench-serving", cmd_bench_serving, "benchmark a running server over HTTP (--url)"},
-    {"bench", cmd_bench, "offline throughput and latency benchmark of the engine"},
+    {"version", cmd_version},
+    {"tokenize", cmd_tokenize},
+    {"generate", cmd_generate},
+    {"inspect", cmd_inspect},
+    {"make-random", cmd_make_random},
+    {"serve", cmd_serve},
+    {"bench-serving", cmd_bench_serving},
+    {"bench", cmd_bench},
 };
 
-void print_usage() {
-  std::fprintf(stderr, "usage: tachyon <command> [flags]\n\ncommands:\n");
-  for (const auto& c : kCommands) std::fprintf(stderr, "  %-12s %s\n", c.name, c.help);
+void print_usage(FILE* out) {
+  const std::string help = main_help();
+  std::fwrite(help.data(), 1, help.size(), out);
 }
 
 }  // namespace
 
-int cmd_version(const CommandArgs&) {
+int cmd_version(const CommandArgs& args) {
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    std::printf("usage: tachyon version\n\nPrints the version.\n");
+    return 0;
+  }
+  if (!args.empty()) raise<InvalidArgument>("version takes no arguments");
   std::printf("tachyon 0.1.0\n");
   return 0;
 }
@@ -45,8 +51,9 @@ int cmd_version(const CommandArgs&) {
 int main(int argc, char** argv) {
   using namespace tachyon;
   using namespace tachyon::cli;
-  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
-    print_usage();
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
+      std::strcmp(argv[1], "help") == 0) {
+    print_usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
   std::string name = argv[1];
@@ -64,6 +71,6 @@ int main(int argc, char** argv) {
     }
   }
   std::fprintf(stderr, "unknown command '%s'\n\n", name.c_str());
-  print_usage();
+  print_usage(stderr);
   return 2;
 }

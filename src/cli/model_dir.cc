@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/settings.h"
 
 namespace tachyon::cli {
 
@@ -12,16 +13,21 @@ std::string resolve_model_dir(const std::string& flag) {
   namespace fs = std::filesystem;
   if (!flag.empty()) return flag;
   const fs::path rel = fs::path("models") / "tiny-kjv-chat";
-  std::vector<fs::path> tried;
+  std::vector<fs::path> roots;
+  if (auto home = setting_env("home")) roots.emplace_back(*home);
   std::error_code ec;
+  roots.push_back(fs::current_path(ec));
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) tried.push_back(exe.parent_path().parent_path() / rel);
-  tried.push_back(fs::current_path(ec) / rel);
-  for (const auto& p : tried)
-    if (fs::exists(p / "config.json", ec)) return p.string();
+  if (!ec) {
+    roots.push_back(exe.parent_path().parent_path());
+    roots.push_back(exe.parent_path().parent_path() / "share" / "tachyon");
+  }
+  for (const auto& r : roots)
+    if (fs::exists(r / rel / "config.json", ec)) return (r / rel).string();
   std::string where;
-  for (const auto& p : tried) where += (where.empty() ? "" : ", ") + p.string();
-  raise<NotFound>("no --model given and the default model was not found (looked in {})", where);
+  for (const auto& r : roots) where += (where.empty() ? "" : ", ") + (r / rel).string();
+  raise<NotFound>("no --model given and the bundled demo model was not found (looked in {})",
+                  where);
 }
 
 }  // namespace tachyon::cli

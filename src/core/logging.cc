@@ -9,15 +9,16 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/settings.h"
 
 namespace tachyon {
 namespace {
 
 LogLevel initial_level() {
-  const char* env = std::getenv("TACHYON_LOG_LEVEL");
-  if (env == nullptr || *env == '\0') return LogLevel::kInfo;
+  const std::optional<std::string> env = setting_env("log-level");
+  if (!env) return LogLevel::kInfo;
   try {
-    return parse_log_level(env);
+    return parse_log_level(*env);
   } catch (const Error&) {
     return LogLevel::kInfo;
   }

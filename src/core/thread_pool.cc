@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/settings.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -43,7 +44,7 @@ ThreadPool& ThreadPool::global() {
   std::call_once(g_pool_once, [] {
     int n = g_requested_threads;
     if (n <= 0) {
-      if (const char* env = std::getenv("TACHYON_NUM_THREADS")) n = std::atoi(env);
+      n = static_cast<int>(setting_env_int("threads"));
     }
     if (n <= 0) n = available_cpus();
     g_pool = std::make_unique<ThreadPool>(n);

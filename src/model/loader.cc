@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/mmap.h"
+#include "core/settings.h"
 #include "io/checkpoint.h"
 #include "model/registry.h"
 
@@ -62,8 +63,7 @@ Device parse_device(const std::string& spec) {
 }
 
 Device default_device() {
-  const char* env = std::getenv("TACHYON_DEVICE");
-  return parse_device(env != nullptr ? std::string(env) : std::string());
+  return parse_device(setting_env("device").value_or(std::string()));
 }
 
 namespace {
@@ -73,7 +73,7 @@ std::unique_ptr<Backend> make_backend(const LoadOptions& opts, DType checkpoint_
   const Device dev = opts.device ? *opts.device : default_device();
   std::optional<DType> kv = opts.kv_cache_dtype;
   if (!kv)
-    if (const char* env = std::getenv("TACHYON_KV_CACHE_DTYPE")) kv = parse_kv_cache_dtype(env);
+    if (auto env = setting_env("kv-cache-dtype")) kv = parse_kv_cache_dtype(*env);
   if (dev.is_cpu()) {
     if (kv && *kv != DType::kF32)
       raise<InvalidArgument>("an fp8 KV cache needs a CUDA device; the CPU keeps it in f32");
@@ -83,9 +83,9 @@ std::unique_ptr<Backend> make_backend(const LoadOptions& opts, DType checkpoint_
   DType dtype = default_gpu_dtype(checkpoint_dtype);
   if (opts.dtype) {
     dtype = *opts.dtype;
-  } else if (const char* env = std::getenv("TACHYON_DTYPE"); env != nullptr && env[0] != '\0') {
-    auto parsed = parse_dtype(env);
-    if (!parsed) raise<InvalidArgument>("TACHYON_DTYPE: unknown dtype '{}'", env);
+  } else if (auto env = setting_env("dtype")) {
+    auto parsed = parse_dtype(*env);
+    if (!parsed) raise<InvalidArgument>("TACHYON_DTYPE: unknown dtype '{}'", *env);
     dtype = *parsed;
   }
   CudaBackendOptions o;

@@ -10,6 +10,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/settings.h"
 
 namespace tachyon {
 
@@ -18,8 +19,7 @@ ModelRunner::ModelRunner(ModelConfig config, ModelWeights weights, std::unique_p
       decoder_(std::move(config), std::move(weights), *be_),
       cfg_(decoder_.config()) {
   if (cfg_.position == PositionType::kRotary) rope_ = std::make_unique<RopeTable>(cfg_.rope);
-  if (const char* env = std::getenv("TACHYON_GRAPHS"); env != nullptr && std::string(env) == "0")
-    graphs_on_ = false;
+  if (!setting_env_bool("graphs")) graphs_on_ = false;
   if (be_->device().is_cpu()) graphs_on_ = false;
   rope_gather_rows_ = env_int("TACHYON_ROPE_GATHER_ROWS", kRopeGatherRows, 0, 1L << 30);
   all_sliding_ = cfg_.sliding_window > 0;

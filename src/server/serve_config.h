@@ -1,14 +1,16 @@
-// `tachyon serve` settings. Each one comes from, in order of precedence: its flag
-// (--max-concurrency 8), its environment variable (TACHYON_MAX_CONCURRENCY), RTP-LLM's
-// environment name where one exists (CONCURRENCY_LIMIT), the --config file (YAML or
-// JSON, keys spelled like the flags with - or _), and finally the default.
+// `tachyon serve` settings, resolved through the settings table (core/settings.h). Each
+// one comes from, in order of precedence: its flag (--max-concurrency 8), its
+// environment variable (TACHYON_MAX_CONCURRENCY), RTP-LLM's environment name where one
+// exists (CONCURRENCY_LIMIT), the --config file (YAML or JSON, keys spelled like the
+// flags with - or _), and finally the default.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "core/settings.h"
 
 namespace tachyon::server {
 
@@ -28,7 +30,7 @@ struct ServeConfig {
   int64_t max_num_seqs = 0;            // 0: the engine's default
   int64_t max_num_batched_tokens = 0;  // 0: the engine's default
   int64_t num_kv_blocks = 0;           // 0: sized from kv_cache_bytes or defaults
-  int64_t kv_cache_bytes = 0;
+  int64_t kv_cache_bytes = 0;          // from --kv-cache-mb (or its alias --kv-cache-bytes)
   int64_t block_size = 0;
   int64_t threads = 0;        // compute threads; 0: all cores
   bool overlap_steps = true;  // queue the next step before the host sees the last one's tokens
@@ -59,9 +61,8 @@ struct ServeConfig {
   bool progress = true;
 };
 
-using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
-// The process environment (unset and empty variables are absent).
-std::optional<std::string> process_env(const std::string& name);
+using tachyon::EnvLookup;
+using tachyon::process_env;
 
 // Resolves the settings from the arguments after `serve`. Throws InvalidArgument on an
 // unknown flag or config key, a bad value, or an unreadable config file. Returns

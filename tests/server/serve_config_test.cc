@@ -113,7 +113,7 @@ TEST(ServeConfig, RefusesBadInput) {
   bad({"--port", "99999"});
   bad({"--port", "80x"});
   bad({"--no-such-flag"});
-  bad({"--max_concurrency", "3"});  // flags use dashes
+  bad({"--max-concurrency", "0"});
   bad({"--port"});
   bad({"positional"});
   bad({"--log-requests=maybe"});
@@ -123,6 +123,15 @@ TEST(ServeConfig, RefusesBadInput) {
   bad({"--config", write_file("list.yaml", "- a\n- b\n")});
   env.vars = {{"TACHYON_PORT", "eighty"}};
   bad({"--host", "x"});
+}
+
+TEST(ServeConfig, KvCacheSizeInMibOrBytes) {
+  EXPECT_EQ(load({"--kv-cache-bytes", "3145728"}).kv_cache_bytes, 3145728);
+  EXPECT_EQ(load({"--kv-cache-mb", "3"}).kv_cache_bytes, 3145728);
+  Env env;
+  env.vars = {{"TACHYON_KV_CACHE_BYTES", "1048576"}};
+  EXPECT_EQ(load({}, env).kv_cache_bytes, 1048576);
+  EXPECT_EQ(load({"--max_concurrency", "3"}).max_concurrency, 3);  // _ for - as in the file
 }
 
 TEST(ServeConfig, HelpListsEverySetting) {

@@ -12,6 +12,7 @@
 #include "backend/cpu/gemm_kernels.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "core/settings.h"
 #include "core/thread_pool.h"
 
 #if defined(__x86_64__)
@@ -60,16 +61,16 @@ CpuIsa best_isa() {
 
 CpuIsa choose_isa() {
   CpuIsa isa = best_isa();
-  const char* env = std::getenv("TACHYON_CPU_ISA");
-  if (env == nullptr || *env == '\0') return isa;
-  auto want = parse_cpu_isa(env);
+  const std::optional<std::string> env = setting_env("cpu-isa");
+  if (!env) return isa;
+  auto want = parse_cpu_isa(*env);
   if (!want) {
-    log_warning("TACHYON_CPU_ISA={} is not one of portable, avx2, avx512; using {}", env,
+    log_warning("TACHYON_CPU_ISA={} is not one of portable, avx2, avx512; using {}", *env,
                 cpu_isa_name(isa));
     return isa;
   }
   if (*want > isa) {
-    log_warning("TACHYON_CPU_ISA={}: this CPU cannot run it; using {}", env, cpu_isa_name(isa));
+    log_warning("TACHYON_CPU_ISA={}: this CPU cannot run it; using {}", *env, cpu_isa_name(isa));
     return isa;
   }
   return *want;

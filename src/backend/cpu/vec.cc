@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/settings.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -24,9 +25,7 @@ constexpr float kInvSqrt2 = 0.7071067811865476f;
 
 bool detect_avx2() {
 #if TACHYON_X86
-  if (const char* env = std::getenv("TACHYON_CPU_PORTABLE")) {
-    if (env[0] != '\0' && env[0] != '0') return false;
-  }
+  if (setting_env_bool("cpu-portable")) return false;
   __builtin_cpu_init();
   // F16C from CPUID leaf 1 directly: clang before 15 does not know the "f16c" feature name.
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;

@@ -1,0 +1,317 @@
+// The table of every setting (see core/settings.h). RTP-LLM's variable names and
+// vLLM's flag spellings are listed where the same setting exists there.
+#include <utility>
+
+#include "core/settings.h"
+
+namespace tachyon {
+namespace {
+
+using T = SettingType;
+using Cmds = std::vector<std::string>;
+
+const Cmds kEngine = {"serve", "generate", "bench"};
+const Cmds kLoad = {"serve", "generate", "bench", "inspect"};
+const Cmds kAll = {"serve",   "generate",    "bench",         "tokenize",
+                   "inspect", "make-random", "bench-serving", "bench-overhead"};
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// Builds one entry: Def(name, type, default, commands, help).env(...).range(...)...
+struct Def {
+  Setting s;
+  Def(const char* name, T type, const char* def, Cmds cmds, const char* help) {
+    s.name = name;
+    s.type = type;
+    s.default_value = def;
+    s.commands = std::move(cmds);
+    s.help = help;
+  }
+  Def&& env(std::vector<SettingName> e) && {
+    s.env = std::move(e);
+    return std::move(*this);
+  }
+  Def&& alias(std::vector<SettingName> a) && {
+    s.aliases = std::move(a);
+    return std::move(*this);
+  }
+  Def&& range(double lo, double hi) && {
+    s.min = lo;
+    s.max = hi;
+    return std::move(*this);
+  }
+  Def&& choices(std::vector<std::string> c) && {
+    s.choices = std::move(c);
+    return std::move(*this);
+  }
+  Def&& default_in(const char* command, const char* def) && {
+    s.command_defaults.emplace_back(command, def);
+    return std::move(*this);
+  }
+  operator Setting() && { return std::move(s); }  // NOLINT: brace tables
+};
+
+std::vector<Setting> make_table() {
+  return {
+      // ---- files and model ---------------------------------------------------------
+      Def("config", T::kString, "", Cmds{"serve", "generate", "bench", "bench-serving"},
+          "settings file (YAML or JSON): setting names, spelled like the flags, to values")
+          .env({"TACHYON_CONFIG"}),
+      Def("model", T::kString, "", Cmds{"serve", "generate", "bench", "inspect", "bench-overhead"},
+          "model directory (Hugging Face layout); default: the bundled demo model "
+          "(models/tiny-kjv-chat)")
+          .env({"TACHYON_MODEL", "CHECKPOINT_PATH"}),
+      Def("tokenizer", T::kString, "", Cmds{"serve", "tokenize"},
+          "tokenizer directory; serve's default: the model directory")
+          .env({"TACHYON_TOKENIZER", "TOKENIZER_PATH"}),
+      Def("model-type", T::kString, "", kLoad,
+          "architecture override (e.g. llama, qwen_2); default: from config.json")
+          .env({"TACHYON_MODEL_TYPE", "MODEL_TYPE"}),
+      Def("served-model-name", T::kString, "", Cmds{"serve", "bench-serving"},
+          "model name in the API (bench-serving: the name its requests send); serve's "
+          "default: the model directory's name")
+          .env({"TACHYON_SERVED_MODEL_NAME"})
+          .alias({"model"}),  // bench-serving's --model
+      Def("max-seq-len", T::kInt, "0", Cmds{"serve"},
+          "longest sequence (prompt + output); 0: the model's")
+          .env({"TACHYON_MAX_SEQ_LEN", "MAX_SEQ_LEN"})
+          .alias({"max-model-len"})
+          .range(0, 1 << 30),
+      Def("home", T::kString, "", Cmds{},
+          "where the bundled demo model is looked for first (HOME/models/tiny-kjv-chat)")
+          .env({"TACHYON_HOME"}),
+      // ---- device and types --------------------------------------------------------
+      Def("device", T::kString, "auto", kEngine, "cpu, cuda, cuda:N or auto")
+          .env({"TACHYON_DEVICE"}),
+      Def("dtype", T::kString, "auto", kEngine,
+          "compute type on a GPU: auto (f16 for float16 checkpoints, else bf16), bf16, f16, "
+          "f32; the CPU computes in f32")
+          .env({"TACHYON_DTYPE"}),
+      Def("kv-cache-dtype", T::kString, "auto", kEngine,
+          "KV cache element type: auto (the compute type) or fp8 (e4m3, GPU only: half the "
+          "bytes per token)")
+          .env({"TACHYON_KV_CACHE_DTYPE"}),
+      Def("threads", T::kInt, "0", Cmds{"serve", "generate", "bench", "bench-overhead"},
+          "compute threads on the CPU; 0: all cores")
+          .env({"TACHYON_NUM_THREADS"})
+          .range(0, 4096),
+      Def("cpu-isa", T::kEnum, "", Cmds{},
+          "CPU GEMM kernels: portable, avx2 or avx512; default: the best this CPU runs")
+          .env({"TACHYON_CPU_ISA"})
+          .choices({"portable", "avx2", "avx512"}),
+      Def("cpu-portable", T::kBool, "false", Cmds{},
+          "portable vector code instead of AVX2 in the CPU's elementwise kernels")
+          .env({"TACHYON_CPU_PORTABLE"}),
+      Def("graphs", T::kBool, "true", Cmds{}, "capture decode steps as CUDA graphs")
+          .env({"TACHYON_GRAPHS"}),
+      // ---- engine ------------------------------------------------------------------
+      Def("gpu-memory-fraction", T::kDouble, "0.9", kEngine,
+          "share of the GPU's memory the process may fill; the KV cache takes what the "
+          "weights and the step workspace leave (unless --kv-cache-mb)")
+          .env({"TACHYON_GPU_MEMORY_FRACTION"})
+          .alias({"gpu-memory-utilization"})
+          .range(0.05, 1.0),
+      Def("kv-cache-mb", T::kDouble, "0", kEngine,
+          "KV cache size in MiB; 0: automatic (on a GPU from --gpu-memory-fraction, on the CPU "
+          "a fifth of free memory, at most what --max-num-seqs full-length sequences need)")
+          .env({"TACHYON_KV_CACHE_MB", {"TACHYON_KV_CACHE_BYTES", 1 / kMiB}, "KV_CACHE_MEM_MB"})
+          .alias({{"kv-cache-bytes", 1 / kMiB}, {"kv-cache-memory-bytes", 1 / kMiB}})
+          .range(0, 1e12),
+      Def("num-kv-blocks", T::kInt, "0", kEngine,
+          "KV cache blocks; 0: sized from --kv-cache-mb or automatically")
+          .env({"TACHYON_NUM_KV_BLOCKS"})
+          .range(0, 1 << 30),
+      Def("block-size", T::kInt, "16", kEngine, "tokens per KV block (0: 16)")
+          .env({"TACHYON_BLOCK_SIZE", "SEQ_SIZE_PER_BLOCK"})
+          .range(0, 4096),
+      Def("max-num-seqs", T::kInt, "128", kEngine, "sequences the engine runs at once (0: 128)")
+          .env({"TACHYON_MAX_NUM_SEQS"})
+          .range(0, 1 << 20),
+      Def("max-num-batched-tokens", T::kInt, "512", kEngine,
+          "tokens per engine step (0: 512; at least --max-num-seqs)")
+          .env({"TACHYON_MAX_NUM_BATCHED_TOKENS"})
+          .alias({"max-batch-tokens"})
+          .range(0, 1 << 24),
+      Def("swap-space", T::kDouble, "", kEngine,
+          "GiB of pinned host memory where preempted requests' KV blocks wait instead of "
+          "being recomputed; default: 4 on a GPU, 0 on the CPU")
+          .env({"TACHYON_SWAP_SPACE"})
+          .range(0, 1 << 20),
+      Def("overlap-steps", T::kBool, "true", kEngine,
+          "queue each engine step before the host has seen the tokens of the step in flight "
+          "(they stay on the GPU), so that scheduling and streaming overlap the GPU's work")
+          .env({"TACHYON_OVERLAP_STEPS"}),
+      // ---- HTTP (serve) ------------------------------------------------------------
+      Def("host", T::kString, "127.0.0.1", Cmds{"serve"}, "address to listen on")
+          .env({"TACHYON_HOST"}),
+      Def("port", T::kInt, "8088", Cmds{"serve"}, "port to listen on (0: any free port)")
+          .env({"TACHYON_PORT", "START_PORT"})
+          .range(0, 65535),
+      Def("io-threads", T::kInt, "2", Cmds{"serve"}, "threads serving HTTP connections")
+          .env({"TACHYON_IO_THREADS"})
+          .range(1, 256),
+      Def("max-connections", T::kInt, "4096", Cmds{"serve"}, "open connections at most")
+          .env({"TACHYON_MAX_CONNECTIONS"})
+          .range(1, 1 << 20),
+      Def("max-body-bytes", T::kInt, "33554432", Cmds{"serve"}, "largest request body")
+          .env({"TACHYON_MAX_BODY_BYTES"})
+          .range(1024, 1 << 30),
+      Def("keep-alive-timeout", T::kDouble, "30", Cmds{"serve"},
+          "seconds an idle connection is kept")
+          .env({"TACHYON_KEEP_ALIVE_TIMEOUT"})
+          .range(0.001, 86400),
+      Def("read-timeout", T::kDouble, "30", Cmds{"serve"}, "seconds to receive one whole request")
+          .env({"TACHYON_READ_TIMEOUT"})
+          .range(0.001, 86400),
+      Def("write-timeout", T::kDouble, "60", Cmds{"serve"},
+          "seconds one write may wait for a client that does not read")
+          .env({"TACHYON_WRITE_TIMEOUT"})
+          .range(0.001, 86400),
+      Def("shutdown-timeout", T::kDouble, "30", Cmds{"serve"},
+          "seconds requests in flight may take to finish after SIGINT/SIGTERM")
+          .env({"TACHYON_SHUTDOWN_TIMEOUT"})
+          .range(0, 86400),
+      // ---- protection (serve) ------------------------------------------------------
+      Def("max-concurrency", T::kInt, "256", Cmds{"serve"}, "generation requests admitted at once")
+          .env({"TACHYON_MAX_CONCURRENCY", "CONCURRENCY_LIMIT"})
+          .range(1, 1 << 20),
+      Def("max-queued-requests", T::kInt, "1024", Cmds{"serve"},
+          "requests waiting for admission; more are refused with 429")
+          .env({"TACHYON_MAX_QUEUED_REQUESTS"})
+          .range(0, 1 << 20),
+      Def("max-n", T::kInt, "16", Cmds{"serve"}, "largest n / num_return_sequences / num_beams")
+          .env({"TACHYON_MAX_N"})
+          .range(1, 64),
+      Def("max-tokens", T::kInt, "0", Cmds{"serve"}, "largest max_tokens (0: the model's window)")
+          .env({"TACHYON_MAX_TOKENS"})
+          .range(0, 1 << 30),
+      Def("max-stop", T::kInt, "16", Cmds{"serve"}, "most stop strings per request")
+          .env({"TACHYON_MAX_STOP"})
+          .range(0, 64),
+      Def("max-prompts", T::kInt, "64", Cmds{"serve"}, "most prompts in one batch request")
+          .env({"TACHYON_MAX_PROMPTS"})
+          .range(1, 4096),
+      Def("max-top-logprobs", T::kInt, "20", Cmds{"serve"}, "most top_logprobs per token")
+          .env({"TACHYON_MAX_TOP_LOGPROBS"})
+          .range(0, 20),
+      Def("request-timeout", T::kDouble, "0", Cmds{"serve"},
+          "seconds a generation may take (0: no limit); a request's own timeout_ms may be "
+          "shorter")
+          .env({"TACHYON_REQUEST_TIMEOUT"})
+          .range(0, 1e9),
+      Def("api-key", T::kList, "", Cmds{"serve", "bench-serving"},
+          "serve: a key clients must send as 'Authorization: Bearer KEY' (repeatable; "
+          "comma-separated in the environment; none: no authentication); bench-serving: the "
+          "key its requests send")
+          .env({"TACHYON_API_KEY"}),
+      // ---- logging -----------------------------------------------------------------
+      Def("log-level", T::kEnum, "info", kAll, "debug, info, warning, error or off")
+          .env({"TACHYON_LOG_LEVEL"})
+          .choices({"debug", "info", "warning", "warn", "error", "off"}),
+      Def("log-requests", T::kBool, "false", Cmds{"serve"},
+          "log each request's metadata (never its text)")
+          .env({"TACHYON_LOG_REQUESTS"}),
+      Def("log-prompts", T::kBool, "false", Cmds{"serve"},
+          "with --log-requests, log prompts and outputs too")
+          .env({"TACHYON_LOG_PROMPTS"}),
+      Def("progress", T::kBool, "true", Cmds{"serve"},
+          "progress bar while loading (only on a terminal)")
+          .env({"TACHYON_PROGRESS"}),
+      // ---- generate ----------------------------------------------------------------
+      Def("prompt", T::kString, "", Cmds{"generate"}, "prompt text"),
+      Def("prompt-ids", T::kString, "", Cmds{"generate"}, "prompt token ids, e.g. 1,2,3"),
+      Def("input", T::kString, "", Cmds{"generate"},
+          "JSONL file of requests ({\"prompt\": ...} or {\"prompt_ids\": [...]}, optionally "
+          "\"generate_config\"), run concurrently"),
+      Def("output", T::kString, "-", Cmds{"generate"}, "where --input's results go (-: stdout)"),
+      Def("max-new-tokens", T::kInt, "32", Cmds{"generate"}, "tokens to generate at most")
+          .range(0, 1 << 30),
+      Def("temperature", T::kDouble, "0", Cmds{"generate", "bench"},
+          "sampling temperature (0: greedy)")
+          .range(0, 1e6),
+      Def("seed", T::kInt, "0",
+          Cmds{"generate", "bench", "make-random", "bench-serving", "bench-overhead"},
+          "random seed")
+          .range(-9.2e18, 9.2e18),
+      Def("ignore-eos", T::kBool, "false", Cmds{"generate"}, "keep generating past EOS"),
+      Def("generate-config", T::kString, "", Cmds{"generate"},
+          "RTP-LLM generate_config JSON object; the flags above override it"),
+      Def("stream", T::kBool, "false", Cmds{"generate"}, "print the text as it comes"),
+      Def("dump-logits", T::kString, "", Cmds{"generate"},
+          "write the prompt's logits [prompt_len, vocab] to this safetensors file"),
+      Def("json", T::kBool, "false",
+          Cmds{"generate", "bench", "inspect", "bench-serving", "bench-overhead"},
+          "print the result as JSON"),
+      // ---- benchmarks --------------------------------------------------------------
+      Def("url", T::kString, "http://127.0.0.1:8088", Cmds{"bench-serving"},
+          "server to benchmark (http://HOST:PORT)"),
+      Def("endpoint", T::kEnum, "/v1/completions", Cmds{"bench-serving"}, "API to call")
+          .choices({"/v1/completions", "/v1/chat/completions"}),
+      Def("overhead", T::kBool, "false", Cmds{"bench-serving", "bench-overhead"},
+          "measure the HTTP layer's TTFT against the engine's with an in-process server "
+          "(takes --model, --threads; see bench-serving --overhead --help)"),
+      Def("num-requests", T::kInt, "64", Cmds{"bench", "bench-serving", "bench-overhead"},
+          "requests to send")
+          .range(1, 1000000)
+          .default_in("bench-serving", "200")
+          .default_in("bench-overhead", "200"),
+      Def("input-len", T::kInt, "128", Cmds{"bench", "bench-serving", "bench-overhead"},
+          "prompt tokens per request")
+          .range(1, 1 << 30)
+          .default_in("bench-overhead", "32"),
+      Def("output-len", T::kInt, "128", Cmds{"bench", "bench-serving", "bench-overhead"},
+          "tokens generated per request")
+          .range(1, 1 << 30)
+          .default_in("bench-overhead", "4"),
+      Def("range-ratio", T::kDouble, "0", Cmds{"bench"},
+          "prompt lengths uniform in [L(1-R), L(1+R)]")
+          .range(0, 0.999999),
+      Def("concurrency", T::kInt, "", Cmds{"bench", "bench-serving"},
+          "requests in flight (closed loop); bench's default: min(num-requests, 32); "
+          "bench-serving's default and 0: all at once")
+          .alias({"max-concurrency"})
+          .range(0, 1 << 20),
+      Def("request-rate", T::kDouble, "", Cmds{"bench", "bench-serving"},
+          "Poisson arrivals at this many requests/s instead of a closed loop")
+          .range(1e-9, 1e9),
+      Def("prompts", T::kString, "", Cmds{"bench"},
+          "JSONL file of prompts to cycle through instead of random ones"),
+      // ---- tokenize ----------------------------------------------------------------
+      Def("text", T::kString, "", Cmds{"tokenize"}, "print the ids of this text"),
+      Def("jsonl", T::kBool, "false", Cmds{"tokenize"},
+          "one JSON request per stdin line, one JSON reply per stdout line"),
+      Def("special-tokens", T::kBool, "true", Cmds{"tokenize"},
+          "add the tokenizer's special tokens when encoding --text"),
+      // ---- make-random -------------------------------------------------------------
+      Def("model-config", T::kString, "", Cmds{"make-random"}, "the model's config.json")
+          .alias({"config"}),
+      Def("out", T::kString, "", Cmds{"make-random"}, "checkpoint directory to write"),
+      Def("weight-dtype", T::kEnum, "bf16", Cmds{"make-random"}, "type of the weights written")
+          .alias({"dtype"})
+          .choices({"f32", "f16", "bf16"}),
+      Def("shard-mib", T::kInt, "2048", Cmds{"make-random"}, "largest safetensors shard in MiB")
+          .range(1, 1 << 30),
+  };
+}
+
+}  // namespace
+
+const std::vector<Setting>& settings_table() {
+  static const std::vector<Setting> table = make_table();
+  return table;
+}
+
+const std::vector<std::pair<std::string, std::string>>& subcommands() {
+  static const std::vector<std::pair<std::string, std::string>> list = {
+      {"version", "print the version"},
+      {"tokenize", "encode/decode with a checkpoint's tokenizer (--jsonl)"},
+      {"generate", "generate tokens from a prompt with a model"},
+      {"inspect", "show a model's mapped config and weights"},
+      {"make-random", "write a checkpoint with random weights for a config.json"},
+      {"serve", "serve a model over HTTP (RTP-LLM native and OpenAI APIs)"},
+      {"bench-serving", "benchmark a running server over HTTP (--url)"},
+      {"bench", "offline throughput and latency benchmark of the engine"},
+  };
+  return list;
+}
+
+}  // namespace tachyon
