@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "cli/args.h"
-#include "engine/async_model.h"
+#include "frontend/text_engine.h"
 #include "model/decoder.h"
 #include "model/loader.h"
 #include "tokenizer/tokenizer.h"
@@ -35,7 +35,7 @@ namespace tachyon::cli {
 struct EngineBundle {
   std::shared_ptr<Model> model;
   std::shared_ptr<const Tokenizer> tokenizer;  // null when the folder has none
-  std::unique_ptr<AsyncModel> engine;
+  std::unique_ptr<TextEngine> engine;
   double load_seconds = 0;
 };
 

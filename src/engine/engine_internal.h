@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "engine/async_model.h"
@@ -16,18 +17,11 @@ struct AsyncModel::Seq {
   int64_t id = 0;
   int32_t index = 0;  // output index (sampling) or rank (beam)
   std::vector<int32_t> tokens;
-  std::unique_ptr<IncrementalDetokenizer> detok;  // null without a tokenizer, or for beams
-  StopStringMatcher stop{{}};
   double cum_logprob = 0;
   bool finished = false;
   // Tokens that launched steps chose and the host has not seen: placeholders in
   // `tokens`, oldest first, at most one per step in flight.
-  struct Pending {
-    size_t index = 0;  // in tokens
-    int64_t step = 0;
-    int32_t row = 0;  // the step's logits row
-  };
-  std::vector<Pending> pending;
+  std::vector<PendingToken> pending;
   // The last step that computed tokens of it, and how many.
   int64_t last_step = -1;
   int32_t last_step_tokens = 0;
@@ -71,6 +65,7 @@ struct AsyncModel::Inbox {
   std::condition_variable cv;
   std::vector<std::unique_ptr<Req>> incoming;
   std::vector<int64_t> cancels;
+  std::vector<std::pair<int64_t, int32_t>> stops;  // (request, sequence index)
   bool stop = false;
   bool closed = false;  // no more submissions (shut down or dead)
 };

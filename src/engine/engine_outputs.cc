@@ -1,4 +1,4 @@
-// AsyncModel, second half: from a step's logits to tokens, text and finished requests.
+// AsyncModel, second half: from a step's logits to tokens and finished requests.
 #include <algorithm>
 #include <cmath>
 #include <span>
@@ -29,10 +29,6 @@ std::unique_ptr<AsyncModel::Seq> AsyncModel::make_seq(Req& r, int32_t index,
   s->id = next_seq_id_++;
   s->index = index;
   s->tokens = std::move(tokens);
-  if (tokenizer_ && !r.cfg.is_beam_search()) {
-    s->detok = tokenizer_->make_incremental_decoder(config_.skip_special_tokens);
-    s->stop = StopStringMatcher(r.cfg.stop_words_str);
-  }
   seqs_[s->id] = s.get();
   return s;
 }
@@ -199,19 +195,8 @@ void AsyncModel::on_token(Req& r, Seq& s, const SampledToken& t, int64_t step_no
     s.cum_logprob += t.logprob;
   }
   e.cum_log_prob = s.cum_logprob;
-  const bool may_stop = generated >= cfg.min_new_tokens;
   bool stop = false;
-  if (s.detok) {
-    std::string piece = s.detok->add(t.token);
-    if (may_stop && s.stop.active()) {
-      auto res = s.stop.push(piece);
-      e.text = std::move(res.emit);
-      stop = res.stopped;
-    } else {
-      e.text = std::move(piece);
-    }
-  }
-  if (!stop && may_stop) {
+  if (generated >= cfg.min_new_tokens) {
     const size_t from = static_cast<size_t>(r.prompt_len);
     const std::span<const int32_t> so_far(s.tokens.data(), pos + 1);
     for (const auto& w : cfg.stop_words_list) {
@@ -238,16 +223,6 @@ void AsyncModel::finish_seq(Req& r, Seq& s, FinishReason reason, StreamEvent* ev
   StreamEvent local;
   StreamEvent& e = event ? *event : local;
   e.index = s.index;
-  if ((reason == FinishReason::kStop || reason == FinishReason::kLength) && s.detok) {
-    std::string tail = s.detok->flush();
-    if (s.stop.active()) {
-      auto res = s.stop.push(tail);
-      e.text += res.emit;
-      if (!res.stopped) e.text += s.stop.flush();
-    } else {
-      e.text += tail;
-    }
-  }
   e.finish_reason = reason;
   e.cum_log_prob = s.cum_logprob;
   s.drop_pending();  // ended before the tokens in flight (cancelled, failed, timed out)
@@ -257,6 +232,20 @@ void AsyncModel::finish_seq(Req& r, Seq& s, FinishReason reason, StreamEvent* ev
   scheduler_->remove_seq(s.id);
   seqs_.erase(s.id);
   ++r.outputs_done;
+}
+
+void AsyncModel::stop_sequence(int64_t id, int32_t index) {
+  auto it = reqs_.find(id);
+  if (it == reqs_.end()) return;  // already over
+  Req& r = *it->second;
+  if (r.cfg.is_beam_search()) return;  // beams end together, by the search
+  for (auto& s : r.seqs) {
+    if (s->index != index || s->finished) continue;
+    finish_seq(r, *s, FinishReason::kStop, nullptr);
+    if (r.outputs_done == r.cfg.num_return_sequences)
+      finish_request(r, FinishReason::kStop, nullptr);
+    return;
+  }
 }
 
 void AsyncModel::beam_group(Req& r, LogitRows& rows) {
@@ -301,11 +290,6 @@ void AsyncModel::beam_group(Req& r, LogitRows& rows) {
       StreamEvent e;
       e.index = static_cast<int32_t>(i);
       e.token_ids = h.tokens;
-      if (tokenizer_) {
-        auto detok = tokenizer_->make_incremental_decoder(config_.skip_special_tokens);
-        for (int32_t t : h.tokens) e.text += detok->add(t);
-        e.text += detok->flush();
-      }
       e.finish_reason = h.ended_with_eos ? FinishReason::kStop : FinishReason::kLength;
       e.cum_log_prob = h.sum_logprobs;
       r.timings.output_len += static_cast<int32_t>(h.tokens.size());
