@@ -7,9 +7,19 @@
 #include <time.h>
 
 #include "core/logging.h"
-#include "engine/engine_internal.h"
 
 namespace tachyon {
+
+// Where submit() and cancel() leave work for the loop.
+struct AsyncModel::Inbox {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::unique_ptr<EngineRequest>> incoming;
+  std::vector<int64_t> cancels;
+  std::vector<std::pair<int64_t, int32_t>> stops;  // (request, sequence index)
+  bool stop = false;
+  bool closed = false;  // no more submissions (shut down or dead)
+};
 
 using Clock = std::chrono::steady_clock;
 
@@ -89,6 +99,9 @@ AsyncModel::AsyncModel(std::shared_ptr<LanguageModel> model, EngineConfig config
   sc.reserve_blocks = static_cast<int32_t>(config_.kv_reserve_fraction * num_blocks_);
   scheduler_ = std::make_unique<Scheduler>(sc, kv_.get());
   eos_ids_ = config_.eos_token_ids;
+  requests_ = std::make_unique<RequestTable>(scheduler_.get(), &in_flight_);
+  sampler_ = std::make_unique<StepSampler>(requests_.get(), scheduler_.get(), eos_ids_, vocab_size_,
+                                           max_seq_len_);
   base_seed_ =
       splitmix64(std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32));
   loop_stats_.num_kv_blocks = num_blocks_;
@@ -172,7 +185,7 @@ std::shared_ptr<RequestStream> AsyncModel::submit(GenerateRequest request) {
         "more memory",
         worst, prompt_len, max_new, width, config_.block_size, num_blocks_);
 
-  auto r = std::make_unique<Req>();
+  auto r = std::make_unique<EngineRequest>();
   r->prompt = std::move(request.prompt_ids);
   r->prompt_len = prompt_len;
   r->layout = layout;
@@ -226,7 +239,7 @@ std::shared_ptr<RequestStream> AsyncModel::submit(GenerateRequest request) {
   return stream;
 }
 
-void AsyncModel::take_inbox(std::vector<std::unique_ptr<Req>>* incoming,
+void AsyncModel::take_inbox(std::vector<std::unique_ptr<EngineRequest>>* incoming,
                             std::vector<int64_t>* cancels,
                             std::vector<std::pair<int64_t, int32_t>>* stops, bool* stop) {
   std::unique_lock<std::mutex> lock(inbox_->mu);
@@ -240,17 +253,8 @@ void AsyncModel::take_inbox(std::vector<std::unique_ptr<Req>>* incoming,
   *stop = inbox_->stop;
 }
 
-void AsyncModel::add_request(std::unique_ptr<Req> r) {
-  Req& req = *r;
-  reqs_.emplace(req.id, std::move(r));
-  const int64_t seq = new_seq(req, 0, req.prompt);
-  req.prompt.clear();
-  req.prompt.shrink_to_fit();
-  scheduler_->add_group(req.id, seq, req.prompt_len, req.cfg.width(), req.layout);
-}
-
 void AsyncModel::loop() {
-  std::vector<std::unique_ptr<Req>> incoming;
+  std::vector<std::unique_ptr<EngineRequest>> incoming;
   std::vector<int64_t> cancels;
   std::vector<std::pair<int64_t, int32_t>> stops;
   while (true) {
@@ -261,20 +265,20 @@ void AsyncModel::loop() {
     take_inbox(&incoming, &cancels, &stops, &stop);
     // A step's time runs from here to its events being pushed: all the loop's work.
     const auto t0 = Clock::now();
-    for (auto& r : incoming) add_request(std::move(r));
+    for (auto& r : incoming) requests_->add(std::move(r));
     if (stop) {
       while (!steps_.empty() && !dead_) finish_step();
-      if (!dead_) fail_all(ErrorCode::kUnavailable, "the engine was shut down");
+      if (!dead_) requests_->fail_all(ErrorCode::kUnavailable, "the engine was shut down");
       update_stats();
-      flush_outbox();
+      requests_->flush();
       return;
     }
     for (int64_t id : cancels) {
-      auto it = reqs_.find(id);
-      if (it != reqs_.end()) finish_request(*it->second, FinishReason::kCancelled, nullptr);
+      if (EngineRequest* r = requests_->find(id))
+        requests_->finish_request(*r, FinishReason::kCancelled, nullptr);
     }
-    for (const auto& [id, index] : stops) stop_sequence(id, index);
-    check_deadlines();
+    for (const auto& [id, index] : stops) requests_->stop_sequence(id, index);
+    requests_->check_deadlines(Clock::now());
     // A step whose tokens the next one cannot take on the device is collected first.
     if (!steps_.empty() && !steps_.back().ahead) finish_step();
     bool stepped = false;
@@ -283,7 +287,7 @@ void AsyncModel::loop() {
     // with none queued, every step in flight is.
     while (!dead_ && steps_.size() > (stepped ? 1u : 0u)) finish_step();
     update_stats();
-    flush_outbox();
+    requests_->flush();
     if (stepped) {
       loop_stats_.step_ms += ms_between(t0, Clock::now());
       update_stats();
@@ -295,7 +299,7 @@ void AsyncModel::loop() {
 void AsyncModel::die(const std::string& reason) {
   log_error("engine failure: {}", reason);
   steps_.clear();
-  std::vector<std::unique_ptr<Req>> late;
+  std::vector<std::unique_ptr<EngineRequest>> late;
   {
     std::lock_guard<std::mutex> lock(inbox_->mu);
     inbox_->closed = true;
@@ -304,30 +308,8 @@ void AsyncModel::die(const std::string& reason) {
     dead_reason_ = reason;
     dead_ = true;
   }
-  for (auto& r : late) add_request(std::move(r));
-  fail_all(ErrorCode::kInternal, "the engine failed: " + reason);
-}
-
-void AsyncModel::fail_all(ErrorCode code, const std::string& message) {
-  std::vector<int64_t> ids;
-  for (const auto& [id, r] : reqs_) ids.push_back(id);
-  std::sort(ids.begin(), ids.end());
-  const ErrorInfo info{code, message};
-  for (int64_t id : ids) finish_request(*reqs_.at(id), FinishReason::kError, &info);
-}
-
-void AsyncModel::check_deadlines() {
-  const auto now = Clock::now();
-  std::vector<int64_t> late;
-  for (const auto& [id, r] : reqs_)
-    if (r->cfg.timeout_ms > 0 && now >= r->deadline) late.push_back(id);
-  std::sort(late.begin(), late.end());
-  for (int64_t id : late) {
-    Req& r = *reqs_.at(id);
-    const ErrorInfo info{ErrorCode::kDeadlineExceeded,
-                         fmt::format("the request timed out after {} ms", r.cfg.timeout_ms)};
-    finish_request(r, FinishReason::kTimeout, &info);
-  }
+  for (auto& r : late) requests_->add(std::move(r));
+  requests_->fail_all(ErrorCode::kInternal, "the engine failed: " + reason);
 }
 
 bool AsyncModel::launch_step() {
@@ -335,7 +317,7 @@ bool AsyncModel::launch_step() {
   const double c0 = thread_cpu_ms();
   SchedulerOutput plan = scheduler_->schedule();
   for (int64_t g : plan.preempted_groups) {
-    ++reqs_.at(g)->timings.num_preemptions;
+    ++requests_->at(g).timings.num_preemptions;
     ++loop_stats_.num_preemptions;
   }
   loop_stats_.num_swap_outs = scheduler_->num_swap_outs();
@@ -355,14 +337,14 @@ bool AsyncModel::launch_step() {
       if (!waiting.empty()) {
         const ErrorInfo info{ErrorCode::kResourceExhausted,
                              "the request cannot be scheduled with the KV cache available"};
-        finish_request(*reqs_.at(waiting.front()), FinishReason::kError, &info);
+        requests_->finish_request(requests_->at(waiting.front()), FinishReason::kError, &info);
       }
     }
     return false;
   }
   const int64_t step_no = loop_stats_.num_steps++;
   for (const auto& s : plan.seqs) {
-    Req& r = *reqs_.at(s.group_id);
+    EngineRequest& r = requests_->at(s.group_id);
     if (r.last_step == step_no) continue;
     r.last_step = step_no;
     ++r.timings.iter_count;
@@ -373,7 +355,7 @@ bool AsyncModel::launch_step() {
   }
   loop_stats_.tokens_computed += plan.num_batched_tokens;
   for (const ScheduledSeq& ss : plan.seqs) {
-    Seq& seq = *seqs_.at(ss.seq_id);
+    EngineSeq& seq = requests_->seq(ss.seq_id);
     seq.last_step = step_no;
     seq.last_step_tokens = ss.num_tokens;
   }
@@ -385,7 +367,7 @@ bool AsyncModel::launch_step() {
   step.ahead = overlap_ && batch.sampling.any_on_device();
   for (const RowSampling& row : batch.sampling.rows)
     step.ahead = step.ahead && row.mode == RowSampling::Mode::kDevice;
-  for (int64_t g : plan.sampled_groups) step.ahead = step.ahead && can_overlap(*reqs_.at(g));
+  for (int64_t g : plan.sampled_groups) step.ahead = step.ahead && can_overlap(requests_->at(g));
   try {
     executor_->launch(batch);
   } catch (const Error& e) {
@@ -410,7 +392,7 @@ bool AsyncModel::launch_step() {
   return true;
 }
 
-bool AsyncModel::can_overlap(const Req& r) const {
+bool AsyncModel::can_overlap(const EngineRequest& r) const {
   const GenerateConfig& c = r.cfg;
   return !c.is_beam_search() && !c.return_logprobs && (r.forked || c.num_return_sequences == 1) &&
          c.repetition_penalty == 1.0f && c.presence_penalty == 0.0f &&
@@ -422,8 +404,8 @@ void AsyncModel::add_pending(const Step& step) {
   for (const ScheduledSeq& ss : step.plan.seqs) {
     if (ss.num_logits == 0) continue;
     row += ss.num_logits;
-    const Req& r = *reqs_.at(ss.group_id);
-    Seq& s = *seqs_.at(ss.seq_id);
+    const EngineRequest& r = requests_->at(ss.group_id);
+    EngineSeq& s = requests_->seq(ss.seq_id);
     // A token that ends the sequence by length is its last: nothing follows it.
     const int64_t len = static_cast<int64_t>(s.tokens.size()) + 1;
     if (len - r.prompt_len >= r.max_new_tokens || len >= max_seq_len_) continue;
@@ -452,7 +434,7 @@ void AsyncModel::finish_step() {
   } catch (const std::exception& e) {
     return die(e.what());
   }
-  process_groups(step.plan.sampled_groups, rows, step.no);
+  sampler_->process(step.plan.sampled_groups, rows, step.no);
   loop_stats_.forward_ms += ms_between(t0, t1);
   loop_stats_.sample_ms += ms_between(t1, Clock::now());
   loop_stats_.sample_cpu_ms += thread_cpu_ms() - c1;
@@ -468,7 +450,7 @@ void AsyncModel::run_one_by_one(const SchedulerOutput& plan) {
   LogitRows rows;
   std::vector<ForwardOutput> outs;  // the rows' logits
   for (const auto& s : plan.seqs) {
-    if (failed.count(s.group_id) || !seqs_.count(s.seq_id)) continue;
+    if (failed.count(s.group_id) || !requests_->has_seq(s.seq_id)) continue;
     SchedulerOutput one;
     one.seqs.push_back(s);
     one.num_batched_tokens = s.num_tokens;
@@ -484,20 +466,19 @@ void AsyncModel::run_one_by_one(const SchedulerOutput& plan) {
       return die(e.what());
     }
   }
-  for (const auto& [g, info] : failed) {
-    auto it = reqs_.find(g);
-    if (it != reqs_.end()) finish_request(*it->second, FinishReason::kError, &info);
-  }
+  for (const auto& [g, info] : failed)
+    if (EngineRequest* r = requests_->find(g))
+      requests_->finish_request(*r, FinishReason::kError, &info);
   // The groups whose sequences all ran (a sequence that ended meanwhile needs no row).
   std::vector<int64_t> groups;
   for (int64_t g : plan.sampled_groups)
     if (!failed.count(g)) groups.push_back(g);
-  process_groups(groups, rows, -1);
+  sampler_->process(groups, rows, -1);
 }
 
 SeqInputs AsyncModel::seq_inputs(const ScheduledSeq& s) const {
-  const Req& r = *reqs_.at(s.group_id);
-  const Seq& seq = *seqs_.at(s.seq_id);
+  const EngineRequest& r = requests_->at(s.group_id);
+  const EngineSeq& seq = requests_->seq(s.seq_id);
   const GenerateConfig& cfg = r.cfg;
   SeqInputs in;
   in.tokens = seq.tokens;
@@ -519,29 +500,15 @@ void AsyncModel::update_stats() {
   std::lock_guard<std::mutex> lock(stats_mu_);
   EngineStats& s = loop_stats_;
   const int64_t submitted = stats_.requests_submitted;
+  s.requests_finished = requests_->requests_finished();
+  s.tokens_generated = sampler_->tokens_generated();
+  s.tokens_discarded = sampler_->tokens_discarded();
   s.num_waiting = scheduler_->num_waiting() + scheduler_->num_swapped();
   s.num_running = scheduler_->num_running();
   s.num_free_blocks = kv_->num_free_blocks();
   s.num_free_swap_blocks = kv_->num_free_swap_blocks();
   stats_ = s;
   stats_.requests_submitted = submitted;
-}
-
-void AsyncModel::emit(Req& r, StreamEvent e) {
-  outbox_.emplace_back(r.stream, std::move(e));
-}
-
-void AsyncModel::flush_outbox() {
-  size_t i = 0;
-  while (i < outbox_.size()) {
-    std::vector<StreamEvent> batch;
-    size_t j = i;
-    while (j < outbox_.size() && outbox_[j].first == outbox_[i].first)
-      batch.push_back(std::move(outbox_[j++].second));
-    outbox_[i].first->push(std::move(batch));
-    i = j;
-  }
-  outbox_.clear();
 }
 
 }  // namespace tachyon

@@ -1,8 +1,8 @@
 // The asynchronous engine. Requests are submitted from any thread and answered on
-// their own streams; one background thread loops: take new requests and cancellations,
-// ask the Scheduler for a step, run the ModelExecutor on it, sample, stream the
-// results. The model is reached only through LanguageModel, so the loop is the same
-// for every backend.
+// their own streams; one background thread loops: take new requests, cancellations and
+// stops (RequestTable), ask the Scheduler for a step, have the ModelExecutor build its
+// batch and run it, turn its results into tokens (StepSampler), stream them. The model
+// is reached only through LanguageModel, so the loop is the same for every backend.
 //
 //   auto engine = std::make_shared<AsyncModel>(model, EngineConfig{});
 //   auto stream = engine->submit({prompt_ids, config});
@@ -13,9 +13,9 @@
 // stop string through RequestStream::stop_sequence.
 //
 // Failure model: a request's own error (bad logits, a forward pass that fails for its
-// sequence alone) ends that request with a message; a fault of
-// the model as a whole (an Internal error) ends every request and the engine, after
-// which healthy() is false and submit() throws Unavailable.
+// sequence alone) ends that request with a message; a fault of the model as a whole
+// (an Internal error) ends every request and the engine, after which healthy() is false
+// and submit() throws Unavailable.
 #pragma once
 
 #include <atomic>
@@ -36,8 +36,9 @@
 #include "engine/beam_search.h"
 #include "engine/executor.h"
 #include "engine/request.h"
-#include "engine/sampler.h"
+#include "engine/request_table.h"
 #include "engine/scheduler.h"
+#include "engine/step_sampler.h"
 #include "model/forward.h"
 
 namespace tachyon {
@@ -140,23 +141,21 @@ class AsyncModel {
   int32_t max_seq_len() const { return max_seq_len_; }
 
  private:
-  struct Seq;
-  struct Req;
   struct Inbox;
 
   // A step queued on the model whose output has not been collected yet.
   struct Step {
     int64_t no = 0;
     SchedulerOutput plan;
-    // Its sampled sequences hold placeholders for its tokens (Seq::pending): the next
-    // step may be queued before this one is collected.
+    // Its sampled sequences hold placeholders for its tokens (EngineSeq::pending): the
+    // next step may be queued before this one is collected.
     bool ahead = false;
   };
 
   void loop();
-  void take_inbox(std::vector<std::unique_ptr<Req>>* incoming, std::vector<int64_t>* cancels,
-                  std::vector<std::pair<int64_t, int32_t>>* stops, bool* stop);
-  void add_request(std::unique_ptr<Req> r);
+  void take_inbox(std::vector<std::unique_ptr<EngineRequest>>* incoming,
+                  std::vector<int64_t>* cancels, std::vector<std::pair<int64_t, int32_t>>* stops,
+                  bool* stop);
   // Schedules and queues the next step; false when there was nothing to run.
   bool launch_step();
   // Collects the oldest launched step and streams its results.
@@ -166,28 +165,12 @@ class AsyncModel {
   void run_one_by_one(const SchedulerOutput& plan);
   // What the executor reads of a scheduled sequence.
   SeqInputs seq_inputs(const ScheduledSeq& s) const;
-  // Ends sequence `index` of request `id` as stopped, if it still runs (a stop string
-  // the frontend found).
-  void stop_sequence(int64_t id, int32_t index);
   // Whether a request's tokens can be chosen a step ahead of the host seeing them.
-  bool can_overlap(const Req& r) const;
-  // Placeholders for the tokens an overlapped step chooses (Seq::pending), for each of
-  // its sampled sequences that goes on after that token.
+  bool can_overlap(const EngineRequest& r) const;
+  // Placeholders for the tokens an overlapped step chooses (EngineSeq::pending), for
+  // each of its sampled sequences that goes on after that token.
   void add_pending(const Step& step);
   void die(const std::string& reason);
-  // engine_outputs.cc: from logits to streamed results.
-  void process_groups(const std::vector<int64_t>& groups, LogitRows& rows, int64_t step_no);
-  void fail_request(Req& r, const std::exception& e);
-  void beam_group(Req& r, LogitRows& rows);
-  void on_token(Req& r, Seq& s, const SampledToken& t, int64_t step_no);
-  void finish_seq(Req& r, Seq& s, FinishReason reason, StreamEvent* event);
-  void finish_request(Req& r, FinishReason reason, const ErrorInfo* error);
-  int64_t new_seq(Req& r, int32_t index, std::vector<int32_t> tokens);
-  std::unique_ptr<Seq> make_seq(Req& r, int32_t index, std::vector<int32_t> tokens);
-  void check_deadlines();
-  void fail_all(ErrorCode code, const std::string& message);
-  void emit(Req& r, StreamEvent e);
-  void flush_outbox();
   void update_stats();
 
   std::shared_ptr<LanguageModel> model_;
@@ -202,14 +185,10 @@ class AsyncModel {
   std::unique_ptr<KVCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelExecutor> executor_;
-  std::deque<Step> steps_;         // launched and not collected, oldest first (at most two)
-  bool overlap_ = false;           // config_.overlap_steps with device sampling
-  std::vector<Sampler> samplers_;  // one per compute thread
-  std::unordered_map<int64_t, std::unique_ptr<Req>> reqs_;
-  std::unordered_map<int64_t, Seq*> seqs_;
-  int64_t next_seq_id_ = 0;
-  std::vector<std::pair<std::shared_ptr<RequestStream>, StreamEvent>> outbox_;
-  std::vector<float> beam_scratch_;
+  std::deque<Step> steps_;  // launched and not collected, oldest first (at most two)
+  bool overlap_ = false;    // config_.overlap_steps with device sampling
+  std::unique_ptr<RequestTable> requests_;
+  std::unique_ptr<StepSampler> sampler_;
   EngineStats loop_stats_;
 
   std::shared_ptr<Inbox> inbox_;
