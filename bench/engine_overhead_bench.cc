@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "engine/async_model.h"
-#include "engine/tokenizer_adapter.h"
+#include "frontend/text_engine.h"
 
 namespace tachyon {
 namespace {
@@ -115,7 +115,7 @@ Run run(const std::shared_ptr<const TextTokenizer>& tok, int32_t forward_us, con
   c.max_num_batched_tokens = std::max(512, sh.device_sampling ? 8192 : 512);
   c.num_kv_blocks = std::max(8192, sh.concurrency * ((sh.prompt + sh.tokens) / 16 + 2));
   c.eos_token_ids = {2};
-  AsyncModel engine(model, tok, c);
+  TextEngine engine(model, tok, c);
   std::mt19937 rng(1);
   // All requests submitted together; the run covers their prefill and decode.
   std::vector<std::shared_ptr<RequestStream>> streams;

@@ -6,7 +6,6 @@
 
 #include "core/error.h"
 #include "core/logging.h"
-#include "engine/tokenizer_adapter.h"
 #include "model/loader.h"
 
 namespace tachyon::cli {
@@ -77,7 +76,7 @@ EngineBundle open_engine(const std::string& model_dir, const SettingValues& v,
   c.overlap_steps = v.flag("overlap-steps");
   std::shared_ptr<const TextTokenizer> text;
   if (b.tokenizer) text = make_text_tokenizer(b.tokenizer, c.eos_token_ids);
-  b.engine = std::make_unique<AsyncModel>(b.model, text, c);
+  b.engine = std::make_unique<TextEngine>(b.model, text, c);
   return b;
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/settings.h"
 #include "engine/async_model.h"
+#include "frontend/text_engine.h"
 #include "model/loader.h"
 #include "model/model_runner.h"
 #include "tokenizer/tokenizer.h"
@@ -20,7 +21,7 @@ namespace tachyon::cli {
 struct EngineBundle {
   std::shared_ptr<Model> model;
   std::shared_ptr<const Tokenizer> tokenizer;  // null when the folder has none
-  std::unique_ptr<AsyncModel> engine;
+  std::unique_ptr<TextEngine> engine;
   double load_seconds = 0;
 };
 

@@ -7,9 +7,19 @@
 #include <time.h>
 
 #include "core/logging.h"
-#include "engine/engine_internal.h"
 
 namespace tachyon {
+
+// Where submit() and cancel() leave work for the loop.
+struct AsyncModel::Inbox {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::unique_ptr<EngineRequest>> incoming;
+  std::vector<int64_t> cancels;
+  std::vector<std::pair<int64_t, int32_t>> stops;  // (request, sequence index)
+  bool stop = false;
+  bool closed = false;  // no more submissions (shut down or dead)
+};
 
 using Clock = std::chrono::steady_clock;
 
@@ -56,12 +66,8 @@ int32_t resolve_num_blocks(const EngineConfig& c, const LanguageModel& model) {
 
 }  // namespace
 
-AsyncModel::AsyncModel(std::shared_ptr<LanguageModel> model,
-                       std::shared_ptr<const TextTokenizer> tokenizer, EngineConfig config)
-    : model_(std::move(model)),
-      tokenizer_(std::move(tokenizer)),
-      config_(std::move(config)),
-      executor_(model_) {
+AsyncModel::AsyncModel(std::shared_ptr<LanguageModel> model, EngineConfig config)
+    : model_(std::move(model)), config_(std::move(config)) {
   TACHYON_CHECK(model_ != nullptr);
   if (config_.block_size < 1 || config_.block_size > 4096)
     raise<InvalidArgument>("block_size {} must be in [1, 4096]", config_.block_size);
@@ -93,15 +99,17 @@ AsyncModel::AsyncModel(std::shared_ptr<LanguageModel> model,
   sc.reserve_blocks = static_cast<int32_t>(config_.kv_reserve_fraction * num_blocks_);
   scheduler_ = std::make_unique<Scheduler>(sc, kv_.get());
   eos_ids_ = config_.eos_token_ids;
-  if (eos_ids_.empty() && tokenizer_) eos_ids_ = tokenizer_->eos_token_ids();
+  requests_ = std::make_unique<RequestTable>(scheduler_.get(), &in_flight_);
+  sampler_ = std::make_unique<StepSampler>(requests_.get(), scheduler_.get(), eos_ids_, vocab_size_,
+                                           max_seq_len_);
   base_seed_ =
       splitmix64(std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32));
   loop_stats_.num_kv_blocks = num_blocks_;
   loop_stats_.num_swap_blocks = swap_blocks;
   loop_stats_.block_size = config_.block_size;
   update_stats();
-  device_sampling_ = config_.device_sampling && model_->samples_on_device();
-  overlap_ = device_sampling_ && config_.overlap_steps;
+  executor_ = std::make_unique<ModelExecutor>(model_, eos_ids_, config_.device_sampling);
+  overlap_ = executor_->device_sampling() && config_.overlap_steps;
   inbox_ = std::make_shared<Inbox>();
   log_info(
       "engine: {} KV blocks of {} tokens ({} in swap space), max {} sequences, {} tokens "
@@ -163,8 +171,10 @@ std::shared_ptr<RequestStream> AsyncModel::submit(GenerateRequest request) {
     raise<InvalidArgument>("generate_config.{}: {} exceeds the engine's max_num_seqs {}",
                            cfg.is_beam_search() ? "num_beams" : "num_return_sequences", width,
                            config_.max_num_seqs);
-  if (!cfg.stop_words_str.empty() && !tokenizer_)
-    raise<InvalidArgument>("generate_config.stop_words_str: needs a tokenizer, and none is loaded");
+  if (!cfg.stop_words_str.empty())
+    raise<InvalidArgument>(
+        "generate_config.stop_words_str: stop strings are matched on the text, which the engine "
+        "does not see: submit through the frontend (TextEngine), with a tokenizer");
   const int32_t max_new = cfg.max_new_tokens.value_or(max_seq_len_ - prompt_len);
   const int64_t worst =
       KVCacheManager::worst_case_blocks(prompt_len + max_new, width, config_.block_size);
@@ -175,7 +185,7 @@ std::shared_ptr<RequestStream> AsyncModel::submit(GenerateRequest request) {
         "more memory",
         worst, prompt_len, max_new, width, config_.block_size, num_blocks_);
 
-  auto r = std::make_unique<Req>();
+  auto r = std::make_unique<EngineRequest>();
   r->prompt = std::move(request.prompt_ids);
   r->prompt_len = prompt_len;
   r->layout = layout;
@@ -208,6 +218,15 @@ std::shared_ptr<RequestStream> AsyncModel::submit(GenerateRequest request) {
         inbox->cv.notify_all();
       }
     });
+    stream->set_on_stop_sequence([weak](int64_t id, int32_t index) {
+      if (auto inbox = weak.lock()) {
+        {
+          std::lock_guard<std::mutex> l(inbox->mu);
+          inbox->stops.emplace_back(id, index);
+        }
+        inbox->cv.notify_all();
+      }
+    });
     r->stream = stream;
     inbox_->incoming.push_back(std::move(r));
     ++in_flight_;
@@ -220,50 +239,46 @@ std::shared_ptr<RequestStream> AsyncModel::submit(GenerateRequest request) {
   return stream;
 }
 
-void AsyncModel::take_inbox(std::vector<std::unique_ptr<Req>>* incoming,
-                            std::vector<int64_t>* cancels, bool* stop) {
+void AsyncModel::take_inbox(std::vector<std::unique_ptr<EngineRequest>>* incoming,
+                            std::vector<int64_t>* cancels,
+                            std::vector<std::pair<int64_t, int32_t>>* stops, bool* stop) {
   std::unique_lock<std::mutex> lock(inbox_->mu);
   inbox_->cv.wait(lock, [&] {
     return inbox_->stop || !inbox_->incoming.empty() || !inbox_->cancels.empty() ||
-           scheduler_->has_work() || !steps_.empty();
+           !inbox_->stops.empty() || scheduler_->has_work() || !steps_.empty();
   });
   incoming->swap(inbox_->incoming);
   cancels->swap(inbox_->cancels);
+  stops->swap(inbox_->stops);
   *stop = inbox_->stop;
 }
 
-void AsyncModel::add_request(std::unique_ptr<Req> r) {
-  Req& req = *r;
-  reqs_.emplace(req.id, std::move(r));
-  const int64_t seq = new_seq(req, 0, req.prompt);
-  req.prompt.clear();
-  req.prompt.shrink_to_fit();
-  scheduler_->add_group(req.id, seq, req.prompt_len, req.cfg.width(), req.layout);
-}
-
 void AsyncModel::loop() {
-  std::vector<std::unique_ptr<Req>> incoming;
+  std::vector<std::unique_ptr<EngineRequest>> incoming;
   std::vector<int64_t> cancels;
+  std::vector<std::pair<int64_t, int32_t>> stops;
   while (true) {
     bool stop = false;
     incoming.clear();
     cancels.clear();
-    take_inbox(&incoming, &cancels, &stop);
+    stops.clear();
+    take_inbox(&incoming, &cancels, &stops, &stop);
     // A step's time runs from here to its events being pushed: all the loop's work.
     const auto t0 = Clock::now();
-    for (auto& r : incoming) add_request(std::move(r));
+    for (auto& r : incoming) requests_->add(std::move(r));
     if (stop) {
       while (!steps_.empty() && !dead_) finish_step();
-      if (!dead_) fail_all(ErrorCode::kUnavailable, "the engine was shut down");
+      if (!dead_) requests_->fail_all(ErrorCode::kUnavailable, "the engine was shut down");
       update_stats();
-      flush_outbox();
+      requests_->flush();
       return;
     }
     for (int64_t id : cancels) {
-      auto it = reqs_.find(id);
-      if (it != reqs_.end()) finish_request(*it->second, FinishReason::kCancelled, nullptr);
+      if (EngineRequest* r = requests_->find(id))
+        requests_->finish_request(*r, FinishReason::kCancelled, nullptr);
     }
-    check_deadlines();
+    for (const auto& [id, index] : stops) requests_->stop_sequence(id, index);
+    requests_->check_deadlines(Clock::now());
     // A step whose tokens the next one cannot take on the device is collected first.
     if (!steps_.empty() && !steps_.back().ahead) finish_step();
     bool stepped = false;
@@ -272,7 +287,7 @@ void AsyncModel::loop() {
     // with none queued, every step in flight is.
     while (!dead_ && steps_.size() > (stepped ? 1u : 0u)) finish_step();
     update_stats();
-    flush_outbox();
+    requests_->flush();
     if (stepped) {
       loop_stats_.step_ms += ms_between(t0, Clock::now());
       update_stats();
@@ -284,7 +299,7 @@ void AsyncModel::loop() {
 void AsyncModel::die(const std::string& reason) {
   log_error("engine failure: {}", reason);
   steps_.clear();
-  std::vector<std::unique_ptr<Req>> late;
+  std::vector<std::unique_ptr<EngineRequest>> late;
   {
     std::lock_guard<std::mutex> lock(inbox_->mu);
     inbox_->closed = true;
@@ -293,30 +308,8 @@ void AsyncModel::die(const std::string& reason) {
     dead_reason_ = reason;
     dead_ = true;
   }
-  for (auto& r : late) add_request(std::move(r));
-  fail_all(ErrorCode::kInternal, "the engine failed: " + reason);
-}
-
-void AsyncModel::fail_all(ErrorCode code, const std::string& message) {
-  std::vector<int64_t> ids;
-  for (const auto& [id, r] : reqs_) ids.push_back(id);
-  std::sort(ids.begin(), ids.end());
-  const ErrorInfo info{code, message};
-  for (int64_t id : ids) finish_request(*reqs_.at(id), FinishReason::kError, &info);
-}
-
-void AsyncModel::check_deadlines() {
-  const auto now = Clock::now();
-  std::vector<int64_t> late;
-  for (const auto& [id, r] : reqs_)
-    if (r->cfg.timeout_ms > 0 && now >= r->deadline) late.push_back(id);
-  std::sort(late.begin(), late.end());
-  for (int64_t id : late) {
-    Req& r = *reqs_.at(id);
-    const ErrorInfo info{ErrorCode::kDeadlineExceeded,
-                         fmt::format("the request timed out after {} ms", r.cfg.timeout_ms)};
-    finish_request(r, FinishReason::kTimeout, &info);
-  }
+  for (auto& r : late) requests_->add(std::move(r));
+  requests_->fail_all(ErrorCode::kInternal, "the engine failed: " + reason);
 }
 
 bool AsyncModel::launch_step() {
@@ -324,14 +317,14 @@ bool AsyncModel::launch_step() {
   const double c0 = thread_cpu_ms();
   SchedulerOutput plan = scheduler_->schedule();
   for (int64_t g : plan.preempted_groups) {
-    ++reqs_.at(g)->timings.num_preemptions;
+    ++requests_->at(g).timings.num_preemptions;
     ++loop_stats_.num_preemptions;
   }
   loop_stats_.num_swap_outs = scheduler_->num_swap_outs();
   // The scheduler has already moved these blocks in its books (even for a plan that runs
   // nothing): a failure here leaves the cache unlike them.
   try {
-    executor_.move_blocks(plan);
+    executor_->move_blocks(plan);
   } catch (const std::exception& e) {
     die(fmt::format("moving KV blocks: {}", e.what()));
     return false;
@@ -344,14 +337,14 @@ bool AsyncModel::launch_step() {
       if (!waiting.empty()) {
         const ErrorInfo info{ErrorCode::kResourceExhausted,
                              "the request cannot be scheduled with the KV cache available"};
-        finish_request(*reqs_.at(waiting.front()), FinishReason::kError, &info);
+        requests_->finish_request(requests_->at(waiting.front()), FinishReason::kError, &info);
       }
     }
     return false;
   }
   const int64_t step_no = loop_stats_.num_steps++;
   for (const auto& s : plan.seqs) {
-    Req& r = *reqs_.at(s.group_id);
+    EngineRequest& r = requests_->at(s.group_id);
     if (r.last_step == step_no) continue;
     r.last_step = step_no;
     ++r.timings.iter_count;
@@ -361,36 +354,22 @@ bool AsyncModel::launch_step() {
     }
   }
   loop_stats_.tokens_computed += plan.num_batched_tokens;
-  ForwardBatch& batch = batch_;
-  build_forward_batch(
-      plan, [this](int64_t id) { return std::span<const int32_t>(seqs_.at(id)->tokens); }, &batch);
-  add_sampling(plan, &batch);
-  // Inputs that the step in flight chooses: taken from its ids on the device.
-  const Step* prev = steps_.empty() ? nullptr : &steps_.back();
-  for (size_t i = 0; i < plan.seqs.size(); ++i) {
-    const ScheduledSeq& ss = plan.seqs[i];
-    Seq& seq = *seqs_.at(ss.seq_id);
+  for (const ScheduledSeq& ss : plan.seqs) {
+    EngineSeq& seq = requests_->seq(ss.seq_id);
     seq.last_step = step_no;
     seq.last_step_tokens = ss.num_tokens;
-    for (const Seq::Pending& p : seq.pending) {
-      const int64_t pos = static_cast<int64_t>(p.index);
-      if (pos < ss.start || pos >= ss.start + ss.num_tokens) continue;
-      TACHYON_CHECK(prev != nullptr && p.step == prev->no,
-                    "sequence {}: token {} of step {} is not the previous step's", ss.seq_id,
-                    p.index, p.step);
-      const int32_t index = batch.query_start[i] + static_cast<int32_t>(pos - ss.start);
-      batch.token_ids[static_cast<size_t>(index)] = 0;
-      batch.deferred.push_back(DeferredToken{index, p.row});
-    }
   }
+  const int64_t prev = steps_.empty() ? -1 : steps_.back().no;
+  const ForwardBatch& batch = executor_->build(
+      plan, [this](const ScheduledSeq& s) { return seq_inputs(s); }, prev);
   Step step;
   step.no = step_no;
   step.ahead = overlap_ && batch.sampling.any_on_device();
   for (const RowSampling& row : batch.sampling.rows)
     step.ahead = step.ahead && row.mode == RowSampling::Mode::kDevice;
-  for (int64_t g : plan.sampled_groups) step.ahead = step.ahead && can_overlap(*reqs_.at(g));
+  for (int64_t g : plan.sampled_groups) step.ahead = step.ahead && can_overlap(requests_->at(g));
   try {
-    model_->launch(batch);
+    executor_->launch(batch);
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kInternal) {
       die(e.what());
@@ -413,7 +392,7 @@ bool AsyncModel::launch_step() {
   return true;
 }
 
-bool AsyncModel::can_overlap(const Req& r) const {
+bool AsyncModel::can_overlap(const EngineRequest& r) const {
   const GenerateConfig& c = r.cfg;
   return !c.is_beam_search() && !c.return_logprobs && (r.forked || c.num_return_sequences == 1) &&
          c.repetition_penalty == 1.0f && c.presence_penalty == 0.0f &&
@@ -425,12 +404,12 @@ void AsyncModel::add_pending(const Step& step) {
   for (const ScheduledSeq& ss : step.plan.seqs) {
     if (ss.num_logits == 0) continue;
     row += ss.num_logits;
-    const Req& r = *reqs_.at(ss.group_id);
-    Seq& s = *seqs_.at(ss.seq_id);
+    const EngineRequest& r = requests_->at(ss.group_id);
+    EngineSeq& s = requests_->seq(ss.seq_id);
     // A token that ends the sequence by length is its last: nothing follows it.
     const int64_t len = static_cast<int64_t>(s.tokens.size()) + 1;
     if (len - r.prompt_len >= r.max_new_tokens || len >= max_seq_len_) continue;
-    s.pending.push_back(Seq::Pending{s.tokens.size(), step.no, row - 1});
+    s.pending.push_back(PendingToken{s.tokens.size(), step.no, row - 1});
     s.tokens.push_back(0);
     scheduler_->append_token(s.id);
   }
@@ -442,7 +421,7 @@ void AsyncModel::finish_step() {
   const auto t0 = Clock::now();
   ForwardOutput out;
   try {
-    out = model_->collect();
+    out = executor_->collect();
   } catch (const std::exception& e) {
     // A step's failure surfaces in launch(); one here is the device's.
     return die(e.what());
@@ -451,40 +430,14 @@ void AsyncModel::finish_step() {
   const double c1 = thread_cpu_ms();
   LogitRows rows;
   try {
-    take_rows(step.plan.seqs, out, &rows);
+    executor_->read_rows(step.plan.seqs, out, &rows);
   } catch (const std::exception& e) {
     return die(e.what());
   }
-  process_groups(step.plan.sampled_groups, rows, step.no);
+  sampler_->process(step.plan.sampled_groups, rows, step.no);
   loop_stats_.forward_ms += ms_between(t0, t1);
   loop_stats_.sample_ms += ms_between(t1, Clock::now());
   loop_stats_.sample_cpu_ms += thread_cpu_ms() - c1;
-}
-
-void AsyncModel::take_rows(std::span<const ScheduledSeq> seqs, const ForwardOutput& out,
-                           LogitRows* rows) const {
-  // The model's result for each sequence: a token chosen on the device, or a row of
-  // logits for the host (the rows in order, only those sampled on the host).
-  size_t expected_rows = 0;
-  for (const ScheduledSeq& s : seqs) expected_rows += static_cast<size_t>(s.num_logits);
-  const Tensor& logits = out.logits;
-  TACHYON_CHECK(out.tokens.size() == expected_rows, "the model returned {} tokens for {} rows",
-                out.tokens.size(), expected_rows);
-  const int64_t host_rows = std::count(out.tokens.begin(), out.tokens.end(), kTokenOnHost);
-  TACHYON_CHECK(host_rows == 0 || (logits.ndim() == 2 && logits.dim(0) == host_rows &&
-                                   logits.dim(1) == vocab_size_ && logits.dtype() == DType::kF32),
-                "the model returned logits {} for {} rows of vocabulary {}", logits.str(),
-                host_rows, vocab_size_);
-  size_t row = 0;
-  int64_t host_row = 0;
-  for (const ScheduledSeq& s : seqs) {
-    for (int32_t k = 0; k < s.num_logits; ++k, ++row) {
-      StepRow r;
-      r.token = out.tokens[row];
-      if (r.token == kTokenOnHost) r.logits = logits.data<float>() + (host_row++) * vocab_size_;
-      (*rows)[s.seq_id] = r;  // the last row of the sequence
-    }
-  }
 }
 
 void AsyncModel::run_one_by_one(const SchedulerOutput& plan) {
@@ -497,17 +450,15 @@ void AsyncModel::run_one_by_one(const SchedulerOutput& plan) {
   LogitRows rows;
   std::vector<ForwardOutput> outs;  // the rows' logits
   for (const auto& s : plan.seqs) {
-    if (failed.count(s.group_id) || !seqs_.count(s.seq_id)) continue;
+    if (failed.count(s.group_id) || !requests_->has_seq(s.seq_id)) continue;
     SchedulerOutput one;
     one.seqs.push_back(s);
     one.num_batched_tokens = s.num_tokens;
-    ForwardBatch b;
-    build_forward_batch(
-        one, [this](int64_t id) { return std::span<const int32_t>(seqs_.at(id)->tokens); }, &b);
-    add_sampling(one, &b);
     try {
-      outs.push_back(executor_.forward(b));
-      take_rows({&s, 1}, outs.back(), &rows);
+      const ForwardBatch& b = executor_->build(
+          one, [this](const ScheduledSeq& q) { return seq_inputs(q); }, -1);
+      outs.push_back(executor_->forward(b));
+      executor_->read_rows({&s, 1}, outs.back(), &rows);
     } catch (const Error& e) {
       if (e.code() == ErrorCode::kInternal) return die(e.what());
       failed[s.group_id] = ErrorInfo{e.code(), e.what()};
@@ -515,82 +466,49 @@ void AsyncModel::run_one_by_one(const SchedulerOutput& plan) {
       return die(e.what());
     }
   }
-  for (const auto& [g, info] : failed) {
-    auto it = reqs_.find(g);
-    if (it != reqs_.end()) finish_request(*it->second, FinishReason::kError, &info);
-  }
+  for (const auto& [g, info] : failed)
+    if (EngineRequest* r = requests_->find(g))
+      requests_->finish_request(*r, FinishReason::kError, &info);
   // The groups whose sequences all ran (a sequence that ended meanwhile needs no row).
   std::vector<int64_t> groups;
   for (int64_t g : plan.sampled_groups)
     if (!failed.count(g)) groups.push_back(g);
-  process_groups(groups, rows, -1);
+  sampler_->process(groups, rows, -1);
 }
 
-void AsyncModel::add_sampling(const SchedulerOutput& plan, ForwardBatch* batch) const {
-  if (!device_sampling_) return;
-  SamplingBatch& sb = batch->sampling;
-  sb.rows.reserve(batch->logits_rows.size());
-  sb.adjust_start.push_back(0);
-  for (const ScheduledSeq& s : plan.seqs) {
-    for (int32_t k = 0; k < s.num_logits; ++k) {
-      RowSampling row;  // kHost unless the device can do all the row needs
-      const Req& r = *reqs_.at(s.group_id);
-      const Seq& seq = *seqs_.at(s.seq_id);
-      const GenerateConfig& cfg = r.cfg;
-      // Beams and log-probabilities need the logits; the prompt of a request of n
-      // samples feeds n draws from one row.
-      const bool on_device = k + 1 == s.num_logits && !cfg.is_beam_search() &&
-                             !cfg.return_logprobs && (r.forked || cfg.num_return_sequences == 1);
-      if (on_device) {
-        SamplingContext ctx;
-        ctx.config = &cfg;
-        ctx.tokens = seq.tokens;
-        ctx.prompt_len = r.prompt_len;
-        ctx.eos_ids = eos_ids_;
-        const RngKey key{
-            r.seed, static_cast<uint32_t>(seq.index),
-            static_cast<uint64_t>(seq.tokens.size() - static_cast<size_t>(r.prompt_len)), 0};
-        row = row_sampling(cfg, key);
-        if (!processors_inactive(ctx)) token_adjustments(ctx, vocab_size_, &sb.adjustments);
-      }
-      sb.rows.push_back(row);
-      sb.adjust_start.push_back(static_cast<int32_t>(sb.adjustments.size()));
-    }
+SeqInputs AsyncModel::seq_inputs(const ScheduledSeq& s) const {
+  const EngineRequest& r = requests_->at(s.group_id);
+  const EngineSeq& seq = requests_->seq(s.seq_id);
+  const GenerateConfig& cfg = r.cfg;
+  SeqInputs in;
+  in.tokens = seq.tokens;
+  in.prompt_len = r.prompt_len;
+  in.pending = seq.pending;
+  // Beams and log-probabilities need the logits; the prompt of a request of n samples
+  // feeds n draws from one row.
+  if (!cfg.is_beam_search() && !cfg.return_logprobs &&
+      (r.forked || cfg.num_return_sequences == 1)) {
+    in.device_config = &cfg;
+    in.rng =
+        RngKey{r.seed, static_cast<uint32_t>(seq.index),
+               static_cast<uint64_t>(seq.tokens.size() - static_cast<size_t>(r.prompt_len)), 0};
   }
-  if (!sb.any_on_device()) {  // empty: every row's logits come back (kept buffers)
-    sb.rows.clear();
-    sb.adjustments.clear();
-    sb.adjust_start.clear();
-  }
+  return in;
 }
 
 void AsyncModel::update_stats() {
   std::lock_guard<std::mutex> lock(stats_mu_);
   EngineStats& s = loop_stats_;
   const int64_t submitted = stats_.requests_submitted;
+  s.requests_finished = requests_->requests_finished();
+  s.tokens_generated = sampler_->tokens_generated();
+  s.tokens_discarded = sampler_->tokens_discarded();
   s.num_waiting = scheduler_->num_waiting() + scheduler_->num_swapped();
   s.num_running = scheduler_->num_running();
   s.num_free_blocks = kv_->num_free_blocks();
   s.num_free_swap_blocks = kv_->num_free_swap_blocks();
   stats_ = s;
   stats_.requests_submitted = submitted;
-}
-
-void AsyncModel::emit(Req& r, StreamEvent e) {
-  outbox_.emplace_back(r.stream, std::move(e));
-}
-
-void AsyncModel::flush_outbox() {
-  size_t i = 0;
-  while (i < outbox_.size()) {
-    std::vector<StreamEvent> batch;
-    size_t j = i;
-    while (j < outbox_.size() && outbox_[j].first == outbox_[i].first)
-      batch.push_back(std::move(outbox_[j++].second));
-    outbox_[i].first->push(std::move(batch));
-    i = j;
-  }
-  outbox_.clear();
 }
 
 }  // namespace tachyon

@@ -1,17 +1,21 @@
 // The asynchronous engine. Requests are submitted from any thread and answered on
-// their own streams; one background thread loops: take new requests and cancellations,
-// ask the Scheduler for a step, run the ModelExecutor on it, sample, stream the
-// results. The model is reached only through LanguageModel, so the loop is the same
-// for every backend.
+// their own streams; one background thread loops: take new requests, cancellations and
+// stops (RequestTable), ask the Scheduler for a step, have the ModelExecutor build its
+// batch and run it, turn its results into tokens (StepSampler), stream them. The model
+// is reached only through LanguageModel, so the loop is the same for every backend.
 //
-//   auto engine = std::make_shared<AsyncModel>(model, tokenizer, EngineConfig{});
+//   auto engine = std::make_shared<AsyncModel>(model, EngineConfig{});
 //   auto stream = engine->submit({prompt_ids, config});
 //   while (auto ev = stream->next(std::chrono::seconds(1))) { ... if (ev->done) break; }
 //
-// Failure model: a request's own error (bad logits, a failing detokenizer, a forward
-// pass that fails for its sequence alone) ends that request with a message; a fault of
-// the model as a whole (an Internal error) ends every request and the engine, after
-// which healthy() is false and submit() throws Unavailable.
+// The engine deals in token ids only: text (detokenizing, stop strings) is the
+// frontend's (frontend/output_processor.h), which ends a sequence whose text holds a
+// stop string through RequestStream::stop_sequence.
+//
+// Failure model: a request's own error (bad logits, a forward pass that fails for its
+// sequence alone) ends that request with a message; a fault of the model as a whole
+// (an Internal error) ends every request and the engine, after which healthy() is false
+// and submit() throws Unavailable.
 #pragma once
 
 #include <atomic>
@@ -26,14 +30,15 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/beam_search.h"
 #include "engine/executor.h"
 #include "engine/request.h"
-#include "engine/sampler.h"
+#include "engine/request_table.h"
 #include "engine/scheduler.h"
-#include "engine/text.h"
+#include "engine/step_sampler.h"
 #include "model/forward.h"
 
 namespace tachyon {
@@ -57,8 +62,7 @@ struct EngineConfig {
   int32_t max_num_batched_tokens = 512;  // tokens per step (>= max_num_seqs)
   int32_t max_queue_size = 100000;       // requests in the engine; beyond: ResourceExhausted
 
-  std::vector<int32_t> eos_token_ids;  // empty: the tokenizer's
-  bool skip_special_tokens = true;     // in streamed text
+  std::vector<int32_t> eos_token_ids;  // empty: none (sequences end by length only)
   // Choose tokens on the model's device when it can (LanguageModel::samples_on_device):
   // only token ids come back, except for rows that need the host (logprobs, beams).
   bool device_sampling = true;
@@ -90,8 +94,8 @@ struct EngineStats {
   int64_t tokens_generated = 0;  // tokens sampled
   // Steps queued while the step before them was still in flight (EngineConfig::
   // overlap_steps), and the tokens computed for sequences that had already ended (a
-  // sequence whose token in flight is its last, by EOS or a stop word or string, may
-  // have its next token computed in the step queued behind it).
+  // sequence whose token in flight is its last, by EOS or a stop word, may have its
+  // next token computed in the step queued behind it).
   int64_t overlapped_steps = 0;
   int64_t tokens_discarded = 0;
   // Cumulative time of the steps (each a whole loop iteration: taking new requests,
@@ -102,7 +106,7 @@ struct EngineStats {
   double step_ms = 0;
   double schedule_ms = 0;  // scheduler, queueing the block moves, batch building, launch
   double forward_ms = 0;   // waiting for a step's results (LanguageModel::collect)
-  double sample_ms = 0;    // sampling, detokenizing, streaming
+  double sample_ms = 0;    // sampling, streaming
   // CPU time of the engine thread in the same phases: what the engine itself costs,
   // unaffected by other processes competing for the cores.
   double schedule_cpu_ms = 0;
@@ -111,17 +115,15 @@ struct EngineStats {
 
 class AsyncModel {
  public:
-  // Sizes the KV cache (LanguageModel::init_kv_cache) and starts the loop. The
-  // tokenizer may be null: no text then, and stop strings are refused.
-  AsyncModel(std::shared_ptr<LanguageModel> model, std::shared_ptr<const TextTokenizer> tokenizer,
-             EngineConfig config);
+  // Sizes the KV cache (LanguageModel::init_kv_cache) and starts the loop.
+  AsyncModel(std::shared_ptr<LanguageModel> model, EngineConfig config);
   ~AsyncModel();
   AsyncModel(const AsyncModel&) = delete;
   AsyncModel& operator=(const AsyncModel&) = delete;
 
-  // Checks the request (InvalidArgument naming the field; ResourceExhausted when it
-  // could never fit the KV cache or the queue is full; Unavailable once the engine is
-  // shut down or dead) and queues it.
+  // Checks the request (InvalidArgument naming the field, stop strings included: they
+  // are the frontend's; ResourceExhausted when it could never fit the KV cache or the
+  // queue is full; Unavailable once the engine is shut down or dead) and queues it.
   std::shared_ptr<RequestStream> submit(GenerateRequest request);
 
   // Ends every request still in flight (FinishReason::kError, Unavailable) and stops
@@ -139,31 +141,21 @@ class AsyncModel {
   int32_t max_seq_len() const { return max_seq_len_; }
 
  private:
-  struct Seq;
-  struct Req;
   struct Inbox;
-  // A sequence's result of a step: its logits row [vocab] on the host (valid while the
-  // step's ForwardOutput is), or the token the device chose (kTokenOnHost when the row
-  // came back instead).
-  struct StepRow {
-    const float* logits = nullptr;
-    int32_t token = kTokenOnHost;
-  };
-  using LogitRows = std::unordered_map<int64_t, StepRow>;  // seq id -> its row
 
   // A step queued on the model whose output has not been collected yet.
   struct Step {
     int64_t no = 0;
     SchedulerOutput plan;
-    // Its sampled sequences hold placeholders for its tokens (Seq::pending): the next
-    // step may be queued before this one is collected.
+    // Its sampled sequences hold placeholders for its tokens (EngineSeq::pending): the
+    // next step may be queued before this one is collected.
     bool ahead = false;
   };
 
   void loop();
-  void take_inbox(std::vector<std::unique_ptr<Req>>* incoming, std::vector<int64_t>* cancels,
+  void take_inbox(std::vector<std::unique_ptr<EngineRequest>>* incoming,
+                  std::vector<int64_t>* cancels, std::vector<std::pair<int64_t, int32_t>>* stops,
                   bool* stop);
-  void add_request(std::unique_ptr<Req> r);
   // Schedules and queues the next step; false when there was nothing to run.
   bool launch_step();
   // Collects the oldest launched step and streams its results.
@@ -171,35 +163,17 @@ class AsyncModel {
   // After a launch that failed for some sequence: collects the steps in flight, then
   // runs the plan's sequences one at a time, ending the requests whose sequence fails.
   void run_one_by_one(const SchedulerOutput& plan);
-  // Turns a step's output into rows by sequence id (the sequences in plan order, each
-  // with its num_logits rows; the last one kept).
-  void take_rows(std::span<const ScheduledSeq> seqs, const ForwardOutput& out,
-                 LogitRows* rows) const;
-  // Fills batch->sampling for the plan's logits rows when the model samples on its device.
-  void add_sampling(const SchedulerOutput& plan, ForwardBatch* batch) const;
+  // What the executor reads of a scheduled sequence.
+  SeqInputs seq_inputs(const ScheduledSeq& s) const;
   // Whether a request's tokens can be chosen a step ahead of the host seeing them.
-  bool can_overlap(const Req& r) const;
-  // Placeholders for the tokens an overlapped step chooses (Seq::pending), for each of
-  // its sampled sequences that goes on after that token.
+  bool can_overlap(const EngineRequest& r) const;
+  // Placeholders for the tokens an overlapped step chooses (EngineSeq::pending), for
+  // each of its sampled sequences that goes on after that token.
   void add_pending(const Step& step);
   void die(const std::string& reason);
-  // engine_outputs.cc: from logits to streamed results.
-  void process_groups(const std::vector<int64_t>& groups, LogitRows& rows, int64_t step_no);
-  void fail_request(Req& r, const std::exception& e);
-  void beam_group(Req& r, LogitRows& rows);
-  void on_token(Req& r, Seq& s, const SampledToken& t, int64_t step_no);
-  void finish_seq(Req& r, Seq& s, FinishReason reason, StreamEvent* event);
-  void finish_request(Req& r, FinishReason reason, const ErrorInfo* error);
-  int64_t new_seq(Req& r, int32_t index, std::vector<int32_t> tokens);
-  std::unique_ptr<Seq> make_seq(Req& r, int32_t index, std::vector<int32_t> tokens);
-  void check_deadlines();
-  void fail_all(ErrorCode code, const std::string& message);
-  void emit(Req& r, StreamEvent e);
-  void flush_outbox();
   void update_stats();
 
   std::shared_ptr<LanguageModel> model_;
-  std::shared_ptr<const TextTokenizer> tokenizer_;
   EngineConfig config_;
   int32_t vocab_size_ = 0;
   int32_t max_seq_len_ = 0;
@@ -210,17 +184,11 @@ class AsyncModel {
   // Loop-thread state.
   std::unique_ptr<KVCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
-  ModelExecutor executor_;
-  ForwardBatch batch_;             // the step's batch, rebuilt in place every step
-  std::deque<Step> steps_;         // launched and not collected, oldest first (at most two)
-  bool overlap_ = false;           // config_.overlap_steps with device sampling
-  std::vector<Sampler> samplers_;  // one per compute thread
-  bool device_sampling_ = false;   // config_.device_sampling and the model can
-  std::unordered_map<int64_t, std::unique_ptr<Req>> reqs_;
-  std::unordered_map<int64_t, Seq*> seqs_;
-  int64_t next_seq_id_ = 0;
-  std::vector<std::pair<std::shared_ptr<RequestStream>, StreamEvent>> outbox_;
-  std::vector<float> beam_scratch_;
+  std::unique_ptr<ModelExecutor> executor_;
+  std::deque<Step> steps_;  // launched and not collected, oldest first (at most two)
+  bool overlap_ = false;    // config_.overlap_steps with device sampling
+  std::unique_ptr<RequestTable> requests_;
+  std::unique_ptr<StepSampler> sampler_;
   EngineStats loop_stats_;
 
   std::shared_ptr<Inbox> inbox_;

@@ -6,11 +6,13 @@
 
 namespace tachyon {
 
-void build_forward_batch(const SchedulerOutput& plan, const TokenSource& tokens,
-                         ForwardBatch* out) {
-  // Cleared, not replaced: the engine passes the same batch every step, so its buffers
-  // keep their capacity (a fresh block table of ~1,000 sequences is a new mapping and
-  // its page faults every step).
+namespace {
+
+// The plain batch: sequences in the plan's order, each contributing positions
+// [start, start + num_tokens); logits rows for the last num_logits positions of each
+// sequence, in order. `out` is overwritten (its sampling and deferred tokens emptied too).
+void fill_batch(const SchedulerOutput& plan, std::span<const SeqInputs> inputs, ForwardBatch* out) {
+  // Cleared, not replaced: the buffers keep their capacity.
   ForwardBatch& b = *out;
   b.token_ids.clear();
   b.positions.clear();
@@ -37,7 +39,7 @@ void build_forward_batch(const SchedulerOutput& plan, const TokenSource& tokens,
   b.block_tables.assign(n * static_cast<size_t>(max_blocks), -1);
   for (size_t i = 0; i < n; ++i) {
     const ScheduledSeq& s = plan.seqs[i];
-    const std::span<const int32_t> ids = tokens(s.seq_id);
+    const std::span<const int32_t> ids = inputs[i].tokens;
     TACHYON_CHECK_LE(static_cast<size_t>(s.start + s.num_tokens), ids.size());
     for (int32_t p = s.start; p < s.start + s.num_tokens; ++p) {
       b.token_ids.push_back(ids[static_cast<size_t>(p)]);
@@ -54,8 +56,6 @@ void build_forward_batch(const SchedulerOutput& plan, const TokenSource& tokens,
   }
 }
 
-namespace {
-
 std::vector<std::pair<int32_t, int32_t>> block_pairs(const std::vector<BlockCopy>& copies) {
   std::vector<std::pair<int32_t, int32_t>> pairs;
   pairs.reserve(copies.size());
@@ -64,6 +64,96 @@ std::vector<std::pair<int32_t, int32_t>> block_pairs(const std::vector<BlockCopy
 }
 
 }  // namespace
+
+ModelExecutor::ModelExecutor(std::shared_ptr<LanguageModel> model, std::vector<int32_t> eos_ids,
+                             bool device_sampling)
+    : model_(std::move(model)), eos_ids_(std::move(eos_ids)) {
+  TACHYON_CHECK(model_ != nullptr);
+  device_sampling_ = device_sampling && model_->samples_on_device();
+  vocab_size_ = model_->vocab_size();
+}
+
+const ForwardBatch& ModelExecutor::build(const SchedulerOutput& plan, const SeqLookup& seqs,
+                                         int64_t prev_step) {
+  ForwardBatch& batch = batch_;
+  inputs_.clear();
+  inputs_.reserve(plan.seqs.size());
+  for (const ScheduledSeq& s : plan.seqs) inputs_.push_back(seqs(s));
+  fill_batch(plan, inputs_, &batch);
+  add_sampling(plan);
+  // Inputs that the step in flight chooses: taken from its ids on the device.
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const ScheduledSeq& ss = plan.seqs[i];
+    for (const PendingToken& p : inputs_[i].pending) {
+      const int64_t pos = static_cast<int64_t>(p.index);
+      if (pos < ss.start || pos >= ss.start + ss.num_tokens) continue;
+      TACHYON_CHECK(prev_step >= 0 && p.step == prev_step,
+                    "sequence {}: token {} of step {} is not the previous step's", ss.seq_id,
+                    p.index, p.step);
+      const int32_t index = batch.query_start[i] + static_cast<int32_t>(pos - ss.start);
+      batch.token_ids[static_cast<size_t>(index)] = 0;
+      batch.deferred.push_back(DeferredToken{index, p.row});
+    }
+  }
+  return batch;
+}
+
+void ModelExecutor::add_sampling(const SchedulerOutput& plan) {
+  if (!device_sampling_) return;
+  ForwardBatch& batch = batch_;
+  SamplingBatch& sb = batch.sampling;
+  sb.rows.reserve(batch.logits_rows.size());
+  sb.adjust_start.push_back(0);
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const ScheduledSeq& s = plan.seqs[i];
+    const SeqInputs& in = inputs_[i];
+    for (int32_t k = 0; k < s.num_logits; ++k) {
+      RowSampling row;  // kHost unless the device can do all the row needs
+      if (k + 1 == s.num_logits && in.device_config != nullptr) {
+        SamplingContext ctx;
+        ctx.config = in.device_config;
+        ctx.tokens = in.tokens;
+        ctx.prompt_len = in.prompt_len;
+        ctx.eos_ids = eos_ids_;
+        row = row_sampling(*in.device_config, in.rng);
+        if (!processors_inactive(ctx)) token_adjustments(ctx, vocab_size_, &sb.adjustments);
+      }
+      sb.rows.push_back(row);
+      sb.adjust_start.push_back(static_cast<int32_t>(sb.adjustments.size()));
+    }
+  }
+  if (!sb.any_on_device()) {  // empty: every row's logits come back (kept buffers)
+    sb.rows.clear();
+    sb.adjustments.clear();
+    sb.adjust_start.clear();
+  }
+}
+
+void ModelExecutor::read_rows(std::span<const ScheduledSeq> seqs, const ForwardOutput& out,
+                              LogitRows* rows) const {
+  // The model's result for each sequence: a token chosen on the device, or a row of
+  // logits for the host (the rows in order, only those sampled on the host).
+  size_t expected_rows = 0;
+  for (const ScheduledSeq& s : seqs) expected_rows += static_cast<size_t>(s.num_logits);
+  const Tensor& logits = out.logits;
+  TACHYON_CHECK(out.tokens.size() == expected_rows, "the model returned {} tokens for {} rows",
+                out.tokens.size(), expected_rows);
+  const int64_t host_rows = std::count(out.tokens.begin(), out.tokens.end(), kTokenOnHost);
+  TACHYON_CHECK(host_rows == 0 || (logits.ndim() == 2 && logits.dim(0) == host_rows &&
+                                   logits.dim(1) == vocab_size_ && logits.dtype() == DType::kF32),
+                "the model returned logits {} for {} rows of vocabulary {}", logits.str(),
+                host_rows, vocab_size_);
+  size_t row = 0;
+  int64_t host_row = 0;
+  for (const ScheduledSeq& s : seqs) {
+    for (int32_t k = 0; k < s.num_logits; ++k, ++row) {
+      StepRow r;
+      r.token = out.tokens[row];
+      if (r.token == kTokenOnHost) r.logits = logits.data<float>() + (host_row++) * vocab_size_;
+      (*rows)[s.seq_id] = r;  // the last row of the sequence
+    }
+  }
+}
 
 void ModelExecutor::move_blocks(const SchedulerOutput& plan) {
   if (!plan.swap_out.empty() || !plan.swap_in.empty())

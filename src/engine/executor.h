@@ -1,43 +1,96 @@
-// The model executor: turns the scheduler's plan into a ForwardBatch, carries out the
-// block swaps and copy-on-write copies and runs the model.
+// The model executor: turns the scheduler's plan into a ForwardBatch (token ids,
+// positions, block tables, the rows sampled on the device and the tokens that the step
+// in flight chooses), carries out the block swaps and copy-on-write copies, runs the
+// model and reads each sequence's result of a step.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
+#include <unordered_map>
+#include <vector>
 
 #include "core/tensor.h"
+#include "engine/generate_config.h"
+#include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "model/forward.h"
 
 namespace tachyon {
 
-// The token ids of a sequence (prompt and generated), by sequence id.
-using TokenSource = std::function<std::span<const int32_t>(int64_t seq_id)>;
+// A placeholder token of a sequence that a launched step chooses on the device.
+struct PendingToken {
+  size_t index = 0;  // in the sequence's tokens
+  int64_t step = 0;  // the step that chooses it
+  int32_t row = 0;   // that step's logits row
+};
 
-// Builds the batch for a step: sequences in the plan's order, each contributing
-// positions [start, start + num_tokens); logits rows for the last num_logits positions
-// of each sequence, in order. `batch` is overwritten (its sampling and deferred tokens
-// emptied too).
-void build_forward_batch(const SchedulerOutput& plan, const TokenSource& tokens,
-                         ForwardBatch* batch);
+// What the executor reads of a scheduled sequence to build its part of a batch.
+struct SeqInputs {
+  std::span<const int32_t> tokens;  // prompt and generated (placeholders included)
+  int32_t prompt_len = 0;
+  // The config whose draw the device makes for the sequence's last row; null: the row's
+  // logits come back to the host.
+  const GenerateConfig* device_config = nullptr;
+  RngKey rng;  // the draw's key
+  std::span<const PendingToken> pending;
+};
+using SeqLookup = std::function<SeqInputs(const ScheduledSeq&)>;
+
+// A sequence's result of a step: its logits row [vocab] on the host (valid while the
+// step's ForwardOutput is), or the token the device chose (kTokenOnHost when the row
+// came back instead).
+struct StepRow {
+  const float* logits = nullptr;
+  int32_t token = kTokenOnHost;
+};
+using LogitRows = std::unordered_map<int64_t, StepRow>;  // seq id -> its row
 
 class ModelExecutor {
  public:
-  explicit ModelExecutor(std::shared_ptr<LanguageModel> model) : model_(std::move(model)) {}
+  // eos_ids: the tokens that end sequences (for the device's logits processors);
+  // device_sampling: whether rows may be sampled on the model's device.
+  ModelExecutor(std::shared_ptr<LanguageModel> model, std::vector<int32_t> eos_ids,
+                bool device_sampling);
+
+  // Builds the step's batch in the executor's own buffers (kept from step to step) and
+  // returns it: sequences in the plan's order, each contributing positions [start,
+  // start + num_tokens); logits rows for the last num_logits positions of each, in
+  // order; the device's draws for the rows whose sequences have a device_config; and,
+  // for placeholders within the computed positions, the token of the step launched
+  // before (prev_step; a placeholder of another step is a bug).
+  const ForwardBatch& build(const SchedulerOutput& plan, const SeqLookup& seqs, int64_t prev_step);
 
   // The plan's swaps (out, then in) and copy-on-write copies, in that order: before the
   // step's forward pass, and also for a plan that runs none.
   void move_blocks(const SchedulerOutput& plan);
-  // Runs the forward pass (LanguageModel::forward_sample: tokens chosen on the device
-  // where batch.sampling says so, logits [host rows, vocab] (float32, CPU) for the
-  // others).
+  // Queues the batch (LanguageModel::launch) / takes the oldest queued step's output.
+  void launch(const ForwardBatch& batch) { model_->launch(batch); }
+  ForwardOutput collect() { return model_->collect(); }
+  // Runs the forward pass at once (LanguageModel::forward_sample: tokens chosen on the
+  // device where batch.sampling says so, logits [host rows, vocab] (float32, CPU) for
+  // the others).
   ForwardOutput forward(const ForwardBatch& batch) { return model_->forward_sample(batch); }
 
-  LanguageModel& model() { return *model_; }
+  // Each sequence's result in `out` (the sequences in plan order, each with its
+  // num_logits rows; the last one kept), added to `rows`.
+  void read_rows(std::span<const ScheduledSeq> seqs, const ForwardOutput& out,
+                 LogitRows* rows) const;
+
+  bool device_sampling() const { return device_sampling_; }
 
  private:
+  void add_sampling(const SchedulerOutput& plan);
+
   std::shared_ptr<LanguageModel> model_;
+  std::vector<int32_t> eos_ids_;
+  bool device_sampling_ = false;
+  int32_t vocab_size_ = 0;
+  // Cleared, not replaced, every step: a fresh block table of ~1,000 sequences is a
+  // new mapping and its page faults every step.
+  ForwardBatch batch_;
+  std::vector<SeqInputs> inputs_;  // the plan's sequences, in order
 };
 
 }  // namespace tachyon

@@ -44,8 +44,9 @@ struct GenerateConfig {
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token, bias), sorted by token
   std::vector<std::vector<int32_t>> bad_words_list;   // token sequences never generated
 
-  // Stopping. Stop strings need a tokenizer and match across token boundaries; the stop
-  // string is not part of the output text. stop_words_list holds token sequences.
+  // Stopping. Stop strings match the text across token boundaries (the frontend's
+  // output processor, with a tokenizer; AsyncModel refuses them); the stop string is not
+  // part of the output text. stop_words_list holds token sequences (the engine's).
   std::vector<std::string> stop_words_str;
   std::vector<std::vector<int32_t>> stop_words_list;
   bool ignore_eos = false;

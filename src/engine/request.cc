@@ -78,6 +78,10 @@ void RequestStream::cancel() {
   if (on_cancel_) on_cancel_(id_);
 }
 
+void RequestStream::stop_sequence(int32_t index) {
+  if (on_stop_sequence_) on_stop_sequence_(id_, index);
+}
+
 void RequestStream::push(std::vector<StreamEvent> events) {
   if (events.empty()) return;
   {

@@ -54,11 +54,13 @@ struct ErrorInfo {
 };
 
 // One delta of a request's output. Sampled sequences stream their tokens as they come;
-// beam search sends each returned beam once, complete, when the search ends.
+// beam search sends each returned beam once, complete, when the search ends. The engine
+// fills the token fields; text is the frontend's (frontend/output_processor.h).
 struct StreamEvent {
   int32_t index = 0;               // which output sequence (0 .. n-1); -1 on the last event
   std::vector<int32_t> token_ids;  // new tokens (the EOS is never included)
-  std::string text;                // new text (needs a tokenizer)
+  std::string text;                // new text (the frontend's)
+  std::string stop_string;         // on a last event: the stop string that ended it
   std::vector<float> logprobs;     // per new token, when return_logprobs
   std::vector<std::vector<TokenLogprob>> top_logprobs;  // per new token
   std::optional<FinishReason> finish_reason;            // set on the sequence's last event
@@ -99,6 +101,11 @@ class RequestStream {
   // Asks the engine to stop the request; its blocks are freed on the engine's next
   // turn and a final event with FinishReason::kCancelled follows.
   void cancel();
+  // Asks the engine to end output sequence `index` as stopped (FinishReason::kStop), as
+  // the frontend does when its text holds a stop string; its blocks are freed on the
+  // engine's next turn. A sequence already ended stays as it is. Tokens the engine
+  // chose before it took the call still come, then its last event.
+  void stop_sequence(int32_t index);
   bool cancel_requested() const { return cancelled_.load(std::memory_order_relaxed); }
   // True once the final event has been read.
   bool finished() const;
@@ -106,11 +113,15 @@ class RequestStream {
   // Engine side.
   void push(std::vector<StreamEvent> events);
   void set_on_cancel(std::function<void(int64_t)> fn) { on_cancel_ = std::move(fn); }
+  void set_on_stop_sequence(std::function<void(int64_t, int32_t)> fn) {
+    on_stop_sequence_ = std::move(fn);
+  }
 
  private:
   const int64_t id_;
   std::atomic<bool> cancelled_{false};
   std::function<void(int64_t)> on_cancel_;
+  std::function<void(int64_t, int32_t)> on_stop_sequence_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<StreamEvent> events_;

@@ -71,6 +71,7 @@ struct GenEvent {
   int32_t index = 0;  // output sequence; -1 on the last event
   std::vector<int32_t> token_ids;
   std::string text;                        // new text; stop strings removed
+  std::string stop_string;                 // on a last delta: the stop string that ended it
   std::vector<TokenLogprobInfo> logprobs;  // per new token, when asked for
   std::optional<GenFinish> finish;         // on the sequence's last delta
   double cum_log_prob = 0;

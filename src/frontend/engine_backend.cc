@@ -4,35 +4,12 @@
 
 #include "chat/chat_template.h"
 #include "core/logging.h"
-#include "frontend/stream_reader.h"
+#include "frontend/text.h"
 #include "model/loader.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tachyon {
 namespace {
-
-// The engine's view of the tokenizer: streaming detokenization and the EOS ids.
-class EngineText : public TextTokenizer {
- public:
-  EngineText(std::shared_ptr<const Tokenizer> tok, std::vector<int32_t> eos)
-      : tok_(std::move(tok)), eos_(std::move(eos)) {}
-  std::unique_ptr<IncrementalDetokenizer> make_incremental_decoder(
-      bool skip_special_tokens) const override {
-    struct Dec : IncrementalDetokenizer {
-      std::unique_ptr<IncrementalDecoder> d;
-      std::string add(int32_t token) override { return d->step(token); }
-      std::string flush() override { return d->flush(); }
-    };
-    auto out = std::make_unique<Dec>();
-    out->d = tok_->make_incremental_decoder(skip_special_tokens);
-    return out;
-  }
-  std::vector<int32_t> eos_token_ids() const override { return eos_; }
-
- private:
-  std::shared_ptr<const Tokenizer> tok_;
-  std::vector<int32_t> eos_;
-};
 
 class EngineHandle : public GenerationHandle {
  public:
@@ -126,6 +103,7 @@ GenEvent to_gen_event(StreamEvent&& e) {
   g.index = e.index;
   g.token_ids = std::move(e.token_ids);
   g.text = std::move(e.text);
+  g.stop_string = std::move(e.stop_string);
   for (size_t i = 0; i < e.logprobs.size(); ++i) {
     TokenLogprobInfo t;
     t.token = i < g.token_ids.size() ? g.token_ids[i] : -1;
@@ -195,9 +173,7 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
   ec.swap_space_bytes = swap_space_bytes(o.swap_space_gb, lo.device->is_cpu());
 
   progress(0, 0, "kv cache");
-  b->engine_ =
-      std::make_shared<AsyncModel>(model, std::make_shared<EngineText>(b->tokenizer_, eos), ec);
-  b->readers_ = std::make_shared<StreamReaderPool>();
+  b->engine_ = std::make_unique<TextEngine>(model, make_text_tokenizer(b->tokenizer_, eos), ec);
 
   b->info_.path = std::filesystem::absolute(o.model_dir).lexically_normal().string();
   b->info_.name = o.served_name;
@@ -226,12 +202,6 @@ EngineBackend::~EngineBackend() {
 
 void EngineBackend::shutdown() {
   if (engine_) engine_->shutdown();
-  std::shared_ptr<StreamReaderPool> readers;
-  {
-    std::lock_guard<std::mutex> lock(readers_mu_);
-    readers.swap(readers_);
-  }
-  readers.reset();  // joins the readers once their streams have ended
 }
 
 std::vector<int32_t> EngineBackend::encode(std::string_view text, bool add_special_tokens) const {
@@ -303,19 +273,13 @@ std::shared_ptr<GenerationHandle> EngineBackend::generate(std::vector<int32_t> p
   GenerateRequest req;
   req.prompt_ids = std::move(prompt);
   req.config = to_generate_config(params);
-  std::shared_ptr<StreamReaderPool> readers;
-  {
-    std::lock_guard<std::mutex> lock(readers_mu_);
-    readers = readers_;
-  }
-  if (!readers) raise<Unavailable>("the engine is shut down");
-  auto stream = engine_->submit(std::move(req));
-  readers->read(stream, [sink = std::move(sink)](std::vector<StreamEvent>&& events) {
-    std::vector<GenEvent> out;
-    out.reserve(events.size());
-    for (auto& e : events) out.push_back(to_gen_event(std::move(e)));
-    sink(std::move(out));
-  });
+  auto stream =
+      engine_->submit(std::move(req), [sink = std::move(sink)](std::vector<StreamEvent>&& events) {
+        std::vector<GenEvent> out;
+        out.reserve(events.size());
+        for (auto& e : events) out.push_back(to_gen_event(std::move(e)));
+        sink(std::move(out));
+      });
   return std::make_shared<EngineHandle>(std::move(stream));
 }
 

@@ -1,7 +1,6 @@
 // The InferenceBackend of `tachyon serve`: a model folder loaded through load_model,
-// its tokenizer and chat template, and an AsyncModel running them. Each request's
-// stream is read by a pooled reader thread that hands the events, a batch at a time,
-// to the request's sink.
+// its tokenizer and chat template, and a TextEngine running them: each request's events
+// come, with their text, a batch at a time, to the request's sink on a reader thread.
 #pragma once
 
 #include <functional>
@@ -11,12 +10,12 @@
 
 #include "engine/async_model.h"
 #include "frontend/backend.h"
+#include "frontend/text_engine.h"
 
 namespace tachyon {
 
 class Tokenizer;
 class ChatTemplate;
-class StreamReaderPool;
 
 struct EngineBackendOptions {
   std::string model_dir;
@@ -57,7 +56,7 @@ class EngineBackend : public InferenceBackend {
 
   // Stops the engine: requests in flight end with an error.
   void shutdown();
-  AsyncModel& engine() { return *engine_; }
+  AsyncModel& engine() { return engine_->engine(); }
 
  private:
   EngineBackend() = default;
@@ -66,9 +65,7 @@ class EngineBackend : public InferenceBackend {
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<const ChatTemplate> chat_;
   bool byte_level_ = false;  // GPT-2 style byte-to-unicode token strings
-  std::shared_ptr<AsyncModel> engine_;
-  mutable std::mutex readers_mu_;
-  std::shared_ptr<StreamReaderPool> readers_;
+  std::unique_ptr<TextEngine> engine_;
 };
 
 // Converts the server's parameters to the engine's GenerateConfig (exposed for tests).

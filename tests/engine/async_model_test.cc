@@ -315,47 +315,6 @@ TEST(AsyncModel, StopWordsList) {
   EXPECT_EQ(r.sequences[0].output_ids, std::vector<int32_t>(full.begin(), full.begin() + at + 2));
 }
 
-TEST(AsyncModel, StopStringsAcrossTokensWithHeldBackText) {
-  FakeModelOptions o;
-  auto tok = testing::FakeTokenizer::standard(o.vocab, o.eos);
-  EngineConfig ec = small_engine(512);
-  auto t = make_engine(o, ec, tok);
-  std::mt19937 rng(9);
-  int checked = 0;
-  for (int iter = 0; iter < 30; ++iter) {
-    const auto prompt = random_prompt(rng, 6, o.vocab, o.eos);
-    GenerateConfig c = greedy(30);
-    c.ignore_eos = true;
-    const auto full = t.engine->submit({prompt, c})->wait();
-    const std::string text = full.sequences[0].text;
-    EXPECT_EQ(text, tok->decode(full.sequences[0].output_ids, true));
-    if (text.size() < 12) continue;
-    // A stop string taken from the middle of the text.
-    const std::string stop = text.substr(text.size() / 2, 3);
-    const size_t first = text.find(stop);
-    c.stop_words_str = {stop};
-    auto s = t.engine->submit({prompt, c});
-    std::string streamed;
-    std::vector<int32_t> ids;
-    std::optional<FinishReason> reason;
-    while (auto e = s->next(std::chrono::seconds(10))) {
-      EXPECT_EQ(e->text.find(stop), std::string::npos);
-      streamed += e->text;
-      ids.insert(ids.end(), e->token_ids.begin(), e->token_ids.end());
-      if (e->finish_reason) reason = e->finish_reason;
-      if (e->done) break;
-    }
-    EXPECT_EQ(streamed, text.substr(0, first)) << "stop '" << stop << "'";
-    EXPECT_EQ(reason, FinishReason::kStop);
-    // Generation ended with the token that completed the stop string.
-    EXPECT_GE(tok->decode(ids, true).size(), first + stop.size());
-    EXPECT_EQ(tok->decode(std::vector<int32_t>(ids.begin(), ids.end() - 1), true).find(stop),
-              std::string::npos);
-    ++checked;
-  }
-  EXPECT_GT(checked, 10);
-}
-
 TEST(AsyncModel, LogprobsAndTimings) {
   FakeModelOptions o;
   auto t = make_engine(o, small_engine(512));

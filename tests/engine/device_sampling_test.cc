@@ -111,7 +111,7 @@ TEST(DeviceSampling, EngineOutputsEqualHostPath) {
     auto model = std::make_shared<DeviceSamplingModel>(o);
     EngineConfig c = ec;
     c.device_sampling = pass == 1;
-    AsyncModel engine(model, nullptr, c);
+    AsyncModel engine(model, c);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (const auto& r : reqs) streams.push_back(engine.submit(r));
     for (auto& s : streams) results[static_cast<size_t>(pass)].push_back(s->wait());
@@ -141,7 +141,7 @@ TEST(DeviceSampling, NoAllowedTokenFailsTheRequest) {
   ec.num_kv_blocks = 64;
   ec.eos_token_ids = {o.eos};
   auto model = std::make_shared<DeviceSamplingModel>(o);
-  AsyncModel engine(model, nullptr, ec);
+  AsyncModel engine(model, ec);
   GenerateRequest bad;
   bad.prompt_ids = {1, 3};
   bad.config.max_new_tokens = 4;

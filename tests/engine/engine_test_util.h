@@ -39,12 +39,11 @@ inline EngineConfig small_engine(int32_t blocks, int32_t block_size = 4) {
   return c;
 }
 
-inline TestEngine make_engine(const FakeModelOptions& o, EngineConfig c,
-                              std::shared_ptr<const TextTokenizer> tok = nullptr) {
+inline TestEngine make_engine(const FakeModelOptions& o, EngineConfig c) {
   TestEngine t;
   t.model = std::make_shared<FakeModel>(o);
-  if (c.eos_token_ids.empty() && !tok) c.eos_token_ids = {o.eos};
-  t.engine = std::make_unique<AsyncModel>(t.model, std::move(tok), c);
+  if (c.eos_token_ids.empty()) c.eos_token_ids = {o.eos};
+  t.engine = std::make_unique<AsyncModel>(t.model, c);
   return t;
 }
 

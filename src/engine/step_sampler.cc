@@ -1,10 +1,10 @@
-// AsyncModel, second half: from a step's logits to tokens, text and finished requests.
+#include "engine/step_sampler.h"
+
 #include <algorithm>
 #include <cmath>
 #include <span>
 
 #include "core/thread_pool.h"
-#include "engine/engine_internal.h"
 
 namespace tachyon {
 
@@ -23,39 +23,11 @@ bool ends_with(std::span<const int32_t> tokens, size_t from, const std::vector<i
 
 }  // namespace
 
-std::unique_ptr<AsyncModel::Seq> AsyncModel::make_seq(Req& r, int32_t index,
-                                                      std::vector<int32_t> tokens) {
-  auto s = std::make_unique<Seq>();
-  s->id = next_seq_id_++;
-  s->index = index;
-  s->tokens = std::move(tokens);
-  if (tokenizer_ && !r.cfg.is_beam_search()) {
-    s->detok = tokenizer_->make_incremental_decoder(config_.skip_special_tokens);
-    s->stop = StopStringMatcher(r.cfg.stop_words_str);
-  }
-  seqs_[s->id] = s.get();
-  return s;
-}
-
-int64_t AsyncModel::new_seq(Req& r, int32_t index, std::vector<int32_t> tokens) {
-  auto s = make_seq(r, index, std::move(tokens));
-  const int64_t id = s->id;
-  r.seqs.push_back(std::move(s));
-  return id;
-}
-
-void AsyncModel::fail_request(Req& r, const std::exception& e) {
-  const Error* err = dynamic_cast<const Error*>(&e);
-  const ErrorInfo info{err ? err->code() : ErrorCode::kInternal, e.what()};
-  finish_request(r, FinishReason::kError, &info);
-}
-
-void AsyncModel::process_groups(const std::vector<int64_t>& groups, LogitRows& rows,
-                                int64_t step_no) {
+void StepSampler::process(const std::vector<int64_t>& groups, LogitRows& rows, int64_t step_no) {
   // Beams first, one request at a time; sampled requests are gathered into jobs.
   struct Job {
     int64_t request = 0;
-    Seq* seq = nullptr;
+    EngineSeq* seq = nullptr;
     StepRow row;
     SampledToken token;
     std::exception_ptr error;
@@ -63,9 +35,9 @@ void AsyncModel::process_groups(const std::vector<int64_t>& groups, LogitRows& r
   std::vector<Job> jobs;
   std::vector<int64_t> sampled;
   for (int64_t g : groups) {
-    auto it = reqs_.find(g);
-    if (it == reqs_.end()) continue;
-    Req& r = *it->second;
+    EngineRequest* found = requests_->find(g);
+    if (!found) continue;
+    EngineRequest& r = *found;
     try {
       if (r.cfg.is_beam_search()) {
         beam_group(r, rows);
@@ -78,7 +50,7 @@ void AsyncModel::process_groups(const std::vector<int64_t>& groups, LogitRows& r
         const int64_t parent = r.seqs[0]->id;
         const StepRow row = rows.at(parent);
         for (int32_t i = 1; i < r.cfg.num_return_sequences; ++i) {
-          const int64_t child = new_seq(r, i, r.seqs[0]->tokens);
+          const int64_t child = requests_->new_seq(r, i, r.seqs[0]->tokens);
           scheduler_->fork_seq(parent, child);
           rows[child] = row;
         }
@@ -91,7 +63,7 @@ void AsyncModel::process_groups(const std::vector<int64_t>& groups, LogitRows& r
       }
       sampled.push_back(r.id);
     } catch (const std::exception& e) {
-      fail_request(r, e);
+      requests_->fail_request(r, e);
     }
   }
   // Rows are independent: sample them on the compute pool (idle between forward passes),
@@ -108,8 +80,8 @@ void AsyncModel::process_groups(const std::vector<int64_t>& groups, LogitRows& r
   auto work = [&](int64_t w) {
     for (size_t j = static_cast<size_t>(w); j < jobs.size(); j += static_cast<size_t>(workers)) {
       Job& job = jobs[j];
-      const Req& r = *reqs_.at(job.request);
-      const Seq& s = *job.seq;
+      const EngineRequest& r = requests_->at(job.request);
+      const EngineSeq& s = *job.seq;
       SamplingContext ctx;
       ctx.config = &r.cfg;
       ctx.tokens = s.tokens;
@@ -140,24 +112,23 @@ void AsyncModel::process_groups(const std::vector<int64_t>& groups, LogitRows& r
   }
   // Apply in order; a request that fails stops there.
   for (Job& job : jobs) {
-    auto it = reqs_.find(job.request);
-    if (it == reqs_.end()) continue;
-    Req& r = *it->second;
+    EngineRequest* r = requests_->find(job.request);
+    if (!r) continue;
     try {
       if (job.error) std::rethrow_exception(job.error);
-      on_token(r, *job.seq, job.token, step_no);
+      on_token(*r, *job.seq, job.token, step_no);
     } catch (const std::exception& e) {
-      fail_request(r, e);
+      requests_->fail_request(*r, e);
     }
   }
   for (int64_t id : sampled) {
-    auto it = reqs_.find(id);
-    if (it != reqs_.end() && it->second->outputs_done == it->second->cfg.num_return_sequences)
-      finish_request(*it->second, FinishReason::kStop, nullptr);
+    EngineRequest* r = requests_->find(id);
+    if (r && r->outputs_done == r->cfg.num_return_sequences)
+      requests_->finish_request(*r, FinishReason::kStop, nullptr);
   }
 }
 
-void AsyncModel::on_token(Req& r, Seq& s, const SampledToken& t, int64_t step_no) {
+void StepSampler::on_token(EngineRequest& r, EngineSeq& s, const SampledToken& t, int64_t step_no) {
   const GenerateConfig& cfg = r.cfg;
   const auto now = Clock::now();
   // Where the token goes: its placeholder when the step was queued ahead (the scheduler
@@ -172,20 +143,20 @@ void AsyncModel::on_token(Req& r, Seq& s, const SampledToken& t, int64_t step_no
   }
   if (s.index == 0 && before > 0) r.timings.token_gaps_ms.push_back(ms_between(s.last_token, now));
   s.last_token = now;
-  ++loop_stats_.tokens_generated;
+  ++tokens_generated_;
 
   StreamEvent e;
   e.index = s.index;
   // Ending here: what a step queued after this one computed for it was for nothing.
   auto end = [&](size_t keep) {
-    if (step_no >= 0 && s.last_step > step_no) loop_stats_.tokens_discarded += s.last_step_tokens;
+    if (step_no >= 0 && s.last_step > step_no) tokens_discarded_ += s.last_step_tokens;
     s.tokens.resize(keep);
     s.pending.clear();
   };
   if (!cfg.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), t.token) != eos_ids_.end()) {
     end(pos);
     e.cum_log_prob = s.cum_logprob;
-    return finish_seq(r, s, FinishReason::kStop, &e);
+    return requests_->finish_seq(r, s, FinishReason::kStop, &e);
   }
   if (placed)
     s.tokens[pos] = t.token;
@@ -199,19 +170,8 @@ void AsyncModel::on_token(Req& r, Seq& s, const SampledToken& t, int64_t step_no
     s.cum_logprob += t.logprob;
   }
   e.cum_log_prob = s.cum_logprob;
-  const bool may_stop = generated >= cfg.min_new_tokens;
   bool stop = false;
-  if (s.detok) {
-    std::string piece = s.detok->add(t.token);
-    if (may_stop && s.stop.active()) {
-      auto res = s.stop.push(piece);
-      e.text = std::move(res.emit);
-      stop = res.stopped;
-    } else {
-      e.text = std::move(piece);
-    }
-  }
-  if (!stop && may_stop) {
+  if (generated >= cfg.min_new_tokens) {
     const size_t from = static_cast<size_t>(r.prompt_len);
     const std::span<const int32_t> so_far(s.tokens.data(), pos + 1);
     for (const auto& w : cfg.stop_words_list) {
@@ -223,43 +183,17 @@ void AsyncModel::on_token(Req& r, Seq& s, const SampledToken& t, int64_t step_no
   }
   if (stop) {
     end(pos + 1);
-    return finish_seq(r, s, FinishReason::kStop, &e);
+    return requests_->finish_seq(r, s, FinishReason::kStop, &e);
   }
   if (generated >= r.max_new_tokens || static_cast<int32_t>(pos) + 1 >= max_seq_len_) {
     end(pos + 1);
-    return finish_seq(r, s, FinishReason::kLength, &e);
+    return requests_->finish_seq(r, s, FinishReason::kLength, &e);
   }
   if (!placed) scheduler_->append_token(s.id);
-  emit(r, std::move(e));
+  requests_->emit(r, std::move(e));
 }
 
-void AsyncModel::finish_seq(Req& r, Seq& s, FinishReason reason, StreamEvent* event) {
-  if (s.finished) return;
-  StreamEvent local;
-  StreamEvent& e = event ? *event : local;
-  e.index = s.index;
-  if ((reason == FinishReason::kStop || reason == FinishReason::kLength) && s.detok) {
-    std::string tail = s.detok->flush();
-    if (s.stop.active()) {
-      auto res = s.stop.push(tail);
-      e.text += res.emit;
-      if (!res.stopped) e.text += s.stop.flush();
-    } else {
-      e.text += tail;
-    }
-  }
-  e.finish_reason = reason;
-  e.cum_log_prob = s.cum_logprob;
-  s.drop_pending();  // ended before the tokens in flight (cancelled, failed, timed out)
-  r.timings.output_len += static_cast<int32_t>(s.tokens.size()) - r.prompt_len;
-  emit(r, std::move(e));
-  s.finished = true;
-  scheduler_->remove_seq(s.id);
-  seqs_.erase(s.id);
-  ++r.outputs_done;
-}
-
-void AsyncModel::beam_group(Req& r, LogitRows& rows) {
+void StepSampler::beam_group(EngineRequest& r, LogitRows& rows) {
   const GenerateConfig& cfg = r.cfg;
   if (!r.beam)
     r.beam = std::make_unique<BeamSearch>(cfg.num_beams, cfg.length_penalty, r.max_new_tokens,
@@ -270,7 +204,7 @@ void AsyncModel::beam_group(Req& r, LogitRows& rows) {
   std::vector<const float*> lps(nb);
   std::vector<std::vector<int32_t>> beam_tokens(nb);
   for (size_t b = 0; b < nb; ++b) {
-    const Seq& s = *r.seqs[b];
+    const EngineSeq& s = *r.seqs[b];
     const float* row = rows.at(s.id).logits;
     TACHYON_CHECK(row != nullptr, "no logits for beam sequence {}", s.id);
     const double lse = log_sum_exp(row, vocab_size_);
@@ -288,7 +222,7 @@ void AsyncModel::beam_group(Req& r, LogitRows& rows) {
     beam_tokens[b].assign(s.tokens.begin() + r.prompt_len, s.tokens.end());
   }
   const auto next = r.beam->step(lps, vocab_size_, beam_tokens);
-  loop_stats_.tokens_generated += static_cast<int64_t>(nb);
+  tokens_generated_ += static_cast<int64_t>(nb);
   if (!r.first_token) {
     r.first_token = true;
     r.timings.first_token_ms = ms_between(r.submitted, Clock::now());
@@ -301,63 +235,28 @@ void AsyncModel::beam_group(Req& r, LogitRows& rows) {
       StreamEvent e;
       e.index = static_cast<int32_t>(i);
       e.token_ids = h.tokens;
-      if (tokenizer_) {
-        auto detok = tokenizer_->make_incremental_decoder(config_.skip_special_tokens);
-        for (int32_t t : h.tokens) e.text += detok->add(t);
-        e.text += detok->flush();
-      }
       e.finish_reason = h.ended_with_eos ? FinishReason::kStop : FinishReason::kLength;
       e.cum_log_prob = h.sum_logprobs;
       r.timings.output_len += static_cast<int32_t>(h.tokens.size());
-      emit(r, std::move(e));
+      requests_->emit(r, std::move(e));
     }
     r.outputs_done = static_cast<int32_t>(n);
-    return finish_request(r, FinishReason::kStop, nullptr);
+    return requests_->finish_request(r, FinishReason::kStop, nullptr);
   }
   // The next beams: each forks its parent (sharing its blocks; the shared last block is
   // copied when first written), then the old beams let go of theirs.
-  std::vector<std::unique_ptr<Seq>> fresh;
+  std::vector<std::unique_ptr<EngineSeq>> fresh;
   for (size_t i = 0; i < next.size(); ++i) {
-    const Seq& parent = *r.seqs[static_cast<size_t>(next[i].parent)];
+    const EngineSeq& parent = *r.seqs[static_cast<size_t>(next[i].parent)];
     std::vector<int32_t> tokens = parent.tokens;
     tokens.push_back(next[i].token);
-    auto child = make_seq(r, static_cast<int32_t>(i), std::move(tokens));
+    auto child = requests_->make_seq(static_cast<int32_t>(i), std::move(tokens));
     child->cum_logprob = next[i].score;
     scheduler_->fork_seq(parent.id, child->id);
     scheduler_->append_token(child->id);
     fresh.push_back(std::move(child));
   }
-  for (auto& old : r.seqs) {
-    scheduler_->remove_seq(old->id);
-    seqs_.erase(old->id);
-  }
-  r.seqs = std::move(fresh);
-}
-
-void AsyncModel::finish_request(Req& r, FinishReason reason, const ErrorInfo* error) {
-  if (r.cfg.is_beam_search()) {
-    if (!r.beam || !r.beam->done()) {
-      StreamEvent e;
-      e.index = 0;
-      e.finish_reason = reason;
-      emit(r, std::move(e));
-    }
-  } else {
-    for (auto& s : r.seqs)
-      if (!s->finished) finish_seq(r, *s, reason, nullptr);
-  }
-  for (auto& s : r.seqs) seqs_.erase(s->id);
-  scheduler_->remove_group(r.id);
-  StreamEvent done;
-  done.index = -1;
-  done.done = true;
-  r.timings.total_ms = ms_between(r.submitted, Clock::now());
-  done.timings = r.timings;
-  if (error) done.error = *error;
-  emit(r, std::move(done));
-  ++loop_stats_.requests_finished;
-  --in_flight_;
-  reqs_.erase(r.id);  // r is gone from here on
+  requests_->replace_seqs(r, std::move(fresh));
 }
 
 }  // namespace tachyon

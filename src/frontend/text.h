@@ -1,6 +1,6 @@
-// What the engine needs of a tokenizer: streaming detokenization (for text pieces and
-// stop strings) and the end-of-sequence ids. Kept this small so that the engine runs
-// without a tokenizer (token ids only) and tests can supply a toy one.
+// What the output processor needs of a tokenizer: streaming detokenization (for text
+// pieces and stop strings) and the end-of-sequence ids. Kept this small so that tests
+// can supply a toy one; make_text_tokenizer wraps a loaded Tokenizer.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "tokenizer/tokenizer.h"
 
 namespace tachyon {
 
@@ -40,6 +42,7 @@ class StopStringMatcher {
   struct Result {
     std::string emit;      // text safe to send now
     bool stopped = false;  // a stop string was found (emit ends just before it)
+    std::string matched;   // the stop string found
   };
   Result push(std::string_view piece);
   // At the end of the sequence (no stop found): the held-back text.
@@ -51,5 +54,10 @@ class StopStringMatcher {
   std::string held_;
   bool stopped_ = false;
 };
+
+// A loaded tokenizer as a TextTokenizer: its streaming decoder gives the text pieces;
+// eos_ids (or, when empty, the tokenizer's EOS) end sequences.
+std::shared_ptr<const TextTokenizer> make_text_tokenizer(std::shared_ptr<const Tokenizer> tokenizer,
+                                                         std::vector<int32_t> eos_ids = {});
 
 }  // namespace tachyon

@@ -1,4 +1,4 @@
-#include "engine/text.h"
+#include "frontend/text.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
-// The engine over the real trained model (models/tiny-kjv-chat) and its tokenizer:
-// transformers' greedy continuations, batch invariance and preemption. The model loads
-// on the default device: TACHYON_DEVICE (cpu, cuda), else a GPU when there is one
-// (TACHYON_DTYPE picks its compute dtype). On a GPU, batch invariance needs
+// The engine over the real trained model (models/tiny-kjv-chat) and its tokenizer, with
+// the frontend's text (TextEngine): transformers' greedy continuations, batch invariance and
+// preemption. The model loads on the default device: TACHYON_DEVICE (cpu, cuda), else a GPU when
+// there is one (TACHYON_DTYPE picks its compute dtype). On a GPU, batch invariance needs
 // TACHYON_BATCH_INVARIANT=1 (see docs/architecture.md); tokens are then sampled on the
 // device.
 #include <gmock/gmock.h>
@@ -10,8 +10,7 @@
 #include <random>
 
 #include "core/json.h"
-#include "engine/async_model.h"
-#include "engine/tokenizer_adapter.h"
+#include "frontend/text_engine.h"
 #include "model/loader.h"
 
 namespace tachyon {
@@ -36,7 +35,7 @@ const Kjv& kjv() {
   return k;
 }
 
-std::unique_ptr<AsyncModel> engine(int32_t blocks, int32_t max_batch_tokens = 256,
+std::unique_ptr<TextEngine> engine(int32_t blocks, int32_t max_batch_tokens = 256,
                                    bool device_sampling = true, int64_t swap_bytes = 0) {
   EngineConfig c;
   c.device_sampling = device_sampling;
@@ -47,7 +46,7 @@ std::unique_ptr<AsyncModel> engine(int32_t blocks, int32_t max_batch_tokens = 25
   c.max_num_batched_tokens = max_batch_tokens;
   c.eos_token_ids = kjv().eos;
   // One engine at a time owns the model's cache: the tests run one after another.
-  return std::make_unique<AsyncModel>(kjv().model,
+  return std::make_unique<TextEngine>(kjv().model,
                                       make_text_tokenizer(kjv().tokenizer, c.eos_token_ids), c);
 }
 
@@ -124,7 +123,7 @@ std::vector<GenerateRequest> requests(int n) {
   return out;
 }
 
-std::vector<std::vector<int32_t>> run_together(AsyncModel& e,
+std::vector<std::vector<int32_t>> run_together(TextEngine& e,
                                                const std::vector<GenerateRequest>& reqs) {
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (const auto& r : reqs) streams.push_back(e.submit(r));
