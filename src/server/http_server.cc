@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "server/http_internal.h"
+#include "server/http_wire.h"
 
 namespace tachyon::server {
 
@@ -43,13 +44,11 @@ struct HttpServer::Impl {
             socket.set_option(tcp::no_delay(true), ignored);
             const auto open = static_cast<size_t>(shared.connections.load());
             if (open >= shared.options.max_connections + shared.options.reserved_connections) {
-              static const std::string kBusy = [] {
-                std::string body =
-                    R"({"error":{"message":"too many open connections","type":"server_error","param":null,"code":503}})";
-                return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: "
-                       "application/json\r\nContent-Length: " +
-                       std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
-              }();
+              static const std::string kBusy =
+                  "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                  "Content-Length: " +
+                  std::to_string(kBusyBody.size()) + "\r\nConnection: close\r\n\r\n" +
+                  std::string(kBusyBody);
               net::write(socket, net::buffer(kBusy), ignored);
               socket.shutdown(tcp::socket::shutdown_both, ignored);
               socket.close(ignored);

@@ -11,6 +11,7 @@
 #include "core/json.h"
 #include "core/logging.h"
 #include "server/http_internal.h"
+#include "server/http_wire.h"
 
 namespace tachyon::server {
 
@@ -19,56 +20,6 @@ namespace {
 constexpr size_t kWatchBufferBytes = 4096;
 constexpr size_t kMaxPipelinedBytes = 64u << 10;
 constexpr size_t kHeaderReadBytes = 4096;
-
-bool header_text_ok(std::string_view s) {
-  return std::none_of(s.begin(), s.end(),
-                      [](char c) { return c == '\r' || c == '\n' || c == '\0'; });
-}
-
-std::string to_lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  return out;
-}
-
-std::string_view trim_ows(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-// What RFC 9112 requires a server to refuse in a request's framing, which a proxy in
-// front may read otherwise (request smuggling): a transfer coding other than one final
-// "chunked" (we decode no other), Transfer-Encoding beside Content-Length, and an
-// HTTP/1.1 request without Host. Empty when the framing is sound.
-template <typename Request>
-std::string framing_error(const Request& req) {
-  std::string codings;
-  size_t te_fields = 0;
-  for (const auto& f : req)
-    if (f.name() == bhttp::field::transfer_encoding) {
-      codings += (te_fields++ ? "," : "") + std::string(f.value());
-    }
-  if (te_fields > 0) {
-    std::vector<std::string_view> list;
-    std::string_view rest = codings;
-    while (true) {
-      const size_t comma = rest.find(',');
-      list.push_back(trim_ows(rest.substr(0, comma)));
-      if (comma == std::string_view::npos) break;
-      rest.remove_prefix(comma + 1);
-    }
-    if (list.size() != 1 ||
-        !beast::iequals(beast::string_view(list[0].data(), list[0].size()), "chunked"))
-      return "Transfer-Encoding '" + codings + "' is not supported: only 'chunked' alone";
-    if (req.count(bhttp::field::content_length) > 0)
-      return "Transfer-Encoding and Content-Length must not both be given";
-  }
-  if (req.version() == 11 && req.count(bhttp::field::host) == 0)
-    return "an HTTP/1.1 request needs a Host header";
-  return {};
-}
 
 }  // namespace
 
@@ -141,16 +92,6 @@ class Session : public std::enable_shared_from_this<Session> {
   // Bytes already framed (the rest of a direct write that did not go out whole).
   void write_framed(uint64_t seq, std::string bytes) {
     if (current(seq) && response_started_ && !response_ended_) queue(std::move(bytes));
-  }
-  static std::string frame_chunk(const std::string& data) {
-    char size_line[24];
-    int n = std::snprintf(size_line, sizeof(size_line), "%zx\r\n", data.size());
-    std::string framed;
-    framed.reserve(data.size() + static_cast<size_t>(n) + 2);
-    framed.append(size_line, static_cast<size_t>(n));
-    framed.append(data);
-    framed.append("\r\n");
-    return framed;
   }
 
   // Direct writes: a streamed body part is sent from the writer's thread with one
@@ -284,9 +225,7 @@ class Session : public std::enable_shared_from_this<Session> {
           }));
       return;
     }
-    const std::string_view header = data.substr(0, end + 2);
-    if (header.find("\r\n ") != std::string_view::npos ||
-        header.find("\r\n\t") != std::string_view::npos)
+    if (has_obs_fold(data.substr(0, end + 2)))
       return reject(400, "obsolete line folding in a request header is not accepted");
     ErrorCodeT ec;
     buffer_.consume(parser_->put(buffer_.data(), ec));
@@ -416,32 +355,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string format_head(int status, std::string_view content_type, const Headers& headers,
                           std::optional<size_t> content_length) {
     if (shutting_down_ || shared_->shutting_down.load()) keep_alive_ = false;
-    std::string h =
-        "HTTP/1.1 " + std::to_string(status) + " " + std::string(status_reason(status)) + "\r\n";
-    h += "Server: tachyon\r\n";
-    if (!content_type.empty() && header_text_ok(content_type)) {
-      h += "Content-Type: ";
-      h += content_type;
-      h += "\r\n";
-    }
-    for (const auto& [name, value] : headers) {
-      if (!header_text_ok(name) || !header_text_ok(value) || name.empty() ||
-          name.find(':') != std::string::npos)
-        continue;
-      h += name + ": " + value + "\r\n";
-    }
-    if (content_length) {
-      h += "Content-Length: " + std::to_string(*content_length) + "\r\n";
-    } else if (chunked_) {
-      h += "Transfer-Encoding: chunked\r\n";
-    }
-    if (!keep_alive_) {
-      h += "Connection: close\r\n";
-    } else if (version_ == 10) {
-      h += "Connection: keep-alive\r\n";
-    }
-    h += "\r\n";
-    return h;
+    return server::format_head(ResponseHead{status, content_type, &headers, content_length,
+                                            chunked_, keep_alive_, version_});
   }
 
   void queue(std::string data) {
@@ -676,32 +591,11 @@ void Session::dispatch() {
   version_ = msg.version() == 10 ? 10 : 11;
   keep_alive_ = msg.keep_alive() && !reserve_ && !shutting_down_ && !shared_->shutting_down.load();
   begin_in_flight();
-  if (reserve_) {
-    const std::string_view target(msg.target().data(), msg.target().size());
-    const std::string_view path = target.substr(0, target.find('?'));
-    if (msg.method() != bhttp::verb::get ||
-        (path != "/health" && path != "/metrics" && path != "/worker_status")) {
-      respond(
-          seq_, 503, "application/json",
-          R"({"error":{"message":"too many open connections","type":"server_error","param":null,"code":503}})",
-          {});
-      return;
-    }
+  if (reserve_ && !served_on_reserve(msg)) {
+    respond(seq_, 503, "application/json", std::string(kBusyBody), {});
+    return;
   }
-
-  HttpRequest req;
-  req.method = std::string(msg.method_string());
-  req.target = std::string(msg.target());
-  auto q = req.target.find('?');
-  req.path = req.target.substr(0, q);
-  if (q != std::string::npos) req.query = req.target.substr(q + 1);
-  for (const auto& f : msg)
-    req.headers.emplace_back(
-        to_lower(std::string_view(f.name_string().data(), f.name_string().size())),
-        std::string(f.value()));
-  req.body = std::move(msg.body());
-  req.remote_address = remote_;
-  req.version = version_;
+  HttpRequest req = to_http_request(std::move(msg), remote_, version_);
 
   auto writer = std::make_shared<SessionWriter>(shared_from_this(), seq_,
                                                 shared_->options.max_buffered_bytes);
