@@ -193,8 +193,16 @@ std::shared_ptr<RequestStream> AsyncModel::submit(GenerateRequest request) {
   r->cfg = std::move(cfg);
   r->submitted = Clock::now();
   r->timings.input_len = prompt_len;
-  if (r->cfg.timeout_ms > 0)
-    r->deadline = r->submitted + std::chrono::milliseconds(r->cfg.timeout_ms);
+  if (r->cfg.timeout_ms > 0) {
+    // A timeout past what the clock can hold is no limit (the API takes any int64):
+    // submitted + timeout_ms would overflow.
+    const int64_t room_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                Clock::time_point::max() - r->submitted)
+                                .count();
+    r->deadline = r->cfg.timeout_ms >= room_ms
+                      ? Clock::time_point::max()
+                      : r->submitted + std::chrono::milliseconds(r->cfg.timeout_ms);
+  }
 
   std::shared_ptr<RequestStream> stream;
   {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -128,6 +129,21 @@ TEST(EngineRobustness, TimeoutEndsTheRequest) {
   EXPECT_EQ(r.sequences.at(0).finish_reason, FinishReason::kTimeout);
   EXPECT_LT(r.sequences[0].output_ids.size(), 400u);
   EXPECT_TRUE(t.engine->healthy());
+}
+
+// Timeouts near the int64 limit (the APIs take any) mean no limit, not an overflowed
+// deadline in the past.
+TEST(EngineRobustness, HugeTimeoutsDoNotOverflow) {
+  auto t = make_engine(FakeModelOptions{}, small_engine(512));
+  for (int64_t ms : {std::numeric_limits<int64_t>::max(),
+                     std::numeric_limits<int64_t>::max() / 1000, int64_t{9223372036854}}) {
+    GenerateConfig c = greedy(8);
+    c.ignore_eos = true;
+    c.timeout_ms = ms;
+    const auto r = t.engine->submit({{1, 2, 3}, c})->wait();
+    EXPECT_FALSE(r.error.has_value()) << ms << ": " << r.error->message;
+    EXPECT_EQ(r.sequences.at(0).output_ids.size(), 8u) << ms;
+  }
 }
 
 TEST(EngineRobustness, ShutdownEndsRequestsInFlight) {
