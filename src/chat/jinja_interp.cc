@@ -233,6 +233,13 @@ void Interpreter::step(int64_t n) {
   if (steps_ > options_.limits.max_steps)
     fail(fmt::format("template exceeded the limit of {} evaluation steps",
                      options_.limits.max_steps));
+  if (steps_ >= next_control_check_) {
+    next_control_check_ = steps_ + kControlEvery;
+    if (options_.cancel != nullptr && options_.cancel->load(std::memory_order_relaxed))
+      fail("the render was cancelled");
+    if (options_.deadline && std::chrono::steady_clock::now() > *options_.deadline)
+      fail("the template ran past its time limit");
+  }
 }
 
 void Interpreter::check_string(size_t bytes) const {

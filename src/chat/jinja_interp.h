@@ -4,6 +4,8 @@
 // hanging the process or exhausting memory.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <ctime>
 #include <functional>
@@ -34,6 +36,10 @@ struct RenderOptions {
   Limits limits;
   // Clock for strftime_now(); unset means the local time at render.
   std::optional<std::time_t> now;
+  // A render in progress ends with an error once `cancel` (when given) is set, or past
+  // `deadline`: both are looked at every few thousand evaluation steps.
+  const std::atomic<bool>* cancel = nullptr;
+  std::optional<std::chrono::steady_clock::time_point> deadline;
 };
 
 // A lexical scope: loop iterations, macro calls and filter/with blocks open one. Most
@@ -110,6 +116,9 @@ class Interpreter {
   std::shared_ptr<const Program> program_;
   RenderOptions options_;
   int64_t steps_ = 0;
+  // Cancellation and the deadline are looked at once every kControlEvery steps.
+  static constexpr int64_t kControlEvery = 4096;
+  int64_t next_control_check_ = 0;
   size_t total_bytes_ = 0;
   int depth_ = 0;
   int line_ = 0;

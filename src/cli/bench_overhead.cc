@@ -39,8 +39,9 @@ class TimingBackend : public InferenceBackend {
     return b_->decode(ids, s);
   }
   std::string token_bytes(int32_t id) const override { return b_->token_bytes(id); }
-  std::string render_chat(const Json& m, bool g, const Json& e) const override {
-    return b_->render_chat(m, g, e);
+  std::string render_chat(const Json& m, bool g, const Json& e,
+                          const RenderControl& c) const override {
+    return b_->render_chat(m, g, e, c);
   }
   std::shared_ptr<GenerationHandle> generate(std::vector<int32_t> prompt,
                                              const GenerationParams& params,

@@ -52,6 +52,8 @@ server::AppOptions app_options(const ServeConfig& c, const std::string& name) {
   o.max_queued = c.max_queued_requests;
   o.log_requests = c.log_requests;
   o.log_prompts = c.log_requests && c.log_prompts;
+  o.work_threads = static_cast<int>(c.work_threads);
+  o.render_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.render_timeout_s * 1000));
   return o;
 }
 

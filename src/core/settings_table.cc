@@ -170,6 +170,15 @@ std::vector<Setting> make_table() {
           "seconds requests in flight may take to finish after SIGINT/SIGTERM")
           .env({"TACHYON_SHUTDOWN_TIMEOUT"})
           .range(0, 86400),
+      Def("render-timeout", T::kDouble, "10", Cmds{"serve"},
+          "seconds one chat template render may take (a longer one gets 400)")
+          .env({"TACHYON_RENDER_TIMEOUT"})
+          .range(0.001, 3600),
+      Def("work-threads", T::kInt, "4", Cmds{"serve"},
+          "threads that parse request bodies, render chat templates and tokenize, off the "
+          "HTTP threads")
+          .env({"TACHYON_WORK_THREADS"})
+          .range(1, 256),
       // ---- protection (serve) ------------------------------------------------------
       Def("max-concurrency", T::kInt, "256", Cmds{"serve"}, "generation requests admitted at once")
           .env({"TACHYON_MAX_CONCURRENCY", "CONCURRENCY_LIMIT"})

@@ -4,6 +4,8 @@
 // over AsyncModel and the tokenizer; tests implement it with fakes.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -17,6 +19,13 @@
 #include "core/json.h"
 
 namespace tachyon {
+
+// What may end a chat template render in progress: a flag its caller sets (the client
+// left, the server shuts down) and a deadline.
+struct RenderControl {
+  const std::atomic<bool>* cancel = nullptr;
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+};
 
 // Generation parameters, with RTP-LLM's GenerateConfig names (the engine's vocabulary).
 struct GenerationParams {
@@ -123,9 +132,10 @@ class InferenceBackend {
   virtual std::string token_bytes(int32_t id) const = 0;
   // Renders chat messages (OpenAI form, content already plain text) with the model's
   // template. `extra` holds template variables (chat_template_kwargs). Throws
-  // InvalidArgument when the model has no template or the messages do not fit it.
+  // InvalidArgument when the model has no template, the messages do not fit it, or
+  // `control` stopped the render (cancelled, or past its deadline).
   virtual std::string render_chat(const Json& messages, bool add_generation_prompt,
-                                  const Json& extra) const = 0;
+                                  const Json& extra, const RenderControl& control) const = 0;
 
   // Submits a request. Throws InvalidArgument (bad parameters), ResourceExhausted
   // (cannot ever fit, or the engine queue is full) or Unavailable (shut down, dead).

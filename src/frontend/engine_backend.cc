@@ -253,7 +253,7 @@ std::string EngineBackend::token_bytes(int32_t id) const {
 }
 
 std::string EngineBackend::render_chat(const Json& messages, bool add_generation_prompt,
-                                       const Json& extra) const {
+                                       const Json& extra, const RenderControl& control) const {
   if (!chat_)
     raise<InvalidArgument>("this model has no chat template; use /v1/completions or a text prompt");
   ChatTemplateInputs in;
@@ -264,7 +264,10 @@ std::string EngineBackend::render_chat(const Json& messages, bool add_generation
   in.pad_token = tokenizer_->pad_token().value_or("");
   in.unk_token = tokenizer_->unk_token().value_or("");
   in.extra = extra.is_object() ? extra : Json::object();
-  return chat_->render(in);
+  jinja::RenderOptions options;
+  options.cancel = control.cancel;
+  options.deadline = control.deadline;
+  return chat_->render(in, options);
 }
 
 std::shared_ptr<GenerationHandle> EngineBackend::generate(std::vector<int32_t> prompt,

@@ -76,20 +76,21 @@ class TrackedWriter : public ResponseWriter {
 struct RouteEntry {
   const char* path;
   std::vector<const char*> methods;
-  bool public_route;  // no API key needed
+  bool public_route;     // no API key needed
+  bool on_pool = false;  // POSTs handled on the work pool (bodies, templates, tokenizing)
 };
 
 const std::vector<RouteEntry>& routes() {
   static const std::vector<RouteEntry> kRoutes = {
-      {"/", {"POST", "GET"}, false},
-      {"/v1/chat/completions", {"POST"}, false},
-      {"/chat/completions", {"POST"}, false},
-      {"/v1/completions", {"POST"}, false},
+      {"/", {"POST", "GET"}, false, true},
+      {"/v1/chat/completions", {"POST"}, false, true},
+      {"/chat/completions", {"POST"}, false, true},
+      {"/v1/completions", {"POST"}, false, true},
       {"/v1/models", {"GET"}, false},
       {"/v1/models/*", {"GET"}, false},
-      {"/tokenize", {"POST"}, false},
-      {"/detokenize", {"POST"}, false},
-      {"/tokenizer/encode", {"POST"}, false},
+      {"/tokenize", {"POST"}, false, true},
+      {"/detokenize", {"POST"}, false, true},
+      {"/tokenizer/encode", {"POST"}, false, true},
       {"/health", {"GET", "POST"}, true},
       {"/worker_status", {"GET", "POST"}, false},
       {"/metrics", {"GET"}, false},
@@ -117,7 +118,8 @@ ServerApp::ServerApp(AppOptions options)
     : options_(std::move(options)),
       keys_(options_.api_keys),
       admission_(Admission::create(options_.max_concurrency, options_.max_queued)),
-      created_(unix_time()) {
+      created_(unix_time()),
+      work_(std::make_unique<WorkPool>(options_.work_threads)) {
   metrics_ = std::make_unique<ServerMetrics>(
       options_.model_name,
       [this] {
@@ -185,30 +187,80 @@ void ServerApp::handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
     if (options_.log_requests)
       log_info("request {} {} {} from {} ({} bytes)", id, req.method, req.path, req.remote_address,
                req.body.size());
-    dispatch(req, w, route_name);
   } catch (...) {
     ApiError e = ApiError::from_current_exception();
-    if (e.status() >= 500) log_warning("request {} {} failed: {}", id, req.path, e.message());
+    respond_json(*w, e.status(), native ? e.native_json() : e.openai_json());
+    return;
+  }
+  if (route->on_pool && req.method == "POST")
+    return run_on_pool(std::move(req), std::move(w), std::move(route_name), native);
+  run_handler(req, w, route_name, native, RenderControl{});
+}
+
+void ServerApp::run_handler(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w,
+                            const std::string& route, bool native, const RenderControl& control) {
+  try {
+    dispatch(req, w, route, control);
+  } catch (...) {
+    ApiError e = ApiError::from_current_exception();
+    if (control.cancel != nullptr && control.cancel->load() && shutting_down())
+      e = ApiError::unavailable("the server is shutting down");
+    if (e.status() >= 500) log_warning("request {} failed: {}", req.path, e.message());
     respond_json(*w, e.status(), native ? e.native_json() : e.openai_json());
   }
 }
 
+void ServerApp::run_on_pool(HttpRequest&& req, std::shared_ptr<ResponseWriter> w, std::string route,
+                            bool native) {
+  auto cancel = std::make_shared<std::atomic<bool>>(shutting_down());
+  const uint64_t key = ++next_work_id_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    work_cancels_.emplace(key, cancel);
+  }
+  working_.fetch_add(1);
+  w->on_client_close([cancel] { cancel->store(true); });
+  work_->post([this, req = std::move(req), w = std::move(w), route = std::move(route), native,
+               cancel, key] {
+    RenderControl control;
+    control.cancel = cancel.get();
+    control.deadline = std::chrono::steady_clock::now() + options_.render_timeout;
+    run_handler(req, w, route, native, control);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      work_cancels_.erase(key);
+    }
+    working_.fetch_sub(1);
+  });
+}
+
+void ServerApp::cancel_work() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, cancel] : work_cancels_) cancel->store(true);
+}
+
+void ServerApp::begin_shutdown() {
+  shutting_down_.store(true);
+  cancel_work();
+}
+
 void ServerApp::dispatch(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w,
-                         const std::string& route) {
+                         const std::string& route, const RenderControl& control) {
   if (route == "/") {
     if (req.method == "GET") {
       ready_backend();
       respond_json(*w, 200, "ok");
       return;
     }
-    return handle_native(req, w);
+    return handle_native(req, w, control);
   }
-  if (route == "/v1/chat/completions" || route == "/chat/completions") return handle_chat(req, w);
+  if (route == "/v1/chat/completions" || route == "/chat/completions")
+    return handle_chat(req, w, control);
   if (route == "/v1/completions") return handle_completions(req, w);
   if (route == "/v1/models") return handle_models(w, "");
   if (route == "/v1/models/*")
     return handle_models(w, req.path.substr(std::string("/v1/models/").size()));
-  if (route == "/tokenize") return handle_tokenize(req, w);
+  if (route == "/tokenize") return handle_tokenize(req, w, control);
   if (route == "/detokenize") return handle_detokenize(req, w);
   if (route == "/tokenizer/encode") return handle_tokenizer_encode(req, w);
   if (route == "/health") return handle_health(w);
@@ -221,6 +273,7 @@ void ServerApp::dispatch(const HttpRequest& req, const std::shared_ptr<ResponseW
 }
 
 void ServerApp::cancel_all() {
+  cancel_work();
   std::vector<std::shared_ptr<GenerationCall>> calls;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -231,7 +284,7 @@ void ServerApp::cancel_all() {
 }
 
 int64_t ServerApp::active_calls() const {
-  return active_.load();
+  return active_.load() + working_.load();
 }
 
 }  // namespace tachyon::server

@@ -22,6 +22,7 @@
 #include "server/http.h"
 #include "server/openai_protocol.h"
 #include "server/server_metrics.h"
+#include "server/work_pool.h"
 
 namespace tachyon::server {
 
@@ -38,6 +39,10 @@ struct AppOptions {
   int64_t max_queued = 256;
   bool log_requests = false;
   bool log_prompts = false;
+  // Request work off the HTTP threads (bodies, chat templates, tokenizing): threads, and
+  // how long one chat template render may take.
+  int work_threads = 4;
+  std::chrono::milliseconds render_timeout{10000};
 };
 
 class ServerApp {
@@ -54,12 +59,15 @@ class ServerApp {
   void set_backend(std::shared_ptr<InferenceBackend> backend);
   std::shared_ptr<InferenceBackend> backend() const;
 
-  // Shutdown: new generation requests get 503 and /health turns 503.
-  void begin_shutdown() { shutting_down_.store(true); }
+  // Shutdown: new generation requests get 503 and /health turns 503; renders in
+  // progress are cancelled.
+  void begin_shutdown();
   bool shutting_down() const { return shutting_down_.load(); }
-  // Ends every generation still running or queued with 503 (server shutting down).
+  // Ends every generation still running or queued with 503 (server shutting down), and
+  // cancels every render in progress.
   void cancel_all();
-  // Generation requests running or queued.
+  // Requests in flight: generations running or queued, and requests whose body is
+  // being parsed or whose prompt is being rendered.
   int64_t active_calls() const;
 
   ServerMetrics& metrics() { return *metrics_; }
@@ -67,13 +75,23 @@ class ServerApp {
 
  private:
   struct Route;
+  // A request's handler, with its errors answered; `control` stops its render.
+  void run_handler(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w,
+                   const std::string& route, bool native, const RenderControl& control);
   void dispatch(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w,
-                const std::string& route);
+                const std::string& route, const RenderControl& control);
+  // Runs a request's handler on the work pool; the client leaving, or the server
+  // shutting down, cancels its render.
+  void run_on_pool(HttpRequest&& req, std::shared_ptr<ResponseWriter> w, std::string route,
+                   bool native);
+  void cancel_work();
 
   // Generation endpoints (app_generate.cc).
-  void handle_chat(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w);
+  void handle_chat(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w,
+                   const RenderControl& control);
   void handle_completions(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w);
-  void handle_native(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w);
+  void handle_native(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w,
+                     const RenderControl& control);
   void run_call(const std::shared_ptr<ResponseWriter>& w, std::unique_ptr<CallFormatter> formatter,
                 std::vector<CallPrompt> prompts, bool native_errors);
   std::shared_ptr<InferenceBackend> ready_backend() const;  // throws 503
@@ -83,7 +101,8 @@ class ServerApp {
   void handle_health(const std::shared_ptr<ResponseWriter>& w);
   void handle_worker_status(const std::shared_ptr<ResponseWriter>& w);
   void handle_models(const std::shared_ptr<ResponseWriter>& w, const std::string& id);
-  void handle_tokenize(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w);
+  void handle_tokenize(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w,
+                       const RenderControl& control);
   void handle_detokenize(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w);
   void handle_tokenizer_encode(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w);
 
@@ -94,11 +113,16 @@ class ServerApp {
   std::atomic<bool> shutting_down_{false};
   int64_t created_ = 0;
   std::atomic<uint64_t> next_request_id_{0};
+  std::atomic<uint64_t> next_work_id_{0};
 
   mutable std::mutex mu_;
   std::shared_ptr<InferenceBackend> backend_;
   std::unordered_map<GenerationCall*, std::weak_ptr<GenerationCall>> calls_;
   std::atomic<int64_t> active_{0};
+  // Requests on the work pool, and their cancel flags (under mu_).
+  std::atomic<int64_t> working_{0};
+  std::unordered_map<uint64_t, std::shared_ptr<std::atomic<bool>>> work_cancels_;
+  std::unique_ptr<WorkPool> work_;  // last: its threads are joined first
 };
 
 // Writes a JSON response.

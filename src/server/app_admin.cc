@@ -53,7 +53,8 @@ void ServerApp::handle_models(const std::shared_ptr<ResponseWriter>& w, const st
   respond_json(*w, 200, model);
 }
 
-void ServerApp::handle_tokenize(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w) {
+void ServerApp::handle_tokenize(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w,
+                                const RenderControl& control) {
   auto b = ready_backend();
   Json body = parse_request_object(req.body);
   FieldReader r(body);
@@ -72,7 +73,7 @@ void ServerApp::handle_tokenize(const HttpRequest& req, const std::shared_ptr<Re
       kwargs = *k;
     }
     bool special = r.opt_bool("add_special_tokens").value_or(false);
-    ids = b->encode(b->render_chat(messages, add_gen, kwargs), special);
+    ids = b->encode(b->render_chat(messages, add_gen, kwargs, control), special);
   } else {
     auto prompt = r.opt_string("prompt", SIZE_MAX);
     if (!prompt) throw ApiError::bad_request("prompt or messages is required", "prompt");

@@ -101,13 +101,14 @@ void ServerApp::run_call(const std::shared_ptr<ResponseWriter>& w,
   }
 }
 
-void ServerApp::handle_chat(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w) {
+void ServerApp::handle_chat(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w,
+                            const RenderControl& control) {
   auto backend = ready_backend();
   OpenAIRequest r = parse_chat_request(parse_request_object(req.body), options_.limits);
   check_model_name(r.model);
   const ModelInfo& info = backend->model_info();
   std::string prompt =
-      backend->render_chat(r.messages, r.add_generation_prompt, r.chat_template_kwargs);
+      backend->render_chat(r.messages, r.add_generation_prompt, r.chat_template_kwargs, control);
   std::vector<int32_t> ids = backend->encode(prompt, false);
   if (ids.empty()) throw ApiError::bad_request("the rendered prompt is empty", "messages");
   check_params(r.params, info.vocab_size);
@@ -173,7 +174,8 @@ void ServerApp::handle_completions(const HttpRequest& req,
   run_call(w, make_openai_formatter(std::move(fo)), std::move(prompts), false);
 }
 
-void ServerApp::handle_native(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w) {
+void ServerApp::handle_native(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w,
+                              const RenderControl& control) {
   auto backend = ready_backend();
   NativeRequest r = parse_native_request(parse_request_object(req.body), options_.limits);
   const ModelInfo& info = backend->model_info();
@@ -192,7 +194,8 @@ void ServerApp::handle_native(const HttpRequest& req, const std::shared_ptr<Resp
   std::vector<CallPrompt> prompts;
   for (auto& np : r.prompts) {
     std::string text =
-        np.is_chat ? backend->render_chat(np.messages, true, r.chat_template_kwargs) : np.text;
+        np.is_chat ? backend->render_chat(np.messages, true, r.chat_template_kwargs, control)
+                   : np.text;
     std::vector<int32_t> ids = backend->encode(text, !np.is_chat);
     if (ids.empty())
       throw ApiError(400, "invalid_request_error", "the prompt encodes to no tokens", "prompt", {},

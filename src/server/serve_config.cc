@@ -37,6 +37,8 @@ ServeConfig from_settings(const SettingValues& v) {
   c.read_timeout_s = v.number("read-timeout");
   c.write_timeout_s = v.number("write-timeout");
   c.shutdown_timeout_s = v.number("shutdown-timeout");
+  c.render_timeout_s = v.number("render-timeout");
+  c.work_threads = v.integer("work-threads");
   c.max_concurrency = v.integer("max-concurrency");
   c.max_queued_requests = v.integer("max-queued-requests");
   c.max_n = v.integer("max-n");

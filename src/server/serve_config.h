@@ -44,6 +44,8 @@ struct ServeConfig {
   double read_timeout_s = 30;
   double write_timeout_s = 60;
   double shutdown_timeout_s = 30;
+  double render_timeout_s = 10;
+  int64_t work_threads = 4;
   // Protection.
   int64_t max_concurrency = 256;
   int64_t max_queued_requests = 1024;

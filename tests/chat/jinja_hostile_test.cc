@@ -2,6 +2,10 @@
 // crash, a hang or unbounded memory.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 #include "chat/chat_template.h"
 #include "chat/jinja.h"
 #include "core/error.h"
@@ -62,6 +66,31 @@ TEST(JinjaHostile, GrowingDictCopies) {
   EXPECT_EQ(render("{% set ns = namespace(d={}) %}{% for i in range(200) %}"
                    "{% set ns.d = dict(ns.d, **{('k' ~ i): i}) %}{% endfor %}{{ ns.d | length }}"),
             "200");
+}
+
+// A render in progress ends when its caller cancels it or its deadline passes.
+TEST(JinjaHostile, RendersCanBeCancelledAndTimed) {
+  const std::string slow =
+      "{% for i in range(3000) %}{% for j in range(3000) %}{% endfor %}{% endfor %}done";
+  std::atomic<bool> cancel{true};
+  RenderOptions opt;
+  opt.cancel = &cancel;
+  expect_error(slow, "cancelled", opt);
+  opt.cancel = nullptr;
+  opt.deadline = std::chrono::steady_clock::now();
+  expect_error(slow, "time limit", opt);
+  // Set while the render runs, from another thread.
+  cancel = false;
+  opt = RenderOptions{};
+  opt.cancel = &cancel;
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    cancel = true;
+  });
+  expect_error(slow + slow + slow, "cancelled", opt);
+  stopper.join();
+  cancel = false;
+  EXPECT_EQ(render("{% for i in range(10) %}{% endfor %}ok", opt), "ok");
 }
 
 TEST(JinjaHostile, LongFlatChains) {

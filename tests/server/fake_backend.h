@@ -30,8 +30,11 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
   std::atomic<int> step_delay_ms{0};
   std::atomic<int> fail_after_tokens{-1};  // >= 0: the request fails after that many tokens
   std::atomic<bool> dead{false};
+  // A render that runs until its control stops it (a template that takes long).
+  std::atomic<bool> slow_render{false};
 
   // Observations.
+  mutable std::atomic<int> renders_started{0}, renders_stopped{0};
   std::atomic<int> submitted{0}, cancelled{0}, finished{0}, active{0};
   GenerationParams last_params() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -65,8 +68,17 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
     if (id < 3) return id == 1 ? "<s>" : id == 2 ? "</s>" : "<pad>";
     return std::string(1, static_cast<char>(id - 3));
   }
-  std::string render_chat(const Json& messages, bool add_generation_prompt,
-                          const Json& extra) const override {
+  std::string render_chat(const Json& messages, bool add_generation_prompt, const Json& extra,
+                          const RenderControl& control) const override {
+    ++renders_started;
+    while (slow_render) {
+      if ((control.cancel != nullptr && control.cancel->load()) ||
+          (control.deadline && std::chrono::steady_clock::now() > *control.deadline)) {
+        ++renders_stopped;
+        throw InvalidArgument("the render was stopped");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     std::string out;
     for (const auto& m : messages)
       out += m["role"].get<std::string>() + ": " + m["content"].get<std::string>() + "\n";

@@ -109,5 +109,53 @@ TEST(Protection, ShutdownEndsRunningStreamsWithAnError) {
   EXPECT_EQ(err["error"]["code"], "service_unavailable");
 }
 
+// Chat templates render on the work pool, not on the HTTP threads: a render that takes
+// long holds up nothing else, counts as a request in flight, and stops when its client
+// leaves, when the server shuts down, or at --render-timeout.
+TEST(Protection, RendersRunOffTheHttpThreadsAndStopWhenAsked) {
+  auto opt = TestServer::default_options();
+  opt.render_timeout = std::chrono::milliseconds(300000);
+  TestServer s(opt);
+  s.backend->slow_render = true;
+  const std::string chat =
+      Json{{"messages", Json::array({{{"role", "user"}, {"content", "hi"}}})}}.dump();
+  {
+    TestConnection c(s.http->port());
+    c.send_request("POST", "/v1/chat/completions", chat);
+    ASSERT_TRUE(eventually([&] { return s.backend->renders_started.load() == 1; }));
+    // Both HTTP threads are free: two more requests are answered while it renders.
+    EXPECT_EQ(s.get("/health").status, 200);
+    EXPECT_EQ(s.get("/v1/models").status, 200);
+    EXPECT_EQ(s.app->active_calls(), 1);
+  }  // the client leaves
+  ASSERT_TRUE(eventually([&] { return s.backend->renders_stopped.load() == 1; }));
+  ASSERT_TRUE(eventually([&] { return s.app->active_calls() == 0; }));
+
+  TestConnection c(s.http->port());
+  c.send_request("POST", "/v1/chat/completions", chat);
+  ASSERT_TRUE(eventually([&] { return s.backend->renders_started.load() == 2; }));
+  s.app->begin_shutdown();
+  EXPECT_EQ(c.read_response().status, 503);
+  EXPECT_EQ(s.backend->renders_stopped.load(), 2);
+  EXPECT_EQ(s.backend->submitted.load(), 0);
+}
+
+TEST(Protection, RenderTimeoutIsABadRequest) {
+  auto opt = TestServer::default_options();
+  opt.render_timeout = std::chrono::milliseconds(50);
+  TestServer s(opt);
+  s.backend->slow_render = true;
+  auto r = s.post("/v1/chat/completions",
+                  Json{{"messages", Json::array({{{"role", "user"}, {"content", "hi"}}})}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(s.backend->renders_stopped.load(), 1);
+  s.backend->slow_render = false;
+  EXPECT_EQ(s.post("/v1/chat/completions",
+                   Json{{"messages", Json::array({{{"role", "user"}, {"content", "hi"}}})},
+                        {"max_tokens", 2}})
+                .status,
+            200);
+}
+
 }  // namespace
 }  // namespace tachyon::server::testing

@@ -49,8 +49,8 @@ class CheckingBackend : public server::testing::FakeBackend {
  public:
   CheckingBackend() : FakeBackend(/*max_model_len=*/96) {}
 
-  std::string render_chat(const Json& messages, bool add_generation_prompt,
-                          const Json& extra) const override {
+  std::string render_chat(const Json& messages, bool add_generation_prompt, const Json& extra,
+                          const RenderControl& control) const override {
     std::string out;
     for (const auto& m : messages) {
       if (!m.is_object() || !m.contains("role") || !m["role"].is_string() ||
