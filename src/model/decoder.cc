@@ -6,7 +6,6 @@
 #include <cstring>
 #include <string>
 
-#include "core/env.h"
 #include "core/error.h"
 
 namespace tachyon {
@@ -149,7 +148,6 @@ Decoder::Decoder(ModelConfig config, ModelWeights weights, std::unique_ptr<Backe
   if (const char* env = std::getenv("TACHYON_GRAPHS"); env != nullptr && std::string(env) == "0")
     graphs_on_ = false;
   if (be_->device().is_cpu()) graphs_on_ = false;
-  rope_gather_rows_ = env_int("TACHYON_ROPE_GATHER_ROWS", kRopeGatherRows, 0, 1L << 30);
   all_sliding_ = cfg_.sliding_window > 0;
   for (int l = 0; l < cfg_.layer_num; ++l) all_sliding_ = all_sliding_ && cfg_.is_sliding(l);
   attn_params_.resize(static_cast<size_t>(cfg_.layer_num));
