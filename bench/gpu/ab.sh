@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Experiments behind settings, A/B in one call on the GPU machine: the tests that cover
-# them, then the attention rates and the 8 x 1024 / 1 x 1024 prefill steps once per
-# setting, the settings alternated round by round (boards drift within a call), the
+# A/B in one call on the GPU machine, of builds (this one against STAGE/old) and of
+# environment settings: the tests, then the attention rates and the 8 x 1024 / 1 x 1024
+# prefill steps once per build and setting, alternated round by round (boards drift
+# within a call), the
 # kernel bench if asked for, then the flash kernel's diagnostic build's per-phase records
 # if one was staged. Everything it writes goes into one archive, $OUT/ab.txz (the device
 # tool brings back only a few files).
@@ -15,18 +16,15 @@
 # On the GPU machine, from the repository root, with .devbin carried:
 #   bash bench/gpu/ab.sh .devbin
 # SETTINGS are the settings the prefill steps compare, space-separated, each a
-# comma-separated list of VAR=value (default: as built, the norms folded into the products
-# and the down projection's add on the wgmma GEMM; folded, the add on cuBLASLt (row scales
-# from a read-only pass); neither); ATTN_SETTINGS
-# those the attention rates and the probe compare (default: the flash kernel as built,
-# with its copy-engine loads and lazy max; without the loads; without the lazy max;
-# without both); ROUNDS (2) the rounds; TEST_FILTER
+# comma-separated list of VAR=value or as-built (the default: no variable set);
+# ATTN_SETTINGS those the attention rates and the probe compare (default: as-built);
+# ROUNDS (2) the rounds; TEST_FILTER
 # the tests (default: attention, models, graphs, overlap, the wgmma GEMM's epilogues and
 # the folded norms) and TESTS_TIMEOUT their limit in seconds (360); SKIP_TESTS=1 skips
 # them, SKIP_ATTN=1 the attention rates, SKIP_STEPS=1 the prefill steps, SKIP_PROBE=1 the
 # probe; KERNEL_ARGS (e.g. "--only epilogue --m 2048,8192") runs tachyon_kernel_bench
-# with them, once as built and once with each of KERNEL_SETTINGS (default: the consumers
-# staggered; "" for none). Every run has a time limit, so a hung kernel costs one run.
+# with them, once as built and once with each of KERNEL_SETTINGS (default: none). Every
+# run has a time limit, so a hung kernel costs one run.
 # Time: the tests ~200 s, an attention run ~25 s, a step run ~30 s (the first also writes
 # the 16 GB checkpoint, ~20 s), a probe run ~25 s, the epilogue kernel bench ~30 s: run
 # SKIP_STEPS=1 (with KERNEL_ARGS) in one call and SKIP_TESTS=1 SKIP_ATTN=1 in the next to
@@ -48,13 +46,9 @@ if [ "$SRC_DIR" != "$ROOT" ] && [ ! -e "$SRC_DIR" ]; then
   mkdir -p "$(dirname "$SRC_DIR")" && ln -s "$ROOT" "$SRC_DIR"
 fi
 CONFIG=$HERE/llama3_8b_config.json
-FLASH_FORMS="TACHYON_FLASH_TMA=1,TACHYON_FLASH_LAZY=1 TACHYON_FLASH_TMA=0 TACHYON_FLASH_LAZY=0 TACHYON_FLASH_TMA=0,TACHYON_FLASH_LAZY=0"
-ATTN_SETTINGS=${ATTN_SETTINGS:-$FLASH_FORMS}
-FOLD=TACHYON_NORM_FOLD=1 UNFOLD=TACHYON_NORM_FOLD=0
-ADD2=TACHYON_GEMM_WGMMA_ADD=2 ADD0=TACHYON_GEMM_WGMMA_ADD=0
-STAGGER=TACHYON_GEMM_WGMMA_STAGGER=1
-SETTINGS=${SETTINGS:-"$FOLD,$ADD2 $FOLD,$ADD0 $UNFOLD,$ADD0"}
-KERNEL_SETTINGS=${KERNEL_SETTINGS-"$STAGGER"}
+ATTN_SETTINGS=${ATTN_SETTINGS:-as-built}
+SETTINGS=${SETTINGS:-as-built}
+KERNEL_SETTINGS=${KERNEL_SETTINGS-}
 ROUNDS=${ROUNDS:-2}
 nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv >"$R/smi.txt"
 finish() {
@@ -76,13 +70,15 @@ bins() {  # the builds to time: tag binary
 }
 # shellcheck disable=SC2086 # a setting's VAR=value words are split on purpose
 attn() {  # tag binary env
-  timeout 120 env ${3//,/ } "$2" --config "$CONFIG" --dir /tmp/w --attn-only >"$R/attn_$1.log" 2>&1
+  local e=${3#as-built}
+  timeout 120 env ${e//,/ } "$2" --config "$CONFIG" --dir /tmp/w --attn-only >"$R/attn_$1.log" 2>&1
   echo "attn $1 [$3]: $(grep -E 'RESULT attn_flash_(1x1024|8x1024|1x4096)' "$R/attn_$1.log" |
     awk '{print $2 "=" $3}' | tr '\n' ' ')"
 }
 # shellcheck disable=SC2086
 step() {  # tag binary env
-  timeout 150 env ${3//,/ } "$2" --config "$CONFIG" --dir /tmp/w --keep-model --prefill 8x1024,1x1024 \
+  local e=${3#as-built}
+  timeout 150 env ${e//,/ } "$2" --config "$CONFIG" --dir /tmp/w --keep-model --prefill 8x1024,1x1024 \
     --decode 1 --ctx 1024 --no-ops >"$R/step_$1.log" 2>&1
   echo "step $1 [$3]: $(grep -E 'RESULT prefill' "$R/step_$1.log" | awk '{print $2 "=" $3}' | tr '\n' ' ')"
 }
@@ -116,8 +112,9 @@ if [ -z "${SKIP_PROBE:-}" ] && [ -x "$BIN/probe/tachyon_gpu_bench" ]; then
   i=0
   for s in $ATTN_SETTINGS; do
     mkdir -p "$R/probe_s$i"
+    e=${s#as-built}
     # shellcheck disable=SC2086
-    env ${s//,/ } TACHYON_FLASH_PROBE="$R/probe_s$i/rec" "$BIN/probe/tachyon_gpu_bench" \
+    env ${e//,/ } TACHYON_FLASH_PROBE="$R/probe_s$i/rec" "$BIN/probe/tachyon_gpu_bench" \
       --config "$CONFIG" --dir /tmp/w --attn-only >"$R/probe_s$i/attn.log" 2>&1
     echo "probe [$s]: $(grep -E 'RESULT attn_flash_(1x1024|8x1024|1x4096)' "$R/probe_s$i/attn.log" |
       awk '{print $2 "=" $3}' | tr '\n' ' ')"

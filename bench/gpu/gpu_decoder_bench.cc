@@ -159,22 +159,17 @@ void gemm_ops(cuda::CudaBackend& be, DType dtype, const Dims& dm, std::mt19937& 
     for (int64_t m : {1, 64, 1024, 8192}) {
       Tensor x = random_device(be, {m, k}, dtype, rng);
       Tensor y = be.alloc({m, n}, dtype);
-      // Rows within the matrix-vector kernel's reach: timed with it and with cuBLASLt.
-      for (bool gemv : {true, false}) {
-        if (!gemv && m > cuda::kGemvAutoRows) continue;
-        be.set_gemv(gemv);
-        const double t =
-            time_op(be, 20, [&] { be.linear(x, w, Tensor(), y, 0, Activation::kIdentity); });
-        const double flops = 2.0 * m * n * k;
-        const double bytes = dtype_size(dtype) * double(m * k + n * k + m * n);
-        const char* how = m > cuda::kGemvAutoRows ? "" : gemv ? "_gemv" : "_cublas";
-        std::printf("gemm %-8s %5lld x %6lld x %5lld %-7s   %10.4f %7.1f TFLOP/s %6.0f GB/s\n",
-                    nk.name, static_cast<long long>(m), static_cast<long long>(n),
-                    static_cast<long long>(k), how, t * 1e3, flops / t / 1e12, bytes / t / 1e9);
-        std::printf("RESULT gemm_%s_m%lld%s_us %.2f tflops %.1f gbs %.0f\n", nk.name,
-                    static_cast<long long>(m), how, t * 1e6, flops / t / 1e12, bytes / t / 1e9);
-      }
-      be.set_gemv(true);
+      // (Rows within the matrix-vector kernel's reach run on it.)
+      const double t =
+          time_op(be, 20, [&] { be.linear(x, w, Tensor(), y, 0, Activation::kIdentity); });
+      const double flops = 2.0 * m * n * k;
+      const double bytes = dtype_size(dtype) * double(m * k + n * k + m * n);
+      const char* how = m > cuda::kGemvAutoRows ? "" : "_gemv";
+      std::printf("gemm %-8s %5lld x %6lld x %5lld %-7s   %10.4f %7.1f TFLOP/s %6.0f GB/s\n",
+                  nk.name, static_cast<long long>(m), static_cast<long long>(n),
+                  static_cast<long long>(k), how, t * 1e3, flops / t / 1e12, bytes / t / 1e9);
+      std::printf("RESULT gemm_%s_m%lld%s_us %.2f tflops %.1f gbs %.0f\n", nk.name,
+                  static_cast<long long>(m), how, t * 1e6, flops / t / 1e12, bytes / t / 1e9);
     }
   }
 }
@@ -221,7 +216,7 @@ void attention_ops(cuda::CudaBackend& be, DType dtype, const Dims& dm, std::mt19
     const double kv_bytes = 2.0 * sh.seqs * sh.ctx * nkv * hd * dtype_size(dtype);
     meta.host_query_start = &qs;
     meta.host_context_lens = &ctx;
-    for (K kern : {K::kSimple, K::kMma, K::kDecode, K::kGemm, K::kFlash}) {
+    for (K kern : {K::kSimple, K::kDecode, K::kFlash}) {
       if (kern == K::kDecode && sh.q_len > 1) continue;
       be.set_attention_kernel(kern);
       be.attention(qkv, layout, cache, meta, p, out);
@@ -235,11 +230,7 @@ void attention_ops(cuda::CudaBackend& be, DType dtype, const Dims& dm, std::mt19
                                    be.attention(qkv, layout, cache, meta, p, out);
                                }) /
                        kCalls;
-      const char* kname = kern == K::kMma      ? "mma"
-                          : kern == K::kDecode ? "decode"
-                          : kern == K::kGemm   ? "gemm"
-                          : kern == K::kFlash  ? "flash"
-                                               : "simple";
+      const char* kname = kern == K::kDecode ? "decode" : kern == K::kFlash ? "flash" : "simple";
       std::printf("attention %-6s %3d seqs x %5d q, ctx %6d     %10.4f %7.1f TFLOP/s %6.0f GB/s\n",
                   kname, sh.seqs, sh.q_len, sh.ctx, t * 1e3, flops / t / 1e12, kv_bytes / t / 1e9);
       std::printf("RESULT attn_%s_%dx%d_ctx%d_us %.2f tflops %.2f gbs %.0f\n", kname, sh.seqs,

@@ -4,9 +4,8 @@
 // error against another path's output printed beside its rate.
 //
 //   gemm: y[m, n] = x[m, k] w[n, k]^T for the model's five products (qkv, o, gate_up,
-//         down, lm_head) at several m: each matrix-vector variant (x through L1 or shared
-//         memory, warps per row, warps per block) for m <= 4, cuBLASLt with tuned
-//         algorithm choice and with the heuristic's first;
+//         down, lm_head) at several m: the matrix-vector kernel for m <= 4, cuBLASLt with
+//         tuned algorithm choice;
 //   rows: add_norm and the gated activation at decode and prefill rows;
 //   lt_algos (only when asked for): cuBLASLt's configurations for the layer's products
 //         at prefill rows, timed briefly (as the tuner does) and under sustained load;
@@ -93,22 +92,29 @@ double time_calls(cuda::CudaBackend& be, int calls, Fn fn) {
   return bench::median(t);
 }
 
+// cuBLASLt's product y[m, n] = x[m, k] w[n, k]^T (bf16), what the wgmma GEMM replaces,
+// on a Gemm of the bench's own (the backend runs it only where the wgmma GEMM does not).
+void lt_product(cuda::Gemm& lt, const Tensor& x, const Tensor& w, Tensor& y) {
+  cuda::GemmArgs g;
+  g.m = x.dim(0);
+  g.n = w.dim(0);
+  g.k = x.dim(1);
+  g.x = x.raw();
+  g.w = w.raw();
+  g.y = y.raw();
+  g.ldy = y.dim(1);
+  lt.run(g);
+}
+
 void gemm_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
-  // One backend tuning its algorithm choice, one on the heuristic's first, whatever the
-  // caller's TACHYON_GEMM_TUNE (restored after).
+  // The backend's products at these rows (the matrix-vector kernel up to kGemvAutoRows,
+  // cuBLASLt beyond), and cuBLASLt with tuned algorithm choice at every m (a Gemm of its
+  // own on the backend's stream, the reference).
   CudaBackendOptions o;
-  const char* caller = std::getenv("TACHYON_GEMM_TUNE");
-  const std::string saved = caller != nullptr ? caller : "";
-  setenv("TACHYON_GEMM_TUNE", "1", 1);
-  cuda::CudaBackend tuned(o);
-  setenv("TACHYON_GEMM_TUNE", "0", 1);
-  cuda::CudaBackend heur(o);
-  if (caller != nullptr)
-    setenv("TACHYON_GEMM_TUNE", saved.c_str(), 1);
-  else
-    unsetenv("TACHYON_GEMM_TUNE");
-  tuned.set_gemv(false);
-  heur.set_gemv(false);
+  cuda::CudaBackend be(o);
+  constexpr size_t kWorkspace = size_t{32} << 20;
+  Tensor workspace = be.allocator().alloc_bytes(kWorkspace);
+  cuda::Gemm lt(be.stream(), workspace.raw(), kWorkspace);
   const Shape5 shapes[] = {{"qkv", (d.heads + 2 * d.kv_heads) * d.head_dim, d.hidden},
                            {"o", d.hidden, d.heads * d.head_dim},
                            {"gate_up", 2 * d.inter, d.hidden},
@@ -120,19 +126,15 @@ void gemm_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
     const double wbytes = 2.0 * s.n * s.k;
     // Enough copies that one pass over them is 4x the L2 (at most 16).
     const int copies = static_cast<int>(std::clamp<double>(std::ceil(256e6 / wbytes), 1, 16));
-    std::vector<Tensor> wt, wh;  // the same values on both backends
-    for (int c = 0; c < copies; ++c) {
-      wt.push_back(upload_random(tuned, {s.n, s.k}, 100 + c));
-      wh.push_back(upload_random(heur, {s.n, s.k}, 100 + c));
-    }
+    std::vector<Tensor> wt;
+    for (int c = 0; c < copies; ++c) wt.push_back(upload_random(be, {s.n, s.k}, 100 + c));
     for (int64_t m : ms) {
       if (s.n == d.vocab && m > 256) continue;  // the lm_head runs on the last rows only
-      Tensor xt = upload_random(tuned, {m, s.k}, 7 + m);
-      Tensor xh = upload_random(heur, {m, s.k}, 7 + m);
-      Tensor yt = tuned.alloc({m, s.n}, DType::kBF16);
-      Tensor yh = heur.alloc({m, s.n}, DType::kBF16);
-      heur.linear(xh, wh[0], Tensor(), yh, 0, Activation::kIdentity);
-      const std::vector<float> ref = bench::bf16_values(heur, yh);
+      Tensor xt = upload_random(be, {m, s.k}, 7 + m);
+      Tensor yt = be.alloc({m, s.n}, DType::kBF16);
+      auto lt_call = [&](int i) { lt_product(lt, xt, wt[i % copies], yt); };
+      lt_call(0);
+      const std::vector<float> ref = bench::bf16_values(be, yt);
       const double flops = 2.0 * m * s.n * s.k;
       const double bytes = wbytes + 2.0 * m * s.k + 2.0 * m * s.n;
       auto report = [&](const char* variant, double t, double err) {
@@ -145,73 +147,16 @@ void gemm_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
                     err);
       };
       if (m <= cuda::kGemvMaxRows) {
-        struct Variant {
-          int bits;
-          const char* name;
-        };
-        for (const Variant v :
-             {Variant{0, "gemv_l1"}, Variant{cuda::kGemvSmemX, "gemv_sx"},
-              Variant{cuda::kGemvSmemX | cuda::kGemvSplit2, "gemv_sx_s2"},
-              Variant{cuda::kGemvSmemX | cuda::kGemvSplit4, "gemv_sx_s4"},
-              Variant{cuda::kGemvSmemX | cuda::kGemvSplit2 | cuda::kGemvWarps16, "gemv_sx_s2_w16"},
-              Variant{cuda::kGemvSmemX | cuda::kGemvSplit2 | cuda::kGemvWarps32, "gemv_sx_s2_w32"},
-              Variant{cuda::kGemvSmemX | cuda::kGemvSplit4 | cuda::kGemvWarps16, "gemv_sx_s4_w16"},
-              Variant{cuda::kGemvSmemX | cuda::kGemvSplit4 | cuda::kGemvWarps32, "gemv_sx_s4_w32"},
-              Variant{cuda::kGemvSmemX | cuda::kGemvSplit2 | cuda::kGemvWideLongK, "gemv_groups"},
-              Variant{cuda::kGemvDefault | cuda::kGemvPersistent, "gemv_persist"},
-              Variant{cuda::kGemvDefault, "gemv_default"}}) {
-          const int variant = v.bits;
-          auto call = [&](int i) {
-            cuda::launch_gemv(xt.raw(), wt[i % copies].raw(), DType::kBF16, yt.raw(), DType::kBF16,
-                              m, s.n, s.k, s.n, tuned.stream(), variant);
-          };
-          tuned.fill_zero(yt);
-          call(0);
-          const double err = bench::rel_error(bench::bf16_values(tuned, yt), ref);
-          const double t = time_calls(tuned, reps, call);
-          report(v.name, t, err);
-          if (variant == cuda::kGemvDefault) {  // the same without programmatic launch
-            const bool pdl = cuda::pdl_enabled();
-            cuda::set_pdl_enabled(false);
-            report("gemv_nopdl", time_calls(tuned, reps, call), err);
-            cuda::set_pdl_enabled(pdl);
-          }
-        }
-      }
-      if (m >= 2 && m <= cuda::kSkinnyMaxRows &&
-          cuda::skinny_gemm_supports(DType::kBF16, DType::kBF16, m, s.n, s.k, xt.raw(), wt[0].raw(),
-                                     s.n)) {
-        const cuda::SkinnyPlan plan = cuda::plan_skinny_gemm(m, s.n, s.k, tuned.num_sms());
-        Tensor part = tuned.alloc({static_cast<int64_t>(plan.partial_bytes / 4 + 1)}, DType::kF32);
-        Tensor counters = tuned.alloc({plan.counter_count + 1}, DType::kI32);
-        tuned.fill_zero(counters);
         auto call = [&](int i) {
-          cuda::launch_skinny_gemm(xt.raw(), wt[i % copies].raw(), DType::kBF16, yt.raw(),
-                                   DType::kBF16, m, s.n, s.k, s.n, plan, part.raw(),
-                                   counters.data<int32_t>(), tuned.stream());
+          cuda::launch_gemv(xt.raw(), wt[i % copies].raw(), DType::kBF16, yt.raw(), DType::kBF16, m,
+                            s.n, s.k, s.n, be.stream());
         };
-        tuned.fill_zero(yt);
+        be.fill_zero(yt);
         call(0);
-        const double err = bench::rel_error(bench::bf16_values(tuned, yt), ref);
-        const double t = time_calls(tuned, reps, call);
-        char name[32];
-        std::snprintf(name, sizeof(name), "skinny_s%d", plan.splits);
-        report(name, t, err);
+        const double err = bench::rel_error(bench::bf16_values(be, yt), ref);
+        report("gemv", time_calls(be, reps, call), err);
       }
-      {
-        tuned.linear(xt, wt[0], Tensor(), yt, 0, Activation::kIdentity);
-        const double err = bench::rel_error(bench::bf16_values(tuned, yt), ref);
-        const double t = time_calls(tuned, reps, [&](int i) {
-          tuned.linear(xt, wt[i % copies], Tensor(), yt, 0, Activation::kIdentity);
-        });
-        report("lt_tuned", t, err);
-      }
-      {
-        const double t = time_calls(heur, reps, [&](int i) {
-          heur.linear(xh, wh[i % copies], Tensor(), yh, 0, Activation::kIdentity);
-        });
-        report("lt_heur", t, 0.0);
-      }
+      report("lt_tuned", time_calls(be, reps, lt_call), 0.0);
     }
   }
 }
@@ -249,12 +194,14 @@ void row_rates(const Dims& d, int reps) {
 
 // The wgmma GEMM (gemm_wgmma.cu) against cuBLASLt at the layer's products: plain for
 // each product, and for gate_up the gated form against cuBLASLt's product followed by
-// the gated activation; each wgmma configuration (cluster 1 or 2, 4, 8 or 16 row tiles a
-// group) with its error against cuBLASLt's output. Weights rotated as in gemm_rates.
+// the gated activation; the wgmma GEMM with the epilogue in the consumers and handed
+// off, each with its error against cuBLASLt's output. Weights rotated as in gemm_rates.
 void wgmma_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
   CudaBackendOptions o;
   cuda::CudaBackend be(o);
-  be.set_gemv(false);
+  constexpr size_t kWorkspace = size_t{32} << 20;
+  Tensor workspace = be.allocator().alloc_bytes(kWorkspace);
+  cuda::Gemm lt(be.stream(), workspace.raw(), kWorkspace);
   if (!cuda::gemm_wgmma_active(DType::kBF16)) {
     std::printf("\nwgmma GEMM: not active on this device\n");
     return;
@@ -281,13 +228,9 @@ void wgmma_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
         std::printf("RESULT wgmma_%s_m%lld_%s_us %.2f tflops %.1f err %.2e\n", s.name,
                     static_cast<long long>(m), variant.c_str(), t * 1e6, flops / t / 1e12, err);
       };
-      be.linear(x, w[0], Tensor(), y, 0, Activation::kIdentity);
+      lt_product(lt, x, w[0], y);
       const std::vector<float> ref = bench::bf16_values(be, y);
-      report("cublas",
-             time_calls(be, reps,
-                        [&](int i) {
-                          be.linear(x, w[i % copies], Tensor(), y, 0, Activation::kIdentity);
-                        }),
+      report("cublas", time_calls(be, reps, [&](int i) { lt_product(lt, x, w[i % copies], y); }),
              0.0);
       // Each configuration into out (n_out columns; up_row >= 0: gated), against ref.
       auto configs = [&](const char* prefix, Tensor& out, int64_t up_row, cuda::KAct act,
@@ -303,15 +246,8 @@ void wgmma_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
         g.ldy = out.dim(1);
         g.up_row = up_row;
         g.act = act;
-        struct Config {
-          int cluster, group;
-          bool handoff;
-        };
-        for (const Config cfg : {Config{1, 16, false}, Config{1, 16, true}, Config{2, 16, false},
-                                 Config{2, 16, true}, Config{1, 8, true}, Config{1, 32, true}}) {
-          g.cluster = cfg.cluster;
-          g.group = cfg.group;
-          g.handoff = cfg.handoff;
+        for (const bool handoff : {false, true}) {
+          g.handoff = handoff;
           be.fill_zero(out);
           g.w = w[0].raw();
           if (!cuda::launch_gemm_wgmma(g, be.stream())) raise<Internal>("wgmma GEMM declined");
@@ -320,23 +256,20 @@ void wgmma_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
             g.w = w[i % copies].raw();
             cuda::launch_gemm_wgmma(g, be.stream());
           });
-          char name[32];
-          std::snprintf(name, sizeof(name), "%sc%d_g%d%s", prefix, cfg.cluster, cfg.group,
-                        cfg.handoff ? "_hand" : "");
-          report(name, t, err);
+          report(std::string(prefix) + (handoff ? "hand" : "consumers"), t, err);
         }
       };
       configs("", y, -1, cuda::KAct::kIdentity, ref);
       if (std::string(s.name) != "gate_up") continue;
       const int64_t inter = s.n / 2;
       Tensor a = be.alloc({m, inter}, DType::kBF16);
-      be.linear(x, w[0], Tensor(), y, 0, Activation::kIdentity);
+      lt_product(lt, x, w[0], y);
       be.gated_activation(y, Activation::kSilu, a);
       const std::vector<float> gref = bench::bf16_values(be, a);
       report("cublas+gated",
              time_calls(be, reps,
                         [&](int i) {
-                          be.linear(x, w[i % copies], Tensor(), y, 0, Activation::kIdentity);
+                          lt_product(lt, x, w[i % copies], y);
                           be.gated_activation(y, Activation::kSilu, a);
                         }),
              0.0);
@@ -345,22 +278,22 @@ void wgmma_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
   }
 }
 
-// The products whose epilogue the wgmma GEMM takes over from kEpilogueRows rows, through
-// the backend, against what they replace: qkv with the rotary and the KV-cache write
-// (against cuBLASLt's product and then rotary_write_kv), o and down with the residual
-// add (against cuBLASLt's product with the residual as its C input); and qkv and gate_up
-// normalising their rows themselves (RowRms: the pass that computes the rows' scales,
-// timed alone as row_scales, then the product scaling its rows) against the weightless
-// norm's pass and then the same product; each wgmma form also with stream-K for the last
-// waves (_sk). Each
-// output's relative error against the replaced path's is printed beside its time (0 for
-// the rows only timed).
+// The products whose epilogue the wgmma GEMM takes over from kEpilogueRows rows against
+// what they replace: qkv with the rotary and the KV-cache write (through the backend,
+// against cuBLASLt's product and then rotary_write_kv), o and down with the residual add
+// (the kernel launched directly, also for the o product, which the backend leaves to
+// cuBLASLt, against cuBLASLt's product with the residual as its C input); and qkv and
+// gate_up normalising their rows themselves (RowRms: the pass that computes the rows'
+// scales, timed alone as row_scales, then the product scaling its rows) against the
+// weightless norm's pass and then the same product. Each output's relative error
+// against the replaced path's is printed beside its time (0 for the rows only timed).
 void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
   CudaBackendOptions o;
   cuda::CudaBackend be(o);
-  be.set_gemv(false);
-  be.set_wgmma_add(true);  // (by default only from kDeepK)
   if (!cuda::gemm_wgmma_active(DType::kBF16)) return;
+  constexpr size_t kWorkspace = size_t{32} << 20;
+  Tensor workspace = be.allocator().alloc_bytes(kWorkspace);
+  cuda::Gemm lt(be.stream(), workspace.raw(), kWorkspace);
   const QkvLayout layout{static_cast<int32_t>(d.heads), static_cast<int32_t>(d.kv_heads),
                          static_cast<int32_t>(d.head_dim)};
   // An RMS norm with a weight of ones (a norm whose weight was folded away).
@@ -410,10 +343,8 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
       LayerKvCache cb{be.alloc(cshape, DType::kBF16), be.alloc(cshape, DType::kBF16)};
       Tensor qa = be.alloc({m, n}, DType::kBF16), qb = be.alloc({m, n}, DType::kBF16);
       auto apart = [&] {
-        cuda::set_gemm_wgmma(false);
-        be.linear(x, w, Tensor(), qa, 0, Activation::kIdentity);
+        lt_product(lt, x, w, qa);
         be.rotary_write_kv(qa, layout, cos_sin, RotaryStyle::kHalf, rot, slots, ca);
-        cuda::set_gemm_wgmma(true);
       };
       auto fused = [&] {
         if (!be.linear_rotary_kv(x, w, Tensor(), qb, layout, cos_sin, RotaryStyle::kHalf, rot,
@@ -464,15 +395,6 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
         report(name, m, "norm+wgmma", time_calls(be, reps, [&](int) { apart_rms(); }), 0.0);
         report(name, m, "wgmma", time_calls(be, reps, [&](int) { product(h, nullptr); }), 0.0);
         report(name, m, "wgmma_rms", time_calls(be, reps, [&](int) { product(x, &rms); }), e);
-        // The same with stream-K for the last waves.
-        be.set_wgmma_stream_k(true);
-        for (const RowRms* r : {static_cast<const RowRms*>(nullptr), &rms}) {
-          product(r != nullptr ? x : h, r);
-          const double es = bench::rel_error(bench::bf16_values(be, out), ref);
-          report(name, m, r != nullptr ? "wgmma_rms_sk" : "wgmma_sk",
-                 time_calls(be, reps, [&](int) { product(r != nullptr ? x : h, r); }), es);
-        }
-        be.set_wgmma_stream_k(false);
       };
       rms_rates(
           "qkv",
@@ -496,10 +418,29 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
          {Shape5{"o", d.hidden, d.heads * d.head_dim}, Shape5{"down", d.hidden, d.inter}}) {
       Tensor x = upload_random(be, {m, s.k}, 31), w = upload_random(be, {s.n, s.k}, 32);
       Tensor ya = upload_random(be, {m, s.n}, 33), yb = upload_random(be, {m, s.n}, 33);
-      auto add = [&](bool wgmma, Tensor& y) {
-        cuda::set_gemm_wgmma(wgmma);
-        if (!be.linear_add(x, w, Tensor(), y)) raise<Internal>("linear_add declined");
-        cuda::set_gemm_wgmma(true);
+      const int parts = cuda::gemm_wgmma_square_parts(s.n);
+      Tensor squares = be.alloc({parts, m}, DType::kF32);
+      // keep: the rows' squares too (for the next product's row scales).
+      auto add = [&](bool wgmma, Tensor& y, bool keep = false) {
+        if (!wgmma) {
+          cuda::GemmArgs g;
+          g.m = m;
+          g.n = s.n;
+          g.k = s.k;
+          g.x = x.raw();
+          g.w = w.raw();
+          g.y = y.raw();
+          g.ldy = s.n;
+          g.accumulate = true;
+          lt.run(g);
+          return;
+        }
+        cuda::WgmmaGemmArgs g =
+            cuda::wgmma_product(x.raw(), w.raw(), y.raw(), DType::kBF16, m, s.n, s.k, s.n);
+        g.handoff = true;
+        g.add = true;
+        if (keep) g.row_squares = squares.data<float>();
+        if (!cuda::launch_gemm_wgmma(g, be.stream())) raise<Internal>("wgmma add declined");
       };
       add(false, ya);
       add(true, yb);
@@ -508,16 +449,9 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
       report(s.name, m, "wgmma_add", time_calls(be, reps, [&](int) { add(true, yb); }), err);
       // Keeping the rows' squares for the next product's row scales (the folded norms), and
       // turning them into the scales.
-      RowSquares kept;
       report(s.name, m, "wgmma_add_squares",
-             time_calls(be, reps,
-                        [&](int) {
-                          if (!be.linear_add(x, w, Tensor(), yb, &kept) || kept.token == 0)
-                            raise<Internal>("linear_add kept no squares");
-                        }),
-             0.0);
+             time_calls(be, reps, [&](int) { add(true, yb, true); }), 0.0);
       {
-        const int parts = cuda::gemm_wgmma_square_parts(s.n);
         std::vector<float> h(static_cast<size_t>(parts * m));
         for (size_t i = 0; i < h.size(); ++i) h[i] = 1.f + static_cast<float>(i % 97);
         Tensor sq = be.upload(h.data(), {parts, m}, DType::kF32, {});
@@ -530,9 +464,6 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
                           }),
                0.0);
       }
-      be.set_wgmma_stream_k(true);
-      report(s.name, m, "wgmma_add_sk", time_calls(be, reps, [&](int) { add(true, yb); }), 0.0);
-      be.set_wgmma_stream_k(false);
       report(s.name, m, "wgmma_plain", plain(x, w, yb), 0.0);
     }
   }

@@ -16,8 +16,9 @@
 # the six next to the binaries works too). SKIP_TESTS=1 skips the tests; SKIP_HF=1
 # skips transformers; SKIP_BENCH=1 the step benchmark; SERVING=1 adds the serving
 # benchmark; an nvidia-smi trace of clocks and power runs beside it all; CUDA_TEST_FILTER
-# narrows the CUDA tests (a gtest filter); KERNELS=1 adds tachyon_kernel_bench (GEMM
-# variants and row kernels at the model's shapes, event-timed); PROFILE=1 adds an ncu
+# narrows the CUDA tests (a gtest filter); KERNELS=1 adds tachyon_kernel_bench (the
+# matrix-vector kernel against cuBLASLt and row kernels at the model's shapes,
+# event-timed); PROFILE=1 adds an ncu
 # pass over one prefill and two decode steps (bench/gpu/ncu_summary.py prints it);
 # VARIANTS="A=1 B=0,C=1" reruns the decode figures once per comma-separated set of
 # environment settings (the checkpoint is written once and kept; VARIANT_ARGS replaces

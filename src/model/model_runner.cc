@@ -8,7 +8,6 @@
 #include <cstring>
 #include <string>
 
-#include "core/env.h"
 #include "core/error.h"
 #include "core/settings.h"
 
@@ -21,7 +20,6 @@ ModelRunner::ModelRunner(ModelConfig config, ModelWeights weights, std::unique_p
   if (cfg_.position == PositionType::kRotary) rope_ = std::make_unique<RopeTable>(cfg_.rope);
   if (!setting_env_bool("graphs")) graphs_on_ = false;
   if (be_->device().is_cpu()) graphs_on_ = false;
-  rope_gather_rows_ = env_int("TACHYON_ROPE_GATHER_ROWS", kRopeGatherRows, 0, 1L << 30);
   all_sliding_ = cfg_.sliding_window > 0;
   for (int l = 0; l < cfg_.layer_num; ++l) all_sliding_ = all_sliding_ && cfg_.is_sliding(l);
 }

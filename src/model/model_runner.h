@@ -68,9 +68,9 @@ class ModelRunner final : public Model {
     graphs_.clear();
   }
   bool step_graphs() const { return graphs_on_; }
-  // Eager steps of at least this many tokens take their rotary rows from a device table
-  // (rope_rows_) instead of uploading them; 0 turns that off. TACHYON_ROPE_GATHER_ROWS
-  // in the environment sets it (kRopeGatherRows by default).
+  // Eager steps of at least this many tokens (kRopeGatherRows) take their rotary rows
+  // from a device table (rope_rows_) instead of uploading them; 0 turns that off (tests
+  // compare the two forms).
   void set_rope_gather_rows(int64_t rows) { rope_gather_rows_ = rows; }
   static constexpr int64_t kRopeGatherRows = 256;
   // Steps whose rotary rows were gathered on the device so far (for tests).

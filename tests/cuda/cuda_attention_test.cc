@@ -44,7 +44,7 @@ struct AttnCase {
   // engine may have freed them): no kernel may read them.
   bool unset_before_window = false;
   // No host copies of the lengths in the metadata (the flash kernel then runs its dense
-  // grid instead of a work list; the gemm path does not apply).
+  // grid instead of a work list).
   bool no_host_lens = false;
   // Fill the whole cache with random values directly (instead of writing the cached
   // tokens through write_kv): fast enough for contexts of many thousand tokens.
@@ -59,12 +59,8 @@ const char* kernel_name(Kernel k) {
   switch (k) {
     case Kernel::kSimple:
       return "simple";
-    case Kernel::kMma:
-      return "mma";
     case Kernel::kDecode:
       return "decode";
-    case Kernel::kGemm:
-      return "gemm";
     case Kernel::kFlash:
       return "flash";
     case Kernel::kDecodeAndFlash:
@@ -138,10 +134,8 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
       ctx.push_back(c.seqs[s].cached + c.seqs[s].q_len);
     }
     const Shape cache_shape = {total_blocks, c.kv_heads, bs, c.head_dim};
-    LayerKvCache ref, g, fresh;
-    // With an fp8 cache the reference holds the e4m3-rounded keys and values; `fresh`
-    // the unrounded ones, which the gemm path reads from the step's rows (a whole
-    // prompt's keys never come from the cache).
+    LayerKvCache ref, g;
+    // With an fp8 cache the reference holds the e4m3-rounded keys and values.
     auto kv_ref = [&](const Tensor& t) { return fp8_ ? e4m3_rounded(t) : t; };
     if (fp8_) {
       ASSERT_FALSE(c.direct_cache) << "fp8 cases write the cache through write_kv";
@@ -150,7 +144,6 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
       gpu_->fill_zero(g.v);
       Tensor zero = Tensor::zeros(cache_shape, DType::kF32);
       ref = {zero.clone(), zero.clone()};
-      fresh = {zero.clone(), zero.clone()};
     } else if (c.direct_cache) {
       ref = {rounded(fast_uniform(cache_shape, rng_()), dt_),
              rounded(fast_uniform(cache_shape, rng_()), dt_)};
@@ -169,14 +162,12 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
       Tensor pre =
           rounded(randn({static_cast<int64_t>(pre_slots.size()), layout.row_cols()}, rng_), dt_);
       cpu_->write_kv(kv_ref(pre), layout, host_i32(pre_slots), ref);
-      if (fp8_) cpu_->write_kv(pre, layout, host_i32(pre_slots), fresh);
       gpu_->write_kv(to_gpu(*gpu_, pre, dt_), layout, to_gpu_i32(*gpu_, pre_slots), g);
     }
     const int64_t T = qstart.back();
     Tensor qkv = rounded(randn({T, layout.row_cols()}, rng_), dt_);
     Tensor qkv_g = to_gpu(*gpu_, qkv, dt_);
     cpu_->write_kv(kv_ref(qkv), layout, host_i32(step_slots), ref);
-    if (fp8_) cpu_->write_kv(qkv, layout, host_i32(step_slots), fresh);
     gpu_->write_kv(qkv_g, layout, to_gpu_i32(*gpu_, step_slots), g);
 
     AttentionParams p;
@@ -215,19 +206,13 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
     }
     Tensor out_ref = Tensor::empty({T, layout.q_cols()}, DType::kF32);
     cpu_->attention(qkv, layout, ref, mh, p, out_ref);
-    Tensor out_fresh = out_ref;
-    if (fp8_) {
-      out_fresh = Tensor::empty({T, layout.q_cols()}, DType::kF32);
-      cpu_->attention(qkv, layout, fresh, mh, p, out_fresh);
-    }
-    auto want_for = [&](Kernel k) { return host_values(k == Kernel::kGemm ? out_fresh : out_ref); };
+    auto want_for = [&](Kernel) { return host_values(out_ref); };
     if (!c.no_host_lens) {
       mg.host_query_start = &qstart;
       mg.host_context_lens = &ctx;
     }
     ran_.clear();
-    for (Kernel kernel :
-         {Kernel::kSimple, Kernel::kMma, Kernel::kDecode, Kernel::kGemm, Kernel::kFlash}) {
+    for (Kernel kernel : {Kernel::kSimple, Kernel::kDecode, Kernel::kFlash}) {
       gpu_->set_attention_kernel(kernel);
       Tensor out = poisoned(*gpu_, {T, layout.q_cols()}, dt_);
       gpu_->attention(qkv_g, layout, g, mg, pg, out);
@@ -266,26 +251,18 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
     std::function<void(bool)> set;
   };
   std::vector<FlashForm> forms_;
-  // The wgmma kernel's alternatives: mma.sync, and the other setting of its two optional
-  // forms together (the copy-engine loads and the lazy softmax max, on by default), each
-  // put back as it was.
+  // The wgmma kernel's alternative: the mma.sync kernel that pre-Hopper devices run.
   static std::vector<FlashForm> wgmma_forms() {
-    const bool tma = cuda::flash_tma(), lazy = cuda::flash_lazy();
-    const bool forms_on = tma && lazy;
-    return {{"mma.sync", [](bool on) { cuda::set_flash_wgmma(!on); }},
-            {forms_on ? "cp.async, exact max" : "tma, lazy max", [=](bool on) {
-               cuda::set_flash_tma(on ? !forms_on : tma);
-               cuda::set_flash_lazy(on ? !forms_on : lazy);
-             }}};
+    return {{"mma.sync", [](bool on) { cuda::set_flash_wgmma(!on); }}};
   }
 
   // Whether the last run() ran the kernel (it applied to the case).
   bool ran(Kernel k) const { return std::find(ran_.begin(), ran_.end(), k) != ran_.end(); }
   // run(), and for bf16/f16 a check that the flash kernel took the case; where the
   // wgmma form applies (sm_90a, head_dim 64 or 128), the flash kernel again on the same
-  // inputs on mma.sync, and with its two optional forms in their other setting: the
-  // copy-engine loads (taken for no sliding window and block sizes of whole 8-key runs
-  // that tile 64 keys, else it keeps cp.async) and the lazy softmax max.
+  // inputs on mma.sync, and that the wgmma form took the copy-engine loads where they
+  // apply (no sliding window and block sizes of whole 8-key runs that tile 64 keys; else
+  // it keeps cp.async).
   void run_flash(const AttnCase& c) {
     const bool wgmma = cuda::attention_flash_wgmma_active(dt_, c.head_dim);
     if (wgmma) forms_ = wgmma_forms();
@@ -389,11 +366,10 @@ TEST_P(CudaAttentionTest, DecodeKernelShapes) {
   run({"decode block 5, 64 seqs", 32, 8, 128, 5, std::vector<SeqSpec>(64, SeqSpec{517, 1})});
 }
 
-// Whole-prompt prefill through cuBLAS: several sequences of different lengths, GQA,
-// head_dim 64 and 128, a prompt long enough to be split into row chunks.
-TEST_P(CudaAttentionTest, GemmPrefill) {
-  run({"gemm prefill gqa 4", 32, 8, 128, 16, {{0, 300}, {0, 1}, {0, 129}, {0, 1030}}});
-  run({"gemm prefill mha hd 64", 8, 8, 64, 16, {{0, 517}, {0, 64}}});
+// Whole-prompt prefill: several sequences of different lengths, GQA, head_dim 64 and 128.
+TEST_P(CudaAttentionTest, WholePromptPrefill) {
+  run({"whole prompts gqa 4", 32, 8, 128, 16, {{0, 300}, {0, 1}, {0, 129}, {0, 1030}}});
+  run({"whole prompts mha hd 64", 8, 8, 64, 16, {{0, 517}, {0, 64}}});
 }
 
 TEST_P(CudaAttentionTest, MixedBatch) {
@@ -534,7 +510,7 @@ TEST_P(CudaAttentionTest, FlashLlama8bShape) {
 
 // The automatic choice: flash for prefill-sized steps in bf16/f16 (with the decode
 // kernel for the single-query sequences of mixed steps), the decode kernel for decode
-// steps; softcapping keeps the older kernels.
+// steps; softcapping takes the simple kernel.
 TEST_P(CudaAttentionTest, AutoPicksFlashForPrefill) {
   run({"auto prefill", 8, 2, 128, 16, {{0, 100}, {50, 20}}});
   if (dt_ != DType::kF32) {
@@ -551,7 +527,7 @@ TEST_P(CudaAttentionTest, AutoPicksFlashForPrefill) {
   AttnCase sc{"auto softcap", 8, 2, 128, 16, {{0, 100}}};
   sc.softcap = 30.f;
   run(sc);
-  EXPECT_NE(auto_ran_, Kernel::kFlash);
+  EXPECT_EQ(auto_ran_, Kernel::kSimple);
   EXPECT_FALSE(ran(Kernel::kFlash));
 }
 

@@ -46,15 +46,12 @@ std::vector<KjvCase> kjv_cases() {
   return out;
 }
 
-// fold: with the norms folded into the products (TACHYON_NORM_FOLD, read when the
-// backend is made; on by default).
-std::unique_ptr<Model> load_kjv(DType dtype, bool fold = false) {
+// (The backend folds the RMS norms into the products that read them.)
+std::unique_ptr<Model> load_kjv(DType dtype) {
   LoadOptions o;
   o.device = Device{DeviceType::kCUDA, 0};
   o.dtype = dtype;
-  setenv("TACHYON_NORM_FOLD", fold ? "1" : "0", 1);
   auto m = load_model(std::string(TACHYON_SOURCE_DIR) + "/models/tiny-kjv-chat", o);
-  unsetenv("TACHYON_NORM_FOLD");
   m->init_kv_cache(96, kBlock);
   return m;
 }
@@ -103,16 +100,13 @@ Greedy greedy(Model& m, const KjvCase& c, int32_t eos) {
   return g;
 }
 
-// Also with the norms folded into the products (fold_norm): the same greedy tokens.
+// With the norms folded into the products (fold_norm): transformers' greedy tokens.
 TEST(CudaModel, KjvF32GreedyMatchesTransformers) {
   TACHYON_REQUIRE_GPU();
-  for (bool fold : {false, true}) {
-    auto m = load_kjv(DType::kF32, fold);
-    const int32_t eos = static_cast<int32_t>(m->config().eos_token_ids.at(0));
-    for (const KjvCase& c : kjv_cases())
-      EXPECT_EQ(greedy(*m, c, eos).tokens, c.greedy)
-          << "prompt: " << c.prompt << (fold ? " (norms folded)" : "");
-  }
+  auto m = load_kjv(DType::kF32);
+  const int32_t eos = static_cast<int32_t>(m->config().eos_token_ids.at(0));
+  for (const KjvCase& c : kjv_cases())
+    EXPECT_EQ(greedy(*m, c, eos).tokens, c.greedy) << "prompt: " << c.prompt;
 }
 
 // forward()'s logits come back in the decoder's pooled host buffers: a result the caller
@@ -174,66 +168,64 @@ TEST(CudaModel, ForwardResultsAreTheCallers) {
 
 class CudaModel16 : public ::testing::TestWithParam<DType> {};
 
-// Each 16-bit dtype against the f32 model and transformers' greedy references, plain and
-// with the norms folded into the products.
+// Each 16-bit dtype against the f32 model and transformers' greedy references (the norms
+// folded into the products).
 TEST_P(CudaModel16, KjvTeacherForcedAndGreedy) {
   TACHYON_REQUIRE_GPU();
   const DType dt = GetParam();
   auto ref = load_kjv(DType::kF32);
-  for (bool fold : {false, true}) {
-    auto m = load_kjv(dt, fold);
-    const int64_t vocab = m->vocab_size();
-    const int32_t eos = static_cast<int32_t>(m->config().eos_token_ids.at(0));
-    for (const KjvCase& c : kjv_cases()) {
-      // The reference path in one prefill: logits at every position from the last
-      // prompt token on predict the reference tokens.
-      std::vector<int32_t> tokens = c.prompt_ids;
-      tokens.insert(tokens.end(), c.greedy.begin(), c.greedy.end() - 1);
-      const int32_t p0 = static_cast<int32_t>(c.prompt_ids.size()) - 1;
-      std::vector<int32_t> rows;
-      for (int32_t i = p0; i < static_cast<int32_t>(tokens.size()); ++i) rows.push_back(i);
-      Tensor lr = run_step(*ref, tokens, 0, rows);
-      Tensor lg = run_step(*m, tokens, 0, rows);
-      const std::vector<double> want = host_values(lr), got = host_values(lg);
-      const ErrorReport e = measure(got, want);
-      double max_err = 0;
-      for (size_t i = 0; i < got.size(); ++i)
-        max_err = std::max(max_err, std::abs(got[i] - want[i]));
-      std::printf("  %s%s kjv \"%.30s...\": normalised %.2e, max abs %.3f over %zu positions\n",
-                  dtype_label(dt).c_str(), fold ? " folded" : "", c.prompt.c_str(), e.normalised,
-                  max_err, rows.size());
-      EXPECT_FALSE(e.nan);
-      EXPECT_LE(e.normalised, 3e-2) << c.prompt;
-      int checked = 0;
-      for (size_t r = 0; r < rows.size(); ++r) {
-        const float* pr = lr.data<float>() + r * vocab;
-        const float* pg = lg.data<float>() + r * vocab;
-        std::vector<float> s(pr, pr + vocab);
-        std::partial_sort(s.begin(), s.begin() + 2, s.end(), std::greater<float>());
-        if (double{s[0]} - s[1] <= 2 * max_err) continue;
-        ++checked;
-        EXPECT_EQ(std::max_element(pg, pg + vocab) - pg, c.greedy[r])
-            << c.prompt << " position " << r;
-      }
-      EXPECT_GT(checked, static_cast<int>(rows.size()) / 2) << "too few decisive positions";
-      // Free-running greedy through the cache, up to the first near tie.
-      const Greedy g = greedy(*m, c, eos);
-      for (size_t i = 0; i < g.tokens.size() && i < c.greedy.size(); ++i) {
-        if (g.margins[i] <= 3 * max_err) break;
-        EXPECT_EQ(g.tokens[i], c.greedy[i]) << c.prompt << " step " << i;
-        if (g.tokens[i] != c.greedy[i]) break;
-      }
+  auto m = load_kjv(dt);
+  const int64_t vocab = m->vocab_size();
+  const int32_t eos = static_cast<int32_t>(m->config().eos_token_ids.at(0));
+  for (const KjvCase& c : kjv_cases()) {
+    // The reference path in one prefill: logits at every position from the last
+    // prompt token on predict the reference tokens.
+    std::vector<int32_t> tokens = c.prompt_ids;
+    tokens.insert(tokens.end(), c.greedy.begin(), c.greedy.end() - 1);
+    const int32_t p0 = static_cast<int32_t>(c.prompt_ids.size()) - 1;
+    std::vector<int32_t> rows;
+    for (int32_t i = p0; i < static_cast<int32_t>(tokens.size()); ++i) rows.push_back(i);
+    Tensor lr = run_step(*ref, tokens, 0, rows);
+    Tensor lg = run_step(*m, tokens, 0, rows);
+    const std::vector<double> want = host_values(lr), got = host_values(lg);
+    const ErrorReport e = measure(got, want);
+    double max_err = 0;
+    for (size_t i = 0; i < got.size(); ++i) max_err = std::max(max_err, std::abs(got[i] - want[i]));
+    std::printf("  %s kjv \"%.30s...\": normalised %.2e, max abs %.3f over %zu positions\n",
+                dtype_label(dt).c_str(), c.prompt.c_str(), e.normalised, max_err, rows.size());
+    EXPECT_FALSE(e.nan);
+    EXPECT_LE(e.normalised, 3e-2) << c.prompt;
+    int checked = 0;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const float* pr = lr.data<float>() + r * vocab;
+      const float* pg = lg.data<float>() + r * vocab;
+      std::vector<float> s(pr, pr + vocab);
+      std::partial_sort(s.begin(), s.begin() + 2, s.end(), std::greater<float>());
+      if (double{s[0]} - s[1] <= 2 * max_err) continue;
+      ++checked;
+      EXPECT_EQ(std::max_element(pg, pg + vocab) - pg, c.greedy[r])
+          << c.prompt << " position " << r;
+    }
+    EXPECT_GT(checked, static_cast<int>(rows.size()) / 2) << "too few decisive positions";
+    // Free-running greedy through the cache, up to the first near tie.
+    const Greedy g = greedy(*m, c, eos);
+    for (size_t i = 0; i < g.tokens.size() && i < c.greedy.size(); ++i) {
+      if (g.margins[i] <= 3 * max_err) break;
+      EXPECT_EQ(g.tokens[i], c.greedy[i]) << c.prompt << " step " << i;
+      if (g.tokens[i] != c.greedy[i]) break;
     }
   }
 }
 
 // A random Llama-shaped checkpoint (head_dim 128, SiLU MLP) written to TempDir/name.
-std::string random_llama(const std::string& name) {
+std::string random_llama(const std::string& name, int64_t inter = 2048) {
   const std::string dir = ::testing::TempDir() + "/" + name;
   const std::string config = dir + ".json";
   {
-    std::ofstream(config) << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-      "hidden_size": 1024, "intermediate_size": 2048, "num_hidden_layers": 4,
+    std::ofstream f(config);
+    f << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+      "hidden_size": 1024, "intermediate_size": )"
+      << inter << R"(, "num_hidden_layers": 4,
       "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 128,
       "vocab_size": 2048, "max_position_embeddings": 4096, "rope_theta": 10000.0,
       "rms_norm_eps": 1e-5, "tie_word_embeddings": false, "hidden_act": "silu",
@@ -295,13 +287,16 @@ TEST_P(CudaModel16, RandomLlamaFp8KvCache) {
   EXPECT_THROW(run_step(*kjv, {1, 2, 3}, 0, {2}), InvalidArgument);
 }
 
-// Prefills on the wgmma GEMM (Hopper) against the same prefills with that kernel off
-// (cuBLASLt, then the separate passes): the logits of the last rows agree. 700 tokens
-// take it for the MLP's gate and up products with the gated epilogue (one launch a
-// layer); 2,100 tokens (from kEpilogueRows) also for the qkv product with the rotary
-// and cache write in its epilogue, and (TACHYON_GEMM_WGMMA_ADD=1, set for this model)
-// the o and down products with the residual add (four launches a layer).
-TEST_P(CudaModel16, RandomLlamaGatedGemm) {
+// The decoder's default paths on the wgmma GEMM (Hopper) against the CPU backend's f32
+// forward of the same checkpoint (products apart, norms not folded), with an MLP
+// kDeepK wide: prefills of 700 tokens (the gate and up products with the gated epilogue,
+// one launch a layer) and 2,100 (from kEpilogueRows also the qkv product with the
+// rotary and cache write in its epilogue, qkv and gate/up normalising their rows
+// themselves with the norms folded into their weights, and the down projection adding
+// into the residual stream: three launches a layer, two with row scales, and every
+// layer's qkv but the first taking its row scales from the squares the down
+// projection's add kept), then decode steps through the cache.
+TEST_P(CudaModel16, RandomLlamaWgmmaPaths) {
   TACHYON_REQUIRE_GPU();
   const DType dt = GetParam();
   int major = 0, minor = 0;
@@ -309,66 +304,17 @@ TEST_P(CudaModel16, RandomLlamaGatedGemm) {
   TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
   const bool active = major == 9 && minor == 0;
   EXPECT_EQ(cuda::gemm_wgmma_active(dt), active);
+  const std::string dir = random_llama("tachyon_wgmma_llama", cuda::CudaBackend::kDeepK);
+  constexpr int32_t kBlocks = 160;  // 2,560 tokens
   LoadOptions o;
   o.device = Device{DeviceType::kCUDA, 0};
   o.dtype = dt;
-  setenv("TACHYON_GEMM_WGMMA_ADD", "1", 1);  // read when the backend is made
-  auto m = load_model(random_llama("tachyon_gated_llama"), o);
-  unsetenv("TACHYON_GEMM_WGMMA_ADD");
-  constexpr int32_t kBlocks = 160;  // 2,560 tokens
+  auto m = load_model(dir, o);
   m->init_kv_cache(kBlocks, kBlock);
-  constexpr int64_t kLayers = 4;
-  for (int32_t n : {700, 2100}) {
-    std::mt19937 rng(6 + n);
-    std::vector<int32_t> tokens(static_cast<size_t>(n));
-    for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 2048);
-    const std::vector<int32_t> rows = {0, n / 2, n - 5, n - 4, n - 3, n - 2, n - 1};
-    const int64_t before = cuda::gemm_wgmma_launches();
-    const std::vector<double> fused = host_values(run_step(*m, tokens, 0, rows, kBlocks));
-    const int64_t launches = cuda::gemm_wgmma_launches() - before;
-    cuda::set_gemm_wgmma(false);
-    const std::vector<double> apart = host_values(run_step(*m, tokens, 0, rows, kBlocks));
-    cuda::set_gemm_wgmma(true);
-    EXPECT_EQ(launches, active ? (n >= cuda::CudaBackend::kEpilogueRows ? 4 : 1) * kLayers : 0)
-        << n << " tokens";
-    const ErrorReport e = measure(fused, apart);
-    std::printf(
-        "  %s %d tokens, wgmma GEMM (%lld launches) against cuBLASLt and the separate "
-        "passes: normalised %.2e over %zu logits\n",
-        dtype_label(dt).c_str(), n, static_cast<long long>(launches), e.normalised, fused.size());
-    EXPECT_FALSE(e.nan);
-    EXPECT_LE(e.normalised, 1e-2);
-  }
-}
-
-// The pre-attention and pre-MLP norms folded into the qkv and gate/up weights
-// (TACHYON_NORM_FOLD=1) against the same checkpoint unfolded: prefills of 700 tokens
-// (the weightless norm's pass, then the products) and 2,100 (from kEpilogueRows on
-// Hopper the qkv and gate/up products normalise the rows themselves: two launches a
-// layer, no norm pass), then decode steps through the cache; the logits agree within
-// the roundings the fold moves. Folded again with the o and down products' adds on the
-// wgmma GEMM (TACHYON_GEMM_WGMMA_ADD=1): at 2,100 tokens every row-scale but the first
-// layer's qkv comes from the squares the add before kept (2 x layers - 1 parts
-// launches), with the same agreement.
-TEST_P(CudaModel16, RandomLlamaFoldedNorms) {
-  TACHYON_REQUIRE_GPU();
-  const DType dt = GetParam();
-  const bool active = cuda::gemm_wgmma_active(dt);
-  const std::string dir = random_llama("tachyon_folded_llama");
-  constexpr int32_t kBlocks = 160;  // 2,560 tokens
-  auto load = [&](bool fold, bool wgmma_add = false) {
-    LoadOptions o;
-    o.device = Device{DeviceType::kCUDA, 0};
-    o.dtype = dt;
-    setenv("TACHYON_NORM_FOLD", fold ? "1" : "0", 1);
-    setenv("TACHYON_GEMM_WGMMA_ADD", wgmma_add ? "1" : "0", 1);
-    auto m = load_model(dir, o);
-    unsetenv("TACHYON_NORM_FOLD");
-    unsetenv("TACHYON_GEMM_WGMMA_ADD");
-    m->init_kv_cache(kBlocks, kBlock);
-    return m;
-  };
-  auto plain = load(false), folded = load(true), kept = load(true, true);
+  LoadOptions oc;
+  oc.device = Device{DeviceType::kCPU, 0};
+  auto ref = load_model(dir, oc);
+  ref->init_kv_cache(kBlocks, kBlock);
   constexpr int64_t kLayers = 4;
   for (int32_t n : {700, 2100}) {
     std::mt19937 rng(17 + n);
@@ -376,41 +322,33 @@ TEST_P(CudaModel16, RandomLlamaFoldedNorms) {
     for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 2048);
     const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + n);
     const std::vector<int32_t> rows = {0, n / 2, n - 3, n - 2, n - 1};
-    const int64_t before = cuda::gemm_wgmma_rms_launches();
-    std::vector<double> got = host_values(run_step(*folded, prompt, 0, rows, kBlocks));
-    const int64_t launches = cuda::gemm_wgmma_rms_launches() - before;
-    std::vector<double> want = host_values(run_step(*plain, prompt, 0, rows, kBlocks));
-    EXPECT_EQ(launches, active && n >= cuda::CudaBackend::kEpilogueRows ? 2 * kLayers : 0)
-        << n << " tokens";
+    const int64_t before = cuda::gemm_wgmma_launches();
+    const int64_t rms_before = cuda::gemm_wgmma_rms_launches();
+    const int64_t parts_before = cuda::row_inv_rms_parts_launches();
+    std::vector<double> got = host_values(run_step(*m, prompt, 0, rows, kBlocks));
+    const int64_t launches = cuda::gemm_wgmma_launches() - before;
+    const int64_t rms = cuda::gemm_wgmma_rms_launches() - rms_before;
+    const int64_t parts = cuda::row_inv_rms_parts_launches() - parts_before;
+    const bool epilogues = active && n >= cuda::CudaBackend::kEpilogueRows;
+    EXPECT_EQ(launches, active ? (epilogues ? 3 : 1) * kLayers : 0) << n << " tokens";
+    EXPECT_EQ(rms, epilogues ? 2 * kLayers : 0) << n << " tokens";
+    EXPECT_EQ(parts, epilogues ? kLayers - 1 : 0) << n << " tokens";
+    std::vector<double> want = host_values(run_step(*ref, prompt, 0, rows, kBlocks));
     for (int32_t i = n; i < n + 4; ++i) {  // decode steps
       const std::vector<int32_t> prefix(tokens.begin(), tokens.begin() + i + 1);
-      const std::vector<double> g = host_values(run_step(*folded, prefix, i, {0}, kBlocks));
-      const std::vector<double> w = host_values(run_step(*plain, prefix, i, {0}, kBlocks));
+      const std::vector<double> g = host_values(run_step(*m, prefix, i, {0}, kBlocks));
+      const std::vector<double> w = host_values(run_step(*ref, prefix, i, {0}, kBlocks));
       got.insert(got.end(), g.begin(), g.end());
       want.insert(want.end(), w.begin(), w.end());
     }
     const ErrorReport e = measure(got, want);
     std::printf(
-        "  %s %d tokens and 4 decode steps, norms folded (%lld row-scale launches) against "
-        "unfolded: normalised %.2e over %zu logits\n",
-        dtype_label(dt).c_str(), n, static_cast<long long>(launches), e.normalised, got.size());
+        "  %s %d tokens and 4 decode steps (%lld wgmma launches, %lld with row scales, %lld "
+        "from kept squares) against the CPU in f32: normalised %.2e over %zu logits\n",
+        dtype_label(dt).c_str(), n, static_cast<long long>(launches), static_cast<long long>(rms),
+        static_cast<long long>(parts), e.normalised, got.size());
     EXPECT_FALSE(e.nan);
-    EXPECT_LE(e.normalised, 2e-2);
-    // (the norms' weights are 1 +- 0.05 noise: folded roundings differ)
-    EXPECT_GT(e.normalised, 0.0) << n << " tokens: the fold changed nothing";
-    // The adds' kept squares.
-    const int64_t parts_before = cuda::row_inv_rms_parts_launches();
-    const std::vector<double> k = host_values(run_step(*kept, prompt, 0, rows, kBlocks));
-    const int64_t parts = cuda::row_inv_rms_parts_launches() - parts_before;
-    EXPECT_EQ(parts, active && n >= cuda::CudaBackend::kEpilogueRows ? 2 * kLayers - 1 : 0)
-        << n << " tokens";
-    const std::vector<double> w(want.begin(), want.begin() + static_cast<int64_t>(k.size()));
-    const ErrorReport ek = measure(k, w);
-    std::printf(
-        "  %s %d tokens, folded, squares kept by the adds (%lld launches): normalised %.2e\n",
-        dtype_label(dt).c_str(), n, static_cast<long long>(parts), ek.normalised);
-    EXPECT_FALSE(ek.nan);
-    EXPECT_LE(ek.normalised, 2e-2);
+    EXPECT_LE(e.normalised, 3e-2);
   }
 }
 

@@ -140,8 +140,8 @@ TEST(CudaSampling, GreedyWithProcessorsMatchesHostExactly) {
   }
 }
 
-// The split greedy scan (the default; TACHYON_SAMPLE_SPLIT=0 turns it off) for steps
-// whose rows are all greedy and unadjusted: the one-block kernel's ids exactly, over
+// The split greedy scan for steps whose rows are all greedy and unadjusted: the ids the
+// one-block kernel gives the same rows in a step beside a sampled row, exactly, over
 // vocabularies that end mid-chunk, are no multiple of 4 (the scalar path) or take one
 // chunk, with ties at the top (also across chunks), a NaN, a +inf and a row of -inf, and
 // repeated launches (the counters are left zero).
@@ -167,9 +167,16 @@ TEST(CudaSampling, GreedySplitScanMatchesOneBlockKernel) {
     std::vector<RowSampling> rows;
     for (int64_t r = 0; r < R; ++r) rows.push_back(device_row(greedy, 1, 0, 0));
     const SamplingBatch batch = single_batch(rows);
-    g.be->set_sample_split(false);
-    const auto want = run_sample(*g.be, logits, V, batch);
-    g.be->set_sample_split(true);
+    // The same rows and one sampled row after them: the one-block kernel for all.
+    std::vector<float> with_sampled = logits;
+    const auto extra = random_logits(rng, V);
+    with_sampled.insert(with_sampled.end(), extra.begin(), extra.end());
+    GenerateConfig sampled;
+    sampled.temperature = 1.f;
+    std::vector<RowSampling> rows_sampled = rows;
+    rows_sampled.push_back(device_row(sampled, 5, 0, 0));
+    auto want = run_sample(*g.be, with_sampled, V, single_batch(rows_sampled));
+    want.pop_back();
     for (int rep = 0; rep < 3; ++rep) {
       const auto got = run_sample(*g.be, logits, V, batch);
       for (int64_t r = 0; r < R; ++r)

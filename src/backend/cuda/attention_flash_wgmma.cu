@@ -31,9 +31,10 @@
 // passes its turn without products (after flushing its pending P V).
 // Every visible tile issues both products, so ptxas sees one wgmma pipeline and does
 // not serialize it (the first visible tile's P V adds a zero P times its own V).
-// Two forms on by default (measured 9% faster at 8 x 1024, 16% at 1 x 4096, together):
-// the copy engine loads whole tiles (TACHYON_FLASH_TMA=0 turns it off), and the lazy
-// softmax max (TACHYON_FLASH_LAZY=0). A diagnostic build
+// Two forms (measured 9% faster at 8 x 1024, 16% at 1 x 4096, together against the
+// loaders' cp.async and a max rescaled at every tile): the copy engine loads whole tiles
+// where it applies (the loaders' cp.async elsewhere: sliding windows, other block
+// sizes), and the lazy softmax max. A diagnostic build
 // records where each block's cycles go (flash_probe.cuh).
 #include <cuda.h>  // CUtensorMap
 
@@ -62,8 +63,6 @@ namespace {
 constexpr int kRows = 128;          // rows (query, head) per block
 constexpr int kKeys = 64;           // keys per K/V tile
 std::atomic<bool> g_enabled{true};  // set_flash_wgmma
-std::atomic<bool> g_tma{true};      // set_flash_tma
-std::atomic<bool> g_lazy{true};     // set_flash_lazy
 std::atomic<int64_t> g_tma_launches{0};
 
 constexpr int kLoaders = 64;   // per half (K or V): one key of a tile per thread
@@ -93,12 +92,9 @@ struct TmaKv {
   int rows = 0;  // the maps' row count: a box there is wholly past the cache (zeros)
 };
 
-// The kernel's forms (template bits): the copy-engine loads, and the lazy softmax max
-// (FlashRows::step's kLazy: O is rescaled only on tiles where a row's max grows past the
-// bound). Both on by default (set_flash_tma, set_flash_lazy).
-constexpr int kModeTma = 1, kModeLazy = 2;
-
-template <typename T, int HD, int kMode>
+// kTma: the copy-engine loads. The softmax max is the lazy one (FlashRows::step's
+// kLazy: O is rescaled only on tiles where a row's max grows past the bound).
+template <typename T, int HD, bool kTma>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_flash_wgmma_kernel(const AttentionArgs a, const int32_t* __restrict__ items,
                                  const int group, const int q_tile, const float scale_log2,
@@ -106,7 +102,6 @@ __global__ void __launch_bounds__(kThreads, 1)
                                  const __grid_constant__ CUtensorMap map_v, const TmaKv tma,
                                  uint32_t* __restrict__ probe) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr bool kTma = (kMode & kModeTma) != 0, kLazy = (kMode & kModeLazy) != 0;
   using L = WgTraits<HD>;
   // The diagnostic build's record of this block (flash_probe.cuh); compiled out otherwise.
   uint32_t* const rec =
@@ -337,15 +332,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 
       const bool edge = kt + kKeys - 1 > gq_lo || (window > 0 && kt <= gq_hi - window);
       const float2 alpha =
-          rows.step<kKeys / 8, kLazy>([&](int n, int e) -> float& { return sc[4 * n + e]; }, edge,
-                                      kt, qa, qb, window, scale_log2, lane);
+          rows.step<kKeys / 8, true>([&](int n, int e) -> float& { return sc[4 * n + e]; }, edge,
+                                     kt, qa, qb, window, scale_log2, lane);
       wgmma_wait<0>();
       fence_regs(o);
 #pragma unroll
       for (int kk = 0; kk < kKeys / 16; ++kk) fence_regs(pf[kk]);
       laps.lap(kPhSoftmax);
       if (pending) release(t - 1);
-      if (!kLazy || !rows.kept) {
+      if (!rows.kept) {
 #pragma unroll
         for (int i = 0; i < kORegs; i += 4) {
           o[i] *= alpha.x;
@@ -486,7 +481,7 @@ namespace {
 template <typename T, int HD>
 bool wgmma_image() {
   static const bool ok =
-      runs_sm90a_image(reinterpret_cast<const void*>(attention_flash_wgmma_kernel<T, HD, 0>));
+      runs_sm90a_image(reinterpret_cast<const void*>(attention_flash_wgmma_kernel<T, HD, false>));
   return ok;
 }
 
@@ -495,7 +490,7 @@ bool wgmma_image() {
 // multiple of 8 and divides 64 or is a multiple of 64, and row counts a coordinate holds.
 template <int HD>
 bool tma_maps(const AttentionArgs& a, CUtensorMap& map_k, CUtensorMap& map_v, TmaKv& tma) {
-  if (!g_tma.load(std::memory_order_relaxed) || a.sliding_window > 0) return false;
+  if (a.sliding_window > 0) return false;
   const int bs = a.block_size;
   if (bs <= 0 || bs % 8 != 0 || (64 % bs != 0 && bs % 64 != 0)) return false;
   const int64_t rows = int64_t{a.num_blocks} * a.kv_heads * bs;
@@ -518,12 +513,8 @@ bool launch_hd(const AttentionArgs& a, const int32_t* items, int32_t num_items,
   TmaKv tma;
   const bool use_tma = tma_maps<HD>(a, map_k, map_v, tma);
   if (use_tma) g_tma_launches.fetch_add(1, std::memory_order_relaxed);
-  const int mode =
-      (use_tma ? kModeTma : 0) | (g_lazy.load(std::memory_order_relaxed) ? kModeLazy : 0);
-  constexpr decltype(&attention_flash_wgmma_kernel<T, HD, 0>) kKernels[4] = {
-      attention_flash_wgmma_kernel<T, HD, 0>, attention_flash_wgmma_kernel<T, HD, 1>,
-      attention_flash_wgmma_kernel<T, HD, 2>, attention_flash_wgmma_kernel<T, HD, 3>};
-  auto kernel = kKernels[mode];
+  auto kernel = use_tma ? attention_flash_wgmma_kernel<T, HD, true>
+                        : attention_flash_wgmma_kernel<T, HD, false>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), L::kBytes);
   const int group = a.heads / a.kv_heads;
   const int64_t blocks = items != nullptr ? int64_t{num_items} * a.kv_heads
@@ -553,22 +544,6 @@ bool launch_typed(const AttentionArgs& a, const int32_t* items, int32_t num_item
 
 void set_flash_wgmma(bool on) {
   g_enabled.store(on, std::memory_order_relaxed);
-}
-
-void set_flash_tma(bool on) {
-  g_tma.store(on, std::memory_order_relaxed);
-}
-
-void set_flash_lazy(bool on) {
-  g_lazy.store(on, std::memory_order_relaxed);
-}
-
-bool flash_tma() {
-  return g_tma.load(std::memory_order_relaxed);
-}
-
-bool flash_lazy() {
-  return g_lazy.load(std::memory_order_relaxed);
 }
 
 int64_t flash_tma_launches() {

@@ -61,46 +61,14 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   if (device_ < 0 || device_ >= n)
     raise<Unavailable>("CUDA device {} is not available ({} visible)", device_, n);
   TACHYON_CUDA_CHECK(cudaSetDevice(device_));
-  if (const char* env = std::getenv("TACHYON_CUDA_ATTENTION")) {
-    const std::string v = env;
-    if (v == "simple")
-      attention_kernel_ = AttentionKernel::kSimple;
-    else if (v == "mma")
-      attention_kernel_ = AttentionKernel::kMma;
-    else if (v == "decode")
-      attention_kernel_ = AttentionKernel::kDecode;
-    else if (v == "gemm")
-      attention_kernel_ = AttentionKernel::kGemm;
-    else if (v == "flash")
-      attention_kernel_ = AttentionKernel::kFlash;
-    else if (!v.empty() && v != "auto")
-      raise<InvalidArgument>(
-          "TACHYON_CUDA_ATTENTION: '{}' is not auto, simple, mma, decode, gemm or flash", v);
-  }
-  use_gemv_ = env_flag("TACHYON_CUDA_GEMV", true);
-  use_skinny_ = env_flag("TACHYON_CUDA_SKINNY", false);
-  fuse_residual_ = env_flag("TACHYON_FUSE_RESIDUAL", true);
-  sample_split_ = env_flag("TACHYON_SAMPLE_SPLIT", true);
-  gemv_variant_ = static_cast<int>(env_int("TACHYON_GEMV_VARIANT", kGemvDefault, 0, 511));
   batch_invariant_ = batch_invariant_ || env_flag("TACHYON_BATCH_INVARIANT", false);
   TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_));
-  // Programmatic dependent launch (launch.cuh) from compute capability 9.0 on.
+  // Programmatic dependent launch (launch.cuh) and the decode kernel's cluster merge
+  // from compute capability 9.0 on.
   int major = 0;
   TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
-  set_pdl_enabled(major >= 9 && env_flag("TACHYON_PDL", true));
-  set_decode_cluster_merge(major >= 9 && env_flag("TACHYON_DECODE_CLUSTER", true));
-  set_flash_wgmma(env_flag("TACHYON_FLASH_WGMMA", true));
-  set_flash_tma(env_flag("TACHYON_FLASH_TMA", true));
-  set_flash_lazy(env_flag("TACHYON_FLASH_LAZY", true));
-  set_gemm_wgmma(env_flag("TACHYON_GEMM_WGMMA", true));
-  wgmma_cluster_ = static_cast<int>(env_int("TACHYON_GEMM_WGMMA_CLUSTER", 1, 1, 2));
-  wgmma_group_ = static_cast<int>(env_int("TACHYON_GEMM_WGMMA_GROUP", 16, 1, 64));
-  wgmma_handoff_ = env_flag("TACHYON_GEMM_WGMMA_HANDOFF", true);
-  wgmma_add_ = static_cast<int>(env_int("TACHYON_GEMM_WGMMA_ADD", 2, 0, 2));
-  wgmma_sk_ = env_flag("TACHYON_GEMM_WGMMA_STREAMK", false);
-  wgmma_stagger_ = env_flag("TACHYON_GEMM_WGMMA_STAGGER", false);
-  wgmma_rotary_ = env_flag("TACHYON_GEMM_WGMMA_ROTARY", true);
-  norm_fold_ = env_flag("TACHYON_NORM_FOLD", true);
+  set_pdl_enabled(major >= 9);
+  set_decode_cluster_merge(major >= 9);
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   alloc_ = std::make_unique<DeviceAllocator>(device_);
   ring_ = std::make_unique<PinnedRing>(kRingBytes);

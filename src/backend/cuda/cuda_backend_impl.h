@@ -22,11 +22,8 @@ namespace tachyon::cuda {
 // up to kGemvMaxRows): measured on the H200 at Llama-3-8B shapes it beats cuBLASLt at
 // m = 1 (by 2-20%) and loses at m = 4.
 constexpr int64_t kGemvAutoRows = 1;
-// GEMMs of 2..kSkinnyAutoRows rows go to the weight-streaming kernel when it is on.
-constexpr int64_t kSkinnyAutoRows = 128;
-// Counters of the kernels whose last block merges split partials (one per 128-column
-// tile of the weight-streaming kernel's widest split product; one per (sequence, KV
-// head) of decode attention; one per row of the split greedy sampling scan), zero
+// Counters of the kernels whose last block merges split partials (one per (sequence,
+// KV head) of decode attention; one per row of the split greedy sampling scan), zero
 // between launches. Kernels on the stream run one after another past their dependency
 // wait, so they share them.
 constexpr int64_t kMergeCounters = 1 << 16;
@@ -66,27 +63,29 @@ class CudaBackend final : public Backend {
 
   void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out, int64_t col_offset,
               Activation act) override;
-  // Through cuBLASLt's C input; where set_wgmma_add asks for it (by default products at
-  // least kDeepK deep: the MLP's down projection) from kEpilogueRows rows without bias on
-  // the wgmma GEMM, whose epilogue warps add the rounded product.
+  // Through cuBLASLt's C input; for products at least kDeepK deep (the MLP's down
+  // projection) from kEpilogueRows rows without bias on the wgmma GEMM, whose epilogue
+  // warps add the rounded product (where it matches cuBLASLt and keeps the rows' squares
+  // for the next qkv product's folded norm; for the o product it is slower than
+  // cuBLASLt's C input).
   // Given squares, the wgmma GEMM's epilogue also keeps the new rows' sums of squares
   // (one per 256 columns) for the RowRms product that reads out next.
   bool linear_add(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
                   RowSquares* squares = nullptr) override;
   // On the wgmma GEMM with the rotary and the cache write in its epilogue warps, from
-  // kEpilogueRows rows, without bias (TACHYON_GEMM_WGMMA_ROTARY=0: never).
+  // kEpilogueRows rows, without bias.
   bool linear_rotary_kv(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& qkv,
                         const QkvLayout& layout, const Tensor& cos_sin, RotaryStyle style,
                         int32_t rotary_dim, const Tensor& slots, LayerKvCache& cache,
                         const RowRms* rms = nullptr) override;
   // On the wgmma GEMM with the gate in its epilogue (gemm_wgmma.cu) from kGatedMinRows
-  // rows, without bias, where that kernel is active (TACHYON_GEMM_WGMMA=0: never). With
-  // a RowRms (both): only where the epilogue is handed off (from kGatedHandoffRows rows).
+  // rows, without bias, where that kernel is active (Hopper). With a RowRms (both): only
+  // where the epilogue is handed off (from kGatedHandoffRows rows).
   bool linear_gated(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act,
                     Tensor& out, const RowRms* rms = nullptr) override;
-  // Norms folded into 16-bit and f32 weights on the device, unless set_norm_fold says
-  // no (TACHYON_NORM_FOLD=0; on by default: with the down projection's add on the wgmma
-  // GEMM, the 8 x 1024 prefill step of a Llama-3-8B shape took 182.0 ms against 184.5).
+  // RMS norms without bias folded into 16-bit and f32 weights on the device (with the
+  // down projection's add on the wgmma GEMM, the 8 x 1024 prefill step of a Llama-3-8B
+  // shape took 182.0 ms against 184.5 unfolded).
   bool folds_norm(const Tensor& w, const NormParams& norm) const override;
   Tensor fold_norm(const Tensor& w, const NormParams& norm) override;
   static constexpr int64_t kGatedMinRows = 512;
@@ -133,48 +132,26 @@ class CudaBackend final : public Backend {
   // The uniform draws of the rows' keys, computed on the device (for tests).
   std::vector<double> sample_uniforms(const std::vector<RowSampling>& rows);
 
-  // Which attention kernel runs: kAuto picks the FlashAttention-2 kernel
-  // (attention_flash.cu, kFlash) for prefill-sized steps (a sequence with at least 16
-  // queries) where it applies (bf16/f16, its head dims, no softcap/ALiBi); where it does
-  // not, batched cuBLAS GEMMs around a causal softmax (kGemm) for steps of whole prompts
-  // (every sequence's context is its tokens of this step, at least 128 of them, no
-  // window/softcap/ALiBi) and the WMMA tensor-core kernel (kMma) for other prefill-sized
-  // steps; the decode kernel (attention_decode.cu) for steps of one query per sequence
-  // where it applies, and the CUDA-core split-K kernel otherwise (the
-  // TACHYON_CUDA_ATTENTION environment variable, "simple", "mma", "decode", "gemm" or
-  // "flash", overrides it; a forced kernel that does not apply falls back to the simple
-  // one). A mixed step under kAuto (sequences of one query beside prefill chunks) runs
-  // the decode kernel on the former and the flash kernel on the latter
-  // (kDecodeAndFlash).
-  enum class AttentionKernel { kAuto, kSimple, kMma, kDecode, kGemm, kFlash, kDecodeAndFlash };
+  // Which attention kernel runs. kAuto: for prefill-sized steps (a sequence with at
+  // least 16 queries) the flash kernel (attention_flash.cu: Hopper's wgmma form,
+  // attention_flash_wgmma.cu, on sm_90 at head_dim 64 and 128, mma.sync elsewhere) where
+  // it applies (bf16/f16, its head dims, no softcap/ALiBi); the decode kernel
+  // (attention_decode.cu) for steps of one query per sequence where it applies; a mixed
+  // step (sequences of one query beside prefill chunks) runs the decode kernel on the
+  // former and the flash kernel on the latter (kDecodeAndFlash). Everything else runs
+  // the CUDA-core split-K kernel (kSimple, attention.cu), the one that takes every case:
+  // f32, softcap, ALiBi, head dims the tensor-core kernels lack, a bidirectional prefix
+  // and batch-invariant mode. Tests force a kernel with set_attention_kernel (one that
+  // does not apply falls back to the simple one).
+  enum class AttentionKernel { kAuto, kSimple, kDecode, kFlash, kDecodeAndFlash };
   void set_attention_kernel(AttentionKernel k) { attention_kernel_ = k; }
   // The kernel the last attention() call ran (for tests and benchmarks).
   AttentionKernel last_attention_kernel() const { return last_attention_kernel_; }
 
-  // GEMMs of at most kGemvAutoRows rows (16-bit, no bias) run on the matrix-vector
-  // kernel (gemv.cu) instead of cuBLASLt; on by default, TACHYON_CUDA_GEMV=0 turns it
-  // off.
-  void set_gemv(bool on) { use_gemv_ = on; }
-  void set_sample_split(bool on) { sample_split_ = on; }
-  bool gemv() const { return use_gemv_; }
-  // GEMMs of 2..kSkinnyAutoRows rows (16-bit, k % 64 == 0) on the weight-streaming
-  // tensor-core kernel (gemm_skinny.cu) instead of cuBLASLt; TACHYON_CUDA_SKINNY=0|1.
-  void set_skinny(bool on) { use_skinny_ = on; }
-  // linear_add on the wgmma GEMM (TACHYON_GEMM_WGMMA_ADD=1: slower than cuBLASLt's C
-  // input for the o product), only for products at least kDeepK deep (=2, the default:
-  // the MLP's down projection, where it matches cuBLASLt and keeps the rows' squares for
-  // the next qkv product's folded norm), or never (=0).
-  void set_wgmma_add(bool on) { wgmma_add_ = on ? 1 : 0; }
-  void set_wgmma_add_deep() { wgmma_add_ = 2; }
+  // The depth from which linear_add runs on the wgmma GEMM.
   static constexpr int64_t kDeepK = 8192;
-  // Stream-K for the last waves of the wgmma GEMM's hand-off products (gate_up, the fused
-  // qkv, the add; TACHYON_GEMM_WGMMA_STREAMK=1; off by default until measured).
-  void set_wgmma_stream_k(bool on) { wgmma_sk_ = on; }
-  // Whether folds_norm() says yes (TACHYON_NORM_FOLD, on by default): a model made
-  // afterwards folds its pre-attention and pre-MLP norms into the qkv and gate/up weights.
-  void set_norm_fold(bool on) { norm_fold_ = on; }
   // Which kernel the last product (linear()) ran on (for tests and benchmarks).
-  enum class LinearPath { kCublas, kGemv, kSkinny, kInvariant, kWgmma };
+  enum class LinearPath { kCublas, kGemv, kInvariant, kWgmma };
   LinearPath last_linear_path() const { return last_linear_path_; }
 
   cudaStream_t stream() const { return stream_; }
@@ -198,10 +175,6 @@ class CudaBackend final : public Backend {
   const void* bias_for(const Tensor& bias, DType y_type);
   // A scratch buffer of at least `bytes`, kept and grown between calls.
   void* scratch(Tensor& slot, size_t bytes);
-  // Prefill attention through cuBLAS (kGemm): whether it applies, and the run.
-  bool gemm_attention_applies(const AttentionArgs& a, const AttentionMeta& meta,
-                              const AttentionParams& params) const;
-  void attention_gemm(const AttentionArgs& a, const AttentionMeta& meta);
   // The flash kernel's work list for the step (null: the kernel's dense grid).
   const int32_t* flash_items(const AttentionArgs& a, const AttentionMeta& meta, int32_t& n);
   // The decode kernel with its plan, scratch and merge counters.
@@ -222,26 +195,7 @@ class CudaBackend final : public Backend {
 
   // Bumped whenever backend-owned scratch a recorded graph may use is reallocated.
   std::shared_ptr<uint64_t> scratch_epoch_ = std::make_shared<uint64_t>(0);
-  bool use_gemv_ = true;
-  int gemv_variant_ = 0;  // kGemvDefault unless TACHYON_GEMV_VARIANT says (benchmarks)
-  bool use_skinny_ = false;
-  // linear_add through cuBLASLt's C input (TACHYON_FUSE_RESIDUAL=0: never).
-  bool fuse_residual_ = true;
   LinearPath last_linear_path_ = LinearPath::kCublas;
-  // The wgmma GEMM's cluster size, row-tile group and epilogue warps
-  // (TACHYON_GEMM_WGMMA_CLUSTER, _GROUP, _HANDOFF).
-  int wgmma_cluster_ = 1, wgmma_group_ = 16;
-  bool wgmma_handoff_ = true;
-  // The wgmma GEMM for linear_add and linear_rotary_kv (TACHYON_GEMM_WGMMA_ADD, _ROTARY).
-  int wgmma_add_ = 2;  // 0 never, 1 always, 2 from kDeepK
-  bool wgmma_rotary_ = true;
-  bool wgmma_sk_ = false;
-  bool wgmma_stagger_ = false;  // TACHYON_GEMM_WGMMA_STAGGER: WgmmaGemmArgs::stagger
-  Tensor sk_workspace_;         // the stream-K partial tiles and marks (zeroed once)
-  WgmmaSkWorkspace sk_ws_;      // it, with the last launch's epoch
-  // With wgmma_sk_, g takes stream-K and the workspace (allocated and zeroed once).
-  void stream_k(WgmmaGemmArgs& g);
-  bool norm_fold_ = true;  // TACHYON_NORM_FOLD
   // A RowRms's scales for x's rows in row_scale_, for the product that scales its rows
   // by them: from the squares linear_add kept (launch_row_inv_rms_parts) where
   // rms.squares names them, else one pass that reads x (launch_row_inv_rms).
@@ -259,7 +213,7 @@ class CudaBackend final : public Backend {
   KeptSquares kept_squares_;
   Tensor row_squares_;
   uint64_t squares_token_ = 0;
-  Tensor skinny_partial_, merge_counters_;
+  Tensor merge_counters_;
   AttentionKernel attention_kernel_ = AttentionKernel::kAuto;
   bool batch_invariant_ = false;
   AttentionKernel last_attention_kernel_ = AttentionKernel::kAuto;
@@ -298,16 +252,13 @@ class CudaBackend final : public Backend {
   };
   std::unordered_map<const void*, BiasEntry> bias_cache_;
 
-  Tensor attn_scratch_, attn_gemm_scratch_;
+  Tensor attn_scratch_;
   // The fp8 cache's staging (stage_fp8_cache): K and V blocks, tables, work items (and
   // the host copy of the items last uploaded).
   Tensor fp8_stage_k_, fp8_stage_v_, fp8_stage_tables_, fp8_stage_items_;
   std::vector<int32_t> fp8_stage_host_, fp8_stage_uploaded_;
   // Device sampling (cuda_sampling.cc): per-row parameters and adjustments.
   Tensor sample_meta_, sample_adj_, sample_start_, sample_partial_;
-  // The split greedy scan for all-greedy steps (on by default; TACHYON_SAMPLE_SPLIT=0
-  // keeps the one-block kernel).
-  bool sample_split_ = true;
   // MoE scratch.
   Tensor moe_meta_, moe_x_, moe_h_, moe_a_, moe_y_;
   std::vector<int32_t> moe_ids_host_, moe_sorted_token_, moe_row_of_, moe_offsets_;

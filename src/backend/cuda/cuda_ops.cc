@@ -88,7 +88,7 @@ void CudaBackend::add_norm(Tensor& residual, const Tensor& delta1, const Tensor&
 
 bool CudaBackend::folds_norm(const Tensor& w, const NormParams& norm) const {
   const DType t = w.dtype();
-  return norm_fold_ && norm.type == NormType::kRMSNorm && !norm.bias && norm.weight &&
+  return norm.type == NormType::kRMSNorm && !norm.bias && norm.weight &&
          norm.weight.dtype() == DType::kF32 && norm.weight.device() == device() && w &&
          w.device() == device() && w.ndim() == 2 && norm.weight.numel() == w.dim(1) &&
          (t == DType::kF32 || t == DType::kF16 || t == DType::kBF16);
@@ -129,29 +129,12 @@ void CudaBackend::gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor&
   g.y_type = y_type;
   g.ldy = ldy;
   g.accumulate = accumulate;
-  if (!accumulate && use_gemv_ && !batch_invariant_ && !bias && m <= kGemvAutoRows &&
+  if (!accumulate && !batch_invariant_ && !bias && m <= kGemvAutoRows &&
       gemv_supports(x.dtype(), y_type, m, k, g.x, g.w)) {
     last_linear_path_ = LinearPath::kGemv;
-    launch_gemv(g.x, g.w, x.dtype(), y, y_type, m, n, k, ldy, stream_, gemv_variant_);
+    launch_gemv(g.x, g.w, x.dtype(), y, y_type, m, n, k, ldy, stream_);
     if (act != Activation::kIdentity)
       launch_bias_act(y, y_type, ldy, m, n, nullptr, kact(act), stream_);
-    return;
-  }
-  if (!accumulate && use_skinny_ && !batch_invariant_ && m >= 2 && m <= kSkinnyAutoRows &&
-      skinny_gemm_supports(x.dtype(), y_type, m, n, k, g.x, g.w, ldy)) {
-    last_linear_path_ = LinearPath::kSkinny;
-    const SkinnyPlan plan = plan_skinny_gemm(m, n, k, num_sms_);
-    void* partial = nullptr;
-    if (plan.splits > 1) {
-      TACHYON_CHECK(plan.counter_count <= kMergeCounters, "skinny GEMM: {} column tiles",
-                    plan.counter_count);
-      partial = scratch(skinny_partial_, plan.partial_bytes);
-    }
-    launch_skinny_gemm(g.x, g.w, x.dtype(), y, y_type, m, n, k, ldy, plan, partial,
-                       merge_counters_.data<int32_t>(), stream_);
-    if (bias || act != Activation::kIdentity)
-      launch_bias_act(y, y_type, ldy, m, n, bias ? bias.data<float>() : nullptr, kact(act),
-                      stream_);
     return;
   }
   g.bias = bias_for(bias, y_type);
@@ -214,26 +197,20 @@ bool CudaBackend::linear_add(const Tensor& x, const Tensor& w, const Tensor& bia
   // and the separate add. The rows' squares are kept where the wgmma GEMM runs it.
   if (squares != nullptr) *squares = RowSquares{};
   const int64_t m = x.dim(0);
-  if (!fuse_residual_ || batch_invariant_ || out.dtype() != dtype_ || m == 0 ||
-      (use_gemv_ && m <= kGemvAutoRows) || (use_skinny_ && m <= kSkinnyAutoRows))
-    return false;
+  if (batch_invariant_ || out.dtype() != dtype_ || m == 0 || m <= kGemvAutoRows) return false;
   check_linear(x, w, bias, out, 0);
   TACHYON_CHECK(out.dim(1) == w.dim(0), "linear_add into {} for {} outputs", out.str(), w.dim(0));
-  const bool wgmma = wgmma_add_ == 1 || (wgmma_add_ == 2 && x.dim(1) >= kDeepK);
-  if (wgmma && !bias && m >= kEpilogueRows && gemm_wgmma_active(dtype_)) {
+  if (x.dim(1) >= kDeepK && !bias && m >= kEpilogueRows && gemm_wgmma_active(dtype_)) {
     WgmmaGemmArgs g =
         wgmma_product(x.raw(), w.raw(), out.raw(), dtype_, m, w.dim(0), x.dim(1), out.dim(1));
-    g.group = wgmma_group_;
     g.handoff = true;
     g.add = true;
-    g.stagger = wgmma_stagger_;
     const int parts = gemm_wgmma_square_parts(g.n_out);
     if (squares != nullptr) {
       kept_squares_ = KeptSquares{};  // (the buffer is rewritten, or reallocated, here)
       g.row_squares = static_cast<float*>(
           scratch(row_squares_, static_cast<size_t>(parts) * static_cast<size_t>(m) * 4));
     }
-    stream_k(g);
     if (launch_gemm_wgmma(g, stream_)) {
       last_linear_path_ = LinearPath::kWgmma;
       if (squares != nullptr) {
@@ -263,28 +240,12 @@ const float* CudaBackend::row_scales(const Tensor& x, const RowRms& rms) {
   return out;
 }
 
-void CudaBackend::stream_k(WgmmaGemmArgs& g) {
-  if (!wgmma_sk_) return;
-  // Not while a graph is recorded: its replays would all carry the recorded epoch.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  TACHYON_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
-  if (capture != cudaStreamCaptureStatusNone) return;
-  const size_t bytes = gemm_wgmma_sk_bytes(num_sms_);
-  if (!sk_workspace_ || sk_workspace_.nbytes() < bytes) {
-    sk_workspace_ = alloc_->alloc_bytes(bytes);
-    TACHYON_CUDA_CHECK(cudaMemsetAsync(sk_workspace_.raw(), 0, bytes, stream_));
-    sk_ws_ = WgmmaSkWorkspace{sk_workspace_.raw(), sk_workspace_.nbytes(), 0};
-  }
-  g.stream_k = true;
-  g.sk_workspace = &sk_ws_;
-}
-
 bool CudaBackend::linear_rotary_kv(const Tensor& x, const Tensor& w, const Tensor& bias,
                                    Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
                                    RotaryStyle style, int32_t rotary_dim, const Tensor& slots,
                                    LayerKvCache& cache, const RowRms* rms) {
   const int64_t m = x.dim(0);
-  if (!wgmma_rotary_ || batch_invariant_ || bias || m < kEpilogueRows ||
+  if (batch_invariant_ || bias || m < kEpilogueRows ||
       (style != RotaryStyle::kHalf && style != RotaryStyle::kInterleaved) || rotary_dim <= 0 ||
       !gemm_wgmma_active(dtype_) || (rms != nullptr && !takes(*rms)))
     return false;
@@ -309,12 +270,9 @@ bool CudaBackend::linear_rotary_kv(const Tensor& x, const Tensor& w, const Tenso
   r.err = err_dev_;
   WgmmaGemmArgs g =
       wgmma_product(x.raw(), w.raw(), qkv.raw(), dtype_, m, w.dim(0), x.dim(1), qkv.dim(1));
-  g.group = wgmma_group_;
   g.handoff = true;
   g.rotary = &r;
-  g.stagger = wgmma_stagger_;
   if (rms != nullptr) g.row_scale = row_scales(x, *rms);
-  stream_k(g);
   if (!launch_gemm_wgmma(g, stream_)) return false;
   last_linear_path_ = LinearPath::kWgmma;
   return true;
@@ -323,7 +281,7 @@ bool CudaBackend::linear_rotary_kv(const Tensor& x, const Tensor& w, const Tenso
 bool CudaBackend::linear_gated(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act,
                                Tensor& out, const RowRms* rms) {
   const int64_t m = x.dim(0);
-  const bool handoff = wgmma_handoff_ && m >= kGatedHandoffRows;
+  const bool handoff = m >= kGatedHandoffRows;
   // Outputs of whole 16-byte pieces only (MLP widths are multiples of 8 in practice; the
   // kernel's partial pieces at a ragged edge serve the direct calls).
   if (batch_invariant_ || bias || m < kGatedMinRows || out.dtype() != dtype_ ||
@@ -344,15 +302,8 @@ bool CudaBackend::linear_gated(const Tensor& x, const Tensor& w, const Tensor& b
   g.w_rows = w.dim(0);
   g.up_row = out.dim(1);
   g.act = kact(act);
-  g.cluster = wgmma_cluster_;
-  g.group = wgmma_group_;
   g.handoff = handoff;
-  g.stagger = wgmma_stagger_;
-  if (rms != nullptr) {
-    g.row_scale = row_scales(x, *rms);
-    g.cluster = 1;  // row scales: single blocks
-  }
-  if (handoff && g.cluster == 1) stream_k(g);
+  if (rms != nullptr) g.row_scale = row_scales(x, *rms);
   if (!launch_gemm_wgmma(g, stream_)) return false;
   last_linear_path_ = LinearPath::kWgmma;
   return true;
@@ -504,87 +455,6 @@ bool host_lengths(const AttentionArgs& a, const AttentionMeta& meta) {
 }
 
 }  // namespace
-
-bool CudaBackend::gemm_attention_applies(const AttentionArgs& a, const AttentionMeta& meta,
-                                         const AttentionParams& params) const {
-  if (a.type != DType::kBF16 && a.type != DType::kF16) return false;
-  if (params.softcap > 0.f || params.sliding_window > 0 || params.alibi_slopes) return false;
-  if (!host_lengths(a, meta)) return false;
-  const std::vector<int32_t>& qs = *meta.host_query_start;
-  const std::vector<int32_t>& ctx = *meta.host_context_lens;
-  if (a.head_dim % 8 != 0 || a.qkv_cols % 8 != 0) return false;
-  for (int32_t s = 0; s < a.num_seqs; ++s)
-    if (ctx[s] != qs[s + 1] - qs[s]) return false;  // a cached prefix: keys not in qkv
-  return a.kv_heads <= 65535;
-}
-
-// Per sequence (its keys are its own rows of qkv) and per chunk of query rows, for each
-// of the group's query heads g: S_j = scale Q_{j,g} K_jᵀ for every KV head j in one
-// strided-batched GEMM (f32), the causal softmax into P, O_{j,g} = P V_j in another.
-// Only keys up to the chunk's last query are computed.
-void CudaBackend::attention_gemm(const AttentionArgs& a, const AttentionMeta& meta) {
-  const std::vector<int32_t>& qs = *meta.host_query_start;
-  const int64_t group = a.heads / a.kv_heads, hd = a.head_dim, kv = a.kv_heads;
-  const int64_t C = a.qkv_cols, q_cols = a.heads * hd, kv_cols = kv * hd;
-  const int64_t es = static_cast<int64_t>(dtype_size(a.type));
-  constexpr int64_t kBudget = int64_t{256} << 20;  // scratch bytes for S and P
-  for (int32_t s = 0; s < a.num_seqs; ++s) {
-    const int64_t q0 = qs[s], n = qs[s + 1] - qs[s];
-    if (n == 0) continue;
-    const char* base = static_cast<const char*>(a.qkv) + q0 * C * es;
-    const int64_t rc = std::min(n, std::max<int64_t>(1, kBudget / (kv * n * (4 + es))));
-    for (int64_t i0 = 0; i0 < n; i0 += rc) {
-      const int64_t rows = std::min(rc, n - i0), keys = i0 + rows;
-      const int64_t s_bytes = (kv * rows * keys * 4 + 255) / 256 * 256;
-      char* ws = static_cast<char*>(
-          scratch(attn_gemm_scratch_, static_cast<size_t>(s_bytes + kv * rows * keys * es)));
-      auto* sm = reinterpret_cast<float*>(ws);
-      void* pm = ws + s_bytes;
-      for (int64_t g = 0; g < group; ++g) {
-        Gemm::Batched qk;
-        qk.trans_a = true;
-        qk.m = keys;
-        qk.n = rows;
-        qk.k = hd;
-        qk.alpha = a.scale;
-        qk.a = base + q_cols * es;  // K of KV head 0, token 0
-        qk.a_type = a.type;
-        qk.lda = C;
-        qk.stride_a = hd;
-        qk.b = base + (i0 * C + g * hd) * es;  // Q of head g, token i0
-        qk.b_type = a.type;
-        qk.ldb = C;
-        qk.stride_b = group * hd;
-        qk.c = sm;
-        qk.c_type = DType::kF32;
-        qk.ldc = keys;
-        qk.stride_c = rows * keys;
-        qk.batch = static_cast<int>(kv);
-        gemm_->batched(qk);
-        launch_causal_softmax(sm, pm, a.type, static_cast<int>(rows), static_cast<int>(keys),
-                              static_cast<int>(i0), static_cast<int>(kv), rows * keys, stream_);
-        Gemm::Batched pv;
-        pv.m = hd;
-        pv.n = rows;
-        pv.k = keys;
-        pv.a = base + (q_cols + kv_cols) * es;  // V of KV head 0, token 0
-        pv.a_type = a.type;
-        pv.lda = C;
-        pv.stride_a = hd;
-        pv.b = pm;
-        pv.b_type = a.type;
-        pv.ldb = keys;
-        pv.stride_b = rows * keys;
-        pv.c = static_cast<char*>(a.out) + ((q0 + i0) * q_cols + g * hd) * es;
-        pv.c_type = a.type;
-        pv.ldc = q_cols;
-        pv.stride_c = group * hd;
-        pv.batch = static_cast<int>(kv);
-        gemm_->batched(pv);
-      }
-    }
-  }
-}
 
 // Built on the host from the step's lengths once, uploaded, and reused by every layer of
 // the step (the key is compared in place: O(sequences) per call).
@@ -825,7 +695,7 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
     }
     stage_fp8_cache(a, meta, /*multi_only=*/false);
   }
-  // A kernel runs when forced (TACHYON_CUDA_ATTENTION) and applicable, or under kAuto
+  // A kernel runs when forced (set_attention_kernel) and applicable, or under kAuto
   // when applicable and the step has its shape; batch-invariant mode and steps with a
   // bidirectional prefix run through the simple kernel below.
   auto pick = [&](AttentionKernel k, bool applies, bool auto_shape) {
@@ -846,20 +716,6 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
     int32_t n_items = 0;
     const int32_t* items = flash_items(a, meta, n_items);
     launch_attention_flash(a, items, n_items, stream_);
-    return;
-  }
-  const bool use_gemm = pick(AttentionKernel::kGemm, gemm_attention_applies(a, meta, params),
-                             meta.max_query_len >= 128);
-  if (use_gemm) {
-    last_attention_kernel_ = AttentionKernel::kGemm;
-    attention_gemm(a, meta);
-    return;
-  }
-  const bool use_mma =
-      pick(AttentionKernel::kMma, attention_mma_supports(a), meta.max_query_len >= 16);
-  if (use_mma) {
-    last_attention_kernel_ = AttentionKernel::kMma;
-    launch_attention_mma(a, stream_);
     return;
   }
   const bool use_decode =

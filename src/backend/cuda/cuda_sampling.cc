@@ -1,8 +1,8 @@
 // CudaBackend::sample: packs the step's sampling parameters, uploads them with the
 // step's other metadata (no wait) and runs the sampling kernel over the logits. Steps
 // whose rows are all greedy and unadjusted upload nothing and take the split greedy
-// scan (several blocks a row: a row of one block is latency-bound; TACHYON_SAMPLE_SPLIT=0
-// keeps the one-block kernel).
+// scan (several blocks a row: a row of one block is latency-bound) where the rows and the
+// vocabulary fit it.
 #include <cstddef>
 #include <cstring>
 
@@ -64,9 +64,8 @@ void CudaBackend::sample(Tensor& logits, const SamplingBatch& batch, Tensor& ids
   bool all_greedy = !has_adj || batch.adjustments.empty();
   for (const RowSampling& r : batch.rows)
     all_greedy = all_greedy && r.mode == RowSampling::Mode::kDevice && r.greedy;
-  // The split scan for those (TACHYON_SAMPLE_SPLIT=0 keeps the one-block kernel).
-  if (all_greedy && sample_split_ && rows <= kGreedyMaxRows && rows <= kMergeCounters &&
-      vocab <= kGreedyMaxVocab) {
+  // The split scan for those.
+  if (all_greedy && rows <= kGreedyMaxRows && rows <= kMergeCounters && vocab <= kGreedyMaxVocab) {
     void* partial = scratch(sample_partial_, greedy_partial_bytes(rows, vocab));
     launch_sample_greedy(logits.data<float>(), rows, vocab, partial,
                          merge_counters_.data<int32_t>(), ids.data<int32_t>(), stream_);

@@ -44,19 +44,16 @@ Gemm::Gemm(cudaStream_t stream, void* workspace, size_t workspace_bytes)
   TACHYON_CUBLAS_CHECK(cublasCreate(&blas_));
   TACHYON_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
   TACHYON_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
-  tune_ = env_flag("TACHYON_GEMM_TUNE", true);
-  if (tune_) {
-    int dev = 0, l2 = 0;
-    TACHYON_CUDA_CHECK(cudaGetDevice(&dev));
-    TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-    flush_bytes_ = std::max<size_t>(size_t{2} * static_cast<size_t>(l2), size_t{8} << 20);
-    if (cudaMalloc(&flush_, flush_bytes_) != cudaSuccess) {
-      cudaGetLastError();
-      flush_ = nullptr;  // tuned without flushing
-    }
-    TACHYON_CUDA_CHECK(cudaEventCreate(&ev0_));
-    TACHYON_CUDA_CHECK(cudaEventCreate(&ev1_));
+  int dev = 0, l2 = 0;
+  TACHYON_CUDA_CHECK(cudaGetDevice(&dev));
+  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  flush_bytes_ = std::max<size_t>(size_t{2} * static_cast<size_t>(l2), size_t{8} << 20);
+  if (cudaMalloc(&flush_, flush_bytes_) != cudaSuccess) {
+    cudaGetLastError();
+    flush_ = nullptr;  // tuned without flushing
   }
+  TACHYON_CUDA_CHECK(cudaEventCreate(&ev0_));
+  TACHYON_CUDA_CHECK(cudaEventCreate(&ev1_));
 }
 
 Gemm::~Gemm() {
@@ -186,8 +183,8 @@ Gemm::Plan Gemm::make_plan(const GemmArgs& a, bool with_epilogue, const Key& fam
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
   cublasLtMatmulHeuristicResult_t results[kTuneCandidates] = {};
   int count = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
-      lt_, p.desc, p.a, p.b, p.c, p.c, pref, tune_ ? kTuneCandidates : 1, results, &count);
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.c, p.c, pref,
+                                                           kTuneCandidates, results, &count);
   cublasLtMatmulPreferenceDestroy(pref);
   p.ok = st == CUBLAS_STATUS_SUCCESS && count > 0;
   if (!p.ok) return p;
@@ -196,7 +193,7 @@ Gemm::Plan Gemm::make_plan(const GemmArgs& a, bool with_epilogue, const Key& fam
   TACHYON_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
   // Tuning runs products: not while a graph is being recorded (the family is then tuned
   // the next time it runs eagerly).
-  if (tune_ && count > 1 && capture == cudaStreamCaptureStatusNone) {
+  if (count > 1 && capture == cudaStreamCaptureStatusNone) {
     pick = pick_fastest(p, a, results, count);
     tuned_[family] = results[pick].algo;
   }
@@ -269,15 +266,6 @@ void Gemm::fallback(const GemmArgs& a) {
                    static_cast<int>(a.k), &alpha, a.w, cuda_type(a.w_type), static_cast<int>(a.k),
                    a.x, cuda_type(a.x_type), static_cast<int>(a.k), &beta, a.y, cuda_type(a.y_type),
                    static_cast<int>(a.ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-}
-
-void Gemm::batched(const Batched& g) {
-  TACHYON_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      blas_, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-      static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), &g.alpha, g.a,
-      cuda_type(g.a_type), static_cast<int>(g.lda), g.stride_a, g.b, cuda_type(g.b_type),
-      static_cast<int>(g.ldb), g.stride_b, &g.beta, g.c, cuda_type(g.c_type),
-      static_cast<int>(g.ldc), g.stride_c, g.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace tachyon::cuda

@@ -7,8 +7,7 @@
 // first time a shape family is seen outside graph capture (m bucketed, see tune_rows),
 // each candidate is timed on the actual product, every run after an L2 flush (weights
 // stream from memory in a real step), and the fastest is kept for the family (the
-// heuristic's first choice is often 1.5-3x slower at decode-sized m). Off with
-// TACHYON_GEMM_TUNE=0 (the heuristic's first choice then).
+// heuristic's first choice is often 1.5-3x slower at decode-sized m).
 #pragma once
 
 #include <cublasLt.h>
@@ -50,25 +49,6 @@ class Gemm {
   // without bias and ReLU, which the caller must then apply.
   bool run(const GemmArgs& a);
 
-  // Column-major strided-batched product through cublasGemmStridedBatchedEx (f32
-  // compute): C_i = alpha op(A_i) op(B_i) + beta C_i, i < batch.
-  struct Batched {
-    bool trans_a = false, trans_b = false;
-    int64_t m = 0, n = 0, k = 0;
-    float alpha = 1.f, beta = 0.f;
-    const void* a = nullptr;
-    DType a_type = DType::kBF16;
-    int64_t lda = 0, stride_a = 0;
-    const void* b = nullptr;
-    DType b_type = DType::kBF16;
-    int64_t ldb = 0, stride_b = 0;
-    void* c = nullptr;
-    DType c_type = DType::kF32;
-    int64_t ldc = 0, stride_c = 0;
-    int batch = 1;
-  };
-  void batched(const Batched& g);
-
   size_t num_plans() const { return plans_.size(); }
 
  private:
@@ -103,7 +83,6 @@ class Gemm {
   std::map<Key, Plan> plans_;
   // Tuned algorithm per shape family (Key with m = tune_rows(m)).
   std::map<Key, cublasLtMatmulAlgo_t> tuned_;
-  bool tune_ = true;
   // > L2: written before each timed run. Held for the backend's lifetime (2 x L2, about
   // 100 MB on an H200, allocated before the KV cache is sized): a new shape family can be
   // tuned at any step, and freeing it in between would synchronise the device each time.

@@ -25,15 +25,10 @@
 //   the product, the gated activation, the product added to y (a residual stream), or
 //   the fused qkv rows rotated and their k and v heads written into the paged KV cache
 //   (the separate rotary pass disappears).
-// - Optionally (the hand-off forms, single blocks): row scales (kRms), each row of the
-//   product scaled by a factor given per row before it is rounded (an RMS norm's
-//   1 / rms(x_row), computed by a pass that only reads x, with the norm's weight folded
-//   into w: the normalised rows are never written); and stream-K (kSk, GemmSk), the last
-//   whole wave and the partial one divided among the blocks by k-slices.
-// - In clusters of two blocks (kCluster 2) the blocks take vertically adjacent tiles of
-//   the same columns: each loads half of the w box and multicasts it to both, so the L2
-//   serves w once per pair. A stage is then refilled once the consumers of both blocks
-//   released it. (Measured no faster than single blocks; not the default.)
+// - Optionally (the hand-off forms): row scales (kRms), each row of the product scaled
+//   by a factor given per row before it is rounded (an RMS norm's 1 / rms(x_row),
+//   computed by a pass that only reads x, with the norm's weight folded into w: the
+//   normalised rows are never written).
 // Registers: the producer gives back all but 40 (setmaxnreg), the consumers take 232;
 // with the add or the rotary in the hand-off the producer warpgroup keeps 152 (its
 // epilogue warps hold a batch of loads) and the consumers take 176 (they compile to
@@ -48,7 +43,6 @@
 #include <cstring>
 
 #include "backend/cuda/device_util.cuh"
-#include "backend/cuda/gemm_walk.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mma_util.cuh"
@@ -59,6 +53,8 @@ namespace tachyon::cuda {
 namespace {
 
 constexpr int kBM = 128, kBN = 256, kBK = 64;
+// Row tiles a group (GemmTiles): the tiles in flight at once share rows of x and of w.
+constexpr int kGroup = 16;
 static_assert(kBK == 64, "encode_map's boxes are 64 columns (128 bytes) wide");
 constexpr int kThreads = 384;
 constexpr uint32_t kABytes = kBM * kBK * 2;  // 16 KiB
@@ -98,8 +94,7 @@ constexpr uint32_t out_bytes(Epi e) {
 constexpr size_t smem_bytes(Epi e) {
   return stages(e) * kStageBytes + out_bytes(e) + 2 * stages(e) * 8 + 4 * 8 + 1024;  // + alignment
 }
-std::atomic<bool> g_enabled{true};  // set_gemm_wgmma
-std::atomic<int64_t> g_launches{0}, g_rms_launches{0}, g_sk_launches{0};
+std::atomic<int64_t> g_launches{0}, g_rms_launches{0};
 
 // Two adjacent outputs (4-byte aligned), rounded to nearest.
 template <typename T>
@@ -118,31 +113,27 @@ __device__ __forceinline__ uint4 ld_shared16(uint32_t addr) {
                : "r"(addr));
   return v;
 }
-
-// Stream-K's marks: written with release, read with acquire semantics at GPU scope.
-__device__ __forceinline__ void st_release(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-// Releases a stage: one arrival per consumer warp on the empty barrier of each block of
-// the cluster.
-template <int kCluster>
-__device__ __forceinline__ void release(uint32_t bar) {
-  if constexpr (kCluster == 1)
-    mbar_arrive(bar);
-  else
-    for (int r = 0; r < kCluster; ++r) mbar_arrive_cluster(bar, r);
-}
 #endif
 
+// A block's tiles: first, first + step, ... below num_tiles. (Walked through next():
+// with a plain for loop over them ptxas spills in the hand-off's gated form.)
+struct TileWalk {
+  int t_next, step, end;
+  __device__ __forceinline__ TileWalk(int first, int step_, int num_tiles)
+      : t_next(first), step(step_), end(num_tiles) {}
+  __device__ __forceinline__ bool next(int& t) {
+    if (t_next < end) {
+      t = t_next;
+      t_next += step;
+      return true;
+    }
+    return false;
+  }
+};
+
 struct GemmTiles {
-  int m, tiles_m, tiles_n, group;  // tiles_m in units of the cluster's rows
-  // The tile of sequence number t: row tile (of the cluster) and column tile.
+  int m, tiles_m, tiles_n, group;  // group: kGroup
+  // The tile of sequence number t: row tile and column tile.
   __device__ __forceinline__ void at(int t, int& mt, int& nt) const {
     const int per_group = group * tiles_n;
     const int g = t / per_group, first = g * group;
@@ -349,23 +340,20 @@ __device__ __forceinline__ void rotary_tile(uint32_t h, int64_t row0, int col0, 
 }
 #endif
 
-// kRms (the hand-off forms, single blocks): the consumers load their rows' factors from
+// kRms (the hand-off forms): the consumers load their rows' factors from
 // row_scale as a tile starts and scale the accumulators' rows by them before rounding
 // them into the hand-off tile. kHandAdd with row_squares: the epilogue warps also write
-// each row's sum of squares of its new values over the tile's columns. kSk: stream-K for
-// the last waves (GemmSk).
-template <typename T, int kCluster, Epi kEpi, bool kRms = false, bool kSk = false>
+// each row's sum of squares of its new values over the tile's columns.
+template <typename T, Epi kEpi, bool kRms = false>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_x,
                       const __grid_constant__ CUtensorMap map_w,
                       const __grid_constant__ CUtensorMap map_y, T* __restrict__ y,
                       const int64_t ldy, const int n_out, const int k, const int up_row,
                       const GemmTiles tiles, const KAct act, const WgmmaRotaryKv rk,
-                      const float* __restrict__ row_scale, float* __restrict__ row_squares,
-                      const GemmSk sk, const bool stagger) {
+                      const float* __restrict__ row_scale, float* __restrict__ row_squares) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(!kRms || (handed(kEpi) && kCluster == 1), "row scales: hand-off, single blocks");
-  static_assert(!kSk || (handed(kEpi) && kCluster == 1), "stream-K: hand-off, single blocks");
+  static_assert(!kRms || handed(kEpi), "row scales: the hand-off");
   constexpr bool kGated = gated_epi(kEpi), kHand = handed(kEpi);
   constexpr int kStages = stages(kEpi);
   // The epilogue warps of the add and the rotary hold a batch of loads.
@@ -379,14 +367,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t full0 = out0 + out_bytes(kEpi), empty0 = full0 + kStages * 8;
   const uint32_t hfull0 = empty0 + kStages * 8, hempty0 = hfull0 + 16;  // per consumer
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
-  const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
   if (threadIdx.x == 0) {
     tma_prefetch_map(&map_x);
     tma_prefetch_map(&map_w);
     if constexpr (kGated && !kHand) tma_prefetch_map(&map_y);
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full0 + 8 * s, 1);
-      mbar_init(empty0 + 8 * s, 8 * kCluster);  // each consumer warp of each block
+      mbar_init(empty0 + 8 * s, 8);  // each consumer warp
     }
     for (int c = 0; c < 2; ++c) {
       mbar_init(hfull0 + 8 * c, 128);  // every thread of the consumer
@@ -394,15 +381,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     mbar_init_fence();
   }
-  if constexpr (kCluster > 1)
-    cluster_sync();
-  else
-    __syncthreads();
+  __syncthreads();
   pdl_wait();  // x was written by the kernel before, y may still be read by it
 
   const int num_tiles = tiles.tiles_m * tiles.tiles_n;
-  const int step = gridDim.x / kCluster;
-  const int first = blockIdx.x / kCluster;
+  const int step = gridDim.x;
+  const int first = blockIdx.x;
   const int kb_count = (k + kBK - 1) / kBK;
 
   if (wg == 0) {
@@ -410,26 +394,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) {
       int stage = 0;
       uint32_t phase = 0;
-      TileWalk<kSk> walk(first, step, num_tiles, kb_count, sk);
-      int t, kb0, kb1;
-      while (walk.next(t, kb0, kb1)) {
+      TileWalk walk(first, step, num_tiles);
+      int t;
+      while (walk.next(t)) {
         int mt, nt;
         tiles.at(t, mt, nt);
-        const int row = (mt * kCluster + static_cast<int>(rank)) * kBM;
+        const int row = mt * kBM;
         const int b_row0 = kGated ? nt * (kBN / 2) : nt * kBN;  // w rows of the two boxes
         const int b_row1 = kGated ? up_row + nt * (kBN / 2) : nt * kBN + kBN / 2;
-        for (int kb = kb0; kb < kb1; ++kb) {
+        for (int kb = 0; kb < kb_count; ++kb) {
           const uint32_t full = full0 + 8 * stage, sa = base + stage * kStageBytes;
           mbar_wait(empty0 + 8 * stage, phase ^ 1);
           mbar_arrive_tx(full, kStageBytes);
           tma_load_2d(sa, &map_x, kb * kBK, row, full);
-          if constexpr (kCluster == 1) {
-            tma_load_2d(sa + kABytes, &map_w, kb * kBK, b_row0, full);
-            tma_load_2d(sa + kABytes + kBBytes / 2, &map_w, kb * kBK, b_row1, full);
-          } else {
-            tma_load_2d_multicast(sa + kABytes + rank * (kBBytes / 2), &map_w, kb * kBK,
-                                  rank == 0 ? b_row0 : b_row1, full, 0x3);
-          }
+          tma_load_2d(sa + kABytes, &map_w, kb * kBK, b_row0, full);
+          tma_load_2d(sa + kABytes + kBBytes / 2, &map_w, kb * kBK, b_row1, full);
           if (++stage == kStages) {
             stage = 0;
             phase ^= 1;
@@ -441,16 +420,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       // global memory, rows and pieces spread over the 96 threads.
       const int e = threadIdx.x - 32;
       uint32_t hphase = 0;
-      TileWalk<kSk> walk(first, step, num_tiles, kb_count, sk);
-      int t, kb0, kb1;
-      while (walk.next(t, kb0, kb1)) {
-        if (kSk && kb0 > 0) continue;  // a tile's last slices: the other block writes it
+      TileWalk walk(first, step, num_tiles);
+      int t;
+      while (walk.next(t)) {
         int mt, nt;
         tiles.at(t, mt, nt);
         for (int c = 0; c < 2; ++c) {
           mbar_wait(hfull0 + 8 * c, hphase);
           const uint32_t h = out0 + c * kHandBytes;
-          const int64_t row0 = int64_t{mt * kCluster + static_cast<int>(rank)} * kBM + c * 64;
+          const int64_t row0 = int64_t{mt} * kBM + c * 64;
           if constexpr (kEpi == Epi::kHandRotary) {
             rotary_tile<T>(h, row0, nt * kBN, tiles.m, n_out, y, ldy, rk, e);
           } else {
@@ -521,23 +499,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     regs_inc<kConsumerRegs>();
     const int c = wg - 1;  // rows 64c .. 64c + 63 of the tile
     const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-    // stagger: the second consumer starts once the second slice has landed, so that the
-    // consumers' ends of a tile (the last products drained, the tile handed off) fall
-    // about a slice apart, the tensor cores running the other consumer's slice meanwhile.
-    // With kb_count >= 2 every block has two slices or more (a whole tile, or a stream-K
-    // share of at least kb_count slices), so the second slice always lands.
-    if (stagger && c == 1 && kb_count >= 2) mbar_wait(full0 + 8, 0);
     int stage = 0;
     uint32_t phase = 0, hphase = 0;
     float acc[128];
-    TileWalk<kSk> walk(first, step, num_tiles, kb_count, sk);
-    int t, kb0, kb1;
-    while (walk.next(t, kb0, kb1)) {
+    TileWalk walk(first, step, num_tiles);
+    int t;
+    while (walk.next(t)) {
       int mt, nt;
       tiles.at(t, mt, nt);
       // Accumulator 4j + e is row 16 warp + lane / 4 (+ 8 for e >= 2), column 8j +
       // 2 (lane % 4) + (e & 1) of the warp's 16 x 256.
-      const int tile_row = (mt * kCluster + static_cast<int>(rank)) * kBM + c * 64;
+      const int tile_row = mt * kBM + c * 64;
       // kRms: the factors of rows 16 warp + lane / 4 and 8 below it, loaded while the
       // slices compute (rows past the last: nothing to scale).
       [[maybe_unused]] float s0 = 0.f, s1 = 0.f;
@@ -546,7 +518,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (r0 < tiles.m) s0 = row_scale[r0];
         if (r0 + 8 < tiles.m) s1 = row_scale[r0 + 8];
       }
-      for (int kb = kb0; kb < kb1; ++kb) {
+      for (int kb = 0; kb < kb_count; ++kb) {
         const uint32_t sa = base + stage * kStageBytes;
         mbar_wait(full0 + 8 * stage, phase);
         const uint64_t da = wgmma_desc(sa + c * (64 * 128), 16, 1024);
@@ -554,13 +526,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk)
-          wgmma_ss256<T>(acc, da + 2 * kk, db + 2 * kk, kb > kb0 || kk > 0);  // +32 bytes of k
+          wgmma_ss256<T>(acc, da + 2 * kk, db + 2 * kk, kb > 0 || kk > 0);  // +32 bytes of k
         wgmma_commit();
         // The slice before is complete once at most this one is in flight: release it.
         wgmma_wait<1>();
         fence_regs(acc);
         const int prev = stage == 0 ? kStages - 1 : stage - 1;
-        if (kb > kb0 && lane == 0) release<kCluster>(empty0 + 8 * prev);
+        if (kb > 0 && lane == 0) mbar_arrive(empty0 + 8 * prev);
         if (++stage == kStages) {
           stage = 0;
           phase ^= 1;
@@ -570,35 +542,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_regs(acc);
       {
         const int last = stage == 0 ? kStages - 1 : stage - 1;
-        if (lane == 0) release<kCluster>(empty0 + 8 * last);
-      }
-      if constexpr (kSk) {
-        // Accumulator 4q + e of thread i at float4 q * 128 + i of the consumer's part.
-        const int slot = blockIdx.x, i = threadIdx.x & 127;
-        if (kb0 > 0) {  // a tile's last slices: to the workspace, for the other block
-          float4* p = reinterpret_cast<float4*>(sk.partial) + (size_t(slot) * 2 + c) * 32 * 128 + i;
-#pragma unroll
-          for (int q = 0; q < 32; ++q)
-            p[q * 128] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
-          __threadfence();
-          named_barrier(1 + c, 128);
-          if (i == 0) st_release(sk.flags + slot * 2 + c, sk.epoch);
-          continue;
-        }
-        if (kb1 < kb_count) {  // a tile's first slices: the other block's part added
-          while (ld_acquire(sk.flags + (slot + 1) * 2 + c) != sk.epoch) {
-          }
-          const float4* p = reinterpret_cast<const float4*>(sk.partial) +
-                            (size_t(slot + 1) * 2 + c) * 32 * 128 + i;
-#pragma unroll
-          for (int q = 0; q < 32; ++q) {
-            const float4 v = __ldcg(p + q * 128);  // (from the L2: another SM wrote it)
-            acc[4 * q] += v.x;
-            acc[4 * q + 1] += v.y;
-            acc[4 * q + 2] += v.z;
-            acc[4 * q + 3] += v.w;
-          }
-        }
+        if (lane == 0) mbar_arrive(empty0 + 8 * last);
       }
       if constexpr (kRms) {
 #pragma unroll
@@ -676,58 +620,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (kGated && !kHand && threadIdx.x % 128 == 0) bulk_wait_all<false>();
   }
-  // No block may leave while its cluster peer can still arrive on its barriers or
-  // write into its shared memory.
-  if constexpr (kCluster > 1) {
-    __syncwarp();
-    cluster_sync();
-  }
 #else
   __trap();  // launched only where the sm_90a image runs (gemm_image)
 #endif
 }
 
 // Whether the kernel's sm_90a image is what this device runs.
-template <typename T, int kCluster, Epi kEpi, bool kRms = false, bool kSk = false>
+template <typename T, Epi kEpi, bool kRms = false>
 bool gemm_image() {
-  static const bool ok = runs_sm90a_image(
-      reinterpret_cast<const void*>(gemm_wgmma_kernel<T, kCluster, kEpi, kRms, kSk>));
+  static const bool ok =
+      runs_sm90a_image(reinterpret_cast<const void*>(gemm_wgmma_kernel<T, kEpi, kRms>));
   return ok;
 }
 
-// Clusters of the kernel the device holds at once (blocks of one SM each; for single
-// blocks the occupancy query, kept per thread and device; for clusters of two asked
-// once, for the process's device).
-template <typename T, int kCluster, Epi kEpi, bool kRms, bool kSk>
-int resident_clusters() {
-  auto kernel = gemm_wgmma_kernel<T, kCluster, kEpi, kRms, kSk>;
-  if constexpr (kCluster == 1) {
-    return resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, smem_bytes(kEpi));
-  } else {
-    static const int n = [kernel] {
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3(kCluster);
-      cfg.blockDim = dim3(kThreads);
-      cfg.dynamicSmemBytes = smem_bytes(kEpi);
-      cudaLaunchAttribute attr = cluster_attribute(dim3(kCluster, 1, 1));
-      cfg.attrs = &attr;
-      cfg.numAttrs = 1;
-      int clusters = 0;
-      if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
-        (void)cudaGetLastError();
-        clusters = 0;
-      }
-      return clusters;
-    }();
-    return n;
-  }
-}
-
-template <typename T, int kCluster, Epi kEpi, bool kRms = false, bool kSk = false>
+template <typename T, Epi kEpi, bool kRms = false>
 bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
   constexpr bool kGated = gated_epi(kEpi);
   constexpr size_t kSmem = smem_bytes(kEpi);
-  if (!gemm_image<T, kCluster, kEpi, kRms, kSk>()) return false;
+  if (!gemm_image<T, kEpi, kRms>()) return false;
   if (kSmem > static_cast<size_t>(max_dynamic_smem())) return false;
   CUtensorMap mx, mw, my;
   if (!encode_map(mx, a.x, a.type, a.m, a.k, a.k, kBM) ||
@@ -738,87 +648,55 @@ bool launch_typed(const WgmmaGemmArgs& a, cudaStream_t stream) {
   } else {
     my = mx;  // unused
   }
-  auto kernel = gemm_wgmma_kernel<T, kCluster, kEpi, kRms, kSk>;
+  auto kernel = gemm_wgmma_kernel<T, kEpi, kRms>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem);
-  int resident = resident_clusters<T, kCluster, kEpi, kRms, kSk>();
-  if (a.max_blocks > 0) resident = std::min(resident, a.max_blocks / kCluster);
+  // Blocks of one SM each: as many as the device holds at once.
+  int resident = resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, kSmem);
+  if (a.max_blocks > 0) resident = std::min(resident, a.max_blocks);
   if (resident <= 0) return false;
   GemmTiles tiles;
   tiles.m = static_cast<int>(a.m);
-  tiles.tiles_m = static_cast<int>(ceil_div(a.m, int64_t{kBM} * kCluster));
+  tiles.tiles_m = static_cast<int>(ceil_div(a.m, int64_t{kBM}));
   tiles.tiles_n = static_cast<int>(ceil_div(a.n_out, int64_t{kGated ? kBN / 2 : kBN}));
-  tiles.group = std::max(1, a.group);
+  tiles.group = kGroup;
   const int64_t num_tiles = int64_t{tiles.tiles_m} * tiles.tiles_n;
-  const int clusters = static_cast<int>(std::min<int64_t>(num_tiles, resident));
-  GemmSk sk;
-  if constexpr (kSk) {
-    // The last partial wave and one whole wave divided by k-slices (where a partial wave
-    // follows a whole one, and the workspace holds the grid's parts).
-    WgmmaSkWorkspace* ws = a.sk_workspace;
-    if (ws != nullptr && ws->data != nullptr && ws->bytes >= sk_bytes(clusters))
-      sk = plan_stream_k(num_tiles, clusters, ceil_div(a.k, int64_t{kBK}));
-    if (sk.sk_units > 0) {
-      sk.flags = static_cast<uint32_t*>(ws->data);
-      sk.partial = reinterpret_cast<float*>(static_cast<char*>(ws->data) + sk_flag_bytes());
-      if (++ws->epoch == 0) {  // wrapped: no flag may still hold an epoch to come
-        TACHYON_CUDA_CHECK(cudaMemsetAsync(ws->data, 0, sk_flag_bytes(), stream));
-        ws->epoch = 1;
-      }
-      sk.epoch = ws->epoch;
-      g_sk_launches.fetch_add(1, std::memory_order_relaxed);
-    }
-  }
-  launch_kernel_clustered(
-      kernel, dim3(clusters * kCluster), dim3(kThreads), kSmem, stream, dim3(kCluster, 1, 1), mx,
-      mw, my, static_cast<T*>(a.y), a.ldy, static_cast<int>(a.n_out), static_cast<int>(a.k),
-      static_cast<int>(a.up_row), tiles, a.act, a.rotary != nullptr ? *a.rotary : WgmmaRotaryKv{},
-      a.row_scale, a.row_squares, sk, a.stagger);
+  const int blocks = static_cast<int>(std::min<int64_t>(num_tiles, resident));
+  launch_kernel(kernel, dim3(blocks), dim3(kThreads), kSmem, stream, mx, mw, my,
+                static_cast<T*>(a.y), a.ldy, static_cast<int>(a.n_out), static_cast<int>(a.k),
+                static_cast<int>(a.up_row), tiles, a.act,
+                a.rotary != nullptr ? *a.rotary : WgmmaRotaryKv{}, a.row_scale, a.row_squares);
   return true;
 }
 
-// The hand-off forms in single blocks, with or without stream-K.
-template <typename T, bool kSk>
+// The hand-off forms.
+template <typename T>
 bool launch_handed(const WgmmaGemmArgs& a, cudaStream_t stream) {
   if (a.row_scale != nullptr)
-    return a.rotary != nullptr ? launch_typed<T, 1, Epi::kHandRotary, true, kSk>(a, stream)
-                               : launch_typed<T, 1, Epi::kHandGated, true, kSk>(a, stream);
-  if (a.add) return launch_typed<T, 1, Epi::kHandAdd, false, kSk>(a, stream);
-  if (a.rotary != nullptr) return launch_typed<T, 1, Epi::kHandRotary, false, kSk>(a, stream);
-  return a.up_row < 0 ? launch_typed<T, 1, Epi::kHandPlain, false, kSk>(a, stream)
-                      : launch_typed<T, 1, Epi::kHandGated, false, kSk>(a, stream);
-}
-
-template <typename T, int kCluster>
-bool launch_epi(const WgmmaGemmArgs& a, cudaStream_t stream) {
-  if (kCluster == 1 && a.handoff)
-    return a.stream_k ? launch_handed<T, true>(a, stream) : launch_handed<T, false>(a, stream);
-  if (a.row_scale != nullptr || a.add || a.rotary != nullptr || a.stream_k)
-    return false;  // single blocks with the hand-off only (gemm_wgmma_supports)
-  if (a.handoff)
-    return a.up_row < 0 ? launch_typed<T, kCluster, Epi::kHandPlain>(a, stream)
-                        : launch_typed<T, kCluster, Epi::kHandGated>(a, stream);
-  if (a.up_row < 0) return launch_typed<T, kCluster, Epi::kPlain>(a, stream);
-  if (a.act == KAct::kSilu) return launch_typed<T, kCluster, Epi::kGatedSilu>(a, stream);
-  return launch_typed<T, kCluster, Epi::kGatedAct>(a, stream);
+    return a.rotary != nullptr ? launch_typed<T, Epi::kHandRotary, true>(a, stream)
+                               : launch_typed<T, Epi::kHandGated, true>(a, stream);
+  if (a.add) return launch_typed<T, Epi::kHandAdd>(a, stream);
+  if (a.rotary != nullptr) return launch_typed<T, Epi::kHandRotary>(a, stream);
+  return a.up_row < 0 ? launch_typed<T, Epi::kHandPlain>(a, stream)
+                      : launch_typed<T, Epi::kHandGated>(a, stream);
 }
 
 template <typename T>
 bool launch_for_type(const WgmmaGemmArgs& a, cudaStream_t stream) {
-  return a.cluster == 2 ? launch_epi<T, 2>(a, stream) : launch_epi<T, 1>(a, stream);
+  if (a.handoff) return launch_handed<T>(a, stream);
+  if (a.row_scale != nullptr || a.add || a.rotary != nullptr)
+    return false;  // with the hand-off only (gemm_wgmma_supports)
+  if (a.up_row < 0) return launch_typed<T, Epi::kPlain>(a, stream);
+  if (a.act == KAct::kSilu) return launch_typed<T, Epi::kGatedSilu>(a, stream);
+  return launch_typed<T, Epi::kGatedAct>(a, stream);
 }
 
 }  // namespace
 
-void set_gemm_wgmma(bool on) {
-  g_enabled.store(on, std::memory_order_relaxed);
-}
-
 bool gemm_wgmma_active(DType type) {
-  if (!g_enabled.load(std::memory_order_relaxed)) return false;
   if (type == DType::kBF16)
-    return gemm_image<bf16_t, 1, Epi::kGatedSilu>() && tensor_map_encoder_available();
+    return gemm_image<bf16_t, Epi::kGatedSilu>() && tensor_map_encoder_available();
   if (type == DType::kF16)
-    return gemm_image<f16_t, 1, Epi::kGatedSilu>() && tensor_map_encoder_available();
+    return gemm_image<f16_t, Epi::kGatedSilu>() && tensor_map_encoder_available();
   return false;
 }
 
@@ -859,27 +737,21 @@ bool gemm_wgmma_supports(const WgmmaGemmArgs& a) {
          // the TMA store of the gated tile (whole 16-byte rows: it writes past an
          // output that ends mid-piece), and the epilogue warps' 16-byte stores
          (gated || a.handoff ? a.ldy % 8 == 0 && aligned(a.y, 16) : true) &&
-         (gated && !a.handoff ? a.n_out % 8 == 0 : true) && (a.cluster == 1 || a.cluster == 2) &&
-         aligned(a.x, 16) && aligned(a.w, 16) && aligned(a.y, 4) &&
+         (gated && !a.handoff ? a.n_out % 8 == 0 : true) && aligned(a.x, 16) && aligned(a.w, 16) &&
+         aligned(a.y, 4) &&
          (a.add || a.rotary != nullptr
-              ? !gated && a.handoff && a.cluster == 1 && a.n_out % 8 == 0 && !(a.add && a.rotary)
+              ? !gated && a.handoff && a.n_out % 8 == 0 && !(a.add && a.rotary)
               : true) &&
          (a.rotary == nullptr || rotary_supported(*a.rotary, a)) &&
-         // row scales: the hand-off's gated or rotary form, single blocks
-         (a.row_scale == nullptr || (aligned(a.row_scale, 4) && a.handoff && a.cluster == 1 &&
-                                     !a.add && (gated || a.rotary != nullptr))) &&
+         // row scales: the hand-off's gated or rotary form
+         (a.row_scale == nullptr ||
+          (aligned(a.row_scale, 4) && a.handoff && !a.add && (gated || a.rotary != nullptr))) &&
          // the rows' squares: the add
-         (a.row_squares == nullptr || (aligned(a.row_squares, 4) && a.add)) &&
-         // stream-K: the hand-off forms, single blocks
-         (!a.stream_k || (a.handoff && a.cluster == 1)) && a.max_blocks >= 0;
+         (a.row_squares == nullptr || (aligned(a.row_squares, 4) && a.add)) && a.max_blocks >= 0;
 }
 
 int gemm_wgmma_square_parts(int64_t n_out) {
   return static_cast<int>(ceil_div(std::max<int64_t>(n_out, 0), int64_t{kBN}));
-}
-
-size_t gemm_wgmma_sk_bytes(int grid) {
-  return sk_bytes(std::max(grid, 0));
 }
 
 bool launch_gemm_wgmma(const WgmmaGemmArgs& a, cudaStream_t stream) {
@@ -897,10 +769,6 @@ int64_t gemm_wgmma_launches() {
 
 int64_t gemm_wgmma_rms_launches() {
   return g_rms_launches.load(std::memory_order_relaxed);
-}
-
-int64_t gemm_wgmma_sk_launches() {
-  return g_sk_launches.load(std::memory_order_relaxed);
 }
 
 }  // namespace tachyon::cuda

@@ -1,14 +1,12 @@
 // Matrix-vector products for the few-row GEMMs of decode steps: y[i, :] = x[i, :] . w^T
-// for m <= 4 rows. One or more warps per output column (kSplit, each a share of the
-// row); each lane streams 16-byte pieces of the weight row (kUnroll in flight,
-// evict-first loads: the weights are read once per step) and multiplies them with the
-// matching pieces of every x row (staged in shared memory by default, kSmemX); f32
-// accumulation, a warp reduction per row and the split's partial sums met in shared
-// memory. The weight matrix is read once at close to the memory bandwidth, where a
-// tiled GEMM at m = 1 wastes most of its tile and launch. kGemvDefault (kernels.h) is
-// the variant the backend runs (persistent blocks for the products of few waves,
-// kGemvPersistentFew); TACHYON_GEMV_VARIANT picks another for end-to-end comparisons
-// (benchmarks).
+// for m <= 4 rows. Two warps per output column (kSplit, each a share of the row); each
+// lane streams 16-byte pieces of the weight row (kUnroll in flight, evict-first loads:
+// the weights are read once per step) and multiplies them with the matching pieces of
+// every x row (staged in shared memory where it fits, kSmemX); f32 accumulation, a warp
+// reduction per row and the split's partial sums met in shared memory. The weight matrix
+// is read once at close to the memory bandwidth, where a tiled GEMM at m = 1 wastes most
+// of its tile and launch. Products of few waves of resident blocks run on persistent
+// blocks (gemv_persistent_kernel).
 //
 // The weights do not depend on earlier kernels, so each warp issues its first weight
 // loads before pdl_wait() (launch.cuh): with programmatic dependent launch they are in
@@ -23,9 +21,16 @@
 namespace tachyon::cuda {
 namespace {
 
-// Warps per block by default; kGemvWarps16 / kGemvWarps32 make wider blocks (fewer
-// blocks, so fewer copies of x staged from the L2).
-constexpr int kWarpsPerBlock = 8;
+// Warps per block; with x in shared memory and k >= kWideK, 16 (fewer blocks, so fewer
+// copies of a long x staged from the L2: the down projection 31.1 -> 29.8 µs at 4096 x
+// 14336, no gain at k = 4096).
+constexpr int kWarpsPerBlock = 8, kWideWarps = 16;
+constexpr int64_t kWideK = 8192;
+// Warps per output column, each taking a contiguous share of the row (partial sums meet
+// in shared memory): with one warp per column, n = 4096..8192 leaves the last wave of
+// warps short of work or the SMs unevenly loaded; two warps per column measured 4-17%
+// faster than one at every Llama-3-8B shape, wide ones included (and faster than four).
+constexpr int kSplit = 2;
 // Pieces per lane per batch; the next batch is loaded while one is multiplied (8
 // measured slower than 4 at every Llama-3-8B shape but the lm_head, by 2%).
 constexpr int kUnroll = 4;
@@ -56,16 +61,12 @@ __device__ __forceinline__ void dot8(const uint4& w, const uint4& x, float& acc,
 
 // kSmemX: x is first copied to shared memory (m * k elements), so that the x pieces
 // the warps multiply with come from there rather than through L1 next to the weights.
-// kSplit: warps per output column, each taking a contiguous share of the row (partial
-// sums meet in shared memory): with one warp per column, n = 4096..8192 leaves the last
-// wave of warps short of work or the SMs unevenly loaded; two warps per column measured
-// 4-17% faster at every Llama-3-8B shape, wide ones included.
-template <typename T, typename Y, int kM, bool kSmemX, int kSplit, int kWarps>
+template <typename T, typename Y, int kM, bool kSmemX, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, Y* __restrict__ y, int64_t n,
                 int64_t k, int64_t ldy) {
   extern __shared__ uint4 xs[];  // [kM * k / 8] when kSmemX
-  __shared__ float partial[kSplit > 1 ? kWarps : 1][kM];
+  __shared__ float partial[kWarps][kM];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int part = warp % kSplit;
   const int64_t row = blockIdx.x * int64_t{kWarps / kSplit} + warp / kSplit;
@@ -126,26 +127,24 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 #pragma unroll
   for (int i = 0; i < kM; ++i) acc[i] = warp_sum(acc[i]);
-  if constexpr (kSplit > 1) {
-    if (lane == 0)
+  if (lane == 0)
 #pragma unroll
-      for (int i = 0; i < kM; ++i) partial[warp][i] = acc[i];
-    __syncthreads();
-    if (part != 0) return;
+    for (int i = 0; i < kM; ++i) partial[warp][i] = acc[i];
+  __syncthreads();
+  if (part != 0) return;
 #pragma unroll
-    for (int i = 0; i < kM; ++i) {
-      float v = 0.f;
+  for (int i = 0; i < kM; ++i) {
+    float v = 0.f;
 #pragma unroll
-      for (int j = 0; j < kSplit; ++j) v += partial[warp + j][i];
-      acc[i] = v;
-    }
+    for (int j = 0; j < kSplit; ++j) v += partial[warp + j][i];
+    acc[i] = v;
   }
   if (!valid || lane != 0) return;
 #pragma unroll
   for (int i = 0; i < kM; ++i) y[i * ldy + row] = from_f<Y>(acc[i]);
 }
 
-// kGemvPersistent: as many blocks as the device holds at once (or fewer), each looping
+// Persistent blocks: as many as the device holds at once (or fewer), each looping
 // over groups of kWarps / kSplit columns (group g, g + gridDim.x, ...). x is staged once
 // per block instead of once per group, and each warp's weight loads run on from one
 // group into the next (the next group's first batch is requested while the last batch of
@@ -153,7 +152,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 // the stream of weight pieces has no gaps at group boundaries. Each group ends with one
 // block barrier: the split warps' partial sums meet in shared memory (two buffers, so
 // one barrier a group is enough).
-template <typename T, typename Y, int kM, int kSplit, int kWarps>
+template <typename T, typename Y, int kM, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_persistent_kernel(const T* __restrict__ x, const T* __restrict__ w, Y* __restrict__ y,
                            int64_t n, int64_t k, int64_t ldy) {
@@ -230,55 +229,14 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// kGemvPersistentFew: persistent blocks only for products of at most this many waves of
+// Persistent blocks only for products of at most this many waves of
 // resident blocks (measured at batch 1 on the H200: the qkv, o and down projections, 1.5-2.3
 // waves, gain 0.3-1.2 µs each; gate_up (11 waves) and the lm_head (48) lose 1-5 µs, where
 // the one-group blocks keep more loads in flight than blocks that meet at a barrier after
 // every group).
 constexpr int64_t kPersistentMaxWaves = 4;
 
-template <typename T, typename Y, bool kSmemX, int kSplit, int kWarps>
-void launch_m(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, int64_t ldy,
-              cudaStream_t stream);
-
-// few_only: the regular kernel when the groups exceed kPersistentMaxWaves waves.
-template <typename T, typename Y, int kSplit, int kWarps>
-void launch_persistent(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k,
-                       int64_t ldy, bool few_only, cudaStream_t stream) {
-  const int64_t groups = ceil_div(n, kWarps / kSplit);
-  const dim3 threads(kWarps * 32);
-  const auto* xt = static_cast<const T*>(x);
-  const auto* wt = static_cast<const T*>(w);
-  auto* yt = static_cast<Y*>(y);
-  const size_t smem = static_cast<size_t>(m * k) * sizeof(T);
-  auto go = [&](auto kernel) {
-    const void* key = reinterpret_cast<const void*>(kernel);
-    allow_dynamic_smem(key, smem);
-    const int64_t resident = resident_blocks(key, kWarps * 32, smem);
-    if (few_only && groups > kPersistentMaxWaves * resident) {
-      launch_m<T, Y, true, kSplit, kWarps>(x, w, y, m, n, k, ldy, stream);
-      return;
-    }
-    const dim3 blocks(static_cast<unsigned>(std::min(groups, resident)));
-    launch_kernel(kernel, blocks, threads, smem, stream, xt, wt, yt, n, k, ldy);
-  };
-  switch (m) {
-    case 1:
-      go(gemv_persistent_kernel<T, Y, 1, kSplit, kWarps>);
-      break;
-    case 2:
-      go(gemv_persistent_kernel<T, Y, 2, kSplit, kWarps>);
-      break;
-    case 3:
-      go(gemv_persistent_kernel<T, Y, 3, kSplit, kWarps>);
-      break;
-    default:
-      go(gemv_persistent_kernel<T, Y, 4, kSplit, kWarps>);
-      break;
-  }
-}
-
-template <typename T, typename Y, bool kSmemX, int kSplit, int kWarps>
+template <typename T, typename Y, bool kSmemX, int kWarps>
 void launch_m(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, int64_t ldy,
               cudaStream_t stream) {
   const dim3 blocks(ceil_div(n, kWarps / kSplit));
@@ -293,16 +251,54 @@ void launch_m(const void* x, const void* w, void* y, int64_t m, int64_t n, int64
   };
   switch (m) {
     case 1:
-      go(gemv_kernel<T, Y, 1, kSmemX, kSplit, kWarps>);
+      go(gemv_kernel<T, Y, 1, kSmemX, kWarps>);
       break;
     case 2:
-      go(gemv_kernel<T, Y, 2, kSmemX, kSplit, kWarps>);
+      go(gemv_kernel<T, Y, 2, kSmemX, kWarps>);
       break;
     case 3:
-      go(gemv_kernel<T, Y, 3, kSmemX, kSplit, kWarps>);
+      go(gemv_kernel<T, Y, 3, kSmemX, kWarps>);
       break;
     default:
-      go(gemv_kernel<T, Y, 4, kSmemX, kSplit, kWarps>);
+      go(gemv_kernel<T, Y, 4, kSmemX, kWarps>);
+      break;
+  }
+}
+
+// Persistent blocks where the groups fit in kPersistentMaxWaves waves, else the
+// one-group kernel (x in shared memory either way).
+template <typename T, typename Y, int kWarps>
+void launch_persistent(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k,
+                       int64_t ldy, cudaStream_t stream) {
+  const int64_t groups = ceil_div(n, kWarps / kSplit);
+  const dim3 threads(kWarps * 32);
+  const auto* xt = static_cast<const T*>(x);
+  const auto* wt = static_cast<const T*>(w);
+  auto* yt = static_cast<Y*>(y);
+  const size_t smem = static_cast<size_t>(m * k) * sizeof(T);
+  auto go = [&](auto kernel) {
+    const void* key = reinterpret_cast<const void*>(kernel);
+    allow_dynamic_smem(key, smem);
+    const int64_t resident = resident_blocks(key, kWarps * 32, smem);
+    if (groups > kPersistentMaxWaves * resident) {
+      launch_m<T, Y, true, kWarps>(x, w, y, m, n, k, ldy, stream);
+      return;
+    }
+    const dim3 blocks(static_cast<unsigned>(std::min(groups, resident)));
+    launch_kernel(kernel, blocks, threads, smem, stream, xt, wt, yt, n, k, ldy);
+  };
+  switch (m) {
+    case 1:
+      go(gemv_persistent_kernel<T, Y, 1, kWarps>);
+      break;
+    case 2:
+      go(gemv_persistent_kernel<T, Y, 2, kWarps>);
+      break;
+    case 3:
+      go(gemv_persistent_kernel<T, Y, 3, kWarps>);
+      break;
+    default:
+      go(gemv_persistent_kernel<T, Y, 4, kWarps>);
       break;
   }
 }
@@ -317,50 +313,21 @@ bool gemv_supports(DType type, DType y_type, int64_t m, int64_t k, const void* x
 }
 
 void launch_gemv(const void* x, const void* w, DType type, void* y, DType y_type, int64_t m,
-                 int64_t n, int64_t k, int64_t ldy, cudaStream_t stream, int variant) {
+                 int64_t n, int64_t k, int64_t ldy, cudaStream_t stream) {
   if (m == 0 || n == 0) return;
   TACHYON_KERNEL_CHECK(m <= kGemvMaxRows && k % 8 == 0, "gemv: at most 4 rows, k a multiple of 8");
-  // Variants (benchmarks compare them): x read through L1 or staged in shared memory
-  // (when m * k * 2 bytes fit in 64 KB); 1, 2 or 4 warps per column.
-  const bool smem_x = (variant & kGemvSmemX) != 0 && m * k * 2 <= 64 * 1024;
-  const int split = (variant & kGemvSplit4) != 0 ? 4 : (variant & kGemvSplit2) != 0 ? 2 : 1;
-  // Wider blocks only with x in shared memory (what they are for).
-  const int warps = !smem_x                                        ? kWarpsPerBlock
-                    : (variant & kGemvWarps32) != 0                ? 32
-                    : (variant & kGemvWarps16) != 0                ? 16
-                    : (variant & kGemvWideLongK) != 0 && k >= 8192 ? 16
-                                                                   : kWarpsPerBlock;
-  // One block per resident slot looping over column groups: x in shared memory, two warps
-  // a column, 8 or 16 warps a block only (the other shapes measured slower and would
-  // only add instantiations; they run the one-group kernel).
-  const bool persistent = smem_x && split == 2 && warps <= 16 &&
-                          (variant & (kGemvPersistent | kGemvPersistentFew)) != 0;
-  const bool few_only = (variant & kGemvPersistent) == 0;
+  // x staged in shared memory (when m * k * 2 bytes fit in 64 KB, on persistent blocks
+  // where they pay), else read through L1.
+  const bool smem_x = m * k * 2 <= 64 * 1024;
   auto go = [&](auto tag_t, auto tag_y) {
     using T = decltype(tag_t);
     using Y = decltype(tag_y);
-    auto by_split = [&]<bool kSmem, int kWarps>() {
-      if constexpr (kSmem && kWarps <= 16) {
-        if (persistent) {
-          launch_persistent<T, Y, 2, kWarps>(x, w, y, m, n, k, ldy, few_only, stream);
-          return;
-        }
-      }
-      if (split == 4)
-        launch_m<T, Y, kSmem, 4, kWarps>(x, w, y, m, n, k, ldy, stream);
-      else if (split == 2)
-        launch_m<T, Y, kSmem, 2, kWarps>(x, w, y, m, n, k, ldy, stream);
-      else
-        launch_m<T, Y, kSmem, 1, kWarps>(x, w, y, m, n, k, ldy, stream);
-    };
     if (!smem_x)
-      by_split.template operator()<false, kWarpsPerBlock>();
-    else if (warps == 32)
-      by_split.template operator()<true, 32>();
-    else if (warps == 16)
-      by_split.template operator()<true, 16>();
+      launch_m<T, Y, false, kWarpsPerBlock>(x, w, y, m, n, k, ldy, stream);
+    else if (k >= kWideK)
+      launch_persistent<T, Y, kWideWarps>(x, w, y, m, n, k, ldy, stream);
     else
-      by_split.template operator()<true, kWarpsPerBlock>();
+      launch_persistent<T, Y, kWarpsPerBlock>(x, w, y, m, n, k, ldy, stream);
   };
   if (type == DType::kBF16) {
     if (y_type == DType::kF32)

@@ -199,13 +199,6 @@ AttentionPlan plan_attention(const AttentionArgs& a, int num_sms);
 void launch_attention(const AttentionArgs& a, const AttentionPlan& plan, void* scratch,
                       cudaStream_t stream);
 
-// ---- attention_mma.cu ---------------------------------------------------------------
-// Tensor-core prefill attention (bf16/f16; head_dim 16, 32, 64, 80, 96, 128 or 256;
-// at most 64 query heads per KV head). Returns false when the arguments are outside
-// that (nothing launched).
-bool attention_mma_supports(const AttentionArgs& a);
-bool launch_attention_mma(const AttentionArgs& a, cudaStream_t stream);
-
 // ---- attention_flash.cu -------------------------------------------------------------
 // FlashAttention-2 prefill kernel on mma.sync (bf16/f16; head_dim 64, 80, 96, 128 or
 // 256; at most 128 query heads per KV head; causal with an optional sliding window, no
@@ -230,22 +223,14 @@ bool launch_attention_flash(const AttentionArgs& a, const int32_t* items, int32_
 // The same prefill attention on Hopper's wgmma (sm_90a image on an sm_90 device;
 // bf16/f16, head_dim 64 or 128). launch_attention_flash calls it first, for arguments
 // attention_flash_supports accepted; false when it does not apply (nothing launched).
-// set_flash_wgmma(false) (the backend reads TACHYON_FLASH_WGMMA=0) turns it off, for
-// comparisons; active: on, and this device runs the sm_90a image.
+// set_flash_wgmma(false) turns it off (tests: the mma.sync kernel that pre-Hopper
+// devices run, on Hopper); active: on, and this device runs the sm_90a image. The
+// kernel loads whole K/V tiles with the copy engine (TMA boxes of page runs) where that
+// applies (no sliding window; block size a multiple of 8 dividing 64, or of 64), else
+// through the loaders' cp.async.
 void set_flash_wgmma(bool on);
-// set_flash_tma(true) (the default; TACHYON_FLASH_TMA=0 turns it off) has the wgmma
-// kernel load whole K/V tiles with the copy engine (TMA boxes of page runs) instead of
-// the loaders' cp.async, where it applies (no sliding window; block size a multiple of 8
-// dividing 64, or of 64).
-void set_flash_tma(bool on);
-bool flash_tma();
 // Launches that took the copy-engine form so far (for tests).
 int64_t flash_tma_launches();
-// set_flash_lazy(true) (the default; TACHYON_FLASH_LAZY=0 turns it off): the wgmma
-// kernel keeps a warp's softmax maxes until one grows by more than 2^8 and skips O's
-// rescale on the other tiles.
-void set_flash_lazy(bool on);
-bool flash_lazy();
 bool attention_flash_wgmma_active(DType type, int head_dim);
 bool launch_attention_flash_wgmma(const AttentionArgs& a, const int32_t* items, int32_t num_items,
                                   cudaStream_t stream);
@@ -270,25 +255,12 @@ struct WgmmaRotaryKv {
   int* err = nullptr;  // kErrKvSlot for a slot past the cache
 };
 
-// Stream-K's workspace: `bytes` (gemm_wgmma_sk_bytes(grid) at least) of device memory,
-// zeroed before its first use, and the epoch of the last launch that divided tiles
-// through it (0 before the first). Each such launch takes the next epoch as the mark of
-// its parts and clears the workspace's flags on the stream where the epochs wrap, so a
-// mark left by an earlier launch never passes for the current one. Its launches run one
-// at a time (one stream), and not in a recorded graph (a replay would repeat the epoch).
-struct WgmmaSkWorkspace {
-  void* data = nullptr;
-  size_t bytes = 0;
-  uint32_t epoch = 0;
-};
-
 // Dense products on Hopper's wgmma and TMA (sm_90a image on an sm_90 device; bf16/f16,
 // f32 accumulation): y[m, n_out] (row stride ldy) = x[m, k] · w[:n_out, k]ᵀ, or, with
 // up_row >= 0, the gated form y[m, i] = act(x · w[i]ᵀ) * (x · w[up_row + i]ᵀ) for
 // i < n_out (gate and up rounded to the storage dtype first, then the activation, as
 // the separate gated pass does). w holds w_rows rows of k. Persistent blocks of 128 x
-// 256 accumulator tiles walked in groups of `group` row tiles; cluster 2 multicasts w
-// between two blocks of adjacent rows.
+// 256 accumulator tiles walked in groups of 16 row tiles.
 struct WgmmaGemmArgs {
   const void* x = nullptr;
   const void* w = nullptr;
@@ -297,8 +269,6 @@ struct WgmmaGemmArgs {
   int64_t m = 0, n_out = 0, k = 0, ldy = 0, w_rows = 0;
   int64_t up_row = -1;  // >= 0: the gated form
   KAct act = KAct::kIdentity;
-  int cluster = 1;
-  int group = 16;
   // The epilogue on warps of its own (the consumers hand their tile over and go on),
   // with a ring of three stages instead of four.
   bool handoff = false;
@@ -311,7 +281,7 @@ struct WgmmaGemmArgs {
   // aligned) before the epilogue rounds it. With x the un-normalised input of an RMS norm
   // whose weight is folded into w's columns (fold_norm) and the scales from
   // launch_row_inv_rms, the product of the normalised rows (no norm pass writes them).
-  // The hand-off's gated and rotary forms, single blocks.
+  // The hand-off's gated and rotary forms.
   const float* row_scale = nullptr;
   // Non-null, with add: the sum of the squares of each row of y after the add (the
   // rounded values it stores), one per row and 256-column tile:
@@ -319,29 +289,18 @@ struct WgmmaGemmArgs {
   // launch_row_inv_rms_parts turns them into row_scale's factors for a product that
   // reads y next, without another pass over it.
   float* row_squares = nullptr;
-  // Stream-K for the last waves (the hand-off forms, single blocks): the last partial wave
-  // and one whole wave of tiles divided among the blocks by k-slices, split tiles summed
-  // through sk_workspace (WgmmaSkWorkspace; without it, one too small for the grid, or
-  // without a partial wave, every tile is whole as usual).
-  bool stream_k = false;
-  WgmmaSkWorkspace* sk_workspace = nullptr;
-  // The second consumer warpgroup a slice behind the first, so that their tile ends do
-  // not leave the tensor cores idle together (an experiment: TACHYON_GEMM_WGMMA_STAGGER).
-  bool stagger = false;
   // At most this many blocks (0: as many as the device holds; tests).
   int max_blocks = 0;
 };
-// set_gemm_wgmma(false) (the backend reads TACHYON_GEMM_WGMMA=0) turns it off; active: on,
-// and this device runs the sm_90a image.
-void set_gemm_wgmma(bool on);
+// Active: this device runs the sm_90a image (and the tensor-map encoder is there).
 bool gemm_wgmma_active(DType type);
 // Shapes, alignments and sizes the kernel takes (x and w 16-byte aligned, k a multiple
 // of 8, every size below 2^30; for the gated form and the hand-off ldy a multiple of 8
 // and y 16-byte aligned, and the gated form without hand-off n_out a multiple of 8;
-// otherwise n_out and ldy even and y 4-byte aligned; add and rotary: the hand-off,
-// cluster 1, whole 16-byte pieces; rotary: head_dim a multiple of 8 dividing 256, rot a
-// multiple of 16 up to head_dim, n_out the heads' columns; row_scale 4-byte aligned, with
-// the hand-off, cluster 1 and the gated or rotary form; stream_k: the hand-off, cluster 1).
+// otherwise n_out and ldy even and y 4-byte aligned; add and rotary: the hand-off, whole
+// 16-byte pieces; rotary: head_dim a multiple of 8 dividing 256, rot a multiple of 16 up
+// to head_dim, n_out the heads' columns; row_scale 4-byte aligned, with the hand-off and
+// the gated or rotary form).
 bool gemm_wgmma_supports(const WgmmaGemmArgs& a);
 // False, having launched nothing, where it is not active or does not support a.
 bool launch_gemm_wgmma(const WgmmaGemmArgs& a, cudaStream_t stream);
@@ -367,10 +326,6 @@ int64_t gemm_wgmma_launches();
 int64_t gemm_wgmma_rms_launches();
 // The parts of WgmmaGemmArgs::row_squares for an output of n_out columns.
 int gemm_wgmma_square_parts(int64_t n_out);
-// The stream-K workspace a grid of this many blocks needs.
-size_t gemm_wgmma_sk_bytes(int grid);
-// Of the launches, those that divided tiles among blocks (stream-K).
-int64_t gemm_wgmma_sk_launches();
 
 // ---- attention_decode.cu ------------------------------------------------------------
 // FlashDecoding-style tensor-core kernel for decode steps (one query token per sequence;
@@ -381,8 +336,9 @@ int64_t gemm_wgmma_sk_launches();
 // (sequence, KV head), counted in `counters` (num_seqs * kv_heads of them, zero between
 // launches and left zero); with fewer counters a separate merge kernel runs. Plans of
 // 2..16 splits whose clusters fit the device run each pair's splits as one cluster
-// that merges in distributed shared memory instead (set_decode_cluster_merge(false) or
-// TACHYON_DECODE_CLUSTER=0 turns that off, for comparisons).
+// that merges in distributed shared memory instead: the backend turns that on from
+// compute capability 9.0 (set_decode_cluster_merge; tests turn it off to run the
+// counters' merge that older devices take).
 bool attention_decode_supports(const AttentionArgs& a);
 void set_decode_cluster_merge(bool on);
 bool decode_cluster_merge();
@@ -390,54 +346,13 @@ AttentionPlan plan_attention_decode(const AttentionArgs& a, int num_sms);
 void launch_attention_decode(const AttentionArgs& a, const AttentionPlan& plan, void* scratch,
                              int* counters, int64_t num_counters, cudaStream_t stream);
 
-// ---- attention_gemm.cu --------------------------------------------------------------
-// p = causal softmax of the rows of s (f32 [batch][rows][cols], batch_stride elements
-// apart): row r sees columns [0, row0 + r]; the rest of p's row is 0. p in type.
-void launch_causal_softmax(const float* s, void* p, DType type, int rows, int cols, int row0,
-                           int batch, int64_t batch_stride, cudaStream_t stream);
-
 // ---- gemv.cu ------------------------------------------------------------------------
 // y[i, j] (row stride ldy) = sum_c x[i, c] w[j, c] for m <= kGemvMaxRows rows: x [m, k]
 // and w [n, k] bf16 or f16 (16-byte aligned, k a multiple of 8), y in that dtype or f32.
 constexpr int64_t kGemvMaxRows = 4;
 bool gemv_supports(DType type, DType y_type, int64_t m, int64_t k, const void* x, const void* w);
-// variant: kGemvSmemX (x staged in shared memory), kGemvSplit2/4 (2 or 4 warps per
-// output column); benchmarks compare them. kGemvDefault is the fastest at every
-// Llama-3-8B shape on the H200 (docs/performance.md).
-// kGemvWarps16 / kGemvWarps32: 16 or 32 warps a block instead of 8 (with kGemvSmemX);
-// kGemvWideLongK: 16 warps a block when k >= 8192 (fewer copies of a long x staged:
-// the down projection 31.1 -> 29.8 µs at 4096 x 14336, no gain at k = 4096).
-// kGemvPersistent (with kGemvSmemX and kGemvSplit2, 8 or 16 warps a block): as many
-// blocks as fit on the device at once, each looping over column groups with x staged
-// once and the weight loads running on across groups; kGemvPersistentFew: the same for
-// products of at most 4 waves of resident blocks (qkv, o and down at batch 1; 2.5% on the
-// step), the one-group blocks for the rest.
-constexpr int kGemvSmemX = 2, kGemvSplit2 = 4, kGemvSplit4 = 8, kGemvWarps16 = 16,
-              kGemvWarps32 = 32, kGemvWideLongK = 64, kGemvPersistent = 128,
-              kGemvPersistentFew = 256;
-constexpr int kGemvDefault = kGemvSmemX | kGemvSplit2 | kGemvWideLongK | kGemvPersistentFew;
 void launch_gemv(const void* x, const void* w, DType type, void* y, DType y_type, int64_t m,
-                 int64_t n, int64_t k, int64_t ldy, cudaStream_t stream,
-                 int variant = kGemvDefault);
-
-// ---- gemm_skinny.cu -----------------------------------------------------------------
-// y[i, j] (row stride ldy) = sum_c x[i, c] w[j, c] for 1 <= m <= kSkinnyMaxRows rows on
-// the tensor cores, the weights streamed once: x [m, k] and w [n, k] bf16 or f16
-// (16-byte aligned, k a multiple of 64, at least 256), y in that dtype or f32. The plan
-// splits k for small n; split products need plan.partial_bytes of scratch and
-// plan.counter_count ints of counters that are zero (and are left zero).
-constexpr int64_t kSkinnyMaxRows = 128;
-struct SkinnyPlan {
-  int splits = 1;
-  size_t partial_bytes = 0;
-  int64_t counter_count = 0;
-};
-bool skinny_gemm_supports(DType type, DType y_type, int64_t m, int64_t n, int64_t k, const void* x,
-                          const void* w, int64_t ldy);
-SkinnyPlan plan_skinny_gemm(int64_t m, int64_t n, int64_t k, int num_sms);
-void launch_skinny_gemm(const void* x, const void* w, DType type, void* y, DType y_type, int64_t m,
-                        int64_t n, int64_t k, int64_t ldy, const SkinnyPlan& plan, void* partial,
-                        int* counters, cudaStream_t stream);
+                 int64_t n, int64_t k, int64_t ldy, cudaStream_t stream);
 
 // ---- moe.cu -----------------------------------------------------------------------
 // Per token: softmax over logits [tokens, experts], the top_k largest (ties: lower id),

@@ -10,7 +10,7 @@
 // kernels keeps stream order. A kernel calls pdl_launch_dependents() when the next
 // kernel may start being scheduled (its blocks then wait in pdl_wait()).
 //
-// Off (plain stream-ordered launches) before sm_90 and with TACHYON_PDL=0.
+// Off (plain stream-ordered launches) before sm_90.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,12 +18,11 @@
 #include <utility>
 
 #include "backend/cuda/launch_check.h"
-#include "core/env.h"
 
 namespace tachyon::cuda {
 
 // Whether launch_kernel() asks for programmatic dependent launch (set once per process
-// by the backend from the device's compute capability and TACHYON_PDL).
+// by the backend from the device's compute capability).
 bool pdl_enabled();
 void set_pdl_enabled(bool on);
 
@@ -42,9 +41,6 @@ int resident_blocks(const void* kernel, int threads, size_t smem);
 // at load time from an older architecture's PTX): the kernels on Hopper's wgmma, TMA and
 // setmaxnreg exist only there. Callers keep the answer (one device per process).
 bool runs_sm90a_image(const void* kernel);
-// A switch from the environment (core/env.h).
-using ::tachyon::env_flag;
-
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -1,7 +1,7 @@
 // RMSNorm / LayerNorm with the residual add fused in (one block per row, the row kept
 // in registers or shared memory as f32; 16-byte loads and stores when the row allows;
 // one warp a row for prefill-sized batches), and the per-head q/k norm (one warp per
-// head). TACHYON_NORM_WARP_ROWS=0 keeps the block-per-row kernels everywhere.
+// head).
 #include <algorithm>
 #include <atomic>
 #include <type_traits>
@@ -316,12 +316,11 @@ void launch_add_norm(void* residual, const void* delta1, const void* delta2, DTy
     };
     const int64_t vecs = d / kVec;
     // Many rows: a warp a row (rows of at most 16 pieces a lane, weights 16-byte aligned).
-    static const bool warp_rows = env_flag("TACHYON_NORM_WARP_ROWS", true);
     const bool w_aligned = reinterpret_cast<uintptr_t>(norm.weight) % 16 == 0 &&
                            reinterpret_cast<uintptr_t>(norm.bias) % 16 == 0;
     // With two deltas a lane holds at most 8 pieces (16 spill in bf16).
     const bool two = delta1 != nullptr && delta2 != nullptr;
-    if (vec && warp_rows && w_aligned && rows >= kNormWarpRowsMin && vecs <= 32 * (two ? 8 : 16)) {
+    if (vec && w_aligned && rows >= kNormWarpRowsMin && vecs <= 32 * (two ? 8 : 16)) {
       const dim3 wgrid(static_cast<unsigned>(ceil_div(rows, int64_t{4})));
       // The kernel takes its one delta as delta1, and both only when kTwo.
       const void* d1 = delta1 != nullptr ? delta1 : delta2;

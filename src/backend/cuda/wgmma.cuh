@@ -17,9 +17,9 @@
 // adding 32 bytes to the start address inside a panel; the transposed B (rows of k,
 // N contiguous) spans panels with the leading-byte offset.
 //
-// Below them: mbarriers, TMA (tensor-memory-access) loads and stores of 2-d boxes, their
-// multicast to a cluster, stmatrix, named barriers, cp.async arrivals on mbarriers and
-// setmaxnreg, for warp-specialised kernels (gemm_wgmma.cu, attention_flash_wgmma.cu).
+// Below them: mbarriers, TMA (tensor-memory-access) loads and stores of 2-d boxes,
+// stmatrix, named barriers, cp.async arrivals on mbarriers and setmaxnreg, for
+// warp-specialised kernels (gemm_wgmma.cu, attention_flash_wgmma.cu).
 #pragma once
 
 #include <cstdint>
@@ -184,15 +184,6 @@ __device__ __forceinline__ void mbar_arrive_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
                : "memory");
 }
-// One arrival on the barrier at the same shared address in cluster block `rank` (this
-// block's own included).
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
-  asm volatile(
-      "{\n.reg .b32 r;\nmapa.shared::cluster.u32 r, %0, %1;\n"
-      "mbarrier.arrive.shared::cluster.b64 _, [r];\n}\n" ::"r"(bar),
-      "r"(rank)
-      : "memory");
-}
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
@@ -206,27 +197,8 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int x
       "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
       : "memory");
 }
-// The same box to dst (and its barrier bar) in every cluster block of `mask`.
-__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const void* map, int x, int y,
-                                                      uint32_t bar, uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar), "h"(mask)
-      : "memory");
-}
 __device__ __forceinline__ void tma_prefetch_map(const void* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-// Every thread of every block of the cluster.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
-                   : "memory");
-}
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
 }
 // Shared to global: a 2-d box of `map` at (x, y) from shared address src (clipped at the
 // tensor's edges), in this thread's bulk group.
