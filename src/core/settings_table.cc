@@ -103,6 +103,14 @@ std::vector<Setting> make_table() {
           .env({"TACHYON_CPU_PORTABLE"}),
       Def("graphs", T::kBool, "true", Cmds{}, "capture decode steps as CUDA graphs")
           .env({"TACHYON_GRAPHS"}),
+      Def("batch-invariant", T::kBool, "false", Cmds{},
+          "CUDA: logits that do not depend on the batch around a row (fixed-order products, "
+          "no attention key splits), at some speed")
+          .env({"TACHYON_BATCH_INVARIANT"}),
+      Def("flash-probe", T::kString, "", Cmds{},
+          "where the flash kernel's diagnostic build (-DTACHYON_FLASH_PROBE=ON) writes its "
+          "records")
+          .env({"TACHYON_FLASH_PROBE"}),
       // ---- engine ------------------------------------------------------------------
       Def("gpu-memory-fraction", T::kDouble, "0.9", kEngine,
           "share of the GPU's memory the process may fill; the KV cache takes what the "

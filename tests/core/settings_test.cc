@@ -7,7 +7,6 @@
 #include <map>
 #include <set>
 
-#include "core/env.h"
 #include "core/error.h"
 
 namespace tachyon {
@@ -280,21 +279,6 @@ TEST(Settings, LibrarySettingsReadTheEnvironmentOnce) {
   EXPECT_EQ(setting_env_str("home"), "/first");
   unsetenv("TACHYON_HOME");
   EXPECT_THROW(setting_env("no-such-setting"), Internal);
-}
-
-TEST(Settings, StrictEnvironmentReaders) {
-  constexpr const char* kName = "TACHYON_SETTINGS_TEST_VALUE";
-  unsetenv(kName);
-  EXPECT_TRUE(env_flag(kName, true));
-  EXPECT_EQ(env_int(kName, 70, 0, 127), 70);
-  setenv(kName, "1", 1);
-  EXPECT_TRUE(env_flag(kName, false));
-  EXPECT_EQ(env_int(kName, 5, 0, 127), 1);
-  setenv(kName, "128", 1);
-  EXPECT_THROW(env_int(kName, 5, 0, 127), InvalidArgument);
-  setenv(kName, "yes", 1);
-  EXPECT_THROW(env_flag(kName, false), InvalidArgument);
-  unsetenv(kName);
 }
 
 }  // namespace

@@ -48,6 +48,7 @@
 #include "backend/cuda/launch_check.h"
 #include "backend/cuda/mma_util.cuh"
 #include "backend/cuda/tensor_map.h"
+#include "core/settings.h"
 #include "backend/cuda/wgmma.cuh"
 
 #if TACHYON_FLASH_PROBE
@@ -420,7 +421,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // The diagnostic build's records (flash_probe.cuh): one buffer, reused by every launch;
 // a launch first writes the previous launch's records to PREFIX.<its blocks>.
 struct ProbeState {
-  const char* prefix = std::getenv("TACHYON_FLASH_PROBE");
+  std::string prefix = setting_env_str("flash-probe");
   uint32_t* buf = nullptr;
   int64_t cap = 0, last = 0;
   cudaStream_t last_stream = nullptr;
@@ -453,7 +454,7 @@ ProbeState& probe_state() {
 
 uint32_t* flash_probe_buffer(int64_t blocks, cudaStream_t stream) {
   ProbeState& st = probe_state();
-  if (st.prefix == nullptr || blocks <= 0) return nullptr;
+  if (st.prefix.empty() || blocks <= 0) return nullptr;
   cudaStreamCaptureStatus cs;
   if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
     return nullptr;

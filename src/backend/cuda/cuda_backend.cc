@@ -11,6 +11,7 @@
 #include "backend/cuda/launch.cuh"
 #include "core/error.h"
 #include "core/logging.h"
+#include "core/settings.h"
 
 namespace tachyon {
 
@@ -61,7 +62,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
   if (device_ < 0 || device_ >= n)
     raise<Unavailable>("CUDA device {} is not available ({} visible)", device_, n);
   TACHYON_CUDA_CHECK(cudaSetDevice(device_));
-  batch_invariant_ = batch_invariant_ || env_flag("TACHYON_BATCH_INVARIANT", false);
+  batch_invariant_ = batch_invariant_ || setting_env_bool("batch-invariant");
   TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_));
   // Programmatic dependent launch (launch.cuh) and the decode kernel's cluster merge
   // from compute capability 9.0 on.

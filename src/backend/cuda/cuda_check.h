@@ -8,7 +8,6 @@
 #include <string>
 
 #include "backend/cuda/launch_check.h"
-#include "core/env.h"
 #include "core/error.h"
 
 namespace tachyon::cuda {
@@ -18,10 +17,6 @@ namespace tachyon::cuda {
 
 // Number of visible CUDA devices (0 when there is no driver or no GPU).
 int device_count();
-
-// The backend's settings from the environment (core/env.h).
-using ::tachyon::env_flag;
-using ::tachyon::env_int;
 
 }  // namespace tachyon::cuda
 
