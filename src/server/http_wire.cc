@@ -31,8 +31,10 @@ std::string framing_error(const bhttp::request_header<>& req) {
   std::string codings;
   size_t te_fields = 0;
   for (const auto& f : req)
-    if (f.name() == bhttp::field::transfer_encoding)
-      codings += (te_fields++ ? "," : "") + std::string(f.value());
+    if (f.name() == bhttp::field::transfer_encoding) {
+      if (te_fields++ > 0) codings += ',';
+      codings.append(f.value().data(), f.value().size());
+    }
   if (te_fields > 0) {
     std::vector<std::string_view> list;
     std::string_view rest = codings;
