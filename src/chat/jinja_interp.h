@@ -117,7 +117,7 @@ class Interpreter {
   RenderOptions options_;
   int64_t steps_ = 0;
   // Cancellation and the deadline are looked at once every kControlEvery steps.
-  static constexpr int64_t kControlEvery = 4096;
+  static constexpr int64_t kControlEvery = 128;
   int64_t next_control_check_ = 0;
   size_t total_bytes_ = 0;
   int depth_ = 0;

@@ -80,7 +80,7 @@ void LoadProgress::finish() {
   last_percent_ = -1;
 }
 
-bool prefetch_weights(const std::string& model_dir, LoadProgress& progress) {
+WeightBytes prefetch_weights(const std::string& model_dir, LoadProgress& progress) {
   namespace fs = std::filesystem;
   std::vector<fs::path> files;
   double total = 0;
@@ -92,7 +92,12 @@ bool prefetch_weights(const std::string& model_dir, LoadProgress& progress) {
       total += static_cast<double>(e.file_size());
     }
   }
-  if (files.empty() || total > 0.5 * static_cast<double>(mem_available_bytes())) return false;
+  if (files.empty()) return {};
+  if (total > 0.5 * static_cast<double>(mem_available_bytes())) {
+    log_info("weights: {} in the checkpoint's files, mapped and read as the model touches them",
+             gib(total));
+    return {total, 0};
+  }
   std::vector<char> buf(8u << 20);
   double done = 0;
   for (const auto& f : files) {
@@ -109,7 +114,9 @@ bool prefetch_weights(const std::string& model_dir, LoadProgress& progress) {
   }
   progress.update(total, total, "weights");
   progress.finish();
-  return true;
+  log_info("weights: {} in the checkpoint's files, {} read ahead into the page cache", gib(total),
+           gib(done));
+  return {total, done};
 }
 
 }  // namespace tachyon::cli

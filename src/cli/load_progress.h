@@ -23,9 +23,15 @@ class LoadProgress {
   double last_draw_ms_ = 0;
 };
 
+// The checkpoint's weight files: their bytes (what the loader maps), and how many of
+// those prefetch_weights() read ahead.
+struct WeightBytes {
+  double files = 0;
+  double read = 0;
+};
 // Reads the checkpoint's weight files once, sequentially, so that the loader's mmap
-// finds them in the page cache; reports bytes read. Skipped (returns false) when the
-// files would not fit in the memory available.
-bool prefetch_weights(const std::string& model_dir, LoadProgress& progress);
+// finds them in the page cache; reports bytes read. Skipped (read stays 0) when the files
+// would not fit in the memory available. Logs what was mapped and read either way.
+WeightBytes prefetch_weights(const std::string& model_dir, LoadProgress& progress);
 
 }  // namespace tachyon::cli

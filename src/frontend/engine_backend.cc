@@ -192,7 +192,7 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
   b->info_.max_model_len = static_cast<int32_t>(window);
   b->info_.vocab_size = b->engine_->vocab_size();
   b->info_.has_chat_template = b->chat_ != nullptr;
-  progress(1, 1, "ready");
+  progress(0, 0, "ready");  // a stage, not bytes
   return b;
 }
 

@@ -1,0 +1,76 @@
+// End-to-end checks of `tachyon serve`'s start and stop: what the start log says about the
+// weights, /health answering while chat templates render, and SIGTERM ending a server
+// whose requests are still rendering.
+//   node tests/e2e/lifecycle.mjs path/to/tachyon
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Runner, rawExchange, request, startServer } from './lib.mjs';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '..', '..');
+const binary = path.resolve(process.argv[2] || path.join(root, 'build', 'tachyon'));
+const model = path.join(root, 'models', 'tiny-kjv-chat');
+const t = new Runner();
+
+// The bundled model with a chat template that takes a minute to render inside the
+// interpreter's step and memory limits (each step scans a 50 MB string): only the
+// deadline, a disconnect or shutdown stops it.
+function slowTemplateModel() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tachyon-slow-template-'));
+  for (const f of fs.readdirSync(model)) fs.symlinkSync(path.join(model, f), path.join(dir, f));
+  fs.writeFileSync(path.join(dir, 'chat_template.jinja'),
+    "{% set s = 'x' * 50000000 %}{% for i in range(10000) %}{% if 'z' in s %}{% endif %}{% endfor %}" +
+    '{% for m in messages %}{{ m.content }}{% endfor %}');
+  return dir;
+}
+
+const chat = JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+const post = (port) =>
+  rawExchange(port, `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
+    `Content-Length: ${chat.length}\r\nConnection: close\r\n\r\n${chat}`, { idleMs: 60000 });
+
+t.test('the start log gives the weights in bytes, not "0.0 MB / 0.0 MB"', async () => {
+  const server = await startServer(binary, ['--model', model, '--progress', 'true']);
+  try {
+    const log = server.log();
+    assert.ok(!log.includes('0.0 MB / 0.0 MB'), log);
+    assert.match(log, /weights: [0-9.]+ MB in the checkpoint's files/);
+  } finally {
+    server.child.kill('SIGTERM');
+    assert.equal((await server.exitPromise).code, 0);
+  }
+});
+
+t.test('renders run off the HTTP threads; SIGTERM cancels them', async () => {
+  const dir = slowTemplateModel();
+  const server = await startServer(binary, [
+    '--model', dir, '--progress', 'false', '--io-threads', '2', '--shutdown-timeout', '1',
+    '--render-timeout', '120']);
+  try {
+    const renders = [post(server.port), post(server.port)];
+    await new Promise((r) => setTimeout(r, 300));  // both are rendering now
+    const t0 = Date.now();
+    const h = await request(server.port, 'GET', '/health');
+    assert.equal(h.status, 200);
+    // Both HTTP threads would be busy rendering if renders ran there; the bound is loose
+    // (two busy render threads share this machine's cores with the probe).
+    assert.ok(Date.now() - t0 < 1000, `/health took ${Date.now() - t0} ms`);
+    const stop = Date.now();
+    server.child.kill('SIGTERM');
+    const exit = await server.exitPromise;
+    assert.equal(exit.code, 0, server.log());
+    // The renders are cancelled at once: within --shutdown-timeout + 1 s.
+    assert.ok(Date.now() - stop < 2000, `exit took ${Date.now() - stop} ms`);
+    for (const r of await Promise.allSettled(renders))
+      if (r.status === 'fulfilled' && r.value.text) assert.match(r.value.text, /^HTTP\/1.1 503/);
+    assert.match(server.log(), /shutting down \(2 requests in flight\)/);
+  } finally {
+    if (!server.exited) server.child.kill('SIGKILL');
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+process.exit((await t.run(process.argv[3] || '')) ? 0 : 1);
