@@ -376,6 +376,8 @@ bool AsyncModel::launch_step() {
   for (const RowSampling& row : batch.sampling.rows)
     step.ahead = step.ahead && row.mode == RowSampling::Mode::kDevice;
   for (int64_t g : plan.sampled_groups) step.ahead = step.ahead && can_overlap(requests_->at(g));
+  const auto l0 = Clock::now();
+  const double lc0 = thread_cpu_ms();
   try {
     executor_->launch(batch);
   } catch (const Error& e) {
@@ -395,8 +397,15 @@ bool AsyncModel::launch_step() {
   step.plan = std::move(plan);
   if (step.ahead) add_pending(step);
   steps_.push_back(std::move(step));
-  loop_stats_.schedule_cpu_ms += thread_cpu_ms() - c0;
-  loop_stats_.schedule_ms += ms_between(t0, Clock::now());
+  // Where launch() computed the step (the CPU), its time is the forward pass's; where it
+  // only queued it on a device, it is the host's work of the step.
+  const auto t1 = Clock::now();
+  const double c1 = thread_cpu_ms();
+  const bool computed = executor_->launch_computes();
+  const double computed_ms = computed ? ms_between(l0, t1) : 0;
+  loop_stats_.forward_ms += computed_ms;
+  loop_stats_.schedule_ms += ms_between(t0, t1) - computed_ms;
+  loop_stats_.schedule_cpu_ms += (c1 - c0) - (computed ? c1 - lc0 : 0);
   return true;
 }
 

@@ -105,8 +105,10 @@ struct EngineStats {
   // before, so forward_ms is then the time the loop waits for the device's results.
   double step_ms = 0;
   double schedule_ms = 0;  // scheduler, queueing the block moves, batch building, launch
-  double forward_ms = 0;   // waiting for a step's results (LanguageModel::collect)
-  double sample_ms = 0;    // sampling, streaming
+  // The forward pass: waiting for a step's results (LanguageModel::collect), and the
+  // time of launch() where it computes the step itself (LanguageModel::launch_computes).
+  double forward_ms = 0;
+  double sample_ms = 0;  // sampling, streaming
   // CPU time of the engine thread in the same phases: what the engine itself costs,
   // unaffected by other processes competing for the cores.
   double schedule_cpu_ms = 0;

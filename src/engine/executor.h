@@ -67,6 +67,8 @@ class ModelExecutor {
   void move_blocks(const SchedulerOutput& plan);
   // Queues the batch (LanguageModel::launch) / takes the oldest queued step's output.
   void launch(const ForwardBatch& batch) { model_->launch(batch); }
+  // Whether launch() computes the step before it returns (LanguageModel::launch_computes).
+  bool launch_computes() const { return model_->launch_computes(); }
   ForwardOutput collect() { return model_->collect(); }
   // Runs the forward pass at once (LanguageModel::forward_sample: tokens chosen on the
   // device where batch.sampling says so, logits [host rows, vocab] (float32, CPU) for

@@ -146,6 +146,10 @@ class LanguageModel {
   // tokens from the previous step's output.
   virtual void launch(const ForwardBatch& batch);
   virtual ForwardOutput collect();
+  // Whether launch() computes the step itself before it returns (the default, and a
+  // model on the CPU) rather than queueing it on a device: the engine then counts the
+  // time of launch() as the forward pass, not as its own overhead.
+  virtual bool launch_computes() const { return true; }
   // forward() that chooses the tokens of batch.sampling's kDevice rows where the model
   // runs and returns only their ids (plus the kHost rows' logits). This default, for
   // models that cannot, returns every row's logits (all rows kTokenOnHost).

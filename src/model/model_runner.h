@@ -43,6 +43,7 @@ class ModelRunner final : public Model {
   void swap_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& out,
                       const std::vector<std::pair<int32_t, int32_t>>& in) override;
   Tensor forward(const ForwardBatch& batch) override;
+  bool launch_computes() const override { return be_->device().is_cpu(); }
   bool samples_on_device() const override { return be_->supports_sampling(); }
   // launch() then collect(); no step may be launched and not collected.
   ForwardOutput forward_sample(const ForwardBatch& batch) override;

@@ -315,6 +315,22 @@ TEST(AsyncModel, StopWordsList) {
   EXPECT_EQ(r.sequences[0].output_ids, std::vector<int32_t>(full.begin(), full.begin() + at + 2));
 }
 
+// A model that computes the step inside launch() (the CPU) spends the forward pass
+// there: the engine's report counts it as the forward pass, not as its own overhead.
+TEST(AsyncModel, StepTimeGoesToThePhaseThatSpentIt) {
+  FakeModelOptions o;
+  o.delay_us = 20000;  // each forward pass sleeps 20 ms
+  auto t = make_engine(o, small_engine(512));
+  GenerateConfig c;
+  c.max_new_tokens = 6;
+  c.ignore_eos = true;
+  ASSERT_FALSE(t.engine->submit({{1, 2, 3}, c})->wait().error.has_value());
+  const EngineStats s = t.engine->stats();
+  ASSERT_GE(s.num_steps, 6);
+  EXPECT_GE(s.forward_ms, 0.9 * 20.0 * static_cast<double>(s.num_steps)) << s.forward_ms;
+  EXPECT_LT(s.schedule_ms, 0.5 * s.forward_ms) << s.schedule_ms;
+}
+
 TEST(AsyncModel, LogprobsAndTimings) {
   FakeModelOptions o;
   auto t = make_engine(o, small_engine(512));
