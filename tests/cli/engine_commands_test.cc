@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 
+#include "cli/run_command.h"
 #include "core/json.h"
 
 namespace tachyon {
@@ -16,16 +17,9 @@ namespace {
 const std::string kRoot = TACHYON_SOURCE_DIR;
 const std::string kBin = std::string(TACHYON_BINARY_DIR) + "/tachyon";
 
-// Runs a shell command; returns (exit code, stdout).
+using testing::run_command;
 std::pair<int, std::string> run(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, ""};
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  return run_command(cmd);
 }
 
 std::vector<Json> read_lines(const std::string& path) {

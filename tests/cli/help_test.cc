@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 
+#include "cli/run_command.h"
 #include "core/settings.h"
 
 namespace tachyon {
@@ -16,14 +17,7 @@ const std::string kBin = std::string(TACHYON_BINARY_DIR) + "/tachyon";
 // Runs the binary with `args` (stderr into stdout) and `env` (VAR=value ...) added to the
 // environment; returns (exit code, output).
 std::pair<int, std::string> run(const std::string& args, const std::string& env = "") {
-  std::string out;
-  FILE* p = popen((env + " " + kBin + " " + args + " 2>&1 </dev/null").c_str(), "r");
-  if (!p) return {-1, ""};
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  return testing::run_command(env + " " + kBin + " " + args + " 2>&1 </dev/null");
 }
 
 TEST(CliHelp, MainHelpListsTheSubcommands) {
