@@ -35,14 +35,7 @@ constexpr double kRelTolerance16 = 3e-2;
 constexpr double kMarginFactor = 3.0;
 constexpr int32_t kBlockSize = 4;
 
-std::vector<std::string> fixture_names() {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(testing_util::fixtures_source_dir()))
-    if (e.is_directory() && fs::exists(e.path() / "config.json"))
-      names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
+using testing_util::fixture_names;
 
 struct Case {
   std::vector<int32_t> input_ids;

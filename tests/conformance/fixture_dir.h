@@ -13,6 +13,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +22,7 @@
 #include <sstream>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "core/error.h"
 #include "core/json.h"
@@ -30,6 +32,17 @@ namespace tachyon::testing_util {
 
 inline std::string fixtures_source_dir() {
   return std::string(TACHYON_SOURCE_DIR) + "/tests/conformance/fixtures";
+}
+
+// Every fixture folder (one with a config.json), sorted.
+inline std::vector<std::string> fixture_names() {
+  namespace fs = std::filesystem;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(fixtures_source_dir()))
+    if (e.is_directory() && fs::exists(e.path() / "config.json"))
+      names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 inline std::string read_file_bytes(const std::filesystem::path& p) {

@@ -21,14 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> fixture_names() {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(testing_util::fixtures_source_dir()))
-    if (e.is_directory() && fs::exists(e.path() / "config.json"))
-      names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
+using testing_util::fixture_names;
 
 // torch 1.13 (Debian's python3-torch):
 //   g = torch.Generator().manual_seed(SEED)

@@ -1,4 +1,5 @@
 #include "core/settings.h"
+#include "core/fake_env.h"
 
 #include <gtest/gtest.h>
 
@@ -12,16 +13,7 @@
 namespace tachyon {
 namespace {
 
-struct Env {
-  std::map<std::string, std::string> vars;
-  EnvLookup fn() const {
-    return [this](const std::string& k) -> std::optional<std::string> {
-      auto it = vars.find(k);
-      if (it == vars.end()) return std::nullopt;
-      return it->second;
-    };
-  }
-};
+using Env = ::tachyon::testing::FakeEnv;
 
 SettingValues parse(std::string_view command, const std::vector<std::string>& args,
                     const Env& env = {}) {

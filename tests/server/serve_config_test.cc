@@ -7,20 +7,12 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/fake_env.h"
 
 namespace tachyon::server {
 namespace {
 
-struct Env {
-  std::map<std::string, std::string> vars;
-  EnvLookup fn() const {
-    return [this](const std::string& k) -> std::optional<std::string> {
-      auto it = vars.find(k);
-      if (it == vars.end()) return std::nullopt;
-      return it->second;
-    };
-  }
-};
+using Env = ::tachyon::testing::FakeEnv;
 
 ServeConfig load(const std::vector<std::string>& args, const Env& env = {}) {
   auto c = load_serve_config(args, env.fn(), nullptr);
