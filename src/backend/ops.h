@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -67,28 +68,40 @@ struct NormParams {
   Tensor bias;
   float eps = 1e-5f;
   float weight_offset = 0.f;  // the scale is (weight_offset + weight): Gemma uses 1
+  // The scale lives in the weights of the products that read the norm's output
+  // (Backend::prepare_input_norm moved it there): weight is ones, the norm only
+  // normalises.
+  bool folded = false;
 };
 
-// What a product that added into a residual stream (Backend::linear_add) kept of it for
-// the product that normalises the same rows next (RowRms::squares): the backend's token
-// for the rows' sums of squares, which spares that product a pass over the rows. token 0:
-// nothing kept. The backend honours it only for the same rows (data and count) and while
-// no later linear_add replaced what it kept; the caller passes it on only while nothing
-// else has written the rows.
-struct RowSquares {
-  const void* data = nullptr;
-  int64_t rows = 0;
-  uint64_t token = 0;
+// A linear layer's parameters in the form the backend's kernels read: w [N, K]
+// (Backend::prepare_linear_weight), b [N] f32, optional.
+struct LinearWeights {
+  Tensor w;
+  Tensor b;
+  explicit operator bool() const { return static_cast<bool>(w); }
 };
 
-// A product that normalises its own input rows: x is the un-normalised input of an RMS
-// norm (the residual stream) whose scale Backend::fold_norm() moved into the product's
-// weight, and each output row is scaled by 1 / sqrt(mean(x_row²) + eps) before anything
-// else is done to it (the norm's pass, and its [T, D] output, disappear). squares: what
-// the product that last added into x kept of its rows, if anything.
-struct RowRms {
-  float eps = 1e-5f;
-  const RowSquares* squares = nullptr;
+// How one layer's attention turns its input rows into q, k and v: the products (either
+// the stacked one, [row_cols, K], or the three parts), then in this order the clamp,
+// the per-head norms, the per-query scale and the rotary.
+struct AttentionInput {
+  QkvLayout layout;
+  LinearWeights qkv;
+  LinearWeights q, k, v;
+  float clip = 0.f;           // > 0: q, k and v clamped to [-clip, clip]
+  NormParams q_norm, k_norm;  // per-head norms over head_dim (Qwen3), when q_norm.weight
+  RotaryStyle rotary = RotaryStyle::kNone;
+};
+
+// How one layer's MLP turns its input rows into the down projection's input: a gated
+// MLP gives act(gate) * up (gate_up stacked [2I, K] with the gate rows first, or the two
+// parts), an ungated one act(up).
+struct MlpInput {
+  bool gated = true;
+  Activation act = Activation::kSilu;
+  LinearWeights gate_up;
+  LinearWeights gate, up;
 };
 
 // Per-step sequence metadata for the paged KV cache, all i32 device tensors.
@@ -195,6 +208,14 @@ class Backend {
   // into one matrix each first, as the copy costs nothing more.
   virtual Tensor prepare_linear_weight(const Tensor& host) { return prepare_weight(host); }
   virtual bool repacks_linear_weights() const { return false; }
+  // A norm whose output only attention_input() or mlp_input() read, with the weights of
+  // the products there that read it (prepared). The backend may move the norm's scale
+  // into those weights (each rounded to its dtype) and mark the norm folded, where its
+  // products then need no pass of the norm of their own. Nothing by default.
+  virtual void prepare_input_norm(NormParams& norm, std::span<Tensor* const> readers) {
+    (void)norm;
+    (void)readers;
+  }
   // A host copy of a device tensor (the tensor itself on the CPU). Waits for the work
   // that produces it.
   virtual Tensor to_host(const Tensor& t) { return t; }
@@ -260,23 +281,6 @@ class Backend {
   virtual void qk_norm(Tensor& qkv, const QkvLayout& layout, const NormParams& q_norm,
                        const NormParams& k_norm) = 0;
 
-  // Norms folded into the products that read them: whether fold_norm() takes this
-  // prepared weight w [N, K] and norm (an RMS norm without bias, over K).
-  virtual bool folds_norm(const Tensor& w, const NormParams& norm) const {
-    (void)w;
-    (void)norm;
-    return false;
-  }
-  // A new weight w'[n, k] = w[n, k] * (norm.weight_offset + norm.weight[k]), rounded to
-  // w's dtype (w itself is left alone): the product of x / rms(x) with w' is the product
-  // of norm(x) with w (up to that rounding), so the norm's pass needs no weight and a
-  // product that takes a RowRms needs no pass at all. Only where folds_norm().
-  virtual Tensor fold_norm(const Tensor& w, const NormParams& norm) {
-    (void)w;
-    (void)norm;
-    throw Internal("fold_norm: this backend does not fold norms");
-  }
-
   // ---- dense ----------------------------------------------------------------------
   // out[:, col_offset : col_offset + N] = act(x · wᵀ + bias).
   // x [T, K]; w [N, K] (prepared); bias [N] f32 optional (a 16-bit backend adds it in
@@ -284,38 +288,6 @@ class Backend {
   // dtype or f32 (logits).
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
                       int64_t col_offset = 0, Activation act = Activation::kIdentity) = 0;
-  // out += x · wᵀ + bias in one pass, the sum rounded once to out's dtype, where the
-  // backend folds the add into the product (a residual stream updated by the o and down
-  // projections without a separate add). x [T, K]; w [N, K] (prepared); out [T, N] in
-  // the activation dtype. Returns false, having done nothing, where it does not (the
-  // caller then runs linear() and adds). Given squares, it is reset, then filled where
-  // the backend keeps the new rows' sums of squares for a RowRms product that reads out
-  // next.
-  virtual bool linear_add(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
-                          RowSquares* squares = nullptr) {
-    (void)x;
-    (void)w;
-    (void)bias;
-    (void)out;
-    if (squares != nullptr) *squares = RowSquares{};
-    return false;
-  }
-  // out[t, i] = act(x · w[i]ᵀ) * (x · w[I + i]ᵀ) in one pass, where the backend computes
-  // the gate and up products and the gated activation together (without the [T, 2I]
-  // intermediate): w [2I, K] (prepared; [gate | up] rows), out [T, I] in the activation
-  // dtype, with the same rounding as linear() into [T, 2I] then gated_activation().
-  // Returns false, having done nothing, where it does not (the caller then runs those).
-  // With rms, x's rows are normalised by the product (RowRms), where the backend can.
-  virtual bool linear_gated(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act,
-                            Tensor& out, const RowRms* rms = nullptr) {
-    (void)x;
-    (void)w;
-    (void)bias;
-    (void)act;
-    (void)out;
-    (void)rms;
-    return false;
-  }
   // out[t, i] = act(in[t, i]) * in[t, I + i]; in [T, 2I] ([gate | up]), out [T, I].
   virtual void gated_activation(const Tensor& in, Activation act, Tensor& out) = 0;
   // x = act(x) in place, x [T, N].
@@ -373,28 +345,6 @@ class Backend {
     rotary(qkv, layout, cos_sin, style, rotary_dim);
     write_kv(qkv, layout, slots, cache);
   }
-  // qkv = x · wᵀ (+ bias) and then rotary_write_kv() on it, in one pass where the backend
-  // folds the rotary and the cache write into the product (w [row_cols, K] prepared,
-  // qkv [T, row_cols] in the activation dtype); the same values as linear() then
-  // rotary_write_kv(). Returns false, having done nothing, where it does not. With rms,
-  // x's rows are normalised by the product (RowRms), where the backend can.
-  virtual bool linear_rotary_kv(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& qkv,
-                                const QkvLayout& layout, const Tensor& cos_sin, RotaryStyle style,
-                                int32_t rotary_dim, const Tensor& slots, LayerKvCache& cache,
-                                const RowRms* rms = nullptr) {
-    (void)rms;
-    (void)x;
-    (void)w;
-    (void)bias;
-    (void)qkv;
-    (void)layout;
-    (void)cos_sin;
-    (void)style;
-    (void)rotary_dim;
-    (void)slots;
-    (void)cache;
-    return false;
-  }
   // Causal attention of the step's queries (the q part of qkv) over each sequence's
   // cached keys/values (which already include this step's). Query t of sequence s, the
   // i-th of its q_len tokens, sits at cache index context_len - q_len + i and sees keys
@@ -416,6 +366,23 @@ class Backend {
   // either may be alloc_swap() memory. Throws InvalidArgument for a block out of range.
   virtual void copy_blocks_between(const Tensor& from, Tensor& to,
                                    const std::vector<std::pair<int32_t, int32_t>>& pairs) = 0;
+
+  // ---- layer-level products ------------------------------------------------------
+  // The parts of a layer the decoder writes as one step each. These forms compose the
+  // ops above; a backend overrides them to fuse what its kernels can (a norm, a rotary,
+  // a cache write or a residual add inside a product) and decides that by itself.
+  //
+  // qkv [T, layout.row_cols()] = the products of p of norm(x) (of x itself when norm is
+  // null), then p's clamp, per-head norms, the q part scaled by logn [T] f32 (when
+  // given) and the rotary by cos_sin [T, rot] f32 (rotary models); the k and v parts
+  // are then written into the cache at slots [T] (as write_kv). x [T, K] is untouched.
+  virtual void attention_input(const Tensor& x, const NormParams* norm, const AttentionInput& p,
+                               const Tensor& cos_sin, const Tensor& logn, const Tensor& slots,
+                               LayerKvCache& cache, Tensor& qkv);
+  // out [T, I] = the MLP input of p (MlpInput) of norm(x) (of x itself when norm is null).
+  virtual void mlp_input(const Tensor& x, const NormParams* norm, const MlpInput& p, Tensor& out);
+  // residual [T, N] += x · wᵀ + b, the sum rounded once to residual's dtype; x [T, K].
+  virtual void linear_residual(const Tensor& x, const LinearWeights& w, Tensor& residual);
 
   // ---- mixture of experts ---------------------------------------------------------
   // Softmax over router logits [T, E] (activation dtype or f32), the top_k largest
@@ -451,6 +418,19 @@ class Backend {
     (void)ids;
     TACHYON_CHECK(false, "the {} backend does not sample on its device", name());
   }
+
+ protected:
+  // Buffers the layer-level products' default forms work in.
+  enum class Workspace : uint8_t { kNormed, kProduct, kGateUp, kCount };
+  // A [rows, cols] buffer of the slot, kept and grown between calls; its contents last
+  // until the slot's next use. A backend whose recorded graphs read it overrides this to
+  // tell them when it moves.
+  virtual Tensor workspace(Workspace slot, int64_t rows, int64_t cols, DType dtype);
+  // norm(x) in the kNormed workspace (x untouched).
+  Tensor normed(const Tensor& x, const NormParams& norm);
+
+ private:
+  Tensor workspace_[static_cast<size_t>(Workspace::kCount)];
 };
 
 // The CPU backend (multi-threaded over the global ThreadPool).

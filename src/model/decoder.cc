@@ -28,9 +28,10 @@ Decoder::Decoder(ModelConfig config, ModelWeights weights, Backend& backend)
     : cfg_(std::move(config)), w_(std::move(weights)), be_(backend) {
   cfg_.validate();
   prepare_weights(w_, be_);
-  fold_norms();
   TACHYON_CHECK_EQ(static_cast<int32_t>(w_.layers.size()), cfg_.layer_num);
   layout_ = QkvLayout{cfg_.head_num, cfg_.head_num_kv, cfg_.size_per_head};
+  prepare_input_norms();
+  build_layer_inputs();
   Tensor slopes;
   if (cfg_.position == PositionType::kAlibi) {
     std::vector<float> s = alibi_slopes(cfg_.head_num, cfg_.alibi_style, cfg_.alibi_bias_max);
@@ -80,8 +81,8 @@ size_t Decoder::workspace_bytes(int32_t max_tokens) const {
 
 void Decoder::buffer_addresses(std::vector<const void*>& out) const {
   for (const StepBuffer* buf :
-       {&residual_, &h_, &h2_, &embed_, &qkv_, &attn_, &o_, &mlp_, &gate_up_, &act_, &shared_,
-        &router_, &moe_ids_, &moe_w_, &shared_logit_, &final_, &final_proj_})
+       {&residual_, &h_, &h2_, &embed_, &qkv_, &attn_, &o_, &mlp_, &act_, &shared_, &router_,
+        &moe_ids_, &moe_w_, &shared_logit_, &final_, &final_proj_})
     out.push_back(buf->storage.raw());
 }
 
@@ -112,85 +113,9 @@ void Decoder::compute(const StepInputs& in, std::span<LayerKvCache> kv, Tensor& 
     be_.embedding(in.rope_rows, in.rope_positions, 0, 1.f, false, cos_sin_);
   }
 
-  Tensor h = h_.view(be_, T, D);
-  Tensor o = o_.view(be_, T, D);
-  Tensor m = mlp_.view(be_, T, D);
-  Tensor pending1, pending2;
-  squares_ = RowSquares{};
-  const float rscale = static_cast<float>(cfg_.residual_scale);
-  for (int l = 0; l < cfg_.layer_num; ++l) {
-    const LayerWeights& L = w_.layers[l];
-    if (cfg_.residual_from_norm) {
-      // h = s * n1(x) + attn(n1(x)); x' = s * n2(h) + mlp(n2(h)).
-      be_.add_norm(residual, Tensor(), Tensor(), L.attn_norm, h);
-      attention_block(l, h, o);
-      be_.scale_add(h, rscale, o, residual);
-      be_.add_norm(residual, Tensor(), Tensor(), L.mlp_norm, h);
-      mlp_block(l, h, m);
-      be_.scale_add(h, rscale, m, residual);
-      continue;
-    }
-    if (cfg_.post_norm) {
-      attention_block(l, residual, o);
-      be_.add_norm(residual, o, Tensor(), L.attn_norm, residual);
-      mlp_block(l, residual, m);
-      be_.add_norm(residual, m, Tensor(), L.mlp_norm, residual);
-      continue;
-    }
-    if (!cfg_.parallel_residual && !cfg_.sandwich_norm) {
-      // The o and down projections add into the residual stream themselves where the
-      // backend can (the next norm then reads one tensor instead of two). With the norms
-      // folded, a product may normalise the residual's rows itself (no norm pass).
-      bool o_added;
-      if (norms_folded_ && !pending1 && !pending2) {
-        o_added = attention_block(l, residual, o, &residual, &L.attn_norm);
-      } else {
-        be_.add_norm(residual, pending1, pending2, L.attn_norm, h);
-        squares_ = RowSquares{};
-        o_added = attention_block(l, h, o, &residual);
-      }
-      bool m_added;
-      if (norms_folded_ && o_added) {
-        m_added = mlp_block(l, residual, m, &residual, &L.mlp_norm);
-      } else {
-        be_.add_norm(residual, o_added ? Tensor() : o, Tensor(), L.mlp_norm, h);
-        squares_ = RowSquares{};
-        m_added = mlp_block(l, h, m, &residual);
-      }
-      pending1 = m_added ? Tensor() : m;
-      pending2 = Tensor();
-      continue;
-    }
-    be_.add_norm(residual, pending1, pending2, L.attn_norm, h);
-    if (cfg_.parallel_residual) {
-      attention_block(l, h, o);
-      if (cfg_.parallel_shared_norm) {
-        mlp_block(l, h, m);
-      } else {
-        Tensor h2 = h2_.view(be_, T, D);
-        be_.add_norm(residual, Tensor(), Tensor(), L.mlp_norm, h2);
-        mlp_block(l, h2, m);
-      }
-      pending1 = o;
-      pending2 = m;
-    } else {  // sandwich_norm
-      attention_block(l, h, o);
-      be_.add_norm(o, Tensor(), Tensor(), L.post_attn_norm, o);
-      be_.add_norm(residual, o, Tensor(), L.mlp_norm, h);
-      mlp_block(l, h, m);
-      be_.add_norm(m, Tensor(), Tensor(), L.post_mlp_norm, m);
-      pending1 = m;
-      pending2 = Tensor();
-    }
-  }
+  for (int l = 0; l < cfg_.layer_num; ++l) layer(l, residual);
   Tensor final_h = residual;
-  if (cfg_.final_norm) {
-    be_.add_norm(residual, pending1, pending2, w_.final_norm, h);
-    final_h = h;
-  } else {
-    if (pending1) be_.add(residual, pending1, residual);
-    if (pending2) be_.add(residual, pending2, residual);
-  }
+  if (cfg_.final_norm) final_h = normed(residual, w_.final_norm, h_);
 
   // Logits for the requested rows only.
   if (R == 0) return;
@@ -208,122 +133,112 @@ void Decoder::compute(const StepInputs& in, std::span<LayerKvCache> kv, Tensor& 
   if (cfg_.final_softcap > 0) be_.softcap(logits, static_cast<float>(cfg_.final_softcap));
 }
 
-bool Decoder::attention_block(int l, const Tensor& in, Tensor& out, Tensor* add_into,
-                              const NormParams* rms) {
+void Decoder::layer(int l, Tensor& x) {
   const LayerWeights& L = w_.layers[l];
-  const int64_t T = in.dim(0);
-  Tensor qkv = qkv_.view(be_, T, layout_.row_cols());
-  const bool rotary = cfg_.position == PositionType::kRotary;
-  const int32_t rot = rotary ? static_cast<int32_t>(cos_sin_.dim(1)) : 0;
-  const Tensor& slots = step_->slots;
-  const Tensor& logn = step_->logn;
-  // The product, the rotary and the cache write in one pass, where nothing else touches
-  // the rows between them (and, given rms, the rows' normalisation).
-  const RowRms row_rms{rms != nullptr ? rms->eps : 0.f, &squares_};
-  const bool fused =
-      L.qkv && rotary && cfg_.clip_qkv <= 0 && !cfg_.qk_norm && !logn &&
-      be_.linear_rotary_kv(in, L.qkv.w, L.qkv.b, qkv, layout_, cos_sin_, cfg_.rope.style, rot,
-                           slots, kv_[l], rms != nullptr ? &row_rms : nullptr);
-  const Tensor h = rms != nullptr && !fused ? normed(in, *rms) : in;
-  if (!fused) {
-    if (L.qkv) {
-      be_.linear(h, L.qkv.w, L.qkv.b, qkv);
-    } else {
-      be_.linear(h, L.q.w, L.q.b, qkv, 0);
-      be_.linear(h, L.k.w, L.k.b, qkv, layout_.q_cols());
-      be_.linear(h, L.v.w, L.v.b, qkv, layout_.q_cols() + layout_.kv_cols());
-    }
-    if (cfg_.clip_qkv > 0) be_.clamp(qkv, static_cast<float>(cfg_.clip_qkv));
-    if (cfg_.qk_norm) be_.qk_norm(qkv, layout_, L.q_norm, L.k_norm);
-    if (logn) be_.scale_queries(qkv, layout_, logn);
-    if (rotary)
-      be_.rotary_write_kv(qkv, layout_, cos_sin_, cfg_.rope.style, rot, slots, kv_[l]);
-    else
-      be_.write_kv(qkv, layout_, slots, kv_[l]);
-  }
-  Tensor attn = attn_.view(be_, T, layout_.q_cols());
-  be_.attention(qkv, layout_, kv_[l], step_->meta, attn_params_[l], attn);
-  if (add_into != nullptr && be_.linear_add(attn, L.o.w, L.o.b, *add_into, squares_out()))
-    return true;
-  be_.linear(attn, L.o.w, L.o.b, out);
-  return false;
-}
-
-bool Decoder::mlp_block(int l, const Tensor& in, Tensor& out, Tensor* add_into,
-                        const NormParams* rms) {
-  const LayerWeights& L = w_.layers[l];
-  const int64_t T = in.dim(0);
-  Tensor h = in;
-  if (rms != nullptr) {
-    // gate/up with the gated activation and the rows' normalisation in one product, or
-    // the weightless norm's pass first.
-    const RowRms row_rms{rms->eps, &squares_};
-    Tensor a = act_.view(be_, T, cfg_.inter_size);
-    if (cfg_.gated_mlp && L.gate_up &&
-        be_.linear_gated(in, L.gate_up.w, L.gate_up.b, cfg_.activation, a, &row_rms))
-      return down_block(l, a, out, add_into);
-    h = normed(in, *rms);
-  }
-  if (cfg_.is_moe(l)) {
-    const int32_t E = cfg_.moe.num_experts, K = cfg_.moe.top_k;
-    Tensor logits = router_.view(be_, T, E);
-    be_.linear(h, L.router.w, Tensor(), logits);
-    Tensor ids = moe_ids_.view(be_, T, K, DType::kI32);
-    Tensor wts = moe_w_.view(be_, T, K, DType::kF32);
-    be_.moe_route(logits, K, cfg_.moe.norm_topk_prob, ids, wts);
-    be_.moe_experts(h, ids, wts, L.experts, cfg_.activation, false, out);
-    if (cfg_.moe.shared_inter_size > 0) {
-      const int64_t Is = cfg_.moe.shared_inter_size;
-      Tensor gu = gate_up_.view(be_, T, 2 * Is);
-      be_.linear(h, L.shared_gate.w, Tensor(), gu, 0);
-      be_.linear(h, L.shared_up.w, Tensor(), gu, Is);
-      Tensor a = act_.view(be_, T, Is);
-      be_.gated_activation(gu, cfg_.activation, a);
-      Tensor sh = shared_.view(be_, T, cfg_.hidden_size);
-      be_.linear(a, L.shared_down.w, Tensor(), sh);
-      if (L.shared_expert_gate) {
-        Tensor gl = shared_logit_.view(be_, T, 1);
-        be_.linear(h, L.shared_expert_gate.w, Tensor(), gl);
-        be_.add_sigmoid_gated(sh, gl, out);
-      } else {
-        be_.add(out, sh, out);
-      }
-    }
-    return false;
-  }
-  const int64_t I = cfg_.inter_size;
-  Tensor a = act_.view(be_, T, I);
-  if (cfg_.gated_mlp) {
-    Tensor gu = gate_up_.view(be_, T, 2 * I);
-    if (L.gate_up && be_.linear_gated(h, L.gate_up.w, L.gate_up.b, cfg_.activation, a)) {
-      // gate, up and the activation in one product
-    } else if (L.gate_up) {
-      be_.linear(h, L.gate_up.w, L.gate_up.b, gu);
-      be_.gated_activation(gu, cfg_.activation, a);
-    } else {
-      be_.linear(h, L.gate.w, L.gate.b, gu, 0);
-      be_.linear(h, L.up.w, L.up.b, gu, I);
-      be_.gated_activation(gu, cfg_.activation, a);
-    }
+  const int64_t T = x.dim(0), D = cfg_.hidden_size;
+  if (cfg_.residual_from_norm) {
+    // ChatGLM-6B: h = s * n1(x) + o(attn(n1(x))); x' = s * n2(h) + mlp(n2(h)).
+    const float s = static_cast<float>(cfg_.residual_scale);
+    Tensor h = normed(x, L.attn_norm, h_);
+    Tensor o = o_.view(be_, T, D);
+    be_.linear(attention(l, h, nullptr), L.o.w, L.o.b, o);
+    be_.scale_add(h, s, o, x);
+    h = normed(x, L.mlp_norm, h_);
+    Tensor m = mlp_.view(be_, T, D);
+    mlp(l, h, nullptr, m);
+    be_.scale_add(h, s, m, x);
+  } else if (cfg_.post_norm) {
+    // x' = n1(x + o(attn(x))); x'' = n2(x' + mlp(x')).
+    Tensor o = o_.view(be_, T, D);
+    be_.linear(attention(l, x, nullptr), L.o.w, L.o.b, o);
+    be_.add_norm(x, o, Tensor(), L.attn_norm, x);
+    Tensor m = mlp_.view(be_, T, D);
+    mlp(l, x, nullptr, m);
+    be_.add_norm(x, m, Tensor(), L.mlp_norm, x);
+  } else if (cfg_.parallel_residual) {
+    // x' = x + o(attn(n1(x))) + mlp(n2(x)), n2 = n1 where the norm is shared.
+    Tensor h = normed(x, L.attn_norm, h_);
+    Tensor h2 = cfg_.parallel_shared_norm ? h : normed(x, L.mlp_norm, h2_);
+    be_.linear_residual(attention(l, h, nullptr), L.o, x);
+    mlp_residual(l, h2, nullptr, x);
+  } else if (cfg_.sandwich_norm) {
+    // x' = x + n2(o(attn(n1(x)))); x'' = x' + n4(mlp(n3(x'))).
+    Tensor o = o_.view(be_, T, D);
+    be_.linear(attention(l, x, &L.attn_norm), L.o.w, L.o.b, o);
+    be_.add_norm(o, Tensor(), Tensor(), L.post_attn_norm, o);
+    be_.add(x, o, x);
+    Tensor m = mlp_.view(be_, T, D);
+    mlp(l, x, &L.mlp_norm, m);
+    be_.add_norm(m, Tensor(), Tensor(), L.post_mlp_norm, m);
+    be_.add(x, m, x);
   } else {
-    be_.linear(h, L.up.w, L.up.b, a, 0, cfg_.activation);
+    // Pre-norm: x' = x + o(attn(n1(x))); x'' = x' + mlp(n2(x')).
+    be_.linear_residual(attention(l, x, &L.attn_norm), L.o, x);
+    mlp_residual(l, x, &L.mlp_norm, x);
   }
-  return down_block(l, a, out, add_into);
 }
 
-Tensor Decoder::normed(const Tensor& in, const NormParams& norm) {
-  Tensor h = h_.view(be_, in.dim(0), cfg_.hidden_size);
-  Tensor residual = in;  // (no deltas: read only)
-  be_.add_norm(residual, Tensor(), Tensor(), norm, h);
-  return h;
+Tensor Decoder::attention(int l, const Tensor& x, const NormParams* norm) {
+  const int64_t T = x.dim(0);
+  Tensor qkv = qkv_.view(be_, T, layout_.row_cols());
+  be_.attention_input(x, norm, attn_in_[l], cos_sin_, step_->logn, step_->slots, kv_[l], qkv);
+  Tensor out = attn_.view(be_, T, layout_.q_cols());
+  be_.attention(qkv, layout_, kv_[l], step_->meta, attn_params_[l], out);
+  return out;
 }
 
-bool Decoder::down_block(int l, const Tensor& a, Tensor& out, Tensor* add_into) {
+void Decoder::mlp_residual(int l, const Tensor& x, const NormParams* norm, Tensor& residual) {
+  if (cfg_.is_moe(l)) {
+    Tensor m = mlp_.view(be_, x.dim(0), cfg_.hidden_size);
+    mlp(l, x, norm, m);
+    be_.add(residual, m, residual);
+    return;
+  }
+  Tensor a = act_.view(be_, x.dim(0), cfg_.inter_size);
+  be_.mlp_input(x, norm, mlp_in_[l], a);
+  be_.linear_residual(a, w_.layers[l].down, residual);
+}
+
+void Decoder::mlp(int l, const Tensor& x, const NormParams* norm, Tensor& out) {
   const LayerWeights& L = w_.layers[l];
-  if (add_into != nullptr && be_.linear_add(a, L.down.w, L.down.b, *add_into, squares_out()))
-    return true;
+  if (cfg_.is_moe(l)) {
+    moe(l, norm != nullptr ? normed(x, *norm, h_) : x, out);
+    return;
+  }
+  Tensor a = act_.view(be_, x.dim(0), cfg_.inter_size);
+  be_.mlp_input(x, norm, mlp_in_[l], a);
   be_.linear(a, L.down.w, L.down.b, out);
-  return false;
+}
+
+void Decoder::moe(int l, const Tensor& h, Tensor& out) {
+  const LayerWeights& L = w_.layers[l];
+  const int64_t T = h.dim(0);
+  const int32_t E = cfg_.moe.num_experts, K = cfg_.moe.top_k;
+  Tensor logits = router_.view(be_, T, E);
+  be_.linear(h, L.router.w, Tensor(), logits);
+  Tensor ids = moe_ids_.view(be_, T, K, DType::kI32);
+  Tensor wts = moe_w_.view(be_, T, K, DType::kF32);
+  be_.moe_route(logits, K, cfg_.moe.norm_topk_prob, ids, wts);
+  be_.moe_experts(h, ids, wts, L.experts, cfg_.activation, false, out);
+  if (cfg_.moe.shared_inter_size == 0) return;
+  Tensor a = act_.view(be_, T, cfg_.moe.shared_inter_size);
+  be_.mlp_input(h, nullptr, shared_in_[l], a);
+  if (L.shared_expert_gate) {
+    Tensor sh = shared_.view(be_, T, cfg_.hidden_size);
+    be_.linear(a, L.shared_down.w, Tensor(), sh);
+    Tensor gl = shared_logit_.view(be_, T, 1);
+    be_.linear(h, L.shared_expert_gate.w, Tensor(), gl);
+    be_.add_sigmoid_gated(sh, gl, out);
+  } else {
+    be_.linear_residual(a, LinearWeights{L.shared_down.w, Tensor()}, out);
+  }
+}
+
+Tensor Decoder::normed(const Tensor& x, const NormParams& norm, StepBuffer& buf) {
+  Tensor h = buf.view(be_, x.dim(0), cfg_.hidden_size);
+  Tensor in = x;  // read only: add_norm without deltas does not write it
+  be_.add_norm(in, Tensor(), Tensor(), norm, h);
+  return h;
 }
 
 }  // namespace tachyon

@@ -40,20 +40,20 @@ struct StepInputs {
   Tensor logn;
 };
 
-// A layer of a plain pre-norm decoder (the usual case; compute() has the others:
+// A layer of a plain pre-norm decoder (the usual case; layer() has the others:
 // parallel residual, post-norm, sandwich norms, residual from the norm):
 //
-//   h  = attn_norm(x)                          (or folded into the qkv product)
-//   x += o(attention(rotary(qkv(h)), cache))   (K/V written to the cache on the way)
-//   h  = mlp_norm(x)                           (or folded into the gate/up product)
-//   x += down(act(gate(h)) * up(h))            (or the MoE experts)
+//   qkv = rotary(qkv(attn_norm(x)))            (K/V written to the cache on the way)
+//   x  += o(attention(qkv, cache))
+//   x  += down(act(gate(mlp_norm(x))) * up(mlp_norm(x)))   (or the MoE experts)
 //
-// and logits = lm_head(final_norm(x)) at the rows asked for. Where the backend can, the
-// adds into x happen inside the o and down products, and a norm rides on the product
-// that reads it (RowRms, from the squares the add before kept).
+// and logits = lm_head(final_norm(x)) at the rows asked for. Each line is one of the
+// backend's layer-level products (attention_input, linear_residual, mlp_input), which
+// fuse inside them what the backend's kernels can.
 class Decoder {
  public:
-  // Prepares the weights for the backend's kernels (uploaded, fused, norms folded).
+  // Prepares the weights for the backend's kernels (uploaded, stacked, the input norms
+  // offered to the backend to fold).
   Decoder(ModelConfig config, ModelWeights weights, Backend& backend);
   Decoder(const Decoder&) = delete;
   Decoder& operator=(const Decoder&) = delete;
@@ -73,41 +73,37 @@ class Decoder {
   void buffer_addresses(std::vector<const void*>& out) const;
 
  private:
-  // The blocks write their output projection to `out`; given `add_into` (the residual
-  // stream), they add it there instead where the backend folds the add into the product
-  // (Backend::linear_add), and return true when they did (`out` is then untouched).
-  // Given `rms` (the layer's norm, folded: fold_norms), `h` is the residual stream
-  // itself: the block's first product normalises its rows (RowRms) where the backend
-  // can, or the block runs the weightless norm into h_ first. With the norms folded, the
-  // products that add into the residual stream ask the backend to keep its rows' squares
-  // (squares_) for the RowRms product that reads it next.
-  bool attention_block(int layer, const Tensor& h, Tensor& out, Tensor* add_into = nullptr,
-                       const NormParams* rms = nullptr);
-  bool mlp_block(int layer, const Tensor& h, Tensor& out, Tensor* add_into = nullptr,
-                 const NormParams* rms = nullptr);
-  // norm(in) into h_ (in: the residual stream, untouched); the blocks' weightless norm pass.
-  Tensor normed(const Tensor& in, const NormParams& norm);
-  // The MLP's down projection of the activation a [T, inter_size] (as the blocks above).
-  bool down_block(int layer, const Tensor& a, Tensor& out, Tensor* add_into);
+  // One layer over the residual stream x [T, D], in the model's residual form.
+  void layer(int l, Tensor& x);
+  // The attention of layer l over norm(x) (x itself without a norm): [T, q_cols], the
+  // input of the o projection. K/V go to the layer's cache.
+  Tensor attention(int l, const Tensor& x, const NormParams* norm);
+  // The MLP (or MoE) of layer l over norm(x), added into residual.
+  void mlp_residual(int l, const Tensor& x, const NormParams* norm, Tensor& residual);
+  // The same into out [T, D] (out = the MLP's output).
+  void mlp(int l, const Tensor& x, const NormParams* norm, Tensor& out);
+  // The MoE block of layer l over h (already normed) into out.
+  void moe(int l, const Tensor& h, Tensor& out);
+  // norm(x) into buf (x untouched).
+  Tensor normed(const Tensor& x, const NormParams& norm, StepBuffer& buf);
+
   // Every weight in the form the backend's kernels read (on a GPU: converted and
-  // uploaded once, q/k/v and gate/up stacked; on the CPU: the same tensors).
-  // (decoder_weights.cc, as fold_norms)
+  // uploaded once, q/k/v and gate/up stacked; on the CPU: the same tensors), and each
+  // layer's AttentionInput / MlpInput. (decoder_weights.cc, as prepare_input_norms)
   static void prepare_weights(ModelWeights& w, Backend& be);
-  // The pre-attention and pre-MLP norms of a plain pre-norm decoder moved into the qkv
-  // and gate/up weights (Backend::fold_norm), where the backend folds every layer's:
-  // the norms keep only their normalisation (a weight of ones).
-  void fold_norms();
+  void build_layer_inputs();
+  // The norms that only the layer-level products read, offered to the backend to fold
+  // into their weights.
+  void prepare_input_norms();
 
   ModelConfig cfg_;
   ModelWeights w_;
   Backend& be_;
   QkvLayout layout_;
   std::vector<AttentionParams> attn_params_;
-  bool norms_folded_ = false;  // fold_norms() did
-  // What the last linear_add into the residual stream kept of its rows (reset wherever
-  // the stream is written otherwise).
-  RowSquares squares_;
-  RowSquares* squares_out() { return norms_folded_ ? &squares_ : nullptr; }
+  std::vector<AttentionInput> attn_in_;
+  std::vector<MlpInput> mlp_in_;
+  std::vector<MlpInput> shared_in_;  // MoE layers' shared expert
 
   // The step compute() runs: its inputs, caches and rotary rows (the staged or the
   // gathered ones).
@@ -116,8 +112,8 @@ class Decoder {
   Tensor cos_sin_;
 
   // Activations.
-  StepBuffer residual_, h_, h2_, embed_, qkv_, attn_, o_, mlp_, gate_up_, act_, shared_, router_,
-      moe_ids_, moe_w_, shared_logit_, final_, final_proj_, rope_gathered_;
+  StepBuffer residual_, h_, h2_, embed_, qkv_, attn_, o_, mlp_, act_, shared_, router_, moe_ids_,
+      moe_w_, shared_logit_, final_, final_proj_, rope_gathered_;
 };
 
 }  // namespace tachyon

@@ -1,6 +1,8 @@
 // The decoder's weights in the form the backend's kernels read: uploaded (or converted)
-// once, q/k/v and gate/up stacked into one matrix each where that pays, and the
-// pre-norms of a plain pre-norm decoder folded into the products that read them.
+// once, q/k/v and gate/up stacked into one matrix each where that pays, the input norms
+// offered to the backend to fold into the products that read them, and each layer's
+// AttentionInput and MlpInput.
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -114,27 +116,47 @@ void Decoder::prepare_weights(ModelWeights& w, Backend& be) {
   }
 }
 
-void Decoder::fold_norms() {
-  if (cfg_.residual_from_norm || cfg_.post_norm || cfg_.parallel_residual || cfg_.sandwich_norm ||
-      !cfg_.gated_mlp)
-    return;
-  for (int l = 0; l < cfg_.layer_num; ++l) {
+void Decoder::build_layer_inputs() {
+  const size_t n = static_cast<size_t>(cfg_.layer_num);
+  attn_in_.resize(n);
+  mlp_in_.resize(n);
+  shared_in_.resize(n);
+  for (size_t l = 0; l < n; ++l) {
     const LayerWeights& L = w_.layers[l];
-    if (cfg_.is_moe(l) || !L.qkv || !L.gate_up || !be_.folds_norm(L.qkv.w, L.attn_norm) ||
-        !be_.folds_norm(L.gate_up.w, L.mlp_norm))
-      return;
-  }
-  const std::vector<float> ones(static_cast<size_t>(cfg_.hidden_size), 1.f);
-  const Tensor unit = be_.upload(ones.data(), {static_cast<int64_t>(ones.size())}, DType::kF32, {});
-  for (LayerWeights& L : w_.layers) {
-    for (auto [w, norm] :
-         {std::pair{&L.qkv.w, &L.attn_norm}, std::pair{&L.gate_up.w, &L.mlp_norm}}) {
-      *w = be_.fold_norm(*w, *norm);
-      norm->weight = unit;
-      norm->weight_offset = 0.f;
+    AttentionInput& a = attn_in_[l];
+    a.layout = layout_;
+    a.qkv = L.qkv;
+    a.q = L.q;
+    a.k = L.k;
+    a.v = L.v;
+    a.clip = static_cast<float>(std::max(cfg_.clip_qkv, 0.0));
+    if (cfg_.qk_norm) {
+      a.q_norm = L.q_norm;
+      a.k_norm = L.k_norm;
     }
+    a.rotary = cfg_.position == PositionType::kRotary ? cfg_.rope.style : RotaryStyle::kNone;
+    mlp_in_[l] = MlpInput{cfg_.gated_mlp, cfg_.activation, L.gate_up, L.gate, L.up};
+    shared_in_[l] = MlpInput{true, cfg_.activation, {}, L.shared_gate, L.shared_up};
   }
-  norms_folded_ = true;
+}
+
+void Decoder::prepare_input_norms() {
+  // A pre-norm layer's norms are read only by the products of attention_input() and
+  // mlp_input() (post-norm and the residual from the norm read them otherwise, a
+  // parallel layer's norm feeds both blocks, and a MoE block's router and experts).
+  if (cfg_.residual_from_norm || cfg_.post_norm || cfg_.parallel_residual) return;
+  for (int l = 0; l < cfg_.layer_num; ++l) {
+    LayerWeights& L = w_.layers[static_cast<size_t>(l)];
+    std::vector<Tensor*> readers;
+    for (LinearWeights* p : {&L.qkv, &L.q, &L.k, &L.v})
+      if (*p) readers.push_back(&p->w);
+    be_.prepare_input_norm(L.attn_norm, readers);
+    if (cfg_.is_moe(l)) continue;
+    readers.clear();
+    for (LinearWeights* p : {&L.gate_up, &L.gate, &L.up})
+      if (*p) readers.push_back(&p->w);
+    be_.prepare_input_norm(L.mlp_norm, readers);
+  }
 }
 
 }  // namespace tachyon

@@ -89,12 +89,6 @@ struct WeightRef {
 // An architecture's weight mapping: slot -> tensor name (+ transform).
 using WeightMap = std::map<Slot, WeightRef>;
 
-struct LinearWeights {
-  Tensor w;  // [out, in] in the checkpoint dtype
-  Tensor b;  // [out] f32, optional
-  explicit operator bool() const { return static_cast<bool>(w); }
-};
-
 struct LayerWeights {
   NormParams attn_norm, mlp_norm, post_attn_norm, post_mlp_norm, q_norm, k_norm;
   LinearWeights qkv, q, k, v, o;

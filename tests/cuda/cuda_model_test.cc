@@ -100,7 +100,7 @@ Greedy greedy(Model& m, const KjvCase& c, int32_t eos) {
   return g;
 }
 
-// With the norms folded into the products (fold_norm): transformers' greedy tokens.
+// With the norms folded into the products (prepare_input_norm): transformers' greedy tokens.
 TEST(CudaModel, KjvF32GreedyMatchesTransformers) {
   TACHYON_REQUIRE_GPU();
   auto m = load_kjv(DType::kF32);

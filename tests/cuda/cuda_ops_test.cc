@@ -97,27 +97,41 @@ class CudaOpsTest : public ::testing::TestWithParam<DType> {
     gpu_->fill_zero(in.err);
     return in;
   }
-  // A backend linear_rotary_kv call (qb, cb from a cache that started as init) against
-  // the reference (qa, ca): declined, the rows and the cache untouched; taken, both within
-  // rounding (and, with wgmma_path, on the wgmma GEMM).
-  void check_rotary_call(bool fused, const std::string& what, const Tensor& qb,
-                         const LayerKvCache& cb, const Tensor& qa, const LayerKvCache& ca,
-                         const Tensor& init, bool wgmma_path) {
-    if (!fused) {
-      for (double v : host_values(*gpu_, qb)) ASSERT_TRUE(std::isnan(v)) << "declined but wrote";
-      expect_near(host_values(*gpu_, cb.k), host_values(init), 0.0, tag(what + " k untouched"));
-      return;
-    }
-    if (wgmma_path) {
-      EXPECT_EQ(gpu_->last_linear_path(), cuda::CudaBackend::LinearPath::kWgmma);
-    }
+  // A backend attention_input call (qb, cb) against the reference (qa, ca): the rows and
+  // both caches within rounding.
+  void check_rotary_call(const std::string& what, const Tensor& qb, const LayerKvCache& cb,
+                         const Tensor& qa, const LayerKvCache& ca) {
     expect_near(host_values(*gpu_, qb), host_values(*gpu_, qa), bound_for(dt_), tag(what));
     expect_near(host_values(*gpu_, cb.k), host_values(*gpu_, ca.k), bound_for(dt_),
                 tag(what + " k cache"));
     expect_near(host_values(*gpu_, cb.v), host_values(*gpu_, ca.v), bound_for(dt_),
                 tag(what + " v cache"));
   }
-  // start + x · wᵀ (+ bias), the CPU's product added in double: what linear_add gives.
+  // The gated SiLU MLP input of a stacked [gate | up] weight.
+  static MlpInput gated_input(const Tensor& w) {
+    return MlpInput{true, Activation::kSilu, LinearWeights{w, Tensor()}, {}, {}};
+  }
+  // The attention input of a stacked qkv weight, rotated in `style`.
+  static AttentionInput qkv_input(const QkvLayout& layout, const Tensor& w, const Tensor& bias,
+                                  RotaryStyle style) {
+    AttentionInput in;
+    in.layout = layout;
+    in.qkv = LinearWeights{w, bias};
+    in.rotary = style;
+    return in;
+  }
+  // An RMS norm over k folded away (a weight of ones), as prepare_input_norm leaves it.
+  NormParams folded_norm(int64_t k, float eps) {
+    NormParams norm;
+    norm.eps = eps;
+    Tensor ones = Tensor::empty({k}, DType::kF32);
+    std::fill(ones.data<float>(), ones.data<float>() + k, 1.f);
+    norm.weight = dev_f32(ones);
+    norm.folded = true;
+    return norm;
+  }
+  // start + x · wᵀ (+ bias), the CPU's product added in double: what linear_residual
+  // gives.
   std::vector<double> added(const Tensor& x, const Tensor& w, const Tensor& bias,
                             const Tensor& start) {
     Tensor prod = Tensor::zeros({x.dim(0), w.dim(0)}, DType::kF32);
@@ -283,11 +297,11 @@ TEST_P(CudaOpsTest, Linear) {
   }
 }
 
-// out += x · wᵀ (+ bias) with the add in the product's epilogue (cuBLASLt's C input):
-// against the CPU's product added to the same starting values in f32. One row stays on
-// the matrix-vector kernel, where linear_add declines and leaves out alone; the first
-// call of each shape family also tunes the algorithm choice, which must not add twice.
-TEST_P(CudaOpsTest, LinearAdd) {
+// residual += x · wᵀ (+ bias) with the add in the product's epilogue (cuBLASLt's C input,
+// or the matrix-vector kernel's for one row without bias): against the CPU's product
+// added to the same starting values in f32. The first call of each shape family also
+// tunes the algorithm choice, which must not add twice.
+TEST_P(CudaOpsTest, LinearResidual) {
   const LinearCase cases[] = {{1, 64, 128}, {2, 129, 256}, {64, 4096, 512}, {1000, 257, 96}};
   for (const LinearCase& c : cases) {
     for (bool with_bias : {false, true}) {
@@ -298,16 +312,18 @@ TEST_P(CudaOpsTest, LinearAdd) {
       const std::vector<double> want = added(x, w, with_bias ? b : Tensor(), start);
       const std::vector<double> base = host_values(start);
       Tensor out = dev(start);
-      const std::string what = "linear_add " + std::to_string(c.m) + "x" + std::to_string(c.n) +
-                               "x" + std::to_string(c.k) + (with_bias ? " bias" : "");
-      const bool added = gpu_->linear_add(dev(x), gpu_->prepare_weight(w),
-                                          with_bias ? gpu_->prepare_weight(b) : Tensor(), out);
-      if (c.m == 1) {
-        EXPECT_FALSE(added) << what << ": one row runs on the matrix-vector kernel";
-        expect_near(host_values(*gpu_, out), base, 0.0, tag(what + " untouched"));
-        continue;
-      }
-      ASSERT_TRUE(added) << what;
+      const std::string what = "linear_residual " + std::to_string(c.m) + "x" +
+                               std::to_string(c.n) + "x" + std::to_string(c.k) +
+                               (with_bias ? " bias" : "");
+      gpu_->linear_residual(
+          dev(x),
+          LinearWeights{gpu_->prepare_weight(w), with_bias ? gpu_->prepare_weight(b) : Tensor()},
+          out);
+      if (dt_ != DType::kF32)
+        EXPECT_EQ(gpu_->last_linear_path() == cuda::CudaBackend::LinearPath::kGemv,
+                  c.m == 1 && !with_bias)
+            << what;
+      ASSERT_NE(host_values(*gpu_, out), base) << what;
       expect_near(host_values(*gpu_, out), want, bound_for(dt_), tag(what));
     }
   }
@@ -318,9 +334,9 @@ TEST_P(CudaOpsTest, LinearAdd) {
 // does, with and without the epilogue warps (hand-off); shapes with ragged row, column and k tiles
 // (TMA's zero fill past the edges), and a row stride wider than the output, whose
 // columns past it must stay untouched. The gated TMA store declines widths that end
-// mid-piece. Through the backend, linear_gated takes it from kGatedMinRows rows (with
-// the hand-off from kGatedHandoffRows) and declines (out untouched) below, in f32, and
-// where the kernel is not active.
+// mid-piece. Through the backend, mlp_input takes it from kGatedMinRows rows (with the
+// hand-off from kGatedHandoffRows) and runs cuBLASLt and the separate gate below, in
+// f32, and where the kernel is not active.
 TEST_P(CudaOpsTest, WgmmaGemm) {
   int major = 0, minor = 0;
   TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
@@ -416,14 +432,10 @@ TEST_P(CudaOpsTest, WgmmaGemm) {
     // Through the backend (SiLU).
     if (gelu) continue;
     Tensor out = poisoned(*gpu_, {c.m, c.n}, dt_);
-    const bool fused = gpu_->linear_gated(xd, wd, Tensor(), Activation::kSilu, out);
-    EXPECT_EQ(fused, active && c.m >= cuda::CudaBackend::kGatedMinRows) << shape;
-    if (fused) {
-      EXPECT_EQ(gpu_->last_linear_path(), cuda::CudaBackend::LinearPath::kWgmma);
-      expect_near(host_values(*gpu_, out), gated, bound_for(dt_), tag("linear_gated " + shape));
-    } else {
-      for (double v : host_values(*gpu_, out)) ASSERT_TRUE(std::isnan(v)) << "declined but wrote";
-    }
+    gpu_->mlp_input(xd, nullptr, gated_input(wd), out);
+    const bool fused = active && c.m >= cuda::CudaBackend::kGatedMinRows && c.n % 8 == 0;
+    EXPECT_EQ(gpu_->last_linear_path() == cuda::CudaBackend::LinearPath::kWgmma, fused) << shape;
+    expect_near(host_values(*gpu_, out), gated, bound_for(dt_), tag("mlp_input " + shape));
   }
 }
 
@@ -436,10 +448,9 @@ TEST_P(CudaOpsTest, WgmmaGemm) {
 //   against launch_rotary_write_kv on the plain product; both styles, partial rotary,
 //   head_dim 64 and 128, 16-bit and e4m3 caches, skipped slots and a slot past the cache
 //   (reported, not written).
-// Through the backend, linear_rotary_kv and (for products at least kDeepK deep)
-// linear_add take it from kEpilogueRows rows without bias (against cuBLASLt then the
-// separate pass, within rounding) and otherwise leave it to cuBLASLt, or decline with
-// the rows untouched.
+// Through the backend, attention_input and (for products at least kDeepK deep)
+// linear_residual take it from kEpilogueRows rows without bias (against cuBLASLt then the
+// separate pass, within rounding) and otherwise run cuBLASLt and the separate pass.
 TEST_P(CudaOpsTest, WgmmaEpilogues) {
   const bool active = cuda::gemm_wgmma_active(dt_);
   const auto plain_args = [&](const Tensor& x, const Tensor& w, Tensor& y) {
@@ -479,13 +490,14 @@ TEST_P(CudaOpsTest, WgmmaEpilogues) {
       Tensor b = rounded(randn({c.n}, rng_, 0.5f), dt_);
       const std::vector<double> want = added(x, w, with_bias ? b : Tensor(), start);
       Tensor y = dev(start);
-      ASSERT_TRUE(gpu_->linear_add(xd, wd, with_bias ? gpu_->prepare_weight(b) : Tensor(), y));
+      gpu_->linear_residual(xd, LinearWeights{wd, with_bias ? gpu_->prepare_weight(b) : Tensor()},
+                            y);
       const bool wgmma = active && !with_bias && c.m >= cuda::CudaBackend::kEpilogueRows &&
                          c.k >= cuda::CudaBackend::kDeepK;
       EXPECT_EQ(gpu_->last_linear_path() == cuda::CudaBackend::LinearPath::kWgmma, wgmma)
           << shape << (with_bias ? " bias" : "");
       expect_near(host_values(*gpu_, y), want, bound_for(dt_),
-                  tag("linear_add " + shape + (with_bias ? " bias" : "")));
+                  tag("linear_residual " + shape + (with_bias ? " bias" : "")));
     }
   }
   // ---- rotary and KV write ----
@@ -576,7 +588,7 @@ TEST_P(CudaOpsTest, WgmmaEpilogues) {
   }
   // The backend, on its own cache dtype, with valid slots: from kEpilogueRows rows the
   // fused pass (against cuBLASLt's product then rotary_write_kv, within rounding); below
-  // them, or with a bias, it declines and leaves the rows and the cache alone.
+  // them, or with a bias, cuBLASLt and the separate pass.
   for (int64_t m : {int64_t{1000}, int64_t{2100}}) {
     for (bool with_bias : {false, true}) {
       const QkvLayout layout{8, 2, 128};
@@ -599,69 +611,89 @@ TEST_P(CudaOpsTest, WgmmaEpilogues) {
       gpu_->rotary_write_kv(qa, layout, cs_g, RotaryStyle::kHalf, rot, slots_g, ca);
       Tensor qb = poisoned(*gpu_, {m, cols}, dt_);
       LayerKvCache cb{dev(init), dev(init)};
-      const bool fused = gpu_->linear_rotary_kv(xd, wd, bias, qb, layout, cs_g, RotaryStyle::kHalf,
-                                                rot, slots_g, cb);
-      const std::string what = "linear_rotary_kv " + std::to_string(m) + (with_bias ? " bias" : "");
-      const bool want = active && !with_bias && m >= cuda::CudaBackend::kEpilogueRows;
-      ASSERT_EQ(fused, want) << what;
-      check_rotary_call(fused, what, qb, cb, qa, ca, init, true);
+      gpu_->attention_input(xd, nullptr, qkv_input(layout, wd, bias, RotaryStyle::kHalf), cs_g,
+                            Tensor(), slots_g, cb, qb);
+      const std::string what = "attention_input " + std::to_string(m) + (with_bias ? " bias" : "");
+      const bool fused = active && !with_bias && m >= cuda::CudaBackend::kEpilogueRows;
+      EXPECT_EQ(gpu_->last_linear_path() == cuda::CudaBackend::LinearPath::kWgmma, fused) << what;
+      check_rotary_call(what, qb, cb, qa, ca);
     }
   }
 }
 
 // Norms folded into the products that read them:
-// - fold_norm: w' = w * (offset + g), rounded, bit for bit against the host's f32 product
-//   rounded, offsets 0 and 1 (Gemma's norms); the source weight untouched; folds_norm
-//   declines while off (the default), a LayerNorm, a norm with a bias, a width mismatch.
+// - prepare_input_norm: w' = w * (offset + g), rounded, bit for bit against the host's
+//   f32 product rounded, offsets 0 and 1 (Gemma's norms); the source weight untouched,
+//   the norm left folded (a weight of ones); nothing for a LayerNorm, a norm with a bias,
+//   a width mismatch, or a norm folded already.
 // - launch_row_inv_rms: 1 / sqrt(mean(x²) + eps) of rows whose scales span 1e-2 .. 1e2,
 //   in 16-byte pieces (widths of whole pieces, one batch and several, a batch that ends
 //   mid-row) and one element at a time (a width that rules pieces out, and a view that
 //   starts mid-piece), against the host's sums in double.
-// - linear_gated and linear_rotary_kv with a RowRms (the wgmma GEMM scaling its rows by
+// - mlp_input and attention_input with a folded norm (the wgmma GEMM scaling its rows by
 //   those factors, from kEpilogueRows rows on Hopper): rows whose scales span 1e-2 ..
 //   1e2 (the normalisation matters), eps 1e-5 and 0.1 (eps matters), k not a multiple of
 //   64 and rows past the last tile. Gated: against the host's product of x scaled by
 //   1 / sqrt(mean(x²) + eps) in double, gate and up rounded, the activation rounded, the
 //   product. Rotary: against linear() and rotary_write_kv() on the rows normalised by
 //   add_norm with a weight of ones (within rounding), both caches included. Below
-//   kEpilogueRows, and with a NaN eps, the calls decline and leave everything alone; the
+//   kEpilogueRows, and with a NaN eps, the norm's own pass runs (no row scales); the
 //   kernel refuses row scales without the hand-off, for a plain product, misaligned.
 // - The add's kept squares (Hopper): the wgmma GEMM's add writing each row's sum of
 //   squares per 256-column tile (two whole tiles and one of a single piece) against the
 //   host's sums over the y it wrote, launch_row_inv_rms_parts against the host's scales;
-//   the kernel refuses squares without the add or misaligned. Through the backend:
-//   linear_add hands out a token that a RowRms product then uses (one parts launch, the
-//   same outputs as the pass within rounding); a token another linear_add replaced, one
-//   for other rows, and cuBLASLt's add (no token) fall back to the pass.
+//   the kernel refuses squares without the add or misaligned. Through the backend: the
+//   squares linear_residual kept serve the folded norm of the product that reads those
+//   rows next (one parts launch, the same outputs as the pass within rounding); other
+//   rows, rows another linear_residual replaced them with, rows any op wrote since, and
+//   cuBLASLt's add (which keeps nothing) take the pass.
 TEST_P(CudaOpsTest, FoldedNorms) {
-  // ---- fold_norm ----
+  // ---- prepare_input_norm ----
   {
     const int64_t n = 37, k = 72;
     Tensor w = input({n, k});
     Tensor g = randn({k}, rng_, 0.3f, 1.f);
-    NormParams norm;
-    norm.weight = dev_f32(g);
-    Tensor wd = gpu_->prepare_weight(w);
-    ASSERT_TRUE(gpu_->folds_norm(wd, norm));
+    const Tensor wd = gpu_->prepare_weight(w);
     for (float offset : {0.f, 1.f}) {
+      NormParams norm;
+      norm.weight = dev_f32(g);
       norm.weight_offset = offset;
       Tensor want = Tensor::empty({n, k}, DType::kF32);
       for (int64_t r = 0; r < n; ++r)
         for (int64_t c = 0; c < k; ++c)
           want.data<float>()[r * k + c] =
               w.data<float>()[r * k + c] * (offset + g.data<float>()[c]);
-      const Tensor folded = gpu_->fold_norm(wd, norm);
-      expect_near(host_values(*gpu_, folded), host_values(rounded(want, dt_)), 0.0,
-                  tag("fold_norm offset " + std::to_string(static_cast<int>(offset))));
+      Tensor reader = wd;
+      Tensor* readers[] = {&reader};
+      gpu_->prepare_input_norm(norm, readers);
+      ASSERT_TRUE(norm.folded);
+      ASSERT_NE(reader.raw(), wd.raw());
+      expect_near(host_values(*gpu_, reader), host_values(rounded(want, dt_)), 0.0,
+                  tag("folded weight, offset " + std::to_string(static_cast<int>(offset))));
+      EXPECT_EQ(norm.weight_offset, 0.f);
+      for (double v : host_values(*gpu_, norm.weight)) ASSERT_EQ(v, 1.0);
+      // Folded already: nothing more.
+      Tensor again = reader;
+      Tensor* more[] = {&again};
+      gpu_->prepare_input_norm(norm, more);
+      EXPECT_EQ(again.raw(), reader.raw());
     }
-    expect_near(host_values(*gpu_, wd), host_values(w), 0.0, tag("fold_norm source untouched"));
+    expect_near(host_values(*gpu_, wd), host_values(w), 0.0, tag("folded source untouched"));
+    const auto kept = [&](NormParams norm, Tensor reader) {
+      Tensor* readers[] = {&reader};
+      const void* before = reader.raw();
+      gpu_->prepare_input_norm(norm, readers);
+      return !norm.folded && reader.raw() == before;
+    };
+    NormParams norm;
+    norm.weight = dev_f32(g);
     NormParams layer = norm;
     layer.type = NormType::kLayerNorm;
-    EXPECT_FALSE(gpu_->folds_norm(wd, layer));
+    EXPECT_TRUE(kept(layer, wd)) << "a LayerNorm";
     NormParams biased = norm;
     biased.bias = dev_f32(randn({k}, rng_));
-    EXPECT_FALSE(gpu_->folds_norm(wd, biased));
-    EXPECT_FALSE(gpu_->folds_norm(gpu_->prepare_weight(input({n, k + 8})), norm));
+    EXPECT_TRUE(kept(biased, wd)) << "a norm with a bias";
+    EXPECT_TRUE(kept(norm, gpu_->prepare_weight(input({n, k + 8})))) << "another width";
   }
   const bool active = cuda::gemm_wgmma_active(dt_);
   // Rows of random scales, and each row's 1 / sqrt(mean(x²) + eps).
@@ -746,23 +778,20 @@ TEST_P(CudaOpsTest, FoldedNorms) {
             double{act_r.data<float>()[r * c.n + i]} * pr.data<float>()[r * 2 * c.n + c.n + i];
     Tensor xd = dev(x), wd = gpu_->prepare_weight(w);
     {
-      const RowRms nan_eps{std::nanf("")};
-      Tensor untouched = poisoned(*gpu_, {c.m, c.n}, dt_);
-      EXPECT_FALSE(gpu_->linear_gated(xd, wd, Tensor(), Activation::kSilu, untouched, &nan_eps))
-          << shape;
-      for (double v : host_values(*gpu_, untouched)) ASSERT_TRUE(std::isnan(v)) << "NaN eps wrote";
+      const NormParams nan_eps = folded_norm(c.k, std::nanf(""));
+      Tensor out = poisoned(*gpu_, {c.m, c.n}, dt_);
+      const int64_t before = cuda::gemm_wgmma_rms_launches();
+      gpu_->mlp_input(xd, &nan_eps, gated_input(wd), out);
+      EXPECT_EQ(cuda::gemm_wgmma_rms_launches() - before, 0) << "NaN eps " << shape;
     }
-    const RowRms rms{c.eps};
+    const NormParams norm = folded_norm(c.k, c.eps);
     Tensor out = poisoned(*gpu_, {c.m, c.n}, dt_);
     const int64_t before = cuda::gemm_wgmma_rms_launches();
-    const bool took = gpu_->linear_gated(xd, wd, Tensor(), Activation::kSilu, out, &rms);
-    ASSERT_EQ(took, active && c.m >= cuda::CudaBackend::kGatedHandoffRows) << shape;
+    gpu_->mlp_input(xd, &norm, gated_input(wd), out);
+    const bool took = active && c.m >= cuda::CudaBackend::kGatedHandoffRows;
     EXPECT_EQ(cuda::gemm_wgmma_rms_launches() - before, took ? 1 : 0) << shape;
-    if (took) {
-      expect_near(host_values(*gpu_, out), want, bound_for(dt_), tag("linear_gated rms " + shape));
-    } else {
-      for (double v : host_values(*gpu_, out)) ASSERT_TRUE(std::isnan(v)) << "declined but wrote";
-    }
+    expect_near(host_values(*gpu_, out), want, took ? bound_for(dt_) : 2 * bound_for(dt_),
+                tag("mlp_input folded norm " + shape));
     if (!active) continue;
     cuda::WgmmaGemmArgs g =
         cuda::wgmma_product(xd.raw(), wd.raw(), out.raw(), dt_, c.m, c.n, c.k, c.n);
@@ -829,45 +858,51 @@ TEST_P(CudaOpsTest, FoldedNorms) {
     }
     // Through the backend: the residual stream after the add, read by the gated product.
     Tensor wg = gpu_->prepare_weight(input({2 * ng, n}, 1.f / std::sqrt(static_cast<float>(n))));
-    const auto gated = [&](const Tensor& in, const RowRms& rms) {
+    const NormParams norm = folded_norm(n, eps);
+    // The gated product of `in` and the parts launches it took.
+    int64_t parts_launched = 0;
+    const auto gated = [&](const Tensor& in) {
       Tensor out = poisoned(*gpu_, {m, ng}, dt_);
-      EXPECT_TRUE(gpu_->linear_gated(in, wg, Tensor(), Activation::kSilu, out, &rms));
+      const int64_t before = cuda::row_inv_rms_parts_launches();
+      gpu_->mlp_input(in, &norm, gated_input(wg), out);
+      parts_launched = cuda::row_inv_rms_parts_launches() - before;
       return host_values(*gpu_, out);
     };
     // (The backend's add runs on the wgmma GEMM for products kDeepK deep.)
     const int64_t kd = cuda::CudaBackend::kDeepK;
     Tensor xdd = dev(input({m, kd}));
-    Tensor wdd = gpu_->prepare_weight(input({n, kd}, 1.f / std::sqrt(static_cast<float>(kd))));
-    Tensor res = dev(start), other = dev(start);
-    RowSquares kept;
-    ASSERT_TRUE(gpu_->linear_add(xdd, wdd, Tensor(), res, &kept));
-    EXPECT_NE(kept.token, 0u);
-    EXPECT_EQ(kept.data, res.raw());
-    EXPECT_EQ(kept.rows, m);
-    const std::vector<double> by_pass = gated(res, RowRms{eps});
-    int64_t before = cuda::row_inv_rms_parts_launches();
-    const std::vector<double> by_kept = gated(res, RowRms{eps, &kept});
-    EXPECT_EQ(cuda::row_inv_rms_parts_launches() - before, 1);
+    const LinearWeights wdd{
+        gpu_->prepare_weight(input({n, kd}, 1.f / std::sqrt(static_cast<float>(kd)))), Tensor()};
+    Tensor res = dev(start), other = dev(start), copy = gpu_->alloc({m, n}, dt_);
+    gpu_->linear_residual(xdd, wdd, res);
+    TACHYON_CUDA_CHECK(cudaMemcpyAsync(copy.raw(), res.raw(), res.nbytes(),
+                                       cudaMemcpyDeviceToDevice, gpu_->stream()));
+    const std::vector<double> by_pass = gated(copy);
+    EXPECT_EQ(parts_launched, 0) << "rows the add did not write";
+    const std::vector<double> by_kept = gated(res);
+    EXPECT_EQ(parts_launched, 1) << "the add's rows";
     expect_near(by_kept, by_pass, dt_ == DType::kBF16 ? 2e-3 : 5e-4,
                 tag("gated from kept squares"));
-    // Squares for other rows: the pass.
-    before = cuda::row_inv_rms_parts_launches();
-    gated(other, RowRms{eps, &kept});
-    EXPECT_EQ(cuda::row_inv_rms_parts_launches() - before, 0) << "other rows";
-    // Replaced by a later add's: the pass for the first token, the second's serves.
-    RowSquares later;
-    ASSERT_TRUE(gpu_->linear_add(xdd, wdd, Tensor(), other, &later));
-    EXPECT_NE(later.token, kept.token);
-    before = cuda::row_inv_rms_parts_launches();
-    gated(res, RowRms{eps, &kept});
-    EXPECT_EQ(cuda::row_inv_rms_parts_launches() - before, 0) << "replaced";
-    gated(other, RowRms{eps, &later});
-    EXPECT_EQ(cuda::row_inv_rms_parts_launches() - before, 1) << "the later add's";
+    gated(other);
+    EXPECT_EQ(parts_launched, 0) << "other rows";
+    // Replaced by a later add's: the pass for the first rows, the second's serve.
+    gpu_->linear_residual(xdd, wdd, other);
+    gated(res);
+    EXPECT_EQ(parts_launched, 0) << "replaced";
+    gated(other);
+    EXPECT_EQ(parts_launched, 1) << "the later add's";
+    // Written since: forgotten. A write elsewhere leaves them.
+    gpu_->linear_residual(xdd, wdd, res);
+    gpu_->scale_add(copy, 1.f, copy, copy);
+    gated(res);
+    EXPECT_EQ(parts_launched, 1) << "a write elsewhere";
+    gpu_->scale_add(res, 1.f, res, res);
+    gated(res);
+    EXPECT_EQ(parts_launched, 0) << "written since";
     // cuBLASLt's add (a shallow product) keeps nothing.
-    RowSquares none = later;
-    ASSERT_TRUE(gpu_->linear_add(xd, wd, Tensor(), other, &none));
-    EXPECT_EQ(none.token, 0u);
-    EXPECT_EQ(none.data, nullptr);
+    gpu_->linear_residual(xd, LinearWeights{wd, Tensor()}, other);
+    gated(other);
+    EXPECT_EQ(parts_launched, 0) << "cuBLASLt's add";
   }
   // ---- rotary and KV write ----
   for (int64_t m : {int64_t{2100}, int64_t{1000}}) {
@@ -898,12 +933,14 @@ TEST_P(CudaOpsTest, FoldedNorms) {
     gpu_->rotary_write_kv(qa, layout, cs_g, RotaryStyle::kHalf, rot, slots_g, ca);
     Tensor qb = poisoned(*gpu_, {m, cols}, dt_);
     LayerKvCache cb{dev(init), dev(init)};
-    const RowRms rms{eps};
-    const bool fused = gpu_->linear_rotary_kv(xd, wd, Tensor(), qb, layout, cs_g,
-                                              RotaryStyle::kHalf, rot, slots_g, cb, &rms);
-    const std::string what = "linear_rotary_kv rms " + std::to_string(m);
-    ASSERT_EQ(fused, active && m >= cuda::CudaBackend::kEpilogueRows) << what;
-    check_rotary_call(fused, what, qb, cb, qa, ca, init, false);
+    const NormParams norm = folded_norm(k, eps);
+    const int64_t before = cuda::gemm_wgmma_rms_launches();
+    gpu_->attention_input(xd, &norm, qkv_input(layout, wd, Tensor(), RotaryStyle::kHalf), cs_g,
+                          Tensor(), slots_g, cb, qb);
+    const std::string what = "attention_input folded norm " + std::to_string(m);
+    const bool fused = active && m >= cuda::CudaBackend::kEpilogueRows;
+    EXPECT_EQ(cuda::gemm_wgmma_rms_launches() - before, fused ? 1 : 0) << what;
+    check_rotary_call(what, qb, cb, qa, ca);
   }
 }
 
@@ -912,6 +949,7 @@ TEST_P(CudaOpsTest, FoldedNorms) {
 // shared memory on persistent blocks of 8 warps and, from k = 8192, of 16, and the
 // one-group blocks for products of more waves than the persistent ones take (20011 and
 // 40000 columns). The last two cases give each persistent block many column groups.
+// With add, y += the product: against the product added to y's starting values.
 TEST_P(CudaOpsTest, Gemv) {
   if (dt_ == DType::kF32) GTEST_SKIP() << "16-bit kernel";
   const LinearCase cases[] = {{1, 37, 8},       {2, 1000, 4104}, {3, 300, 264},   {4, 64, 14336},
@@ -923,12 +961,18 @@ TEST_P(CudaOpsTest, Gemv) {
     cpu_->linear(x, w, Tensor(), ref, 0, Activation::kIdentity);
     Tensor xd = dev(x), wd = gpu_->prepare_weight(w);
     for (DType yt : {dt_, DType::kF32}) {
+      const std::string what = "gemv " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" +
+                               std::to_string(c.k) + (yt == DType::kF32 ? " f32" : "");
+      const double bound = yt == DType::kF32 ? 1e-4 : bound_for(dt_);
       Tensor out = poisoned(*gpu_, {c.m, c.n}, yt);
-      cuda::launch_gemv(xd.raw(), wd.raw(), dt_, out.raw(), yt, c.m, c.n, c.k, c.n, gpu_->stream());
-      expect_near(host_values(*gpu_, out), host_values(ref),
-                  yt == DType::kF32 ? 1e-4 : bound_for(dt_),
-                  tag("gemv " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" +
-                      std::to_string(c.k) + (yt == DType::kF32 ? " f32" : "")));
+      cuda::launch_gemv(xd.raw(), wd.raw(), dt_, out.raw(), yt, c.m, c.n, c.k, c.n, false,
+                        gpu_->stream());
+      expect_near(host_values(*gpu_, out), host_values(ref), bound, tag(what));
+      Tensor start = rounded(randn({c.m, c.n}, rng_, 2.f), yt);
+      Tensor sum = yt == DType::kF32 ? dev_f32(start) : dev(start);
+      cuda::launch_gemv(xd.raw(), wd.raw(), dt_, sum.raw(), yt, c.m, c.n, c.k, c.n, true,
+                        gpu_->stream());
+      expect_near(host_values(*gpu_, sum), added(x, w, Tensor(), start), bound, tag(what + " add"));
     }
   }
 }

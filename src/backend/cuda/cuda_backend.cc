@@ -169,6 +169,7 @@ Tensor CudaBackend::upload(const void* data, const Shape& shape, DType dtype, Te
     dst = reuse;
   else
     dst = alloc_->alloc({std::max<int64_t>(n, 1)}, dtype);
+  wrote(dst.raw(), static_cast<size_t>(n) * dtype_size(dtype));
   if (n > 0)
     ring_->copy_to_device(dst.raw(), data, static_cast<size_t>(n) * dtype_size(dtype), stream_);
   return Tensor::wrap(dst.raw(), shape, dtype, dst.owner(), device());
@@ -247,6 +248,7 @@ Tensor CudaBackend::to_host(const Tensor& t) {
 }
 
 void CudaBackend::fill_zero(Tensor& t) {
+  wrote(t);
   check_here(t, "fill_zero");
   if (t.nbytes() > 0) TACHYON_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), stream_));
 }
@@ -330,6 +332,7 @@ void CudaBackend::argmax(const Tensor& logits, Tensor& ids) {
 }
 
 void CudaBackend::log_softmax(Tensor& logits) {
+  wrote(logits);
   check_here(logits, "log_softmax");
   TACHYON_CHECK(logits.ndim() == 2 && logits.dtype() == DType::kF32, "log_softmax {}",
                 logits.str());

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <deque>
 #include <memory>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -63,36 +64,33 @@ class CudaBackend final : public Backend {
 
   void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out, int64_t col_offset,
               Activation act) override;
-  // Through cuBLASLt's C input; for products at least kDeepK deep (the MLP's down
-  // projection) from kEpilogueRows rows without bias on the wgmma GEMM, whose epilogue
-  // warps add the rounded product (where it matches cuBLASLt and keeps the rows' squares
-  // for the next qkv product's folded norm; for the o product it is slower than
-  // cuBLASLt's C input).
-  // Given squares, the wgmma GEMM's epilogue also keeps the new rows' sums of squares
-  // (one per 256 columns) for the RowRms product that reads out next.
-  bool linear_add(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
-                  RowSquares* squares = nullptr) override;
-  // On the wgmma GEMM with the rotary and the cache write in its epilogue warps, from
-  // kEpilogueRows rows, without bias.
-  bool linear_rotary_kv(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& qkv,
-                        const QkvLayout& layout, const Tensor& cos_sin, RotaryStyle style,
-                        int32_t rotary_dim, const Tensor& slots, LayerKvCache& cache,
-                        const RowRms* rms = nullptr) override;
-  // On the wgmma GEMM with the gate in its epilogue (gemm_wgmma.cu) from kGatedMinRows
-  // rows, without bias, where that kernel is active (Hopper). With a RowRms (both): only
-  // where the epilogue is handed off (from kGatedHandoffRows rows).
-  bool linear_gated(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act,
-                    Tensor& out, const RowRms* rms = nullptr) override;
-  // RMS norms without bias folded into 16-bit and f32 weights on the device (with the
-  // down projection's add on the wgmma GEMM, the 8 x 1024 prefill step of a Llama-3-8B
-  // shape took 182.0 ms against 184.5 unfolded).
-  bool folds_norm(const Tensor& w, const NormParams& norm) const override;
-  Tensor fold_norm(const Tensor& w, const NormParams& norm) override;
+  // The layer-level products (backend/ops.h), fused where the kernels allow:
+  // - attention_input on the wgmma GEMM with the rotary and the cache write in its
+  //   epilogue warps, from kEpilogueRows rows, without bias, clamp, per-head norms or
+  //   per-query scales; a folded norm rides on it (its rows scaled by 1 / rms).
+  // - mlp_input on the wgmma GEMM with the gate in its epilogue from kGatedMinRows rows,
+  //   without bias (Hopper); a folded norm rides on it from kGatedHandoffRows rows.
+  // - linear_residual: for a few rows the matrix-vector kernel adds into the residual;
+  //   from kEpilogueRows rows, for products at least kDeepK deep without bias, the wgmma
+  //   GEMM's epilogue warps add the rounded product (and keep the new rows' sums of
+  //   squares, one per 256 columns, which spare the folded norm of the product that
+  //   reads them next its pass over the rows); otherwise cuBLASLt's C input. The
+  //   batch-invariant kernel keeps its product and a separate add.
+  // The rest runs the ops' default forms.
+  void attention_input(const Tensor& x, const NormParams* norm, const AttentionInput& p,
+                       const Tensor& cos_sin, const Tensor& logn, const Tensor& slots,
+                       LayerKvCache& cache, Tensor& qkv) override;
+  void mlp_input(const Tensor& x, const NormParams* norm, const MlpInput& p, Tensor& out) override;
+  void linear_residual(const Tensor& x, const LinearWeights& w, Tensor& residual) override;
+  // RMS norms without bias folded into the 16-bit and f32 weights that read them (with
+  // the down projection's add on the wgmma GEMM, the 8 x 1024 prefill step of a
+  // Llama-3-8B shape took 182.0 ms against 184.5 unfolded).
+  void prepare_input_norm(NormParams& norm, std::span<Tensor* const> readers) override;
   static constexpr int64_t kGatedMinRows = 512;
   // From these rows on, with its epilogue on warps of its own (the hand-off): measured
   // 3.5 ms faster in the 8 x 1024 prefill step, 0.6-1.2 ms slower in the 1 x 1024 one.
   static constexpr int64_t kGatedHandoffRows = 2048;
-  // linear_add's and linear_rotary_kv's epilogues exist only on the hand-off warps: they
+  // The residual add's and the rotary's epilogues exist only on the hand-off warps: they
   // apply from the same rows.
   static constexpr int64_t kEpilogueRows = kGatedHandoffRows;
   void gated_activation(const Tensor& in, Activation act, Tensor& out) override;
@@ -148,7 +146,7 @@ class CudaBackend final : public Backend {
   // The kernel the last attention() call ran (for tests and benchmarks).
   AttentionKernel last_attention_kernel() const { return last_attention_kernel_; }
 
-  // The depth from which linear_add runs on the wgmma GEMM.
+  // The depth from which linear_residual runs on the wgmma GEMM.
   static constexpr int64_t kDeepK = 8192;
   // Which kernel the last product (linear()) ran on (for tests and benchmarks).
   enum class LinearPath { kCublas, kGemv, kInvariant, kWgmma };
@@ -186,33 +184,40 @@ class CudaBackend final : public Backend {
   // of the step's sequences (those of more than one query when multi_only) staged as
   // 16-bit elements: `a` rewritten to read the staging cache.
   void stage_fp8_cache(AttentionArgs& a, const AttentionMeta& meta, bool multi_only);
-  // linear()'s and linear_add()'s argument checks.
+  // linear()'s and linear_residual()'s argument checks.
   void check_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
                     int64_t col_offset);
-  // accumulate: y += the product, through cuBLASLt only (linear_add decides).
+  // accumulate: y += the product (the matrix-vector kernel or cuBLASLt's C input).
   void gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor& w, void* y, DType y_type,
             int64_t ldy, const Tensor& bias, Activation act, bool accumulate = false);
 
   // Bumped whenever backend-owned scratch a recorded graph may use is reallocated.
   std::shared_ptr<uint64_t> scratch_epoch_ = std::make_shared<uint64_t>(0);
   LinearPath last_linear_path_ = LinearPath::kCublas;
-  // A RowRms's scales for x's rows in row_scale_, for the product that scales its rows
-  // by them: from the squares linear_add kept (launch_row_inv_rms_parts) where
-  // rms.squares names them, else one pass that reads x (launch_row_inv_rms).
-  const float* row_scales(const Tensor& x, const RowRms& rms);
-  // Whether a RowRms is one the products take (eps finite and not negative).
-  static bool takes(const RowRms& rms) { return rms.eps >= 0.f && std::isfinite(rms.eps); }
+  // The scales 1 / sqrt(mean(x_row²) + eps) of x's rows in row_scale_, for a product
+  // that applies a folded norm: from the squares linear_residual kept where they are
+  // x's, else one pass over x.
+  const float* row_scales(const Tensor& x, float eps);
+  // Whether a product may apply the norm itself (folded, its eps usable).
+  static bool rides(const NormParams& norm) {
+    return norm.folded && norm.eps >= 0.f && std::isfinite(norm.eps);
+  }
   Tensor row_scale_;
-  // What the last linear_add that kept squares kept: the token it handed out (rows and
-  // their count), their width, and the parts in row_squares_.
+  // What the last linear_residual that kept squares kept: the rows (address, count,
+  // width) and the parts in row_squares_. Every op that writes device memory forgets
+  // them where it overlaps (wrote()).
   struct KeptSquares {
-    RowSquares handed;
+    const void* data = nullptr;
+    int64_t rows = 0;
     int64_t cols = 0;
     int parts = 0;
   };
   KeptSquares kept_squares_;
   Tensor row_squares_;
-  uint64_t squares_token_ = 0;
+  void wrote(const Tensor& t) { wrote(t.raw(), t.nbytes()); }
+  void wrote(const void* p, size_t bytes);
+  Tensor workspace(Workspace slot, int64_t rows, int64_t cols, DType dtype) override;
+  Tensor ws_[static_cast<size_t>(Workspace::kCount)];
   Tensor merge_counters_;
   AttentionKernel attention_kernel_ = AttentionKernel::kAuto;
   bool batch_invariant_ = false;

@@ -32,6 +32,7 @@ void CudaBackend::moe_route(const Tensor& logits, int32_t top_k, bool renormaliz
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                               const std::vector<MoeExpertWeights>& experts, Activation act,
                               bool accumulate, Tensor& out) {
+  wrote(out);
   check_act(x, "moe x");
   check_act(out, "moe out");
   check_here(ids, "moe ids");

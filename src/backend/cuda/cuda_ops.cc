@@ -53,6 +53,7 @@ NormArgs norm_args(const NormParams& p, int64_t d) {
 
 void CudaBackend::embedding(const Tensor& table, const Tensor& ids, int32_t id_offset, float scale,
                             bool accumulate, Tensor& out) {
+  wrote(out);
   check_here(table, "embedding table");
   check_here(ids, "embedding ids");
   check_here(out, "embedding out");
@@ -70,6 +71,8 @@ void CudaBackend::embedding(const Tensor& table, const Tensor& ids, int32_t id_o
 
 void CudaBackend::add_norm(Tensor& residual, const Tensor& delta1, const Tensor& delta2,
                            const NormParams& norm, Tensor& out) {
+  wrote(residual);
+  wrote(out);
   check_act(residual, "add_norm residual");
   check_act(out, "add_norm out");
   check_2d(residual, "add_norm residual");
@@ -86,24 +89,31 @@ void CudaBackend::add_norm(Tensor& residual, const Tensor& delta1, const Tensor&
                   dtype_, residual.dim(0), d, norm_args(norm, d), out.raw(), stream_);
 }
 
-bool CudaBackend::folds_norm(const Tensor& w, const NormParams& norm) const {
-  const DType t = w.dtype();
-  return norm.type == NormType::kRMSNorm && !norm.bias && norm.weight &&
-         norm.weight.dtype() == DType::kF32 && norm.weight.device() == device() && w &&
-         w.device() == device() && w.ndim() == 2 && norm.weight.numel() == w.dim(1) &&
-         (t == DType::kF32 || t == DType::kF16 || t == DType::kBF16);
-}
-
-Tensor CudaBackend::fold_norm(const Tensor& w, const NormParams& norm) {
-  TACHYON_CHECK(folds_norm(w, norm), "fold_norm: {} with a norm of {}", w.str(), norm.weight.str());
-  Tensor out = alloc_->alloc(w.shape(), w.dtype());
-  launch_fold_norm(w.raw(), out.raw(), w.dtype(), w.dim(0), w.dim(1), norm.weight.data<float>(),
-                   norm.weight_offset, stream_);
-  return out;
+void CudaBackend::prepare_input_norm(NormParams& norm, std::span<Tensor* const> readers) {
+  if (norm.folded || norm.type != NormType::kRMSNorm || norm.bias || !norm.weight ||
+      norm.weight.dtype() != DType::kF32 || norm.weight.device() != device() || readers.empty())
+    return;
+  for (const Tensor* w : readers) {
+    const DType t = w->dtype();
+    if (!*w || w->device() != device() || w->ndim() != 2 || norm.weight.numel() != w->dim(1) ||
+        (t != DType::kF32 && t != DType::kF16 && t != DType::kBF16))
+      return;
+  }
+  for (Tensor* w : readers) {
+    Tensor folded = alloc_->alloc(w->shape(), w->dtype());
+    launch_fold_norm(w->raw(), folded.raw(), w->dtype(), w->dim(0), w->dim(1),
+                     norm.weight.data<float>(), norm.weight_offset, stream_);
+    *w = folded;
+  }
+  const std::vector<float> ones(static_cast<size_t>(norm.weight.numel()), 1.f);
+  norm.weight = upload(ones.data(), norm.weight.shape(), DType::kF32, {});
+  norm.weight_offset = 0.f;
+  norm.folded = true;
 }
 
 void CudaBackend::qk_norm(Tensor& qkv, const QkvLayout& layout, const NormParams& q_norm,
                           const NormParams& k_norm) {
+  wrote(qkv);
   check_act(qkv, "qk_norm qkv");
   check_2d(qkv, "qk_norm qkv");
   TACHYON_CHECK_EQ(qkv.dim(1), layout.row_cols());
@@ -129,10 +139,11 @@ void CudaBackend::gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor&
   g.y_type = y_type;
   g.ldy = ldy;
   g.accumulate = accumulate;
-  if (!accumulate && !batch_invariant_ && !bias && m <= kGemvAutoRows &&
+  if (!batch_invariant_ && !bias && m <= kGemvAutoRows &&
+      (!accumulate || act == Activation::kIdentity) &&
       gemv_supports(x.dtype(), y_type, m, k, g.x, g.w)) {
     last_linear_path_ = LinearPath::kGemv;
-    launch_gemv(g.x, g.w, x.dtype(), y, y_type, m, n, k, ldy, stream_);
+    launch_gemv(g.x, g.w, x.dtype(), y, y_type, m, n, k, ldy, accumulate, stream_);
     if (act != Activation::kIdentity)
       launch_bias_act(y, y_type, ldy, m, n, nullptr, kact(act), stream_);
     return;
@@ -140,7 +151,7 @@ void CudaBackend::gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor&
   g.bias = bias_for(bias, y_type);
   g.relu = act == Activation::kRelu;
   if (batch_invariant_) {
-    TACHYON_CHECK(!accumulate, "linear_add: not in batch-invariant mode");
+    TACHYON_CHECK(!accumulate, "an accumulating product: not in batch-invariant mode");
     last_linear_path_ = LinearPath::kInvariant;
     launch_invariant_matmul(g.x, w.raw(), x.dtype(), m, n, k, y, y_type, ldy, stream_);
     if (bias || act != Activation::kIdentity)
@@ -179,6 +190,7 @@ void CudaBackend::check_linear(const Tensor& x, const Tensor& w, const Tensor& b
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
                          int64_t col_offset, Activation act) {
+  wrote(out);
   check_linear(x, w, bias, out, col_offset);
   const int64_t m = x.dim(0);
   if (m == 0) return;
@@ -187,129 +199,157 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, T
   gemm(x, 0, m, w, y, out.dtype(), out.dim(1), bias, act);
 }
 
-bool CudaBackend::linear_add(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
-                             RowSquares* squares) {
-  // Only where the product runs through cuBLASLt or the wgmma GEMM: cuBLASLt's epilogue
-  // reads out as the C input (beta = 1), the wgmma GEMM's epilogue warps add the rounded
-  // product to it; either way the add costs the product one more read of out and saves
-  // the caller a separate pass (read out and the product, write out). The
-  // matrix-vector kernels of a few rows and the batch-invariant kernel keep linear()
-  // and the separate add. The rows' squares are kept where the wgmma GEMM runs it.
-  if (squares != nullptr) *squares = RowSquares{};
+void CudaBackend::linear_residual(const Tensor& x, const LinearWeights& w, Tensor& residual) {
   const int64_t m = x.dim(0);
-  if (batch_invariant_ || out.dtype() != dtype_ || m == 0 || m <= kGemvAutoRows) return false;
-  check_linear(x, w, bias, out, 0);
-  TACHYON_CHECK(out.dim(1) == w.dim(0), "linear_add into {} for {} outputs", out.str(), w.dim(0));
-  if (x.dim(1) >= kDeepK && !bias && m >= kEpilogueRows && gemm_wgmma_active(dtype_)) {
-    WgmmaGemmArgs g =
-        wgmma_product(x.raw(), w.raw(), out.raw(), dtype_, m, w.dim(0), x.dim(1), out.dim(1));
+  check_linear(x, w.w, w.b, residual, 0);
+  check_act(residual, "linear_residual residual");
+  TACHYON_CHECK(residual.dim(1) == w.w.dim(0), "linear_residual into {} for {} outputs",
+                residual.str(), w.w.dim(0));
+  if (m == 0) return;
+  wrote(residual);
+  if (batch_invariant_) {
+    Backend::linear_residual(x, w, residual);
+    return;
+  }
+  if (x.dim(1) >= kDeepK && !w.b && m >= kEpilogueRows && gemm_wgmma_active(dtype_)) {
+    WgmmaGemmArgs g = wgmma_product(x.raw(), w.w.raw(), residual.raw(), dtype_, m, w.w.dim(0),
+                                    x.dim(1), residual.dim(1));
     g.handoff = true;
     g.add = true;
     const int parts = gemm_wgmma_square_parts(g.n_out);
-    if (squares != nullptr) {
-      kept_squares_ = KeptSquares{};  // (the buffer is rewritten, or reallocated, here)
-      g.row_squares = static_cast<float*>(
-          scratch(row_squares_, static_cast<size_t>(parts) * static_cast<size_t>(m) * 4));
-    }
+    g.row_squares = static_cast<float*>(
+        scratch(row_squares_, static_cast<size_t>(parts) * static_cast<size_t>(m) * 4));
     if (launch_gemm_wgmma(g, stream_)) {
       last_linear_path_ = LinearPath::kWgmma;
-      if (squares != nullptr) {
-        kept_squares_ = KeptSquares{RowSquares{out.raw(), m, ++squares_token_}, out.dim(1), parts};
-        *squares = kept_squares_.handed;
-      }
-      return true;
+      kept_squares_ = KeptSquares{residual.raw(), m, residual.dim(1), parts};
+      return;
     }
   }
-  gemm(x, 0, m, w, out.raw(), out.dtype(), out.dim(1), bias, Activation::kIdentity, true);
-  return true;
+  gemm(x, 0, m, w.w, residual.raw(), residual.dtype(), residual.dim(1), w.b, Activation::kIdentity,
+       true);
 }
 
-const float* CudaBackend::row_scales(const Tensor& x, const RowRms& rms) {
+void CudaBackend::wrote(const void* p, size_t bytes) {
+  const auto* b = static_cast<const char*>(p);
+  const auto* k = static_cast<const char*>(kept_squares_.data);
+  const size_t kept_bytes =
+      static_cast<size_t>(kept_squares_.rows * kept_squares_.cols) * dtype_size(dtype_);
+  if (k != nullptr && b < k + kept_bytes && k < b + bytes) kept_squares_ = KeptSquares{};
+}
+
+const float* CudaBackend::row_scales(const Tensor& x, float eps) {
   const int64_t m = x.dim(0), k = x.dim(1);
   auto* out = static_cast<float*>(scratch(row_scale_, static_cast<size_t>(m) * sizeof(float)));
-  // From the squares the last linear_add kept, where they are x's (and nothing replaced
-  // them since); else the pass over x.
-  const RowSquares* sq = rms.squares;
   const KeptSquares& kept = kept_squares_;
-  if (sq != nullptr && sq->token != 0 && sq->token == kept.handed.token &&
-      kept.handed.data == x.raw() && kept.handed.rows == m && kept.cols == k) {
-    launch_row_inv_rms_parts(row_squares_.data<float>(), kept.parts, m, k, rms.eps, out, stream_);
-  } else {
-    launch_row_inv_rms(x.raw(), x.dtype(), m, k, rms.eps, out, stream_);
-  }
+  if (kept.data == x.raw() && kept.rows == m && kept.cols == k)
+    launch_row_inv_rms_parts(row_squares_.data<float>(), kept.parts, m, k, eps, out, stream_);
+  else
+    launch_row_inv_rms(x.raw(), x.dtype(), m, k, eps, out, stream_);
   return out;
 }
 
-bool CudaBackend::linear_rotary_kv(const Tensor& x, const Tensor& w, const Tensor& bias,
-                                   Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
-                                   RotaryStyle style, int32_t rotary_dim, const Tensor& slots,
-                                   LayerKvCache& cache, const RowRms* rms) {
+void CudaBackend::attention_input(const Tensor& x, const NormParams* norm, const AttentionInput& p,
+                                  const Tensor& cos_sin, const Tensor& logn, const Tensor& slots,
+                                  LayerKvCache& cache, Tensor& qkv) {
+  // The product, the rotary and the cache write in one pass, where nothing else touches
+  // the rows between them (and a folded norm's scaling of the rows).
   const int64_t m = x.dim(0);
-  if (batch_invariant_ || bias || m < kEpilogueRows ||
-      (style != RotaryStyle::kHalf && style != RotaryStyle::kInterleaved) || rotary_dim <= 0 ||
-      !gemm_wgmma_active(dtype_) || (rms != nullptr && !takes(*rms)))
-    return false;
-  check_linear(x, w, bias, qkv, 0);
-  check_rotary(qkv, layout, cos_sin, style, rotary_dim, "linear_rotary_kv");
-  TACHYON_CHECK(qkv.dim(1) == w.dim(0), "linear_rotary_kv into {} for {} outputs", qkv.str(),
-                w.dim(0));
-  check_kv_write(slots, m, layout, cache, "linear_rotary_kv");
-  WgmmaRotaryKv r;
-  r.cos_sin = cos_sin.data<float>();
-  r.rot = rotary_dim;
-  r.style = static_cast<KRotary>(static_cast<int>(style));
-  r.heads = layout.num_heads;
-  r.kv_heads = layout.num_kv_heads;
-  r.head_dim = layout.head_dim;
-  r.slots = slots.data<int32_t>();
-  r.k_cache = cache.k.raw();
-  r.v_cache = cache.v.raw();
-  r.kv_fp8 = kv_fp8();
-  r.num_blocks = cache.num_blocks();
-  r.block_size = static_cast<int>(cache.block_size());
-  r.err = err_dev_;
-  WgmmaGemmArgs g =
-      wgmma_product(x.raw(), w.raw(), qkv.raw(), dtype_, m, w.dim(0), x.dim(1), qkv.dim(1));
-  g.handoff = true;
-  g.rotary = &r;
-  if (rms != nullptr) g.row_scale = row_scales(x, *rms);
-  if (!launch_gemm_wgmma(g, stream_)) return false;
-  last_linear_path_ = LinearPath::kWgmma;
-  return true;
+  const RotaryStyle style = p.rotary;
+  const int32_t rot = style != RotaryStyle::kNone ? static_cast<int32_t>(cos_sin.dim(1)) : 0;
+  if (!batch_invariant_ && p.qkv && !p.qkv.b && p.clip <= 0 && !p.q_norm.weight && !logn &&
+      m >= kEpilogueRows && (style == RotaryStyle::kHalf || style == RotaryStyle::kInterleaved) &&
+      rot > 0 && gemm_wgmma_active(dtype_) && (norm == nullptr || rides(*norm))) {
+    const Tensor& w = p.qkv.w;
+    check_linear(x, w, Tensor(), qkv, 0);
+    check_rotary(qkv, p.layout, cos_sin, style, rot, "attention_input");
+    TACHYON_CHECK(qkv.dim(1) == w.dim(0), "attention_input into {} for {} outputs", qkv.str(),
+                  w.dim(0));
+    check_kv_write(slots, m, p.layout, cache, "attention_input");
+    WgmmaRotaryKv r;
+    r.cos_sin = cos_sin.data<float>();
+    r.rot = rot;
+    r.style = static_cast<KRotary>(static_cast<int>(style));
+    r.heads = p.layout.num_heads;
+    r.kv_heads = p.layout.num_kv_heads;
+    r.head_dim = p.layout.head_dim;
+    r.slots = slots.data<int32_t>();
+    r.k_cache = cache.k.raw();
+    r.v_cache = cache.v.raw();
+    r.kv_fp8 = kv_fp8();
+    r.num_blocks = cache.num_blocks();
+    r.block_size = static_cast<int>(cache.block_size());
+    r.err = err_dev_;
+    WgmmaGemmArgs g =
+        wgmma_product(x.raw(), w.raw(), qkv.raw(), dtype_, m, w.dim(0), x.dim(1), qkv.dim(1));
+    g.handoff = true;
+    g.rotary = &r;
+    if (norm != nullptr) g.row_scale = row_scales(x, norm->eps);
+    wrote(qkv);
+    if (launch_gemm_wgmma(g, stream_)) {
+      last_linear_path_ = LinearPath::kWgmma;
+      return;
+    }
+  }
+  Backend::attention_input(x, norm, p, cos_sin, logn, slots, cache, qkv);
 }
 
-bool CudaBackend::linear_gated(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act,
-                               Tensor& out, const RowRms* rms) {
+void CudaBackend::mlp_input(const Tensor& x, const NormParams* norm, const MlpInput& p,
+                            Tensor& out) {
+  // gate/up and the gated activation in one product (without the [T, 2I] intermediate),
+  // with a folded norm's scaling of the rows where the epilogue is handed off.
   const int64_t m = x.dim(0);
   const bool handoff = m >= kGatedHandoffRows;
-  // Outputs of whole 16-byte pieces only (MLP widths are multiples of 8 in practice; the
-  // kernel's partial pieces at a ragged edge serve the direct calls).
-  if (batch_invariant_ || bias || m < kGatedMinRows || out.dtype() != dtype_ ||
-      out.dim(1) % 8 != 0 || !gemm_wgmma_active(dtype_) ||
-      (rms != nullptr && !(handoff && takes(*rms))))
-    return false;
-  check_act(x, "linear_gated x");
-  check_here(w, "linear_gated weight");
-  check_act(out, "linear_gated out");
-  check_2d(x, "linear_gated x");
-  check_2d(w, "linear_gated weight");
-  check_2d(out, "linear_gated out");
-  TACHYON_CHECK(w.dtype() == x.dtype() && w.dim(1) == x.dim(1) && w.dim(0) == 2 * out.dim(1) &&
+  const bool fused = !batch_invariant_ && p.gated && p.gate_up && !p.gate_up.b &&
+                     m >= kGatedMinRows && out.dtype() == dtype_ && out.dim(1) % 8 == 0 &&
+                     gemm_wgmma_active(dtype_);
+  if (!fused) {
+    Backend::mlp_input(x, norm, p, out);
+    return;
+  }
+  const float* scale = nullptr;
+  Tensor h = x;
+  if (norm != nullptr) {
+    if (handoff && rides(*norm))
+      scale = row_scales(x, norm->eps);
+    else
+      h = normed(x, *norm);
+  }
+  const Tensor& w = p.gate_up.w;
+  check_act(h, "mlp_input x");
+  check_here(w, "mlp_input weight");
+  check_act(out, "mlp_input out");
+  check_2d(h, "mlp_input x");
+  check_2d(w, "mlp_input weight");
+  check_2d(out, "mlp_input out");
+  TACHYON_CHECK(w.dtype() == h.dtype() && w.dim(1) == h.dim(1) && w.dim(0) == 2 * out.dim(1) &&
                     out.dim(0) == m,
-                "linear_gated: weight {} for input {} and output {}", w.str(), x.str(), out.str());
+                "mlp_input: weight {} for input {} and output {}", w.str(), h.str(), out.str());
   WgmmaGemmArgs g =
-      wgmma_product(x.raw(), w.raw(), out.raw(), dtype_, m, out.dim(1), x.dim(1), out.dim(1));
+      wgmma_product(h.raw(), w.raw(), out.raw(), dtype_, m, out.dim(1), h.dim(1), out.dim(1));
   g.w_rows = w.dim(0);
   g.up_row = out.dim(1);
-  g.act = kact(act);
+  g.act = kact(p.act);
   g.handoff = handoff;
-  if (rms != nullptr) g.row_scale = row_scales(x, *rms);
-  if (!launch_gemm_wgmma(g, stream_)) return false;
-  last_linear_path_ = LinearPath::kWgmma;
-  return true;
+  g.row_scale = scale;
+  wrote(out);
+  if (launch_gemm_wgmma(g, stream_)) {
+    last_linear_path_ = LinearPath::kWgmma;
+    return;
+  }
+  if (scale != nullptr)
+    Backend::mlp_input(x, norm, p, out);
+  else
+    Backend::mlp_input(h, nullptr, p, out);
+}
+
+Tensor CudaBackend::workspace(Workspace slot, int64_t rows, int64_t cols, DType dtype) {
+  void* p =
+      scratch(ws_[static_cast<size_t>(slot)], static_cast<size_t>(rows * cols) * dtype_size(dtype));
+  return Tensor::wrap(p, {rows, cols}, dtype, ws_[static_cast<size_t>(slot)].owner(), device());
 }
 
 void CudaBackend::gated_activation(const Tensor& in, Activation act, Tensor& out) {
+  wrote(out);
   check_act(in, "gated in");
   check_act(out, "gated out");
   check_2d(in, "gated in");
@@ -320,12 +360,14 @@ void CudaBackend::gated_activation(const Tensor& in, Activation act, Tensor& out
 }
 
 void CudaBackend::activation(Tensor& x, Activation act) {
+  wrote(x);
   check_here(x, "activation");
   if (act == Activation::kIdentity || x.numel() == 0) return;
   launch_bias_act(x.raw(), x.dtype(), x.numel(), 1, x.numel(), nullptr, kact(act), stream_);
 }
 
 void CudaBackend::scale_add(const Tensor& a, float scale, const Tensor& b, Tensor& out) {
+  wrote(out);
   check_here(a, "add a");
   check_here(b, "add b");
   check_here(out, "add out");
@@ -336,17 +378,20 @@ void CudaBackend::scale_add(const Tensor& a, float scale, const Tensor& b, Tenso
 }
 
 void CudaBackend::softcap(Tensor& x, float cap) {
+  wrote(x);
   check_here(x, "softcap");
   TACHYON_CHECK(cap > 0.f, "softcap {}", cap);
   launch_softcap(x.raw(), x.dtype(), x.numel(), cap, stream_);
 }
 
 void CudaBackend::clamp(Tensor& x, float limit) {
+  wrote(x);
   check_here(x, "clamp");
   launch_clamp(x.raw(), x.dtype(), x.numel(), limit, stream_);
 }
 
 void CudaBackend::gather_rows(const Tensor& src, const Tensor& rows, Tensor& out) {
+  wrote(out);
   check_here(src, "gather src");
   check_here(rows, "gather rows");
   check_here(out, "gather out");
@@ -372,6 +417,7 @@ void CudaBackend::scatter_ids(const Tensor& src, const Tensor& pairs, Tensor& id
 }
 
 void CudaBackend::add_sigmoid_gated(const Tensor& src, const Tensor& gate_logit, Tensor& out) {
+  wrote(out);
   check_here(src, "add_sigmoid_gated src");
   check_here(gate_logit, "add_sigmoid_gated gate");
   check_here(out, "add_sigmoid_gated out");
@@ -417,6 +463,7 @@ void CudaBackend::check_rotary(const Tensor& qkv, const QkvLayout& layout, const
 
 void CudaBackend::rotary(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
                          RotaryStyle style, int32_t rotary_dim) {
+  wrote(qkv);
   if (style == RotaryStyle::kNone || rotary_dim == 0) return;
   check_rotary(qkv, layout, cos_sin, style, rotary_dim, "rotary");
   launch_rotary(qkv.raw(), dtype_, qkv.dim(0), qkv.dim(1), layout.num_heads + layout.num_kv_heads,
@@ -435,6 +482,7 @@ void CudaBackend::write_kv(const Tensor& qkv, const QkvLayout& layout, const Ten
 }
 
 void CudaBackend::scale_queries(Tensor& qkv, const QkvLayout& layout, const Tensor& factors) {
+  wrote(qkv);
   check_act(qkv, "scale_queries qkv");
   check_here(factors, "scale_queries factors");
   TACHYON_CHECK(qkv.ndim() == 2 && qkv.dim(1) == layout.row_cols() &&
@@ -586,6 +634,7 @@ void CudaBackend::stage_fp8_cache(AttentionArgs& a, const AttentionMeta& meta, b
 void CudaBackend::rotary_write_kv(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
                                   RotaryStyle style, int32_t rotary_dim, const Tensor& slots,
                                   LayerKvCache& cache) {
+  wrote(qkv);
   if (style == RotaryStyle::kNone || rotary_dim == 0 || layout.head_dim % 2 != 0) {
     rotary(qkv, layout, cos_sin, style, rotary_dim);
     write_kv(qkv, layout, slots, cache);
@@ -602,6 +651,7 @@ void CudaBackend::rotary_write_kv(Tensor& qkv, const QkvLayout& layout, const Te
 
 void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const LayerKvCache& cache,
                             const AttentionMeta& meta, const AttentionParams& params, Tensor& out) {
+  wrote(out);
   check_act(qkv, "attention qkv");
   check_act(out, "attention out");
   TACHYON_CHECK(qkv.ndim() == 2 && qkv.dim(1) == layout.row_cols(), "attention qkv {}", qkv.str());

@@ -64,7 +64,7 @@ __device__ __forceinline__ void dot8(const uint4& w, const uint4& x, float& acc,
 template <typename T, typename Y, int kM, bool kSmemX, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, Y* __restrict__ y, int64_t n,
-                int64_t k, int64_t ldy) {
+                int64_t k, int64_t ldy, bool add) {
   extern __shared__ uint4 xs[];  // [kM * k / 8] when kSmemX
   __shared__ float partial[kWarps][kM];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -141,7 +141,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   if (!valid || lane != 0) return;
 #pragma unroll
-  for (int i = 0; i < kM; ++i) y[i * ldy + row] = from_f<Y>(acc[i]);
+  for (int i = 0; i < kM; ++i) {
+    Y& out = y[i * ldy + row];
+    out = from_f<Y>(add ? acc[i] + to_f(out) : acc[i]);
+  }
 }
 
 // Persistent blocks: as many as the device holds at once (or fewer), each looping
@@ -155,7 +158,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <typename T, typename Y, int kM, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_persistent_kernel(const T* __restrict__ x, const T* __restrict__ w, Y* __restrict__ y,
-                           int64_t n, int64_t k, int64_t ldy) {
+                           int64_t n, int64_t k, int64_t ldy, bool add) {
   extern __shared__ uint4 xs[];  // [kM * k / 8]
   __shared__ float partial[2][kWarps][kM];
   constexpr int kCols = kWarps / kSplit;
@@ -222,7 +225,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         float v = 0.f;
 #pragma unroll
         for (int j = 0; j < kSplit; ++j) v += partial[buf][warp + j][i];
-        y[i * ldy + row] = from_f<Y>(v);
+        y[i * ldy + row] = from_f<Y>(add ? v + to_f(y[i * ldy + row]) : v);
       }
     }
     buf ^= 1;
@@ -238,7 +241,7 @@ constexpr int64_t kPersistentMaxWaves = 4;
 
 template <typename T, typename Y, bool kSmemX, int kWarps>
 void launch_m(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, int64_t ldy,
-              cudaStream_t stream) {
+              bool add, cudaStream_t stream) {
   const dim3 blocks(ceil_div(n, kWarps / kSplit));
   const dim3 threads(kWarps * 32);
   const auto* xt = static_cast<const T*>(x);
@@ -247,7 +250,7 @@ void launch_m(const void* x, const void* w, void* y, int64_t m, int64_t n, int64
   const size_t smem = kSmemX ? static_cast<size_t>(m * k) * sizeof(T) : 0;
   auto go = [&](auto kernel) {
     allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
-    launch_kernel(kernel, blocks, threads, smem, stream, xt, wt, yt, n, k, ldy);
+    launch_kernel(kernel, blocks, threads, smem, stream, xt, wt, yt, n, k, ldy, add);
   };
   switch (m) {
     case 1:
@@ -269,7 +272,7 @@ void launch_m(const void* x, const void* w, void* y, int64_t m, int64_t n, int64
 // one-group kernel (x in shared memory either way).
 template <typename T, typename Y, int kWarps>
 void launch_persistent(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k,
-                       int64_t ldy, cudaStream_t stream) {
+                       int64_t ldy, bool add, cudaStream_t stream) {
   const int64_t groups = ceil_div(n, kWarps / kSplit);
   const dim3 threads(kWarps * 32);
   const auto* xt = static_cast<const T*>(x);
@@ -281,11 +284,11 @@ void launch_persistent(const void* x, const void* w, void* y, int64_t m, int64_t
     allow_dynamic_smem(key, smem);
     const int64_t resident = resident_blocks(key, kWarps * 32, smem);
     if (groups > kPersistentMaxWaves * resident) {
-      launch_m<T, Y, true, kWarps>(x, w, y, m, n, k, ldy, stream);
+      launch_m<T, Y, true, kWarps>(x, w, y, m, n, k, ldy, add, stream);
       return;
     }
     const dim3 blocks(static_cast<unsigned>(std::min(groups, resident)));
-    launch_kernel(kernel, blocks, threads, smem, stream, xt, wt, yt, n, k, ldy);
+    launch_kernel(kernel, blocks, threads, smem, stream, xt, wt, yt, n, k, ldy, add);
   };
   switch (m) {
     case 1:
@@ -313,7 +316,7 @@ bool gemv_supports(DType type, DType y_type, int64_t m, int64_t k, const void* x
 }
 
 void launch_gemv(const void* x, const void* w, DType type, void* y, DType y_type, int64_t m,
-                 int64_t n, int64_t k, int64_t ldy, cudaStream_t stream) {
+                 int64_t n, int64_t k, int64_t ldy, bool add, cudaStream_t stream) {
   if (m == 0 || n == 0) return;
   TACHYON_KERNEL_CHECK(m <= kGemvMaxRows && k % 8 == 0, "gemv: at most 4 rows, k a multiple of 8");
   // x staged in shared memory (when m * k * 2 bytes fit in 64 KB, on persistent blocks
@@ -323,11 +326,11 @@ void launch_gemv(const void* x, const void* w, DType type, void* y, DType y_type
     using T = decltype(tag_t);
     using Y = decltype(tag_y);
     if (!smem_x)
-      launch_m<T, Y, false, kWarpsPerBlock>(x, w, y, m, n, k, ldy, stream);
+      launch_m<T, Y, false, kWarpsPerBlock>(x, w, y, m, n, k, ldy, add, stream);
     else if (k >= kWideK)
-      launch_persistent<T, Y, kWideWarps>(x, w, y, m, n, k, ldy, stream);
+      launch_persistent<T, Y, kWideWarps>(x, w, y, m, n, k, ldy, add, stream);
     else
-      launch_persistent<T, Y, kWarpsPerBlock>(x, w, y, m, n, k, ldy, stream);
+      launch_persistent<T, Y, kWarpsPerBlock>(x, w, y, m, n, k, ldy, add, stream);
   };
   if (type == DType::kBF16) {
     if (y_type == DType::kF32)

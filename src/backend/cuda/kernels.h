@@ -351,8 +351,9 @@ void launch_attention_decode(const AttentionArgs& a, const AttentionPlan& plan, 
 // and w [n, k] bf16 or f16 (16-byte aligned, k a multiple of 8), y in that dtype or f32.
 constexpr int64_t kGemvMaxRows = 4;
 bool gemv_supports(DType type, DType y_type, int64_t m, int64_t k, const void* x, const void* w);
+// add: y += the product, the sum rounded once to y's dtype.
 void launch_gemv(const void* x, const void* w, DType type, void* y, DType y_type, int64_t m,
-                 int64_t n, int64_t k, int64_t ldy, cudaStream_t stream);
+                 int64_t n, int64_t k, int64_t ldy, bool add, cudaStream_t stream);
 
 // ---- moe.cu -----------------------------------------------------------------------
 // Per token: softmax over logits [tokens, experts], the top_k largest (ties: lower id),
