@@ -66,8 +66,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   bool current(uint64_t seq) const { return seq == seq_ && state_ == State::kHandling; }
 
+  // ---- the request side, the connection's life and its timers (http_session.cc) ----
   void read_request();
-
   // The header is parsed once all of it has arrived, so that its raw bytes can be
   // checked first for what the parser would quietly accept: obsolete line folding
   // (RFC 9112 lets a server refuse it; a proxy may read a folded header differently).
@@ -75,7 +75,6 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_header(ErrorCodeT ec);
   void on_body(ErrorCodeT ec);
   void read_failed(ErrorCodeT ec);
-
   // Answers a request that could not be read, then closes the connection.
   // `linger`: the client may still be sending (an unread body); read and drop what it
   // sends for a moment after answering, so that closing does not reset the connection
@@ -83,11 +82,31 @@ class Session : public std::enable_shared_from_this<Session> {
   void reject(int status, const std::string& message, bool linger = true);
   void linger_close();
   void drain();
+  void dispatch();
+  void watch_for_close();
+  void on_watch(ErrorCodeT ec, size_t n);
+  void mark_peer_gone();
+  void close();
+  void arm_timer(std::chrono::milliseconds d);
+  void cancel_timer();
+  // Whether any of the request being read has arrived (bytes of a header not yet whole
+  // wait in buffer_, unparsed).
+  bool got_some() const { return buffer_.size() > 0 || (parser_ && parser_->got_some()); }
+  void on_timeout();
+
+  // ---- the response side (http_session_write.cc) ----
+  std::string format_head(int status, std::string_view content_type, const Headers& headers,
+                          std::optional<size_t> content_length);
+  void queue(std::string data);
+  void set_direct(bool writable);
+  void do_write();
+  void on_write(ErrorCodeT ec);
+  void response_done();
+
   void reset_response_state() {
     response_started_ = response_ended_ = chunked_ = false;
     close_callbacks_.clear();
   }
-
   void begin_in_flight() {
     shared_->in_flight.fetch_add(1);
     counted_in_flight_ = true;
@@ -97,25 +116,6 @@ class Session : public std::enable_shared_from_this<Session> {
     counted_in_flight_ = false;
     shared_->request_ended();
   }
-
-  void dispatch();
-  void watch_for_close();
-  void on_watch(ErrorCodeT ec, size_t n);
-  std::string format_head(int status, std::string_view content_type, const Headers& headers,
-                          std::optional<size_t> content_length);
-  void queue(std::string data);
-  void set_direct(bool writable);
-  void do_write();
-  void on_write(ErrorCodeT ec);
-  void response_done();
-  void mark_peer_gone();
-  void close();
-  void arm_timer(std::chrono::milliseconds d);
-  void cancel_timer();
-  // Whether any of the request being read has arrived (bytes of a header not yet whole
-  // wait in buffer_, unparsed).
-  bool got_some() const { return buffer_.size() > 0 || (parser_ && parser_->got_some()); }
-  void on_timeout();
 
   ServerShared* shared_;
   const bool reserve_;  // taken past max_connections: health and metrics only
