@@ -15,10 +15,14 @@ function(tachyon_module name dir)
   endif()
 endfunction()
 
-# One GoogleTest binary per test folder; every TEST becomes a CTest test.
+# One GoogleTest binary per test folder (less the subfolders named by EXCLUDE, which
+# have binaries of their own); every TEST becomes a CTest test.
 function(tachyon_test_module name dir)
-  cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "DEPS;EXCLUDE" ${ARGN})
   file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${dir}/*_test.cc ${dir}/*_test.cu)
+  foreach(sub ${ARG_EXCLUDE})
+    list(FILTER srcs EXCLUDE REGEX "/${dir}/${sub}/")
+  endforeach()
   if(NOT srcs)
     return()
   endif()

@@ -36,5 +36,12 @@ TEST(ParseJson, RefusesDeepNesting) {
                InvalidArgument);
 }
 
+TEST(Json, ParsesAndLimitsDepth) {
+  EXPECT_EQ(parse_json(R"({"a": [1, 2]})", "t")["a"][1], 2);
+  EXPECT_THROW(parse_json("{", "t"), InvalidArgument);
+  std::string deep(1000, '[');
+  EXPECT_THROW(parse_json(deep + std::string(1000, ']'), "t", 100), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace tachyon

@@ -2,8 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/checked.h"
-#include "core/json.h"
+#include "core/error.h"
 
 namespace tachyon {
 namespace {
@@ -35,19 +34,6 @@ TEST(Tensor, ConvertsDtypes) {
 TEST(Tensor, RejectsBadShapes) {
   EXPECT_THROW(Tensor::empty({-1, 2}, DType::kF32), InvalidArgument);
   EXPECT_THROW(Tensor::empty({int64_t{1} << 40, int64_t{1} << 40}, DType::kF32), InvalidArgument);
-}
-
-TEST(Checked, DetectsOverflow) {
-  EXPECT_FALSE(checked_add<uint64_t>(~uint64_t{0}, 1).has_value());
-  EXPECT_EQ(checked_mul<int64_t>(3, 4), 12);
-  EXPECT_THROW(mul_or_throw<uint32_t>(1u << 20, 1u << 20, "x"), InvalidArgument);
-}
-
-TEST(Json, ParsesAndLimitsDepth) {
-  EXPECT_EQ(parse_json(R"({"a": [1, 2]})", "t")["a"][1], 2);
-  EXPECT_THROW(parse_json("{", "t"), InvalidArgument);
-  std::string deep(1000, '[');
-  EXPECT_THROW(parse_json(deep + std::string(1000, ']'), "t", 100), InvalidArgument);
 }
 
 }  // namespace

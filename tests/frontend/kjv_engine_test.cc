@@ -62,7 +62,7 @@ TEST(KjvEngine, GreedyMatchesTransformers) {
   const Json& cases = ref["models"]["tiny-kjv-chat"];
   ASSERT_GT(cases.size(), 0u);
   // The references are transformers' float32 greedy outputs; a 16-bit GPU model drifts
-  // from them after a few near ties (tests/cuda/cuda_model_test.cc bounds its logits).
+  // from them after a few near ties (tests/backend/cuda/cuda_model_test.cc bounds its logits).
   if (kjv().model->backend().activation_dtype() != DType::kF32)
     GTEST_SKIP() << "float32 references: run with TACHYON_DTYPE=f32 on a GPU";
   auto e = engine(512);

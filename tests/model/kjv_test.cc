@@ -14,7 +14,7 @@ namespace {
 TEST(KjvModel, GreedyMatchesTransformers) {
   const std::string root = TACHYON_SOURCE_DIR;
   // f32 arithmetic wherever it runs (the reference is transformers in float32; the GPU
-  // at 16-bit precision is checked with margins in tests/cuda).
+  // at 16-bit precision is checked with margins in tests/backend/cuda).
   LoadOptions opts;
   opts.dtype = DType::kF32;
   auto model = load_model(root + "/models/tiny-kjv-chat", opts);

@@ -12,8 +12,8 @@
 #include <numeric>
 #include <random>
 
-#include "cuda/cuda_test_util.h"
-#include "cuda/step_batch.h"
+#include "backend/cuda/cuda_test_util.h"
+#include "backend/cuda/step_batch.h"
 #include "model/loader.h"
 #include "model/model_runner.h"
 

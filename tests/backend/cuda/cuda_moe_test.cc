@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cuda/cuda_test_util.h"
 #include "backend/ops.h"
-#include "cuda/cuda_test_util.h"
 
 namespace tachyon::cuda_test {
 namespace {

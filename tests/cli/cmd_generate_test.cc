@@ -1,4 +1,4 @@
-// The `tachyon generate` batch mode and `tachyon bench`, run as the real binary.
+// The `tachyon generate` batch mode (cmd_generate.cc), run as the real binary.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -68,24 +68,6 @@ TEST(CliEngine, GenerateBatchKeepsInputOrderAndReportsBadLines) {
   first3.resize(3);
   EXPECT_EQ(lines[cases.size() + 1]["output_ids"].get<std::vector<int32_t>>(), first3);
   EXPECT_TRUE(lines[cases.size() + 2].contains("error"));
-}
-
-TEST(CliEngine, BenchReportsThroughputAndLatency) {
-  const auto [code, text] = run(kBin + " bench --model " + kRoot +
-                                "/models/tiny-kjv-chat --num-requests 3 --input-len 8 "
-                                "--output-len 4 --concurrency 2 --json 2>/dev/null");
-  ASSERT_EQ(code, 0);
-  const Json j = Json::parse(text);
-  EXPECT_EQ(j["failed"].get<int>(), 0);
-  EXPECT_EQ(j["input_tokens"].get<int>(), 24);
-  EXPECT_EQ(j["output_tokens"].get<int>(), 12);
-  EXPECT_GT(j["total_tokens_per_s"].get<double>(), 0);
-  EXPECT_GT(j["ttft_ms"]["p50"].get<double>(), 0);
-  EXPECT_GE(j["engine"]["steps"].get<double>(), 4);
-  const auto [bad, ignored] =
-      run(kBin + " bench --model " + kRoot +
-          "/models/tiny-kjv-chat --concurrency 2 --request-rate 3 2>/dev/null");
-  EXPECT_EQ(bad, 1);
 }
 
 }  // namespace

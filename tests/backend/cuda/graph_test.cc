@@ -11,8 +11,8 @@
 #include <algorithm>
 #include <random>
 
-#include "cuda/cuda_test_util.h"
-#include "cuda/step_batch.h"
+#include "backend/cuda/cuda_test_util.h"
+#include "backend/cuda/step_batch.h"
 #include "model/loader.h"
 #include "model/model_runner.h"
 

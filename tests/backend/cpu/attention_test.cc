@@ -1,4 +1,4 @@
-// Rotary, KV-cache writes, paged attention and MoE ops of the CPU backend against
+// Rotary, KV-cache writes and paged attention of the CPU backend (attention.cc) against
 // float64 references on random data.
 #include <gtest/gtest.h>
 
@@ -278,113 +278,6 @@ INSTANTIATE_TEST_SUITE_P(AllPaths, PagedAttentionTest,
                          ::testing::Values(cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2,
                                            cpu::CpuIsa::kAvx512),
                          isa_name);
-
-TEST_F(AttentionOpsTest, CopyBlocks) {
-  Tensor c = random_tensor({5, 2, 3, 4}, rng_);
-  auto before = as_f64(c);
-  be_->copy_blocks(c, {{1, 3}, {4, 0}});
-  std::vector<double> want = before;
-  const int blk = 24;
-  std::copy_n(before.begin() + 1 * blk, blk, want.begin() + 3 * blk);
-  std::copy_n(before.begin() + 4 * blk, blk, want.begin() + 0 * blk);
-  expect_close(c, want, 0, 0, "copy_blocks");
-  EXPECT_THROW(be_->copy_blocks(c, {{0, 5}}), InvalidArgument);
-}
-
-TEST_F(AttentionOpsTest, CopyBlocksBetween) {
-  Tensor c = random_tensor({5, 2, 3, 4}, rng_);
-  const auto before = as_f64(c);
-  Tensor swap = be_->alloc_swap({3, 2, 3, 4}, c.dtype());
-  be_->copy_blocks_between(c, swap, {{1, 0}, {4, 2}});
-  Tensor back = random_tensor({5, 2, 3, 4}, rng_);
-  std::vector<double> want = as_f64(back);
-  be_->copy_blocks_between(swap, back, {{2, 1}, {0, 3}});
-  const int blk = 24;
-  std::copy_n(before.begin() + 4 * blk, blk, want.begin() + 1 * blk);
-  std::copy_n(before.begin() + 1 * blk, blk, want.begin() + 3 * blk);
-  expect_close(back, want, 0, 0, "copy_blocks_between");
-  EXPECT_THROW(be_->copy_blocks_between(c, swap, {{5, 0}}), InvalidArgument);
-  EXPECT_THROW(be_->copy_blocks_between(c, swap, {{0, 3}}), InvalidArgument);
-  Tensor other = be_->alloc_swap({3, 2, 3, 5}, c.dtype());
-  EXPECT_THROW(be_->copy_blocks_between(c, other, {{0, 0}}), InvalidArgument);
-}
-
-TEST_F(AttentionOpsTest, MoeRouteAndExperts) {
-  const int T = 9, D = 12, I = 7, E = 5, K = 2;
-  for (bool renorm : {false, true}) {
-    for (bool fused : {false, true}) {
-      Tensor logits = random_tensor({T, E}, rng_, 2.f);
-      Tensor ids = be_->alloc({T, K}, DType::kI32), w = be_->alloc({T, K}, DType::kF32);
-      be_->moe_route(logits, K, renorm, ids, w);
-      auto lv = as_f64(logits);
-      std::vector<double> want_w;
-      std::vector<int> want_ids;
-      for (int t = 0; t < T; ++t) {
-        std::vector<double> p(E);
-        double mx = *std::max_element(lv.begin() + t * E, lv.begin() + (t + 1) * E), sum = 0;
-        for (int e = 0; e < E; ++e) sum += (p[e] = std::exp(lv[t * E + e] - mx));
-        std::vector<int> order(E);
-        std::iota(order.begin(), order.end(), 0);
-        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
-        double picked = 0;
-        for (int k = 0; k < K; ++k) picked += p[order[k]] / sum;
-        for (int k = 0; k < K; ++k) {
-          want_ids.push_back(order[k]);
-          want_w.push_back(p[order[k]] / sum / (renorm ? picked : 1.0));
-        }
-      }
-      for (int i = 0; i < T * K; ++i) EXPECT_EQ(ids.data<int32_t>()[i], want_ids[i]);
-      expect_close(w, want_w, 1e-6, 1e-6, "routing weights");
-
-      std::vector<MoeExpertWeights> experts(E);
-      std::vector<std::vector<double>> g(E), u(E), dn(E);
-      for (int e = 0; e < E; ++e) {
-        Tensor gate = random_tensor({I, D}, rng_, 0.3f, DType::kBF16);
-        Tensor up = random_tensor({I, D}, rng_, 0.3f, DType::kBF16);
-        experts[e].down = random_tensor({D, I}, rng_, 0.3f, DType::kBF16);
-        g[e] = as_f64(gate);
-        u[e] = as_f64(up);
-        dn[e] = as_f64(experts[e].down);
-        if (fused) {
-          Tensor gu = Tensor::empty({2 * I, D}, DType::kBF16);
-          std::copy_n(static_cast<const uint16_t*>(gate.raw()), I * D,
-                      static_cast<uint16_t*>(gu.raw()));
-          std::copy_n(static_cast<const uint16_t*>(up.raw()), I * D,
-                      static_cast<uint16_t*>(gu.raw()) + I * D);
-          experts[e].gate_up = gu;
-        } else {
-          experts[e].gate = gate;
-          experts[e].up = up;
-        }
-      }
-      Tensor x = random_tensor({T, D}, rng_);
-      Tensor out = random_tensor({T, D}, rng_);
-      auto base = as_f64(out);
-      auto xv = as_f64(x);
-      be_->moe_experts(x, ids, w, experts, Activation::kSilu, true, out);
-      std::vector<double> want = base;
-      for (int t = 0; t < T; ++t)
-        for (int k = 0; k < K; ++k) {
-          const int e = want_ids[t * K + k];
-          std::vector<double> h(I);
-          for (int i = 0; i < I; ++i) {
-            double a = 0, b = 0;
-            for (int d = 0; d < D; ++d) {
-              a += xv[t * D + d] * g[e][i * D + d];
-              b += xv[t * D + d] * u[e][i * D + d];
-            }
-            h[i] = a / (1 + std::exp(-a)) * b;
-          }
-          for (int d = 0; d < D; ++d) {
-            double y = 0;
-            for (int i = 0; i < I; ++i) y += h[i] * dn[e][d * I + i];
-            want[t * D + d] += want_w[t * K + k] * y;
-          }
-        }
-      expect_close(out, want, 1e-5, 1e-5, "moe experts");
-    }
-  }
-}
 
 }  // namespace
 }  // namespace tachyon

@@ -8,7 +8,7 @@
 #include <numeric>
 #include <set>
 
-#include "cuda_test_util.h"
+#include "backend/cuda/cuda_test_util.h"
 #include "engine/sampler.h"
 
 namespace tachyon {

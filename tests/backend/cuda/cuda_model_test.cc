@@ -19,10 +19,10 @@
 #include <fstream>
 #include <random>
 
+#include "backend/cuda/cuda_test_util.h"
 #include "backend/cuda/kernels.h"
 #include "core/error.h"
 #include "core/json.h"
-#include "cuda/cuda_test_util.h"
 #include "model/loader.h"
 #include "model/random_model.h"
 
