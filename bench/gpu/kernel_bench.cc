@@ -71,7 +71,7 @@ void gemm_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
       if (m <= cuda::kGemvMaxRows) {
         auto call = [&](int i) {
           cuda::launch_gemv(xt.raw(), wt[i % copies].raw(), DType::kBF16, yt.raw(), DType::kBF16, m,
-                            s.n, s.k, s.n, be.stream());
+                            s.n, s.k, s.n, false, be.stream());
         };
         be.fill_zero(yt);
         call(0);

@@ -95,8 +95,8 @@ void wgmma_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
 // against cuBLASLt's product and then rotary_write_kv), o and down with the residual add
 // (the kernel launched directly, also for the o product, which the backend leaves to
 // cuBLASLt, against cuBLASLt's product with the residual as its C input); and qkv and
-// gate_up normalising their rows themselves (RowRms: the pass that computes the rows'
-// scales, timed alone as row_scales, then the product scaling its rows) against the
+// gate_up normalising their rows themselves (a folded norm: the pass that computes the
+// rows' scales, timed alone as row_scales, then the product scaling its rows) against the
 // weightless norm's pass and then the same product. Each output's relative error
 // against the replaced path's is printed beside its time (0 for the rows only timed).
 void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
@@ -115,6 +115,13 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
     unit.weight = be.upload(ones.data(), {d.hidden}, DType::kF32, {});
     unit.eps = 1e-5f;
   }
+  NormParams folded = unit;
+  folded.folded = true;
+  // The backend's fused products, checked to have run on the wgmma GEMM.
+  auto wgmma_ran = [&](const char* what) {
+    if (be.last_linear_path() != cuda::CudaBackend::LinearPath::kWgmma)
+      raise<Internal>("{} did not run on the wgmma GEMM", what);
+  };
   std::printf("\n%-8s %6s %-22s %10s %9s\n", "epilogue", "m", "variant", "us", "rel.err");
   auto report = [&](const char* name, int64_t m, const char* variant, double t, double err) {
     std::printf("%-8s %6lld %-22s %10.2f %9.2e\n", name, static_cast<long long>(m), variant,
@@ -158,10 +165,13 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
         lt_product(lt, x, w, qa);
         be.rotary_write_kv(qa, layout, cos_sin, RotaryStyle::kHalf, rot, slots, ca);
       };
+      AttentionInput qkv_in;
+      qkv_in.layout = layout;
+      qkv_in.qkv = LinearWeights{w, Tensor()};
+      qkv_in.rotary = RotaryStyle::kHalf;
       auto fused = [&] {
-        if (!be.linear_rotary_kv(x, w, Tensor(), qb, layout, cos_sin, RotaryStyle::kHalf, rot,
-                                 slots, cb))
-          raise<Internal>("linear_rotary_kv declined");
+        be.attention_input(x, nullptr, qkv_in, cos_sin, Tensor(), slots, cb, qb);
+        wgmma_ran("attention_input");
       };
       apart();
       fused();
@@ -173,16 +183,15 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
              std::max(err, err_k));
       report("qkv", m, "wgmma_plain", plain(x, w, qb), 0.0);
       // From the residual stream: the weightless norm's pass and then the product, against
-      // the product normalising the rows itself (RowRms; the norm's weight folded away).
-      // product(in, rms) runs it; out is what it writes.
+      // the product normalising the rows itself (the norm's weight folded away).
+      // product(in, norm) runs it; out is what it writes.
       Tensor h = be.alloc({m, k}, DType::kBF16);
-      const RowRms rms{1e-5f};
       {
         Tensor scales = be.alloc({m}, DType::kF32);
         report("norm", m, "row_scales",
                time_calls(be, reps,
                           [&](int) {
-                            cuda::launch_row_inv_rms(x.raw(), DType::kBF16, m, k, rms.eps,
+                            cuda::launch_row_inv_rms(x.raw(), DType::kBF16, m, k, folded.eps,
                                                      scales.data<float>(), be.stream());
                           }),
                0.0);
@@ -202,26 +211,25 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
         };
         apart_rms();
         const std::vector<float> ref = bench::bf16_values(be, out);
-        product(x, &rms);
+        product(x, &folded);
         const double e = bench::rel_error(bench::bf16_values(be, out), ref);
         report(name, m, "norm+wgmma", time_calls(be, reps, [&](int) { apart_rms(); }), 0.0);
         report(name, m, "wgmma", time_calls(be, reps, [&](int) { product(h, nullptr); }), 0.0);
-        report(name, m, "wgmma_rms", time_calls(be, reps, [&](int) { product(x, &rms); }), e);
+        report(name, m, "wgmma_rms", time_calls(be, reps, [&](int) { product(x, &folded); }), e);
       };
       rms_rates(
           "qkv",
-          [&](const Tensor& in, const RowRms* r) {
-            if (!be.linear_rotary_kv(in, w, Tensor(), qb, layout, cos_sin, RotaryStyle::kHalf, rot,
-                                     slots, cb, r))
-              raise<Internal>("linear_rotary_kv declined");
+          [&](const Tensor& in, const NormParams* norm) {
+            be.attention_input(in, norm, qkv_in, cos_sin, Tensor(), slots, cb, qb);
+            wgmma_ran("attention_input");
           },
           qb);
       Tensor wg = upload_random(be, {2 * d.inter, k}, 23), a = be.alloc({m, d.inter}, DType::kBF16);
       rms_rates(
           "gate_up",
-          [&](const Tensor& in, const RowRms* r) {
-            if (!be.linear_gated(in, wg, Tensor(), Activation::kSilu, a, r))
-              raise<Internal>("linear_gated declined");
+          [&](const Tensor& in, const NormParams* norm) {
+            be.mlp_input(in, norm, MlpInput{true, Activation::kSilu, {wg, Tensor()}, {}, {}}, a);
+            wgmma_ran("mlp_input");
           },
           a);
     }

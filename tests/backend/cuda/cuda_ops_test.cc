@@ -12,7 +12,7 @@
 
 #include "backend/cuda/kernels.h"
 #include "backend/ops.h"
-#include "cuda/cuda_test_util.h"
+#include "backend/cuda/cuda_test_util.h"
 
 namespace tachyon::cuda_test {
 namespace {
