@@ -80,6 +80,20 @@ double ModelConfig::softmax_scale(int layer) const {
   return s;
 }
 
+int32_t ModelConfig::heads(int layer) const {
+  return layer_head_num.empty() ? head_num : layer_head_num[static_cast<size_t>(layer)];
+}
+
+int32_t ModelConfig::kv_heads(int layer) const {
+  if (!layer_head_num_kv.empty()) return layer_head_num_kv[static_cast<size_t>(layer)];
+  if (heads(layer) == 0) return 0;
+  return head_num_kv == head_num ? heads(layer) : head_num_kv;
+}
+
+int64_t ModelConfig::inter(int layer) const {
+  return layer_inter_size.empty() ? inter_size : layer_inter_size[static_cast<size_t>(layer)];
+}
+
 void ModelConfig::validate() const {
   auto positive = [&](int64_t v, const char* name) {
     if (v <= 0) raise<InvalidArgument>("model config: {} must be positive, got {}", name, v);
@@ -124,10 +138,38 @@ void ModelConfig::validate() const {
   }
   bool any_dense = layer_moe.empty();
   for (uint8_t m : layer_moe) any_dense |= m == 0;
-  if (any_dense) positive(inter_size, "inter_size (intermediate_size)");
+  if (any_dense && layer_inter_size.empty()) positive(inter_size, "inter_size (intermediate_size)");
   if (!layer_moe.empty() && static_cast<int32_t>(layer_moe.size()) != layer_num)
     raise<InvalidArgument>("model config: {} MoE layer flags for {} layers", layer_moe.size(),
                            layer_num);
+  auto per_layer = [&](size_t n, const char* name) {
+    if (n != 0 && n != static_cast<size_t>(layer_num))
+      raise<InvalidArgument>("model config: {} has {} entries for {} layers", name, n, layer_num);
+  };
+  per_layer(layer_head_num.size(), "layer_head_num");
+  per_layer(layer_head_num_kv.size(), "layer_head_num_kv");
+  per_layer(layer_inter_size.size(), "layer_inter_size");
+  for (int l = 0; l < layer_num && per_layer_shapes(); ++l) {
+    const int32_t h = heads(l), kv = kv_heads(l);
+    const int64_t i = inter(l);
+    if (h < 0 || kv < 0 || i < 0)
+      raise<InvalidArgument>(
+          "model config: layer {} has {} heads, {} KV heads, intermediate size {}", l, h, kv, i);
+    at_most_i32(i, "layer_inter_size");
+    if ((h == 0) != (kv == 0) || (kv > 0 && h % kv != 0))
+      raise<InvalidArgument>(
+          "model config: layer {}: {} KV heads for {} heads (a divisor, and 0 only with 0 heads)",
+          l, kv, h);
+    if ((h == 0 || (i == 0 && !is_moe(l))) &&
+        (post_norm || residual_from_norm || (parallel_residual && parallel_shared_norm)))
+      raise<InvalidArgument>(
+          "model config: layer {} lacks its attention or MLP, which this residual form "
+          "(post-norm, residual from the norm, or a shared parallel norm) cannot do without",
+          l);
+  }
+  bool any_attention = false;
+  for (int l = 0; l < layer_num; ++l) any_attention |= heads(l) > 0;
+  if (!any_attention) raise<InvalidArgument>("model config: no layer has attention heads");
   if (!layer_sliding.empty() && static_cast<int32_t>(layer_sliding.size()) != layer_num)
     raise<InvalidArgument>("model config: {} layer types for {} layers", layer_sliding.size(),
                            layer_num);
@@ -224,6 +266,9 @@ Json ModelConfig::to_json() const {
                     {"softcap", attn_softcap},   {"final_softcap", final_softcap},
                     {"clip_qkv", clip_qkv},      {"sliding_window", sliding_window}};
   if (!layer_sliding.empty()) j["attention"]["layer_sliding"] = layer_sliding;
+  if (!layer_head_num.empty()) j["layer_head_num"] = layer_head_num;
+  if (!layer_head_num_kv.empty()) j["layer_head_num_kv"] = layer_head_num_kv;
+  if (!layer_inter_size.empty()) j["layer_inter_size"] = layer_inter_size;
   if (bidirectional_context) j["attention"]["bidirectional_context"] = true;
   j["parallel_residual"] = parallel_residual;
   if (residual_from_norm) j["residual_from_norm"] = {{"scale", residual_scale}};

@@ -149,6 +149,15 @@ struct ModelConfig {
   bool residual_from_norm = false;
   double residual_scale = 1.0;
 
+  // Per-layer shapes (a pruned model): [layer_num] each, or empty when every layer has
+  // head_num, head_num_kv and inter_size. A layer of 0 heads has no attention (and no
+  // KV cache), one of intermediate size 0 no MLP. Without layer_head_num_kv, a layer of
+  // a model whose KV heads are its heads (no grouping) keeps that; otherwise it has
+  // head_num_kv KV heads.
+  std::vector<int32_t> layer_head_num;
+  std::vector<int32_t> layer_head_num_kv;
+  std::vector<int64_t> layer_inter_size;
+
   // Mixture of experts.
   MoeConfig moe;
   std::vector<uint8_t> layer_moe;  // [layer_num]: 1 where the MLP is the MoE block
@@ -171,8 +180,17 @@ struct ModelConfig {
   GenerationDefaults generation;
 
   int64_t embed_dim() const { return word_embed_proj_dim > 0 ? word_embed_proj_dim : hidden_size; }
-  int64_t q_size() const { return int64_t{head_num} * size_per_head; }
-  int64_t kv_size() const { return int64_t{head_num_kv} * size_per_head; }
+  // Layer l's query heads, KV heads and intermediate size (the per-layer shapes).
+  int32_t heads(int layer) const;
+  int32_t kv_heads(int layer) const;
+  int64_t inter(int layer) const;
+  bool has_attention(int layer) const { return heads(layer) > 0; }
+  bool has_mlp(int layer) const { return is_moe(layer) || inter(layer) > 0; }
+  bool per_layer_shapes() const {
+    return !layer_head_num.empty() || !layer_head_num_kv.empty() || !layer_inter_size.empty();
+  }
+  int64_t q_size(int layer) const { return int64_t{heads(layer)} * size_per_head; }
+  int64_t kv_size(int layer) const { return int64_t{kv_heads(layer)} * size_per_head; }
   bool is_sliding(int layer) const {
     return sliding_window > 0 && (layer_sliding.empty() || layer_sliding[layer] != 0);
   }

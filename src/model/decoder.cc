@@ -29,7 +29,13 @@ Decoder::Decoder(ModelConfig config, ModelWeights weights, Backend& backend)
   cfg_.validate();
   prepare_weights(w_, be_);
   TACHYON_CHECK_EQ(static_cast<int32_t>(w_.layers.size()), cfg_.layer_num);
-  layout_ = QkvLayout{cfg_.head_num, cfg_.head_num_kv, cfg_.size_per_head};
+  for (int l = 0; l < cfg_.layer_num; ++l) {
+    layouts_.push_back(QkvLayout{cfg_.heads(l), cfg_.kv_heads(l), cfg_.size_per_head});
+    widest_.num_heads = std::max(widest_.num_heads, cfg_.heads(l));
+    widest_.num_kv_heads = std::max(widest_.num_kv_heads, cfg_.kv_heads(l));
+    widest_inter_ = std::max(widest_inter_, cfg_.inter(l));
+  }
+  widest_.head_dim = cfg_.size_per_head;
   prepare_input_norms();
   build_layer_inputs();
   Tensor slopes;
@@ -58,24 +64,25 @@ size_t Decoder::workspace_bytes(int32_t max_tokens) const {
   const size_t t = static_cast<size_t>(std::max(max_tokens, 1));
   const size_t es = dtype_size(be_.activation_dtype());
   const size_t d = static_cast<size_t>(cfg_.hidden_size);
-  size_t inter = static_cast<size_t>(cfg_.inter_size);
+  size_t inter = static_cast<size_t>(widest_inter_);
   if (cfg_.moe.num_experts > 0)
     inter = std::max({inter, static_cast<size_t>(cfg_.moe.shared_inter_size),
                       static_cast<size_t>(cfg_.moe.top_k) * static_cast<size_t>(cfg_.inter_size)});
-  const size_t per_token = es * (8 * d + static_cast<size_t>(layout_.row_cols()) +
-                                 static_cast<size_t>(layout_.q_cols()) + 3 * inter +
+  const size_t per_token = es * (8 * d + static_cast<size_t>(widest_.row_cols()) +
+                                 static_cast<size_t>(widest_.q_cols()) + 3 * inter +
                                  static_cast<size_t>(cfg_.moe.num_experts) + 64);
   // The step's logits (ModelRunner adds its graph steps' own logits buffer).
   const size_t logits = t * static_cast<size_t>(cfg_.vocab_size) * sizeof(float);
   const size_t split_k = size_t{64} * std::min<size_t>(t, 1024) *
-                         static_cast<size_t>(layout_.q_cols() + 2 * cfg_.head_num) * sizeof(float);
+                         static_cast<size_t>(widest_.q_cols() + 2 * widest_.num_heads) *
+                         sizeof(float);
   // An fp8 cache: the 16-bit staging of the blocks prefill kernels read (CudaBackend::
   // stage_fp8_cache), K and V, for a step's tokens and one full-length context, doubled
   // for the staging buffers' growth.
   size_t staging = 0;
   if (be_.kv_dtype() == DType::kF8E4M3)
     staging = 2 * (t + static_cast<size_t>(std::max<int64_t>(cfg_.max_seq_len, 0))) * 2 *
-              static_cast<size_t>(cfg_.kv_size()) * es;
+              static_cast<size_t>(widest_.kv_cols()) * es;
   return t * per_token * 5 / 4 + logits + split_k + staging + (size_t{64} << 20);
 }
 
@@ -113,6 +120,10 @@ void Decoder::compute(const StepInputs& in, std::span<LayerKvCache> kv, Tensor& 
     be_.embedding(in.rope_rows, in.rope_positions, 0, 1.f, false, cos_sin_);
   }
 
+  // The widest layer's buffers first (a recorded step reads them at fixed addresses).
+  qkv_.view(be_, T, widest_.row_cols());
+  attn_.view(be_, T, widest_.q_cols());
+  act_.view(be_, T, std::max<int64_t>(widest_inter_, cfg_.moe.shared_inter_size));
   for (int l = 0; l < cfg_.layer_num; ++l) layer(l, residual);
   Tensor final_h = residual;
   if (cfg_.final_norm) final_h = normed(residual, w_.final_norm, h_);
@@ -136,6 +147,9 @@ void Decoder::compute(const StepInputs& in, std::span<LayerKvCache> kv, Tensor& 
 void Decoder::layer(int l, Tensor& x) {
   const LayerWeights& L = w_.layers[l];
   const int64_t T = x.dim(0), D = cfg_.hidden_size;
+  // A pruned layer may lack either block (pre-norm, sandwich and parallel forms only:
+  // ModelConfig::validate).
+  const bool attend = cfg_.has_attention(l), mlp_on = cfg_.has_mlp(l);
   if (cfg_.residual_from_norm) {
     // ChatGLM-6B: h = s * n1(x) + o(attn(n1(x))); x' = s * n2(h) + mlp(n2(h)).
     const float s = static_cast<float>(cfg_.residual_scale);
@@ -157,33 +171,38 @@ void Decoder::layer(int l, Tensor& x) {
     be_.add_norm(x, m, Tensor(), L.mlp_norm, x);
   } else if (cfg_.parallel_residual) {
     // x' = x + o(attn(n1(x))) + mlp(n2(x)), n2 = n1 where the norm is shared.
-    Tensor h = normed(x, L.attn_norm, h_);
-    Tensor h2 = cfg_.parallel_shared_norm ? h : normed(x, L.mlp_norm, h2_);
-    be_.linear_residual(attention(l, h, nullptr), L.o, x);
-    mlp_residual(l, h2, nullptr, x);
+    Tensor h = attend ? normed(x, L.attn_norm, h_) : Tensor();
+    Tensor h2 = cfg_.parallel_shared_norm ? h : (mlp_on ? normed(x, L.mlp_norm, h2_) : Tensor());
+    if (attend) be_.linear_residual(attention(l, h, nullptr), L.o, x);
+    if (mlp_on) mlp_residual(l, h2, nullptr, x);
   } else if (cfg_.sandwich_norm) {
     // x' = x + n2(o(attn(n1(x)))); x'' = x' + n4(mlp(n3(x'))).
-    Tensor o = o_.view(be_, T, D);
-    be_.linear(attention(l, x, &L.attn_norm), L.o.w, L.o.b, o);
-    be_.add_norm(o, Tensor(), Tensor(), L.post_attn_norm, o);
-    be_.add(x, o, x);
-    Tensor m = mlp_.view(be_, T, D);
-    mlp(l, x, &L.mlp_norm, m);
-    be_.add_norm(m, Tensor(), Tensor(), L.post_mlp_norm, m);
-    be_.add(x, m, x);
+    if (attend) {
+      Tensor o = o_.view(be_, T, D);
+      be_.linear(attention(l, x, &L.attn_norm), L.o.w, L.o.b, o);
+      be_.add_norm(o, Tensor(), Tensor(), L.post_attn_norm, o);
+      be_.add(x, o, x);
+    }
+    if (mlp_on) {
+      Tensor m = mlp_.view(be_, T, D);
+      mlp(l, x, &L.mlp_norm, m);
+      be_.add_norm(m, Tensor(), Tensor(), L.post_mlp_norm, m);
+      be_.add(x, m, x);
+    }
   } else {
     // Pre-norm: x' = x + o(attn(n1(x))); x'' = x' + mlp(n2(x')).
-    be_.linear_residual(attention(l, x, &L.attn_norm), L.o, x);
-    mlp_residual(l, x, &L.mlp_norm, x);
+    if (attend) be_.linear_residual(attention(l, x, &L.attn_norm), L.o, x);
+    if (mlp_on) mlp_residual(l, x, &L.mlp_norm, x);
   }
 }
 
 Tensor Decoder::attention(int l, const Tensor& x, const NormParams* norm) {
   const int64_t T = x.dim(0);
-  Tensor qkv = qkv_.view(be_, T, layout_.row_cols());
+  const QkvLayout& layout = layouts_[l];
+  Tensor qkv = qkv_.view(be_, T, layout.row_cols());
   be_.attention_input(x, norm, attn_in_[l], cos_sin_, step_->logn, step_->slots, kv_[l], qkv);
-  Tensor out = attn_.view(be_, T, layout_.q_cols());
-  be_.attention(qkv, layout_, kv_[l], step_->meta, attn_params_[l], out);
+  Tensor out = attn_.view(be_, T, layout.q_cols());
+  be_.attention(qkv, layout, kv_[l], step_->meta, attn_params_[l], out);
   return out;
 }
 
@@ -194,7 +213,7 @@ void Decoder::mlp_residual(int l, const Tensor& x, const NormParams* norm, Tenso
     be_.add(residual, m, residual);
     return;
   }
-  Tensor a = act_.view(be_, x.dim(0), cfg_.inter_size);
+  Tensor a = act_.view(be_, x.dim(0), cfg_.inter(l));
   be_.mlp_input(x, norm, mlp_in_[l], a);
   be_.linear_residual(a, w_.layers[l].down, residual);
 }
@@ -205,7 +224,7 @@ void Decoder::mlp(int l, const Tensor& x, const NormParams* norm, Tensor& out) {
     moe(l, norm != nullptr ? normed(x, *norm, h_) : x, out);
     return;
   }
-  Tensor a = act_.view(be_, x.dim(0), cfg_.inter_size);
+  Tensor a = act_.view(be_, x.dim(0), cfg_.inter(l));
   be_.mlp_input(x, norm, mlp_in_[l], a);
   be_.linear(a, L.down.w, L.down.b, out);
 }

@@ -99,7 +99,9 @@ class Decoder {
   ModelConfig cfg_;
   ModelWeights w_;
   Backend& be_;
-  QkvLayout layout_;
+  std::vector<QkvLayout> layouts_;  // per layer
+  QkvLayout widest_;                // the most heads and KV heads of any layer
+  int64_t widest_inter_ = 0;
   std::vector<AttentionParams> attn_params_;
   std::vector<AttentionInput> attn_in_;
   std::vector<MlpInput> mlp_in_;

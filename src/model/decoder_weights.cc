@@ -124,7 +124,7 @@ void Decoder::build_layer_inputs() {
   for (size_t l = 0; l < n; ++l) {
     const LayerWeights& L = w_.layers[l];
     AttentionInput& a = attn_in_[l];
-    a.layout = layout_;
+    a.layout = layouts_[l];
     a.qkv = L.qkv;
     a.q = L.q;
     a.k = L.k;
@@ -150,12 +150,12 @@ void Decoder::prepare_input_norms() {
     std::vector<Tensor*> readers;
     for (LinearWeights* p : {&L.qkv, &L.q, &L.k, &L.v})
       if (*p) readers.push_back(&p->w);
-    be_.prepare_input_norm(L.attn_norm, readers);
+    if (!readers.empty()) be_.prepare_input_norm(L.attn_norm, readers);
     if (cfg_.is_moe(l)) continue;
     readers.clear();
     for (LinearWeights* p : {&L.gate_up, &L.gate, &L.up})
       if (*p) readers.push_back(&p->w);
-    be_.prepare_input_norm(L.mlp_norm, readers);
+    if (!readers.empty()) be_.prepare_input_norm(L.mlp_norm, readers);
   }
 }
 

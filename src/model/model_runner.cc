@@ -25,8 +25,9 @@ ModelRunner::ModelRunner(ModelConfig config, ModelWeights weights, std::unique_p
 }
 
 size_t ModelRunner::kv_bytes_per_block(int32_t block_size) const {
-  return static_cast<size_t>(cfg_.layer_num) * 2 * static_cast<size_t>(cfg_.kv_size()) *
-         static_cast<size_t>(block_size) * dtype_size(be_->kv_dtype());
+  size_t per_token = 0;  // K and V of every layer with attention
+  for (int l = 0; l < cfg_.layer_num; ++l) per_token += 2 * static_cast<size_t>(cfg_.kv_size(l));
+  return per_token * static_cast<size_t>(block_size) * dtype_size(be_->kv_dtype());
 }
 
 size_t ModelRunner::workspace_bytes(int32_t max_tokens) const {
@@ -44,14 +45,17 @@ void ModelRunner::init_kv_cache(int32_t num_blocks, int32_t block_size) {
     raise<InvalidArgument>("init_kv_cache: {} blocks of {} tokens", num_blocks, block_size);
   kv_.clear();
   kv_.resize(static_cast<size_t>(cfg_.layer_num));
-  const Shape shape = {num_blocks, cfg_.head_num_kv, block_size, cfg_.size_per_head};
-  for (auto& c : kv_) {
+  for (int l = 0; l < cfg_.layer_num; ++l) {
+    if (!cfg_.has_attention(l)) continue;  // a pruned layer without attention: no cache
+    LayerKvCache& c = kv_[static_cast<size_t>(l)];
+    const Shape shape = {num_blocks, cfg_.kv_heads(l), block_size, cfg_.size_per_head};
     c.k = be_->alloc(shape, be_->kv_dtype());
     c.v = be_->alloc(shape, be_->kv_dtype());
     be_->fill_zero(c.k);
     be_->fill_zero(c.v);
   }
   block_size_ = block_size;
+  num_blocks_ = num_blocks;
   graphs_.clear();
   swap_.clear();
 }
@@ -61,12 +65,13 @@ bool ModelRunner::init_kv_swap(int32_t num_blocks) {
   if (num_blocks < 0) raise<InvalidArgument>("init_kv_swap: {} blocks", num_blocks);
   swap_.clear();
   if (num_blocks == 0) return true;
-  Shape shape = kv_[0].k.shape();
-  shape[0] = num_blocks;
   std::vector<LayerKvCache> swap(kv_.size());
-  for (auto& c : swap) {
-    c.k = be_->alloc_swap(shape, be_->kv_dtype());
-    c.v = be_->alloc_swap(shape, be_->kv_dtype());
+  for (size_t l = 0; l < kv_.size(); ++l) {
+    if (!kv_[l].k) continue;
+    Shape shape = kv_[l].k.shape();
+    shape[0] = num_blocks;
+    swap[l].k = be_->alloc_swap(shape, be_->kv_dtype());
+    swap[l].v = be_->alloc_swap(shape, be_->kv_dtype());
   }
   swap_ = std::move(swap);
   return true;
@@ -77,10 +82,12 @@ void ModelRunner::swap_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>&
   if (out.empty() && in.empty()) return;
   if (swap_.empty()) raise<InvalidArgument>("swap_kv_blocks: no swap space (init_kv_swap)");
   for (size_t l = 0; l < kv_.size(); ++l) {
+    if (!kv_[l].k) continue;
     be_->copy_blocks_between(kv_[l].k, swap_[l].k, out);
     be_->copy_blocks_between(kv_[l].v, swap_[l].v, out);
   }
   for (size_t l = 0; l < kv_.size(); ++l) {
+    if (!kv_[l].k) continue;
     be_->copy_blocks_between(swap_[l].k, kv_[l].k, in);
     be_->copy_blocks_between(swap_[l].v, kv_[l].v, in);
   }
@@ -88,6 +95,7 @@ void ModelRunner::swap_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>&
 
 void ModelRunner::copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) {
   for (auto& c : kv_) {
+    if (!c.k) continue;
     be_->copy_blocks(c.k, src_dst);
     be_->copy_blocks(c.v, src_dst);
   }
@@ -110,7 +118,7 @@ void ModelRunner::validate(const ForwardBatch& b) const {
                            b.block_tables.size(), S, b.max_blocks_per_seq);
   if (b.query_start[0] != 0 || b.query_start[S] != T)
     raise<InvalidArgument>("forward: query_start must run from 0 to {} tokens", T);
-  const int32_t nb = kv_[0].num_blocks();
+  const int32_t nb = num_blocks_;
   for (int32_t s = 0; s < S; ++s) {
     const int32_t q = b.query_start[s + 1] - b.query_start[s];
     const int32_t ctx = b.context_lens[s];

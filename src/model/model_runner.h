@@ -124,9 +124,11 @@ class ModelRunner final : public Model {
   std::unique_ptr<RopeTable> rope_;
   bool all_sliding_ = false;  // every layer has the sliding window
 
+  // One cache per layer, sized to its KV heads (empty for a layer without attention).
   std::vector<LayerKvCache> kv_;
   std::vector<LayerKvCache> swap_;  // swap space, the cache's block shape (Backend::alloc_swap)
   int32_t block_size_ = 0;
+  int32_t num_blocks_ = 0;
 
   // Host-side staging for the step's metadata (reused).
   std::vector<int32_t> h_slots_, h_seq_len_, h_pos_, h_block_, h_prefix_;

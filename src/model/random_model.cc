@@ -165,7 +165,7 @@ Tensor make_tensor(const RandomTensorSpec& spec, DType dtype, uint64_t seed, uin
 std::vector<RandomTensorSpec> plan_random_tensors(const ModelConfig& cfg, const WeightMap& map) {
   std::vector<RandomTensorSpec> out;
   auto add = [&](Slot s, const WeightRef& ref, int layer, int expert) {
-    Shape shape = slot_shape(cfg, s);
+    Shape shape = slot_shape(cfg, s, layer);
     if (ref.transform == WeightTransform::kTranspose && shape.size() == 2)
       shape = {shape[1], shape[0]};
     out.push_back({substitute(ref.name, layer, expert), shape, kind_of(s)});
@@ -186,6 +186,8 @@ std::vector<RandomTensorSpec> plan_random_tensors(const ModelConfig& cfg, const 
       if (sc == Scope::kGlobal || ref.optional) continue;
       if (moe_only(slot) && !cfg.is_moe(l)) continue;
       if (dense_only(slot) && cfg.is_moe(l)) continue;
+      // A pruned layer's absent block has no weights.
+      if (!slot_present(cfg, slot, l)) continue;
       if (sc == Scope::kExpert) {
         for (int e = 0; e < cfg.moe.num_experts; ++e) add(slot, ref, l, e);
       } else {

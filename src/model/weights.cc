@@ -117,11 +117,12 @@ Tensor normalize_rows(const Tensor& t) {
   return t.dtype() == DType::kF32 ? out : out.to(t.dtype());
 }
 
-Shape slot_shape(const ModelConfig& cfg, Slot s) {
+Shape slot_shape(const ModelConfig& cfg, Slot s, int layer) {
+  const int l = std::max(layer, 0);
   const int64_t D = cfg.hidden_size, E = cfg.embed_dim(), V = cfg.vocab_size,
                 hd = cfg.size_per_head;
-  const int64_t q = cfg.q_size(), kv = cfg.kv_size();
-  const int64_t I = cfg.inter_size, Ie = cfg.moe.inter_size, Is = cfg.moe.shared_inter_size;
+  const int64_t q = cfg.q_size(l), kv = cfg.kv_size(l);
+  const int64_t I = cfg.inter(l), Ie = cfg.moe.inter_size, Is = cfg.moe.shared_inter_size;
   switch (s) {
     case Slot::kEmbedding:
       return {V, E};
@@ -189,6 +190,40 @@ Shape slot_shape(const ModelConfig& cfg, Slot s) {
   }
 }
 
+bool slot_present(const ModelConfig& cfg, Slot s, int layer) {
+  switch (s) {
+    case Slot::kAttnNorm:
+    case Slot::kAttnNormBias:
+    case Slot::kPostAttnNorm:
+    case Slot::kQNorm:
+    case Slot::kKNorm:
+    case Slot::kQkv:
+    case Slot::kQkvBias:
+    case Slot::kQ:
+    case Slot::kQBias:
+    case Slot::kK:
+    case Slot::kKBias:
+    case Slot::kV:
+    case Slot::kVBias:
+    case Slot::kO:
+    case Slot::kOBias:
+      return cfg.has_attention(layer);
+    case Slot::kMlpNorm:
+    case Slot::kMlpNormBias:
+    case Slot::kPostMlpNorm:
+    case Slot::kGateUp:
+    case Slot::kGate:
+    case Slot::kGateBias:
+    case Slot::kUp:
+    case Slot::kUpBias:
+    case Slot::kDown:
+    case Slot::kDownBias:
+      return cfg.has_mlp(layer);
+    default:
+      return true;
+  }
+}
+
 namespace {
 
 std::string substitute(std::string name, int layer, int expert) {
@@ -237,7 +272,7 @@ class Loader {
 
   bool mapped(Slot s) const { return map_.count(s) > 0; }
 
-  Shape expected(Slot s, int) const { return slot_shape(cfg_, s); }
+  Shape expected(Slot s, int layer) const { return slot_shape(cfg_, s, layer); }
 
   // The checkpoint name of a reference (its spellings in order, each also without the
   // wrapper prefix, as hub checkpoints saved from the base model have it); empty when
@@ -301,11 +336,12 @@ class Loader {
         }
         break;
       case WeightTransform::kQkvPerHead:
-        t = reorder_qkv_per_head(t, cfg_.head_num, cfg_.size_per_head);
+        t = reorder_qkv_per_head(t, cfg_.heads(std::max(layer, 0)), cfg_.size_per_head);
         transform = "qkv per-head -> [q; k; v]";
         break;
       case WeightTransform::kQkvGrouped:
-        t = reorder_qkv_grouped(t, cfg_.head_num_kv, cfg_.head_num / cfg_.head_num_kv,
+        t = reorder_qkv_grouped(t, cfg_.kv_heads(std::max(layer, 0)),
+                                cfg_.heads(std::max(layer, 0)) / cfg_.kv_heads(std::max(layer, 0)),
                                 cfg_.size_per_head);
         transform = "qkv grouped -> [q; k; v]";
         break;
@@ -378,19 +414,23 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, const 
   w.layers.resize(static_cast<size_t>(cfg.layer_num));
   for (int l = 0; l < cfg.layer_num; ++l) {
     LayerWeights& L = w.layers[l];
-    L.attn_norm = ld.norm(Slot::kAttnNorm, Slot::kAttnNormBias, l);
+    // A pruned layer's absent attention or MLP has no weights, its norm included.
+    const bool attention = cfg.has_attention(l), mlp = cfg.has_mlp(l);
+    if (attention) L.attn_norm = ld.norm(Slot::kAttnNorm, Slot::kAttnNormBias, l);
     const bool separate_mlp_norm = !(cfg.parallel_residual && cfg.parallel_shared_norm);
-    if (separate_mlp_norm) L.mlp_norm = ld.norm(Slot::kMlpNorm, Slot::kMlpNormBias, l);
+    if (separate_mlp_norm && mlp) L.mlp_norm = ld.norm(Slot::kMlpNorm, Slot::kMlpNormBias, l);
     if (cfg.sandwich_norm) {
-      L.post_attn_norm = ld.norm(Slot::kPostAttnNorm, Slot::kCount, l);
-      L.post_mlp_norm = ld.norm(Slot::kPostMlpNorm, Slot::kCount, l);
+      if (attention) L.post_attn_norm = ld.norm(Slot::kPostAttnNorm, Slot::kCount, l);
+      if (mlp) L.post_mlp_norm = ld.norm(Slot::kPostMlpNorm, Slot::kCount, l);
     }
-    if (cfg.qk_norm) {
+    if (cfg.qk_norm && attention) {
       L.q_norm = ld.norm(Slot::kQNorm, Slot::kCount, l);
       L.k_norm = ld.norm(Slot::kKNorm, Slot::kCount, l);
       L.q_norm.type = L.k_norm.type = NormType::kRMSNorm;
     }
-    if (ld.mapped(Slot::kQkv)) {
+    if (!attention) {
+      // no q/k/v/o
+    } else if (ld.mapped(Slot::kQkv)) {
       L.qkv = ld.linear(Slot::kQkv, Slot::kQkvBias, l);
     } else {
       L.q = ld.linear(Slot::kQ, Slot::kQBias, l);
@@ -398,10 +438,14 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, const 
       L.v = ld.linear(Slot::kV, Slot::kVBias, l);
       if (!L.q || !L.k || !L.v) raise<InvalidArgument>("layer {}: no q/k/v weights mapped", l);
     }
-    L.o = ld.linear(Slot::kO, Slot::kOBias, l);
-    if (!L.o) raise<InvalidArgument>("layer {}: no attention output weight mapped", l);
+    if (attention) {
+      L.o = ld.linear(Slot::kO, Slot::kOBias, l);
+      if (!L.o) raise<InvalidArgument>("layer {}: no attention output weight mapped", l);
+    }
 
-    if (cfg.is_moe(l)) {
+    if (!mlp) {
+      // no MLP
+    } else if (cfg.is_moe(l)) {
       L.router = {ld.require(Slot::kRouter, l), {}};
       L.experts.resize(static_cast<size_t>(cfg.moe.num_experts));
       // Per-expert tensors (hub layout) or all experts stacked (transformers 5 layout),
@@ -457,7 +501,7 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, const 
       L.down = ld.linear(Slot::kDown, Slot::kDownBias, l);
       if (!L.up) raise<InvalidArgument>("layer {}: no MLP input weight mapped", l);
     }
-    if (!cfg.is_moe(l) && !L.down)
+    if (mlp && !cfg.is_moe(l) && !L.down)
       raise<InvalidArgument>("layer {}: no MLP output weight mapped", l);
   }
   return w;

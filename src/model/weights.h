@@ -127,7 +127,10 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, const 
 
 // The shape a slot has in the decoder's layout (before any stored transpose).
 // Learned positions: [max_seq_len + offset, D] is the minimum.
-Shape slot_shape(const ModelConfig& cfg, Slot slot);
+Shape slot_shape(const ModelConfig& cfg, Slot slot, int layer = -1);
+// Whether layer `layer` has the block a per-layer slot belongs to (the attention's
+// norms and products, or the MLP's): false for a pruned layer's absent block.
+bool slot_present(const ModelConfig& cfg, Slot slot, int layer);
 
 // The transforms, exposed for tests. Each returns a new tensor in the same dtype.
 Tensor transpose_2d(const Tensor& t);
