@@ -1,7 +1,8 @@
 // Paged attention on the GPU against the CPU backend: prefill, chunked prefill, decode
 // (the split-K path), mixed batches; head_dim 64..256; GQA ratios 1, 4, 8 and MQA;
 // block boundaries (odd block sizes); sliding window, softcapping, ALiBi; a bidirectional
-// prefix (ChatGLM-6B's prompt context: the simple kernel only). Every case runs through
+// prefix (ChatGLM-6B's prompt context: the simple kernel only); tree masks over a step's
+// own tokens (speculative verification: the simple kernel only). Every case runs through
 // each kernel that applies to it; the Flash* cases are shaped around the
 // FlashAttention-2 kernel's tiles (128 rows of query x head, 64 keys; on Hopper each
 // runs with and without its wgmma form), and the decode
@@ -30,6 +31,7 @@ struct SeqSpec {
   int32_t cached;      // tokens already in the cache
   int32_t q_len;       // tokens of this step
   int32_t prefix = 0;  // a bidirectional prefix (AttentionMeta::prefix_lens)
+  bool tree = false;   // a random tree mask over the step's tokens (AttentionMeta::tree_mask)
 };
 
 struct AttnCase {
@@ -203,6 +205,30 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
     if (std::any_of(prefix.begin(), prefix.end(), [](int32_t p) { return p > 0; })) {
       mh.prefix_lens = host_i32(prefix);
       mg.prefix_lens = to_gpu_i32(*gpu_, prefix);
+    }
+    // Tree masks: each step token sees itself and a random half of the earlier ones.
+    std::vector<int32_t> tree_words, tree_start;
+    for (const SeqSpec& s : c.seqs) {
+      if (!s.tree) {
+        tree_start.push_back(-1);
+        continue;
+      }
+      const int64_t q = s.q_len, start = static_cast<int64_t>(tree_words.size());
+      tree_start.push_back(static_cast<int32_t>(start));
+      tree_words.resize(static_cast<size_t>(start + (q * q + 31) / 32), 0);
+      for (int64_t i = 0; i < q; ++i)
+        for (int64_t j = 0; j <= i; ++j)
+          if (j == i || rng_() % 2 == 0) {
+            const int64_t bit = i * q + j;
+            auto& w = tree_words[static_cast<size_t>(start + bit / 32)];
+            w = static_cast<int32_t>(static_cast<uint32_t>(w) | (1u << (bit % 32)));
+          }
+    }
+    if (!tree_words.empty()) {
+      mh.tree_mask = host_i32(tree_words);
+      mh.tree_mask_start = host_i32(tree_start);
+      mg.tree_mask = to_gpu_i32(*gpu_, tree_words);
+      mg.tree_mask_start = to_gpu_i32(*gpu_, tree_start);
     }
     Tensor out_ref = Tensor::empty({T, layout.q_cols()}, DType::kF32);
     cpu_->attention(qkv, layout, ref, mh, p, out_ref);
@@ -773,6 +799,25 @@ TEST_P(CudaAttentionTest, BidirectionalPrefix) {
             "prefix, mha", 8, 8, 128, 16, {{0, 37, 36}, {0, 64, 64}, {0, 20, 0}, {300, 1, 290}}},
         AttnCase{
             "prefix, gqa hd 64 block 5", 8, 2, 64, 5, {{0, 700, 650}, {0, 3, 1}, {40, 1, 12}}}}) {
+    run(c);
+    EXPECT_EQ(ran_, std::vector<Kernel>{Kernel::kSimple}) << c.name << ": another kernel ran";
+    EXPECT_EQ(auto_ran_, Kernel::kSimple) << c.name;
+  }
+}
+
+// Every kernel choice falls back to the simple kernel, which narrows each query's view
+// of the step's own keys to its tree mask: trees after cached contexts (long enough for
+// key splits and several query tiles), a causal sequence beside them, a sliding window.
+TEST_P(CudaAttentionTest, TreeMasks) {
+  for (const AttnCase& c :
+       {AttnCase{"tree, mha",
+                 8,
+                 8,
+                 128,
+                 16,
+                 {{40, 9, 0, true}, {0, 20, 0, false}, {700, 70, 0, true}, {5, 1, 0, true}}},
+        AttnCase{"tree, gqa hd 64 block 5", 8, 2, 64, 5, {{0, 33, 0, true}, {300, 12, 0, true}}},
+        AttnCase{"tree, window", 4, 2, 64, 16, {{90, 40, 0, true}, {10, 3, 0, false}}, 24}}) {
     run(c);
     EXPECT_EQ(ran_, std::vector<Kernel>{Kernel::kSimple}) << c.name << ": another kernel ran";
     EXPECT_EQ(auto_ran_, Kernel::kSimple) << c.name;
