@@ -288,7 +288,7 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
         const float* q = q_base + t * cols + int64_t{h} * hd;
         float mx = -std::numeric_limits<float>::infinity();
         for (int64_t j = lo; j <= hi; ++j) {
-          if (!sees(s, i, j - step0)) {
+          if (tree != nullptr && !sees(s, i, j - step0)) {
             scores[j - lo] = -std::numeric_limits<float>::infinity();
             continue;
           }
