@@ -32,7 +32,7 @@ std::unique_ptr<Model> load_on(Device device, DType dtype) {
 }
 
 const Device kGpu{DeviceType::kCUDA, 0};
-const Device kCpu{};
+const Device kCpu{DeviceType::kCPU, 0};
 
 // Two prompts from position 0 in blocks {0, 1} and {2, 3}; every row's logits.
 ForwardBatch two_prompts() {
