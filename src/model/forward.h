@@ -110,8 +110,9 @@ struct ForwardBatch {
   // (a tree of speculative tokens verified at once), q_len x q_len row-major, or empty
   // for causal. mask[i * q_len + j] != 0: token i sees token j; only j <= i, and
   // mask[i * q_len + i] set. Every token sees all the tokens cached before the step.
-  // Each token's positions entry is its depth in the tree; its K/V still go to its cache
-  // index (the engine keeps the accepted branch's blocks).
+  // A token's position is its place in its own branch (branches of equal depth share
+  // positions); its K/V still go to its cache index, so the accepted branch's K/V are
+  // where its tokens stood in the step (the engine moves or recomputes them).
   std::vector<std::vector<uint8_t>> tree_masks;
 
   // Optional, [num_seqs] or empty: each sequence's adapter (multi-LoRA); 0 is the base
