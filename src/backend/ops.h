@@ -105,7 +105,8 @@ struct MlpInput {
 };
 
 // Per-step sequence metadata for the paged KV cache, all i32 device tensors.
-// Cache slot s of a sequence is position s of that sequence; the physical slot is
+// Cache slot s of a sequence holds its s-th cached token (its cache index, which need
+// not be its position); the physical slot is
 // block_tables[seq, s / block_size] * block_size + s % block_size.
 struct AttentionMeta {
   Tensor query_start;   // [S + 1] offsets of each sequence's tokens in the step
@@ -125,6 +126,15 @@ struct AttentionMeta {
   // context_len). Absent (the usual case, and whenever no query of the step lies inside
   // a prefix): causal. Not combined with a sliding window.
   Tensor prefix_lens;
+  // Optional: masks over each sequence's own step tokens (a tree of speculative tokens
+  // verified in one step). tree_mask_start [S] i32: the word of tree_mask where
+  // sequence s's mask starts, or -1 (causal); tree_mask i32 words of bits: bit
+  // i * q_len + j of a sequence's mask (bit b in word b / 32, bit b % 32) set when its
+  // step token i sees its step token j (only j <= i, and i sees itself). Every query
+  // still sees every key cached before the step. Absent: causal. Not combined with
+  // prefix_lens.
+  Tensor tree_mask;
+  Tensor tree_mask_start;
 };
 
 struct AttentionParams {
@@ -305,6 +315,11 @@ class Backend {
   virtual void clamp(Tensor& x, float limit) = 0;
   // out[r, :] = src[rows[r], :]; src [T, N], rows [R] i32, out [R, N].
   virtual void gather_rows(const Tensor& src, const Tensor& rows, Tensor& out) = 0;
+  // out[rows[i], :] = src[i, :] for each i (converted to out's dtype); src [n, N] f32,
+  // rows [n] i32 (each in [0, T), none twice), out [T, N]. A row out of range is
+  // skipped. (Embeddings given for some rows of a step, e.g. image features, replacing
+  // the token embeddings there.)
+  virtual void scatter_rows(const Tensor& src, const Tensor& rows, Tensor& out) = 0;
   // ids[pairs[j][0]] = src[pairs[j][1]] for each pair j, or 0 where that source is
   // negative (not a token id); ids [T], src [R], pairs [P, 2], all i32. A pair out of
   // range is skipped. (A step's input tokens taken from the ids the step before chose.)
@@ -349,7 +364,8 @@ class Backend {
   // cached keys/values (which already include this step's). Query t of sequence s, the
   // i-th of its q_len tokens, sits at cache index context_len - q_len + i and sees keys
   // [0, that index] (narrowed by the sliding window; widened to the sequence's
-  // bidirectional prefix when meta.prefix_lens is given). Query head h reads KV head
+  // bidirectional prefix when meta.prefix_lens is given; the step's own keys narrowed
+  // by meta.tree_mask when given). Query head h reads KV head
   // h / (num_heads / num_kv_heads). out [T, num_heads * head_dim]. Block-table entries
   // for blocks wholly before every query's sliding window are not read (may be -1).
   virtual void attention(const Tensor& qkv, const QkvLayout& layout, const LayerKvCache& cache,

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
+#include <span>
 #include <vector>
 
 namespace tachyon {
@@ -42,12 +44,34 @@ struct TokenAdjustment {
   uint32_t flags = 0;
 };
 
+// An allowed-token bitmask over a vocabulary of V tokens (structured output): token t
+// is allowed when bit t % 32 of word t / 32 is set; token_mask_words(V) words.
+inline int64_t token_mask_words(int64_t vocab) {
+  return (vocab + 31) / 32;
+}
+inline bool token_allowed(std::span<const uint32_t> mask, int32_t token) {
+  return ((mask[static_cast<size_t>(token) / 32] >> (static_cast<uint32_t>(token) % 32)) & 1u) != 0;
+}
+// Sets the disallowed tokens of a row of logits [vocab] to -inf.
+inline void apply_token_mask(float* logits, int32_t vocab, std::span<const uint32_t> mask) {
+  for (int32_t t = 0; t < vocab; ++t)
+    if (!token_allowed(mask, t)) logits[t] = -std::numeric_limits<float>::infinity();
+}
+
 // The sampling side of a step: per logits row, its parameters and its adjustments
 // (adjustments[adjust_start[r] .. adjust_start[r + 1]), each token at most once a row).
 struct SamplingBatch {
   std::vector<RowSampling> rows;
   std::vector<TokenAdjustment> adjustments;
   std::vector<int32_t> adjust_start;  // [rows.size() + 1]; empty: no adjustments
+
+  // Optional allowed-token masks, applied to kDevice rows after their adjustments (the
+  // disallowed tokens become -inf; none allowed: kTokenNoneAllowed). token_masks holds
+  // the masks [number of masks, token_mask_words(vocab)]; mask_of [rows.size()] names
+  // each row's mask (an index into them, or -1 for none). Both empty: no row has one
+  // (nothing is uploaded). A kHost row's mask is the host's to apply.
+  std::vector<uint32_t> token_masks;
+  std::vector<int32_t> mask_of;
 
   bool empty() const { return rows.empty(); }
   bool any_on_device() const {

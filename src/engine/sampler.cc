@@ -28,10 +28,14 @@ bool processors_inactive(const SamplingContext& ctx) {
   const int32_t generated = static_cast<int32_t>(ctx.tokens.size()) - ctx.prompt_len;
   return c.repetition_penalty == 1.0f && c.presence_penalty == 0.0f &&
          c.frequency_penalty == 0.0f && c.logit_bias.empty() && c.no_repeat_ngram_size == 0 &&
-         c.bad_words_list.empty() && (generated >= c.min_new_tokens || ctx.eos_ids.empty());
+         c.bad_words_list.empty() && (generated >= c.min_new_tokens || ctx.eos_ids.empty()) &&
+         ctx.allowed.empty();
 }
 
 void process_logits(float* logits, int32_t vocab, const SamplingContext& ctx) {
+  if (!ctx.allowed.empty() && static_cast<int64_t>(ctx.allowed.size()) != token_mask_words(vocab))
+    raise<InvalidArgument>("the allowed-token mask has {} words for a vocabulary of {}",
+                           ctx.allowed.size(), vocab);
   const GenerateConfig& c = *ctx.config;
   const std::span<const int32_t> all = ctx.tokens;
   const std::span<const int32_t> generated = all.subspan(static_cast<size_t>(ctx.prompt_len));
@@ -78,6 +82,7 @@ void process_logits(float* logits, int32_t vocab, const SamplingContext& ctx) {
   }
   if (static_cast<int32_t>(generated.size()) < c.min_new_tokens)
     for (int32_t e : ctx.eos_ids) ban(logits, vocab, e);
+  if (!ctx.allowed.empty()) apply_token_mask(logits, vocab, ctx.allowed);
 }
 
 int32_t argmax(const float* x, int32_t n) {

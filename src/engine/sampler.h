@@ -25,6 +25,10 @@ struct SamplingContext {
   int32_t prompt_len = 0;
   std::span<const int32_t> eos_ids;  // banned while fewer than min_new_tokens are generated
   RngKey rng;
+  // The tokens allowed next (structured output): a bitmask of token_mask_words(vocab)
+  // words (backend/sampling.h), or empty: every token. The last processor (-inf on the
+  // others); not part of token_adjustments() (SamplingBatch::token_masks carries it).
+  std::span<const uint32_t> allowed = {};
 };
 
 struct SampledToken {
@@ -35,7 +39,8 @@ struct SampledToken {
 
 // The logits processors, in place, in this order: repetition penalty, presence and
 // frequency penalties, logit bias, then bans (-inf): no_repeat_ngram_size, bad words,
-// EOS before min_new_tokens. Works on logits or log-probabilities alike.
+// EOS before min_new_tokens, the tokens outside ctx.allowed. Works on logits or
+// log-probabilities alike.
 void process_logits(float* logits, int32_t vocab, const SamplingContext& ctx);
 
 // True when process_logits would change nothing for this context.

@@ -107,9 +107,11 @@ void Decoder::compute(const StepInputs& in, std::span<LayerKvCache> kv, Tensor& 
   if (w_.project_in) {
     Tensor e = embed_.view(be_, T, cfg_.embed_dim());
     be_.embedding(w_.embedding, ids, 0, escale, false, e);
+    if (in.inject_rows) be_.scatter_rows(in.inject_values, in.inject_rows, e);
     be_.linear(e, w_.project_in.w, Tensor(), residual);
   } else {
     be_.embedding(w_.embedding, ids, 0, escale, false, residual);
+    if (in.inject_rows) be_.scatter_rows(in.inject_values, in.inject_rows, residual);
   }
   if (cfg_.position == PositionType::kLearned)
     be_.embedding(w_.pos_embedding, in.positions, cfg_.learned_pos_offset, 1.f, true, residual);
@@ -127,6 +129,19 @@ void Decoder::compute(const StepInputs& in, std::span<LayerKvCache> kv, Tensor& 
   for (int l = 0; l < cfg_.layer_num; ++l) layer(l, residual);
   Tensor final_h = residual;
   if (cfg_.final_norm) final_h = normed(residual, w_.final_norm, h_);
+
+  // The final hidden states asked for, as the LM head reads them.
+  hidden_ = Tensor();
+  if (in.hidden_rows) {
+    const int64_t H = in.hidden_rows.dim(0);
+    hidden_ = hidden_buf_.view(be_, H, D);
+    be_.gather_rows(final_h, in.hidden_rows, hidden_);
+    if (w_.project_out) {
+      Tensor hp = hidden_proj_.view(be_, H, cfg_.embed_dim());
+      be_.linear(hidden_, w_.project_out.w, Tensor(), hp);
+      hidden_ = hp;
+    }
+  }
 
   // Logits for the requested rows only.
   if (R == 0) return;

@@ -38,6 +38,12 @@ struct StepInputs {
   Tensor logits_rows;
   // [T] f32 per-token query scale (logn_scaling_len), or empty when every scale is 1.
   Tensor logn;
+  // Embeddings given for some rows: [n] i32 rows and [n, embed_dim] f32 values that
+  // replace those rows' token embeddings (ForwardBatch::embeddings); empty: none.
+  Tensor inject_rows, inject_values;
+  // [H] i32: the rows whose final hidden states the step keeps (Decoder::hidden());
+  // empty: none.
+  Tensor hidden_rows;
 };
 
 // A layer of a plain pre-norm decoder (the usual case; layer() has the others:
@@ -64,6 +70,11 @@ class Decoder {
   // The step on `in`: T = in.ids' tokens, logits [R, V] f32 (device work only). Writes
   // the step's K/V into kv (one cache per layer).
   void compute(const StepInputs& in, std::span<LayerKvCache> kv, Tensor& logits);
+
+  // The final hidden states of the last step's in.hidden_rows, [H, D] in the activation
+  // dtype on the device (D: what the LM head reads); valid until the next step. Empty
+  // when that step asked for none.
+  const Tensor& hidden() const { return hidden_; }
 
   // Device bytes the activations of a step of max_tokens tokens may take, with the f32
   // logits of every row (an upper estimate, for sizing the KV cache).
@@ -115,7 +126,8 @@ class Decoder {
 
   // Activations.
   StepBuffer residual_, h_, h2_, embed_, qkv_, attn_, o_, mlp_, act_, shared_, router_, moe_ids_,
-      moe_w_, shared_logit_, final_, final_proj_, rope_gathered_;
+      moe_w_, shared_logit_, final_, final_proj_, rope_gathered_, hidden_buf_, hidden_proj_;
+  Tensor hidden_;  // the last step's hidden states (a view of hidden_buf_ or hidden_proj_)
 };
 
 }  // namespace tachyon

@@ -40,6 +40,18 @@ struct DeferredToken {
   bool operator==(const DeferredToken&) const = default;
 };
 
+// Embeddings given for a run of a step's token rows instead of the token embeddings
+// (image features scattered into a prompt, as Hugging Face's inputs_embeds).
+struct InjectedEmbeddings {
+  int32_t row = 0;  // the first row of token_ids they replace
+  // [n, embed_dim] f32 on the host (embed_dim: the hidden size, or the embedding width of
+  // a model that projects its embeddings in): rows row .. row + n - 1, as the token
+  // embedding lookup would give them after the model's embedding scale (they are not
+  // scaled again), before learned position embeddings, the input projection and the
+  // embedding norm.
+  Tensor values;
+};
+
 // One step over several sequences. Each sequence contributes a contiguous run of
 // tokens (a prefill chunk, or one token when decoding), sequence after sequence.
 struct ForwardBatch {
@@ -52,6 +64,14 @@ struct ForwardBatch {
                                       // (already cached + this step's)
   // [num_seqs, max_blocks_per_seq] physical block ids of each sequence's KV blocks in
   // order; entries past a sequence's last block are -1.
+  // A token's K/V go to its cache index (context_len - q_len + i for the i-th of its
+  // sequence's q_len tokens of the step), never to a slot derived from its position. So
+  // a prefix of KV the sequence did not compute (shared blocks, a P-tuning prefix) is
+  // just blocks at the head of its table, counted in context_lens; the positions of the
+  // tokens after it are whatever the model should see (they may restart at 0). Causal
+  // attention, sliding windows and ALiBi follow cache indices; rotary, learned position
+  // embeddings and log-n scaling follow positions (a rotary scaling fixed at prefill
+  // reads prompt_lens, else context_lens).
   std::vector<int32_t> block_tables;
   int32_t max_blocks_per_seq = 0;
 
@@ -78,6 +98,27 @@ struct ForwardBatch {
   // A row whose token was not a real id (kTokenBadLogits, ...) gives id 0.
   std::vector<DeferredToken> deferred;
 
+  // Optional: embeddings that replace the token embeddings of some rows (each row at
+  // most once; the token_ids there are still valid ids, unused). Empty: none.
+  std::vector<InjectedEmbeddings> embeddings;
+
+  // Optional: rows of token_ids whose final hidden states the step returns in
+  // ForwardOutput::hidden, in this order (draft heads read them). Empty: none.
+  std::vector<int32_t> hidden_rows;
+
+  // Optional, [num_seqs] or empty: each sequence's mask over its own tokens of the step
+  // (a tree of speculative tokens verified at once), q_len x q_len row-major, or empty
+  // for causal. mask[i * q_len + j] != 0: token i sees token j; only j <= i, and
+  // mask[i * q_len + i] set. Every token sees all the tokens cached before the step.
+  // A token's position is its place in its own branch (branches of equal depth share
+  // positions); its K/V still go to its cache index, so the accepted branch's K/V are
+  // where its tokens stood in the step (the engine moves or recomputes them).
+  std::vector<std::vector<uint8_t>> tree_masks;
+
+  // Optional, [num_seqs] or empty: each sequence's adapter (multi-LoRA); 0 is the base
+  // model. Empty: the base model for every sequence.
+  std::vector<int32_t> adapter_ids;
+
   int32_t num_seqs() const { return static_cast<int32_t>(query_start.size()) - 1; }
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
 };
@@ -90,6 +131,11 @@ struct ForwardOutput {
   // float32 logits on the CPU of the kHost rows only, in logits_rows order
   // [number of kHost rows, vocab_size] (every row when batch.sampling is empty).
   Tensor logits;
+  // float32 on the CPU [hidden_rows.size(), D]: the final hidden states of the batch's
+  // hidden_rows, what the LM head reads (after the final norm, and the output
+  // projection of a model that has one: D is then its width; Hugging Face's
+  // last_hidden_state). Empty when hidden_rows is.
+  Tensor hidden;
 };
 
 // What a model offers the engine. The decoder implements it; tests may fake it.
@@ -154,6 +200,8 @@ class LanguageModel {
   // runs and returns only their ids (plus the kHost rows' logits). This default, for
   // models that cannot, returns every row's logits (all rows kTokenOnHost).
   virtual ForwardOutput forward_sample(const ForwardBatch& batch) {
+    if (!batch.hidden_rows.empty())
+      raise<InvalidArgument>("forward_sample: this model returns no hidden states");
     ForwardOutput out;
     out.logits = forward(batch);
     out.tokens.assign(batch.logits_rows.size(), kTokenOnHost);

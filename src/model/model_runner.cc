@@ -159,6 +159,16 @@ void ModelRunner::validate(const ForwardBatch& b) const {
   }
   for (int32_t r : b.logits_rows)
     if (r < 0 || r >= T) raise<InvalidArgument>("forward: logits row {} out of [0, {})", r, T);
+  for (int32_t r : b.hidden_rows)
+    if (r < 0 || r >= T) raise<InvalidArgument>("forward: hidden row {} out of [0, {})", r, T);
+  validate_embeddings(b);
+  validate_tree_masks(b);
+  if (!b.adapter_ids.empty()) {
+    if (static_cast<int32_t>(b.adapter_ids.size()) != S)
+      raise<InvalidArgument>("forward: {} adapter ids for {} sequences", b.adapter_ids.size(), S);
+    for (int32_t id : b.adapter_ids)
+      if (id != 0) raise<InvalidArgument>("forward: no adapter {} loaded", id);
+  }
   if (!b.deferred.empty()) {
     const int64_t prev_rows = last_ids_ ? last_ids_.numel() : 0;
     if (prev_rows == 0)
@@ -176,6 +186,29 @@ void ModelRunner::validate(const ForwardBatch& b) const {
     }
   }
   validate_layouts(b);
+}
+
+void ModelRunner::validate_embeddings(const ForwardBatch& b) const {
+  if (b.embeddings.empty()) return;
+  const int64_t T = b.num_tokens();
+  const int64_t E = cfg_.embed_dim();
+  std::vector<bool> taken(static_cast<size_t>(T));
+  for (const InjectedEmbeddings& e : b.embeddings) {
+    const Tensor& v = e.values;
+    if (!v || v.ndim() != 2 || v.dim(1) != E || v.dtype() != DType::kF32 || !v.device().is_cpu())
+      raise<InvalidArgument>(
+          "forward: injected embeddings at row {} must be f32 [n, {}] on the host, not {}", e.row,
+          E, v ? v.str() : std::string("empty"));
+    const int64_t n = v.dim(0);
+    if (e.row < 0 || e.row + n > T)
+      raise<InvalidArgument>("forward: injected embeddings rows {} .. {} out of [0, {})", e.row,
+                             e.row + n - 1, T);
+    for (int64_t r = e.row; r < e.row + n; ++r) {
+      if (taken[static_cast<size_t>(r)])
+        raise<InvalidArgument>("forward: row {} has injected embeddings twice", r);
+      taken[static_cast<size_t>(r)] = true;
+    }
+  }
 }
 
 void ModelRunner::stage(const void* data, Shape shape, DType dtype, Tensor* out) {
@@ -248,6 +281,7 @@ void ModelRunner::stage_metadata(const ForwardBatch& b, int64_t live_tokens, boo
   in_.meta.host_query_start = &b.query_start;
   in_.meta.host_context_lens = &b.context_lens;
   stage_prefix_lens(b);
+  stage_tree_masks(b);
   stage_i32(h_slots_, &in_.slots);
   if (cfg_.logn_scaling_len > 0) {
     // log(p + 1) / log(n) past the training length n, 1 before it.
@@ -338,6 +372,26 @@ void ModelRunner::stage_inputs(const ForwardBatch& b) {
           &deferred_t_);
   else
     deferred_t_ = Tensor();
+  // Fields no graph step has (graph_eligible).
+  in_.hidden_rows = Tensor();
+  if (!b.hidden_rows.empty())
+    stage(b.hidden_rows.data(), {static_cast<int64_t>(b.hidden_rows.size())}, DType::kI32,
+          &in_.hidden_rows);
+  in_.inject_rows = in_.inject_values = Tensor();
+  if (!b.embeddings.empty()) {
+    const int64_t E = cfg_.embed_dim();
+    h_inject_rows_.clear();
+    h_inject_values_.clear();
+    for (const InjectedEmbeddings& e : b.embeddings) {
+      const int64_t n = e.values.dim(0);
+      for (int64_t i = 0; i < n; ++i) h_inject_rows_.push_back(static_cast<int32_t>(e.row + i));
+      const float* v = e.values.data<float>();
+      h_inject_values_.insert(h_inject_values_.end(), v, v + n * E);
+    }
+    const int64_t n = static_cast<int64_t>(h_inject_rows_.size());
+    stage(h_inject_rows_.data(), {n}, DType::kI32, &in_.inject_rows);
+    stage(h_inject_values_.data(), {n, E}, DType::kF32, &in_.inject_values);
+  }
 }
 
 void ModelRunner::take_deferred() {

@@ -82,6 +82,17 @@ class ModelRunner final : public Model {
 
  private:
   void validate(const ForwardBatch& b) const;
+  // ForwardBatch::embeddings: f32 [n, embed_dim] host tensors on rows of the step, no
+  // row twice.
+  void validate_embeddings(const ForwardBatch& b) const;
+  // ForwardBatch::tree_masks: q_len x q_len lower-triangular masks with a set diagonal,
+  // never beside a bidirectional prefix (model_runner_layout.cc, as the two below).
+  void validate_tree_masks(const ForwardBatch& b) const;
+  // in_.meta.tree_mask / tree_mask_start from b.tree_masks (absent when it is empty).
+  void stage_tree_masks(const ForwardBatch& b);
+  // The decoder's hidden states of the step of `b` just computed, f32 on the host (empty
+  // when b asks for none).
+  Tensor host_hidden(const ForwardBatch& b);
   // (model_runner_layout.cc, with rotary_positions and stage_prefix_lens)
   void validate_layouts(const ForwardBatch& b) const;
   // GLM's 2-D rotary positions of the step's tokens: h_pos_ and h_block_.
@@ -133,7 +144,11 @@ class ModelRunner final : public Model {
   // Host-side staging for the step's metadata (reused).
   std::vector<int32_t> h_slots_, h_seq_len_, h_pos_, h_block_, h_prefix_;
   std::vector<float> h_cos_sin_;
-  std::vector<float> h_logn_;  // per-token query scale (logn_scaling_len)
+  std::vector<float> h_logn_;           // per-token query scale (logn_scaling_len)
+  std::vector<int32_t> h_inject_rows_;  // ForwardBatch::embeddings, gathered
+  std::vector<uint32_t> h_tree_mask_;   // ForwardBatch::tree_masks, packed
+  std::vector<int32_t> h_tree_start_;
+  std::vector<float> h_inject_values_;
   // Device metadata, all in staged_ (pieces of h_staged_, see stage()).
   std::vector<int32_t> h_staged_;
   struct StagedPiece {
@@ -171,6 +186,7 @@ class ModelRunner final : public Model {
     int64_t rows = 0;
     Tensor ids;     // [rows] i32, host
     Tensor logits;  // [host rows, V] f32, host
+    Tensor hidden;  // [hidden rows, D] host, the activation dtype (f32 in collect())
     bool ready = false;
     ForwardOutput out;  // when ready
   };

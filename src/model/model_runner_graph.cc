@@ -41,6 +41,7 @@ bool ModelRunner::graph_eligible(const ForwardBatch& b) const {
   const int32_t S = b.num_seqs();
   if (S <= 0 || S > kMaxGraphBatch || b.num_tokens() != S) return false;
   if (static_cast<int32_t>(b.logits_rows.size()) != S) return false;
+  if (!b.embeddings.empty() || !b.hidden_rows.empty() || !b.tree_masks.empty()) return false;
   for (int32_t s = 0; s < S; ++s)
     if (b.query_start[s] != s || b.logits_rows[s] != s) return false;
   // Steps that go through host memory (log-n query scaling, MoE routing) stay eager.

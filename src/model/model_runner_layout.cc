@@ -1,6 +1,7 @@
-// The runner's side of prompt layouts (model/prompt_layout.h): reading a prompt,
-// checking each step's layouts, GLM's 2-D rotary positions and the attention prefix
-// lengths of a bidirectional context.
+// The runner's side of prompt layouts (model/prompt_layout.h) and of the step's other
+// attention structure: reading a prompt, checking each step's layouts, GLM's 2-D rotary
+// positions, the attention prefix lengths of a bidirectional context, and the tree masks
+// of speculative tokens.
 #include <string>
 
 #include "core/error.h"
@@ -71,6 +72,62 @@ void ModelRunner::stage_prefix_lens(const ForwardBatch& b) {
   }
   if (!inside) return;
   stage(h_prefix_.data(), {S}, DType::kI32, &in_.meta.prefix_lens);
+}
+
+void ModelRunner::validate_tree_masks(const ForwardBatch& b) const {
+  if (b.tree_masks.empty()) return;
+  const int32_t S = b.num_seqs();
+  if (static_cast<int32_t>(b.tree_masks.size()) != S)
+    raise<InvalidArgument>("forward: {} tree masks for {} sequences", b.tree_masks.size(), S);
+  bool any = false;
+  for (int32_t s = 0; s < S; ++s) {
+    const std::vector<uint8_t>& m = b.tree_masks[s];
+    if (m.empty()) continue;
+    any = true;
+    const int64_t q = b.query_start[s + 1] - b.query_start[s];
+    if (static_cast<int64_t>(m.size()) != q * q)
+      raise<InvalidArgument>(
+          "forward: sequence {} has a tree mask of {} entries for {} x {} tokens", s, m.size(), q,
+          q);
+    for (int64_t i = 0; i < q; ++i) {
+      if (m[static_cast<size_t>(i * q + i)] == 0)
+        raise<InvalidArgument>("forward: sequence {}: tree token {} does not see itself", s, i);
+      for (int64_t j = i + 1; j < q; ++j)
+        if (m[static_cast<size_t>(i * q + j)] != 0)
+          raise<InvalidArgument>("forward: sequence {}: tree token {} sees the later token {}", s,
+                                 i, j);
+    }
+  }
+  // (A step inside a bidirectional context has every token of it at once: no tree.)
+  if (any && cfg_.bidirectional_context)
+    for (int32_t s = 0; s < S && s < static_cast<int32_t>(b.layouts.size()); ++s) {
+      const PromptLayout& L = b.layouts[s];
+      const int32_t start = b.context_lens[s] - (b.query_start[s + 1] - b.query_start[s]);
+      if (L.bidirectional && start < L.context_len - 1)
+        raise<InvalidArgument>(
+            "forward: a step with tree masks computes sequence {}'s bidirectional context", s);
+    }
+}
+
+void ModelRunner::stage_tree_masks(const ForwardBatch& b) {
+  in_.meta.tree_mask = in_.meta.tree_mask_start = Tensor();
+  if (b.tree_masks.empty()) return;
+  const int32_t S = b.num_seqs();
+  h_tree_start_.assign(static_cast<size_t>(S), -1);
+  h_tree_mask_.clear();
+  for (int32_t s = 0; s < S; ++s) {
+    const std::vector<uint8_t>& m = b.tree_masks[s];
+    if (m.empty()) continue;
+    const size_t start = h_tree_mask_.size();
+    h_tree_start_[s] = static_cast<int32_t>(start);
+    h_tree_mask_.resize(start + (m.size() + 31) / 32, 0u);
+    for (size_t bit = 0; bit < m.size(); ++bit)
+      if (m[bit] != 0) h_tree_mask_[start + bit / 32] |= 1u << (bit % 32);
+  }
+  if (h_tree_mask_.empty()) return;  // every sequence causal
+  stage(h_tree_mask_.data(), {static_cast<int64_t>(h_tree_mask_.size())}, DType::kI32,
+        &in_.meta.tree_mask);
+  stage(h_tree_start_.data(), {S}, DType::kI32, &in_.meta.tree_mask_start);
 }
 
 }  // namespace tachyon

@@ -23,6 +23,18 @@ void validate_sampling(const SamplingBatch& sb, int64_t R, int64_t V) {
   } else if (!sb.adjustments.empty()) {
     raise<InvalidArgument>("forward: adjustments without adjust_start");
   }
+  if (!sb.mask_of.empty() || !sb.token_masks.empty()) {
+    const int64_t words = token_mask_words(V);
+    if (static_cast<int64_t>(sb.mask_of.size()) != R ||
+        static_cast<int64_t>(sb.token_masks.size()) % words != 0)
+      raise<InvalidArgument>(
+          "forward: token masks need {} mask indices and {} words a mask, not {} and {} words", R,
+          words, sb.mask_of.size(), sb.token_masks.size());
+    const int64_t masks = static_cast<int64_t>(sb.token_masks.size()) / words;
+    for (int32_t m : sb.mask_of)
+      if (m < -1 || m >= masks)
+        raise<InvalidArgument>("forward: token mask {} out of [-1, {})", m, masks);
+  }
   for (const TokenAdjustment& a : sb.adjustments)
     if (a.token < 0 || a.token >= V)
       raise<InvalidArgument>("forward: adjusted token {} out of [0, {})", a.token, V);
@@ -57,17 +69,18 @@ void ModelRunner::launch(const ForwardBatch& b) {
   const int64_t V = cfg_.vocab_size;
   Launched l;
   l.rows = R;
+  if (!b.sampling.empty()) validate_sampling(b.sampling, R, V);
   if (b.sampling.empty() || !be_->supports_sampling() || !b.sampling.any_on_device()) {
     // Every row's logits to the host, at once.
     l.ready = true;
     l.out.logits = forward(b);
+    l.out.hidden = host_hidden(b);
     l.out.tokens.assign(static_cast<size_t>(R), kTokenOnHost);
     last_ids_ = Tensor();
     launched_.push_back(std::move(l));
     return;
   }
   const SamplingBatch& sb = b.sampling;
-  validate_sampling(sb, R, V);
   Tensor logits = device_logits(b);
   Tensor ids = sample_ids_.view(*be_, 1, R, DType::kI32);
   ids = Tensor::wrap(ids.raw(), {R}, DType::kI32, ids.owner(), ids.device());
@@ -88,6 +101,12 @@ void ModelRunner::launch(const ForwardBatch& b) {
       be_->download_async(row, l.logits.data<float>() + (h++) * V);
     }
   }
+  if (!b.hidden_rows.empty()) {
+    const Tensor& hidden = decoder_.hidden();
+    Tensor buf = host_buffer(hidden.numel(), hidden.dtype());
+    l.hidden = Tensor::wrap(buf.raw(), hidden.shape(), hidden.dtype(), buf.owner(), buf.device());
+    be_->download_async(hidden, l.hidden.raw());
+  }
   l.fence = be_->fence();
   last_ids_ = ids;
   launched_.push_back(std::move(l));
@@ -105,7 +124,17 @@ ForwardOutput ModelRunner::collect() {
   // The host rows' logits stay in their buffer, held by the output until the caller
   // drops it.
   out.logits = l.logits ? l.logits : Tensor::empty({0, cfg_.vocab_size}, DType::kF32);
+  if (l.hidden) out.hidden = l.hidden.to(DType::kF32);
   return out;
+}
+
+Tensor ModelRunner::host_hidden(const ForwardBatch& b) {
+  // (A step without hidden rows may not have run the decoder on the host: a graph.)
+  if (b.hidden_rows.empty()) return Tensor();
+  const Tensor& hidden = decoder_.hidden();
+  Tensor h = Tensor::empty(hidden.shape(), hidden.dtype());
+  be_->download(hidden, h.raw());
+  return h.dtype() == DType::kF32 ? h : h.to(DType::kF32);
 }
 
 ForwardOutput ModelRunner::forward_sample(const ForwardBatch& b) {

@@ -374,5 +374,49 @@ TEST(Sampler, ProcessorsCombineWithSampling) {
   EXPECT_LT(chi_square(counts, renormalized(kProbs, {1, 2, 3, 4, 5})), kChiLimit);
 }
 
+TEST(LogitsProcessors, AllowedTokenMaskIsTheLastBan) {
+  // 40 tokens: a mask of two words, the second partial. Allowed: 1, 3, 33, 39.
+  GenerateConfig cfg;
+  cfg.logit_bias = {{3, 2.0f}, {5, 9.0f}};
+  std::vector<float> l(40, 1.0f);
+  const std::vector<uint32_t> mask = {(1u << 1) | (1u << 3), (1u << 1) | (1u << 7)};
+  const std::vector<int32_t> tokens = {0};
+  auto ctx = context(cfg, tokens, 1, {});
+  ctx.allowed = mask;
+  EXPECT_FALSE(processors_inactive(ctx));
+  process_logits(l.data(), 40, ctx);
+  for (int32_t t = 0; t < 40; ++t) {
+    const bool allowed = t == 1 || t == 3 || t == 33 || t == 39;
+    EXPECT_EQ(l[static_cast<size_t>(t)], allowed ? (t == 3 ? 3.0f : 1.0f) : -INFINITY) << t;
+  }
+  // Sampled or greedy, only an allowed token comes out (5 has the largest logit).
+  const auto raw = logits_of(kProbs);  // 6 tokens: one word
+  const std::vector<uint32_t> two = {(1u << 2) | (1u << 4)};
+  Sampler s;
+  cfg.logit_bias.clear();
+  for (uint64_t i = 0; i < 200; ++i) {
+    auto c = context(cfg, tokens, 1, {});
+    c.allowed = two;
+    c.rng = {3, 0, i, 0};
+    const int32_t t = s.sample(raw.data(), 6, c).token;
+    EXPECT_TRUE(t == 2 || t == 4) << t;
+  }
+  GenerateConfig greedy;
+  greedy.temperature = 0.0f;
+  auto g = context(greedy, tokens, 1, {});
+  g.allowed = two;
+  EXPECT_EQ(s.sample(raw.data(), 6, g).token, 2);
+  // Nothing allowed: refused, as when every token is banned.
+  const std::vector<uint32_t> none = {0u};
+  g.allowed = none;
+  EXPECT_THROW(s.sample(raw.data(), 6, g), InvalidArgument);
+  // A mask of the wrong size is refused before any logit changes.
+  std::vector<float> m(40, 1.0f);
+  auto bad = context(cfg, tokens, 1, {});
+  bad.allowed = two;
+  EXPECT_THROW(process_logits(m.data(), 40, bad), InvalidArgument);
+  EXPECT_EQ(m, std::vector<float>(40, 1.0f));
+}
+
 }  // namespace
 }  // namespace tachyon

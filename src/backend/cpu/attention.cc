@@ -149,9 +149,34 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
   auto last_key = [&](int s, int64_t idx) {
     return prefix != nullptr ? std::max<int64_t>(idx, int64_t{prefix[s]} - 1) : idx;
   };
+  // Tree masks over the step's own keys: whether query i of sequence s sees the step's
+  // key j (any key cached before the step is seen).
+  const uint32_t* tree = nullptr;
+  const int32_t* tree_start = nullptr;
+  if (meta.tree_mask) {
+    TACHYON_CHECK(meta.tree_mask_start.numel() == S && prefix == nullptr,
+                  "attention tree_mask_start {} for {} sequences (prefix {})",
+                  meta.tree_mask_start.str(), S, prefix != nullptr);
+    tree = static_cast<const uint32_t*>(meta.tree_mask.raw());
+    tree_start = meta.tree_mask_start.data<int32_t>();
+    for (int s = 0; s < S; ++s) {
+      const int64_t q_len = qs[s + 1] - qs[s];
+      TACHYON_CHECK(
+          tree_start[s] < 0 || tree_start[s] + (q_len * q_len + 31) / 32 <= meta.tree_mask.numel(),
+          "sequence {}: tree mask at word {} of {}", s, tree_start[s], meta.tree_mask.numel());
+    }
+  }
+  auto sees = [&](int s, int64_t i, int64_t j_step) {
+    if (tree == nullptr || tree_start[s] < 0 || j_step < 0) return true;
+    const int64_t q_len = qs[s + 1] - qs[s];
+    const int64_t bit = i * q_len + j_step;
+    return ((tree[tree_start[s] + bit / 32] >> (bit % 32)) & 1u) != 0;
+  };
 
   const bool wide = isa_ == CpuIsa::kAvx512 && hd % 16 == 0;
-  const bool tiled = wide || (isa_ >= CpuIsa::kAvx2 && use_avx2() && hd % 8 == 0);
+  // A step with tree masks takes the scalar path (the only one that reads them).
+  const bool tiled =
+      tree == nullptr && (wide || (isa_ >= CpuIsa::kAvx2 && use_avx2() && hd % 8 == 0));
   // Tasks: (sequence, kv head, tile of query tokens); on the AVX-512 path, when there
   // are at least as many sequences as threads, a sequence with few query tokens (a
   // decode) is one task over every head, which then reads each block's keys and values
@@ -160,7 +185,7 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
   // Query tokens per tile: a tile's rows (tokens x the group's heads) share each chunk
   // of keys, so a full tile on the AVX-512 path (which transposes every chunk).
   const int kTile = wide ? std::max(1, kAttnTileMaxRows / group) : 8;
-  const bool merge_heads = wide && S >= pool_.num_threads();
+  const bool merge_heads = tiled && wide && S >= pool_.num_threads();
   auto all_heads = [&](int q_len) { return merge_heads && int64_t{q_len} * H <= kAttnTileMaxRows; };
   std::vector<int64_t> task_start(static_cast<size_t>(S) + 1, 0);
   for (int s = 0; s < S; ++s) {
@@ -251,6 +276,7 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
     if (sc.acc.size() < static_cast<size_t>(hd)) sc.acc.resize(static_cast<size_t>(hd));
     float* scores = sc.scores.data();
     float* acc = sc.acc.data();
+    const int64_t step0 = ctx[s] - q_len;  // cache index of the step's first token
     for (int i = i0; i < i1; ++i) {
       const int64_t t = qs[s] + i;
       const int64_t idx = ctx[s] - q_len + i;  // this query's cache index
@@ -262,6 +288,10 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
         const float* q = q_base + t * cols + int64_t{h} * hd;
         float mx = -std::numeric_limits<float>::infinity();
         for (int64_t j = lo; j <= hi; ++j) {
+          if (tree != nullptr && !sees(s, i, j - step0)) {
+            scores[j - lo] = -std::numeric_limits<float>::infinity();
+            continue;
+          }
           const int64_t blk = blocks[j / bs];
           TACHYON_CHECK(blk >= 0 && blk < nb, "block table entry {} of {} blocks", blk, nb);
           const float* k = kc + ((blk * KV + g) * bs + j % bs) * hd;
@@ -283,6 +313,7 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
         }
         std::fill(acc, acc + hd, 0.f);
         for (int64_t j = lo; j <= hi; ++j) {
+          if (tree != nullptr && !sees(s, i, j - step0)) continue;
           const int64_t blk = blocks[j / bs];
           axpy(scores[j - lo], vc + ((blk * KV + g) * bs + j % bs) * hd, acc, hd);
         }

@@ -271,6 +271,20 @@ void CpuBackend::gather_rows(const Tensor& src, const Tensor& rows, Tensor& out)
   }
 }
 
+void CpuBackend::scatter_rows(const Tensor& src, const Tensor& rows, Tensor& out) {
+  check_f32_2d(src, "scatter_rows src");
+  check_f32_2d(out, "scatter_rows out");
+  const int64_t n = src.dim(0), d = src.dim(1);
+  TACHYON_CHECK(rows.dtype() == DType::kI32 && rows.numel() == n && out.dim(1) == d,
+                "scatter_rows src {} rows {} out {}", src.str(), rows.str(), out.str());
+  const int32_t* idx = rows.data<int32_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    if (idx[i] < 0 || idx[i] >= out.dim(0)) continue;
+    std::memcpy(out.data<float>() + int64_t{idx[i]} * d, src.data<float>() + i * d,
+                static_cast<size_t>(d) * 4);
+  }
+}
+
 void CpuBackend::scatter_ids(const Tensor& src, const Tensor& pairs, Tensor& ids) {
   TACHYON_CHECK(src.dtype() == DType::kI32 && pairs.dtype() == DType::kI32 &&
                     ids.dtype() == DType::kI32 && pairs.numel() % 2 == 0,

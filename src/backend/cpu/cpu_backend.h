@@ -49,6 +49,7 @@ class CpuBackend : public Backend {
   void softcap(Tensor& x, float cap) override;
   void clamp(Tensor& x, float limit) override;
   void gather_rows(const Tensor& src, const Tensor& rows, Tensor& out) override;
+  void scatter_rows(const Tensor& src, const Tensor& rows, Tensor& out) override;
   void scatter_ids(const Tensor& src, const Tensor& pairs, Tensor& ids) override;
   void add_sigmoid_gated(const Tensor& src, const Tensor& gate_logit, Tensor& out) override;
 

@@ -1,5 +1,6 @@
 // Paged attention for prefill, chunked prefill and decode in one kernel family, and
-// the one that honours a bidirectional prefix (ChatGLM-6B's prompt context).
+// the one that honours a bidirectional prefix (ChatGLM-6B's prompt context) and the
+// tree masks of speculative tokens verified in one step.
 //
 // A block owns (sequence, KV head, tile of query tokens, key split). Its rows are the
 // tile's queries times the KV group's query heads, so GQA/MQA heads that share a KV
@@ -80,6 +81,12 @@ __global__ void __launch_bounds__(kThreads)
     k_begin = max(k_begin, split * plan.split_keys);
     if (split + 1 < plan.num_splits) k_end = min(k_end, (split + 1) * plan.split_keys);
 
+    // A tree mask over the step's own keys (cache indices step0 ..), or null.
+    const int step0 = ctx - q_len;
+    const uint32_t* tree = a.tree_mask != nullptr && a.tree_mask_start[s] >= 0
+                               ? a.tree_mask + a.tree_mask_start[s]
+                               : nullptr;
+
     const T* qkv = static_cast<const T*>(a.qkv);
     const int tid = threadIdx.x;
     for (int i = tid; i < rows * hd; i += blockDim.x) {
@@ -139,8 +146,13 @@ __global__ void __launch_bounds__(kThreads)
         const int qidx = first_idx + qi;
         const int h = kvh * group + (r - qi * group);
         const int key = kt + lane;
-        const bool valid = key < k_end && (key <= qidx || key < prefix) &&
-                           (a.sliding_window <= 0 || key > qidx - a.sliding_window);
+        bool valid = key < k_end && (key <= qidx || key < prefix) &&
+                     (a.sliding_window <= 0 || key > qidx - a.sliding_window);
+        if (valid && tree != nullptr && key >= step0) {
+          // The step's own keys: those the tree mask lets this query see.
+          const int64_t bit = int64_t{tile0 + qi} * q_len + (key - step0);
+          valid = ((tree[bit / 32] >> (bit % 32)) & 1u) != 0;
+        }
         float sc = -INFINITY;
         if (valid) {
           const float* qr = q_s + r * hd;

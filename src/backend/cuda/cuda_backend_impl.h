@@ -99,6 +99,7 @@ class CudaBackend final : public Backend {
   void softcap(Tensor& x, float cap) override;
   void clamp(Tensor& x, float limit) override;
   void gather_rows(const Tensor& src, const Tensor& rows, Tensor& out) override;
+  void scatter_rows(const Tensor& src, const Tensor& rows, Tensor& out) override;
   void scatter_ids(const Tensor& src, const Tensor& pairs, Tensor& ids) override;
   void add_sigmoid_gated(const Tensor& src, const Tensor& gate_logit, Tensor& out) override;
 
@@ -263,7 +264,7 @@ class CudaBackend final : public Backend {
   Tensor fp8_stage_k_, fp8_stage_v_, fp8_stage_tables_, fp8_stage_items_;
   std::vector<int32_t> fp8_stage_host_, fp8_stage_uploaded_;
   // Device sampling (cuda_sampling.cc): per-row parameters and adjustments.
-  Tensor sample_meta_, sample_adj_, sample_start_, sample_partial_;
+  Tensor sample_meta_, sample_adj_, sample_start_, sample_partial_, sample_masks_, sample_mask_of_;
   // MoE scratch.
   Tensor moe_meta_, moe_x_, moe_h_, moe_a_, moe_y_;
   std::vector<int32_t> moe_ids_host_, moe_sorted_token_, moe_row_of_, moe_offsets_;

@@ -405,6 +405,19 @@ void CudaBackend::gather_rows(const Tensor& src, const Tensor& rows, Tensor& out
                      err_dev_, stream_);
 }
 
+void CudaBackend::scatter_rows(const Tensor& src, const Tensor& rows, Tensor& out) {
+  check_here(src, "scatter_rows src");
+  check_here(rows, "scatter_rows rows");
+  check_here(out, "scatter_rows out");
+  check_2d(src, "scatter_rows src");
+  check_2d(out, "scatter_rows out");
+  TACHYON_CHECK(src.dtype() == DType::kF32 && rows.dtype() == DType::kI32 &&
+                    rows.numel() == src.dim(0) && out.dim(1) == src.dim(1),
+                "scatter_rows src {} rows {} out {}", src.str(), rows.str(), out.str());
+  launch_scatter_rows(src.data<float>(), src.dim(0), src.dim(1), rows.data<int32_t>(), out.raw(),
+                      out.dtype(), out.dim(0), stream_);
+}
+
 void CudaBackend::scatter_ids(const Tensor& src, const Tensor& pairs, Tensor& ids) {
   check_here(src, "scatter_ids src");
   check_here(pairs, "scatter_ids pairs");
@@ -711,6 +724,19 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
                   meta.prefix_lens.str(), meta.num_seqs, params.sliding_window);
     a.prefix_lens = meta.prefix_lens.data<int32_t>();
   }
+  if (meta.tree_mask) {
+    // Only the simple kernel below narrows a step's own keys to a tree.
+    check_here(meta.tree_mask, "attention tree_mask");
+    check_here(meta.tree_mask_start, "attention tree_mask_start");
+    TACHYON_CHECK(meta.tree_mask_start.numel() == meta.num_seqs &&
+                      meta.tree_mask_start.dtype() == DType::kI32 && !meta.prefix_lens,
+                  "attention tree_mask_start {} for {} sequences (prefix {})",
+                  meta.tree_mask_start.str(), meta.num_seqs, static_cast<bool>(meta.prefix_lens));
+    a.tree_mask = static_cast<const uint32_t*>(meta.tree_mask.raw());
+    a.tree_mask_start = meta.tree_mask_start.data<int32_t>();
+  }
+  // Steps only the simple kernel takes.
+  const bool simple_only = a.prefix_lens != nullptr || a.tree_mask != nullptr;
   if (a.kv_fp8) {
     // The decode kernel reads e4m3 itself: decode steps (and every step a graph
     // records), and the one-query sequences of a mixed step, whose other sequences then
@@ -723,7 +749,7 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
           hd, H, KV);
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     TACHYON_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
-    const bool decode_ok = !batch_invariant_ && a.prefix_lens == nullptr &&
+    const bool decode_ok = !batch_invariant_ && !simple_only &&
                            (attention_kernel_ == AttentionKernel::kAuto ||
                             attention_kernel_ == AttentionKernel::kDecode);
     if (decode_ok && (meta.max_query_len == 1 || capture != cudaStreamCaptureStatusNone ||
@@ -735,7 +761,7 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
     if (capture != cudaStreamCaptureStatusNone)
       raise<InvalidArgument>(
           "attention over an fp8 KV cache cannot be recorded in a graph in batch-invariant "
-          "mode, with a bidirectional prefix or a forced kernel");
+          "mode, with a bidirectional prefix or tree masks, or with a forced kernel");
     // A mixed step (as below): decode rows from the fp8 cache, the flash kernel's from
     // the staged blocks of the other sequences.
     if (attention_kernel_ == AttentionKernel::kAuto && decode_ok && meta.max_query_len >= 16 &&
@@ -747,13 +773,13 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
   }
   // A kernel runs when forced (set_attention_kernel) and applicable, or under kAuto
   // when applicable and the step has its shape; batch-invariant mode and steps with a
-  // bidirectional prefix run through the simple kernel below.
+  // bidirectional prefix or tree masks run through the simple kernel below.
   auto pick = [&](AttentionKernel k, bool applies, bool auto_shape) {
-    if (batch_invariant_ || a.prefix_lens != nullptr || !applies) return false;
+    if (batch_invariant_ || simple_only || !applies) return false;
     return attention_kernel_ == k || (attention_kernel_ == AttentionKernel::kAuto && auto_shape);
   };
-  if (attention_kernel_ == AttentionKernel::kAuto && !batch_invariant_ &&
-      a.prefix_lens == nullptr && meta.max_query_len >= 16 && attention_mixed(a, meta)) {
+  if (attention_kernel_ == AttentionKernel::kAuto && !batch_invariant_ && !simple_only &&
+      meta.max_query_len >= 16 && attention_mixed(a, meta)) {
     last_attention_kernel_ = AttentionKernel::kDecodeAndFlash;
     return;
   }

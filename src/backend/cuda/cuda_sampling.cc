@@ -58,10 +58,15 @@ void CudaBackend::sample(Tensor& logits, const SamplingBatch& batch, Tensor& ids
       !has_adj || (static_cast<int64_t>(batch.adjust_start.size()) == rows + 1 &&
                    batch.adjust_start.back() == static_cast<int32_t>(batch.adjustments.size())),
       "sample: adjust_start has {} entries for {} rows", batch.adjust_start.size(), rows);
+  const bool has_masks = !batch.mask_of.empty();
+  TACHYON_CHECK(!has_masks || (static_cast<int64_t>(batch.mask_of.size()) == rows &&
+                               batch.token_masks.size() % token_mask_words(vocab) == 0),
+                "sample: {} mask indices and {} mask words for {} rows of vocabulary {}",
+                batch.mask_of.size(), batch.token_masks.size(), rows, vocab);
   if (rows == 0) return;
-  // Greedy on the device everywhere, nothing to adjust: the kernels need no parameters
-  // (one copy fewer between the step's logits and its ids).
-  bool all_greedy = !has_adj || batch.adjustments.empty();
+  // Greedy on the device everywhere, nothing to adjust or mask: the kernels need no
+  // parameters (one copy fewer between the step's logits and its ids).
+  bool all_greedy = (!has_adj || batch.adjustments.empty()) && !has_masks;
   for (const RowSampling& r : batch.rows)
     all_greedy = all_greedy && r.mode == RowSampling::Mode::kDevice && r.greedy;
   // The split scan for those.
@@ -89,8 +94,21 @@ void CudaBackend::sample(Tensor& logits, const SamplingBatch& batch, Tensor& ids
     start = sample_start_.data<int32_t>();
     adj = reinterpret_cast<const KAdjust*>(sample_adj_.raw());
   }
-  launch_sample(logits.data<float>(), rows, vocab, rows_meta, adj, start, ids.data<int32_t>(),
-                stream_);
+  KTokenMasks masks;
+  if (has_masks) {
+    const int64_t n = static_cast<int64_t>(batch.token_masks.size() / token_mask_words(vocab));
+    for (int32_t m : batch.mask_of) TACHYON_CHECK(m >= -1 && m < n, "sample: mask {} of {}", m, n);
+    sample_mask_of_ = upload(batch.mask_of.data(), {rows}, DType::kI32, sample_mask_of_);
+    masks.mask_of = sample_mask_of_.data<int32_t>();
+    if (n > 0) {
+      sample_masks_ =
+          upload(batch.token_masks.data(), {static_cast<int64_t>(batch.token_masks.size())},
+                 DType::kI32, sample_masks_);
+      masks.masks = static_cast<const uint32_t*>(sample_masks_.raw());
+    }
+  }
+  launch_sample(logits.data<float>(), rows, vocab, rows_meta, adj, start, masks,
+                ids.data<int32_t>(), stream_);
 }
 
 std::vector<double> CudaBackend::sample_uniforms(const std::vector<RowSampling>& rows) {

@@ -191,6 +191,29 @@ void launch_gather_rows(const void* src, DType type, int64_t src_rows, int64_t c
   });
 }
 
+template <typename T>
+__global__ void scatter_rows_kernel(const float* __restrict__ src, int64_t n, int64_t cols,
+                                    const int32_t* __restrict__ rows, T* __restrict__ out,
+                                    int64_t out_rows) {
+  pdl_wait();
+  pdl_launch_dependents();
+  TACHYON_GRID_STRIDE(i, n * cols) {
+    const int64_t r = i / cols, c = i % cols;
+    const int32_t d = rows[r];
+    if (d < 0 || d >= out_rows) continue;
+    out[int64_t{d} * cols + c] = from_f<T>(src[i]);
+  }
+}
+
+void launch_scatter_rows(const float* src, int64_t n, int64_t cols, const int32_t* rows, void* out,
+                         DType type, int64_t out_rows, cudaStream_t stream) {
+  if (n * cols == 0) return;
+  TACHYON_DISPATCH_FLOAT(type, T, {
+    launch_kernel(scatter_rows_kernel<T>, dim3(grid_for(n * cols)), dim3(256), 0, stream, src, n,
+                  cols, rows, static_cast<T*>(out), out_rows);
+  });
+}
+
 __global__ void scatter_ids_kernel(const int32_t* __restrict__ src, int64_t src_n,
                                    const int32_t* __restrict__ pairs, int64_t n_pairs,
                                    int32_t* __restrict__ ids, int64_t n_ids) {

@@ -87,6 +87,10 @@ void launch_clamp(void* x, DType type, int64_t n, float limit, cudaStream_t stre
 // out[r, :] = src[rows[r], :]; src [src_rows, cols].
 void launch_gather_rows(const void* src, DType type, int64_t src_rows, int64_t cols,
                         const int32_t* rows, int64_t n, void* out, int* err, cudaStream_t stream);
+// out[rows[i], :] = src[i, :] (f32, converted to out's dtype) for i < n; rows out of
+// [0, out_rows) are skipped.
+void launch_scatter_rows(const float* src, int64_t n, int64_t cols, const int32_t* rows, void* out,
+                         DType type, int64_t out_rows, cudaStream_t stream);
 // ids[pairs[j][0]] = src[pairs[j][1]] (0 where that is negative) for j < n_pairs; pairs
 // out of [0, n_ids) x [0, src_n) are skipped.
 void launch_scatter_ids(const int32_t* src, int64_t src_n, const int32_t* pairs, int64_t n_pairs,
@@ -175,6 +179,10 @@ struct AttentionArgs {
   // [seqs] or null: each sequence's bidirectional prefix (AttentionMeta::prefix_lens);
   // only the simple kernel (attention.cu) reads it.
   const int32_t* prefix_lens = nullptr;
+  // Or null: the step tokens' tree masks (AttentionMeta::tree_mask, tree_mask_start);
+  // only the simple kernel (attention.cu) reads them.
+  const uint32_t* tree_mask = nullptr;
+  const int32_t* tree_mask_start = nullptr;
   int* err = nullptr;
   // Mixed steps split between kernels: the decode kernel leaves sequences with more than
   // one query this step alone (another kernel writes their rows afterwards), the flash

@@ -38,12 +38,21 @@ inline constexpr int32_t kSampledOnHost = -1;
 inline constexpr int32_t kSampledBadLogits = -2;
 inline constexpr int32_t kSampledNoneAllowed = -3;
 
+// A step's allowed-token masks: masks [n, ceil(vocab / 32)] (bit t % 32 of word t / 32:
+// token t allowed) and mask_of [rows] (a row's mask, or -1 for none), on the device.
+struct KTokenMasks {
+  const uint32_t* masks = nullptr;
+  const int32_t* mask_of = nullptr;  // null: no row has a mask
+};
+
 // One block per row of logits [rows, vocab] f32: applies the row's adjustments
-// (adj[adj_start[r] .. adj_start[r + 1]), adj_start may be null) in place, then draws
-// its token into ids[r]. rows_meta, adj, adj_start on the device; a null rows_meta makes
-// every row greedy on the device (no parameters to upload).
+// (adj[adj_start[r] .. adj_start[r + 1]), adj_start may be null) in place, then its
+// mask (-inf on the disallowed tokens), then draws its token into ids[r]. rows_meta,
+// adj, adj_start on the device; a null rows_meta makes every row greedy on the device
+// (no parameters to upload).
 void launch_sample(float* logits, int64_t rows, int64_t vocab, const KSampleRow* rows_meta,
-                   const KAdjust* adj, const int32_t* adj_start, int32_t* ids, cudaStream_t stream);
+                   const KAdjust* adj, const int32_t* adj_start, KTokenMasks masks, int32_t* ids,
+                   cudaStream_t stream);
 
 // Rows that are all greedy, on the device and without adjustments: the ids launch_sample
 // gives them (the largest logit, lowest id on ties; kSampledBadLogits for a NaN or +inf,

@@ -142,7 +142,7 @@ __device__ int find_nth(int64_t vocab, int n, Pred pred, Shared& sh) {
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(float* __restrict__ logits, int64_t vocab, const KSampleRow* __restrict__ meta,
                   const KAdjust* __restrict__ adj, const int32_t* __restrict__ adj_start,
-                  int32_t* __restrict__ ids) {
+                  KTokenMasks masks, int32_t* __restrict__ ids) {
   __shared__ Shared sh;
   const int tid = threadIdx.x;
   KSampleRow p;
@@ -173,6 +173,14 @@ __global__ void __launch_bounds__(kThreads)
       if ((a.flags & 2u) != 0) x = -INFINITY;
       row[a.token] = x;
     }
+    __syncthreads();
+  }
+  // The allowed tokens (structured output): the others become -inf.
+  if (masks.mask_of != nullptr && masks.mask_of[blockIdx.x] >= 0) {
+    const int64_t words = (vocab + 31) / 32;
+    const uint32_t* mask = masks.masks + masks.mask_of[blockIdx.x] * words;
+    for (int64_t j = tid; j < vocab; j += kThreads)
+      if (((mask[j / 32] >> (j % 32)) & 1u) == 0) row[j] = -INFINITY;
     __syncthreads();
   }
 
@@ -467,13 +475,13 @@ __global__ void uniforms_kernel(const KSampleRow* meta, int64_t n, double* out) 
 }  // namespace
 
 void launch_sample(float* logits, int64_t rows, int64_t vocab, const KSampleRow* rows_meta,
-                   const KAdjust* adj, const int32_t* adj_start, int32_t* ids,
+                   const KAdjust* adj, const int32_t* adj_start, KTokenMasks masks, int32_t* ids,
                    cudaStream_t stream) {
   if (rows == 0) return;
   TACHYON_KERNEL_CHECK(rows <= INT_MAX && vocab > 0 && vocab < (int64_t{1} << 23),
                        "sample: rows must fit an int and the vocabulary be in (0, 2^23)");
   sample_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, vocab, rows_meta, adj,
-                                                                      adj_start, ids);
+                                                                      adj_start, masks, ids);
   TACHYON_CUDA_LAUNCH_CHECK();
 }
 

@@ -22,6 +22,7 @@ struct SeqSpec {
   int32_t cached;      // tokens already in the cache
   int32_t q_len;       // tokens of this step
   int32_t prefix = 0;  // a bidirectional prefix (AttentionMeta::prefix_lens)
+  bool tree = false;   // a random tree mask over the step's tokens (AttentionMeta::tree_mask)
 };
 
 struct AttnCase {
@@ -195,6 +196,30 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
     if (std::any_of(prefix.begin(), prefix.end(), [](int32_t p) { return p > 0; })) {
       mh.prefix_lens = host_i32(prefix);
       mg.prefix_lens = to_gpu_i32(*gpu_, prefix);
+    }
+    // Tree masks: each step token sees itself and a random half of the earlier ones.
+    std::vector<int32_t> tree_words, tree_start;
+    for (const SeqSpec& s : c.seqs) {
+      if (!s.tree) {
+        tree_start.push_back(-1);
+        continue;
+      }
+      const int64_t q = s.q_len, start = static_cast<int64_t>(tree_words.size());
+      tree_start.push_back(static_cast<int32_t>(start));
+      tree_words.resize(static_cast<size_t>(start + (q * q + 31) / 32), 0);
+      for (int64_t i = 0; i < q; ++i)
+        for (int64_t j = 0; j <= i; ++j)
+          if (j == i || rng_() % 2 == 0) {
+            const int64_t bit = i * q + j;
+            auto& w = tree_words[static_cast<size_t>(start + bit / 32)];
+            w = static_cast<int32_t>(static_cast<uint32_t>(w) | (1u << (bit % 32)));
+          }
+    }
+    if (!tree_words.empty()) {
+      mh.tree_mask = host_i32(tree_words);
+      mh.tree_mask_start = host_i32(tree_start);
+      mg.tree_mask = to_gpu_i32(*gpu_, tree_words);
+      mg.tree_mask_start = to_gpu_i32(*gpu_, tree_start);
     }
     Tensor out_ref = Tensor::empty({T, layout.q_cols()}, DType::kF32);
     cpu_->attention(qkv, layout, ref, mh, p, out_ref);

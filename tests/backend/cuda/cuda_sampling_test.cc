@@ -226,6 +226,70 @@ TEST(CudaSampling, ErrorsAndHostRows) {
   for (int64_t v = 0; v < V; ++v) ASSERT_EQ(processed[3 * V + v], logits[3 * V + v]);
 }
 
+// Allowed-token masks: the disallowed tokens of a masked kDevice row become -inf after
+// its adjustments (the host's process_logits with ctx.allowed, exactly), an unmasked
+// row and a kHost row are untouched, a row with nothing allowed gives kTokenNoneAllowed.
+TEST(CudaSampling, TokenMasksMatchHostProcessing) {
+  TACHYON_REQUIRE_GPU();
+  Gpu g;
+  const int64_t V = 1000;  // not a multiple of 32: the last word is partial
+  const int64_t W = token_mask_words(V);
+  std::mt19937 rng(11);
+  const int R = 6;
+  std::vector<float> logits;
+  for (int r = 0; r < R; ++r) {
+    const auto row = random_logits(rng, V);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  // Mask 0: every third token and the last one; mask 1: none allowed.
+  std::vector<uint32_t> masks(static_cast<size_t>(2 * W), 0u);
+  for (int64_t t = 0; t < V; ++t)
+    if (t % 3 == 0 || t == V - 1) masks[static_cast<size_t>(t / 32)] |= 1u << (t % 32);
+  GenerateConfig greedy;
+  greedy.temperature = 0.f;
+  greedy.logit_bias = {{3, 50.f}, {4, 60.f}};  // 4 is the best token, but masked off
+  GenerateConfig sampled;
+  sampled.temperature = 0.8f;
+  SamplingBatch b;
+  b.adjust_start.push_back(0);
+  const std::vector<int32_t> tokens = {1, 2};
+  for (int r = 0; r < R; ++r) {
+    const GenerateConfig& c = r == 1 ? sampled : greedy;
+    b.rows.push_back(device_row(c, 5, static_cast<uint32_t>(r), 0));
+    SamplingContext ctx;
+    ctx.config = &c;
+    ctx.tokens = tokens;
+    token_adjustments(ctx, static_cast<int32_t>(V), &b.adjustments);
+    b.adjust_start.push_back(static_cast<int32_t>(b.adjustments.size()));
+  }
+  b.rows[4].mode = RowSampling::Mode::kHost;
+  b.token_masks = masks;
+  b.mask_of = {0, 0, -1, 1, 0, -1};
+  std::vector<float> processed;
+  const auto got = run_sample(*g.be, logits, V, b, &processed);
+  for (int r : {0, 2}) {
+    // The host's processing of the greedy row with its mask (none for row 2).
+    std::vector<float> want(logits.begin() + r * V, logits.begin() + (r + 1) * V);
+    SamplingContext ctx;
+    ctx.config = &greedy;
+    ctx.tokens = tokens;
+    if (r == 0) ctx.allowed = std::span<const uint32_t>(masks.data(), static_cast<size_t>(W));
+    process_logits(want.data(), static_cast<int32_t>(V), ctx);
+    for (int64_t v = 0; v < V; ++v)
+      ASSERT_EQ(processed[static_cast<size_t>(r * V + v)], want[static_cast<size_t>(v)])
+          << r << " " << v;
+    EXPECT_EQ(got[static_cast<size_t>(r)], argmax(want.data(), static_cast<int32_t>(V)));
+  }
+  EXPECT_EQ(got[0], 3);  // the best allowed token
+  EXPECT_EQ(got[1] % 3 == 0 || got[1] == V - 1, true) << got[1];
+  EXPECT_EQ(got[2], 4);
+  EXPECT_EQ(got[3], kTokenNoneAllowed);
+  EXPECT_EQ(got[4], kTokenOnHost);
+  for (int64_t v = 0; v < V; ++v)
+    ASSERT_EQ(processed[static_cast<size_t>(4 * V + v)], logits[static_cast<size_t>(4 * V + v)]);
+  EXPECT_EQ(got[5], 4);
+}
+
 // A row's token depends on the row and its key only: alone, in a batch at another
 // position among other rows, or run again.
 TEST(CudaSampling, SeededDeterministicAndBatchInvariant) {
