@@ -1,6 +1,8 @@
-// The CudaBackend class (internal to backend/cuda). Methods are split over
+// The CudaBackend class (internal to backend/cuda). Its methods are grouped by topic:
 // cuda_backend.cc (device, memory, weights, sampling helpers), cuda_ops.cc (embedding,
-// norms, dense and elementwise ops, attention) and cuda_moe.cc (mixture of experts).
+// norms, elementwise ops), cuda_linear.cc (products and the layer-level products),
+// cuda_attention.cc (rotary, KV cache, attention), cuda_moe.cc (mixture of experts) and
+// cuda_sampling.cc (sampling on the device).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -269,5 +271,44 @@ class CudaBackend final : public Backend {
   Tensor moe_meta_, moe_x_, moe_h_, moe_a_, moe_y_;
   std::vector<int32_t> moe_ids_host_, moe_sorted_token_, moe_row_of_, moe_offsets_;
 };
+
+// Helpers of the op files.
+
+// kernels.h mirrors the op enums value for value.
+static_assert(static_cast<int>(KAct::kQuickGelu) == static_cast<int>(Activation::kQuickGelu) &&
+              static_cast<int>(KAct::kRelu) == static_cast<int>(Activation::kRelu) &&
+              static_cast<int>(KAct::kGeluTanh) == static_cast<int>(Activation::kGeluTanh) &&
+              static_cast<int>(KAct::kGelu) == static_cast<int>(Activation::kGelu) &&
+              static_cast<int>(KAct::kSilu) == static_cast<int>(Activation::kSilu));
+static_assert(static_cast<int>(KNorm::kLayerNorm) == static_cast<int>(NormType::kLayerNorm));
+static_assert(static_cast<int>(KRotary::kInterleaved) ==
+                  static_cast<int>(RotaryStyle::kInterleaved) &&
+              static_cast<int>(KRotary::kHalf) == static_cast<int>(RotaryStyle::kHalf));
+
+inline KAct kact(Activation a) {
+  return static_cast<KAct>(static_cast<int>(a));
+}
+
+inline void check_2d(const Tensor& t, const char* what) {
+  TACHYON_CHECK(t && t.ndim() == 2, "{} must be 2-d, got {}", what,
+                t ? t.str() : std::string("none"));
+}
+
+inline NormArgs norm_args(const NormParams& p, int64_t d) {
+  TACHYON_CHECK(p.weight && p.weight.dtype() == DType::kF32 && p.weight.numel() == d &&
+                    !p.weight.device().is_cpu(),
+                "norm weight {} for dim {} (f32 on the device)",
+                p.weight ? p.weight.str() : std::string("none"), d);
+  TACHYON_CHECK(!p.bias || (p.bias.dtype() == DType::kF32 && p.bias.numel() == d &&
+                            !p.bias.device().is_cpu()),
+                "norm bias {}", p.bias.str());
+  NormArgs a;
+  a.weight = p.weight.data<float>();
+  a.bias = p.bias ? p.bias.data<float>() : nullptr;
+  a.type = static_cast<KNorm>(static_cast<int>(p.type));
+  a.eps = p.eps;
+  a.weight_offset = p.weight_offset;
+  return a;
+}
 
 }  // namespace tachyon::cuda
