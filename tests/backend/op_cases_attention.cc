@@ -163,8 +163,8 @@ void cache_cases(std::vector<OpCase>& cases) {
            Tensor k0 = r.randn({nb, 2, bs, hd}), v0 = r.randn({nb, 2, bs, hd});
            LayerKvCache cache{r.kv(k0), r.kv(v0)};
            r.be().write_kv(r.act(qkv), l, r.i32(slots), cache);
-           r.output("k_cache", cache.k);
-           r.output("v_cache", cache.v);
+           r.output("k_cache", cache.k, true);
+           r.output("v_cache", cache.v, true);
            for (auto [name, t] : {std::pair<const char*, Tensor>{"qkv", qkv},
                                   {"k0", k0},
                                   {"v0", v0},
@@ -184,7 +184,7 @@ void cache_cases(std::vector<OpCase>& cases) {
                      Tensor c0 = r.randn({7, 2, 5, 96});
                      Tensor c = r.kv(c0);
                      r.be().copy_blocks(c, pairs);
-                     r.output("cache", c);
+                     r.output("cache", c, true);
                      r.keep("c0", c0);
                    },
                    [pairs](const OpRun& r) {
@@ -203,7 +203,7 @@ void cache_cases(std::vector<OpCase>& cases) {
                      r.be().copy_blocks_between(cache, swap, {{2, 0}, {5, 1}, {0, 3}, {6, 2}});
                      r.be().fill_zero(cache);
                      r.be().copy_blocks_between(swap, cache, {{0, 6}, {1, 3}, {3, 0}});
-                     r.output("cache", cache);
+                     r.output("cache", cache, true);
                      r.keep("c0", c0);
                    },
                    [](const OpRun& r) {

@@ -11,7 +11,10 @@ using Doubles = std::vector<std::vector<double>>;
 
 std::string dims(std::initializer_list<int64_t> d) {
   std::string s;
-  for (int64_t x : d) s += (s.empty() ? "" : "x") + std::to_string(x);
+  for (int64_t x : d) {
+    if (!s.empty()) s += 'x';
+    s += std::to_string(x);
+  }
   return s;
 }
 
@@ -81,7 +84,7 @@ void embedding_cases(std::vector<OpCase>& cases) {
                      std::vector<int32_t> pos = r.ints(513, 0, 69);
                      Tensor out = r.out({513, 128}, DType::kF32);
                      r.be().embedding(r.f32(rows), r.i32(pos), 0, 1.f, false, out);
-                     r.output("out", out);
+                     r.output("out", out, true);
                    },
                    {},
                    false,
@@ -95,11 +98,12 @@ void norm_cases(std::vector<OpCase>& cases) {
   struct NormShape {
     int64_t rows, dim;
   };
-  for (NormShape s : {NormShape{1, 1000}, NormShape{33, 64}, NormShape{33, 4099},
-                      NormShape{2049, 1000}, NormShape{2048, 4096}}) {
+  for (NormShape s :
+       {NormShape{1, 1000}, NormShape{33, 64}, NormShape{33, 1000}, NormShape{33, 4099},
+        NormShape{1100, 64}, NormShape{2049, 1000}, NormShape{2048, 4096}}) {
     for (NormType type : {NormType::kRMSNorm, NormType::kLayerNorm}) {
       for (int deltas = 0; deltas <= 2; ++deltas) {
-        const float offset = deltas == 1 && type == NormType::kRMSNorm ? 1.f : 0.f;
+        const float offset = deltas == 1 ? 1.f : 0.f;
         const std::string name = std::string("add_norm_") +
                                  (type == NormType::kRMSNorm ? "rms_" : "layer_") +
                                  dims({s.rows, s.dim}) + "_deltas" + std::to_string(deltas) +
@@ -387,9 +391,10 @@ void elementwise_cases(std::vector<OpCase>& cases) {
                        std::vector<int32_t> pick = r.ints(5, 0, static_cast<int32_t>(rows) - 1);
                        pick[0] = static_cast<int32_t>(rows) - 1;
                        pick[1] = 0;
+                       pick[3] = pick[2];  // a row twice
                        Tensor out = r.out_act({5, cols});
                        r.be().gather_rows(r.act(src), r.i32(pick), out);
-                       r.output("out", out);
+                       r.output("out", out, true);
                      },
                      {}});
   }

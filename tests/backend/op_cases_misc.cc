@@ -108,7 +108,8 @@ void moe_cases(std::vector<OpCase>& cases) {
                            r.be().moe_experts(r.act(r.randn({n, d})), ids_d, r.f32(wt), ex,
                                               Activation::kSilu, acc, out);
                            r.output("out", out);
-                         }});
+                         },
+                         {}});
       }
     }
   }

@@ -22,7 +22,7 @@ namespace tachyon::op_harness {
 struct OpOutput {
   std::string name;
   std::vector<double> values;
-  bool exact = false;  // integers (ids): equal element for element
+  bool exact = false;  // ids and copies: equal element for element
 };
 
 // One run of a case: the backend, the dtype inputs are rounded to, the seeded draws,
