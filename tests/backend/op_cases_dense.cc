@@ -18,24 +18,6 @@ std::string dims(std::initializer_list<int64_t> d) {
   return s;
 }
 
-const char* act_name(Activation a) {
-  switch (a) {
-    case Activation::kIdentity:
-      return "identity";
-    case Activation::kSilu:
-      return "silu";
-    case Activation::kGelu:
-      return "gelu";
-    case Activation::kGeluTanh:
-      return "gelu_tanh";
-    case Activation::kRelu:
-      return "relu";
-    case Activation::kQuickGelu:
-      return "quick_gelu";
-  }
-  return "?";
-}
-
 constexpr Activation kActs[] = {Activation::kIdentity, Activation::kSilu, Activation::kGelu,
                                 Activation::kGeluTanh, Activation::kRelu, Activation::kQuickGelu};
 
@@ -204,7 +186,7 @@ void linear_cases(std::vector<OpCase>& cases) {
         if (act != Activation::kIdentity && s.m * s.n * s.k > (1 << 22) && bias) continue;
         const int64_t off = s.n % 2 == 0 ? 8 : 3, cols = s.n + off + 5;
         cases.push_back(
-            {"linear_" + dims({s.m, s.n, s.k}) + "_" + act_name(act) + (bias ? "_bias" : ""),
+            {"linear_" + dims({s.m, s.n, s.k}) + "_" + activation_name(act) + (bias ? "_bias" : ""),
              [s, act, bias, off, cols](OpRun& r) {
                Tensor x = r.randn({s.m, s.k});
                Tensor w = r.randn({s.n, s.k}, 1.f / std::sqrt(static_cast<float>(s.k)));
@@ -258,7 +240,9 @@ void linear_cases(std::vector<OpCase>& cases) {
                        true});
     }
   }
-  for (Mnk s : {Mnk{1, 64, 128}, Mnk{2, 129, 256}, Mnk{64, 4096, 512}, Mnk{2049, 257, 96}}) {
+  // The last: deep enough, and rows enough, for the add in the wgmma GEMM's epilogue.
+  for (Mnk s : {Mnk{1, 64, 128}, Mnk{2, 129, 256}, Mnk{64, 4096, 512}, Mnk{2049, 257, 96},
+                Mnk{2048, 128, 8192}}) {
     for (bool bias : {false, true}) {
       cases.push_back({"linear_residual_" + dims({s.m, s.n, s.k}) + (bias ? "_bias" : ""),
                        [s, bias](OpRun& r) {
@@ -277,7 +261,7 @@ void linear_cases(std::vector<OpCase>& cases) {
 void elementwise_cases(std::vector<OpCase>& cases) {
   for (auto [rows, inter] : {std::pair<int64_t, int64_t>{37, 1000}, {5, 1001}, {2049, 256}}) {
     for (Activation act : kActs) {
-      cases.push_back({"gated_activation_" + dims({rows, inter}) + "_" + act_name(act),
+      cases.push_back({"gated_activation_" + dims({rows, inter}) + "_" + activation_name(act),
                        [rows, inter, act](OpRun& r) {
                          Tensor in = r.randn({rows, 2 * inter}, 2.f);
                          Tensor out = r.out_act({rows, inter});
@@ -294,7 +278,7 @@ void elementwise_cases(std::vector<OpCase>& cases) {
                                                 in[t * 2 * inter + inter + i];
                          return Doubles{o};
                        }});
-      cases.push_back({"activation_" + dims({rows, inter}) + "_" + act_name(act),
+      cases.push_back({"activation_" + dims({rows, inter}) + "_" + activation_name(act),
                        [rows, inter, act](OpRun& r) {
                          Tensor in = r.randn({rows, inter}, 2.f);
                          Tensor x = r.act(in);

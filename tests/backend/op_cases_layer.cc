@@ -146,6 +146,8 @@ void mlp_input_cases(std::vector<OpCase>& cases) {
       {3, 96, 100, InNorm::kNone, false, false, Activation::kRelu},
       {17, 256, 512, InNorm::kFolded, true, true, Activation::kSilu},
       {4, 256, 512, InNorm::kFolded, true, false, Activation::kQuickGelu},
+      {600, 512, 768, InNorm::kRms, true, true, Activation::kSilu},
+      {600, 512, 768, InNorm::kFolded, true, true, Activation::kSilu},
       {2049, 1024, 1536, InNorm::kFolded, true, true, Activation::kSilu},
       {2049, 1024, 1000, InNorm::kRms, true, true, Activation::kSilu},
   };
@@ -154,7 +156,7 @@ void mlp_input_cases(std::vector<OpCase>& cases) {
         std::string("mlp_input_") +
         (s.gated ? (s.stacked ? "gated_stacked_" : "gated_separate_") : "ungated_") +
         norm_name(s.norm) + "_" + std::to_string(s.tokens) + "x" + std::to_string(s.k) + "x" +
-        std::to_string(s.inter) + "_act" + std::to_string(static_cast<int>(s.act));
+        std::to_string(s.inter) + "_" + activation_name(s.act);
     cases.push_back({name,
                      [s](OpRun& r) {
                        const float ws = 1.f / std::sqrt(static_cast<float>(s.k));

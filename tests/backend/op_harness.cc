@@ -138,6 +138,24 @@ double activate(Activation act, double x) {
   return x;
 }
 
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::kIdentity:
+      return "identity";
+    case Activation::kSilu:
+      return "silu";
+    case Activation::kGelu:
+      return "gelu";
+    case Activation::kGeluTanh:
+      return "gelu_tanh";
+    case Activation::kRelu:
+      return "relu";
+    case Activation::kQuickGelu:
+      return "quick_gelu";
+  }
+  return "?";
+}
+
 double bound_for(DType dtype) {
   switch (dtype) {
     case DType::kBF16:

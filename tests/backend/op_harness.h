@@ -97,6 +97,7 @@ Tensor rotary_table(int64_t m, int rot, int64_t pos0 = 0);
 // Host helpers of the formulae.
 std::vector<double> values(const Tensor& host);
 double activate(Activation act, double x);
+const char* activation_name(Activation act);  // for case names
 
 // Normalised error bound for outputs in `dtype` (f32 accumulation inside).
 double bound_for(DType dtype);

@@ -2,7 +2,6 @@
 // case's outputs against the CPU backend's from the same inputs rounded to that dtype.
 #include <gtest/gtest.h>
 
-#include <map>
 #include <memory>
 #include <vector>
 
@@ -23,23 +22,18 @@ std::vector<CudaCase> cases_in(DType dtype) {
   return v;
 }
 
-// One backend per dtype for the whole binary, as a server keeps one: its workspaces and
-// tuned choices carry from case to case.
-cuda::CudaBackend& backend_for(DType dtype) {
-  static std::map<DType, std::unique_ptr<cuda::CudaBackend>> backends;
-  std::unique_ptr<cuda::CudaBackend>& b = backends[dtype];
-  if (!b) b = cuda_test::make_gpu(dtype);
-  return *b;
-}
-
 class OpHarnessCuda : public ::testing::TestWithParam<CudaCase> {
  protected:
-  void SetUp() override { TACHYON_REQUIRE_GPU(); }
+  void SetUp() override {
+    TACHYON_REQUIRE_GPU();
+    gpu_ = cuda_test::make_gpu(GetParam().dtype);
+  }
+  std::unique_ptr<cuda::CudaBackend> gpu_;
 };
 
 TEST_P(OpHarnessCuda, MatchesCpu) {
   const CudaCase& c = GetParam();
-  check_against_cpu(backend_for(c.dtype), c.dtype, op_cases()[c.index]);
+  check_against_cpu(*gpu_, c.dtype, op_cases()[c.index]);
 }
 
 std::string case_name(const ::testing::TestParamInfo<CudaCase>& info) {
