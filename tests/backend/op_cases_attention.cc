@@ -144,8 +144,17 @@ void rotary_cases(std::vector<OpCase>& cases) {
                      Tensor d = r.act(qkv);
                      r.be().scale_queries(d, l, r.f32(f));
                      r.output("qkv", d);
+                     r.keep("qkv", qkv);
+                     r.keep("f", f);
                    },
-                   {}});
+                   [](const OpRun& r) {
+                     const QkvLayout l{4, 2, 64};
+                     std::vector<double> v = values(r.input("qkv"));
+                     const std::vector<double> f = values(r.input("f"));
+                     for (size_t t = 0; t < f.size(); ++t)
+                       for (int64_t c = 0; c < l.q_cols(); ++c) v[t * l.row_cols() + c] *= f[t];
+                     return Doubles{v};
+                   }});
 }
 
 void cache_cases(std::vector<OpCase>& cases) {

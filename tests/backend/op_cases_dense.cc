@@ -161,14 +161,35 @@ void norm_cases(std::vector<OpCase>& cases) {
                        const QkvLayout layout{6, 2, hd};
                        Tensor qkv = r.scaled_rows({17, layout.row_cols()}, 1.f);
                        NormParams qn, kn;
-                       qn.weight = r.weight(r.randn({hd}, 0.3f, 1.f));
-                       kn.weight = r.weight(r.randn({hd}, 0.3f, 1.f));
+                       Tensor qw = r.randn({hd}, 0.3f, 1.f), kw = r.randn({hd}, 0.3f, 1.f);
+                       qn.weight = r.weight(qw);
+                       kn.weight = r.weight(kw);
                        qn.eps = kn.eps = 1e-6f;
                        Tensor g = r.act(qkv);
                        r.be().qk_norm(g, layout, qn, kn);
                        r.output("qkv", g);
+                       r.keep("qkv", qkv);
+                       r.keep("qw", qw);
+                       r.keep("kw", kw);
                      },
-                     {}});
+                     [hd](const OpRun& r) {
+                       // Each q and k head RMS-normed with its weight; v untouched.
+                       const QkvLayout l{6, 2, hd};
+                       std::vector<double> v = values(r.input("qkv"));
+                       const std::vector<double> qw = values(r.input("qw")),
+                                                 kw = values(r.input("kw"));
+                       for (size_t h0 = 0; h0 < v.size(); h0 += hd) {
+                         const int64_t head =
+                             static_cast<int64_t>(h0 / hd) % (l.num_heads + 2 * l.num_kv_heads);
+                         if (head >= l.num_heads + l.num_kv_heads) continue;  // v
+                         const std::vector<double>& w = head < l.num_heads ? qw : kw;
+                         double sq = 0;
+                         for (int d = 0; d < hd; ++d) sq += v[h0 + d] * v[h0 + d] / hd;
+                         const double inv = 1 / std::sqrt(sq + 1e-6);
+                         for (int d = 0; d < hd; ++d) v[h0 + d] *= inv * w[d];
+                       }
+                       return Doubles{v};
+                     }});
   }
 }
 
@@ -379,8 +400,20 @@ void elementwise_cases(std::vector<OpCase>& cases) {
                        Tensor out = r.out_act({5, cols});
                        r.be().gather_rows(r.act(src), r.i32(pick), out);
                        r.output("out", out, true);
+                       r.keep("src", src);
+                       Tensor ph = Tensor::empty({5}, DType::kI32);
+                       std::copy(pick.begin(), pick.end(), ph.data<int32_t>());
+                       r.keep("rows", ph);
                      },
-                     {}});
+                     [cols](const OpRun& r) {
+                       const std::vector<double> src = values(r.input("src")),
+                                                 rows = values(r.input("rows"));
+                       std::vector<double> o;
+                       for (double row : rows)
+                         o.insert(o.end(), src.begin() + static_cast<int64_t>(row) * cols,
+                                  src.begin() + (static_cast<int64_t>(row) + 1) * cols);
+                       return Doubles{o};
+                     }});
   }
   // ids[pairs[j][0]] = src[pairs[j][1]] (0 for a negative source); pairs out of range
   // skipped.
