@@ -1,0 +1,396 @@
+// Op cases: rotary, per-query scales, the paged KV cache (writes, block copies) and
+// paged attention.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <utility>
+
+#include "backend/op_harness.h"
+
+namespace tachyon::op_harness {
+namespace {
+
+using Doubles = std::vector<std::vector<double>>;
+
+const char* style_name(RotaryStyle s) {
+  switch (s) {
+    case RotaryStyle::kNone:
+      return "none";
+    case RotaryStyle::kHalf:
+      return "half";
+    case RotaryStyle::kInterleaved:
+      return "interleaved";
+    case RotaryStyle::kHalf2D:
+      return "half2d";
+  }
+  return "?";
+}
+
+Tensor host_i32(const std::vector<int32_t>& v) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kI32);
+  std::copy(v.begin(), v.end(), t.data<int32_t>());
+  return t;
+}
+
+// The rotary of backend/ops.h in float64 on qkv rows (host values), in place.
+void rotate(std::vector<double>& qkv, const QkvLayout& l, const std::vector<double>& cs, int rot,
+            RotaryStyle style) {
+  const int64_t cols = l.row_cols(), rows = static_cast<int64_t>(qkv.size()) / cols;
+  const int half = rot / 2, quarter = half / 2;
+  for (int64_t t = 0; t < rows; ++t)
+    for (int h = 0; h < l.num_heads + l.num_kv_heads; ++h) {
+      double* v = qkv.data() + t * cols + int64_t{h} * l.head_dim;
+      for (int p = 0; p < half; ++p) {
+        int i0 = p, i1 = p + half;
+        if (style == RotaryStyle::kInterleaved) {
+          i0 = 2 * p;
+          i1 = 2 * p + 1;
+        } else if (style == RotaryStyle::kHalf2D) {
+          i0 = (p / quarter) * half + p % quarter;
+          i1 = i0 + quarter;
+        }
+        const double c = cs[t * rot + p], s = cs[t * rot + half + p];
+        const double x0 = v[i0], x1 = v[i1];
+        v[i0] = x0 * c - x1 * s;
+        v[i1] = x1 * c + x0 * s;
+      }
+    }
+}
+
+// write_kv in float64 into host caches [nb, KV, bs, hd].
+void write(const std::vector<double>& qkv, const QkvLayout& l, const std::vector<double>& slots,
+           int64_t bs, std::vector<double>& k, std::vector<double>& v) {
+  const int64_t cols = l.row_cols(), hd = l.head_dim;
+  for (size_t t = 0; t < slots.size(); ++t) {
+    if (slots[t] < 0) continue;
+    const int64_t blk = static_cast<int64_t>(slots[t]) / bs,
+                  off = static_cast<int64_t>(slots[t]) % bs;
+    for (int g = 0; g < l.num_kv_heads; ++g)
+      for (int64_t d = 0; d < hd; ++d) {
+        const size_t c = static_cast<size_t>(((blk * l.num_kv_heads + g) * bs + off) * hd + d);
+        k[c] = qkv[t * cols + l.q_cols() + g * hd + d];
+        v[c] = qkv[t * cols + l.q_cols() + l.kv_cols() + g * hd + d];
+      }
+  }
+}
+
+void rotary_cases(std::vector<OpCase>& cases) {
+  for (RotaryStyle style : {RotaryStyle::kHalf, RotaryStyle::kInterleaved, RotaryStyle::kHalf2D}) {
+    for (auto [hd, rot] : {std::pair<int, int>{64, 64}, {80, 32}, {128, 128}, {256, 64}}) {
+      for (int64_t n : {int64_t{29}, int64_t{2049}}) {
+        if (n > 29 && hd != 128) continue;
+        const QkvLayout l{8, 2, hd};
+        const std::string sh =
+            "hd" + std::to_string(hd) + "_rot" + std::to_string(rot) + "_t" + std::to_string(n);
+        cases.push_back({std::string("rotary_") + style_name(style) + "_" + sh,
+                         [l, n, rot, style](OpRun& r) {
+                           Tensor qkv = r.randn({n, l.row_cols()});
+                           Tensor cs = rotary_table(n, rot, 3);
+                           Tensor d = r.act(qkv);
+                           r.be().rotary(d, l, r.f32(cs), style, rot);
+                           r.output("qkv", d);
+                           r.keep("qkv", qkv);
+                           r.keep("cs", cs);
+                         },
+                         [l, rot, style](const OpRun& r) {
+                           std::vector<double> q = values(r.input("qkv"));
+                           rotate(q, l, values(r.input("cs")), rot, style);
+                           return Doubles{q};
+                         }});
+        if (n > 29) continue;
+        // rotary_write_kv: rows and both caches, a skipped slot.
+        cases.push_back({std::string("rotary_write_kv_") + style_name(style) + "_" + sh,
+                         [l, n, rot, style](OpRun& r) {
+                           const int64_t nb = 5, bs = 8;
+                           Tensor qkv = r.randn({n, l.row_cols()});
+                           Tensor cs = rotary_table(n, rot, 5);
+                           std::vector<int32_t> slots(static_cast<size_t>(n));
+                           for (int64_t t = 0; t < n; ++t)
+                             slots[t] = static_cast<int32_t>((t * 7 + 3) % (nb * bs));
+                           slots[2] = -1;
+                           Tensor k0 = r.randn({nb, l.num_kv_heads, bs, l.head_dim});
+                           Tensor v0 = r.randn({nb, l.num_kv_heads, bs, l.head_dim});
+                           Tensor d = r.act(qkv);
+                           LayerKvCache cache{r.kv(k0), r.kv(v0)};
+                           r.be().rotary_write_kv(d, l, r.f32(cs), style, rot, r.i32(slots), cache);
+                           r.output("qkv", d);
+                           r.output("k_cache", cache.k);
+                           r.output("v_cache", cache.v);
+                           for (auto [name, t] : {std::pair<const char*, Tensor>{"qkv", qkv},
+                                                  {"cs", cs},
+                                                  {"k0", k0},
+                                                  {"v0", v0},
+                                                  {"slots", host_i32(slots)}})
+                             r.keep(name, t);
+                         },
+                         [l, rot, style](const OpRun& r) {
+                           std::vector<double> q = values(r.input("qkv"));
+                           rotate(q, l, values(r.input("cs")), rot, style);
+                           std::vector<double> k = values(r.input("k0")), v = values(r.input("v0"));
+                           write(q, l, values(r.input("slots")), 8, k, v);
+                           return Doubles{q, k, v};
+                         }});
+      }
+    }
+  }
+  cases.push_back({"scale_queries_13",
+                   [](OpRun& r) {
+                     const QkvLayout l{4, 2, 64};
+                     Tensor qkv = r.randn({13, l.row_cols()});
+                     Tensor f = Tensor::empty({13}, DType::kF32);
+                     for (int t = 0; t < 13; ++t)
+                       f.data<float>()[t] = 1.f + 0.05f * static_cast<float>(t);
+                     Tensor d = r.act(qkv);
+                     r.be().scale_queries(d, l, r.f32(f));
+                     r.output("qkv", d);
+                     r.keep("qkv", qkv);
+                     r.keep("f", f);
+                   },
+                   [](const OpRun& r) {
+                     const QkvLayout l{4, 2, 64};
+                     std::vector<double> v = values(r.input("qkv"));
+                     const std::vector<double> f = values(r.input("f"));
+                     for (size_t t = 0; t < f.size(); ++t)
+                       for (int64_t c = 0; c < l.q_cols(); ++c) v[t * l.row_cols() + c] *= f[t];
+                     return Doubles{v};
+                   }});
+}
+
+void cache_cases(std::vector<OpCase>& cases) {
+  for (auto [hd, n] : {std::pair<int, int64_t>{96, 12}, {128, 2049}}) {
+    cases.push_back(
+        {"write_kv_hd" + std::to_string(hd) + "_t" + std::to_string(n),
+         [hd, n](OpRun& r) {
+           const QkvLayout l{4, 2, hd};
+           const int64_t bs = 5, nb = n / bs + 3;
+           Tensor qkv = r.randn({n, l.row_cols()});
+           std::vector<int32_t> slots(static_cast<size_t>(n));
+           std::iota(slots.begin(), slots.end(), 0);
+           std::shuffle(slots.begin(), slots.end(), r.rng());
+           slots[4] = -1;  // skipped
+           Tensor k0 = r.randn({nb, 2, bs, hd}), v0 = r.randn({nb, 2, bs, hd});
+           LayerKvCache cache{r.kv(k0), r.kv(v0)};
+           r.be().write_kv(r.act(qkv), l, r.i32(slots), cache);
+           r.output("k_cache", cache.k, true);
+           r.output("v_cache", cache.v, true);
+           for (auto [name, t] : {std::pair<const char*, Tensor>{"qkv", qkv},
+                                  {"k0", k0},
+                                  {"v0", v0},
+                                  {"slots", host_i32(slots)}})
+             r.keep(name, t);
+         },
+         [hd](const OpRun& r) {
+           std::vector<double> k = values(r.input("k0")), v = values(r.input("v0"));
+           write(values(r.input("qkv")), QkvLayout{4, 2, hd}, values(r.input("slots")), 5, k, v);
+           return Doubles{k, v};
+         }});
+  }
+  // Pairs, then a chain (block 1 written, then read): pair by pair.
+  const std::vector<std::pair<int32_t, int32_t>> pairs = {{0, 3}, {2, 5}, {3, 3}, {4, 1}, {1, 6}};
+  cases.push_back({"copy_blocks_7",
+                   [pairs](OpRun& r) {
+                     Tensor c0 = r.randn({7, 2, 5, 96});
+                     Tensor c = r.kv(c0);
+                     r.be().copy_blocks(c, pairs);
+                     r.output("cache", c, true);
+                     r.keep("c0", c0);
+                   },
+                   [pairs](const OpRun& r) {
+                     std::vector<double> c = values(r.input("c0"));
+                     const size_t block = c.size() / 7;
+                     for (auto [src, dst] : pairs)
+                       std::copy_n(c.begin() + src * block, block, c.begin() + dst * block);
+                     return Doubles{c};
+                   }});
+  // Blocks out to swap memory and back into a cleared cache.
+  cases.push_back({"copy_blocks_between_swap",
+                   [](OpRun& r) {
+                     Tensor c0 = r.randn({7, 2, 5, 96});
+                     Tensor cache = r.kv(c0);
+                     Tensor swap = r.be().alloc_swap({4, 2, 5, 96}, cache.dtype());
+                     r.be().copy_blocks_between(cache, swap, {{2, 0}, {5, 1}, {0, 3}, {6, 2}});
+                     r.be().fill_zero(cache);
+                     r.be().copy_blocks_between(swap, cache, {{0, 6}, {1, 3}, {3, 0}});
+                     r.output("cache", cache, true);
+                     r.keep("c0", c0);
+                   },
+                   [](const OpRun& r) {
+                     const std::vector<double> c0 = values(r.input("c0"));
+                     std::vector<double> c(c0.size(), 0.0);
+                     const size_t block = c.size() / 7;
+                     for (auto [src, dst] : {std::pair<int, int>{2, 6}, {5, 3}, {0, 0}})
+                       std::copy_n(c0.begin() + src * block, block, c.begin() + dst * block);
+                     return Doubles{c};
+                   }});
+}
+
+// One attention step: sequences of q_lens new tokens over ctx_lens cached ones.
+struct AttnSpec {
+  std::string name;
+  QkvLayout layout;
+  int32_t block_size = 16;
+  std::vector<int32_t> q_lens, ctx_lens, prefix_lens;
+  float scale_mul = 1.f, softcap = 0.f;
+  int32_t window = 0;
+  bool alibi = false, alibi_bf16 = false;
+};
+
+AttentionParams attn_params(const AttnSpec& s) {
+  AttentionParams p;
+  p.scale = s.scale_mul / std::sqrt(static_cast<float>(s.layout.head_dim));
+  p.softcap = s.softcap;
+  p.sliding_window = s.window;
+  p.alibi_scale = 0.5f;
+  p.alibi_bias_bf16 = s.alibi_bf16;
+  return p;
+}
+
+std::vector<float> slopes_of(const AttnSpec& s) {
+  std::vector<float> v(static_cast<size_t>(s.layout.num_heads));
+  for (size_t h = 0; h < v.size(); ++h) v[h] = std::pow(2.f, -8.f * (h + 1) / v.size());
+  return v;
+}
+
+void run_attention(const AttnSpec& s, OpRun& r) {
+  const QkvLayout& l = s.layout;
+  const int32_t S = static_cast<int32_t>(s.q_lens.size()), bs = s.block_size;
+  std::vector<int32_t> qs(1, 0);
+  for (int32_t q : s.q_lens) qs.push_back(qs.back() + q);
+  const int32_t T = qs.back();
+  const int32_t max_ctx = *std::max_element(s.ctx_lens.begin(), s.ctx_lens.end());
+  const int32_t mb = (max_ctx + bs - 1) / bs, nb = S * mb + 1;
+  std::vector<int32_t> table(static_cast<size_t>(nb));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), r.rng());
+  table.resize(static_cast<size_t>(S * mb));
+  Tensor qkv = r.randn({T, l.row_cols()});
+  Tensor k = r.randn({nb, l.num_kv_heads, bs, l.head_dim});
+  Tensor v = r.randn({nb, l.num_kv_heads, bs, l.head_dim});
+  const std::vector<float> slopes = slopes_of(s);
+  AttentionParams p = attn_params(s);
+  if (s.alibi)
+    p.alibi_slopes = r.f32(
+        Tensor::wrap(const_cast<float*>(slopes.data()), {l.num_heads}, DType::kF32, nullptr, {}));
+  AttentionMeta m;
+  m.query_start = r.i32(qs);
+  m.context_lens = r.i32(s.ctx_lens);
+  m.block_tables = r.be().upload(table.data(), {S, mb}, DType::kI32, {});
+  m.num_seqs = S;
+  m.max_blocks_per_seq = mb;
+  m.max_query_len = *std::max_element(s.q_lens.begin(), s.q_lens.end());
+  m.max_context_len = max_ctx;
+  m.host_query_start = &qs;
+  m.host_context_lens = &s.ctx_lens;
+  if (!s.prefix_lens.empty()) m.prefix_lens = r.i32(s.prefix_lens);
+  Tensor out = r.out_act({T, l.q_cols()});
+  r.be().attention(r.act(qkv), l, LayerKvCache{r.kv(k), r.kv(v)}, m, p, out);
+  r.output("out", out);
+  for (auto [name, t] :
+       {std::pair<const char*, Tensor>{"qkv", qkv}, {"k", k}, {"v", v}, {"table", host_i32(table)}})
+    r.keep(name, t);
+}
+
+std::vector<double> attention_formula(const AttnSpec& s, const OpRun& r) {
+  const QkvLayout& l = s.layout;
+  const std::vector<double> qkv = values(r.input("qkv")), k = values(r.input("k")),
+                            v = values(r.input("v")), table = values(r.input("table"));
+  const int64_t hd = l.head_dim, cols = l.row_cols(), bs = s.block_size;
+  const int64_t mb = static_cast<int64_t>(table.size()) / static_cast<int64_t>(s.q_lens.size());
+  const AttentionParams p = attn_params(s);
+  const std::vector<float> slopes = slopes_of(s);
+  const int group = l.num_heads / l.num_kv_heads;
+  std::vector<double> out;
+  int64_t t = 0;
+  for (size_t q = 0; q < s.q_lens.size(); ++q)
+    for (int32_t i = 0; i < s.q_lens[q]; ++i, ++t) {
+      const int64_t idx = s.ctx_lens[q] - s.q_lens[q] + i;
+      const int64_t lo =
+          p.sliding_window > 0 ? std::max<int64_t>(0, idx - p.sliding_window + 1) : 0;
+      const int64_t hi = s.prefix_lens.empty() ? idx : std::max<int64_t>(idx, s.prefix_lens[q] - 1);
+      for (int h = 0; h < l.num_heads; ++h) {
+        const int g = h / group;
+        std::vector<double> sc;
+        for (int64_t j = lo; j <= hi; ++j) {
+          const int64_t at =
+              ((static_cast<int64_t>(table[q * mb + j / bs]) * l.num_kv_heads + g) * bs + j % bs) *
+              hd;
+          double dot = 0;
+          for (int64_t d = 0; d < hd; ++d) dot += qkv[t * cols + h * hd + d] * k[at + d];
+          double x = dot * p.scale;
+          if (p.softcap > 0) x = p.softcap * std::tanh(x / p.softcap);
+          if (s.alibi) {
+            float b = slopes[h] * static_cast<float>(j);
+            if (s.alibi_bf16) b = bf16_to_f32(f32_to_bf16(b));
+            x += p.alibi_scale * b;
+          }
+          sc.push_back(x);
+        }
+        const double mx = *std::max_element(sc.begin(), sc.end());
+        double sum = 0;
+        for (double& x : sc) sum += (x = std::exp(x - mx));
+        for (int64_t d = 0; d < hd; ++d) {
+          double o = 0;
+          for (int64_t j = lo; j <= hi; ++j) {
+            const int64_t at =
+                ((static_cast<int64_t>(table[q * mb + j / bs]) * l.num_kv_heads + g) * bs +
+                 j % bs) *
+                hd;
+            o += sc[j - lo] * v[at + d];
+          }
+          out.push_back(o / sum);
+        }
+      }
+    }
+  return out;
+}
+
+void attention_cases(std::vector<OpCase>& cases) {
+  const QkvLayout gqa{8, 2, 128}, mha{4, 4, 64}, mqa{8, 1, 80};
+  // name, layout, block size, new tokens and cached tokens of each sequence, then what
+  // differs from plain causal attention.
+  auto spec = [](std::string name, QkvLayout l, int32_t bs, std::vector<int32_t> q,
+                 std::vector<int32_t> ctx) {
+    AttnSpec s;
+    s.name = std::move(name);
+    s.layout = l;
+    s.block_size = bs;
+    s.q_lens = std::move(q);
+    s.ctx_lens = std::move(ctx);
+    return s;
+  };
+  std::vector<AttnSpec> specs = {
+      spec("attention_prefill_causal", gqa, 16, {37}, {37}),
+      spec("attention_prefill_long_2048", QkvLayout{2, 1, 64}, 16, {2048}, {2048}),
+      spec("attention_prefill_chunked_odd_blocks", mha, 7, {30, 19}, {75, 19}),
+      spec("attention_decode_gqa", gqa, 16, {1, 1, 1, 1}, {1, 17, 300, 1000}),
+      spec("attention_decode_mqa_hd80", mqa, 16, {1, 1}, {33, 513}),
+      spec("attention_mixed", gqa, 16, {1, 5, 20, 1}, {40, 5, 60, 129}),
+  };
+  specs.push_back(spec("attention_sliding_window", gqa, 16, {1, 7, 30}, {200, 50, 30}));
+  specs.back().window = 16;
+  specs.push_back(spec("attention_softcap", mha, 16, {3, 1}, {40, 77}));
+  specs.back().scale_mul = 4.f;
+  specs.back().softcap = 30.f;
+  for (bool bf16 : {false, true}) {
+    specs.push_back(
+        spec(bf16 ? "attention_alibi_bf16" : "attention_alibi", mha, 16, {9, 1}, {9, 100}));
+    specs.back().alibi = true;
+    specs.back().alibi_bf16 = bf16;
+  }
+  specs.push_back(spec("attention_bidirectional_prefix", gqa, 16, {20, 6, 1}, {20, 6, 40}));
+  specs.back().prefix_lens = {12, 0, 30};
+  for (const AttnSpec& s : specs)
+    cases.push_back({s.name, [s](OpRun& r) { run_attention(s, r); },
+                     [s](const OpRun& r) { return Doubles{attention_formula(s, r)}; }});
+}
+
+}  // namespace
+
+void add_attention_cases(std::vector<OpCase>& cases) {
+  rotary_cases(cases);
+  cache_cases(cases);
+  attention_cases(cases);
+}
+
+}  // namespace tachyon::op_harness
