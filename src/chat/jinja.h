@@ -42,6 +42,9 @@ class Template {
 
   // Thread-safe. Throws InvalidArgument("template error at line L: ...").
   std::string render(const Vars& vars, const RenderOptions& options = {}) const;
+  // The same text, with the spans of it that came from untrusted values (see
+  // from_json and MarkedString).
+  MarkedString render_marked(const Vars& vars, const RenderOptions& options = {}) const;
 
  private:
   std::shared_ptr<const Program> program_;

@@ -65,7 +65,9 @@ class Builtin : public Object {
   std::string type_name() const override { return "builtin_function_or_method"; }
   bool callable() const override { return true; }
   std::string repr() const override { return fmt::format("<built-in function {}>", name_); }
-  Value call(Interpreter& in, CallArgs& args) override { return fn_(in, args); }
+  Value call(Interpreter& in, CallArgs& args) override {
+    return mark_derived(fn_(in, args), Value(), args);
+  }
 
  private:
   std::string name_;

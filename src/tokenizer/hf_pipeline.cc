@@ -120,26 +120,31 @@ char32_t last_char(std::string_view s) {
 }
 }  // namespace
 
-void AddedVocabulary::split(std::string_view text, bool normalized_pass,
-                            std::vector<Segment>& out) const {
+void AddedVocabulary::split(std::string_view text, bool normalized_pass, std::vector<Segment>& out,
+                            std::span<const TextRange> plain) const {
   const Trie& trie = normalized_pass ? normalized_ : raw_;
   const bool any = normalized_pass ? any_normalized_ : any_raw_;
   if (!any || text.empty()) {
     if (!text.empty()) out.push_back({0, text.size(), -1});
     return;
   }
+  const Regions regions(plain, text.size());
+  Regions::Region region{0, text.size(), false};
   size_t start_offset = 0;
   size_t pos = 0;
   while (pos < text.size()) {
+    if (!plain.empty() && (pos < region.begin || pos >= region.end)) region = regions.at(pos);
     size_t len = 0;
-    int32_t index = trie.longest(text, pos, len);
+    // A match ends inside the region it starts in.
+    int32_t index = trie.longest(text.substr(0, region.end), pos, len);
     if (index < 0) {
       ++pos;
       continue;
     }
     const AddedToken& t = tokens_[index];
     size_t start = pos, stop = pos + len;
-    pos = stop;  // the next search starts after this match
+    pos = stop;                               // the next search starts after this match
+    if (region.plain && t.special) continue;  // text here, as with encode_special_tokens
     if (t.single_word) {
       size_t l;
       bool start_space = start == 0 || !is_word_char(last_char(text.substr(0, start)));
@@ -156,10 +161,10 @@ void AddedVocabulary::split(std::string_view text, bool normalized_pass,
         if (!unicode::is_whitespace(utf8::decode_valid(text.data() + b, l))) break;
         s = b;
       }
-      start = std::max(s, start_offset);
+      start = std::max({s, start_offset, region.begin});
     }
     if (t.rstrip) {
-      while (stop < text.size()) {
+      while (stop < region.end) {
         size_t l;
         if (!unicode::is_whitespace(utf8::decode_valid(text.data() + stop, l))) break;
         stop += l;
@@ -174,13 +179,40 @@ void AddedVocabulary::split(std::string_view text, bool normalized_pass,
 
 // ---- HfPipeline ----------------------------------------------------------------------
 
-std::vector<int32_t> HfPipeline::encode(std::string_view input, bool add_special_tokens) const {
-  std::string text = utf8::sanitize(input);
+namespace {
+// Where the plain ranges of text[begin, end) lie once that part is normalized: each edge
+// at the length of the normalized text before it.
+std::vector<TextRange> normalized_ranges(std::string_view text, size_t begin, size_t end,
+                                         const std::vector<TextRange>& plain,
+                                         const Normalizer* normalizer, size_t normalized_size) {
+  auto edge = [&](size_t at) {
+    std::string prefix(text.substr(begin, at - begin));
+    if (normalizer) normalizer->normalize(prefix);
+    return std::min(prefix.size(), normalized_size);
+  };
+  std::vector<TextRange> out;
+  for (const TextRange& r : plain) {
+    const size_t b = std::max(r.begin, begin), e = std::min(r.end, end);
+    if (b >= e) continue;
+    TextRange n{edge(b), edge(e)};
+    if (!out.empty()) n.begin = std::max(n.begin, out.back().end);
+    if (n.begin < n.end) out.push_back(n);
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<int32_t> HfPipeline::encode(std::string_view input, bool add_special_tokens,
+                                        std::span<const TextRange> plain) const {
+  std::string text;
+  std::vector<TextRange> ranges;
+  sanitize_ranges(input, plain, text, ranges);
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
   std::vector<AddedVocabulary::Segment> raw, norm;
-  added.split(text, false, raw);
+  added.split(text, false, raw, ranges);
   Pieces pieces;
+  std::vector<TextRange> seg_ranges;
   for (const auto& seg : raw) {
     if (seg.id >= 0) {
       ids.push_back(seg.id);
@@ -188,8 +220,11 @@ std::vector<int32_t> HfPipeline::encode(std::string_view input, bool add_special
     }
     std::string s = text.substr(seg.begin, seg.end - seg.begin);
     if (normalizer) normalizer->normalize(s);
+    seg_ranges.clear();
+    if (!ranges.empty() && added.any_normalized())
+      seg_ranges = normalized_ranges(text, seg.begin, seg.end, ranges, normalizer.get(), s.size());
     norm.clear();
-    added.split(s, true, norm);
+    added.split(s, true, norm, seg_ranges);
     for (const auto& sub : norm) {
       if (sub.id >= 0) {
         ids.push_back(sub.id);

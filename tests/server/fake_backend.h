@@ -68,8 +68,14 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
     if (id < 3) return id == 1 ? "<s>" : id == 2 ? "</s>" : "<pad>";
     return std::string(1, static_cast<char>(id - 3));
   }
-  std::string render_chat(const Json& messages, bool add_generation_prompt, const Json& extra,
-                          const RenderControl& control) const override {
+  // The fake's tokens are bytes (no special token is spelled in text), so the untrusted
+  // ranges change nothing here; render_chat still reports where the contents went.
+  std::vector<int32_t> encode_chat(const ChatPrompt& prompt,
+                                   bool add_special_tokens) const override {
+    return encode(prompt.text, add_special_tokens);
+  }
+  ChatPrompt render_chat(const Json& messages, bool add_generation_prompt, const Json& extra,
+                         const RenderControl& control) const override {
     ++renders_started;
     while (slow_render) {
       if ((control.cancel != nullptr && control.cancel->load()) ||
@@ -79,12 +85,18 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    std::string out;
-    for (const auto& m : messages)
-      out += m["role"].get<std::string>() + ": " + m["content"].get<std::string>() + "\n";
-    if (extra.contains("prefix") && extra["prefix"].is_string())
-      out = extra["prefix"].get<std::string>() + out;
-    if (add_generation_prompt) out += "assistant:";
+    ChatPrompt out;
+    if (extra.contains("prefix") && extra["prefix"].is_string()) {
+      out.text = extra["prefix"].get<std::string>();
+      out.untrusted.push_back({0, out.text.size()});
+    }
+    for (const auto& m : messages) {
+      const size_t begin = out.text.size();
+      out.text += m["role"].get<std::string>() + ": " + m["content"].get<std::string>();
+      out.untrusted.push_back({begin, out.text.size()});
+      out.text += "\n";
+    }
+    if (add_generation_prompt) out.text += "assistant:";
     return out;
   }
 
