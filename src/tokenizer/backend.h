@@ -82,9 +82,10 @@ class AddedVocabulary {
   };
   // Splits `text` by the tokens of one pass (normalized or not). No token is matched
   // across the edge of a `plain` range, and no special one inside it (its bytes stay
-  // text, as tokenizers' encode_special_tokens has them).
+  // text, as tokenizers' encode_special_tokens has them); none at all inside it with
+  // `all_plain` (transformers' slow tokenizers with split_special_tokens).
   void split(std::string_view text, bool normalized_pass, std::vector<Segment>& out,
-             std::span<const TextRange> plain = {}) const;
+             std::span<const TextRange> plain = {}, bool all_plain = false) const;
   bool any_normalized() const { return any_normalized_; }
 
   std::optional<int32_t> find(std::string_view content) const { return by_content_.find(content); }

@@ -54,7 +54,9 @@ class ChatGLMBackend : public Backend {
     std::vector<int32_t> ids;
     if (add_special_tokens) ids = {base_ + 1, base_ + 3};  // [gMASK], sop
     std::vector<AddedVocabulary::Segment> segments;
-    added_.split(text, false, segments, ranges);
+    // As transformers' slow tokenizers with split_special_tokens: no added token is
+    // matched in the plain ranges.
+    added_.split(text, false, segments, ranges, /*all_plain=*/true);
     for (const auto& seg : segments) {
       if (seg.id >= 0) {
         ids.push_back(seg.id);

@@ -121,7 +121,7 @@ char32_t last_char(std::string_view s) {
 }  // namespace
 
 void AddedVocabulary::split(std::string_view text, bool normalized_pass, std::vector<Segment>& out,
-                            std::span<const TextRange> plain) const {
+                            std::span<const TextRange> plain, bool all_plain) const {
   const Trie& trie = normalized_pass ? normalized_ : raw_;
   const bool any = normalized_pass ? any_normalized_ : any_raw_;
   if (!any || text.empty()) {
@@ -129,7 +129,7 @@ void AddedVocabulary::split(std::string_view text, bool normalized_pass, std::ve
     return;
   }
   const Regions regions(plain, text.size());
-  Regions::Region region{0, text.size(), false};
+  Regions::Region region = plain.empty() ? Regions::Region{0, text.size(), false} : regions.at(0);
   size_t start_offset = 0;
   size_t pos = 0;
   while (pos < text.size()) {
@@ -143,8 +143,8 @@ void AddedVocabulary::split(std::string_view text, bool normalized_pass, std::ve
     }
     const AddedToken& t = tokens_[index];
     size_t start = pos, stop = pos + len;
-    pos = stop;                               // the next search starts after this match
-    if (region.plain && t.special) continue;  // text here, as with encode_special_tokens
+    pos = stop;  // the next search starts after this match
+    if (region.plain && (t.special || all_plain)) continue;  // text here
     if (t.single_word) {
       size_t l;
       bool start_space = start == 0 || !is_word_char(last_char(text.substr(0, start)));

@@ -146,6 +146,23 @@ TEST_F(ChatGLMTokenizerTest, EncodePrefixAddedTokensAndNamedPieces) {
   EXPECT_EQ(t->encode("</s>", false), std::vector<int32_t>{2});
 }
 
+// In plain ranges no added token is split off (transformers' slow tokenizers with
+// split_special_tokens): SentencePiece gets the text.
+TEST_F(ChatGLMTokenizerTest, PlainRangesAreSentencePieceText) {
+  auto t = Tokenizer::load(dir_->path().string());
+  const int32_t user = base_ + 6;
+  const std::string text = "hi<|user|>\n there";
+  const std::vector<TextRange> all = {{0, text.size()}};
+  std::vector<int32_t> ids = t->encode(text, false, all);
+  EXPECT_EQ(ids, sp(text));
+  EXPECT_EQ(std::find(ids.begin(), ids.end(), user), ids.end());
+  // Only the range is text; around it the token is matched.
+  const std::vector<TextRange> first = {{0, 2}};
+  EXPECT_EQ(t->encode(text, false, first), t->encode(text, false));
+  const std::vector<TextRange> inside = {{4, 5}};
+  EXPECT_EQ(t->encode(text, false, inside), sp(text));
+}
+
 TEST_F(ChatGLMTokenizerTest, DecodeDropsSentencePieceControlsAndNamesSpecials) {
   auto t = Tokenizer::load(dir_->path().string());
   std::vector<int32_t> ids = sp("hello world");
@@ -276,6 +293,16 @@ TEST_F(ChatGLM6BTokenizerTest, SpecialsAreSplitOffWithTheSpacesAroundThem) {
   write(dir, c);
   auto t2 = Tokenizer::load(dir.path().string());
   EXPECT_EQ(t2->encode("the [MASK] world", false), cat3(sp("the"), mask, sp(" world")));
+}
+
+TEST_F(ChatGLM6BTokenizerTest, PlainRangesAreNotSplitOrStripped) {
+  auto t = Tokenizer::load(dir_->path().string());
+  const std::string text = "the [MASK] world";
+  const std::vector<TextRange> all = {{0, text.size()}}, mask = {{4, 10}}, none;
+  EXPECT_EQ(t->encode(text, false, all), sp("the [MASK] world"));
+  EXPECT_EQ(t->encode(text, false, mask), t->encode(text, false, all));
+  EXPECT_EQ(t->encode(text, false, none), t->encode(text, false));
+  EXPECT_NE(t->encode(text, false, all), t->encode(text, false));
 }
 
 TEST_F(ChatGLM6BTokenizerTest, DecodeRestoresWhitespaceAndDropsPadAndSpecials) {
