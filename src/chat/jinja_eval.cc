@@ -281,7 +281,7 @@ Value Interpreter::eval(const Expr& e, const ScopePtr& scope) {
         out.append(v);
         check_string(out.size());
       }
-      charge(out.size());
+      charge(out.bytes());
       return out.take();
     }
     case ExprKind::kCompare: {

@@ -95,7 +95,7 @@ Value f_join(Interpreter& in, const Value& v, CallArgs& a) {
     out.append(parts.empty() ? item : get_attribute(in, item, parts, nullptr));
     in.check_string(out.size());
   }
-  in.charge(out.size());
+  in.charge(out.bytes());
   return out.take();
 }
 

@@ -122,7 +122,7 @@ class MacroObject : public Object {
       scope->set("caller", Value::undefined("No caller defined"));
     MarkedString out;
     in.exec(def_->body, scope, out);
-    in.charge(out.size());
+    in.charge(out.bytes());
     return out.take();
   }
 
@@ -274,17 +274,20 @@ void Interpreter::append_output(MarkedString& out, std::string_view text) {
 }
 
 void Interpreter::append_output(MarkedString& out, const Value& v) {
+  const size_t spans = out.untrusted().size();
   if (v.is_string()) {
     if (out.size() + v.str().size() > options_.limits.max_output_bytes)
       fail(fmt::format("output exceeds the limit of {} bytes", options_.limits.max_output_bytes));
     out.append(v);
-    return;
+  } else {
+    MarkedString s;
+    s.append(v);
+    if (out.size() + s.size() > options_.limits.max_output_bytes)
+      fail(fmt::format("output exceeds the limit of {} bytes", options_.limits.max_output_bytes));
+    out.append(s);
   }
-  MarkedString s;
-  s.append(v);
-  if (out.size() + s.size() > options_.limits.max_output_bytes)
-    fail(fmt::format("output exceeds the limit of {} bytes", options_.limits.max_output_bytes));
-  out.append(s);
+  // The output's untrusted spans count against the render's byte budget.
+  charge((out.untrusted().size() - spans) * sizeof(Span));
 }
 
 MarkedString Interpreter::render(const std::vector<std::pair<std::string, Value>>& vars) {
@@ -338,7 +341,7 @@ void Interpreter::exec_stmt(const Stmt& s, const ScopePtr& scope, MarkedString& 
     case StmtKind::kSetBlock: {
       MarkedString body;
       exec(s.body, scope, body);
-      charge(body.size());
+      charge(body.bytes());
       Value v = body.take();
       if (s.expr) {
         // The filter chain's innermost operand is the rendered body.
@@ -371,7 +374,7 @@ void Interpreter::exec_stmt(const Stmt& s, const ScopePtr& scope, MarkedString& 
       auto inner = std::make_shared<Scope>(scope);
       MarkedString body;
       exec(s.body, inner, body);
-      charge(body.size());
+      charge(body.bytes());
       Value v = body.take();
       std::function<Value(const Expr&)> apply = [&](const Expr& f) -> Value {
         Value operand = f.args[0] ? apply(*f.args[0]) : v;

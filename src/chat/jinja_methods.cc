@@ -445,7 +445,7 @@ Value str_join(Interpreter& in, const Value& sep, CallArgs& a) {
     out.append(item);
     in.check_string(out.size());
   }
-  in.charge(out.size());
+  in.charge(out.bytes());
   return out.take();
 }
 }  // namespace

@@ -350,6 +350,7 @@ Value binary_op(Interpreter& in, std::string_view op, const Value& a, const Valu
     MarkedString out;
     out.append(a);
     out.append(b);
+    in.charge(out.bytes() - out.size());  // the spans; the text is charged above
     return out.take();
   }
   return mark_derived(plain_binary_op(in, op, a, b), {&a, &b});

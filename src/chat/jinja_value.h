@@ -209,6 +209,8 @@ class MarkedString {
   const std::string& text() const { return text_; }
   const Spans& untrusted() const { return untrusted_; }
   size_t size() const { return text_.size(); }
+  // What it holds, in bytes: the text and its spans (for the render's byte budget).
+  size_t bytes() const { return text_.size() + untrusted_.size() * sizeof(Span); }
   Value take();
   std::string take_text() { return std::move(text_); }
   Spans take_untrusted() { return std::move(untrusted_); }
