@@ -18,6 +18,10 @@
 // wordwrap, xmlattr, filesizeformat, random, urlencode, lipsum, integers beyond 64 bits, HTML
 // autoescaping/Markup.
 //
+// Untrusted input: strings given through from_json(..., untrusted=true) carry the byte
+// spans that came from it through the render (see jinja_value.h); render_marked() returns
+// the output's spans.
+//
 // Errors (syntax, runtime, limits) are InvalidArgument naming the line.
 #pragma once
 

@@ -186,8 +186,9 @@ std::vector<TextRange> normalized_ranges(std::string_view text, size_t begin, si
                                          const std::vector<TextRange>& plain,
                                          const Normalizer* normalizer, size_t normalized_size) {
   auto edge = [&](size_t at) {
+    if (!normalizer) return std::min(at - begin, normalized_size);
     std::string prefix(text.substr(begin, at - begin));
-    if (normalizer) normalizer->normalize(prefix);
+    normalizer->normalize(prefix);
     return std::min(prefix.size(), normalized_size);
   };
   std::vector<TextRange> out;
