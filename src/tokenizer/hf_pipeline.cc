@@ -152,6 +152,8 @@ void AddedVocabulary::split(std::string_view text, bool normalized_pass, std::ve
           stop == text.size() || !is_word_char(utf8::decode_valid(text.data() + stop, l));
       if (!start_space || !stop_space) continue;
     }
+    // lstrip / rstrip take the whitespace next to the token from any region, as they do
+    // with none (spaces are no special token).
     if (t.lstrip) {
       size_t s = start;
       while (s > 0) {
@@ -161,10 +163,10 @@ void AddedVocabulary::split(std::string_view text, bool normalized_pass, std::ve
         if (!unicode::is_whitespace(utf8::decode_valid(text.data() + b, l))) break;
         s = b;
       }
-      start = std::max({s, start_offset, region.begin});
+      start = std::max(s, start_offset);
     }
     if (t.rstrip) {
-      while (stop < region.end) {
+      while (stop < text.size()) {
         size_t l;
         if (!unicode::is_whitespace(utf8::decode_valid(text.data() + stop, l))) break;
         stop += l;

@@ -61,8 +61,12 @@ TEST_P(PlainContentTest, ContentSpecialTokensAreText) {
   EXPECT_EQ(before.rendered, enc.rendered);
   EXPECT_EQ(before.ids, tok->encode(enc.rendered, false));
   EXPECT_GT(count_special(*tok, before.ids), count_special(*tok, enc.ids));
-  // Without special tokens in the content both ways agree.
+  // Without special tokens in the content both ways agree, whitespace at its edges too.
   EXPECT_EQ(benign.ids, tok->encode(benign.rendered, false));
+  for (const char* text : {" \n hello \n ", "\t", "a  b\n\n"}) {
+    ChatEncoding e = tok->apply_chat_template(user_chat(text));
+    EXPECT_EQ(e.ids, tok->encode(e.rendered, false)) << text;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, PlainContentTest,
@@ -161,6 +165,18 @@ TEST(PlainRanges, NormalizedTokensFollowTheRangesThroughTheNormalizer) {
   EXPECT_EQ(seps({{1, 2}}), 1);  // the space that becomes its U+2581
   EXPECT_EQ(seps({{8, 9}}), 2);  // "b" only
   EXPECT_EQ(seps({{0, 15}}), 0);
+}
+
+TEST(PlainRanges, StrippingTokensTakeTheSpacesOfARange) {
+  // A template token that strips the spaces before it takes them from the content too,
+  // as it does in transformers (spaces are no special token).
+  auto tok = Tokenizer::from_json(R"({
+    "added_tokens": [{"id": 3, "content": "<E>", "single_word": false, "lstrip": true,
+                      "rstrip": false, "normalized": false, "special": true}],
+    "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "a": 1}, "unk_token": "[UNK]"}})");
+  const std::string text = "a  <E>";
+  EXPECT_EQ(tok->encode(text, false), (std::vector<int32_t>{1, 3}));
+  EXPECT_EQ(tok->encode(text, false, std::vector<TextRange>{{0, 3}}), tok->encode(text, false));
 }
 
 TEST(PlainRanges, BadRangesAreRejected) {
