@@ -210,6 +210,7 @@ Value Interpreter::eval_call_args(const Expr& e, const ScopePtr& scope, CallArgs
     for (const auto& [k, v] : extra.dict().entries()) {
       if (!k.is_string()) fail("keywords must be strings");
       out.kwargs.emplace_back(k.str(), v);
+      out.untrusted_names = out.untrusted_names || !k.untrusted().empty();
     }
   }
   return Value();

@@ -101,7 +101,7 @@ class MacroObject : public Object {
         scope->set("caller", v);
         caller_given = true;
       } else if (def_->uses_kwargs) {
-        kw->set(Value::string(k), v);
+        kw->set(args.name_value(k), v);
       } else {
         fail(fmt::format("macro '{}' takes no keyword argument '{}'", def_->name, k));
       }

@@ -177,6 +177,11 @@ const Value* CallArgs::kwarg(std::string_view name) const {
   return nullptr;
 }
 
+Value CallArgs::name_value(const std::string& name) const {
+  if (!untrusted_names || name.empty()) return Value::string(name);
+  return Value::string(name, Spans{{0, name.size()}});
+}
+
 Value Object::getattr(std::string_view name) const {
   return Value::undefined(fmt::format("'{}' object has no attribute '{}'", type_name(), name));
 }

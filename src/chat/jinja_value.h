@@ -124,7 +124,11 @@ class Dict {
 struct CallArgs {
   ValueList args;
   std::vector<std::pair<std::string, Value>> kwargs;
+  // Whether a keyword's name came from untrusted input (`**d` of such a dict): the
+  // name, made a string again (dict(**d), a macro's kwargs), is untrusted as a whole.
+  bool untrusted_names = false;
   const Value* kwarg(std::string_view name) const;
+  Value name_value(const std::string& name) const;
 };
 
 // Callables and other objects with behaviour (namespace, loop, cycler, macro...).

@@ -78,6 +78,11 @@ TEST(ChatMarks, DerivedStringsAreUntrustedAsAWhole) {
   EXPECT_EQ(marked("{{ messages[0].content.replace('|', '<s>') }}", ab), "[a<s>b]");
   EXPECT_EQ(marked("<t>{{ tools | tojson }}", ab), "<t>[[{\"name\": \"f\"}]]");
   EXPECT_EQ(marked("<m>{{ messages[0] }}", ab), "<m>[{'content': 'a|b', 'role': 'user'}]");
+  EXPECT_EQ(marked("{% set j = joiner(messages[0].content) %}<a>{{ j() }}<b>{{ j() }}", ab),
+            "<a><b>[a|b]");
+  EXPECT_EQ(marked("{{ strftime_now(messages[0].content) }}", Json{"<s>"}), "[<s>]");
+  EXPECT_EQ(marked("{% for k in dict(**messages[0]) %}<k>{{ k }}{% endfor %}", ab),
+            "<k>[content]<k>[role]");
   // Template text built without the request's values stays trusted.
   EXPECT_EQ(marked("{{ ('<s>' ~ 'x') | upper }}{{ messages | length }}", ab), "<S>X1");
 }
