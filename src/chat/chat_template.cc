@@ -16,13 +16,14 @@ ChatTemplate ChatTemplate::compile(std::string_view source) {
 }
 
 template <typename J>
-std::string ChatTemplate::render_impl(const BasicChatTemplateInputs<J>& in,
-                                      const jinja::RenderOptions& options) const {
+RenderedChat ChatTemplate::render_impl(const BasicChatTemplateInputs<J>& in,
+                                       const jinja::RenderOptions& options) const {
   jinja::Vars vars;
   try {
-    vars.emplace_back("messages", jinja::from_json(in.messages));
-    vars.emplace_back("tools", jinja::from_json(in.tools));
-    vars.emplace_back("documents", jinja::from_json(in.documents));
+    // What the client sent is untrusted; the special tokens come from the tokenizer.
+    vars.emplace_back("messages", jinja::from_json(in.messages, /*untrusted=*/true));
+    vars.emplace_back("tools", jinja::from_json(in.tools, /*untrusted=*/true));
+    vars.emplace_back("documents", jinja::from_json(in.documents, /*untrusted=*/true));
     vars.emplace_back("add_generation_prompt", jinja::Value::boolean(in.add_generation_prompt));
     auto token = [&](const char* name, const std::string& v) {
       if (!v.empty()) vars.emplace_back(name, jinja::Value::string(v));
@@ -47,7 +48,7 @@ std::string ChatTemplate::render_impl(const BasicChatTemplateInputs<J>& in,
         const std::string& k = it.key();
         if (k == "messages" || k == "tools" || k == "documents" || k == "add_generation_prompt")
           raise<InvalidArgument>("chat template kwarg '{}' collides with a standard argument", k);
-        jinja::Value v = jinja::from_json(it.value());
+        jinja::Value v = jinja::from_json(it.value(), /*untrusted=*/true);
         auto same = std::find_if(vars.begin(), vars.begin() + static_cast<std::ptrdiff_t>(standard),
                                  [&](const auto& kv) { return kv.first == k; });
         if (same != vars.begin() + static_cast<std::ptrdiff_t>(standard))
@@ -59,21 +60,33 @@ std::string ChatTemplate::render_impl(const BasicChatTemplateInputs<J>& in,
   } catch (const jinja::TemplateError& e) {
     raise<InvalidArgument>("chat template inputs: {}", e.message);
   }
-  return template_.render(vars, options);
+  jinja::MarkedString out = template_.render_marked(vars, options);
+  RenderedChat r;
+  r.untrusted = out.take_untrusted();
+  r.text = out.take_text();
+  return r;
 }
 
 std::string ChatTemplate::render(const ChatTemplateInputs& inputs) const {
-  return render_impl(inputs, jinja::RenderOptions{});
+  return render_impl(inputs, jinja::RenderOptions{}).text;
 }
 std::string ChatTemplate::render(const OrderedChatTemplateInputs& inputs) const {
-  return render_impl(inputs, jinja::RenderOptions{});
+  return render_impl(inputs, jinja::RenderOptions{}).text;
 }
 std::string ChatTemplate::render(const ChatTemplateInputs& inputs,
                                  const jinja::RenderOptions& options) const {
-  return render_impl(inputs, options);
+  return render_impl(inputs, options).text;
 }
 std::string ChatTemplate::render(const OrderedChatTemplateInputs& inputs,
                                  const jinja::RenderOptions& options) const {
+  return render_impl(inputs, options).text;
+}
+RenderedChat ChatTemplate::render_marked(const ChatTemplateInputs& inputs,
+                                         const jinja::RenderOptions& options) const {
+  return render_impl(inputs, options);
+}
+RenderedChat ChatTemplate::render_marked(const OrderedChatTemplateInputs& inputs,
+                                         const jinja::RenderOptions& options) const {
   return render_impl(inputs, options);
 }
 

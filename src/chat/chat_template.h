@@ -21,6 +21,12 @@
 // nlohmann::ordered_json::parse) to render tools and arguments exactly as transformers
 // does.
 //
+// Untrusted text: the strings of messages, tools, documents and extra come from the
+// client. render_marked() also returns the byte ranges of the prompt that came from them
+// (through output, concatenation, join, trim... as jinja_value.h says); the template's own
+// text and the special tokens given here are not in them. The tokenizer matches no special
+// token inside those ranges, so a message cannot spell the template's control tokens.
+//
 // Errors: InvalidArgument for syntax errors (at compile), template errors, failed
 // raise_exception() calls and exceeded limits (at render), naming the line.
 #pragma once
@@ -48,6 +54,12 @@ struct BasicChatTemplateInputs {
 using ChatTemplateInputs = BasicChatTemplateInputs<Json>;
 using OrderedChatTemplateInputs = BasicChatTemplateInputs<nlohmann::ordered_json>;
 
+// A rendered prompt and its byte ranges that came from the inputs' untrusted values.
+struct RenderedChat {
+  std::string text;
+  jinja::Spans untrusted;
+};
+
 class ChatTemplate {
  public:
   // Limits on `extra` (chat_template_kwargs), which come from requests: keys, and bytes
@@ -64,13 +76,17 @@ class ChatTemplate {
   std::string render(const ChatTemplateInputs& inputs, const jinja::RenderOptions& options) const;
   std::string render(const OrderedChatTemplateInputs& inputs,
                      const jinja::RenderOptions& options) const;
+  RenderedChat render_marked(const ChatTemplateInputs& inputs,
+                             const jinja::RenderOptions& options = {}) const;
+  RenderedChat render_marked(const OrderedChatTemplateInputs& inputs,
+                             const jinja::RenderOptions& options = {}) const;
 
   const std::string& source() const { return *source_; }
 
  private:
   template <typename J>
-  std::string render_impl(const BasicChatTemplateInputs<J>& inputs,
-                          const jinja::RenderOptions& options) const;
+  RenderedChat render_impl(const BasicChatTemplateInputs<J>& inputs,
+                           const jinja::RenderOptions& options) const;
 
   jinja::Template template_;
   std::shared_ptr<const std::string> source_;

@@ -73,6 +73,10 @@ Template Template::parse(std::string_view source, const ParseOptions& options) {
 }
 
 std::string Template::render(const Vars& vars, const RenderOptions& options) const {
+  return render_marked(vars, options).take_text();
+}
+
+MarkedString Template::render_marked(const Vars& vars, const RenderOptions& options) const {
   Interpreter in(program_, options);
   try {
     return in.render(vars);

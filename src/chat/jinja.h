@@ -18,6 +18,10 @@
 // wordwrap, xmlattr, filesizeformat, random, urlencode, lipsum, integers beyond 64 bits, HTML
 // autoescaping/Markup.
 //
+// Untrusted input: strings given through from_json(..., untrusted=true) carry the byte
+// spans that came from it through the render (see jinja_value.h); render_marked() returns
+// the output's spans.
+//
 // Errors (syntax, runtime, limits) are InvalidArgument naming the line.
 #pragma once
 
@@ -42,6 +46,9 @@ class Template {
 
   // Thread-safe. Throws InvalidArgument("template error at line L: ...").
   std::string render(const Vars& vars, const RenderOptions& options = {}) const;
+  // The same text, with the spans of it that came from untrusted values (see
+  // from_json and MarkedString).
+  MarkedString render_marked(const Vars& vars, const RenderOptions& options = {}) const;
 
  private:
   std::shared_ptr<const Program> program_;

@@ -65,7 +65,9 @@ class Builtin : public Object {
   std::string type_name() const override { return "builtin_function_or_method"; }
   bool callable() const override { return true; }
   std::string repr() const override { return fmt::format("<built-in function {}>", name_); }
-  Value call(Interpreter& in, CallArgs& args) override { return fn_(in, args); }
+  Value call(Interpreter& in, CallArgs& args) override {
+    return mark_derived(fn_(in, args), Value(), args);
+  }
 
  private:
   std::string name_;
@@ -130,7 +132,7 @@ void fill_dict(Interpreter& in, Dict& d, const CallArgs& a, const char* fn) {
       fail(fmt::format("'{}' object is not iterable", type_name(src)));
     }
   }
-  for (const auto& [k, v] : a.kwargs) d.set(Value::string(k), v);
+  for (const auto& [k, v] : a.kwargs) d.set(a.name_value(k), v);
 }
 
 class Cycler : public Object, public std::enable_shared_from_this<Cycler> {
@@ -161,7 +163,8 @@ class Cycler : public Object, public std::enable_shared_from_this<Cycler> {
 
 class Joiner : public Object {
  public:
-  explicit Joiner(std::string sep) : sep_(std::move(sep)) {}
+  // `sep` as str() gives it, its untrusted bytes kept.
+  explicit Joiner(Value sep) : sep_(std::move(sep)) {}
   std::string type_name() const override { return "Joiner"; }
   bool callable() const override { return true; }
   Value call(Interpreter&, CallArgs&) override {
@@ -169,11 +172,11 @@ class Joiner : public Object {
       used_ = true;
       return Value::string("");
     }
-    return Value::string(sep_);
+    return sep_;
   }
 
  private:
-  std::string sep_;
+  Value sep_;
   bool used_ = false;
 };
 
@@ -197,7 +200,9 @@ void add_globals(Scope& scope) {
             }));
   scope.set("joiner", builtin("joiner", [](Interpreter&, CallArgs& a) {
               auto v = bind("joiner", a, {{"sep", Value::string(", ")}});
-              return Value::object(std::make_shared<Joiner>(to_str(v[0])));
+              MarkedString sep;
+              sep.append(v[0]);
+              return Value::object(std::make_shared<Joiner>(sep.take()));
             }));
   scope.set("raise_exception", builtin("raise_exception", [](Interpreter&, CallArgs& a) -> Value {
               auto v = bind("raise_exception", a, {{"message", std::nullopt}});

@@ -165,7 +165,7 @@ Value Interpreter::getitem(const Value& obj, const Value& key) {
             size_t off = utf8_offset(s, static_cast<size_t>(i));
             size_t end = off;
             utf8_next(s, end);
-            return Value::string(s.substr(off, end - off));
+            return mark_derived(Value::string(s.substr(off, end - off)), {&obj});
           }
         }
         return Value::undefined(
@@ -210,6 +210,7 @@ Value Interpreter::eval_call_args(const Expr& e, const ScopePtr& scope, CallArgs
     for (const auto& [k, v] : extra.dict().entries()) {
       if (!k.is_string()) fail("keywords must be strings");
       out.kwargs.emplace_back(k.str(), v);
+      out.untrusted_names = out.untrusted_names || !k.untrusted().empty();
     }
   }
   return Value();
@@ -252,7 +253,7 @@ Value Interpreter::eval(const Expr& e, const ScopePtr& scope) {
       Value parts[3];
       for (int i = 0; i < 3; ++i)
         if (e.args[i + 1]) parts[i] = eval(*e.args[i + 1], scope);
-      return slice(*this, obj, parts[0], parts[1], parts[2]);
+      return mark_derived(slice(*this, obj, parts[0], parts[1], parts[2]), {&obj});
     }
     case ExprKind::kUnary: {
       Value v = eval(*e.args[0], scope);
@@ -275,14 +276,14 @@ Value Interpreter::eval(const Expr& e, const ScopePtr& scope) {
       return binary_op(*this, e.op, a, b);
     }
     case ExprKind::kConcat: {
-      std::string out;
+      MarkedString out;
       for (const auto& a : e.args) {
         Value v = eval(*a, scope);
-        append_str(out, v);
+        out.append(v);
         check_string(out.size());
       }
-      charge(out.size());
-      return Value::string(std::move(out));
+      charge(out.bytes());
+      return out.take();
     }
     case ExprKind::kCompare: {
       Value left = eval(*e.args[0], scope);
@@ -325,7 +326,8 @@ Value Interpreter::eval(const Expr& e, const ScopePtr& scope) {
       CallArgs a;
       eval_call_args(e, scope, a);
       line_ = e.line;
-      return e.filter_fn ? e.filter_fn(*this, v, a) : filter(e.name, v, a);
+      if (!e.filter_fn) return filter(e.name, v, a);
+      return mark_filter_result(e.name, e.filter_fn(*this, v, a), v, a);
     }
     case ExprKind::kTest: {
       Value v = eval(*e.args[0], scope);
@@ -341,7 +343,7 @@ Value Interpreter::eval(const Expr& e, const ScopePtr& scope) {
 Value Interpreter::filter(std::string_view name, const Value& v, CallArgs& args) {
   FilterFn f = find_filter(name);
   if (!f) fail(fmt::format("No filter named '{}'.", name));
-  return f(*this, v, args);
+  return mark_filter_result(name, f(*this, v, args), v, args);
 }
 
 bool Interpreter::test(std::string_view name, const Value& v, CallArgs& args) {

@@ -87,16 +87,16 @@ Value f_default(Interpreter&, const Value& v, CallArgs& a) {
 Value f_join(Interpreter& in, const Value& v, CallArgs& a) {
   auto p = bind("join", a, {{"d", str_v("")}, {"attribute", none_v()}});
   auto parts = attribute_parts(p[1]);
-  std::string sep = to_str(p[0]), out;
+  MarkedString out;
   bool first = true;
   for (const auto& item : in.iterate(v)) {
-    if (!first) out += sep;
+    if (!first) out.append(p[0]);
     first = false;
-    append_str(out, parts.empty() ? item : get_attribute(in, item, parts, nullptr));
+    out.append(parts.empty() ? item : get_attribute(in, item, parts, nullptr));
     in.check_string(out.size());
   }
-  in.charge(out.size());
-  return str_v(std::move(out));
+  in.charge(out.bytes());
+  return out.take();
 }
 
 Value f_first(Interpreter& in, const Value& v, CallArgs& a) {

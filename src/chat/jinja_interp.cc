@@ -101,7 +101,7 @@ class MacroObject : public Object {
         scope->set("caller", v);
         caller_given = true;
       } else if (def_->uses_kwargs) {
-        kw->set(Value::string(k), v);
+        kw->set(args.name_value(k), v);
       } else {
         fail(fmt::format("macro '{}' takes no keyword argument '{}'", def_->name, k));
       }
@@ -120,10 +120,10 @@ class MacroObject : public Object {
     if (def_->uses_kwargs) scope->set("kwargs", Value::dict(kw));
     if (def_->uses_caller && !caller_given)
       scope->set("caller", Value::undefined("No caller defined"));
-    std::string out;
+    MarkedString out;
     in.exec(def_->body, scope, out);
-    in.charge(out.size());
-    return Value::string(std::move(out));
+    in.charge(out.bytes());
+    return out.take();
   }
 
  private:
@@ -183,9 +183,9 @@ class LoopObject : public Object, public std::enable_shared_from_this<LoopObject
     if (args.args.size() != 1 || !args.kwargs.empty()) fail("loop() takes exactly one argument");
     auto parent = scope.lock();
     if (!parent) fail("recursive loop called outside its loop");
-    std::string out;
+    MarkedString out;
     in.run_loop(*stmt, args.args[0], parent, depth + 1, out);
-    return Value::string(std::move(out));
+    return out.take();
   }
 
   const ValueList* items = nullptr;
@@ -267,19 +267,36 @@ void Interpreter::check_items(size_t n) const {
     fail(fmt::format("sequence of {} items exceeds the limit of {}", n, options_.limits.max_items));
 }
 
-void Interpreter::append_output(std::string& out, std::string_view text) {
+void Interpreter::append_output(MarkedString& out, std::string_view text) {
   if (out.size() + text.size() > options_.limits.max_output_bytes)
     fail(fmt::format("output exceeds the limit of {} bytes", options_.limits.max_output_bytes));
-  out += text;
+  out.append_trusted(text);
 }
 
-std::string Interpreter::render(const std::vector<std::pair<std::string, Value>>& vars) {
+void Interpreter::append_output(MarkedString& out, const Value& v) {
+  const size_t spans = out.untrusted().size();
+  if (v.is_string()) {
+    if (out.size() + v.str().size() > options_.limits.max_output_bytes)
+      fail(fmt::format("output exceeds the limit of {} bytes", options_.limits.max_output_bytes));
+    out.append(v);
+  } else {
+    MarkedString s;
+    s.append(v);
+    if (out.size() + s.size() > options_.limits.max_output_bytes)
+      fail(fmt::format("output exceeds the limit of {} bytes", options_.limits.max_output_bytes));
+    out.append(s);
+  }
+  // The output's untrusted spans count against the render's byte budget.
+  charge((out.untrusted().size() - spans) * sizeof(Span));
+}
+
+MarkedString Interpreter::render(const std::vector<std::pair<std::string, Value>>& vars) {
   auto globals = std::make_shared<Scope>(nullptr);
   add_globals(*globals);
   auto context = std::make_shared<Scope>(globals);
   for (const auto& [k, v] : vars) context->set(k, v);
   auto top = std::make_shared<Scope>(context);
-  std::string out;
+  MarkedString out;
   try {
     exec(program_->body, top, out);
   } catch (TemplateError& e) {
@@ -289,7 +306,7 @@ std::string Interpreter::render(const std::vector<std::pair<std::string, Value>>
   return out;
 }
 
-Interpreter::Flow Interpreter::exec(const Body& body, const ScopePtr& scope, std::string& out) {
+Interpreter::Flow Interpreter::exec(const Body& body, const ScopePtr& scope, MarkedString& out) {
   DepthGuard guard(*this);
   Flow flow = Flow::kNormal;
   for (const auto& s : body) {
@@ -299,7 +316,7 @@ Interpreter::Flow Interpreter::exec(const Body& body, const ScopePtr& scope, std
   return flow;
 }
 
-void Interpreter::exec_stmt(const Stmt& s, const ScopePtr& scope, std::string& out, Flow& flow) {
+void Interpreter::exec_stmt(const Stmt& s, const ScopePtr& scope, MarkedString& out, Flow& flow) {
   step();
   line_ = s.line;
   switch (s.kind) {
@@ -309,11 +326,7 @@ void Interpreter::exec_stmt(const Stmt& s, const ScopePtr& scope, std::string& o
     case StmtKind::kOutput: {
       Value v = eval(*s.expr, scope);
       line_ = s.line;
-      if (v.is_string()) {
-        append_output(out, v.str());
-      } else {
-        append_output(out, to_str(v));
-      }
+      append_output(out, v);
       return;
     }
     case StmtKind::kIf:
@@ -326,10 +339,10 @@ void Interpreter::exec_stmt(const Stmt& s, const ScopePtr& scope, std::string& o
       assign(s.target, eval(*s.expr, scope), scope);
       return;
     case StmtKind::kSetBlock: {
-      std::string body;
+      MarkedString body;
       exec(s.body, scope, body);
-      charge(body.size());
-      Value v = Value::string(std::move(body));
+      charge(body.bytes());
+      Value v = body.take();
       if (s.expr) {
         // The filter chain's innermost operand is the rendered body.
         std::function<Value(const Expr&)> apply = [&](const Expr& f) -> Value {
@@ -354,22 +367,22 @@ void Interpreter::exec_stmt(const Stmt& s, const ScopePtr& scope, std::string& o
       eval_call_args(call_expr, scope, a);
       a.kwargs.emplace_back("caller", caller);
       Value r = call(callee, a);
-      append_output(out, to_str(r));
+      append_output(out, r);
       return;
     }
     case StmtKind::kFilterBlock: {
       auto inner = std::make_shared<Scope>(scope);
-      std::string body;
+      MarkedString body;
       exec(s.body, inner, body);
-      charge(body.size());
-      Value v = Value::string(std::move(body));
+      charge(body.bytes());
+      Value v = body.take();
       std::function<Value(const Expr&)> apply = [&](const Expr& f) -> Value {
         Value operand = f.args[0] ? apply(*f.args[0]) : v;
         CallArgs a;
         eval_call_args(f, scope, a);
         return filter(f.name, operand, a);
       };
-      append_output(out, to_str(apply(*s.expr)));
+      append_output(out, apply(*s.expr));
       return;
     }
     case StmtKind::kWith: {
@@ -421,7 +434,7 @@ void Interpreter::assign(const Target& t, const Value& v, const ScopePtr& scope)
 }
 
 Value Interpreter::run_loop(const Stmt& s, const Value& iterable, const ScopePtr& scope, int depth,
-                            std::string& out) {
+                            MarkedString& out) {
   ValueList items = iterate(iterable);
   if (s.cond) {
     ValueList kept;
@@ -475,10 +488,13 @@ ValueList Interpreter::iterate(const Value& v) {
       ValueList chars;
       const std::string& s = v.str();
       size_t pos = 0;
+      const Spans& marks = v.untrusted();
       while (pos < s.size()) {
         size_t start = pos;
         utf8_next(s, pos);
-        chars.push_back(Value::string(s.substr(start, pos - start)));
+        chars.push_back(marks.empty() ? Value::string(s.substr(start, pos - start))
+                                      : Value::string(s.substr(start, pos - start),
+                                                      slice_spans(marks, start, pos)));
       }
       step(static_cast<int64_t>(chars.size()));
       return chars;

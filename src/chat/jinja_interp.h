@@ -66,11 +66,12 @@ class Interpreter {
   Interpreter(std::shared_ptr<const Program> program, const RenderOptions& options);
   ~Interpreter();
 
-  // Renders with `vars` as the template's variables (after the built-in globals).
-  std::string render(const std::vector<std::pair<std::string, Value>>& vars);
+  // Renders with `vars` as the template's variables (after the built-in globals); the
+  // output's untrusted spans say which bytes came from untrusted input.
+  MarkedString render(const std::vector<std::pair<std::string, Value>>& vars);
 
   enum class Flow { kNormal, kBreak, kContinue };
-  Flow exec(const Body& body, const ScopePtr& scope, std::string& out);
+  Flow exec(const Body& body, const ScopePtr& scope, MarkedString& out);
   Value eval(const Expr& e, const ScopePtr& scope);
 
   // Python/jinja2 operations, used by filters and methods as well.
@@ -105,13 +106,14 @@ class Interpreter {
   };
 
   Value run_loop(const Stmt& s, const Value& iterable, const ScopePtr& scope, int depth,
-                 std::string& out);
+                 MarkedString& out);
 
  private:
-  void exec_stmt(const Stmt& s, const ScopePtr& scope, std::string& out, Flow& flow);
+  void exec_stmt(const Stmt& s, const ScopePtr& scope, MarkedString& out, Flow& flow);
   void assign(const Target& t, const Value& v, const ScopePtr& scope);
   Value eval_call_args(const Expr& e, const ScopePtr& scope, CallArgs& out);
-  void append_output(std::string& out, std::string_view text);
+  void append_output(MarkedString& out, std::string_view text);
+  void append_output(MarkedString& out, const Value& v);
 
   std::shared_ptr<const Program> program_;
   RenderOptions options_;
@@ -130,6 +132,11 @@ class Interpreter {
 Value binary_op(Interpreter& in, std::string_view op, const Value& a, const Value& b);
 // Membership test `a in b`.
 bool contains(const Value& container, const Value& item);
+// The untrusted spans of what filter or method `name` returned for `operand` and `args`:
+// trim/strip/lstrip/rstrip keep the spans of the part of the operand they return; any
+// other string built from untrusted values is untrusted as a whole (mark_derived).
+Value mark_filter_result(std::string_view name, Value result, const Value& operand,
+                         const CallArgs& args);
 // Python's `fmt % args` string formatting.
 std::string percent_format(Interpreter& in, const std::string& fmt, const Value& args);
 

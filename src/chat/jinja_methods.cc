@@ -320,20 +320,6 @@ Value str_method(Interpreter& in, const std::string& s, std::string_view m, Call
     return Value::integer(
         static_cast<int64_t>(py_count(std::string_view(s).substr(lo, hi - lo), str_arg(p[0], m))));
   }
-  if (m == "join") {
-    auto p = bind("join", a, {{"iterable", std::nullopt}});
-    std::string out;
-    size_t i = 0;
-    for (const auto& item : in.iterate(p[0])) {
-      if (!item.is_string())
-        fail(fmt::format("sequence item {}: expected str instance, {} found", i, type_name(item)));
-      if (i++) out += s;
-      out += item.str();
-      in.check_string(out.size());
-    }
-    in.charge(out.size());
-    return str_v(std::move(out));
-  }
   if (m == "format") return format_impl(in, s, a);
   if (m == "center") return pad_impl(in, s, a, 'c');
   if (m == "ljust") return pad_impl(in, s, a, 'l');
@@ -446,10 +432,29 @@ bool is_unsafe_method(const Value& r, std::string_view name) {
   return false;
 }
 
+namespace {
+// str.join, keeping the untrusted spans of the separator and the items.
+Value str_join(Interpreter& in, const Value& sep, CallArgs& a) {
+  auto p = bind("join", a, {{"iterable", std::nullopt}});
+  MarkedString out;
+  size_t i = 0;
+  for (const auto& item : in.iterate(p[0])) {
+    if (!item.is_string())
+      fail(fmt::format("sequence item {}: expected str instance, {} found", i, type_name(item)));
+    if (i++) out.append(sep);
+    out.append(item);
+    in.check_string(out.size());
+  }
+  in.charge(out.bytes());
+  return out.take();
+}
+}  // namespace
+
 Value call_method(Interpreter& in, const Value& r, std::string_view name, CallArgs& args) {
-  if (r.is_string()) return str_method(in, r.str(), name, args);
-  if (r.is_list()) return list_method(in, r, name, args);
-  if (r.is_dict()) return dict_method(in, r, name, args);
+  if (r.is_string() && name == "join") return str_join(in, r, args);
+  if (r.is_string()) return mark_filter_result(name, str_method(in, r.str(), name, args), r, args);
+  if (r.is_list()) return mark_derived(list_method(in, r, name, args), r, args);
+  if (r.is_dict()) return mark_derived(dict_method(in, r, name, args), r, args);
   fail(fmt::format("'{}' object has no attribute '{}'", type_name(r), name));
 }
 

@@ -241,7 +241,8 @@ std::string percent_format(Interpreter& in, const std::string& fmtstr, const Val
   return out;
 }
 
-Value binary_op(Interpreter& in, std::string_view op, const Value& a, const Value& b) {
+namespace {
+Value plain_binary_op(Interpreter& in, std::string_view op, const Value& a, const Value& b) {
   if (a.is_undefined()) fail_undefined(a);
   if (b.is_undefined()) fail_undefined(b);
   bool nums = a.is_number() && b.is_number();
@@ -340,6 +341,19 @@ Value binary_op(Interpreter& in, std::string_view op, const Value& a, const Valu
     return Value::floating(std::pow(x, y));
   }
   fail(fmt::format("unknown operator {}", op));
+}
+}  // namespace
+
+Value binary_op(Interpreter& in, std::string_view op, const Value& a, const Value& b) {
+  if (op == "+" && a.is_string() && b.is_string()) {
+    in.charge(a.str().size() + b.str().size());
+    MarkedString out;
+    out.append(a);
+    out.append(b);
+    in.charge(out.bytes() - out.size());  // the spans; the text is charged above
+    return out.take();
+  }
+  return mark_derived(plain_binary_op(in, op, a, b), {&a, &b});
 }
 
 bool contains(const Value& container, const Value& item) {

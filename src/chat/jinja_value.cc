@@ -67,6 +67,15 @@ Value Value::string(std::shared_ptr<const std::string> s) {
   v.p_ = std::const_pointer_cast<std::string>(std::move(s));
   return v;
 }
+Value Value::string(std::string s, Spans untrusted) {
+  Value v = string(std::move(s));
+  if (!untrusted.empty()) v.untrusted_ = std::make_shared<const Spans>(std::move(untrusted));
+  return v;
+}
+const Spans& Value::untrusted() const {
+  static const Spans kNone;
+  return untrusted_ ? *untrusted_ : kNone;
+}
 Value Value::list(ValueList items, bool tuple) {
   int depth = 0;
   for (const auto& it : items) depth = std::max(depth, value_depth(it));
@@ -166,6 +175,11 @@ const Value* CallArgs::kwarg(std::string_view name) const {
   for (const auto& [k, v] : kwargs)
     if (k == name) return &v;
   return nullptr;
+}
+
+Value CallArgs::name_value(const std::string& name) const {
+  if (!untrusted_names || name.empty()) return Value::string(name);
+  return Value::string(name, Spans{{0, name.size()}});
 }
 
 Value Object::getattr(std::string_view name) const {
@@ -489,9 +503,14 @@ void dump_json(std::string& out, const Value& v, const JsonFormat& jf, int depth
 }
 
 template <typename J>
-Value from_json(const J& j) {
+Value from_json(const J& j, bool untrusted) {
   struct Conv {
-    static Value run(const J& j, int depth) {
+    static Value str(std::string s, bool untrusted) {
+      if (!untrusted || s.empty()) return Value::string(std::move(s));
+      const size_t n = s.size();
+      return Value::string(std::move(s), Spans{{0, n}});
+    }
+    static Value run(const J& j, int depth, bool untrusted) {
       if (depth > kMaxValueDepth) fail("input nesting too deep");
       switch (j.type()) {
         case J::value_t::null:
@@ -508,17 +527,17 @@ Value from_json(const J& j) {
         case J::value_t::number_float:
           return Value::floating(j.template get<double>());
         case J::value_t::string:
-          return Value::string(j.template get<std::string>());
+          return str(j.template get<std::string>(), untrusted);
         case J::value_t::array: {
           ValueList items;
           items.reserve(j.size());
-          for (const auto& e : j) items.push_back(run(e, depth + 1));
+          for (const auto& e : j) items.push_back(run(e, depth + 1, untrusted));
           return Value::list(std::move(items));
         }
         case J::value_t::object: {
           auto d = std::make_shared<Dict>();
           for (auto it = j.begin(); it != j.end(); ++it)
-            d->set(Value::string(it.key()), run(it.value(), depth + 1));
+            d->set(str(it.key(), untrusted), run(it.value(), depth + 1, untrusted));
           return Value::dict(std::move(d));
         }
         default:
@@ -526,10 +545,10 @@ Value from_json(const J& j) {
       }
     }
   };
-  return Conv::run(j, 0);
+  return Conv::run(j, 0, untrusted);
 }
 
-template Value from_json<nlohmann::json>(const nlohmann::json&);
-template Value from_json<nlohmann::ordered_json>(const nlohmann::ordered_json&);
+template Value from_json<nlohmann::json>(const nlohmann::json&, bool);
+template Value from_json<nlohmann::ordered_json>(const nlohmann::ordered_json&, bool);
 
 }  // namespace tachyon::jinja

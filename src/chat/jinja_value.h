@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -27,6 +28,13 @@ struct TemplateError {
 
 class Value;
 class Dict;
+
+// A byte range [begin, end) of a string. A string's untrusted spans (the bytes that came
+// from untrusted input, see from_json) are sorted, non-empty, disjoint and not adjacent.
+struct Span {
+  size_t begin = 0, end = 0;
+};
+using Spans = std::vector<Span>;
 class Object;
 class Interpreter;
 using ValueList = std::vector<Value>;
@@ -53,6 +61,8 @@ class Value {
   static Value floating(double f);
   static Value string(std::string s);
   static Value string(std::shared_ptr<const std::string> s);
+  // A string whose bytes in `untrusted` came from untrusted input (spans as above).
+  static Value string(std::string s, Spans untrusted);
   static Value list(ValueList items, bool tuple = false);
   static Value dict(std::shared_ptr<const Dict> d);
   static Value object(std::shared_ptr<Object> o);
@@ -78,6 +88,8 @@ class Value {
   double as_float() const { return f_; }
   double to_double() const { return type_ == Type::kFloat ? f_ : static_cast<double>(i_); }
   const std::string& str() const { return *static_cast<const std::string*>(p_.get()); }
+  // The untrusted spans of a string (empty for other values).
+  const Spans& untrusted() const;
   const ValueList& items() const;
   const Dict& dict() const { return *static_cast<const Dict*>(p_.get()); }
   Object& obj() const { return *static_cast<Object*>(p_.get()); }
@@ -92,6 +104,7 @@ class Value {
   int64_t i_ = 0;
   double f_ = 0;
   std::shared_ptr<void> p_;
+  std::shared_ptr<const Spans> untrusted_;
 };
 
 // Insertion-ordered mapping with Python key equality (1 == 1.0 == True).
@@ -111,7 +124,11 @@ class Dict {
 struct CallArgs {
   ValueList args;
   std::vector<std::pair<std::string, Value>> kwargs;
+  // Whether a keyword's name came from untrusted input (`**d` of such a dict): the
+  // name, made a string again (dict(**d), a macro's kwargs), is untrusted as a whole.
+  bool untrusted_names = false;
   const Value* kwarg(std::string_view name) const;
+  Value name_value(const std::string& name) const;
 };
 
 // Callables and other objects with behaviour (namespace, loop, cycler, macro...).
@@ -158,10 +175,53 @@ struct JsonFormat {
 };
 void dump_json(std::string& out, const Value& v, const JsonFormat& fmt, int depth = 0);
 
-// Converts JSON input (either nlohmann flavour) into template values.
+// Converts JSON input (either nlohmann flavour) into template values. With `untrusted`,
+// every string in it (object keys included) is marked untrusted as a whole: the render
+// keeps track of where its bytes go (see MarkedString).
 template <typename J>
-Value from_json(const J& j);
-extern template Value from_json<nlohmann::json>(const nlohmann::json&);
-extern template Value from_json<nlohmann::ordered_json>(const nlohmann::ordered_json&);
+Value from_json(const J& j, bool untrusted = false);
+extern template Value from_json<nlohmann::json>(const nlohmann::json&, bool);
+extern template Value from_json<nlohmann::ordered_json>(const nlohmann::ordered_json&, bool);
+
+// ---- Untrusted text ------------------------------------------------------------------
+// Strings from untrusted input carry their untrusted spans through the render: output,
+// concatenation (~, +, join), slicing, iteration and the filters and methods that return
+// part of their operand (trim, strip, lstrip, rstrip) keep them byte for byte; any other
+// string that a filter, method, operator or global builds from untrusted values is
+// untrusted as a whole (mark_derived).
+
+// Whether `v` holds untrusted bytes: a string with untrusted spans, or a list, dict or
+// namespace that contains one.
+bool has_untrusted(const Value& v);
+// Appends `src` shifted by `offset` to `dst` (whose spans all end at or before `offset`),
+// merging adjacent spans.
+void append_spans(Spans& dst, const Spans& src, size_t offset);
+// The spans of `s`'s bytes [begin, end), relative to `begin`.
+Spans slice_spans(const Spans& s, size_t begin, size_t end);
+// The result of an operation on `operand` and `args`: a string, or a list's string,
+// without untrusted spans is untrusted as a whole when any input holds untrusted bytes.
+Value mark_derived(Value result, const Value& operand, const CallArgs& args);
+Value mark_derived(Value result, std::initializer_list<const Value*> inputs);
+
+// A string under construction with its untrusted spans (render output, concatenation).
+class MarkedString {
+ public:
+  void append_trusted(std::string_view s) { text_ += s; }
+  // str(v); its untrusted bytes stay untrusted (all of them when v is not a string).
+  void append(const Value& v);
+  void append(const MarkedString& other);
+  const std::string& text() const { return text_; }
+  const Spans& untrusted() const { return untrusted_; }
+  size_t size() const { return text_.size(); }
+  // What it holds, in bytes: the text and its spans (for the render's byte budget).
+  size_t bytes() const { return text_.size() + untrusted_.size() * sizeof(Span); }
+  Value take();
+  std::string take_text() { return std::move(text_); }
+  Spans take_untrusted() { return std::move(untrusted_); }
+
+ private:
+  std::string text_;
+  Spans untrusted_;
+};
 
 }  // namespace tachyon::jinja

@@ -48,6 +48,7 @@ server::AppOptions app_options(const ServeConfig& c, const std::string& name) {
   o.limits.default_timeout_ms = static_cast<int64_t>(c.request_timeout_s * 1000);
   o.limits.max_timeout_ms = o.limits.default_timeout_ms;
   o.api_keys = c.api_keys;
+  o.special_tokens_in_content = c.allow_special_tokens_in_content;
   o.max_concurrency = c.max_concurrency;
   o.max_queued = c.max_queued_requests;
   o.log_requests = c.log_requests;

@@ -215,6 +215,11 @@ std::vector<Setting> make_table() {
           "shorter")
           .env({"TACHYON_REQUEST_TIMEOUT"})
           .range(0, 1e9),
+      Def("allow-special-tokens-in-content", T::kBool, "false", Cmds{"serve"},
+          "match special tokens (</s>, <|im_start|>...) written in chat messages, tools and "
+          "chat_template_kwargs as control tokens, as transformers does (default: they are "
+          "text; only the chat template's own text gives special tokens)")
+          .env({"TACHYON_ALLOW_SPECIAL_TOKENS_IN_CONTENT"}),
       Def("api-key", T::kList, "", Cmds{"serve", "bench-serving"},
           "serve: a key clients must send as 'Authorization: Bearer KEY' (repeatable; "
           "comma-separated in the environment; none: no authentication); bench-serving: the "

@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tachyon {
 
@@ -120,6 +121,13 @@ struct ModelInfo {
   bool has_chat_template = false;
 };
 
+// A rendered chat prompt, and the byte ranges of it that came from the request (message
+// content, tools, kwargs) rather than from the template.
+struct ChatPrompt {
+  std::string text;
+  std::vector<TextRange> untrusted;
+};
+
 class InferenceBackend {
  public:
   virtual ~InferenceBackend() = default;
@@ -134,8 +142,12 @@ class InferenceBackend {
   // template. `extra` holds template variables (chat_template_kwargs). Throws
   // InvalidArgument when the model has no template, the messages do not fit it, or
   // `control` stopped the render (cancelled, or past its deadline).
-  virtual std::string render_chat(const Json& messages, bool add_generation_prompt,
-                                  const Json& extra, const RenderControl& control) const = 0;
+  virtual ChatPrompt render_chat(const Json& messages, bool add_generation_prompt,
+                                 const Json& extra, const RenderControl& control) const = 0;
+  // Token ids of a rendered chat prompt: no special token is matched in its untrusted
+  // ranges (clear them to match special tokens everywhere, as encode() does).
+  virtual std::vector<int32_t> encode_chat(const ChatPrompt& prompt,
+                                           bool add_special_tokens) const = 0;
 
   // Submits a request. Throws InvalidArgument (bad parameters), ResourceExhausted
   // (cannot ever fit, or the engine queue is full) or Unavailable (shut down, dead).

@@ -252,8 +252,8 @@ std::string EngineBackend::token_bytes(int32_t id) const {
   return t.empty() ? tokenizer_->decode(std::vector<int32_t>{id}, false) : t;
 }
 
-std::string EngineBackend::render_chat(const Json& messages, bool add_generation_prompt,
-                                       const Json& extra, const RenderControl& control) const {
+ChatPrompt EngineBackend::render_chat(const Json& messages, bool add_generation_prompt,
+                                      const Json& extra, const RenderControl& control) const {
   if (!chat_)
     raise<InvalidArgument>("this model has no chat template; use /v1/completions or a text prompt");
   ChatTemplateInputs in;
@@ -267,7 +267,17 @@ std::string EngineBackend::render_chat(const Json& messages, bool add_generation
   jinja::RenderOptions options;
   options.cancel = control.cancel;
   options.deadline = control.deadline;
-  return chat_->render(in, options);
+  RenderedChat r = chat_->render_marked(in, options);
+  ChatPrompt p;
+  p.text = std::move(r.text);
+  p.untrusted.reserve(r.untrusted.size());
+  for (const auto& s : r.untrusted) p.untrusted.push_back({s.begin, s.end});
+  return p;
+}
+
+std::vector<int32_t> EngineBackend::encode_chat(const ChatPrompt& prompt,
+                                                bool add_special_tokens) const {
+  return tokenizer_->encode(prompt.text, add_special_tokens, prompt.untrusted);
 }
 
 std::shared_ptr<GenerationHandle> EngineBackend::generate(std::vector<int32_t> prompt,

@@ -46,8 +46,10 @@ class EngineBackend : public InferenceBackend {
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const override;
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override;
   std::string token_bytes(int32_t id) const override;
-  std::string render_chat(const Json& messages, bool add_generation_prompt, const Json& extra,
-                          const RenderControl& control) const override;
+  ChatPrompt render_chat(const Json& messages, bool add_generation_prompt, const Json& extra,
+                         const RenderControl& control) const override;
+  std::vector<int32_t> encode_chat(const ChatPrompt& prompt,
+                                   bool add_special_tokens) const override;
   std::shared_ptr<GenerationHandle> generate(std::vector<int32_t> prompt,
                                              const GenerationParams& params, GenSink sink) override;
   bool healthy() const override;

@@ -39,6 +39,9 @@ struct AppOptions {
   int64_t max_queued = 256;
   bool log_requests = false;
   bool log_prompts = false;
+  // Whether special tokens written in chat messages (and tools, kwargs) are matched as
+  // special tokens; off: only the chat template's own text gives them.
+  bool special_tokens_in_content = false;
   // Request work off the HTTP threads (bodies, chat templates, tokenizing): threads, and
   // how long one chat template render may take.
   int work_threads = 4;

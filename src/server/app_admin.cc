@@ -73,7 +73,9 @@ void ServerApp::handle_tokenize(const HttpRequest& req, const std::shared_ptr<Re
       kwargs = *k;
     }
     bool special = r.opt_bool("add_special_tokens").value_or(false);
-    ids = b->encode(b->render_chat(messages, add_gen, kwargs, control), special);
+    ChatPrompt chat = b->render_chat(messages, add_gen, kwargs, control);
+    if (options_.special_tokens_in_content) chat.untrusted.clear();
+    ids = b->encode_chat(chat, special);
   } else {
     auto prompt = r.opt_string("prompt", SIZE_MAX);
     if (!prompt) throw ApiError::bad_request("prompt or messages is required", "prompt");

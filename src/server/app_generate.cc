@@ -107,9 +107,11 @@ void ServerApp::handle_chat(const HttpRequest& req, const std::shared_ptr<Respon
   OpenAIRequest r = parse_chat_request(parse_request_object(req.body), options_.limits);
   check_model_name(r.model);
   const ModelInfo& info = backend->model_info();
-  std::string prompt =
+  ChatPrompt chat =
       backend->render_chat(r.messages, r.add_generation_prompt, r.chat_template_kwargs, control);
-  std::vector<int32_t> ids = backend->encode(prompt, false);
+  if (options_.special_tokens_in_content) chat.untrusted.clear();
+  std::vector<int32_t> ids = backend->encode_chat(chat, false);
+  const std::string& prompt = chat.text;
   if (ids.empty()) throw ApiError::bad_request("the rendered prompt is empty", "messages");
   check_params(r.params, info.vocab_size);
   r.params.max_new_tokens =
@@ -193,10 +195,17 @@ void ServerApp::handle_native(const HttpRequest& req, const std::shared_ptr<Resp
   fo.num_sequences = r.params.num_return_sequences;
   std::vector<CallPrompt> prompts;
   for (auto& np : r.prompts) {
-    std::string text =
-        np.is_chat ? backend->render_chat(np.messages, true, r.chat_template_kwargs, control)
-                   : np.text;
-    std::vector<int32_t> ids = backend->encode(text, !np.is_chat);
+    // A raw prompt's special tokens are matched (its sender wrote the template); a chat's
+    // only in the template's own text.
+    ChatPrompt chat;
+    if (np.is_chat) {
+      chat = backend->render_chat(np.messages, true, r.chat_template_kwargs, control);
+      if (options_.special_tokens_in_content) chat.untrusted.clear();
+    } else {
+      chat.text = np.text;
+    }
+    const std::string& text = chat.text;
+    std::vector<int32_t> ids = backend->encode_chat(chat, !np.is_chat);
     if (ids.empty())
       throw ApiError(400, "invalid_request_error", "the prompt encodes to no tokens", "prompt", {},
                      NativeErrorCode::kEmptyPrompt);

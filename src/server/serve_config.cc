@@ -48,6 +48,7 @@ ServeConfig from_settings(const SettingValues& v) {
   c.max_top_logprobs = v.integer("max-top-logprobs");
   c.request_timeout_s = v.number("request-timeout");
   c.api_keys = v.list("api-key");
+  c.allow_special_tokens_in_content = v.flag("allow-special-tokens-in-content");
   c.log_requests = v.flag("log-requests");
   c.log_prompts = v.flag("log-prompts");
   c.log_level = v.str("log-level");

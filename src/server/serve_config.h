@@ -56,6 +56,7 @@ struct ServeConfig {
   int64_t max_top_logprobs = 20;
   double request_timeout_s = 0;  // 0: none
   std::vector<std::string> api_keys;
+  bool allow_special_tokens_in_content = false;
   // Logging.
   bool log_requests = false;
   bool log_prompts = false;

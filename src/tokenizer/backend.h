@@ -13,13 +13,39 @@
 
 #include "tokenizer/pipeline.h"
 #include "tokenizer/string_map.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tachyon::tok {
+
+// A text cut into regions: its plain ranges, where no special token is matched, and the
+// text between them. A token is matched only inside one region.
+class Regions {
+ public:
+  // Throws InvalidArgument unless the ranges are sorted, disjoint and inside the text.
+  Regions(std::span<const TextRange> plain, size_t size);
+  struct Region {
+    size_t begin, end;
+    bool plain;
+  };
+  // The region that holds byte `pos` (< size).
+  Region at(size_t pos) const;
+
+ private:
+  std::span<const TextRange> plain_;
+  size_t size_;
+};
+
+// utf8::sanitize of a text and its ranges (each range sanitized on its own when the text
+// is not valid UTF-8, so that they still cover the same characters).
+void sanitize_ranges(std::string_view input, std::span<const TextRange> plain, std::string& text,
+                     std::vector<TextRange>& ranges);
 
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const = 0;
+  // Token ids of `text`; no special token is matched across or inside a `plain` range.
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_special_tokens,
+                                      std::span<const TextRange> plain) const = 0;
   // Hugging Face's decode (before transformers' clean-up of spaces).
   virtual std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const = 0;
   virtual int32_t vocab_size() const = 0;
@@ -54,8 +80,13 @@ class AddedVocabulary {
     size_t begin, end;
     int32_t id;  // -1: text to tokenize
   };
-  // Splits `text` by the tokens of one pass (normalized or not).
-  void split(std::string_view text, bool normalized_pass, std::vector<Segment>& out) const;
+  // Splits `text` by the tokens of one pass (normalized or not). No token is matched
+  // across the edge of a `plain` range, and no special one inside it (its bytes stay
+  // text, as tokenizers' encode_special_tokens has them); none at all inside it with
+  // `all_plain` (transformers' slow tokenizers with split_special_tokens).
+  void split(std::string_view text, bool normalized_pass, std::vector<Segment>& out,
+             std::span<const TextRange> plain = {}, bool all_plain = false) const;
+  bool any_normalized() const { return any_normalized_; }
 
   std::optional<int32_t> find(std::string_view content) const { return by_content_.find(content); }
   const AddedToken* by_id(int32_t id) const;
@@ -82,7 +113,8 @@ class AddedVocabulary {
 // A tokenizer.json pipeline.
 class HfPipeline : public Backend {
  public:
-  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const override;
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens,
+                              std::span<const TextRange> plain) const override;
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const override;
   int32_t vocab_size() const override;
   std::optional<int32_t> token_to_id(std::string_view token) const override;

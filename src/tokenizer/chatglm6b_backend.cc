@@ -146,8 +146,12 @@ class ChatGLM6BBackend : public Backend {
     if (opts.pad_token) pad_id_ = piece_id(*opts.pad_token, "pad_token");
   }
 
-  std::vector<int32_t> encode(std::string_view input, bool add_special_tokens) const override {
-    const std::string text = utf8::sanitize(input);
+  std::vector<int32_t> encode(std::string_view input, bool add_special_tokens,
+                              std::span<const TextRange> plain) const override {
+    std::string text;
+    std::vector<TextRange> ranges;
+    sanitize_ranges(input, plain, text, ranges);
+    const Regions regions(ranges, text.size());
     // PreTrainedTokenizer.tokenize: split on the specials, then strip their neighbours.
     struct Part {
       std::string_view text;
@@ -156,10 +160,17 @@ class ChatGLM6BBackend : public Backend {
     std::vector<Part> parts;
     size_t start = 0;
     for (size_t pos = 0; pos < text.size();) {
+      // Specials are matched only outside the plain ranges, never across their edges.
+      const Regions::Region region =
+          ranges.empty() ? Regions::Region{0, text.size(), false} : regions.at(pos);
+      if (region.plain) {
+        pos = region.end;
+        continue;
+      }
       int32_t best = -1;
       for (size_t k = 0; k < specials_.size(); ++k) {
         const std::string& c = specials_[k].content;
-        if (text.compare(pos, c.size(), c) == 0 &&
+        if (c.size() <= region.end - pos && text.compare(pos, c.size(), c) == 0 &&
             (best < 0 || c.size() > specials_[static_cast<size_t>(best)].content.size()))
           best = static_cast<int32_t>(k);
       }

@@ -46,12 +46,17 @@ class ChatGLMBackend : public Backend {
     added_.build(nullptr);
   }
 
-  std::vector<int32_t> encode(std::string_view input, bool add_special_tokens) const override {
-    const std::string text = utf8::sanitize(input);
+  std::vector<int32_t> encode(std::string_view input, bool add_special_tokens,
+                              std::span<const TextRange> plain) const override {
+    std::string text;
+    std::vector<TextRange> ranges;
+    sanitize_ranges(input, plain, text, ranges);
     std::vector<int32_t> ids;
     if (add_special_tokens) ids = {base_ + 1, base_ + 3};  // [gMASK], sop
     std::vector<AddedVocabulary::Segment> segments;
-    added_.split(text, false, segments);
+    // As transformers' slow tokenizers with split_special_tokens: no added token is
+    // matched in the plain ranges.
+    added_.split(text, false, segments, ranges, /*all_plain=*/true);
     for (const auto& seg : segments) {
       if (seg.id >= 0) {
         ids.push_back(seg.id);

@@ -120,19 +120,23 @@ char32_t last_char(std::string_view s) {
 }
 }  // namespace
 
-void AddedVocabulary::split(std::string_view text, bool normalized_pass,
-                            std::vector<Segment>& out) const {
+void AddedVocabulary::split(std::string_view text, bool normalized_pass, std::vector<Segment>& out,
+                            std::span<const TextRange> plain, bool all_plain) const {
   const Trie& trie = normalized_pass ? normalized_ : raw_;
   const bool any = normalized_pass ? any_normalized_ : any_raw_;
   if (!any || text.empty()) {
     if (!text.empty()) out.push_back({0, text.size(), -1});
     return;
   }
+  const Regions regions(plain, text.size());
+  Regions::Region region = plain.empty() ? Regions::Region{0, text.size(), false} : regions.at(0);
   size_t start_offset = 0;
   size_t pos = 0;
   while (pos < text.size()) {
+    if (!plain.empty() && (pos < region.begin || pos >= region.end)) region = regions.at(pos);
     size_t len = 0;
-    int32_t index = trie.longest(text, pos, len);
+    // A match ends inside the region it starts in.
+    int32_t index = trie.longest(text.substr(0, region.end), pos, len);
     if (index < 0) {
       ++pos;
       continue;
@@ -140,6 +144,7 @@ void AddedVocabulary::split(std::string_view text, bool normalized_pass,
     const AddedToken& t = tokens_[index];
     size_t start = pos, stop = pos + len;
     pos = stop;  // the next search starts after this match
+    if (region.plain && (t.special || all_plain)) continue;  // text here
     if (t.single_word) {
       size_t l;
       bool start_space = start == 0 || !is_word_char(last_char(text.substr(0, start)));
@@ -147,6 +152,8 @@ void AddedVocabulary::split(std::string_view text, bool normalized_pass,
           stop == text.size() || !is_word_char(utf8::decode_valid(text.data() + stop, l));
       if (!start_space || !stop_space) continue;
     }
+    // lstrip / rstrip take the whitespace next to the token from any region, as they do
+    // with none (spaces are no special token).
     if (t.lstrip) {
       size_t s = start;
       while (s > 0) {
@@ -174,13 +181,41 @@ void AddedVocabulary::split(std::string_view text, bool normalized_pass,
 
 // ---- HfPipeline ----------------------------------------------------------------------
 
-std::vector<int32_t> HfPipeline::encode(std::string_view input, bool add_special_tokens) const {
-  std::string text = utf8::sanitize(input);
+namespace {
+// Where the plain ranges of text[begin, end) lie once that part is normalized: each edge
+// at the length of the normalized text before it.
+std::vector<TextRange> normalized_ranges(std::string_view text, size_t begin, size_t end,
+                                         const std::vector<TextRange>& plain,
+                                         const Normalizer* normalizer, size_t normalized_size) {
+  auto edge = [&](size_t at) {
+    if (!normalizer) return std::min(at - begin, normalized_size);
+    std::string prefix(text.substr(begin, at - begin));
+    normalizer->normalize(prefix);
+    return std::min(prefix.size(), normalized_size);
+  };
+  std::vector<TextRange> out;
+  for (const TextRange& r : plain) {
+    const size_t b = std::max(r.begin, begin), e = std::min(r.end, end);
+    if (b >= e) continue;
+    TextRange n{edge(b), edge(e)};
+    if (!out.empty()) n.begin = std::max(n.begin, out.back().end);
+    if (n.begin < n.end) out.push_back(n);
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<int32_t> HfPipeline::encode(std::string_view input, bool add_special_tokens,
+                                        std::span<const TextRange> plain) const {
+  std::string text;
+  std::vector<TextRange> ranges;
+  sanitize_ranges(input, plain, text, ranges);
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
   std::vector<AddedVocabulary::Segment> raw, norm;
-  added.split(text, false, raw);
+  added.split(text, false, raw, ranges);
   Pieces pieces;
+  std::vector<TextRange> seg_ranges;
   for (const auto& seg : raw) {
     if (seg.id >= 0) {
       ids.push_back(seg.id);
@@ -188,8 +223,11 @@ std::vector<int32_t> HfPipeline::encode(std::string_view input, bool add_special
     }
     std::string s = text.substr(seg.begin, seg.end - seg.begin);
     if (normalizer) normalizer->normalize(s);
+    seg_ranges.clear();
+    if (!ranges.empty() && added.any_normalized())
+      seg_ranges = normalized_ranges(text, seg.begin, seg.end, ranges, normalizer.get(), s.size());
     norm.clear();
-    added.split(s, true, norm);
+    added.split(s, true, norm, seg_ranges);
     for (const auto& sub : norm) {
       if (sub.id >= 0) {
         ids.push_back(sub.id);

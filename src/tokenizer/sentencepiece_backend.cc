@@ -26,8 +26,12 @@ class SentencePieceBackend : public Backend {
     }
   }
 
-  std::vector<int32_t> encode(std::string_view input, bool add_special_tokens) const override {
-    std::string text = utf8::sanitize(input);
+  std::vector<int32_t> encode(std::string_view input, bool add_special_tokens,
+                              std::span<const TextRange> plain) const override {
+    std::string text;
+    std::vector<TextRange> ranges;
+    sanitize_ranges(input, plain, text, ranges);
+    const Regions regions(ranges, text.size());
     std::vector<int32_t> ids;
     if (add_special_tokens && add_bos_ && sp_.bos_id() >= 0) ids.push_back(sp_.bos_id());
     size_t start = 0;
@@ -39,10 +43,18 @@ class SentencePieceBackend : public Backend {
       ids.insert(ids.end(), chunk.begin(), chunk.end());
     };
     for (size_t pos = 0; pos < text.size();) {
+      // Special tokens are matched only outside the plain ranges, never across their edges.
+      const Regions::Region region =
+          ranges.empty() ? Regions::Region{0, text.size(), false} : regions.at(pos);
+      if (region.plain) {
+        pos = region.end;
+        continue;
+      }
       size_t best_len = 0;
       int32_t best = -1;
       for (const auto& [s, id] : specials_) {
-        if (s.size() > best_len && text.compare(pos, s.size(), s) == 0) {
+        if (s.size() > best_len && s.size() <= region.end - pos &&
+            text.compare(pos, s.size(), s) == 0) {
           best_len = s.size();
           best = id;
         }

@@ -390,7 +390,12 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& dir) {
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
-  return backend_->encode(text, add_special_tokens);
+  return backend_->encode(text, add_special_tokens, {});
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens,
+                                       std::span<const TextRange> plain) const {
+  return backend_->encode(text, add_special_tokens, plain);
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
@@ -463,9 +468,15 @@ ChatEncoding Tokenizer::apply_chat_template_impl(const BasicChatRequest<J>& requ
   in.eos_token = eos_token_.value_or("");
   in.pad_token = pad_token_.value_or("");
   in.unk_token = unk_token_.value_or("");
+  RenderedChat r = tmpl->render_marked(in);
   ChatEncoding out;
-  out.rendered = tmpl->render(in);
-  out.ids = encode(out.rendered, /*add_special_tokens=*/false);
+  out.rendered = std::move(r.text);
+  std::vector<TextRange> plain;
+  if (!request.special_tokens_in_content) {
+    plain.reserve(r.untrusted.size());
+    for (const auto& s : r.untrusted) plain.push_back({s.begin, s.end});
+  }
+  out.ids = encode(out.rendered, /*add_special_tokens=*/false, plain);
   return out;
 }
 

@@ -54,6 +54,11 @@ class IncrementalDecoder {
   virtual bool cut() const = 0;
 };
 
+// A byte range [begin, end) of a text.
+struct TextRange {
+  size_t begin = 0, end = 0;
+};
+
 struct ChatTemplateSource {
   std::string name;  // "default" for the unnamed one
   std::string source;
@@ -68,6 +73,9 @@ struct BasicChatRequest {
   J documents;                               // null: none
   J extra = J::object();                     // chat_template_kwargs (enable_thinking, ...)
   std::optional<std::string> template_name;  // default: transformers' choice
+  // Whether special tokens spelled in the request's values (message content, tools,
+  // kwargs) are matched as special tokens, as transformers does. Off: they are text.
+  bool special_tokens_in_content = false;
 };
 using ChatRequest = BasicChatRequest<Json>;
 // Keeps the key order of objects (tools render byte for byte as transformers renders
@@ -95,6 +103,12 @@ class Tokenizer {
 
   // Token ids of `text`; add_special_tokens applies the post-processor (BOS/EOS...).
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
+  // The same, but no special token is matched where it overlaps one of the `plain`
+  // ranges of `text` (sorted and disjoint; InvalidArgument otherwise): their bytes are
+  // tokenized as text, as Hugging Face does with split_special_tokens=True. Added tokens
+  // that are not special are still matched inside a range, never across its edges.
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens,
+                              std::span<const TextRange> plain) const;
   // Text of `ids`; ids outside the vocabulary are skipped, as Hugging Face does.
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const;
   std::unique_ptr<IncrementalDecoder> make_incremental_decoder(bool skip_special_tokens) const;
@@ -126,8 +140,10 @@ class Tokenizer {
   // transformers' apply_chat_template(tokenize=True): renders the request with the chat
   // template (the named one; else "tool_use" when tools are given and it exists; else
   // "default") and this tokenizer's bos/eos/pad/unk tokens, then encodes the text with
-  // add_special_tokens=false. Throws InvalidArgument when there is no template or the
-  // template fails (raise_exception, syntax errors, limits).
+  // add_special_tokens=false. Special tokens are matched only in the template's own text
+  // unless the request sets special_tokens_in_content (see ChatTemplate::render_marked). Throws
+  // InvalidArgument when there is no template or the template fails (raise_exception, syntax
+  // errors, limits).
   ChatEncoding apply_chat_template(const ChatRequest& request) const;
   ChatEncoding apply_chat_template(const OrderedChatRequest& request) const;
 

@@ -1,11 +1,14 @@
 // The entry point of the jinja fuzz target, shared with the corpus replay test so the
 // same code runs under libFuzzer (clang) and in the ordinary test binary (g++).
 // Returns true when the template parsed and rendered; InvalidArgument is a clean
-// refusal, and anything else (a crash, a sanitizer report, another exception) is a bug.
+// refusal, and anything else (a crash, a sanitizer report, another exception, untrusted
+// spans that are not sorted, disjoint, non-empty ranges of the text) is a bug.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <string_view>
 
 #include "chat/chat_template.h"
@@ -40,7 +43,16 @@ inline bool jinja_one(const uint8_t* data, size_t size) {
   try {
     ChatTemplate t =
         ChatTemplate::compile(std::string_view(reinterpret_cast<const char*>(data), size));
-    t.render(inputs, opt);
+    const RenderedChat r = t.render_marked(inputs, opt);
+    size_t at = 0;
+    for (const auto& s : r.untrusted) {
+      if (s.begin < at || s.begin >= s.end || s.end > r.text.size()) {
+        std::fprintf(stderr, "jinja fuzz: bad untrusted span [%zu, %zu) after %zu in %zu bytes\n",
+                     s.begin, s.end, at, r.text.size());
+        std::abort();
+      }
+      at = s.end;
+    }
     return true;
   } catch (const InvalidArgument&) {
     return false;

@@ -45,8 +45,12 @@ TEST(CliHelp, EverySubcommandListsItsSettings) {
       EXPECT_EQ(out.rfind("usage: tachyon " + std::string(cmd), 0), 0) << cmd << "\n" << out;
       for (const Setting& s : settings_table()) {
         if (!s.takes(cmd)) continue;
-        const std::string flag = (s.type == SettingType::kBool ? "--[no-]" : "--") + s.name + " ";
-        EXPECT_NE(out.find(flag), std::string::npos) << cmd << ": " << s.name;
+        // A flag is followed by its value's name or the help's column, or (a long one)
+        // by the end of its line.
+        const std::string flag = (s.type == SettingType::kBool ? "--[no-]" : "--") + s.name;
+        EXPECT_TRUE(out.find(flag + " ") != std::string::npos ||
+                    out.find(flag + "\n") != std::string::npos)
+            << cmd << ": " << s.name;
         for (const SettingName& v : s.env)
           EXPECT_NE(out.find(v.name), std::string::npos) << cmd << ": " << v.name;
       }

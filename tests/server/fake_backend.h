@@ -5,10 +5,12 @@
 // step (delay configurable), so cancellation and disconnects can be observed.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <string_view>
 #include <thread>
 
 #include "frontend/backend.h"
@@ -47,11 +49,10 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
 
   const ModelInfo& model_info() const override { return info_; }
 
+  // Bytes as ids + 3, and "</s>" as the special token 2 (but inside the untrusted ranges
+  // of encode_chat).
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const override {
-    std::vector<int32_t> ids;
-    if (add_special_tokens) ids.push_back(1);
-    for (unsigned char c : text) ids.push_back(static_cast<int32_t>(c) + 3);
-    return ids;
+    return encode_chat(ChatPrompt{std::string(text), {}}, add_special_tokens);
   }
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override {
     std::string out;
@@ -68,8 +69,28 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
     if (id < 3) return id == 1 ? "<s>" : id == 2 ? "</s>" : "<pad>";
     return std::string(1, static_cast<char>(id - 3));
   }
-  std::string render_chat(const Json& messages, bool add_generation_prompt, const Json& extra,
-                          const RenderControl& control) const override {
+  std::vector<int32_t> encode_chat(const ChatPrompt& prompt,
+                                   bool add_special_tokens) const override {
+    static constexpr std::string_view kEos = "</s>";
+    const std::string& text = prompt.text;
+    std::vector<int32_t> ids;
+    if (add_special_tokens) ids.push_back(1);
+    for (size_t i = 0; i < text.size();) {
+      const bool plain =
+          std::any_of(prompt.untrusted.begin(), prompt.untrusted.end(),
+                      [&](const TextRange& r) { return r.begin < i + kEos.size() && i < r.end; });
+      if (!plain && std::string_view(text).substr(i, kEos.size()) == kEos) {
+        ids.push_back(2);
+        i += kEos.size();
+      } else {
+        ids.push_back(static_cast<int32_t>(static_cast<unsigned char>(text[i])) + 3);
+        ++i;
+      }
+    }
+    return ids;
+  }
+  ChatPrompt render_chat(const Json& messages, bool add_generation_prompt, const Json& extra,
+                         const RenderControl& control) const override {
     ++renders_started;
     while (slow_render) {
       if ((control.cancel != nullptr && control.cancel->load()) ||
@@ -79,12 +100,18 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    std::string out;
-    for (const auto& m : messages)
-      out += m["role"].get<std::string>() + ": " + m["content"].get<std::string>() + "\n";
-    if (extra.contains("prefix") && extra["prefix"].is_string())
-      out = extra["prefix"].get<std::string>() + out;
-    if (add_generation_prompt) out += "assistant:";
+    ChatPrompt out;
+    if (extra.contains("prefix") && extra["prefix"].is_string()) {
+      out.text = extra["prefix"].get<std::string>();
+      out.untrusted.push_back({0, out.text.size()});
+    }
+    for (const auto& m : messages) {
+      const size_t begin = out.text.size();
+      out.text += m["role"].get<std::string>() + ": " + m["content"].get<std::string>();
+      out.untrusted.push_back({begin, out.text.size()});
+      out.text += "\n";
+    }
+    if (add_generation_prompt) out.text += "assistant:";
     return out;
   }
 

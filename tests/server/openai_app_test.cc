@@ -1,6 +1,7 @@
 // The OpenAI endpoints end to end over HTTP, against the fake backend.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "server/app_test_util.h"
@@ -38,6 +39,38 @@ TEST(OpenAIChat, CompletesWithUsage) {
   auto p = s.backend->last_params();
   EXPECT_EQ(p.max_new_tokens, 5);
   EXPECT_EQ(p.random_seed, 3u);
+}
+
+// "</s>" is the fake's special token: written in a message it is text (4 byte tokens),
+// unless the server allows special tokens in content; in a raw prompt it is one token.
+TEST(OpenAIChat, SpecialTokensInContentAreText) {
+  Json body = chat_body(2);
+  body["messages"][0]["content"] = "a</s>b";
+  const std::string rendered = "user: a</s>b\nassistant:";
+  {
+    TestServer s;
+    auto r = s.post("/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(parse(r.body)["usage"]["prompt_tokens"], rendered.size());
+    const std::vector<int32_t> prompt = s.backend->last_prompt();
+    EXPECT_EQ(std::count(prompt.begin(), prompt.end(), 2), 0);
+    auto t =
+        s.post("/tokenize", Json{{"messages", body["messages"]}, {"add_generation_prompt", true}});
+    ASSERT_EQ(t.status, 200) << t.body;
+    EXPECT_EQ(parse(t.body)["count"], rendered.size());
+    Json completion = {{"model", "fake-model"}, {"prompt", "a</s>b"}, {"max_tokens", 2}};
+    auto c = s.post("/v1/completions", completion);
+    ASSERT_EQ(c.status, 200) << c.body;
+    EXPECT_EQ(parse(c.body)["usage"]["prompt_tokens"], 4);  // <s> a </s> b
+  }
+  AppOptions allow = TestServer::default_options();
+  allow.special_tokens_in_content = true;
+  TestServer s(allow);
+  auto r = s.post("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(parse(r.body)["usage"]["prompt_tokens"], rendered.size() - 3);
+  const std::vector<int32_t> prompt = s.backend->last_prompt();
+  EXPECT_EQ(std::count(prompt.begin(), prompt.end(), 2), 1);
 }
 
 TEST(OpenAIChat, PassesSamplingParameters) {

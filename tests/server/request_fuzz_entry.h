@@ -49,8 +49,8 @@ class CheckingBackend : public server::testing::FakeBackend {
  public:
   CheckingBackend() : FakeBackend(/*max_model_len=*/96) {}
 
-  std::string render_chat(const Json& messages, bool add_generation_prompt, const Json& extra,
-                          const RenderControl& control) const override {
+  ChatPrompt render_chat(const Json& messages, bool add_generation_prompt, const Json& extra,
+                         const RenderControl& control) const override {
     std::string out;
     for (const auto& m : messages) {
       if (!m.is_object() || !m.contains("role") || !m["role"].is_string() ||
@@ -60,7 +60,7 @@ class CheckingBackend : public server::testing::FakeBackend {
     }
     if (!extra.is_object()) request_bug("chat_template_kwargs is not an object: " + extra.dump());
     if (add_generation_prompt) out += "assistant:";
-    return out;
+    return {std::move(out), {}};
   }
 
   std::shared_ptr<GenerationHandle> generate(std::vector<int32_t> prompt,

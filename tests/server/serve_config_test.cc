@@ -78,6 +78,15 @@ TEST(ServeConfig, JsonConfigAndRepeatedKeys) {
   EXPECT_EQ(load({}, env).api_keys, (std::vector<std::string>{"x", "y"}));
 }
 
+TEST(ServeConfig, SpecialTokensInContentAreOffUnlessAllowed) {
+  EXPECT_FALSE(load({}).allow_special_tokens_in_content);
+  EXPECT_TRUE(load({"--allow-special-tokens-in-content"}).allow_special_tokens_in_content);
+  Env env;
+  env.vars = {{"TACHYON_ALLOW_SPECIAL_TOKENS_IN_CONTENT", "true"}};
+  EXPECT_TRUE(load({}, env).allow_special_tokens_in_content);
+  EXPECT_FALSE(load({"--no-allow-special-tokens-in-content"}, env).allow_special_tokens_in_content);
+}
+
 TEST(ServeConfig, EngineSizing) {
   ServeConfig c = load({});
   EXPECT_DOUBLE_EQ(c.gpu_memory_fraction, 0.9);

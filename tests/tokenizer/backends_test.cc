@@ -115,6 +115,18 @@ TEST(SentencePiece, ModelFileWithConfig) {
   // Byte fallback covers characters outside the training text.
   auto cjk = tok->encode("\xE4\xBD\xA0", false);
   EXPECT_EQ(tok->decode(cjk, false), "\xE4\xBD\xA0");
+  // In a plain range a special token is text: the whole text is one SentencePiece chunk.
+  const std::string text = "hello</s>world";
+  const int eos = sp.eos_id();
+  std::vector<int32_t> split = tok->encode(text, false);
+  EXPECT_NE(std::find(split.begin(), split.end(), eos), split.end());
+  std::vector<int> whole;
+  sp.Encode(text, &whole);
+  for (const std::vector<TextRange>& r :
+       {std::vector<TextRange>{{0, text.size()}}, {{5, 9}}, {{8, 9}}, {{3, 6}}}) {
+    EXPECT_EQ(tok->encode(text, false, r), std::vector<int32_t>(whole.begin(), whole.end()));
+  }
+  EXPECT_EQ(tok->encode(text, false, std::vector<TextRange>{{0, 5}}), split);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <sentencepiece_processor.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -128,6 +129,16 @@ TEST_F(ChatGLM6BTokenizerTest, SpecialsAreSplitOffWithTheSpacesAroundThem) {
   write(dir, c);
   auto t2 = Tokenizer::load(dir.path().string());
   EXPECT_EQ(t2->encode("the [MASK] world", false), cat3(sp("the"), mask, sp(" world")));
+}
+
+TEST_F(ChatGLM6BTokenizerTest, PlainRangesAreNotSplitOrStripped) {
+  auto t = Tokenizer::load(dir_->path().string());
+  const std::string text = "the [MASK] world";
+  const std::vector<TextRange> all = {{0, text.size()}}, mask = {{4, 10}}, none;
+  EXPECT_EQ(t->encode(text, false, all), sp("the [MASK] world"));
+  EXPECT_EQ(t->encode(text, false, mask), t->encode(text, false, all));
+  EXPECT_EQ(t->encode(text, false, none), t->encode(text, false));
+  EXPECT_NE(t->encode(text, false, all), t->encode(text, false));
 }
 
 TEST_F(ChatGLM6BTokenizerTest, DecodeRestoresWhitespaceAndDropsPadAndSpecials) {

@@ -6,6 +6,7 @@
 
 #include <sentencepiece_processor.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -87,6 +88,23 @@ TEST_F(ChatGLMTokenizerTest, EncodePrefixAddedTokensAndNamedPieces) {
   EXPECT_NE(std::find(want.begin(), want.end(), eop), want.end());
   EXPECT_EQ(t->encode("geopolitical", false), want);
   EXPECT_EQ(t->encode("</s>", false), std::vector<int32_t>{2});
+}
+
+// In plain ranges no added token is split off (transformers' slow tokenizers with
+// split_special_tokens): SentencePiece gets the text.
+TEST_F(ChatGLMTokenizerTest, PlainRangesAreSentencePieceText) {
+  auto t = Tokenizer::load(dir_->path().string());
+  const int32_t user = base_ + 6;
+  const std::string text = "hi<|user|>\n there";
+  const std::vector<TextRange> all = {{0, text.size()}};
+  std::vector<int32_t> ids = t->encode(text, false, all);
+  EXPECT_EQ(ids, sp(text));
+  EXPECT_EQ(std::find(ids.begin(), ids.end(), user), ids.end());
+  // Only the range is text; around it the token is matched.
+  const std::vector<TextRange> first = {{0, 2}};
+  EXPECT_EQ(t->encode(text, false, first), t->encode(text, false));
+  const std::vector<TextRange> inside = {{4, 5}};
+  EXPECT_EQ(t->encode(text, false, inside), sp(text));
 }
 
 TEST_F(ChatGLMTokenizerTest, DecodeDropsSentencePieceControlsAndNamesSpecials) {

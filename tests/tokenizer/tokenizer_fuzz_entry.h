@@ -9,6 +9,9 @@
 //     (encode(x) == encode(sanitize(x)));
 //   - decode(encode(x, false)) == expected_roundtrip(x) (the round-trip tests' property),
 //     for text that spells no special token and holds no U+2581;
+//   - encode with plain ranges (tokenizer.h): the whole text as one gives no special id;
+//     a range picked by the input's second and third bytes gives ids in the vocabulary,
+//     and an empty one the ids of encode;
 //   - the streaming decoder, with and without special tokens, on the encoded ids and on up
 //     to 512 ids read from the input's bytes (two bytes an id, any value in the
 //     vocabulary): valid UTF-8 pieces that concatenate to decode(ids) unless the stream
@@ -101,6 +104,19 @@ inline bool tokenizer_one(const uint8_t* data, size_t size) {
     for (int32_t id : plain) skip_roundtrip = skip_roundtrip || t.tok->is_special(id);
     if (!skip_roundtrip && t.tok->decode(plain, false) != testing::expected_roundtrip(t.name, text))
       tokenizer_bug(t.name, "decode(encode(x)) is not x as normalised");
+    const TextRange whole[] = {{0, text.size()}};
+    for (int32_t id : t.tok->encode(text, false, whole))
+      if (t.tok->is_special(id))
+        tokenizer_bug(t.name, "a plain range gave the special id " + std::to_string(id));
+    if (size > 3) {
+      const size_t n = text.size(), a = data[1] % (n + 1), b = a + data[2] % (n + 1 - a);
+      const TextRange some[] = {{a, b}};
+      const std::vector<int32_t> part = t.tok->encode(text, false, some);
+      for (int32_t id : part)
+        if (id < 0 || id >= vocab)
+          tokenizer_bug(t.name, "encode with a plain range gave id " + std::to_string(id));
+      if (a == b && part != plain) tokenizer_bug(t.name, "an empty plain range changed the ids");
+    }
     check_stream(t, ids, false);
     check_stream(t, ids, true);
     std::vector<int32_t> any;
