@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-#include "backend/op_test_util.h"
+#include "backend/cpu/op_test_util.h"
 #include "backend/ops.h"
 
 namespace tachyon {
