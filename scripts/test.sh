@@ -8,5 +8,6 @@ bash scripts/setup.sh
 bash scripts/build.sh -DTACHYON_CUDA_ARCHS="${TACHYON_CUDA_ARCHS:-90a}"
 bash scripts/fetch_tokenizers.sh "${TACHYON_BUILD_DIR:-build}/tokenizers"
 bash scripts/make_js_reference.sh "${TACHYON_BUILD_DIR:-build}/tokenizers"
-cd "${TACHYON_BUILD_DIR:-build}"
-ctest --output-on-failure --parallel "$(nproc)" --timeout 900
+(cd "${TACHYON_BUILD_DIR:-build}" && ctest --output-on-failure --parallel "$(nproc)" --timeout 900)
+# The .deb and .tar.gz, installed and run.
+bash scripts/package_test.sh

@@ -428,10 +428,14 @@ class Backend {
   // top_p / min_p sampling keyed by the row's Philox key; the result depends on that row
   // alone. kHost rows are left untouched. ids [R] i32 on the device: the token, or
   // kTokenOnHost, kTokenBadLogits (NaN or +inf), kTokenNoneAllowed (all -inf).
-  virtual void sample(Tensor& logits, const SamplingBatch& batch, Tensor& ids) {
+  // logprobs [R] f32 on the device: for each row given a token, its log-probability in
+  // the distribution it was drawn from, log-softmax of the adjusted row over the row's
+  // temperature (1 when greedy; top_k / top_p / min_p do not renormalize it); others 0.
+  virtual void sample(Tensor& logits, const SamplingBatch& batch, Tensor& ids, Tensor& logprobs) {
     (void)logits;
     (void)batch;
     (void)ids;
+    (void)logprobs;
     TACHYON_CHECK(false, "the {} backend does not sample on its device", name());
   }
 

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/logging.h"
+#include "engine/kv_sizing.h"
 #include "model/loader.h"
 
 namespace tachyon::cli {
@@ -17,16 +18,6 @@ LoadOptions load_options(const SettingValues& v) {
   opts.dtype = parse_compute_dtype(v.str("dtype"));
   opts.kv_cache_dtype = parse_kv_cache_dtype(v.str("kv-cache-dtype"));
   return opts;
-}
-
-int64_t host_memory_available() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  int64_t kb = 0;
-  std::string unit;
-  while (f >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
 }
 
 EngineBundle open_engine(const std::string& model_dir, const SettingValues& v,
@@ -57,19 +48,16 @@ EngineBundle open_engine(const std::string& model_dir, const SettingValues& v,
   const double mb = v.number("kv-cache-mb");
   if (c.num_kv_blocks > 0) {
     // The block count decides.
+  } else if (b.model->backend().device().is_cpu()) {
+    // Up to max-num-seqs full-length sequences (capped by --kv-cache-mb, else by a fifth
+    // of free memory), reserved one full-length sequence at a time.
+    c.kv_cache_bytes = static_cast<int64_t>(mb * 1024 * 1024);
+    size_host_kv_cache(&c, *b.model, host_memory_available());
   } else if (mb > 0) {
     c.kv_cache_bytes = static_cast<int64_t>(mb * 1024 * 1024);
-  } else if (!b.model->backend().device().is_cpu()) {
+  } else {
     c.kv_cache_bytes =
         kv_cache_budget_bytes(*b.model, v.number("gpu-memory-fraction"), c.max_num_batched_tokens);
-  } else {
-    // A fifth of free memory, but no more than every sequence at full length needs.
-    const int64_t per_block = static_cast<int64_t>(b.model->kv_bytes_per_block(c.block_size));
-    const int64_t blocks_full = static_cast<int64_t>(c.max_num_seqs) *
-                                ((b.model->max_seq_len() + c.block_size - 1) / c.block_size);
-    int64_t budget = host_memory_available() / 5;
-    if (budget <= 0) budget = int64_t{1} << 30;
-    c.kv_cache_bytes = std::min(budget, blocks_full * per_block);
   }
   c.swap_space_bytes = swap_space_bytes(v.has("swap-space") ? v.number("swap-space") : -1,
                                         b.model->backend().device().is_cpu());

@@ -32,9 +32,6 @@ LoadOptions load_options(const SettingValues& settings);
 EngineBundle open_engine(const std::string& model_dir, const SettingValues& settings,
                          int32_t expected_seqs = 0);
 
-// Free memory on this host (MemAvailable), or 0 when unknown.
-int64_t host_memory_available();
-
 // A prompt from a JSONL line or flag: {"prompt": "..."} (needs the tokenizer; special
 // tokens added as the tokenizer does) or {"prompt_ids": [...]}.
 std::vector<int32_t> prompt_from_json(const Json& line, const Tokenizer* tokenizer);

@@ -120,7 +120,9 @@ std::vector<Setting> make_table() {
           .range(0.05, 1.0),
       Def("kv-cache-mb", T::kDouble, "0", kEngine,
           "KV cache size in MiB; 0: automatic (on a GPU from --gpu-memory-fraction, on the CPU "
-          "a fifth of free memory, at most what --max-num-seqs full-length sequences need)")
+          "what --max-num-seqs full-length sequences need, at most a fifth of free memory). On "
+          "the CPU this is a limit: the cache is reserved one full-length sequence at a time, "
+          "as requests need it")
           .env({"TACHYON_KV_CACHE_MB", {"TACHYON_KV_CACHE_BYTES", 1 / kMiB}, "KV_CACHE_MEM_MB"})
           .alias({{"kv-cache-bytes", 1 / kMiB}, {"kv-cache-memory-bytes", 1 / kMiB}})
           .range(0, 1e12),

@@ -80,8 +80,14 @@ AsyncModel::AsyncModel(std::shared_ptr<LanguageModel> model, EngineConfig config
     raise<InvalidArgument>("kv_reserve_fraction {} must be in [0, 1)", config_.kv_reserve_fraction);
   vocab_size_ = model_->vocab_size();
   max_seq_len_ = model_->max_seq_len();
+  if (config_.kv_grow_blocks < 0)
+    raise<InvalidArgument>("kv_grow_blocks {} must be >= 0", config_.kv_grow_blocks);
   num_blocks_ = resolve_num_blocks(config_, *model_);
-  model_->init_kv_cache(num_blocks_, config_.block_size);
+  // What is reserved now: all of it, or a first chunk where the cache can grow.
+  const bool grows = config_.kv_grow_blocks > 0 && config_.kv_grow_blocks < num_blocks_ &&
+                     model_->can_grow_kv_cache();
+  const int32_t initial_blocks = grows ? config_.kv_grow_blocks : num_blocks_;
+  model_->init_kv_cache(initial_blocks, config_.block_size);
   if (config_.swap_space_bytes < 0)
     raise<InvalidArgument>("swap_space_bytes {} must be >= 0", config_.swap_space_bytes);
   int32_t swap_blocks = static_cast<int32_t>(
@@ -92,11 +98,13 @@ AsyncModel::AsyncModel(std::shared_ptr<LanguageModel> model, EngineConfig config
     log_warning("engine: the model cannot swap KV blocks; preempted requests are recomputed");
     swap_blocks = 0;
   }
-  kv_ = std::make_unique<KVCacheManager>(num_blocks_, config_.block_size, swap_blocks);
+  kv_ = std::make_unique<KVCacheManager>(initial_blocks, config_.block_size, swap_blocks);
   SchedulerConfig sc;
   sc.max_num_seqs = config_.max_num_seqs;
   sc.max_num_batched_tokens = config_.max_num_batched_tokens;
   sc.reserve_blocks = static_cast<int32_t>(config_.kv_reserve_fraction * num_blocks_);
+  sc.grow_blocks = grows ? config_.kv_grow_blocks : 0;
+  sc.max_blocks = num_blocks_;
   scheduler_ = std::make_unique<Scheduler>(sc, kv_.get());
   eos_ids_ = config_.eos_token_ids;
   requests_ = std::make_unique<RequestTable>(scheduler_.get(), &in_flight_);
@@ -104,18 +112,23 @@ AsyncModel::AsyncModel(std::shared_ptr<LanguageModel> model, EngineConfig config
                                            max_seq_len_);
   base_seed_ =
       splitmix64(std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32));
-  loop_stats_.num_kv_blocks = num_blocks_;
+  loop_stats_.num_kv_blocks = initial_blocks;
+  loop_stats_.max_kv_blocks = num_blocks_;
   loop_stats_.num_swap_blocks = swap_blocks;
   loop_stats_.block_size = config_.block_size;
   update_stats();
   executor_ = std::make_unique<ModelExecutor>(model_, eos_ids_, config_.device_sampling);
   overlap_ = executor_->device_sampling() && config_.overlap_steps;
   inbox_ = std::make_shared<Inbox>();
+  const size_t block_bytes = model_->kv_bytes_per_block(config_.block_size);
   log_info(
-      "engine: {} KV blocks of {} tokens ({} in swap space), max {} sequences, {} tokens "
-      "per step",
-      num_blocks_, config_.block_size, swap_blocks, config_.max_num_seqs,
-      config_.max_num_batched_tokens);
+      "engine: KV cache of {} blocks of {} tokens reserved ({:.1f} MiB), limit {} blocks "
+      "({:.1f} MiB{}), {} in swap space; max {} sequences, {} tokens per step",
+      initial_blocks, config_.block_size,
+      static_cast<double>(block_bytes) * initial_blocks / (1024.0 * 1024.0), num_blocks_,
+      static_cast<double>(block_bytes) * num_blocks_ / (1024.0 * 1024.0),
+      grows ? fmt::format(", grown by {} blocks on demand", config_.kv_grow_blocks) : "",
+      swap_blocks, config_.max_num_seqs, config_.max_num_batched_tokens);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -522,7 +535,9 @@ void AsyncModel::update_stats() {
   s.tokens_discarded = sampler_->tokens_discarded();
   s.num_waiting = scheduler_->num_waiting() + scheduler_->num_swapped();
   s.num_running = scheduler_->num_running();
+  s.num_kv_blocks = kv_->num_blocks();
   s.num_free_blocks = kv_->num_free_blocks();
+  s.num_kv_grows = scheduler_->num_kv_grows();
   s.num_free_swap_blocks = kv_->num_free_swap_blocks();
   stats_ = s;
   stats_.requests_submitted = submitted;

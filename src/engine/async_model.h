@@ -52,6 +52,10 @@ struct EngineConfig {
   int64_t kv_cache_bytes = 0;
   double kv_cache_memory_fraction = 0.0;
   int64_t memory_available_bytes = 0;
+  // > 0, on a model whose cache can grow (LanguageModel::can_grow_kv_cache): the cache
+  // starts with this many blocks and grows by as many whenever it is short (before any
+  // preemption), up to the capacity above. 0: the whole capacity at once.
+  int32_t kv_grow_blocks = 0;
   // Share of blocks that admissions leave free for running requests to grow into.
   double kv_reserve_fraction = 0.02;
   // Host memory for preempted sequences' KV blocks (swapped out and back instead of
@@ -80,8 +84,10 @@ struct EngineStats {
   bool healthy = true;
   int32_t num_waiting = 0;  // requests, not sequences (swapped-out ones included)
   int32_t num_running = 0;
-  int32_t num_kv_blocks = 0;
-  int32_t num_free_blocks = 0;
+  int32_t num_kv_blocks = 0;    // reserved now
+  int32_t max_kv_blocks = 0;    // the capacity it may grow to (EngineConfig::kv_grow_blocks)
+  int32_t num_free_blocks = 0;  // of those reserved
+  int64_t num_kv_grows = 0;
   int32_t block_size = 0;
   int64_t num_steps = 0;
   int64_t num_preemptions = 0;  // swapped out or sent back to be recomputed

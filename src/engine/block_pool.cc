@@ -36,6 +36,36 @@ void BlockPool::push_back(int32_t b) {
   ++num_free_;
 }
 
+void BlockPool::push_front(int32_t b) {
+  const int32_t s = num_blocks();
+  next_[b] = next_[s];
+  prev_[b] = s;
+  prev_[next_[s]] = b;
+  next_[s] = b;
+  ++num_free_;
+}
+
+void BlockPool::grow(int32_t num_blocks) {
+  const int32_t old = this->num_blocks();
+  TACHYON_CHECK(num_blocks >= old, "BlockPool::grow to {} blocks from {}", num_blocks, old);
+  if (num_blocks == old) return;
+  // The sentinel moves from index old (now a block) to num_blocks.
+  const int32_t first = next_[old], last = prev_[old];
+  ref_.resize(static_cast<size_t>(num_blocks), 0);
+  prev_.resize(static_cast<size_t>(num_blocks) + 1, 0);
+  next_.resize(static_cast<size_t>(num_blocks) + 1, 0);
+  const int32_t s = num_blocks;
+  if (first == old) {
+    prev_[s] = next_[s] = s;
+  } else {
+    next_[s] = first;
+    prev_[first] = s;
+    prev_[s] = last;
+    next_[last] = s;
+  }
+  for (int32_t b = num_blocks - 1; b >= old; --b) push_front(b);
+}
+
 int32_t BlockPool::allocate() {
   if (num_free_ == 0) return -1;
   const int32_t b = next_[num_blocks()];

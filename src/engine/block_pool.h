@@ -34,6 +34,9 @@ class BlockPool {
   void release(int32_t block);
   // Takes a specific free block off the free list (reuse of a cached block).
   void take(int32_t block);
+  // Adds blocks [num_blocks(), num_blocks) (num_blocks >= num_blocks()), free, at the
+  // front of the free list (taken first: they hold nothing worth keeping).
+  void grow(int32_t num_blocks);
 
   int32_t ref_count(int32_t block) const;
   // The free blocks, least recently freed first.
@@ -43,6 +46,7 @@ class BlockPool {
   void check_id(int32_t block) const;
   void unlink(int32_t block);
   void push_back(int32_t block);
+  void push_front(int32_t block);
 
   std::vector<int32_t> ref_;
   // Free-list links; index num_blocks() is the sentinel.
@@ -72,6 +76,8 @@ class KVCacheManager {
   int32_t num_blocks() const { return pool_.num_blocks(); }
   int32_t num_free_blocks() const { return pool_.num_free(); }
   const BlockPool& pool() const { return pool_; }
+  // More cache blocks: ids [num_blocks(), num_blocks), free (BlockPool::grow).
+  void grow(int32_t num_blocks) { pool_.grow(num_blocks); }
 
   // Blocks a sequence needs before writing positions [begin, end): new blocks past its
   // table, plus one copy for every shared block in the written range.

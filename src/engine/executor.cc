@@ -149,6 +149,7 @@ void ModelExecutor::read_rows(std::span<const ScheduledSeq> seqs, const ForwardO
     for (int32_t k = 0; k < s.num_logits; ++k, ++row) {
       StepRow r;
       r.token = out.tokens[row];
+      if (r.token >= 0 && !out.logprobs.empty()) r.logprob = out.logprobs[row];
       if (r.token == kTokenOnHost) r.logits = logits.data<float>() + (host_row++) * vocab_size_;
       (*rows)[s.seq_id] = r;  // the last row of the sequence
     }
@@ -156,6 +157,7 @@ void ModelExecutor::read_rows(std::span<const ScheduledSeq> seqs, const ForwardO
 }
 
 void ModelExecutor::move_blocks(const SchedulerOutput& plan) {
+  if (plan.kv_blocks > 0) model_->grow_kv_cache(plan.kv_blocks);
   if (!plan.swap_out.empty() || !plan.swap_in.empty())
     model_->swap_kv_blocks(block_pairs(plan.swap_out), block_pairs(plan.swap_in));
   if (!plan.copies.empty()) model_->copy_kv_blocks(block_pairs(plan.copies));

@@ -44,6 +44,7 @@ using SeqLookup = std::function<SeqInputs(const ScheduledSeq&)>;
 struct StepRow {
   const float* logits = nullptr;
   int32_t token = kTokenOnHost;
+  float logprob = 0.0f;  // a token chosen on the device: its chosen_logprob (engine/sampler.h)
 };
 using LogitRows = std::unordered_map<int64_t, StepRow>;  // seq id -> its row
 
@@ -62,7 +63,8 @@ class ModelExecutor {
   // before (prev_step; a placeholder of another step is a bug).
   const ForwardBatch& build(const SchedulerOutput& plan, const SeqLookup& seqs, int64_t prev_step);
 
-  // The plan's swaps (out, then in) and copy-on-write copies, in that order: before the
+  // The cache's growth (SchedulerOutput::kv_blocks), the plan's swaps (out, then in) and
+  // copy-on-write copies, in that order: before the
   // step's forward pass, and also for a plan that runs none.
   void move_blocks(const SchedulerOutput& plan);
   // Queues the batch (LanguageModel::launch) / takes the oldest queued step's output.

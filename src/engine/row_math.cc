@@ -155,17 +155,18 @@ TACHYON_ROW_CLONES double row_exp(const float* x, int32_t n, float m, float scal
   return total;
 }
 
-TACHYON_ROW_CLONES double row_exp_sum(const float* x, int32_t n, float m) {
+TACHYON_ROW_CLONES double row_exp_sum(const float* x, int32_t n, float m, float scale) {
   double total = 0;
   const f4 vm = splat(m);
+  const f4 vs = splat(scale);
   int32_t i = 0;
   while (i + kLanes <= n) {
     f4 acc = splat(0.0f);
     const int32_t end = i + 1024 < n ? i + 1024 : n;
-    for (; i + kLanes <= end; i += kLanes) acc += exp4(load(x + i) - vm);
+    for (; i + kLanes <= end; i += kLanes) acc += exp4((load(x + i) - vm) * vs);
     for (int k = 0; k < kLanes; ++k) total += acc[k];
   }
-  for (; i < n; ++i) total += fast_exp(x[i] - m);
+  for (; i < n; ++i) total += fast_exp((x[i] - m) * scale);
   return total;
 }
 

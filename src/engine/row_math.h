@@ -17,8 +17,8 @@ int32_t row_next_above(const float* x, int32_t n, int32_t from, float threshold)
 // w[i] = exp((x[i] - m) * scale), 0 for x[i] = -inf; returns the sum in double.
 // Relative error of each term within 2e-7.
 double row_exp(const float* x, int32_t n, float m, float scale, float* w);
-// sum(exp(x[i] - m)) without storing the terms.
-double row_exp_sum(const float* x, int32_t n, float m);
+// sum(exp((x[i] - m) * scale)) without storing the terms.
+double row_exp_sum(const float* x, int32_t n, float m, float scale = 1.0f);
 // One term of row_exp.
 float fast_exp(float x);
 

@@ -101,6 +101,16 @@ double log_sum_exp(const float* x, int32_t n) {
   return m + std::log(row_exp_sum(x, n, m));
 }
 
+float chosen_logprob(const float* processed, int32_t vocab, int32_t token, float inv_t) {
+  const float m = processed[argmax(processed, vocab)];
+  const double sum = row_exp_sum(processed, vocab, m, inv_t);
+  return static_cast<float>(static_cast<double>(processed[token] - m) * inv_t - std::log(sum));
+}
+
+float draw_inv_temperature(const GenerateConfig& config) {
+  return config.is_greedy() ? 1.0f : 1.0f / config.temperature;
+}
+
 std::vector<TokenLogprob> top_logprobs(const float* x, int32_t n, double lse, int32_t k) {
   k = std::min(k, n);
   // One pass keeping the k best so far, best first (lowest id first on ties); once k
@@ -252,13 +262,14 @@ int32_t Sampler::choose(const float* logits, int32_t vocab, const GenerateConfig
 SampledToken Sampler::sample(const float* logits, int32_t vocab, const SamplingContext& ctx) {
   const GenerateConfig& cfg = *ctx.config;
   SampledToken out;
-  if (processors_inactive(ctx)) {
-    out.token = choose(logits, vocab, cfg, ctx.rng);
-  } else {
+  const float* processed = logits;
+  if (!processors_inactive(ctx)) {
     processed_.assign(logits, logits + vocab);
     process_logits(processed_.data(), vocab, ctx);
-    out.token = choose(processed_.data(), vocab, cfg, ctx.rng);
+    processed = processed_.data();
   }
+  out.token = choose(processed, vocab, cfg, ctx.rng);
+  out.sample_logprob = chosen_logprob(processed, vocab, out.token, draw_inv_temperature(cfg));
   if (cfg.return_logprobs) {
     const double lse = log_sum_exp(logits, vocab);
     out.logprob = static_cast<float>(logits[out.token] - lse);

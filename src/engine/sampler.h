@@ -33,7 +33,10 @@ struct SamplingContext {
 
 struct SampledToken {
   int32_t token = -1;
-  float logprob = 0.0f;           // of the model's distribution (raw log-softmax)
+  float logprob = 0.0f;  // of the model's distribution (raw log-softmax); with return_logprobs
+  // Of the distribution the token was drawn from: chosen_logprob of the processed logits
+  // (always set; the sequence's cum_log_prob sums these).
+  float sample_logprob = 0.0f;
   std::vector<TokenLogprob> top;  // top_logprobs alternatives, most likely first
 };
 
@@ -52,6 +55,14 @@ int32_t argmax(const float* x, int32_t n);
 
 // log(sum(exp(x))) in double precision.
 double log_sum_exp(const float* x, int32_t n);
+
+// The log-probability of `token` in the distribution a row is drawn from, as RTP-LLM
+// reports it: log-softmax of the processed logits (after penalties, bias and bans) divided
+// by the temperature (1 for greedy rows), over the whole vocabulary: top_k / top_p /
+// min_p choose among the tokens but do not renormalize it. 1 / temperature is inv_t.
+float chosen_logprob(const float* processed, int32_t vocab, int32_t token, float inv_t);
+// inv_t of a config's draw: 1 for greedy decoding, else 1 / temperature.
+float draw_inv_temperature(const GenerateConfig& config);
 
 // The k largest entries of log-softmax(x) (lse = log_sum_exp(x)), largest first, lowest
 // index first on ties.

@@ -236,6 +236,19 @@ void Scheduler::preempt(Group& g, SchedulerOutput* out) {
   waiting_.insert({g.arrival, g.id});
 }
 
+bool Scheduler::grow_until_free(int64_t want, SchedulerOutput* out) {
+  while (kv_->num_free_blocks() < want) {
+    const int32_t n = kv_->num_blocks();
+    if (config_.grow_blocks <= 0 || n >= config_.max_blocks) return false;
+    const int32_t to = static_cast<int32_t>(
+        std::min<int64_t>(config_.max_blocks, int64_t{n} + config_.grow_blocks));
+    kv_->grow(to);
+    out->kv_blocks = to;
+    ++num_kv_grows_;
+  }
+  return true;
+}
+
 void Scheduler::schedule_running(SchedulerOutput* out, int32_t* token_budget) {
   const std::vector<int64_t> order = running_groups();
   // Tokens the decoding groups will take; a prefill chunk may only use what they leave.
@@ -252,6 +265,14 @@ void Scheduler::schedule_running(SchedulerOutput* out, int32_t* token_budget) {
     const bool decoding = is_decoding(g);
     if (decoding) decode_pending -= static_cast<int32_t>(g.seqs.size());
     const int32_t budget = decoding ? *token_budget : *token_budget - decode_pending;
+    // The blocks its tokens of this step need: grown into while below the limit.
+    int64_t want = 0;
+    for (int64_t s : g.seqs) {
+      const SeqState& st = seqs_.at(s);
+      want += kv_->blocks_needed(s, st.num_computed,
+                                 std::min(st.num_tokens, st.num_computed + std::max(budget, 0)));
+    }
+    if (want > kv_->num_free_blocks()) grow_until_free(want, out);
     while (true) {
       const Plan plan = plan_group(g, budget, kv_->num_free_blocks());
       if (plan.status == Plan::kOk) {
@@ -260,7 +281,9 @@ void Scheduler::schedule_running(SchedulerOutput* out, int32_t* token_budget) {
         break;
       }
       if (plan.status == Plan::kNoBudget || plan.status == Plan::kIdle) break;
-      // Out of blocks: preempt the most recent running group (perhaps this one).
+      // Out of blocks: grow the cache while below its limit, else preempt the most recent running
+      // group (perhaps this one).
+      if (grow_until_free(int64_t{kv_->num_free_blocks()} + 1, out)) continue;
       Group& victim = groups_.at(std::prev(running_.end())->second);
       preempt(victim, out);
       if (&victim == &g) break;
@@ -288,7 +311,9 @@ bool Scheduler::swap_in_groups(SchedulerOutput* out, int32_t* token_budget) {
     const int64_t have = kv_->swapped_blocks(s);
     const int64_t next = (int64_t{st.num_tokens} + kv_->block_size() - 1) / kv_->block_size();
     const int32_t reserve = running_.empty() ? 0 : config_.reserve_blocks;
-    if (std::max(have, next) + reserve > kv_->num_free_blocks()) return false;
+    if (std::max(have, next) + reserve > kv_->num_free_blocks() &&
+        !grow_until_free(std::max(have, next) + reserve, out))
+      return false;
     const bool ok = kv_->swap_in(s, &out->swap_in);
     TACHYON_CHECK(ok, "cache blocks for sequence {} were not available", s);
     swapped_.erase(swapped_.begin());
@@ -310,7 +335,7 @@ void Scheduler::admit_waiting(SchedulerOutput* out, int32_t* token_budget) {
       need += kv_->blocks_needed(s, st.num_computed, st.num_tokens);
     }
     const int32_t reserve = running_.empty() ? 0 : config_.reserve_blocks;
-    if (need + reserve > kv_->num_free_blocks()) break;
+    if (need + reserve > kv_->num_free_blocks() && !grow_until_free(need + reserve, out)) break;
     const Plan plan = plan_group(g, *token_budget, kv_->num_free_blocks());
     if (plan.status != Plan::kOk) break;
     waiting_.erase(waiting_.begin());

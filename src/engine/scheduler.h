@@ -38,6 +38,11 @@ struct SchedulerConfig {
   int32_t max_num_seqs = 128;            // sequences running at once
   int32_t max_num_batched_tokens = 512;  // tokens per step
   int32_t reserve_blocks = 0;            // free blocks admissions leave for running groups
+  // Growth of the KV cache: when short of blocks, before preempting or holding back a
+  // request, the pool grows by grow_blocks (KVCacheManager::grow) up to max_blocks, and
+  // the step tells the model (SchedulerOutput::kv_blocks). grow_blocks 0: it never grows.
+  int32_t grow_blocks = 0;
+  int32_t max_blocks = 0;
 };
 
 // One sequence's share of a step: it computes positions [start, start + num_tokens).
@@ -64,6 +69,9 @@ struct SchedulerOutput {
   std::vector<BlockCopy> swap_out;
   std::vector<BlockCopy> swap_in;
   int32_t num_batched_tokens = 0;
+  // > 0: the cache grew to this many blocks in this step; the model's cache must hold
+  // them before the block moves and the forward pass (LanguageModel::grow_kv_cache).
+  int32_t kv_blocks = 0;
   bool empty() const { return seqs.empty(); }
 };
 
@@ -97,6 +105,7 @@ class Scheduler {
   int64_t num_swap_outs() const { return num_swap_outs_; }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }
+  int64_t num_kv_grows() const { return num_kv_grows_; }
   const SchedulerConfig& config() const { return config_; }
 
   // Introspection for tests and stats.
@@ -134,6 +143,9 @@ class Scheduler {
   bool is_decoding(const Group& g) const;
   Plan plan_group(const Group& g, int32_t token_budget, int32_t free_blocks) const;
   void apply_plan(Group& g, const Plan& plan, SchedulerOutput* out);
+  // Grows the pool by chunks (SchedulerConfig::grow_blocks) until `want` blocks are
+  // free; false when the limit comes first (it keeps what it grew).
+  bool grow_until_free(int64_t want, SchedulerOutput* out);
   void preempt(Group& g, SchedulerOutput* out);
   void schedule_running(SchedulerOutput* out, int32_t* token_budget);
   void admit_waiting(SchedulerOutput* out, int32_t* token_budget);
@@ -153,6 +165,7 @@ class Scheduler {
   uint64_t next_arrival_ = 0;
   int64_t num_preemptions_ = 0;
   int64_t num_swap_outs_ = 0;
+  int64_t num_kv_grows_ = 0;
 };
 
 }  // namespace tachyon

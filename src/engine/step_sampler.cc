@@ -94,7 +94,8 @@ void StepSampler::process(const std::vector<int64_t>& groups, LogitRows& rows, i
         if (job.row.token == kTokenOnHost) {
           job.token = samplers_[static_cast<size_t>(w)].sample(job.row.logits, vocab_size_, ctx);
         } else if (job.row.token >= 0) {
-          job.token.token = job.row.token;  // chosen on the device
+          job.token.token = job.row.token;  // chosen on the device, with its log-prob
+          job.token.sample_logprob = job.row.logprob;
         } else if (job.row.token == kTokenNoneAllowed) {
           raise<InvalidArgument>("no token is allowed: every logit is -inf");
         } else {
@@ -167,8 +168,8 @@ void StepSampler::on_token(EngineRequest& r, EngineSeq& s, const SampledToken& t
   if (cfg.return_logprobs) {
     e.logprobs.push_back(t.logprob);
     e.top_logprobs.push_back(t.top);
-    s.cum_logprob += t.logprob;
   }
+  s.cum_logprob += t.sample_logprob;
   e.cum_log_prob = s.cum_logprob;
   bool stop = false;
   if (generated >= cfg.min_new_tokens) {

@@ -1,9 +1,11 @@
 #include "frontend/engine_backend.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "chat/chat_template.h"
 #include "core/logging.h"
+#include "engine/kv_sizing.h"
 #include "frontend/text.h"
 #include "model/loader.h"
 #include "tokenizer/tokenizer.h"
@@ -167,7 +169,9 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
     eos.push_back(*id);
   EngineConfig ec = o.engine;
   if (ec.eos_token_ids.empty()) ec.eos_token_ids = eos;
-  if (!lo.device->is_cpu() && ec.kv_cache_bytes <= 0 && ec.num_kv_blocks <= 0)
+  if (lo.device->is_cpu())
+    size_host_kv_cache(&ec, *model, host_memory_available());
+  else if (ec.kv_cache_bytes <= 0 && ec.num_kv_blocks <= 0)
     ec.kv_cache_bytes =
         kv_cache_budget_bytes(*model, o.gpu_memory_fraction, ec.max_num_batched_tokens);
   ec.swap_space_bytes = swap_space_bytes(o.swap_space_gb, lo.device->is_cpu());
@@ -309,11 +313,13 @@ BackendStats EngineBackend::stats() const {
   BackendStats s;
   s.num_running = e.num_running;
   s.num_waiting = e.num_waiting;
-  s.num_kv_blocks = e.num_kv_blocks;
-  s.num_free_kv_blocks = e.num_free_blocks;
+  // The capacity, and as free what is free of it, reserved yet or not (a cache that
+  // grows on demand: EngineConfig::kv_grow_blocks).
+  s.num_kv_blocks = std::max(e.max_kv_blocks, e.num_kv_blocks);
+  s.num_free_kv_blocks = e.num_free_blocks + (s.num_kv_blocks - e.num_kv_blocks);
   s.block_size = e.block_size;
   s.kv_cache_usage =
-      e.num_kv_blocks > 0 ? 1.0 - static_cast<double>(e.num_free_blocks) / e.num_kv_blocks : 0.0;
+      s.num_kv_blocks > 0 ? 1.0 - static_cast<double>(s.num_free_kv_blocks) / s.num_kv_blocks : 0.0;
   s.num_preemptions = e.num_preemptions;
   s.num_swap_outs = e.num_swap_outs;
   return s;

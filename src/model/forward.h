@@ -128,6 +128,11 @@ struct ForwardOutput {
   // [logits_rows.size()]: the token chosen on the device for each kDevice row, or
   // kTokenOnHost (the row's logits are in `logits`), kTokenBadLogits, kTokenNoneAllowed.
   std::vector<int32_t> tokens;
+  // [logits_rows.size()] or empty (no row chosen on the device): for each token chosen
+  // on the device, its log-probability in the distribution it was drawn from
+  // (SamplingBatch: log-softmax of the adjusted logits over the row's temperature, 1 when
+  // greedy); 0 for the other rows.
+  std::vector<float> logprobs;
   // float32 logits on the CPU of the kHost rows only, in logits_rows order
   // [number of kHost rows, vocab_size] (every row when batch.sampling is empty).
   Tensor logits;
@@ -158,6 +163,15 @@ class LanguageModel {
   virtual size_t kv_bytes_per_block(int32_t block_size) const = 0;
   // (Re)allocates the paged KV cache: num_blocks blocks of block_size tokens.
   virtual void init_kv_cache(int32_t num_blocks, int32_t block_size) = 0;
+  // Whether grow_kv_cache works: the engine then reserves the cache in chunks, growing
+  // it on demand up to its capacity.
+  virtual bool can_grow_kv_cache() const { return false; }
+  // Enlarges the cache to num_blocks blocks (at least as many as it has), keeping the
+  // contents of blocks [0, old count); between steps only (nothing in flight).
+  virtual void grow_kv_cache(int32_t num_blocks) {
+    (void)num_blocks;
+    raise<InvalidArgument>("grow_kv_cache: this model's KV cache cannot grow");
+  }
   // Copies whole blocks (src -> dst) in every layer: copy-on-write for shared prefixes.
   virtual void copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) = 0;
   // (Re)allocates swap space: host memory for num_blocks blocks of the cache's shape,

@@ -60,6 +60,34 @@ void ModelRunner::init_kv_cache(int32_t num_blocks, int32_t block_size) {
   swap_.clear();
 }
 
+bool ModelRunner::can_grow_kv_cache() const {
+  return be_->device().is_cpu();
+}
+
+void ModelRunner::grow_kv_cache(int32_t num_blocks) {
+  if (!can_grow_kv_cache())
+    raise<InvalidArgument>("grow_kv_cache: the KV cache on {} cannot grow", be_->device().str());
+  if (kv_.empty()) raise<InvalidArgument>("grow_kv_cache: the KV cache is not initialised");
+  if (num_blocks < num_blocks_)
+    raise<InvalidArgument>("grow_kv_cache: {} blocks is fewer than the {} it has", num_blocks,
+                           num_blocks_);
+  if (num_blocks == num_blocks_) return;
+  // New, larger tensors (zeroed like init_kv_cache's), blocks [0, old) copied in: blocks
+  // are the outer dimension, so they are the tensors' leading bytes. Host memory.
+  for (LayerKvCache& c : kv_) {
+    if (!c.k) continue;
+    for (Tensor* t : {&c.k, &c.v}) {
+      Shape shape = t->shape();
+      shape[0] = num_blocks;
+      Tensor bigger = be_->alloc(shape, be_->kv_dtype());
+      be_->fill_zero(bigger);
+      std::memcpy(bigger.raw(), t->raw(), t->nbytes());
+      *t = std::move(bigger);
+    }
+  }
+  num_blocks_ = num_blocks;
+}
+
 bool ModelRunner::init_kv_swap(int32_t num_blocks) {
   if (kv_.empty()) raise<InvalidArgument>("init_kv_swap: the KV cache is not initialised");
   if (num_blocks < 0) raise<InvalidArgument>("init_kv_swap: {} blocks", num_blocks);

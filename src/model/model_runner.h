@@ -38,6 +38,9 @@ class ModelRunner final : public Model {
   PromptLayout prompt_layout(std::span<const int32_t> prompt) const override;
   size_t kv_bytes_per_block(int32_t block_size) const override;
   void init_kv_cache(int32_t num_blocks, int32_t block_size) override;
+  // On the CPU only (a GPU's cache is reserved whole, and steps may be in flight there).
+  bool can_grow_kv_cache() const override;
+  void grow_kv_cache(int32_t num_blocks) override;
   void copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) override;
   bool init_kv_swap(int32_t num_blocks) override;
   void swap_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& out,
@@ -184,7 +187,7 @@ class ModelRunner final : public Model {
   struct Launched {
     uint64_t fence = 0;
     int64_t rows = 0;
-    Tensor ids;     // [rows] i32, host
+    Tensor ids;     // [2 * rows] i32, host: the ids, then their log-probs (f32 bits)
     Tensor logits;  // [host rows, V] f32, host
     Tensor hidden;  // [hidden rows, D] host, the activation dtype (f32 in collect())
     bool ready = false;

@@ -82,11 +82,16 @@ void ModelRunner::launch(const ForwardBatch& b) {
   }
   const SamplingBatch& sb = b.sampling;
   Tensor logits = device_logits(b);
-  Tensor ids = sample_ids_.view(*be_, 1, R, DType::kI32);
-  ids = Tensor::wrap(ids.raw(), {R}, DType::kI32, ids.owner(), ids.device());
-  be_->sample(logits, sb, ids);
-  l.ids = host_buffer(R, DType::kI32);
-  be_->download_async(ids, l.ids.raw());
+  // The ids [R] i32 and beside them their log-probabilities [R] f32: one copy back.
+  Tensor both = sample_ids_.view(*be_, 1, 2 * R, DType::kI32);
+  Tensor ids = Tensor::wrap(both.raw(), {R}, DType::kI32, both.owner(), both.device());
+  Tensor logprobs =
+      Tensor::wrap(both.data<int32_t>() + R, {R}, DType::kF32, both.owner(), both.device());
+  be_->sample(logits, sb, ids, logprobs);
+  l.ids = host_buffer(2 * R, DType::kI32);
+  const Tensor both_flat =
+      Tensor::wrap(both.raw(), {2 * R}, DType::kI32, both.owner(), both.device());
+  be_->download_async(both_flat, l.ids.raw());
   // The rows sampled on the host, in order.
   int64_t host_rows = 0;
   for (const RowSampling& r : sb.rows) host_rows += r.mode == RowSampling::Mode::kHost ? 1 : 0;
@@ -121,6 +126,8 @@ ForwardOutput ModelRunner::collect() {
   ForwardOutput out;
   const int32_t* ids = l.ids.data<int32_t>();
   out.tokens.assign(ids, ids + l.rows);
+  const float* logprobs = reinterpret_cast<const float*>(ids + l.rows);
+  out.logprobs.assign(logprobs, logprobs + l.rows);
   // The host rows' logits stay in their buffer, held by the output until the caller
   // drops it.
   out.logits = l.logits ? l.logits : Tensor::empty({0, cfg_.vocab_size}, DType::kF32);

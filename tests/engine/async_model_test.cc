@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <thread>
 
@@ -362,6 +364,51 @@ TEST(AsyncModel, LogprobsAndTimings) {
   EXPECT_LE(r.timings.first_token_ms, r.timings.total_ms);
   EXPECT_EQ(r.timings.token_gaps_ms.size() + 1,
             ref.ids.size() + (ref.reason == FinishReason::kStop));
+}
+
+// cum_log_prob of sampled and greedy output, without return_logprobs: the sum over the
+// output tokens of log-softmax(processed logits / temperature) (temperature 1 when
+// greedy), recomputed here from the model's logits in double precision.
+TEST(AsyncModel, CumLogProbIsTheDrawnTokensLogSoftmax) {
+  FakeModelOptions o;
+  auto t = make_engine(o, small_engine(512));
+  std::mt19937 rng(12);
+  const auto prompt = random_prompt(rng, 7, o.vocab, o.eos);
+  for (const bool greedy : {false, true}) {
+    GenerateConfig c;
+    c.random_seed = 9;
+    c.max_new_tokens = 16;
+    c.temperature = greedy ? 0.0f : 0.7f;
+    c.top_k = greedy ? 0 : 8;
+    c.repetition_penalty = 1.3f;
+    c.logit_bias = {{5, 1.5f}};
+    const auto r = t.engine->submit({prompt, c})->wait();
+    ASSERT_FALSE(r.error.has_value());
+    const auto& s = r.sequences[0];
+    ASSERT_FALSE(s.output_ids.empty());
+    std::vector<int32_t> tokens = prompt;
+    std::vector<float> logits(static_cast<size_t>(o.vocab));
+    const std::vector<int32_t> eos = {o.eos};
+    const double inv_t = greedy ? 1.0 : 1.0 / c.temperature;
+    double want = 0.0;
+    for (const int32_t id : s.output_ids) {
+      testing::FakeModel::reference_logits(tokens, o, logits.data());
+      SamplingContext ctx;
+      ctx.config = &c;
+      ctx.tokens = tokens;
+      ctx.prompt_len = static_cast<int32_t>(prompt.size());
+      ctx.eos_ids = eos;
+      process_logits(logits.data(), o.vocab, ctx);
+      const double m = *std::max_element(logits.begin(), logits.end());
+      double sum = 0.0;
+      for (const float x : logits) sum += std::exp((x - m) * inv_t);
+      want += (logits[static_cast<size_t>(id)] - m) * inv_t - std::log(sum);
+      tokens.push_back(id);
+    }
+    EXPECT_LT(want, -0.1) << "a test that cannot tell 0 from the sum";
+    EXPECT_NEAR(s.cum_log_prob, want, 1e-4 * static_cast<double>(s.output_ids.size()))
+        << (greedy ? "greedy" : "sampled");
+  }
 }
 
 }  // namespace

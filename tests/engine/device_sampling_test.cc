@@ -129,6 +129,8 @@ TEST(DeviceSampling, EngineOutputsEqualHostPath) {
       EXPECT_EQ(a.sequences[k].output_ids, b.sequences[k].output_ids) << "request " << i;
       EXPECT_EQ(a.sequences[k].finish_reason, b.sequences[k].finish_reason) << "request " << i;
       EXPECT_EQ(a.sequences[k].logprobs, b.sequences[k].logprobs) << "request " << i;
+      EXPECT_NEAR(a.sequences[k].cum_log_prob, b.sequences[k].cum_log_prob, 1e-5)
+          << "request " << i;
     }
   }
 }

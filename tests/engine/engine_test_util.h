@@ -152,9 +152,11 @@ class DeviceSamplingModel : public FakeModel {
       c.top_k = p.top_k;
       c.top_p = p.top_p;
       c.min_p = p.min_p;
+      out.logprobs.resize(R, 0.0f);
       try {
-        out.tokens.push_back(
-            sampler_.choose(x.data(), V, c, RngKey{p.seed, p.seq_index, p.step, 0}));
+        const int32_t t = sampler_.choose(x.data(), V, c, RngKey{p.seed, p.seq_index, p.step, 0});
+        out.tokens.push_back(t);
+        out.logprobs[r] = chosen_logprob(x.data(), V, t, p.greedy ? 1.0f : 1.0f / p.temperature);
       } catch (const Error&) {
         out.tokens.push_back(kTokenNoneAllowed);
       }

@@ -45,6 +45,7 @@ struct FakeModelOptions {
   // layout_token (a prompt without one is refused); a step that computes part of a
   // context without all of it counts as a violation.
   int32_t layout_token = -1;
+  bool can_grow = false;  // the KV cache can grow (LanguageModel::grow_kv_cache)
 };
 
 class FakeModel : public LanguageModel {
@@ -80,6 +81,16 @@ class FakeModel : public LanguageModel {
     block_size_ = block_size;
     slots_.assign(static_cast<size_t>(num_blocks) * block_size, Slot{});
   }
+  bool can_grow_kv_cache() const override { return o_.can_grow; }
+  void grow_kv_cache(int32_t num_blocks) override {
+    if (!o_.can_grow || num_blocks < num_blocks_)
+      raise<InvalidArgument>("grow_kv_cache: {} blocks from {}", num_blocks, num_blocks_);
+    num_blocks_ = num_blocks;
+    slots_.resize(static_cast<size_t>(num_blocks) * block_size_, Slot{});
+    ++grows_;
+  }
+  int32_t num_blocks() const { return num_blocks_; }
+  int64_t grows() const { return grows_; }
   void copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) override {
     for (auto [src, dst] : src_dst) {
       if (src < 0 || src >= num_blocks_ || dst < 0 || dst >= num_blocks_)
@@ -191,6 +202,7 @@ class FakeModel : public LanguageModel {
   int64_t context_steps_ = 0;
   int64_t forwards_ = 0;
   int64_t copies_ = 0;
+  int64_t grows_ = 0;
   int64_t max_batch_tokens_ = 0;
 };
 

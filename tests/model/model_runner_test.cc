@@ -44,6 +44,28 @@ TEST(ModelRunner, SlidingWindowIgnoresReleasedBlocks) {
   EXPECT_THROW(llama->forward(one_seq({42}, 0, {-1})), InvalidArgument);
 }
 
+// The CPU cache grows keeping its blocks: a sequence written before the growth goes on
+// in blocks past the old end and gives the logits of a cache reserved whole.
+TEST(ModelRunner, GrownCacheKeepsItsBlocks) {
+  const std::vector<int32_t> prompt = {11, 200, 37, 480, 9, 9, 301, 77};
+  auto whole = load_model(fixture("llama"));
+  whole->init_kv_cache(16, 4);
+  whole->forward(one_seq(prompt, 0, {0, 1}));
+  Tensor want = whole->forward(one_seq({55, 56, 57, 58, 59}, 8, {0, 1, 12, 13}));
+
+  auto m = load_model(fixture("llama"));
+  ASSERT_TRUE(m->can_grow_kv_cache());
+  m->init_kv_cache(2, 4);
+  m->forward(one_seq(prompt, 0, {0, 1}));
+  EXPECT_THROW(m->forward(one_seq({55}, 8, {0, 1, 12})), InvalidArgument);
+  EXPECT_THROW(m->grow_kv_cache(1), InvalidArgument);
+  m->grow_kv_cache(16);
+  Tensor got = m->forward(one_seq({55, 56, 57, 58, 59}, 8, {0, 1, 12, 13}));
+  ASSERT_EQ(got.numel(), want.numel());
+  for (int64_t i = 0; i < got.numel(); ++i)
+    ASSERT_EQ(got.data<float>()[i], want.data<float>()[i]) << i;
+}
+
 TEST(ModelRunner, LogitsRowsInRequestedOrder) {
   auto m = load_model(fixture("qwen2"));
   m->init_kv_cache(8, 4);

@@ -129,7 +129,7 @@ class CudaBackend final : public Backend {
   void argmax(const Tensor& logits, Tensor& ids) override;
   void log_softmax(Tensor& logits) override;
   bool supports_sampling() const override { return true; }
-  void sample(Tensor& logits, const SamplingBatch& batch, Tensor& ids) override;
+  void sample(Tensor& logits, const SamplingBatch& batch, Tensor& ids, Tensor& logprobs) override;
   // The uniform draws of the rows' keys, computed on the device (for tests).
   std::vector<double> sample_uniforms(const std::vector<RowSampling>& rows);
 

@@ -44,15 +44,19 @@ KSampleRow pack(const RowSampling& r) {
 
 }  // namespace
 
-void CudaBackend::sample(Tensor& logits, const SamplingBatch& batch, Tensor& ids) {
+void CudaBackend::sample(Tensor& logits, const SamplingBatch& batch, Tensor& ids,
+                         Tensor& logprobs) {
   check_here(logits, "sample logits");
   check_here(ids, "sample ids");
+  check_here(logprobs, "sample logprobs");
   TACHYON_CHECK(logits.ndim() == 2 && logits.dtype() == DType::kF32, "sample logits {}",
                 logits.str());
   const int64_t rows = logits.dim(0), vocab = logits.dim(1);
   TACHYON_CHECK(static_cast<int64_t>(batch.rows.size()) == rows, "sample: {} rows for logits {}",
                 batch.rows.size(), logits.str());
   TACHYON_CHECK(ids.dtype() == DType::kI32 && ids.numel() == rows, "sample ids {}", ids.str());
+  TACHYON_CHECK(logprobs.dtype() == DType::kF32 && logprobs.numel() == rows, "sample logprobs {}",
+                logprobs.str());
   const bool has_adj = !batch.adjust_start.empty();
   TACHYON_CHECK(
       !has_adj || (static_cast<int64_t>(batch.adjust_start.size()) == rows + 1 &&
@@ -74,6 +78,8 @@ void CudaBackend::sample(Tensor& logits, const SamplingBatch& batch, Tensor& ids
     void* partial = scratch(sample_partial_, greedy_partial_bytes(rows, vocab));
     launch_sample_greedy(logits.data<float>(), rows, vocab, partial,
                          merge_counters_.data<int32_t>(), ids.data<int32_t>(), stream_);
+    launch_chosen_logprob(logits.data<float>(), rows, vocab, nullptr, ids.data<int32_t>(),
+                          logprobs.data<float>(), stream_);
     return;
   }
   const KSampleRow* rows_meta = nullptr;
@@ -109,6 +115,10 @@ void CudaBackend::sample(Tensor& logits, const SamplingBatch& batch, Tensor& ids
   }
   launch_sample(logits.data<float>(), rows, vocab, rows_meta, adj, start, masks,
                 ids.data<int32_t>(), stream_);
+  // The chosen tokens' log-probabilities: one more pass over the adjusted (and masked)
+  // rows.
+  launch_chosen_logprob(logits.data<float>(), rows, vocab, rows_meta, ids.data<int32_t>(),
+                        logprobs.data<float>(), stream_);
 }
 
 std::vector<double> CudaBackend::sample_uniforms(const std::vector<RowSampling>& rows) {

@@ -5,6 +5,7 @@
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch_check.h"
+#include "backend/cuda/sampling_kernels.h"
 
 namespace tachyon::cuda {
 namespace {
@@ -61,7 +62,45 @@ __global__ void log_softmax_kernel(float* x, int64_t vocab) {
   for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) row[j] -= lse;
 }
 
+// One block per row: the log-probability of the row's chosen token (ids[r] >= 0) in the
+// distribution it was drawn from, log-softmax((x - max) / T) at the token, T the row's
+// temperature (1 when greedy or without meta); 0 for rows without a token. The row
+// already holds its adjustments (launch_sample applied them in place).
+__global__ void chosen_logprob_kernel(const float* __restrict__ logits, int64_t vocab,
+                                      const KSampleRow* __restrict__ meta,
+                                      const int32_t* __restrict__ ids,
+                                      float* __restrict__ logprobs) {
+  __shared__ float scratch[32];
+  const int32_t id = ids[blockIdx.x];
+  if (id < 0 || id >= vocab) {
+    if (threadIdx.x == 0) logprobs[blockIdx.x] = 0.f;
+    return;
+  }
+  float inv_t = 1.f;
+  if (meta != nullptr && meta[blockIdx.x].greedy == 0) inv_t = 1.f / meta[blockIdx.x].temperature;
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) mx = fmaxf(mx, row[j]);
+  mx = block_max(mx, scratch);
+  float sum = 0.f;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+    const float x = row[j];
+    if (x != -INFINITY) sum += expf((x - mx) * inv_t);
+  }
+  sum = block_sum(sum, scratch);
+  if (threadIdx.x == 0) logprobs[blockIdx.x] = (row[id] - mx) * inv_t - logf(sum);
+}
+
 }  // namespace
+
+void launch_chosen_logprob(const float* logits, int64_t rows, int64_t vocab,
+                           const KSampleRow* rows_meta, const int32_t* ids, float* logprobs,
+                           cudaStream_t stream) {
+  if (rows == 0) return;
+  chosen_logprob_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+      logits, vocab, rows_meta, ids, logprobs);
+  TACHYON_CUDA_LAUNCH_CHECK();
+}
 
 void launch_argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* ids,
                    cudaStream_t stream) {

@@ -66,6 +66,15 @@ size_t greedy_partial_bytes(int64_t rows, int64_t vocab);
 void launch_sample_greedy(const float* logits, int64_t rows, int64_t vocab, void* partial,
                           int* counters, int32_t* ids, cudaStream_t stream);
 
+// After launch_sample or launch_sample_greedy on the same logits (adjusted in place):
+// logprobs[r] = the log-probability of ids[r] in the distribution it was drawn from,
+// log-softmax of the adjusted row over its temperature (1 when greedy or rows_meta is
+// null), the whole vocabulary (top_k / top_p / min_p do not renormalize it); 0 for a row
+// without a token (ids[r] < 0). One block per row (sampling.cu).
+void launch_chosen_logprob(const float* logits, int64_t rows, int64_t vocab,
+                           const KSampleRow* rows_meta, const int32_t* ids, float* logprobs,
+                           cudaStream_t stream);
+
 // out[i] = the uniform draw of rows_meta[i]'s key (for tests: equal to the host's
 // rng_uniform bit for bit).
 void launch_sample_uniforms(const KSampleRow* rows_meta, int64_t n, double* out,

@@ -35,16 +35,22 @@ void tie_top(std::vector<float>& row, std::mt19937& rng) {
   row[static_cast<size_t>(rng() % n)] = top;
 }
 
-// Runs sample() over rows [R, V]; returns the tokens and the processed logits.
+// Runs sample() over rows [R, V]; returns the tokens, the processed logits and the
+// tokens' log-probabilities.
 std::vector<int32_t> run_sample(cuda::CudaBackend& be, const std::vector<float>& logits, int64_t V,
-                                const SamplingBatch& batch,
-                                std::vector<float>* processed = nullptr) {
+                                const SamplingBatch& batch, std::vector<float>* processed = nullptr,
+                                std::vector<float>* logprobs = nullptr) {
   const int64_t R = static_cast<int64_t>(batch.rows.size());
   Tensor d = be.upload(logits.data(), {R, V}, DType::kF32, {});
   Tensor ids = be.alloc({R}, DType::kI32);
-  be.sample(d, batch, ids);
+  Tensor lp = be.alloc({R}, DType::kF32);
+  be.sample(d, batch, ids, lp);
   std::vector<int32_t> out(static_cast<size_t>(R));
   be.download(ids, out.data());
+  if (logprobs != nullptr) {
+    logprobs->resize(static_cast<size_t>(R));
+    be.download(lp, logprobs->data());
+  }
   if (processed != nullptr) {
     processed->resize(logits.size());
     be.download(d, processed->data());
@@ -288,6 +294,72 @@ TEST(CudaSampling, TokenMasksMatchHostProcessing) {
   for (int64_t v = 0; v < V; ++v)
     ASSERT_EQ(processed[static_cast<size_t>(4 * V + v)], logits[static_cast<size_t>(4 * V + v)]);
   EXPECT_EQ(got[5], 4);
+
+// Each token chosen on the device comes back with its log-probability in the distribution
+// it was drawn from: the host sampler's sample_logprob (log-softmax of the processed row
+// over the temperature, 1 when greedy) for greedy rows (the split scan and the
+// adjusted path), sampled rows with every truncation and penalties; 0 for rows without
+// a token.
+TEST(CudaSampling, ChosenLogprobsMatchHost) {
+  TACHYON_REQUIRE_GPU();
+  Gpu g;
+  std::mt19937 rng(23);
+  const std::vector<int32_t> eos{2};
+  for (const int64_t V : {int64_t{1000}, int64_t{32003}, int64_t{128256}}) {
+    const int64_t R = 12;
+    std::vector<float> logits;
+    std::vector<GenerateConfig> cfgs(static_cast<size_t>(R));
+    std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(R));
+    for (int64_t r = 0; r < R; ++r) {
+      const auto row = random_logits(rng, V);
+      logits.insert(logits.end(), row.begin(), row.end());
+      GenerateConfig& c = cfgs[static_cast<size_t>(r)];
+      c.temperature = r % 4 == 0 ? 0.f : 0.5f + 0.25f * static_cast<float>(r % 5);
+      if (r % 3 == 1) c.top_k = 40;
+      if (r % 3 == 2) c.top_p = 0.8f;
+      if (r % 5 == 3) c.min_p = 0.05f;
+      if (r % 4 == 1) c.repetition_penalty = 1.3f, c.presence_penalty = 0.5f;
+      for (int i = 0; i < 30; ++i)
+        tokens[static_cast<size_t>(r)].push_back(static_cast<int32_t>(rng() % V));
+    }
+    auto run = [&](bool all_plain_greedy) {
+      SamplingBatch batch;
+      if (!all_plain_greedy) batch.adjust_start.push_back(0);
+      for (int64_t r = 0; r < R; ++r) {
+        GenerateConfig c = cfgs[static_cast<size_t>(r)];
+        if (all_plain_greedy) c = GenerateConfig{}, c.temperature = 0.f;
+        SamplingContext ctx{&c, tokens[static_cast<size_t>(r)], 10, eos, {}};
+        batch.rows.push_back(device_row(c, 31, 0, static_cast<uint64_t>(r)));
+        if (all_plain_greedy) continue;
+        if (!processors_inactive(ctx))
+          token_adjustments(ctx, static_cast<int32_t>(V), &batch.adjustments);
+        batch.adjust_start.push_back(static_cast<int32_t>(batch.adjustments.size()));
+      }
+      if (!all_plain_greedy) batch.rows[5].mode = RowSampling::Mode::kHost;
+      std::vector<float> lps;
+      const auto got = run_sample(*g.be, logits, V, batch, nullptr, &lps);
+      Sampler sampler;
+      for (int64_t r = 0; r < R; ++r) {
+        const size_t i = static_cast<size_t>(r);
+        if (!all_plain_greedy && r == 5) {
+          EXPECT_EQ(got[i], kTokenOnHost);
+          EXPECT_EQ(lps[i], 0.f);
+          continue;
+        }
+        GenerateConfig c = cfgs[i];
+        if (all_plain_greedy) c = GenerateConfig{}, c.temperature = 0.f;
+        SamplingContext ctx{&c, tokens[i], 10, eos, RngKey{31, 0, static_cast<uint64_t>(r), 0}};
+        const SampledToken want =
+            sampler.sample(logits.data() + r * V, static_cast<int32_t>(V), ctx);
+        ASSERT_EQ(got[i], want.token) << "V " << V << " row " << r;
+        EXPECT_LT(lps[i], 1e-6f);
+        EXPECT_NEAR(lps[i], want.sample_logprob, 2e-4f + 1e-5f * std::fabs(want.sample_logprob))
+            << "V " << V << " row " << r << (all_plain_greedy ? " (split greedy)" : "");
+      }
+    };
+    run(true);
+    run(false);
+  }
 }
 
 // A row's token depends on the row and its key only: alone, in a batch at another
