@@ -34,6 +34,8 @@ for t in "${TARGETS[@]}"; do
   f=$(find "$BUILD_DIR" -maxdepth 2 -type f -name "$t" -perm -u+x | head -1)
   [ -n "$f" ] || { echo "gpu_build: $t not built" >&2; exit 1; }
   strip -o "$STAGE/bin/$t" "$f"
+  # tachyon opens its CUDA backend, libtachyon_cuda.so, from its own folder.
+  if [ "$t" = tachyon ]; then strip -o "$STAGE/bin/libtachyon_cuda.so" "$BUILD_DIR/libtachyon_cuda.so"; fi
 done
 # Shared libraries from Debian that the binaries still need (no static archive, or a
 # CMake package that names the shared one), and CUPTI for tachyon_gpu_bench --trace:
