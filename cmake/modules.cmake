@@ -32,6 +32,17 @@ function(tachyon_test_module name dir)
   target_compile_definitions(${name} PRIVATE
     TACHYON_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
     TACHYON_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  # A test that runs on the default device (a GPU when one is present, or
+  # TACHYON_DEVICE=cuda) reaches the CUDA backend as `tachyon` does: the module
+  # libtachyon_cuda.so, found through the build folder (or beside the binary where
+  # scripts/gpu_build.sh stages them), resolving its references to tachyon against the
+  # test's exported symbols.
+  set_target_properties(${name} PROPERTIES ENABLE_EXPORTS ON)
+  if(TARGET tachyon_cuda)
+    add_dependencies(${name} tachyon_cuda)
+    set_property(TARGET ${name} APPEND PROPERTY BUILD_RPATH ${CMAKE_BINARY_DIR})
+    target_compile_definitions(${name} PRIVATE TACHYON_WITH_CUDA=1)
+  endif()
   gtest_discover_tests(${name} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}
     DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 900)
 endfunction()

@@ -28,13 +28,16 @@ TARGETS=(tachyon tachyon_cuda_tests tachyon_conformance_tests tachyon_engine_tes
   tachyon_kernel_bench)
 if [ -n "${GPU_TARGETS:-}" ]; then read -r -a TARGETS <<<"$GPU_TARGETS"; fi
 TARGETS+=("$@")
-cmake --build "$BUILD_DIR" --parallel "$(nproc)" --target "${TARGETS[@]}"
+# tachyon and the test binaries open the CUDA backend, libtachyon_cuda.so, from their
+# own folder: built and staged with them.
+cmake --build "$BUILD_DIR" --parallel "$(nproc)" --target "${TARGETS[@]}" tachyon_cuda
 rm -rf "$STAGE" && mkdir -p "$STAGE/bin"
 for t in "${TARGETS[@]}"; do
   f=$(find "$BUILD_DIR" -maxdepth 2 -type f -name "$t" -perm -u+x | head -1)
   [ -n "$f" ] || { echo "gpu_build: $t not built" >&2; exit 1; }
   strip -o "$STAGE/bin/$t" "$f"
 done
+strip -o "$STAGE/bin/libtachyon_cuda.so" "$BUILD_DIR/libtachyon_cuda.so"
 # Shared libraries from Debian that the binaries still need (no static archive, or a
 # CMake package that names the shared one), and CUPTI for tachyon_gpu_bench --trace:
 # copied beside them (found through $ORIGIN).

@@ -11,7 +11,7 @@
 #include <cstdlib>
 
 #if defined(TACHYON_WITH_CUDA)
-#include "backend/cuda/cuda_backend.h"
+#include "model/cuda_module.h"
 #endif
 
 namespace tachyon {
@@ -32,7 +32,8 @@ ModelConfig load_model_config(const std::string& dir, const LoadOptions& opts) {
 
 bool cuda_available() {
 #if defined(TACHYON_WITH_CUDA)
-  return cuda_device_count() > 0;
+  const CudaEntry* cuda = probe_cuda_entry();
+  return cuda && cuda->device_count() > 0;
 #else
   return false;
 #endif
@@ -52,7 +53,7 @@ Device parse_device(const std::string& spec) {
     raise<InvalidArgument>("unknown device '{}' (cpu, cuda, cuda:N, auto)", spec);
   }
 #if defined(TACHYON_WITH_CUDA)
-  const int n = cuda_device_count();
+  const int n = cuda_entry().device_count();
   if (index >= n)
     raise<Unavailable>("device '{}' asked for, but {} CUDA device(s) are visible", spec, n);
   return Device{DeviceType::kCUDA, index};
@@ -92,7 +93,7 @@ std::unique_ptr<Backend> make_backend(const LoadOptions& opts, DType checkpoint_
   o.device = dev.index;
   o.dtype = dtype;
   o.kv_dtype = kv;
-  return make_cuda_backend(o);
+  return cuda_entry().make_backend(o);
 #else
   (void)checkpoint_dtype;
   raise<Unavailable>("device {} asked for, but this build has no CUDA backend", dev.str());
