@@ -182,7 +182,8 @@ void sampling_cases(std::vector<OpCase>& cases) {
                        b.adjust_start.assign(static_cast<size_t>(rows) + 1, 1);
                        b.adjust_start[0] = 0;
                        Tensor d = r.f32(l), ids = r.out({rows}, DType::kI32);
-                       if (r.be().supports_sampling()) r.be().sample(d, b, ids);
+                       Tensor logprobs = r.be().alloc({rows}, DType::kF32);
+                       if (r.be().supports_sampling()) r.be().sample(d, b, ids, logprobs);
                        r.output("ids", ids, true);
                        r.keep("logits", l);
                      },
