@@ -294,6 +294,7 @@ TEST(CudaSampling, TokenMasksMatchHostProcessing) {
   for (int64_t v = 0; v < V; ++v)
     ASSERT_EQ(processed[static_cast<size_t>(4 * V + v)], logits[static_cast<size_t>(4 * V + v)]);
   EXPECT_EQ(got[5], 4);
+}
 
 // Each token chosen on the device comes back with its log-probability in the distribution
 // it was drawn from: the host sampler's sample_logprob (log-softmax of the processed row
