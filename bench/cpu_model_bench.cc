@@ -112,6 +112,9 @@ class ProfilingBackend : public Backend {
   void gather_rows(const Tensor& s, const Tensor& r, Tensor& o) override {
     timed("gather_rows", [&] { b_->gather_rows(s, r, o); });
   }
+  void scatter_rows(const Tensor& s, const Tensor& r, Tensor& o) override {
+    timed("scatter_rows", [&] { b_->scatter_rows(s, r, o); });
+  }
   void scatter_ids(const Tensor& s, const Tensor& p, Tensor& ids) override {
     timed("scatter_ids", [&] { b_->scatter_ids(s, p, ids); });
   }
