@@ -9,10 +9,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${TACHYON_BUILD_DIR:-build}
 cmake --build "$BUILD_DIR" --target package >/dev/null
-deb=$(ls -t "$BUILD_DIR"/tachyon_*.deb | head -n 1)
-tgz=$(ls -t "$BUILD_DIR"/tachyon-*.tar.gz | head -n 1)
-tar -tzf "$tgz" | grep -q '/bin/tachyon$' || { echo "package: $tgz holds no bin/tachyon" >&2; exit 1; }
-dpkg-deb -f "$deb" Depends | grep -q libfmt || { echo "package: $deb declares no dependencies" >&2; exit 1; }
+# Outputs are captured whole and matched afterwards: a `producer | grep -q` pipe under
+# pipefail fails with SIGPIPE whenever grep stops reading before the producer is done.
+deb=$(ls -t "$BUILD_DIR"/tachyon_*.deb)
+deb=${deb%%$'\n'*}
+tgz=$(ls -t "$BUILD_DIR"/tachyon-*.tar.gz)
+tgz=${tgz%%$'\n'*}
+listing=$(tar -tzf "$tgz")
+grep -q '/bin/tachyon$' <<<"$listing" || { echo "package: $tgz holds no bin/tachyon" >&2; exit 1; }
+depends=$(dpkg-deb -f "$deb" Depends)
+[[ $depends == *libfmt* ]] || { echo "package: $deb declares no dependencies (Depends: $depends)" >&2; exit 1; }
 
 work=$(mktemp -d)
 installed=""
@@ -34,7 +40,8 @@ else
   bin="$work/root/usr/bin/tachyon"
 fi
 cd "$work"
-"$bin" serve --help | grep -q -- '--max-num-seqs'
+help=$("$bin" serve --help)
+[[ $help == *--max-num-seqs* ]] || { echo "package: serve --help lists no --max-num-seqs" >&2; exit 1; }
 out=$(TACHYON_DEVICE=cpu "$bin" generate --prompt "In the beginning" --max-new-tokens 8 --json)
-echo "$out" | grep -q '"output_ids"' || { echo "package: generate printed: $out" >&2; exit 1; }
+[[ $out == *'"output_ids"'* ]] || { echo "package: generate printed: $out" >&2; exit 1; }
 echo "package: $(basename "$deb") ($mode) serves --help and generates: ok"
