@@ -159,6 +159,11 @@ EngineStats AsyncModel::stats() const {
   return s;
 }
 
+int32_t AsyncModel::pin_prefix(std::vector<int32_t> prompt_ids) {
+  (void)prompt_ids;
+  raise<Unavailable>("pin_prefix: not built yet");
+}
+
 std::shared_ptr<RequestStream> AsyncModel::submit(GenerateRequest request) {
   GenerateConfig& cfg = request.config;
   const auto& prompt = request.prompt_ids;

@@ -61,6 +61,14 @@ struct EngineConfig {
   // Host memory for preempted sequences' KV blocks (swapped out and back instead of
   // recomputed), where the model can swap (LanguageModel::init_kv_swap); 0: none.
   int64_t swap_space_bytes = 0;
+  // Automatic prefix caching: full KV blocks are kept, keyed by a hash chained over
+  // their tokens (and the request's cache salt), after their sequence ends or is
+  // preempted, until their memory is needed; a request reuses the longest cached prefix
+  // of its prompt and computes only the rest.
+  bool prefix_caching = true;
+  // Host memory for a second tier of the prefix cache: cached blocks evicted from the
+  // device are copied there and brought back on a hit; 0: none. Beside swap_space_bytes.
+  int64_t prefix_cache_host_bytes = 0;
 
   int32_t max_num_seqs = 128;            // sequences in flight
   int32_t max_num_batched_tokens = 512;  // tokens per step (>= max_num_seqs)
@@ -94,6 +102,15 @@ struct EngineStats {
   int64_t num_swap_outs = 0;    // of those, swapped out
   int32_t num_swap_blocks = 0;
   int32_t num_free_swap_blocks = 0;
+  // The prefix cache: prompt tokens looked up and found (vLLM's prefix_cache_queries
+  // and prefix_cache_hits), those found brought back from the host tier, and the blocks
+  // it holds now (free but cached, or pinned).
+  int64_t prefix_cache_queries = 0;
+  int64_t prefix_cache_hits = 0;
+  int64_t prefix_cache_host_hits = 0;
+  int32_t num_cached_blocks = 0;
+  int32_t num_pinned_blocks = 0;
+  int32_t num_host_cache_blocks = 0;  // the host tier's capacity
   int64_t requests_submitted = 0;
   int64_t requests_finished = 0;
   int64_t tokens_computed = 0;   // tokens through the model (prompts, recomputes, decodes)
@@ -133,6 +150,13 @@ class AsyncModel {
   // are the frontend's; ResourceExhausted when it could never fit the KV cache or the
   // queue is full; Unavailable once the engine is shut down or dead) and queues it.
   std::shared_ptr<RequestStream> submit(GenerateRequest request);
+
+  // Computes the K/V of `prompt_ids` and pins its full blocks in the prefix cache: they
+  // are never evicted, and every request whose prompt starts with these tokens reuses
+  // them (system prompts). Blocks until done; returns the tokens pinned (the prompt's
+  // whole blocks). Throws InvalidArgument for an empty or too long prompt, or when
+  // prefix caching is off.
+  int32_t pin_prefix(std::vector<int32_t> prompt_ids);
 
   // Ends every request still in flight (FinishReason::kError, Unavailable) and stops
   // the loop. Idempotent; the destructor calls it.

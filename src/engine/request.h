@@ -21,7 +21,10 @@ namespace tachyon {
 struct GenerateRequest {
   std::vector<int32_t> prompt_ids;
   GenerateConfig config;
-  // Room for later: a LoRA adapter id, embeddings injected at positions (images).
+  // What besides the token ids the prompt's K/V depends on (a LoRA adapter, embeddings
+  // injected at positions): the prefix cache shares blocks only between requests of the
+  // same salt.
+  uint64_t cache_salt = 0;
 };
 
 enum class FinishReason {
@@ -41,8 +44,8 @@ struct RequestTimings {
   int32_t iter_count = 0;     // engine steps the request took part in
   int32_t input_len = 0;
   int32_t output_len = 0;  // tokens generated, summed over the returned sequences
-  int32_t prefix_len = 0;  // prompt tokens served from the prefix cache
-  int32_t reuse_len = 0;
+  int32_t prefix_len = 0;  // the system (task) prompt put before the request's own
+  int32_t reuse_len = 0;   // prompt tokens taken from the prefix cache
   int32_t num_preemptions = 0;
   // Gaps between successive tokens of sequence 0 (inter-token latency).
   std::vector<double> token_gaps_ms;
