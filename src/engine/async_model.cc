@@ -94,11 +94,32 @@ AsyncModel::AsyncModel(std::shared_ptr<LanguageModel> model, EngineConfig config
       std::min<int64_t>(config_.swap_space_bytes /
                             static_cast<int64_t>(model_->kv_bytes_per_block(config_.block_size)),
                         std::numeric_limits<int32_t>::max() / 2));
-  if (swap_blocks > 0 && !model_->init_kv_swap(swap_blocks)) {
-    log_warning("engine: the model cannot swap KV blocks; preempted requests are recomputed");
+  if (config_.prefix_cache_host_bytes < 0)
+    raise<InvalidArgument>("prefix_cache_host_bytes {} must be >= 0",
+                           config_.prefix_cache_host_bytes);
+  prefix_reuse_ =
+      config_.prefix_caching ? model_->prefix_reuse() : LanguageModel::PrefixReuse::kNever;
+  if (config_.prefix_caching && prefix_reuse_ == LanguageModel::PrefixReuse::kNever)
+    log_warning(
+        "engine: prefix caching is off for this model: its rotary frequencies follow the length "
+        "seen so far, so a block's K/V depends on when it was computed");
+  int32_t host_blocks =
+      prefix_reuse_ == LanguageModel::PrefixReuse::kNever
+          ? 0
+          : static_cast<int32_t>(std::min<int64_t>(
+                config_.prefix_cache_host_bytes /
+                    static_cast<int64_t>(model_->kv_bytes_per_block(config_.block_size)),
+                std::numeric_limits<int32_t>::max() / 2 - swap_blocks));
+  // Swap space and the prefix cache's host tier share the model's host blocks.
+  if (swap_blocks + host_blocks > 0 && !model_->init_kv_swap(swap_blocks + host_blocks)) {
+    log_warning(
+        "engine: the model cannot copy KV blocks to host memory; preempted requests are "
+        "recomputed and the prefix cache has no host tier");
     swap_blocks = 0;
+    host_blocks = 0;
   }
   kv_ = std::make_unique<KVCacheManager>(initial_blocks, config_.block_size, swap_blocks);
+  if (prefix_reuse_ != LanguageModel::PrefixReuse::kNever) kv_->enable_prefix_cache(host_blocks);
   SchedulerConfig sc;
   sc.max_num_seqs = config_.max_num_seqs;
   sc.max_num_batched_tokens = config_.max_num_batched_tokens;
@@ -106,6 +127,12 @@ AsyncModel::AsyncModel(std::shared_ptr<LanguageModel> model, EngineConfig config
   sc.grow_blocks = grows ? config_.kv_grow_blocks : 0;
   sc.max_blocks = num_blocks_;
   scheduler_ = std::make_unique<Scheduler>(sc, kv_.get());
+  // What the prefix cache hashes: a sequence's tokens the host knows.
+  scheduler_->set_token_source([this](int64_t id) -> std::span<const int32_t> {
+    if (!requests_->has_seq(id)) return {};
+    const EngineSeq& s = requests_->seq(id);
+    return {s.tokens.data(), s.pending.empty() ? s.tokens.size() : s.pending.front().index};
+  });
   eos_ids_ = config_.eos_token_ids;
   requests_ = std::make_unique<RequestTable>(scheduler_.get(), &in_flight_);
   sampler_ = std::make_unique<StepSampler>(requests_.get(), scheduler_.get(), eos_ids_, vocab_size_,
@@ -115,6 +142,7 @@ AsyncModel::AsyncModel(std::shared_ptr<LanguageModel> model, EngineConfig config
   loop_stats_.num_kv_blocks = initial_blocks;
   loop_stats_.max_kv_blocks = num_blocks_;
   loop_stats_.num_swap_blocks = swap_blocks;
+  loop_stats_.num_host_cache_blocks = host_blocks;
   loop_stats_.block_size = config_.block_size;
   update_stats();
   executor_ = std::make_unique<ModelExecutor>(model_, eos_ids_, config_.device_sampling);
@@ -123,12 +151,16 @@ AsyncModel::AsyncModel(std::shared_ptr<LanguageModel> model, EngineConfig config
   const size_t block_bytes = model_->kv_bytes_per_block(config_.block_size);
   log_info(
       "engine: KV cache of {} blocks of {} tokens reserved ({:.1f} MiB), limit {} blocks "
-      "({:.1f} MiB{}), {} in swap space; max {} sequences, {} tokens per step",
+      "({:.1f} MiB{}), {} in swap space; prefix cache {}; max {} sequences, {} tokens per step",
       initial_blocks, config_.block_size,
       static_cast<double>(block_bytes) * initial_blocks / (1024.0 * 1024.0), num_blocks_,
       static_cast<double>(block_bytes) * num_blocks_ / (1024.0 * 1024.0),
       grows ? fmt::format(", grown by {} blocks on demand", config_.kv_grow_blocks) : "",
-      swap_blocks, config_.max_num_seqs, config_.max_num_batched_tokens);
+      swap_blocks,
+      prefix_reuse_ == LanguageModel::PrefixReuse::kNever
+          ? std::string("off")
+          : fmt::format("on ({} blocks in host memory)", host_blocks),
+      config_.max_num_seqs, config_.max_num_batched_tokens);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -160,11 +192,26 @@ EngineStats AsyncModel::stats() const {
 }
 
 int32_t AsyncModel::pin_prefix(std::vector<int32_t> prompt_ids) {
-  (void)prompt_ids;
-  raise<Unavailable>("pin_prefix: not built yet");
+  if (prefix_reuse_ == LanguageModel::PrefixReuse::kNever)
+    raise<InvalidArgument>("pin_prefix: prefix caching is off");
+  GenerateRequest request;
+  request.prompt_ids = std::move(prompt_ids);
+  request.config.max_new_tokens = 1;  // the prompt is computed; its token is dropped
+  auto pinned = std::make_shared<std::atomic<int32_t>>(0);
+  GenerateResult result = enqueue(std::move(request), pinned)->wait();
+  if (result.error) {
+    if (result.error->code == ErrorCode::kInternal) raise<Internal>("{}", result.error->message);
+    raise<Unavailable>("pin_prefix: {}", result.error->message);
+  }
+  return pinned->load();
 }
 
 std::shared_ptr<RequestStream> AsyncModel::submit(GenerateRequest request) {
+  return enqueue(std::move(request), nullptr);
+}
+
+std::shared_ptr<RequestStream> AsyncModel::enqueue(GenerateRequest request,
+                                                   std::shared_ptr<std::atomic<int32_t>> pinned) {
   GenerateConfig& cfg = request.config;
   const auto& prompt = request.prompt_ids;
   if (prompt.empty()) raise<InvalidArgument>("prompt_ids: the prompt is empty");
@@ -207,6 +254,15 @@ std::shared_ptr<RequestStream> AsyncModel::submit(GenerateRequest request) {
   r->prompt = std::move(request.prompt_ids);
   r->prompt_len = prompt_len;
   r->layout = layout;
+  // Blocks are shared by the cache where the K/V depends on the tokens alone (a prompt
+  // whose layout reads the whole prompt does not qualify), or on them and the prompt's
+  // length.
+  if (prefix_reuse_ != LanguageModel::PrefixReuse::kNever && layout == PromptLayout{}) {
+    r->cache_salt = request.cache_salt;
+    if (prefix_reuse_ == LanguageModel::PrefixReuse::kSamePromptLength)
+      r->cache_salt = splitmix64(request.cache_salt ^ (static_cast<uint64_t>(prompt_len) << 32));
+  }
+  r->pinned = std::move(pinned);
   r->max_new_tokens = max_new;
   r->cfg = std::move(cfg);
   r->submitted = Clock::now();
@@ -369,6 +425,10 @@ bool AsyncModel::launch_step() {
     return false;
   }
   const int64_t step_no = loop_stats_.num_steps++;
+  for (const auto& [g, tokens] : plan.reused) {
+    EngineRequest& r = requests_->at(g);
+    if (!r.scheduled) r.timings.reuse_len = tokens;
+  }
   for (const auto& s : plan.seqs) {
     EngineRequest& r = requests_->at(s.group_id);
     if (r.last_step == step_no) continue;
@@ -544,6 +604,11 @@ void AsyncModel::update_stats() {
   s.num_free_blocks = kv_->num_free_blocks();
   s.num_kv_grows = scheduler_->num_kv_grows();
   s.num_free_swap_blocks = kv_->num_free_swap_blocks();
+  s.prefix_cache_queries = scheduler_->prefix_queries();
+  s.prefix_cache_hits = scheduler_->prefix_hits();
+  s.prefix_cache_host_hits = kv_->host_hit_blocks() * kv_->block_size();
+  s.num_cached_blocks = kv_->num_cached_blocks();
+  s.num_pinned_blocks = kv_->num_pinned_blocks();
   stats_ = s;
   stats_.requests_submitted = submitted;
 }

@@ -102,9 +102,10 @@ struct EngineStats {
   int64_t num_swap_outs = 0;    // of those, swapped out
   int32_t num_swap_blocks = 0;
   int32_t num_free_swap_blocks = 0;
-  // The prefix cache: prompt tokens looked up and found (vLLM's prefix_cache_queries
-  // and prefix_cache_hits), those found brought back from the host tier, and the blocks
-  // it holds now (free but cached, or pinned).
+  // The prefix cache: prompt tokens looked up and found at admissions (vLLM's
+  // prefix_cache_queries and prefix_cache_hits), those found brought back from the host
+  // tier, the blocks in its index now (in use or free), those of them pinned, and the
+  // host tier's capacity in blocks.
   int64_t prefix_cache_queries = 0;
   int64_t prefix_cache_hits = 0;
   int64_t prefix_cache_host_hits = 0;
@@ -184,6 +185,8 @@ class AsyncModel {
     bool ahead = false;
   };
 
+  std::shared_ptr<RequestStream> enqueue(GenerateRequest request,
+                                         std::shared_ptr<std::atomic<int32_t>> pinned);
   void loop();
   void take_inbox(std::vector<std::unique_ptr<EngineRequest>>* incoming,
                   std::vector<int64_t>* cancels, std::vector<std::pair<int64_t, int32_t>>* stops,
@@ -210,6 +213,7 @@ class AsyncModel {
   int32_t vocab_size_ = 0;
   int32_t max_seq_len_ = 0;
   int32_t num_blocks_ = 0;
+  LanguageModel::PrefixReuse prefix_reuse_ = LanguageModel::PrefixReuse::kNever;
   std::vector<int32_t> eos_ids_;
   uint64_t base_seed_ = 0;
 

@@ -5,19 +5,20 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "engine/block_hash.h"
+
 namespace tachyon {
 
-// Blocks with reference counts. Free blocks (count 0) sit in a doubly linked list in the
-// order they were freed: allocation takes the least recently freed one, so a block that
-// was just released keeps its contents longest (what prefix reuse by block hash will
-// look up), and a cached block can be taken out of the middle of the list when reused.
-// (A block's K/V depends on the tokens before it, and inside a bidirectional prompt
-// context (PromptLayout) on the whole context and its layout: reuse by hash must cover
-// those before it may take any block of such a prompt.)
+// Blocks with reference counts. Free blocks (count 0) sit in a doubly linked list:
+// allocation takes the front. A block released with contents worth keeping (a prefix
+// cache block) goes to the back, one without to the front, so the cached ones are
+// reused last, least recently freed first; a cached block is taken out of the middle
+// of the list when a new sequence reuses it.
 class BlockPool {
  public:
   explicit BlockPool(int32_t num_blocks);
@@ -30,8 +31,9 @@ class BlockPool {
   // n blocks at once, all or nothing: false (and nothing taken) if fewer are free.
   bool allocate(int32_t n, std::vector<int32_t>* out);
   void add_ref(int32_t block);
-  // Drops one reference; at zero the block goes to the back of the free list.
-  void release(int32_t block);
+  // Drops one reference; at zero the block goes to the back of the free list (keep) or
+  // to its front.
+  void release(int32_t block, bool keep = true);
   // Takes a specific free block off the free list (reuse of a cached block).
   void take(int32_t block);
   // Adds blocks [num_blocks(), num_blocks) (num_blocks >= num_blocks()), free, at the
@@ -64,6 +66,14 @@ struct BlockCopy {
 // order: block i holds positions [i * block_size, (i + 1) * block_size). Tables may
 // share blocks (forks); a shared block is copied before it is written (copy-on-write).
 //
+// Prefix cache (enable_prefix_cache): a full block whose K/V is computed is entered in
+// an index under its BlockHash (publish). It keeps its contents after its sequences let
+// go of it, sitting at the back of the free list, until the pool runs out of blocks
+// that hold nothing: then the least recently freed cached block is evicted (and, with a
+// host tier, copied to host memory first). A new sequence takes the longest run of
+// cached blocks its hashes name (match_prefix): from the index, or copied back from
+// the host tier. Pinned blocks (pin) are never evicted.
+//
 // Swap space (num_swap_blocks > 0): a second pool of blocks in host memory. A sequence
 // whose blocks are all its own can be swapped out (its table moves to swap blocks, the
 // cache blocks are freed) and later swapped in (fresh cache blocks, the swap blocks
@@ -74,10 +84,13 @@ class KVCacheManager {
 
   int32_t block_size() const { return block_size_; }
   int32_t num_blocks() const { return pool_.num_blocks(); }
+  // Free blocks, cached ones included (they are evicted when needed).
   int32_t num_free_blocks() const { return pool_.num_free(); }
+  // Free blocks that hold nothing cached: taken before any cached one is evicted.
+  int32_t num_free_uncached() const { return pool_.num_free() - cached_free_; }
   const BlockPool& pool() const { return pool_; }
   // More cache blocks: ids [num_blocks(), num_blocks), free (BlockPool::grow).
-  void grow(int32_t num_blocks) { pool_.grow(num_blocks); }
+  void grow(int32_t num_blocks);
 
   // Blocks a sequence needs before writing positions [begin, end): new blocks past its
   // table, plus one copy for every shared block in the written range.
@@ -104,6 +117,39 @@ class KVCacheManager {
   // the most one request can ever hold at once.
   static int64_t worst_case_blocks(int64_t max_len, int64_t width, int32_t block_size);
 
+  // ---- prefix cache ----
+  // Turns it on, with host_blocks blocks of host memory as a second tier: swap ids
+  // [num_swap_blocks(), num_swap_blocks() + host_blocks) of the model's swap space.
+  void enable_prefix_cache(int32_t host_blocks, BlockHashKey key = BlockHashKey::random());
+  bool prefix_caching() const { return prefix_; }
+  // Extends the sequence's chain of block hashes over the full blocks of `tokens` (its
+  // tokens known so far, from the first) under `salt`. The chain outlives the
+  // sequence's blocks (preemption) until forget().
+  void hash_tokens(int64_t seq, std::span<const int32_t> tokens, uint64_t salt);
+  int32_t num_hashed_blocks(int64_t seq) const;
+  // Gives a sequence that holds no blocks the longest run, at most max_blocks, of cached
+  // blocks its chain names, in the index or in the host tier (copied back: take_moves).
+  // Returns the blocks taken.
+  int32_t match_prefix(int64_t seq, int32_t max_blocks);
+  // Enters the sequence's blocks that are full within [0, computed) and hashed in the
+  // index (a block whose hash is already there stays out: it is a duplicate).
+  void publish(int64_t seq, int32_t computed);
+  // Pins the sequence's blocks that are in the index: never evicted. Returns how many.
+  int32_t pin(int64_t seq);
+  // Drops the sequence's chain of hashes (it has ended).
+  void forget(int64_t seq) { chains_.erase(seq); }
+  // The host tier's copies decided since the last call, appended: (cache block, swap
+  // id) offloads of evicted blocks, to run with the swap-outs, and (swap id, cache
+  // block) reloads, with the swap-ins.
+  void take_moves(std::vector<BlockCopy>* out, std::vector<BlockCopy>* in);
+  int32_t num_cached_blocks() const { return static_cast<int32_t>(index_.size()); }
+  int32_t num_pinned_blocks() const { return static_cast<int32_t>(pinned_.size()); }
+  int32_t num_host_blocks() const { return host_pool_.num_blocks(); }
+  int32_t num_host_cached_blocks() const { return static_cast<int32_t>(host_index_.size()); }
+  int64_t host_hit_blocks() const { return host_hits_; }
+  // Whether the block is in the index.
+  bool is_cached(int32_t block) const { return hashed_.at(static_cast<size_t>(block)) != 0; }
+
   // ---- swap space ----
   int32_t num_swap_blocks() const { return swap_pool_.num_blocks(); }
   int32_t num_free_swap_blocks() const { return swap_pool_.num_free(); }
@@ -125,8 +171,35 @@ class KVCacheManager {
     return static_cast<int32_t>((tokens + block_size_ - 1) / block_size_);
   }
 
+  // A free block for a sequence: one holding nothing cached if any, else the least
+  // recently freed cached one, evicted (offloaded to the host tier). -1 if none is free.
+  int32_t take_free();
+  void evict(int32_t block);
+  // Drops one reference, the block kept (at the back of the free list) if cached.
+  void release(int32_t block);
+
+  struct Chain {
+    std::vector<BlockHash> hashes;  // of its full blocks of known tokens, in order
+    int32_t published = 0;          // leading blocks of its table offered to the index
+  };
+
   BlockPool pool_;
   int32_t block_size_;
+  bool prefix_ = false;
+  BlockHashKey key_;
+  std::unordered_map<int64_t, Chain> chains_;
+  std::unordered_map<BlockHash, int32_t, BlockHashHasher> index_;  // hash -> cache block
+  std::vector<BlockHash> block_hash_;                              // per cache block, where hashed_
+  std::vector<uint8_t> hashed_;
+  int32_t cached_free_ = 0;
+  std::vector<int32_t> pinned_;
+  BlockPool host_pool_{0};
+  std::unordered_map<BlockHash, int32_t, BlockHashHasher> host_index_;  // hash -> host slot
+  std::vector<BlockHash> host_hash_;
+  std::vector<uint8_t> host_hashed_;
+  std::vector<int32_t> host_held_;  // slots read by reloads not yet taken (take_moves)
+  std::vector<BlockCopy> offloads_, reloads_;
+  int64_t host_hits_ = 0;
   std::unordered_map<int64_t, std::vector<int32_t>> tables_;
   BlockPool swap_pool_;
   std::unordered_map<int64_t, std::vector<int32_t>> swapped_;  // tables in swap blocks

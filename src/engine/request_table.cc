@@ -14,7 +14,7 @@ void RequestTable::add(std::unique_ptr<EngineRequest> r) {
   const int64_t seq = new_seq(req, 0, req.prompt);
   req.prompt.clear();
   req.prompt.shrink_to_fit();
-  scheduler_->add_group(req.id, seq, req.prompt_len, req.cfg.width(), req.layout);
+  scheduler_->add_group(req.id, seq, req.prompt_len, req.cfg.width(), req.layout, req.cache_salt);
 }
 
 EngineRequest* RequestTable::find(int64_t id) {
@@ -103,6 +103,7 @@ void RequestTable::finish_seq(EngineRequest& r, EngineSeq& s, FinishReason reaso
   r.timings.output_len += static_cast<int32_t>(s.tokens.size()) - r.prompt_len;
   emit(r, std::move(e));
   s.finished = true;
+  if (r.pinned && reason != FinishReason::kError) r.pinned->store(scheduler_->pin_seq(s.id));
   scheduler_->remove_seq(s.id);
   seqs_.erase(s.id);
   ++r.outputs_done;
@@ -120,8 +121,8 @@ void RequestTable::finish_request(EngineRequest& r, FinishReason reason, const E
     for (auto& s : r.seqs)
       if (!s->finished) finish_seq(r, *s, reason, nullptr);
   }
+  scheduler_->remove_group(r.id);  // while the sequences are known (the prefix cache reads them)
   for (auto& s : r.seqs) seqs_.erase(s->id);
-  scheduler_->remove_group(r.id);
   StreamEvent done;
   done.index = -1;
   done.done = true;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -49,6 +50,11 @@ struct EngineRequest {
   std::vector<int32_t> prompt;  // until the first sequence takes it
   int32_t prompt_len = 0;
   PromptLayout layout;  // the model's reading of the prompt
+  // The prefix cache's salt for its blocks; none: they are not shared.
+  std::optional<uint64_t> cache_salt;
+  // Set for a prompt to pin in the prefix cache (AsyncModel::pin_prefix): its blocks are
+  // pinned when its sequence ends, and the tokens pinned stored here.
+  std::shared_ptr<std::atomic<int32_t>> pinned;
   int32_t max_new_tokens = 0;
   uint64_t seed = 0;
   std::shared_ptr<RequestStream> stream;

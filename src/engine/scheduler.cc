@@ -49,7 +49,8 @@ std::vector<int64_t> Scheduler::running_groups() const {
 }
 
 void Scheduler::add_group(int64_t group_id, int64_t seq_id, int32_t num_prompt_tokens,
-                          int32_t max_width, const PromptLayout& layout) {
+                          int32_t max_width, const PromptLayout& layout,
+                          std::optional<uint64_t> cache_salt) {
   TACHYON_CHECK(!groups_.count(group_id), "request {} added twice", group_id);
   TACHYON_CHECK(!seqs_.count(seq_id), "sequence {} added twice", seq_id);
   TACHYON_CHECK_GT(num_prompt_tokens, 0);
@@ -63,6 +64,10 @@ void Scheduler::add_group(int64_t group_id, int64_t seq_id, int32_t num_prompt_t
   g.id = group_id;
   g.arrival = next_arrival_++;
   g.max_width = max_width;
+  if (kv_->prefix_caching()) {
+    TACHYON_CHECK(tokens_ != nullptr, "a prefix cache without a token source");
+    g.cache_salt = cache_salt;
+  }
   g.seqs = {seq_id};
   waiting_.insert({g.arrival, group_id});
   groups_.emplace(group_id, std::move(g));
@@ -90,8 +95,43 @@ void Scheduler::remove_seq(int64_t seq_id) {
   if (it == seqs_.end()) return;
   Group& g = group(it->second.group_id);
   g.seqs.erase(std::find(g.seqs.begin(), g.seqs.end(), seq_id));
+  publish(g, seq_id);
   kv_->free(seq_id);
+  kv_->forget(seq_id);
   seqs_.erase(it);
+}
+
+int32_t Scheduler::pin_seq(int64_t seq_id) {
+  const SeqState& st = seq_state(seq_id);
+  const Group& g = group(st.group_id);
+  if (!g.cache_salt) return 0;
+  publish(g, seq_id);
+  return kv_->pin(seq_id) * kv_->block_size();
+}
+
+void Scheduler::publish(const Group& g, int64_t seq_id) {
+  if (!g.cache_salt) return;
+  SeqState& st = seqs_.at(seq_id);
+  const int32_t full = st.num_computed / kv_->block_size();
+  if (full <= st.published_blocks) return;
+  if (kv_->num_hashed_blocks(seq_id) < full)
+    kv_->hash_tokens(seq_id, tokens_(seq_id), *g.cache_salt);
+  kv_->publish(seq_id, st.num_computed);
+  // Blocks of tokens the host does not know yet are offered again in a later step.
+  st.published_blocks = std::min(full, kv_->num_hashed_blocks(seq_id));
+}
+
+int32_t Scheduler::take_cached_prefix(Group& g) {
+  if (!g.cache_salt || g.seqs.size() != 1) return 0;
+  const int64_t s = g.seqs[0];
+  SeqState& st = seqs_.at(s);
+  if (st.num_computed != 0 || kv_->has(s)) return 0;
+  kv_->hash_tokens(s, tokens_(s), *g.cache_salt);
+  // Short of the last token: its logits are wanted, so it is computed.
+  const int32_t blocks = kv_->match_prefix(s, (st.num_tokens - 1) / kv_->block_size());
+  st.num_computed = blocks * kv_->block_size();
+  st.published_blocks = blocks;
+  return st.num_computed;
 }
 
 void Scheduler::remove_group(int64_t group_id) {
@@ -99,7 +139,9 @@ void Scheduler::remove_group(int64_t group_id) {
   if (it == groups_.end()) return;
   Group& g = it->second;
   for (int64_t s : g.seqs) {
+    publish(g, s);
     kv_->free(s);
+    kv_->forget(s);
     seqs_.erase(s);
   }
   if (g.running) {
@@ -221,6 +263,10 @@ void Scheduler::preempt(Group& g, SchedulerOutput* out) {
   g.running = false;
   out->preempted_groups.push_back(g.id);
   ++num_preemptions_;
+  for (int64_t s : g.seqs) {
+    publish(g, s);
+    seqs_.at(s).published_blocks = 0;  // its blocks go: those it gets later are offered anew
+  }
   // Swapped out, it keeps what it computed; the group was not scheduled in this step
   // (the victim is the newest running group, and groups are planned oldest first).
   if (g.seqs.size() == 1 && kv_->swap_out(g.seqs[0], &out->swap_out)) {
@@ -236,16 +282,21 @@ void Scheduler::preempt(Group& g, SchedulerOutput* out) {
   waiting_.insert({g.arrival, g.id});
 }
 
+bool Scheduler::grow_chunk(SchedulerOutput* out) {
+  const int32_t n = kv_->num_blocks();
+  if (config_.grow_blocks <= 0 || n >= config_.max_blocks) return false;
+  const int32_t to =
+      static_cast<int32_t>(std::min<int64_t>(config_.max_blocks, int64_t{n} + config_.grow_blocks));
+  kv_->grow(to);
+  out->kv_blocks = to;
+  ++num_kv_grows_;
+  return true;
+}
+
 bool Scheduler::grow_until_free(int64_t want, SchedulerOutput* out) {
-  while (kv_->num_free_blocks() < want) {
-    const int32_t n = kv_->num_blocks();
-    if (config_.grow_blocks <= 0 || n >= config_.max_blocks) return false;
-    const int32_t to = static_cast<int32_t>(
-        std::min<int64_t>(config_.max_blocks, int64_t{n} + config_.grow_blocks));
-    kv_->grow(to);
-    out->kv_blocks = to;
-    ++num_kv_grows_;
-  }
+  // Counting only blocks that hold nothing cached: the pool grows before it evicts.
+  while (kv_->num_free_uncached() < want)
+    if (!grow_chunk(out)) return false;
   return true;
 }
 
@@ -272,7 +323,7 @@ void Scheduler::schedule_running(SchedulerOutput* out, int32_t* token_budget) {
       want += kv_->blocks_needed(s, st.num_computed,
                                  std::min(st.num_tokens, st.num_computed + std::max(budget, 0)));
     }
-    if (want > kv_->num_free_blocks()) grow_until_free(want, out);
+    if (want > kv_->num_free_uncached()) grow_until_free(want, out);
     while (true) {
       const Plan plan = plan_group(g, budget, kv_->num_free_blocks());
       if (plan.status == Plan::kOk) {
@@ -283,7 +334,7 @@ void Scheduler::schedule_running(SchedulerOutput* out, int32_t* token_budget) {
       if (plan.status == Plan::kNoBudget || plan.status == Plan::kIdle) break;
       // Out of blocks: grow the cache while below its limit, else preempt the most recent running
       // group (perhaps this one).
-      if (grow_until_free(int64_t{kv_->num_free_blocks()} + 1, out)) continue;
+      if (grow_chunk(out)) continue;
       Group& victim = groups_.at(std::prev(running_.end())->second);
       preempt(victim, out);
       if (&victim == &g) break;
@@ -311,9 +362,9 @@ bool Scheduler::swap_in_groups(SchedulerOutput* out, int32_t* token_budget) {
     const int64_t have = kv_->swapped_blocks(s);
     const int64_t next = (int64_t{st.num_tokens} + kv_->block_size() - 1) / kv_->block_size();
     const int32_t reserve = running_.empty() ? 0 : config_.reserve_blocks;
-    if (std::max(have, next) + reserve > kv_->num_free_blocks() &&
-        !grow_until_free(std::max(have, next) + reserve, out))
-      return false;
+    const int64_t want = std::max(have, next) + reserve;
+    grow_until_free(want, out);
+    if (want > kv_->num_free_blocks()) return false;
     const bool ok = kv_->swap_in(s, &out->swap_in);
     TACHYON_CHECK(ok, "cache blocks for sequence {} were not available", s);
     swapped_.erase(swapped_.begin());
@@ -327,6 +378,7 @@ void Scheduler::admit_waiting(SchedulerOutput* out, int32_t* token_budget) {
   while (!waiting_.empty() && *token_budget > 0) {
     Group& g = groups_.at(waiting_.begin()->second);
     if (running_width_ + g.max_width > config_.max_num_seqs) break;
+    const int32_t reused = take_cached_prefix(g);
     // Admit only if its whole current length fits beside the reserve (waived when
     // nothing runs, so that a request that fits the cache alone always starts).
     int64_t need = 0;
@@ -335,9 +387,23 @@ void Scheduler::admit_waiting(SchedulerOutput* out, int32_t* token_budget) {
       need += kv_->blocks_needed(s, st.num_computed, st.num_tokens);
     }
     const int32_t reserve = running_.empty() ? 0 : config_.reserve_blocks;
-    if (need + reserve > kv_->num_free_blocks() && !grow_until_free(need + reserve, out)) break;
-    const Plan plan = plan_group(g, *token_budget, kv_->num_free_blocks());
-    if (plan.status != Plan::kOk) break;
+    grow_until_free(need + reserve, out);
+    const Plan plan = need + reserve > kv_->num_free_blocks()
+                          ? Plan{}
+                          : plan_group(g, *token_budget, kv_->num_free_blocks());
+    if (plan.status != Plan::kOk) {
+      if (reused > 0) {  // back to waiting as it came: the blocks return to the cache
+        kv_->free(g.seqs[0]);
+        seqs_.at(g.seqs[0]).num_computed = 0;
+        seqs_.at(g.seqs[0]).published_blocks = 0;
+      }
+      break;
+    }
+    if (g.cache_salt) {
+      prefix_queries_ += seqs_.at(g.seqs[0]).num_tokens;
+      prefix_hits_ += reused;
+      if (reused > 0) out->reused.emplace_back(g.id, reused);
+    }
     waiting_.erase(waiting_.begin());
     start_group(g, plan, out, token_budget);
   }
@@ -346,12 +412,19 @@ void Scheduler::admit_waiting(SchedulerOutput* out, int32_t* token_budget) {
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int32_t token_budget = config_.max_num_batched_tokens;
+  // The blocks computed by the steps before this one become shareable.
+  if (kv_->prefix_caching())
+    for (const auto& key : running_) {
+      const Group& g = groups_.at(key.second);
+      for (int64_t s : g.seqs) publish(g, s);
+    }
   schedule_running(&out, &token_budget);
   // A group preempted in this step waits at least one step, so that the blocks it gave
   // up go to the groups that needed them; swapped-out groups, older than any waiting
   // one, come back first.
   if (out.preempted_groups.empty() && swap_in_groups(&out, &token_budget))
     admit_waiting(&out, &token_budget);
+  kv_->take_moves(&out.swap_out, &out.swap_in);
   return out;
 }
 

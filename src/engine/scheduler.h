@@ -24,7 +24,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <set>
+#include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -68,6 +71,8 @@ struct SchedulerOutput {
   // block, swap block), then swap space -> cache (swap block, cache block).
   std::vector<BlockCopy> swap_out;
   std::vector<BlockCopy> swap_in;
+  // Groups admitted in this step with a prefix taken from the cache: (group, tokens).
+  std::vector<std::pair<int64_t, int32_t>> reused;
   int32_t num_batched_tokens = 0;
   // > 0: the cache grew to this many blocks in this step; the model's cache must hold
   // them before the block moves and the forward pass (LanguageModel::grow_kv_cache).
@@ -79,11 +84,18 @@ class Scheduler {
  public:
   Scheduler(SchedulerConfig config, KVCacheManager* kv);
 
+  // The prefix cache's view of a sequence's tokens: those the host knows (a token a step
+  // in flight chooses is not among them), from the first. Required with a prefix cache.
+  using TokenSource = std::function<std::span<const int32_t>(int64_t seq_id)>;
+  void set_token_source(TokenSource source) { tokens_ = std::move(source); }
+
   // A new request with one sequence of num_prompt_tokens tokens. max_width: the most
   // sequences it will run at once (seats are kept for them from admission on). The
   // layout's atomic_len() must fit in one step (max_num_batched_tokens) and the prompt.
+  // cache_salt: the prefix cache's salt for its blocks (KVCacheManager::hash_tokens);
+  // none: its blocks are never shared through the cache.
   void add_group(int64_t group_id, int64_t seq_id, int32_t num_prompt_tokens, int32_t max_width,
-                 const PromptLayout& layout = {});
+                 const PromptLayout& layout = {}, std::optional<uint64_t> cache_salt = {});
   // A new sequence in the parent's group, sharing its tokens and KV blocks.
   void fork_seq(int64_t parent, int64_t child);
   // The engine sampled one more token for the sequence (or will: a token a step in
@@ -93,6 +105,9 @@ class Scheduler {
   void remove_seq(int64_t seq_id);
   // Ends a request: all its sequences, blocks freed at once.
   void remove_group(int64_t group_id);
+  // Enters the sequence's computed blocks in the prefix cache and pins them there (they
+  // are never evicted); returns the tokens pinned.
+  int32_t pin_seq(int64_t seq_id);
 
   // Plans and applies the next step: blocks are taken for everything it schedules, and
   // the scheduled sequences count as computed.
@@ -106,6 +121,9 @@ class Scheduler {
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }
   int64_t num_kv_grows() const { return num_kv_grows_; }
+  // Prompt tokens looked up in the prefix cache at admissions, and found.
+  int64_t prefix_queries() const { return prefix_queries_; }
+  int64_t prefix_hits() const { return prefix_hits_; }
   const SchedulerConfig& config() const { return config_; }
 
   // Introspection for tests and stats.
@@ -115,6 +133,7 @@ class Scheduler {
     int32_t num_computed = 0;
     int32_t prompt_len = 0;
     PromptLayout layout;
+    int32_t published_blocks = 0;  // leading blocks offered to the prefix cache
   };
   const SeqState& seq_state(int64_t seq_id) const;
   std::vector<int64_t> waiting_groups() const;  // arrival order
@@ -129,6 +148,7 @@ class Scheduler {
     int32_t max_width = 1;
     bool running = false;
     bool swapped = false;  // its sequence's blocks are in swap space
+    std::optional<uint64_t> cache_salt;
     std::vector<int64_t> seqs;
   };
   struct Plan {
@@ -146,6 +166,12 @@ class Scheduler {
   // Grows the pool by chunks (SchedulerConfig::grow_blocks) until `want` blocks are
   // free; false when the limit comes first (it keeps what it grew).
   bool grow_until_free(int64_t want, SchedulerOutput* out);
+  // Grows the pool by one chunk; false at the limit.
+  bool grow_chunk(SchedulerOutput* out);
+  // Hashes the sequence's known tokens and enters its computed blocks in the cache.
+  void publish(const Group& g, int64_t seq_id);
+  // A waiting group's cached prefix: taken (its sequence's num_computed moves past it).
+  int32_t take_cached_prefix(Group& g);
   void preempt(Group& g, SchedulerOutput* out);
   void schedule_running(SchedulerOutput* out, int32_t* token_budget);
   void admit_waiting(SchedulerOutput* out, int32_t* token_budget);
@@ -166,6 +192,9 @@ class Scheduler {
   int64_t num_preemptions_ = 0;
   int64_t num_swap_outs_ = 0;
   int64_t num_kv_grows_ = 0;
+  int64_t prefix_queries_ = 0;
+  int64_t prefix_hits_ = 0;
+  TokenSource tokens_;
 };
 
 }  // namespace tachyon

@@ -159,6 +159,13 @@ class LanguageModel {
     return {};
   }
 
+  // Whether a block of K/V computed for one sequence serves another whose tokens up to
+  // it are the same (the prefix cache): always; only when the prompts are as long
+  // (rotary frequencies fixed at the prompt's length); never (frequencies that follow
+  // the length seen so far, so that a block's K/V depends on when it was computed).
+  enum class PrefixReuse { kAlways, kSamePromptLength, kNever };
+  virtual PrefixReuse prefix_reuse() const { return PrefixReuse::kAlways; }
+
   // Bytes of KV cache one block of `block_size` tokens takes across all layers.
   virtual size_t kv_bytes_per_block(int32_t block_size) const = 0;
   // (Re)allocates the paged KV cache: num_blocks blocks of block_size tokens.

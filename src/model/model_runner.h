@@ -36,6 +36,7 @@ class ModelRunner final : public Model {
   int32_t vocab_size() const override { return static_cast<int32_t>(cfg_.vocab_size); }
   int32_t max_seq_len() const override { return static_cast<int32_t>(cfg_.max_seq_len); }
   PromptLayout prompt_layout(std::span<const int32_t> prompt) const override;
+  PrefixReuse prefix_reuse() const override;
   size_t kv_bytes_per_block(int32_t block_size) const override;
   void init_kv_cache(int32_t num_blocks, int32_t block_size) override;
   // On the CPU only (a GPU's cache is reserved whole, and steps may be in flight there).

@@ -7,11 +7,18 @@
 #include "core/error.h"
 #include "model/model_runner.h"
 #include "model/prompt_layout.h"
+#include "model/rope.h"
 
 namespace tachyon {
 
 PromptLayout ModelRunner::prompt_layout(std::span<const int32_t> prompt) const {
   return make_prompt_layout(cfg_, prompt);
+}
+
+LanguageModel::PrefixReuse ModelRunner::prefix_reuse() const {
+  if (rope_uses_prompt_length(cfg_.rope)) return PrefixReuse::kSamePromptLength;
+  if (rope_length_dependent(cfg_.rope)) return PrefixReuse::kNever;
+  return PrefixReuse::kAlways;
 }
 
 void ModelRunner::validate_layouts(const ForwardBatch& b) const {

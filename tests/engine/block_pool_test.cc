@@ -77,8 +77,8 @@ TEST(KVCacheManager, GrowsTablesBlockByBlock) {
   EXPECT_EQ(kv.num_free_blocks(), 5);
   kv.free(7);
   EXPECT_EQ(kv.num_free_blocks(), 8);
-  // Freed last block first.
-  EXPECT_THAT(kv.pool().free_list(), ElementsAre(3, 4, 5, 6, 7, 2, 1, 0));
+  // Blocks that hold nothing cached go to the front of the free list, to be taken first.
+  EXPECT_THAT(kv.pool().free_list(), ElementsAre(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
 TEST(KVCacheManager, ForkSharesAndCopiesOnWrite) {
@@ -150,10 +150,10 @@ TEST(KVCacheManager, SwapsOutAndBackIn) {
   EXPECT_FALSE(kv.swap_out(2, &pairs));
   EXPECT_TRUE(pairs.empty());
   // The freed blocks go to another sequence; swapping back in takes fresh ones.
-  ASSERT_TRUE(kv.prepare_write(2, 4, 8, &copies));  // block 4 (least recently freed)
+  ASSERT_TRUE(kv.prepare_write(2, 4, 8, &copies));  // block 0 (freed, uncached: first)
   ASSERT_TRUE(kv.swap_in(1, &pairs));
-  EXPECT_THAT(pairs, ElementsAre(BlockCopy{0, 5}, BlockCopy{1, 2}, BlockCopy{2, 1}));
-  EXPECT_THAT(kv.block_table(1), ElementsAre(5, 2, 1));
+  EXPECT_THAT(pairs, ElementsAre(BlockCopy{0, 1}, BlockCopy{1, 2}, BlockCopy{2, 4}));
+  EXPECT_THAT(kv.block_table(1), ElementsAre(1, 2, 4));
   EXPECT_FALSE(kv.is_swapped(1));
   EXPECT_EQ(kv.num_free_swap_blocks(), 3);
   EXPECT_EQ(kv.num_free_blocks(), 1);

@@ -32,6 +32,8 @@ inline uint64_t mix64(uint64_t x) {
   return x;
 }
 
+using PrefixReuse = LanguageModel::PrefixReuse;
+
 struct FakeModelOptions {
   int32_t vocab = 64;
   int32_t max_seq_len = 512;
@@ -46,6 +48,8 @@ struct FakeModelOptions {
   // context without all of it counts as a violation.
   int32_t layout_token = -1;
   bool can_grow = false;  // the KV cache can grow (LanguageModel::grow_kv_cache)
+  bool can_swap = false;  // it has host blocks (LanguageModel::init_kv_swap)
+  PrefixReuse prefix_reuse = PrefixReuse::kAlways;
 };
 
 class FakeModel : public LanguageModel {
@@ -89,6 +93,27 @@ class FakeModel : public LanguageModel {
     slots_.resize(static_cast<size_t>(num_blocks) * block_size_, Slot{});
     ++grows_;
   }
+  PrefixReuse prefix_reuse() const override { return o_.prefix_reuse; }
+  bool init_kv_swap(int32_t num_blocks) override {
+    if (!o_.can_swap) return false;
+    host_slots_.assign(static_cast<size_t>(num_blocks) * block_size_, Slot{});
+    return true;
+  }
+  void swap_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& out,
+                      const std::vector<std::pair<int32_t, int32_t>>& in) override {
+    const auto host_blocks = static_cast<int32_t>(host_slots_.size() / block_size_);
+    auto copy = [&](std::vector<Slot>& to, int32_t dst, int32_t to_n, const std::vector<Slot>& from,
+                    int32_t src, int32_t from_n) {
+      if (src < 0 || src >= from_n || dst < 0 || dst >= to_n)
+        raise<InvalidArgument>("swap_kv_blocks: block out of range");
+      std::memcpy(&to[static_cast<size_t>(dst) * block_size_],
+                  &from[static_cast<size_t>(src) * block_size_], sizeof(Slot) * block_size_);
+    };
+    for (auto [c, h] : out) copy(host_slots_, h, host_blocks, slots_, c, num_blocks_);
+    for (auto [h, c] : in) copy(slots_, c, num_blocks_, host_slots_, h, host_blocks);
+    swaps_ += static_cast<int64_t>(out.size() + in.size());
+  }
+  int64_t swaps() const { return swaps_; }
   int32_t num_blocks() const { return num_blocks_; }
   int64_t grows() const { return grows_; }
   void copy_kv_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) override {
@@ -198,6 +223,8 @@ class FakeModel : public LanguageModel {
   int32_t num_blocks_ = 0;
   int32_t block_size_ = 16;
   std::vector<Slot> slots_;
+  std::vector<Slot> host_slots_;
+  int64_t swaps_ = 0;
   int64_t violations_ = 0;
   int64_t context_steps_ = 0;
   int64_t forwards_ = 0;

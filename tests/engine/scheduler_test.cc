@@ -184,7 +184,8 @@ TEST(Scheduler, PreemptsTheMostRecentAndRecomputesIt) {
   auto out = f.s.schedule();
   EXPECT_THAT(out.preempted_groups, ElementsAre(2));
   EXPECT_EQ(describe(out), "10:12+1*");
-  EXPECT_THAT(out.seqs[0].block_table, ElementsAre(0, 1, 2, 5));  // B's last block, freed first
+  // B's blocks, holding nothing cached, went to the front of the free list.
+  EXPECT_THAT(out.seqs[0].block_table, ElementsAre(0, 1, 2, 3));
   EXPECT_THAT(f.s.waiting_groups(), ElementsAre(2));
   EXPECT_EQ(f.s.seq_state(20).num_computed, 0);
   EXPECT_EQ(f.s.seq_state(20).num_tokens, 11);
@@ -257,7 +258,7 @@ TEST(Scheduler, PreemptedGroupRecomputesAllItsSequencesBeforeSampling) {
   out = f.s.schedule();
   EXPECT_EQ(describe(out), "1:8+1*");
   EXPECT_THAT(out.preempted_groups, ElementsAre(200));
-  EXPECT_THAT(out.seqs[0].block_table, ElementsAre(0, 1, 4));
+  EXPECT_THAT(out.seqs[0].block_table, ElementsAre(0, 1, 2));
   f.s.remove_group(100);
   // Both sequences (7 tokens each) are recomputed in chunks; the request samples only
   // in the step that brings both up to date.
@@ -301,7 +302,7 @@ TEST(Scheduler, SwapsOutTheMostRecentAndResumesWhereItLeftOff) {
   EXPECT_EQ(describe(out), "10:12+1*");
   EXPECT_THAT(out.swap_out, ElementsAre(BlockCopy{3, 0}, BlockCopy{4, 1}, BlockCopy{5, 2}));
   EXPECT_THAT(out.swap_in, IsEmpty());
-  EXPECT_THAT(out.seqs[0].block_table, ElementsAre(0, 1, 2, 5));
+  EXPECT_THAT(out.seqs[0].block_table, ElementsAre(0, 1, 2, 3));
   EXPECT_THAT(f.s.swapped_groups(), ElementsAre(2));
   EXPECT_THAT(f.s.waiting_groups(), IsEmpty());
   EXPECT_EQ(f.s.seq_state(20).num_computed, 10);
@@ -319,8 +320,8 @@ TEST(Scheduler, SwapsOutTheMostRecentAndResumesWhereItLeftOff) {
   f.s.remove_group(1);
   out = f.s.schedule();
   EXPECT_EQ(describe(out), "20:10+1* 30:0+3*");
-  EXPECT_THAT(out.swap_in, ElementsAre(BlockCopy{0, 4}, BlockCopy{1, 3}, BlockCopy{2, 5}));
-  EXPECT_THAT(out.seqs[0].block_table, ElementsAre(4, 3, 5));
+  EXPECT_THAT(out.swap_in, ElementsAre(BlockCopy{0, 0}, BlockCopy{1, 1}, BlockCopy{2, 2}));
+  EXPECT_THAT(out.seqs[0].block_table, ElementsAre(0, 1, 2));
   EXPECT_THAT(out.sampled_groups, ElementsAre(2, 3));
   EXPECT_THAT(f.s.swapped_groups(), IsEmpty());
   EXPECT_EQ(f.kv.num_free_swap_blocks(), 4);
