@@ -316,7 +316,8 @@ int cmd_bench(const CommandArgs& argv) {
     std::vector<double> later;
     Json by_turn = Json::array();
     for (size_t k = 0; k < ttft_by_turn.size(); ++k) {
-      by_turn.push_back(percentile(ttft_by_turn[k], 50));
+      by_turn.push_back(ttft_by_turn[k].empty() ? Json(nullptr)
+                                                : Json(percentile(ttft_by_turn[k], 50)));
       if (k > 0) later.insert(later.end(), ttft_by_turn[k].begin(), ttft_by_turn[k].end());
     }
     j["conversations"] = n;
@@ -347,7 +348,8 @@ int cmd_bench(const CommandArgs& argv) {
       std::printf("ttft p50 first turn %.2f ms | later turns %.2f ms | by turn",
                   j["ttft_p50_ms_first_turn"].get<double>(),
                   j["ttft_p50_ms_later_turns"].get<double>());
-      for (const Json& t : j["ttft_p50_ms_by_turn"]) std::printf(" %.2f", t.get<double>());
+      for (const Json& t : j["ttft_p50_ms_by_turn"])
+        t.is_null() ? std::printf(" -") : std::printf(" %.2f", t.get<double>());
       std::printf("\n");
     }
     std::printf("throughput  input %.1f tok/s | output %.1f tok/s | total %.1f tok/s\n",

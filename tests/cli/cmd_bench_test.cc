@@ -111,5 +111,47 @@ TEST(CliEngine, BenchWorkloadFlagsAreChecked) {
   }
 }
 
+// Runs `tachyon bench-serving ARGS --json` against a `tachyon serve` of the demo model on a
+// free port; returns (the bench's exit code, its output).
+std::pair<int, std::string> serving_bench(const std::string& args) {
+  const std::string script =
+      "LOG=$(mktemp); " + kBin + " serve --port 0 --model " + kRoot +
+      "/models/tiny-kjv-chat 2>$LOG & PID=$!; "
+      "for i in $(seq 600); do grep -q 'ready: ' $LOG && break; sleep 0.1; done; "
+      "PORT=$(grep -o 'ready: .* on http://[^ ]*' $LOG | grep -o '[0-9]*$'); " +
+      kBin + " bench-serving --url http://127.0.0.1:$PORT " + args +
+      " --json 2>/dev/null; RC=$?; kill $PID; wait $PID; rm -f $LOG; exit $RC";
+  return run(script);
+}
+
+TEST(CliServing, BenchServingWorkloads) {
+  {
+    const auto [code, text] = serving_bench(
+        "--num-requests 3 --concurrency 2 --input-len 8 --output-len 4 --shared-prefix-len 16");
+    ASSERT_EQ(code, 0) << text;
+    const Json j = Json::parse(text);
+    EXPECT_EQ(j["completed"].get<int>(), 3);
+    EXPECT_EQ(j["shared_prefix_len"].get<int>(), 16);
+    EXPECT_EQ(j["input_tokens"].get<int>(), 3 * 24);  // token-id prompts: exact lengths
+    EXPECT_EQ(j["output_tokens"].get<int>(), 3 * 4);
+  }
+  for (const char* endpoint : {"/v1/completions", "/v1/chat/completions"}) {
+    const auto [code, text] =
+        serving_bench(std::string("--endpoint ") + endpoint +
+                      " --num-requests 2 --multi-turn 3 --input-len 6 --output-len 4");
+    ASSERT_EQ(code, 0) << endpoint << "\n" << text;
+    const Json j = Json::parse(text);
+    EXPECT_EQ(j["num_requests"].get<int>(), 6) << endpoint;
+    EXPECT_EQ(j["completed"].get<int>(), 6) << endpoint;
+    EXPECT_EQ(j["conversations"].get<int>(), 2) << endpoint;
+    EXPECT_EQ(j["output_tokens"].get<int>(), 6 * 4) << endpoint;
+    // Each turn holds the one before, its answer and 6 new words: at least
+    // 6 + 16 + 26 prompt tokens in each conversation.
+    EXPECT_GE(j["input_tokens"].get<int>(), 2 * (6 + 16 + 26)) << endpoint;
+    ASSERT_EQ(j["ttft_p50_ms_by_turn"].size(), 3u) << endpoint;
+    for (const Json& t : j["ttft_p50_ms_by_turn"]) EXPECT_GT(t.get<double>(), 0) << endpoint;
+  }
+}
+
 }  // namespace
 }  // namespace tachyon
