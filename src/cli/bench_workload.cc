@@ -98,17 +98,18 @@ int64_t longest_prompt(const PromptShape& shape, int64_t turns, int64_t output_l
 void check_fits(const PromptShape& shape, int64_t turns, int64_t output_len, int64_t max_seq_len) {
   const int64_t longest = longest_prompt(shape, turns, output_len);
   if (longest < max_seq_len) return;
+  const char* own = shape.range_ratio > 0 ? "--input-len, --range-ratio" : "--input-len";
   if (turns > 1)
     raise<InvalidArgument>(
         "prompts of up to {} tokens (--shared-prefix-len {} + --multi-turn {} turns of up to {} "
-        "tokens (--input-len, --range-ratio) and {} between them (--output-len)) do not fit the "
-        "model's maximum length of {} tokens with one generated: lower those flags",
-        longest, shape.shared_prefix_len, turns, shape.max_input_len(), output_len, max_seq_len);
+        "tokens ({}) and {} between them (--output-len)) do not fit the model's maximum length "
+        "of {} tokens with one generated: lower those flags",
+        longest, shape.shared_prefix_len, turns, shape.max_input_len(), own, output_len,
+        max_seq_len);
   raise<InvalidArgument>(
-      "prompts of up to {} tokens (--shared-prefix-len {} + up to {} of --input-len, "
-      "--range-ratio) do not fit the model's maximum length of {} tokens with one generated: "
-      "lower those flags",
-      longest, shape.shared_prefix_len, shape.max_input_len(), max_seq_len);
+      "prompts of up to {} tokens (--shared-prefix-len {} + up to {} of {}) do not fit the "
+      "model's maximum length of {} tokens with one generated: lower those flags",
+      longest, shape.shared_prefix_len, shape.max_input_len(), own, max_seq_len);
 }
 
 std::string random_words(int64_t n, std::mt19937_64& rng) {
