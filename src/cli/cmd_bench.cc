@@ -185,12 +185,13 @@ int cmd_bench(const CommandArgs& argv) {
     }
   };
   std::vector<std::thread> workers;
-  std::vector<Clock::time_point> arrival;  // of each conversation, read by the workers
+  // Read by the workers, so declared outside the blocks that fill them.
+  std::vector<Clock::time_point> arrival;  // of each conversation
+  std::vector<std::shared_ptr<RequestStream>> streams;
   if (open_loop && turns == 1) {
     // Poisson arrivals from one thread; results are read after all are submitted (the
     // engine measures TTFT and token gaps itself).
     std::exponential_distribution<double> gap(rate);
-    std::vector<std::shared_ptr<RequestStream>> streams;
     auto when = t0;
     for (int64_t i = 0; i < n; ++i) {
       std::this_thread::sleep_until(when);

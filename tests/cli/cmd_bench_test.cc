@@ -60,6 +60,13 @@ TEST(CliEngine, BenchSharedPrefixWorkload) {
       << human;
   EXPECT_NE(human.find("cached prompt tokens: "), std::string::npos) << human;
   EXPECT_NE(human.find(" of 48 ("), std::string::npos) << human;
+  // Poisson arrivals.
+  const auto [ocode, open] = run(kBin + " bench --model " + kRoot +
+                                 "/models/tiny-kjv-chat --num-requests 4 --input-len 4 "
+                                 "--shared-prefix-len 8 --output-len 2 --request-rate 100 "
+                                 "--json 2>/dev/null");
+  ASSERT_EQ(ocode, 0);
+  EXPECT_EQ(Json::parse(open)["input_tokens"].get<int>(), 4 * 12);
 }
 
 TEST(CliEngine, BenchMultiTurnWorkload) {
