@@ -299,6 +299,14 @@ std::vector<Setting> make_table() {
           .range(1e-9, 1e9),
       Def("prompts", T::kString, "", Cmds{"bench"},
           "JSONL file of prompts to cycle through instead of random ones"),
+      Def("shared-prefix-len", T::kInt, "0", Cmds{"bench", "bench-serving"},
+          "every prompt opens with the same random prefix of this many tokens (words in "
+          "bench-serving's text prompts), before its own --input-len")
+          .range(0, 1 << 30),
+      Def("multi-turn", T::kInt, "1", Cmds{"bench", "bench-serving"},
+          "conversations of this many turns: each turn's prompt is the previous one, its "
+          "output and a new --input-len part; --num-requests counts conversations")
+          .range(1, 1 << 20),
       // ---- tokenize ----------------------------------------------------------------
       Def("text", T::kString, "", Cmds{"tokenize"}, "print the ids of this text"),
       Def("jsonl", T::kBool, "false", Cmds{"tokenize"},
