@@ -36,8 +36,10 @@ const Kjv& kjv() {
 }
 
 std::unique_ptr<TextEngine> engine(int32_t blocks, int32_t max_batch_tokens = 256,
-                                   bool device_sampling = true, int64_t swap_bytes = 0) {
+                                   bool device_sampling = true, int64_t swap_bytes = 0,
+                                   bool prefix_caching = true) {
   EngineConfig c;
+  c.prefix_caching = prefix_caching;
   c.device_sampling = device_sampling;
   c.swap_space_bytes = swap_bytes;
   c.num_kv_blocks = blocks;
@@ -221,6 +223,69 @@ TEST(KjvEngine, SwappedOutRequestsKeepOutputsWithoutRecompute) {
     EXPECT_LT(s.tokens_computed, recompute_tokens);
   }
   EXPECT_EQ(swapped, ample_outputs());
+}
+
+// The prefix cache changes no output: requests(32) run without the cache; then twice
+// with it (the second time every prompt of a whole block or more takes its blocks from
+// the cache), and once more as second turns (each prompt followed by its output and a
+// new part), against the same turns without the cache. Greedy rows return their
+// log-probabilities, which agree too.
+TEST(KjvEngine, PrefixCacheKeepsOutputs) {
+  auto reqs = requests(32);
+  for (size_t i = 0; i < reqs.size(); i += 2) reqs[i].config.return_logprobs = true;
+  struct Run {
+    std::vector<std::vector<int32_t>> ids;
+    std::vector<std::vector<float>> logprobs;
+    int64_t reused = 0;
+  };
+  auto run = [](TextEngine& e, const std::vector<GenerateRequest>& rs) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const auto& r : rs) streams.push_back(e.submit(r));
+    Run out;
+    for (auto& s : streams) {
+      const auto r = s->wait();
+      EXPECT_FALSE(r.error) << r.error->message;
+      out.ids.push_back(r.sequences.at(0).output_ids);
+      out.logprobs.push_back(r.sequences.at(0).logprobs);
+      out.reused += r.timings.reuse_len;
+    }
+    return out;
+  };
+  auto second_turns = [&](const Run& first) {
+    auto turns = reqs;
+    for (size_t i = 0; i < turns.size(); ++i) {
+      auto& p = turns[i].prompt_ids;
+      p.insert(p.end(), first.ids[i].begin(), first.ids[i].end());
+      for (int32_t k = 0; k < 5; ++k) p.push_back(200 + static_cast<int32_t>(i) * 7 + k);
+    }
+    return turns;
+  };
+  const float tol = kjv().model->backend().activation_dtype() == DType::kF32 ? 1e-4f : 1e-2f;
+  // Four blocks per request at most: a cache that holds a third of them evicts.
+  for (const int32_t blocks : {1024, 48}) {
+    Run off, off_turns;
+    {
+      auto e = engine(blocks, 256, true, 0, /*prefix_caching=*/false);
+      off = run(*e, reqs);
+      off_turns = run(*e, second_turns(off));
+    }
+    auto e = engine(blocks);
+    const Run miss = run(*e, reqs);
+    const Run hit = run(*e, reqs);
+    const Run turns = run(*e, second_turns(miss));
+    EXPECT_GT(hit.reused, 0);
+    EXPECT_GT(turns.reused, 0);
+    if (blocks == 1024) EXPECT_EQ(e->stats().num_preemptions, 0);
+    for (const Run* r : {&miss, &hit}) {
+      EXPECT_EQ(r->ids, off.ids) << blocks << " blocks";
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        ASSERT_EQ(r->logprobs[i].size(), off.logprobs[i].size());
+        for (size_t k = 0; k < r->logprobs[i].size(); ++k)
+          EXPECT_NEAR(r->logprobs[i][k], off.logprobs[i][k], tol) << "request " << i;
+      }
+    }
+    EXPECT_EQ(turns.ids, off_turns.ids) << blocks << " blocks";
+  }
 }
 
 }  // namespace
