@@ -29,7 +29,8 @@ struct EngineBackendOptions {
   // KV cache takes what this share of the device's memory leaves after the weights.
   double gpu_memory_fraction = 0.9;
   double swap_space_gb = -1;  // GiB; < 0: the default (swap_space_bytes)
-  int64_t max_seq_len = 0;    // 0: the model's; may only lower it
+  // engine.prefix_caching and engine.prefix_cache_host_bytes are taken as given.
+  int64_t max_seq_len = 0;  // 0: the model's; may only lower it
   EngineConfig engine;
   // Called with (done, total, stage) while loading; total 0 when unknown.
   std::function<void(double done, double total, const std::string& stage)> progress;
@@ -52,6 +53,8 @@ class EngineBackend : public InferenceBackend {
                                    bool add_special_tokens) const override;
   std::shared_ptr<GenerationHandle> generate(std::vector<int32_t> prompt,
                                              const GenerationParams& params, GenSink sink) override;
+  // AsyncModel::pin_prefix; 0 when prefix caching is off.
+  int32_t pin_prefix(const std::vector<int32_t>& ids) override;
   bool healthy() const override;
   std::string dead_reason() const override;
   BackendStats stats() const override;
@@ -67,6 +70,7 @@ class EngineBackend : public InferenceBackend {
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<const ChatTemplate> chat_;
   bool byte_level_ = false;  // GPT-2 style byte-to-unicode token strings
+  bool prefix_caching_ = false;
   std::unique_ptr<TextEngine> engine_;
 };
 
