@@ -29,8 +29,9 @@ struct EngineBackendOptions {
   // KV cache takes what this share of the device's memory leaves after the weights.
   double gpu_memory_fraction = 0.9;
   double swap_space_gb = -1;  // GiB; < 0: the default (swap_space_bytes)
-  // engine.prefix_caching and engine.prefix_cache_host_bytes are taken as given.
-  int64_t max_seq_len = 0;  // 0: the model's; may only lower it
+  int64_t max_seq_len = 0;    // 0: the model's; may only lower it
+  // Sizes not given are filled in at load; prefix_caching and prefix_cache_host_bytes
+  // are taken as given.
   EngineConfig engine;
   // Called with (done, total, stage) while loading; total 0 when unknown.
   std::function<void(double done, double total, const std::string& stage)> progress;
