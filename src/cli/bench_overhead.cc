@@ -56,6 +56,7 @@ class TimingBackend : public InferenceBackend {
                           sink(std::move(evs));
                         });
   }
+  int32_t pin_prefix(const std::vector<int32_t>& ids) override { return b_->pin_prefix(ids); }
   bool healthy() const override { return b_->healthy(); }
   std::string dead_reason() const override { return b_->dead_reason(); }
   BackendStats stats() const override { return b_->stats(); }

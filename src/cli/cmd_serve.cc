@@ -21,6 +21,7 @@
 #include "core/logging.h"
 #include "core/thread_pool.h"
 #include "frontend/engine_backend.h"
+#include "frontend/task_prompts.h"
 #include "server/app.h"
 #include "server/http_server.h"
 #include "server/serve_config.h"
@@ -89,6 +90,9 @@ EngineBackendOptions backend_options(const ServeConfig& c, const std::string& mo
   if (c.num_kv_blocks > 0) o.engine.num_kv_blocks = static_cast<int32_t>(c.num_kv_blocks);
   if (c.kv_cache_bytes > 0) o.engine.kv_cache_bytes = c.kv_cache_bytes;
   o.engine.overlap_steps = c.overlap_steps;
+  o.engine.prefix_caching = c.prefix_caching;
+  o.engine.prefix_cache_host_bytes =
+      static_cast<int64_t>(c.prefix_cache_host_gib * double(int64_t{1} << 30));
   if (c.max_num_seqs > 0) o.engine.max_num_seqs = static_cast<int32_t>(c.max_num_seqs);
   if (c.max_num_batched_tokens > 0)
     o.engine.max_num_batched_tokens = static_cast<int32_t>(c.max_num_batched_tokens);
@@ -141,6 +145,7 @@ int cmd_serve(const CommandArgs& args) {
 
   // Load on another thread so that signals and /health work meanwhile.
   std::shared_ptr<EngineBackend> backend;
+  std::shared_ptr<const TaskPrefixes> tasks;
   std::string load_error;
   std::atomic<bool> load_done{false};
   std::thread loader([&] {
@@ -151,8 +156,12 @@ int cmd_serve(const CommandArgs& args) {
       o.progress = [&progress](double d, double t, const std::string& s) {
         progress.update(d, t, s);
       };
-      backend = EngineBackend::load(o);
+      auto loaded_backend = EngineBackend::load(o);
       progress.finish();
+      // The task prompts' K/V, computed and pinned before the first request.
+      if (!cfg.task_prompts.empty())
+        tasks = install_task_prompts(*loaded_backend, cfg.task_prompts);
+      backend = std::move(loaded_backend);
     } catch (const std::exception& e) {
       load_error = e.what();
     }
@@ -171,7 +180,7 @@ int cmd_serve(const CommandArgs& args) {
     http.stop();
     raise<InvalidArgument>("cannot load model '{}': {}", model_dir, load_error);
   }
-  app.set_backend(backend);
+  app.set_backend(backend, tasks);
   log_info("ready: {} (max_model_len {}, {} KV blocks of {} tokens) on http://{}:{}", name,
            backend->model_info().max_model_len, backend->stats().num_kv_blocks,
            backend->stats().block_size, cfg.host, http.port());

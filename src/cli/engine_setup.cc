@@ -62,6 +62,9 @@ EngineBundle open_engine(const std::string& model_dir, const SettingValues& v,
   c.swap_space_bytes = swap_space_bytes(v.has("swap-space") ? v.number("swap-space") : -1,
                                         b.model->backend().device().is_cpu());
   c.overlap_steps = v.flag("overlap-steps");
+  c.prefix_caching = v.flag("prefix-caching");
+  c.prefix_cache_host_bytes =
+      static_cast<int64_t>(v.number("prefix-cache-host-gib") * double(int64_t{1} << 30));
   std::shared_ptr<const TextTokenizer> text;
   if (b.tokenizer) text = make_text_tokenizer(b.tokenizer, c.eos_token_ids);
   b.engine = std::make_unique<TextEngine>(b.model, text, c);

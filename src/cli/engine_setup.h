@@ -2,7 +2,8 @@
 // (generate, bench): the model, its tokenizer when it has one, and the engine sized by
 // the engine settings (core/settings_table.cc: --kv-cache-mb, --max-num-seqs,
 // --max-num-batched-tokens, --block-size, --num-kv-blocks, --model-type, --device,
-// --dtype, --gpu-memory-fraction, --kv-cache-dtype, --swap-space, --overlap-steps).
+// --dtype, --gpu-memory-fraction, --kv-cache-dtype, --swap-space, --overlap-steps,
+// --prefix-caching, --prefix-cache-host-gib).
 #pragma once
 
 #include <memory>

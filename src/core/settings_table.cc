@@ -146,6 +146,25 @@ std::vector<Setting> make_table() {
           "being recomputed; default: 4 on a GPU, 0 on the CPU")
           .env({"TACHYON_SWAP_SPACE"})
           .range(0, 1 << 20),
+      Def("prefix-caching", T::kBool, "true", kEngine,
+          "keep the KV blocks of finished prompts, keyed by their tokens, and reuse the longest "
+          "cached prefix of each new prompt instead of computing it again")
+          .env({"TACHYON_PREFIX_CACHING", "REUSE_CACHE", "USE_BLOCK_CACHE"})
+          .alias({"enable-prefix-caching"}),
+      Def("prefix-cache-host-gib", T::kDouble, "0", kEngine,
+          "GiB of host memory for a second tier of the prefix cache: cached blocks evicted "
+          "from the device wait there and come back on a hit (0: none)")
+          .env({"TACHYON_PREFIX_CACHE_HOST_GIB"})
+          .alias({"kv-offloading-size"})
+          .range(0, 1 << 20),
+      Def("system-prompts", T::kString, "", Cmds{"serve"},
+          "JSON file of task prompts, [{\"task_id\": 1, \"prompt\": \"...\"}, ...]: each is "
+          "pinned in the prefix cache at start and put before the prompt of every request "
+          "whose generate_config.task_id names it")
+          .env({"TACHYON_SYSTEM_PROMPTS", "MULTI_TASK_PROMPT"}),
+      Def("system-prompts-json", T::kString, "", Cmds{"serve"},
+          "the task prompts of --system-prompts as inline JSON (not with --system-prompts)")
+          .env({"TACHYON_SYSTEM_PROMPTS_JSON", "MULTI_TASK_PROMPT_STR"}),
       Def("overlap-steps", T::kBool, "true", kEngine,
           "queue each engine step before the host has seen the tokens of the step in flight "
           "(they stay on the GPU), so that scheduling and streaming overlap the GPU's work")

@@ -111,6 +111,13 @@ struct BackendStats {
   int64_t block_size = 0;
   int64_t num_preemptions = 0;
   int64_t num_swap_outs = 0;  // preemptions that swapped the KV blocks out
+  // The prefix cache: prompt tokens looked up and found, those found in the host tier,
+  // and the blocks it holds now (cached and free, or pinned).
+  int64_t prefix_cache_queries = 0;
+  int64_t prefix_cache_hits = 0;
+  int64_t prefix_cache_host_hits = 0;
+  int64_t num_cached_blocks = 0;
+  int64_t num_pinned_blocks = 0;
 };
 
 struct ModelInfo {
@@ -154,6 +161,11 @@ class InferenceBackend {
   virtual std::shared_ptr<GenerationHandle> generate(std::vector<int32_t> prompt,
                                                      const GenerationParams& params,
                                                      GenSink sink) = 0;
+  // Computes the K/V of `ids` and pins it in the prefix cache (a system prompt that
+  // requests start with). Blocks until done; returns the tokens pinned (whole blocks),
+  // 0 when the backend keeps no prefix cache. Throws InvalidArgument for ids it cannot
+  // take (empty, too long).
+  virtual int32_t pin_prefix(const std::vector<int32_t>& ids) = 0;
 
   virtual bool healthy() const = 0;
   virtual std::string dead_reason() const = 0;

@@ -176,6 +176,8 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
         kv_cache_budget_bytes(*model, o.gpu_memory_fraction, ec.max_num_batched_tokens);
   ec.swap_space_bytes = swap_space_bytes(o.swap_space_gb, lo.device->is_cpu());
 
+  b->prefix_caching_ = ec.prefix_caching;
+
   progress(0, 0, "kv cache");
   b->engine_ = std::make_unique<TextEngine>(model, make_text_tokenizer(b->tokenizer_, eos), ec);
 
@@ -300,6 +302,11 @@ std::shared_ptr<GenerationHandle> EngineBackend::generate(std::vector<int32_t> p
   return std::make_shared<EngineHandle>(std::move(stream));
 }
 
+int32_t EngineBackend::pin_prefix(const std::vector<int32_t>& ids) {
+  if (!prefix_caching_) return 0;
+  return engine_->engine().pin_prefix(ids);
+}
+
 bool EngineBackend::healthy() const {
   return engine_ && engine_->healthy();
 }
@@ -322,6 +329,11 @@ BackendStats EngineBackend::stats() const {
       s.num_kv_blocks > 0 ? 1.0 - static_cast<double>(s.num_free_kv_blocks) / s.num_kv_blocks : 0.0;
   s.num_preemptions = e.num_preemptions;
   s.num_swap_outs = e.num_swap_outs;
+  s.prefix_cache_queries = e.prefix_cache_queries;
+  s.prefix_cache_hits = e.prefix_cache_hits;
+  s.prefix_cache_host_hits = e.prefix_cache_host_hits;
+  s.num_cached_blocks = e.num_cached_blocks;
+  s.num_pinned_blocks = e.num_pinned_blocks;
   return s;
 }
 

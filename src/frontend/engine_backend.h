@@ -30,6 +30,8 @@ struct EngineBackendOptions {
   double gpu_memory_fraction = 0.9;
   double swap_space_gb = -1;  // GiB; < 0: the default (swap_space_bytes)
   int64_t max_seq_len = 0;    // 0: the model's; may only lower it
+  // Sizes not given are filled in at load; prefix_caching and prefix_cache_host_bytes
+  // are taken as given.
   EngineConfig engine;
   // Called with (done, total, stage) while loading; total 0 when unknown.
   std::function<void(double done, double total, const std::string& stage)> progress;
@@ -52,6 +54,8 @@ class EngineBackend : public InferenceBackend {
                                    bool add_special_tokens) const override;
   std::shared_ptr<GenerationHandle> generate(std::vector<int32_t> prompt,
                                              const GenerationParams& params, GenSink sink) override;
+  // AsyncModel::pin_prefix; 0 when prefix caching is off.
+  int32_t pin_prefix(const std::vector<int32_t>& ids) override;
   bool healthy() const override;
   std::string dead_reason() const override;
   BackendStats stats() const override;
@@ -67,6 +71,7 @@ class EngineBackend : public InferenceBackend {
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<const ChatTemplate> chat_;
   bool byte_level_ = false;  // GPT-2 style byte-to-unicode token strings
+  bool prefix_caching_ = false;
   std::unique_ptr<TextEngine> engine_;
 };
 

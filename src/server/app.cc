@@ -133,9 +133,11 @@ ServerApp::~ServerApp() {
   cancel_all();
 }
 
-void ServerApp::set_backend(std::shared_ptr<InferenceBackend> backend) {
+void ServerApp::set_backend(std::shared_ptr<InferenceBackend> backend,
+                            std::shared_ptr<const TaskPrefixes> tasks) {
   std::lock_guard<std::mutex> lock(mu_);
   backend_ = std::move(backend);
+  tasks_ = std::move(tasks);
 }
 
 std::shared_ptr<InferenceBackend> ServerApp::backend() const {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "frontend/backend.h"
+#include "frontend/task_prompts.h"
 #include "server/admission.h"
 #include "server/auth.h"
 #include "server/http.h"
@@ -58,8 +59,10 @@ class ServerApp {
   // The HttpServer's handler.
   void handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer);
 
-  // Until a backend is set, /health says "loading" and generation answers 503.
-  void set_backend(std::shared_ptr<InferenceBackend> backend);
+  // Until a backend is set, /health says "loading" and generation answers 503. `tasks`:
+  // the task prompts requests may name by task_id (none when null).
+  void set_backend(std::shared_ptr<InferenceBackend> backend,
+                   std::shared_ptr<const TaskPrefixes> tasks = nullptr);
   std::shared_ptr<InferenceBackend> backend() const;
 
   // Shutdown: new generation requests get 503 and /health turns 503; renders in
@@ -99,6 +102,9 @@ class ServerApp {
                 std::vector<CallPrompt> prompts, bool native_errors);
   std::shared_ptr<InferenceBackend> ready_backend() const;  // throws 503
   void check_model_name(const std::string& requested) const;
+  // The token ids of the task prompt a request names (empty without a task_id); 400 for
+  // a task_id that is not configured.
+  std::vector<int32_t> task_prefix(const std::optional<std::string>& task_id) const;
 
   // Admin endpoints (app_admin.cc).
   void handle_health(const std::shared_ptr<ResponseWriter>& w);
@@ -120,6 +126,7 @@ class ServerApp {
 
   mutable std::mutex mu_;
   std::shared_ptr<InferenceBackend> backend_;
+  std::shared_ptr<const TaskPrefixes> tasks_;
   std::unordered_map<GenerationCall*, std::weak_ptr<GenerationCall>> calls_;
   std::atomic<int64_t> active_{0};
   // Requests on the work pool, and their cancel flags (under mu_).

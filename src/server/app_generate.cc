@@ -30,6 +30,16 @@ void check_params(const GenerationParams& p, int32_t vocab) {
   for (const auto& seq : p.stop_words_list) check_ids(seq, vocab, "stop_words_list");
 }
 
+// The task prompt's ids followed by the request's own.
+std::vector<int32_t> with_prefix(const std::vector<int32_t>& prefix, std::vector<int32_t> own) {
+  if (prefix.empty()) return own;
+  std::vector<int32_t> ids;
+  ids.reserve(prefix.size() + own.size());
+  ids.insert(ids.end(), prefix.begin(), prefix.end());
+  ids.insert(ids.end(), own.begin(), own.end());
+  return ids;
+}
+
 std::string clip_for_log(const std::string& s) {
   constexpr size_t kMax = 4096;
   return s.size() <= kMax ? s : s.substr(0, kMax) + "...";
@@ -42,6 +52,26 @@ void ServerApp::check_model_name(const std::string& requested) const {
   throw ApiError::not_found("The model '" + requested + "' does not exist; this server serves '" +
                                 options_.model_name + "'",
                             "model_not_found");
+}
+
+std::vector<int32_t> ServerApp::task_prefix(const std::optional<std::string>& task_id) const {
+  if (!task_id) return {};
+  std::shared_ptr<const TaskPrefixes> tasks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks = tasks_;
+  }
+  if (!tasks || tasks->empty())
+    throw ApiError::bad_request("task_id " + *task_id +
+                                    " is unknown: no task prompts are configured "
+                                    "(--system-prompts, MULTI_TASK_PROMPT)",
+                                "task_id");
+  const TaskPrefixes::Entry* e = tasks->find(*task_id);
+  if (e == nullptr)
+    throw ApiError::bad_request(
+        "task_id " + *task_id + " is unknown; the configured task ids are: " + tasks->ids_list(),
+        "task_id");
+  return e->ids;
 }
 
 void ServerApp::run_call(const std::shared_ptr<ResponseWriter>& w,
@@ -110,9 +140,11 @@ void ServerApp::handle_chat(const HttpRequest& req, const std::shared_ptr<Respon
   ChatPrompt chat =
       backend->render_chat(r.messages, r.add_generation_prompt, r.chat_template_kwargs, control);
   if (options_.special_tokens_in_content) chat.untrusted.clear();
+  const std::vector<int32_t> prefix = task_prefix(r.task_id);
   std::vector<int32_t> ids = backend->encode_chat(chat, false);
   const std::string& prompt = chat.text;
   if (ids.empty()) throw ApiError::bad_request("the rendered prompt is empty", "messages");
+  ids = with_prefix(prefix, std::move(ids));
   check_params(r.params, info.vocab_size);
   r.params.max_new_tokens =
       resolve_max_new_tokens(r.max_tokens, static_cast<int64_t>(ids.size()), info.max_model_len,
@@ -152,6 +184,8 @@ void ServerApp::handle_completions(const HttpRequest& req,
   fo.logprobs = r.logprobs;
   fo.top_logprobs = r.top_logprobs;
   fo.token_bytes = [backend](int32_t id) { return backend->token_bytes(id); };
+  // A task prompt begins the sequence: the special tokens a text prompt gets are its.
+  const std::vector<int32_t> prefix = task_prefix(r.task_id);
   std::vector<CallPrompt> prompts;
   for (auto& spec : r.prompts) {
     std::vector<int32_t> ids;
@@ -159,10 +193,11 @@ void ServerApp::handle_completions(const HttpRequest& req,
       check_ids(spec.ids, info.vocab_size, "prompt");
       ids = spec.ids;
     } else {
-      ids = backend->encode(spec.text, r.add_special_tokens);
+      ids = backend->encode(spec.text, r.add_special_tokens && prefix.empty());
       if (ids.empty()) throw ApiError::bad_request("the prompt encodes to no tokens", "prompt");
     }
     if (r.echo) fo.echo.push_back(spec.is_ids ? backend->decode(ids, true) : spec.text);
+    ids = with_prefix(prefix, std::move(ids));
     GenerationParams p = r.params;
     p.max_new_tokens =
         resolve_max_new_tokens(r.max_tokens, static_cast<int64_t>(ids.size()), info.max_model_len,
@@ -193,6 +228,8 @@ void ServerApp::handle_native(const HttpRequest& req, const std::shared_ptr<Resp
   fo.return_output_ids = r.return_output_ids;
   fo.beam_responses = r.beam_responses;
   fo.num_sequences = r.params.num_return_sequences;
+  // A task prompt begins the sequence: the special tokens a raw prompt gets are its.
+  const std::vector<int32_t> prefix = task_prefix(r.task_id);
   std::vector<CallPrompt> prompts;
   for (auto& np : r.prompts) {
     // A raw prompt's special tokens are matched (its sender wrote the template); a chat's
@@ -205,10 +242,13 @@ void ServerApp::handle_native(const HttpRequest& req, const std::shared_ptr<Resp
       chat.text = np.text;
     }
     const std::string& text = chat.text;
-    std::vector<int32_t> ids = backend->encode_chat(chat, !np.is_chat);
-    if (ids.empty())
+    std::vector<int32_t> own = backend->encode_chat(chat, !np.is_chat && prefix.empty());
+    if (own.empty())
       throw ApiError(400, "invalid_request_error", "the prompt encodes to no tokens", "prompt", {},
                      NativeErrorCode::kEmptyPrompt);
+    fo.input_ids.push_back(own);  // aux_info.input_len: the request's own tokens
+    fo.prefix_lens.push_back(static_cast<int32_t>(prefix.size()));
+    std::vector<int32_t> ids = with_prefix(prefix, std::move(own));
     int64_t len = static_cast<int64_t>(ids.size());
     if (len >= info.max_model_len)
       throw ApiError(400, "invalid_request_error",
@@ -224,7 +264,6 @@ void ServerApp::handle_native(const HttpRequest& req, const std::shared_ptr<Resp
     p.max_new_tokens = static_cast<int32_t>(std::min(want, room));
     if (options_.log_prompts)
       log_info("native prompt ({} tokens): {}", ids.size(), clip_for_log(text));
-    fo.input_ids.push_back(ids);
     prompts.push_back({std::move(ids), std::move(p)});
   }
   run_call(w, make_native_formatter(std::move(fo)), std::move(prompts), true);

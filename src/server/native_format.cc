@@ -88,7 +88,7 @@ class NativeFormatter : public CallFormatter {
     return Json{{"cost_time", pr.has_final ? t.total_ms : monotonic_ms() - start_ms_},
                 {"iter_count", pr.has_final ? t.iter_count : pr.iter},
                 {"input_len", o_.input_ids[p].size()},
-                {"prefix_len", t.prefix_len},
+                {"prefix_len", p < o_.prefix_lens.size() ? o_.prefix_lens[p] : 0},
                 {"reuse_len", t.reuse_len},
                 {"local_reuse_len", t.reuse_len},
                 {"remote_reuse_len", 0},

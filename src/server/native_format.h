@@ -20,8 +20,11 @@ struct NativeFormatOptions {
   bool return_input_ids = false;
   bool return_output_ids = false;
   bool beam_responses = false;
-  int32_t num_sequences = 1;                    // per prompt
-  std::vector<std::vector<int32_t>> input_ids;  // per prompt
+  int32_t num_sequences = 1;  // per prompt
+  // Per prompt: the request's own token ids, and the task prompt's tokens before them
+  // (aux_info's input_len and prefix_len).
+  std::vector<std::vector<int32_t>> input_ids;
+  std::vector<int32_t> prefix_lens;  // empty: none
 };
 
 std::unique_ptr<CallFormatter> make_native_formatter(NativeFormatOptions options);

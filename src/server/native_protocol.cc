@@ -28,6 +28,7 @@ struct ConfigFields {
   std::optional<std::vector<std::string>> stop_words_str;
   std::optional<std::vector<std::vector<int32_t>>> stop_words_list, bad_words_list;
   std::optional<Json> chat_template_kwargs;
+  std::optional<std::string> task_id;
 
   void read(FieldReader& r, const RequestLimits& lim) {
     auto pick = [](auto& dst, auto v) {
@@ -69,6 +70,7 @@ struct ConfigFields {
                                     r.path("chat_template_kwargs"));
       chat_template_kwargs = *k;
     }
+    if (const Json* t = r.raw("task_id")) task_id = read_task_id(*t, r.path("task_id"));
     // Fields RTP-LLM has that this server cannot honour yet: refused, never ignored.
     r.refuse_unless("return_logits", {false}, "returning logits is not supported");
     r.refuse_unless("output_logits", {false}, "returning logits is not supported");
@@ -88,7 +90,7 @@ struct ConfigFields {
     r.refuse_unless("top_p_reset_ids", {}, "top_p decay is not supported");
     // Bookkeeping fields RTP-LLM clients send that change nothing here.
     for (const char* k : {"return_cum_log_probs", "is_streaming", "request_format", "trace_id",
-                          "chat_id", "task_id", "traffic_reject_priority", "md5_value", "timeline",
+                          "chat_id", "traffic_reject_priority", "md5_value", "timeline",
                           "gen_timeline", "reuse_cache", "can_use_pd_separation"})
       r.ignore(k);
   }
@@ -145,6 +147,7 @@ struct ConfigFields {
     req.return_output_ids = return_output_ids.value_or(false);
     req.aux_info = aux_info.value_or(true);
     if (chat_template_kwargs) req.chat_template_kwargs = *chat_template_kwargs;
+    req.task_id = task_id;
   }
 };
 

@@ -37,6 +37,9 @@ struct NativeRequest {
   std::optional<int64_t> max_new_tokens;
   Json chat_template_kwargs = Json::object();
   std::string source;  // caller's tag, for logs
+  // generate_config.task_id (its key: 1 and "1" alike): the task prompt put before
+  // every prompt of the request.
+  std::optional<std::string> task_id;
   GenerationParams params;
 };
 

@@ -59,6 +59,7 @@ class OpenAIFormatter : public CallFormatter {
   std::string on_events(size_t p, const std::vector<GenEvent>& events) override {
     std::string out;
     for (const auto& e : events) {
+      if (e.done) cached_tokens_ += e.timings.reuse_len;
       if (e.index < 0 || e.index >= o_.n) continue;
       size_t ci = p * static_cast<size_t>(o_.n) + static_cast<size_t>(e.index);
       Choice& c = choices_[ci];
@@ -151,7 +152,8 @@ class OpenAIFormatter : public CallFormatter {
     for (const auto& c : choices_) completion += c.tokens;
     return Json{{"prompt_tokens", prompt},
                 {"completion_tokens", completion},
-                {"total_tokens", prompt + completion}};
+                {"total_tokens", prompt + completion},
+                {"prompt_tokens_details", {{"cached_tokens", cached_tokens_}}}};
   }
 
   Json token_entry(int32_t token, float logprob) const {
@@ -216,6 +218,7 @@ class OpenAIFormatter : public CallFormatter {
   std::string id_;
   int64_t created_ = 0;
   std::vector<Choice> choices_;
+  int64_t cached_tokens_ = 0;  // prompt tokens the prefix cache gave, over the prompts
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Response shaping for /v1/chat/completions and /v1/completions: whole responses, SSE
 // chunks ending with "data: [DONE]", usage (in a final chunk with no choices when
-// stream_options.include_usage), logprobs in each endpoint's format.
+// stream_options.include_usage; prompt_tokens_details.cached_tokens: the prompt tokens
+// taken from the prefix cache), logprobs in each endpoint's format.
 #pragma once
 
 #include <functional>

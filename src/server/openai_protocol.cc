@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "frontend/task_prompts.h"
 #include "server/api_error.h"
 #include "server/json_fields.h"
 
@@ -58,6 +59,7 @@ void read_sampling(FieldReader& r, OpenAIRequest& req, const RequestLimits& limi
   r.refuse_unless("service_tier", {"auto", "default"}, "only the default service tier exists");
   r.refuse_unless("store", {false}, "stored completions are not supported");
   if (auto v = r.opt_int("timeout_ms", 1, INT64_MAX)) p.timeout_ms = *v;
+  if (const Json* t = r.raw("task_id")) req.task_id = read_task_id(*t, "task_id");
   p.num_return_sequences = req.n;
   if (p.timeout_ms == 0) p.timeout_ms = limits.default_timeout_ms;
   if (limits.max_timeout_ms > 0 && (p.timeout_ms == 0 || p.timeout_ms > limits.max_timeout_ms))
@@ -281,6 +283,14 @@ OpenAIRequest parse_completion_request(const Json& body, const RequestLimits& li
   if (auto v = r.opt_bool("add_special_tokens")) req.add_special_tokens = *v;
   r.finish();
   return req;
+}
+
+std::string read_task_id(const Json& v, const std::string& field) {
+  std::optional<std::string> key = task_id_key(v);
+  if (!key)
+    throw ApiError::bad_request(field + " must be an integer or a string, not " + json_type_name(v),
+                                field);
+  return *key;
 }
 
 void check_top_p(double top_p) {

@@ -56,6 +56,9 @@ struct OpenAIRequest {
   int32_t top_logprobs = 0;  // alternatives per token
   // max_tokens / max_completion_tokens as sent (validated against the window later).
   std::optional<int64_t> max_tokens;
+  // Extension: RTP-LLM's task_id (its key: 1 and "1" alike), the task prompt put
+  // before the prompt.
+  std::optional<std::string> task_id;
   GenerationParams params;  // num_return_sequences = n; max_new_tokens filled in later
 };
 
@@ -71,6 +74,10 @@ Json parse_chat_messages(const Json* v, const std::string& field);
 // reuse of logit_bias parsing and for tests).
 std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& v, const std::string& field,
                                                         size_t max_entries);
+
+// A request's task_id (an integer or a string) as its key (task_id_key); 400 naming
+// `field` for any other type.
+std::string read_task_id(const Json& v, const std::string& field);
 
 // Refuses a top_p that is not above 0, also once it is a 32-bit float (1e-320 is
 // positive as a double and 0 as a float), with the value as given.

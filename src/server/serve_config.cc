@@ -9,6 +9,31 @@ constexpr const char* kUsage =
     "usage: tachyon serve [--model DIR] [--host 127.0.0.1] [--port 8088] [flags]\n\n"
     "Serves a model over HTTP: RTP-LLM's native API (POST /) and the OpenAI API (/v1/...).\n";
 
+// The task prompts of --system-prompts (a file) or --system-prompts-json (inline), the
+// errors prefixed with where the setting came from.
+std::vector<TaskPrompt> task_prompts_setting(const SettingValues& v) {
+  const bool file = v.given("system-prompts"), inline_json = v.given("system-prompts-json");
+  if (file && inline_json)
+    raise<InvalidArgument>(
+        "task prompts are given twice, by {} and by {}: give a file (--system-prompts, "
+        "MULTI_TASK_PROMPT) or inline JSON (--system-prompts-json, MULTI_TASK_PROMPT_STR), not "
+        "both",
+        v.source("system-prompts"), v.source("system-prompts-json"));
+  if (inline_json) {
+    const std::string source = v.source("system-prompts-json");
+    return parse_task_prompts(v.str("system-prompts-json"), source);
+  }
+  if (!file) return {};
+  const std::string source = v.source("system-prompts");
+  const std::string path = v.str("system-prompts");
+  if (path.empty()) raise<InvalidArgument>("{}: no file named", source);
+  try {
+    return load_task_prompts(path);
+  } catch (const Error& e) {
+    raise<InvalidArgument>("{}: {}", source, e.what());
+  }
+}
+
 ServeConfig from_settings(const SettingValues& v) {
   ServeConfig c;
   c.model = v.str("model");
@@ -28,6 +53,9 @@ ServeConfig from_settings(const SettingValues& v) {
   c.block_size = v.integer("block-size");
   c.threads = v.integer("threads");
   c.overlap_steps = v.flag("overlap-steps");
+  c.prefix_caching = v.flag("prefix-caching");
+  c.prefix_cache_host_gib = v.number("prefix-cache-host-gib");
+  c.task_prompts = task_prompts_setting(v);
   c.host = v.str("host");
   c.port = v.integer("port");
   c.io_threads = v.integer("io-threads");

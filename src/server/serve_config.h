@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/settings.h"
+#include "frontend/task_prompts.h"
 
 namespace tachyon::server {
 
@@ -34,6 +35,10 @@ struct ServeConfig {
   int64_t block_size = 0;
   int64_t threads = 0;        // compute threads; 0: all cores
   bool overlap_steps = true;  // queue the next step before the host sees the last one's tokens
+  bool prefix_caching = true;
+  double prefix_cache_host_gib = 0;  // host tier of the prefix cache
+  // Task prompts (--system-prompts FILE or --system-prompts-json TEXT), parsed.
+  std::vector<TaskPrompt> task_prompts;
   // HTTP.
   std::string host = "127.0.0.1";
   int64_t port = 8088;

@@ -30,6 +30,21 @@ ServerMetrics::ServerMetrics(std::string model_name, std::function<BackendStats(
                "Cumulative number of preempted requests whose KV blocks were swapped out to "
                "host memory instead of recomputed.",
                model_, [stats] { return static_cast<double>(stats().num_swap_outs); });
+  r.counter_fn(both("prefix_cache_queries_total"),
+               "Prefix cache queries, in terms of prompt tokens looked up.", model_,
+               [stats] { return static_cast<double>(stats().prefix_cache_queries); });
+  r.counter_fn(both("prefix_cache_hits_total"),
+               "Prefix cache hits, in terms of prompt tokens found in the cache.", model_,
+               [stats] { return static_cast<double>(stats().prefix_cache_hits); });
+  r.counter_fn({"tachyon:prefix_cache_host_hits_total"},
+               "Prefix cache hits brought back from the host memory tier, in tokens.", model_,
+               [stats] { return static_cast<double>(stats().prefix_cache_host_hits); });
+  r.gauge_fn({"tachyon:prefix_cache_cached_blocks"},
+             "KV blocks the prefix cache holds that no request uses (reusable until evicted).",
+             model_, [stats] { return static_cast<double>(stats().num_cached_blocks); });
+  r.gauge_fn({"tachyon:prefix_cache_pinned_blocks"},
+             "KV blocks pinned in the prefix cache (task prompts), never evicted.", model_,
+             [stats] { return static_cast<double>(stats().num_pinned_blocks); });
   prompt_tokens_ =
       &r.counter(both("prompt_tokens_total"), "Number of prefill tokens processed.", model_);
   generation_tokens_ =

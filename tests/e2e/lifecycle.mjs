@@ -1,6 +1,6 @@
 // End-to-end checks of `tachyon serve`'s start and stop: what the start log says about the
-// weights, /health answering while chat templates render, and SIGTERM ending a server
-// whose requests are still rendering.
+// weights, /health answering while chat templates render, SIGTERM ending a server whose
+// requests are still rendering, and task prompts given at start.
 //   node tests/e2e/lifecycle.mjs path/to/tachyon
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -69,6 +69,56 @@ t.test('renders run off the HTTP threads; SIGTERM cancels them', async () => {
     assert.match(server.log(), /shutting down \(2 requests in flight\)/);
   } finally {
     if (!server.exited) server.child.kill('SIGKILL');
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+t.test('task prompts: tokenized and logged at start, put before the prompts that name them', async () => {
+  const task = 'In the beginning God created the heaven and the earth.';
+  // Without the prefix cache: the task prompt is computed with each request.
+  const server = await startServer(binary, ['--model', model, '--progress', 'false', '--no-prefix-caching'], {
+    env: { MULTI_TASK_PROMPT_STR: JSON.stringify([{ task_id: 1, prompt: task }]) },
+  });
+  try {
+    assert.match(server.log(), /task prompt 1: 12 tokens, 0 pinned in the prefix cache/);
+    const config = { max_new_tokens: 8, top_k: 1, return_input_ids: true };
+    const whole = await request(server.port, 'POST', '/',
+      JSON.stringify({ prompt: `${task} And God said`, generate_config: config }));
+    const tasked = await request(server.port, 'POST', '/',
+      JSON.stringify({ prompt: ' And God said', generate_config: { ...config, task_id: '1' } }));
+    assert.equal(whole.status, 200, whole.body);
+    assert.equal(tasked.status, 200, tasked.body);
+    const w = JSON.parse(whole.body), k = JSON.parse(tasked.body);
+    // The same ids reach the model: the same greedy text and log-probability.
+    assert.equal(k.response, w.response);
+    assert.deepEqual(k.aux_info.cum_log_probs, w.aux_info.cum_log_probs);
+    assert.equal(k.aux_info.prefix_len, 12);
+    assert.equal(k.aux_info.input_len, w.aux_info.input_len - 12);
+    assert.deepEqual(k.input_ids[0], w.input_ids[0].slice(12));
+    const c = await request(server.port, 'POST', '/v1/completions',
+      JSON.stringify({ prompt: ' And God said', task_id: 1, max_tokens: 8, temperature: 0 }));
+    assert.equal(c.status, 200, c.body);
+    const cj = JSON.parse(c.body);
+    assert.equal(cj.choices[0].text, w.response);
+    assert.equal(cj.usage.prompt_tokens, w.aux_info.input_len);
+    assert.equal(cj.usage.prompt_tokens_details.cached_tokens, 0);
+    const bad = await request(server.port, 'POST', '/', JSON.stringify({ prompt: 'x', task_id: 2 }));
+    assert.equal(bad.status, 400);
+    assert.match(bad.body, /task_id 2 is unknown; the configured task ids are: 1/);
+  } finally {
+    server.child.kill('SIGTERM');
+    assert.equal((await server.exitPromise).code, 0);
+  }
+});
+
+t.test('a bad task prompt file stops the start, naming the entry', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tachyon-tasks-'));
+  const file = path.join(dir, 'tasks.json');
+  fs.writeFileSync(file, JSON.stringify([{ task_id: 1, prompt: 'a' }, { task_id: '1', prompt: 'b' }]));
+  try {
+    await assert.rejects(startServer(binary, ['--model', model, '--system-prompts', file]),
+      /--system-prompts: .*tasks\.json: entry 1 \(task_id 1\): task_id already given by entry 0/);
+  } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }
 });

@@ -8,6 +8,7 @@
 
 #include "core/json.h"
 #include "core/mmap.h"
+#include "frontend/task_prompts.h"
 
 namespace tachyon {
 namespace {
@@ -154,6 +155,46 @@ TEST_F(EngineBackendTest, BadParametersAreRefusedAtSubmission) {
   p.top_p = 0;
   Gathered g;
   EXPECT_THROW(backend()->generate({1, 2, 3}, p, g.sink()), InvalidArgument);
+}
+
+TEST(EngineBackendPrefix, TaskPromptsAreRawPromptsAndPinNothingWithPrefixCachingOff) {
+  EngineBackendOptions o;
+  o.model_dir = kModel;
+  o.engine.prefix_caching = false;
+  auto b = EngineBackend::load(o);
+  auto tasks = parse_task_prompts(R"([{"task_id": 1, "prompt": "In the beginning God created"}])",
+                                  "tasks.json");
+  auto prefixes = install_task_prompts(*b, tasks);
+  const TaskPrefixes::Entry* e = prefixes->find("1");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->ids, b->encode("In the beginning God created", true));
+  EXPECT_EQ(e->ids.front(), 1);  // BOS, as a raw prompt gets
+  EXPECT_EQ(e->pinned, 0);
+  EXPECT_EQ(b->stats().num_pinned_blocks, 0);
+}
+
+// Needs AsyncModel::pin_prefix, which raises Unavailable until the engine's prefix cache
+// is built; enable it then.
+TEST_F(EngineBackendTest, DISABLED_PinnedTaskPromptIsReusedByRequests) {
+  std::vector<int32_t> prefix = backend()->encode(
+      "In the beginning God created the heaven and the earth. And the earth was without form, "
+      "and void; and darkness was upon the face of the deep.",
+      true);
+  const int64_t block = backend()->stats().block_size;
+  ASSERT_GE(static_cast<int64_t>(prefix.size()), block);
+  const int32_t pinned = backend()->pin_prefix(prefix);
+  EXPECT_EQ(pinned, static_cast<int64_t>(prefix.size()) / block * block);
+  EXPECT_EQ(backend()->stats().num_pinned_blocks, pinned / block);
+  std::vector<int32_t> prompt = prefix;
+  for (int32_t id : backend()->encode(" And God said", false)) prompt.push_back(id);
+  GenerationParams p;
+  p.max_new_tokens = 4;
+  p.temperature = 0;
+  Gathered g;
+  backend()->generate(prompt, p, g.sink());
+  ASSERT_TRUE(g.wait());
+  EXPECT_FALSE(g.error) << g.error->what();
+  EXPECT_GE(backend()->stats().prefix_cache_hits, pinned);
 }
 
 TEST(EngineBackendConversion, CopiesEveryParameter) {

@@ -34,6 +34,10 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
   std::atomic<bool> dead{false};
   // A render that runs until its control stops it (a template that takes long).
   std::atomic<bool> slow_render{false};
+  std::atomic<bool> prefix_caching{true};
+  // The prefix cache's reuse_len on each request's last event, and its stats.
+  std::atomic<int32_t> reuse_len{0};
+  BackendStats prefix_stats;  // set before requests: its prefix cache fields are reported
 
   // Observations.
   mutable std::atomic<int> renders_started{0}, renders_stopped{0};
@@ -139,6 +143,18 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
     return handle;
   }
 
+  // Records what it pins; returns the whole blocks of 16 tokens (0 with prefix_caching off).
+  int32_t pin_prefix(const std::vector<int32_t>& ids) override {
+    if (ids.empty()) throw InvalidArgument("pin_prefix: empty prompt");
+    std::lock_guard<std::mutex> lock(mu_);
+    pinned_.push_back(ids);
+    return prefix_caching ? static_cast<int32_t>(ids.size() / 16 * 16) : 0;
+  }
+  std::vector<std::vector<int32_t>> pinned() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pinned_;
+  }
+
   bool healthy() const override { return !dead; }
   std::string dead_reason() const override { return dead ? "test says so" : ""; }
   BackendStats stats() const override {
@@ -148,6 +164,11 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
     s.num_free_kv_blocks = 100 - active.load();
     s.block_size = 16;
     s.kv_cache_usage = active.load() / 100.0;
+    s.prefix_cache_queries = prefix_stats.prefix_cache_queries;
+    s.prefix_cache_hits = prefix_stats.prefix_cache_hits;
+    s.prefix_cache_host_hits = prefix_stats.prefix_cache_host_hits;
+    s.num_cached_blocks = prefix_stats.num_cached_blocks;
+    s.num_pinned_blocks = prefix_stats.num_pinned_blocks;
     return s;
   }
 
@@ -250,6 +271,7 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
         last.timings.first_token_ms = 1;
         last.timings.iter_count = k + 1;
         last.timings.input_len = static_cast<int32_t>(prompt.size());
+        last.timings.reuse_len = reuse_len.load();
         last.timings.output_len = (k + 1) * n;
         evs.push_back(last);
       }
@@ -269,6 +291,7 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
   std::mutex mu_;
   GenerationParams last_params_;
   std::vector<int32_t> last_prompt_;
+  std::vector<std::vector<int32_t>> pinned_;
   std::vector<std::thread> threads_;
 };
 

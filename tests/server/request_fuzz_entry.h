@@ -5,7 +5,8 @@
 // and the body after it (an input without a newline is the body of POST /). It goes
 // through ServerApp::handle, the router and the endpoint behind it (the native API,
 // OpenAI chat and completions, the tokenizer endpoints, the admin routes) over a
-// deterministic fake model, and the request is over before the next one starts.
+// deterministic fake model (with task prompts 1 and "sum"), and the request is over
+// before the next one starts.
 //
 // A bug, reported by abort() with a message, is any of: a status of 500 or more (bad
 // input must be a client error; the fake model never fails on its own), a response
@@ -32,6 +33,7 @@
 #include "core/logging.h"
 #include "engine/generate_config.h"
 #include "frontend/engine_backend.h"
+#include "frontend/task_prompts.h"
 #include "server/app.h"
 #include "server/fake_backend.h"
 
@@ -165,7 +167,11 @@ struct RequestFuzzer {
     o.limits.default_timeout_ms = 10000;  // no request outlives the wait below
     o.limits.max_timeout_ms = 10000;
     app = std::make_unique<server::ServerApp>(o);
-    app->set_backend(backend);
+    // Task prompts that requests may name (task_id 1 and "sum").
+    auto tasks = parse_task_prompts(
+        R"([{"task_id": 1, "prompt": "You are terse."}, {"task_id": "sum", "prompt": "Sum up:"}])",
+        "fuzz tasks");
+    app->set_backend(backend, install_task_prompts(*backend, tasks));
   }
 };
 

@@ -135,12 +135,119 @@ TEST(ServeConfig, KvCacheSizeInMibOrBytes) {
   EXPECT_EQ(load({"--max_concurrency", "3"}).max_concurrency, 3);  // _ for - as in the file
 }
 
+TEST(ServeConfig, PrefixCachingFlagsAndAliases) {
+  EXPECT_TRUE(load({}).prefix_caching);  // on by default
+  EXPECT_FALSE(load({"--no-prefix-caching"}).prefix_caching);
+  EXPECT_FALSE(load({"--prefix-caching", "false"}).prefix_caching);
+  EXPECT_FALSE(load({"--no-enable-prefix-caching"}).prefix_caching);  // vLLM's spelling
+  EXPECT_TRUE(load({"--enable-prefix-caching"}).prefix_caching);
+  Env env;
+  for (const char* var : {"REUSE_CACHE", "USE_BLOCK_CACHE", "TACHYON_PREFIX_CACHING"}) {
+    env.vars = {{var, "0"}};
+    EXPECT_FALSE(load({}, env).prefix_caching) << var;
+    env.vars = {{var, "1"}};
+    EXPECT_TRUE(load({}, env).prefix_caching) << var;
+    EXPECT_FALSE(load({"--no-prefix-caching"}, env).prefix_caching) << var;  // the flag wins
+  }
+  env.vars = {{"REUSE_CACHE", "2"}};
+  try {
+    load_serve_config({}, env.fn(), nullptr);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("REUSE_CACHE"), std::string::npos) << e.what();
+  }
+  EXPECT_DOUBLE_EQ(load({}).prefix_cache_host_gib, 0);
+  EXPECT_DOUBLE_EQ(load({"--prefix-cache-host-gib", "1.5"}).prefix_cache_host_gib, 1.5);
+  EXPECT_DOUBLE_EQ(load({"--kv-offloading-size", "8"}).prefix_cache_host_gib, 8);
+  try {
+    load_serve_config({"--kv-offloading-size", "-1"}, Env{}.fn(), nullptr);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("--kv-offloading-size"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(load_serve_config({"--prefix-cache-host-gib", "lots"}, Env{}.fn(), nullptr),
+               InvalidArgument);
+}
+
+TEST(ServeConfig, SystemPromptsFromAFileOrInline) {
+  EXPECT_TRUE(load({}).task_prompts.empty());
+  const std::string file = write_file(
+      "tasks.json", R"([{"task_id": 1, "prompt": "A"}, {"task_id": "b", "prompt": "B"}])");
+  ServeConfig c = load({"--system-prompts", file});
+  ASSERT_EQ(c.task_prompts.size(), 2u);
+  EXPECT_EQ(c.task_prompts[0].task_id, "1");
+  EXPECT_EQ(c.task_prompts[1].prompt, "B");
+  Env env;
+  env.vars = {{"MULTI_TASK_PROMPT", file}};
+  EXPECT_EQ(load({}, env).task_prompts.size(), 2u);
+  env.vars = {{"MULTI_TASK_PROMPT_STR", R"([{"task_id": 7, "prompt": "seven"}])"}};
+  c = load({}, env);
+  ASSERT_EQ(c.task_prompts.size(), 1u);
+  EXPECT_EQ(c.task_prompts[0].task_id, "7");
+  EXPECT_EQ(
+      load({"--system-prompts-json", R"([{"task_id": 2, "prompt": "x"}])"}).task_prompts.size(),
+      1u);
+}
+
+TEST(ServeConfig, SystemPromptsErrorsNameTheirSource) {
+  auto error = [](const std::vector<std::string>& args, const Env& env) -> std::string {
+    try {
+      load_serve_config(args, env.fn(), nullptr);
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::string file = write_file("tasks_ok.json", R"([{"task_id": 1, "prompt": "A"}])");
+  Env both;
+  both.vars = {{"MULTI_TASK_PROMPT", file}, {"MULTI_TASK_PROMPT_STR", "[]"}};
+  std::string e = error({}, both);
+  EXPECT_NE(e.find("task prompts are given twice, by MULTI_TASK_PROMPT and by "
+                   "MULTI_TASK_PROMPT_STR"),
+            std::string::npos)
+      << e;
+  e = error({"--system-prompts", file, "--system-prompts-json", "[]"}, Env{});
+  EXPECT_NE(e.find("given twice"), std::string::npos) << e;
+  Env inline_bad;
+  inline_bad.vars = {{"MULTI_TASK_PROMPT_STR",
+                      R"([{"task_id": 1, "prompt": "a"}, {"task_id": "1", "prompt": "b"}])"}};
+  e = error({}, inline_bad);
+  EXPECT_NE(e.find("MULTI_TASK_PROMPT_STR: entry 1 (task_id 1): task_id already given"),
+            std::string::npos)
+      << e;
+  const std::string bad = write_file("tasks_bad.json", R"([{"task_id": 1, "prompt": ""}])");
+  e = error({"--system-prompts", bad}, Env{});
+  EXPECT_NE(e.find("--system-prompts: " + bad + ": entry 0 (task_id 1): \"prompt\" is empty"),
+            std::string::npos)
+      << e;
+  e = error({"--system-prompts", "/no/such/tasks.json"}, Env{});
+  EXPECT_NE(e.find("--system-prompts: "), std::string::npos) << e;
+  EXPECT_NE(e.find("/no/such/tasks.json"), std::string::npos) << e;
+}
+
 TEST(ServeConfig, HelpListsEverySetting) {
   std::string help;
   EXPECT_FALSE(load_serve_config({"--help"}, Env().fn(), &help).has_value());
-  for (const char* s :
-       {"--model", "CHECKPOINT_PATH", "START_PORT", "CONCURRENCY_LIMIT", "--max-queued-requests",
-        "--api-key", "--config", "MAX_SEQ_LEN", "TOKENIZER_PATH", "MODEL_TYPE"})
+  for (const char* s : {"--model",
+                        "CHECKPOINT_PATH",
+                        "START_PORT",
+                        "CONCURRENCY_LIMIT",
+                        "--max-queued-requests",
+                        "--api-key",
+                        "--config",
+                        "MAX_SEQ_LEN",
+                        "TOKENIZER_PATH",
+                        "MODEL_TYPE",
+                        "--[no-]prefix-caching",
+                        "--enable-prefix-caching",
+                        "REUSE_CACHE",
+                        "USE_BLOCK_CACHE",
+                        "--prefix-cache-host-gib",
+                        "--kv-offloading-size",
+                        "--system-prompts",
+                        "MULTI_TASK_PROMPT",
+                        "--system-prompts-json",
+                        "MULTI_TASK_PROMPT_STR"})
     EXPECT_NE(help.find(s), std::string::npos) << s;
 }
 
