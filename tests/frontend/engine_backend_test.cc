@@ -175,7 +175,7 @@ TEST(EngineBackendPrefix, TaskPromptsAreRawPromptsAndPinNothingWithPrefixCaching
 
 // Needs AsyncModel::pin_prefix, which raises Unavailable until the engine's prefix cache
 // is built; enable it then.
-TEST_F(EngineBackendTest, DISABLED_PinnedTaskPromptIsReusedByRequests) {
+TEST_F(EngineBackendTest, PinnedTaskPromptIsReusedByRequests) {
   std::vector<int32_t> prefix = backend()->encode(
       "In the beginning God created the heaven and the earth. And the earth was without form, "
       "and void; and darkness was upon the face of the deep.",
