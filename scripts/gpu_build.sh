@@ -24,8 +24,8 @@ PROBE_HAVE=$(grep -s '^TACHYON_FLASH_PROBE:BOOL=' "$BUILD_DIR/CMakeCache.txt" | 
 if [ "$PROBE_WANT" != "${PROBE_HAVE:-OFF}" ]; then
   cmake -S . -B "$BUILD_DIR" -DTACHYON_FLASH_PROBE="$PROBE_WANT" >/dev/null
 fi
-TARGETS=(tachyon tachyon_cuda_tests tachyon_conformance_tests tachyon_engine_tests tachyon_gpu_bench
-  tachyon_kernel_bench)
+TARGETS=(tachyon tachyon_cuda_tests tachyon_conformance_tests tachyon_engine_tests
+  tachyon_frontend_tests tachyon_gpu_bench tachyon_kernel_bench)
 if [ -n "${GPU_TARGETS:-}" ]; then read -r -a TARGETS <<<"$GPU_TARGETS"; fi
 TARGETS+=("$@")
 # tachyon and the test binaries open the CUDA backend, libtachyon_cuda.so, from their
