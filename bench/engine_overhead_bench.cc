@@ -7,6 +7,7 @@
 //   engine_overhead_bench [--model-dir DIR] [--forward-us US] [--tokens N]
 //                         [--serving N [--prompt P]]   N requests of P prompt tokens at once,
 //                                                      tokens chosen "on the device"
+//                         [--prefix-caching 0|1]       the prefix cache's bookkeeping (on)
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -101,6 +102,7 @@ struct RunShape {
   int tokens = 64;
   int prompt = 64;
   bool device_sampling = false;
+  bool prefix_caching = true;
 };
 
 Run run(const std::shared_ptr<const TextTokenizer>& tok, int32_t forward_us, const RunShape& sh,
@@ -115,6 +117,7 @@ Run run(const std::shared_ptr<const TextTokenizer>& tok, int32_t forward_us, con
   c.max_num_batched_tokens = std::max(512, sh.device_sampling ? 8192 : 512);
   c.num_kv_blocks = std::max(8192, sh.concurrency * ((sh.prompt + sh.tokens) / 16 + 2));
   c.eos_token_ids = {2};
+  c.prefix_caching = sh.prefix_caching;
   TextEngine engine(model, tok, c);
   std::mt19937 rng(1);
   // All requests submitted together; the run covers their prefill and decode.
@@ -153,6 +156,7 @@ int main(int argc, char** argv) {
   int tokens = 64;
   int serving = 0;  // > 0: that many requests at once, tokens chosen "on the device"
   int prompt = 1000;
+  bool prefix_caching = true;
   std::string only;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];
@@ -161,6 +165,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--serving")) serving = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--prompt")) prompt = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--prefix-caching")) prefix_caching = std::atoi(argv[i + 1]) != 0;
   }
   std::shared_ptr<const TextTokenizer> tok;
   if (dir != "none") tok = make_text_tokenizer(Tokenizer::load(dir));
@@ -178,8 +183,10 @@ int main(int argc, char** argv) {
   GenerateConfig logprobs = greedy;
   logprobs.return_logprobs = true;
   logprobs.top_logprobs = 5;
-  std::printf("engine overhead per step (synthetic model, vocab 32000, forward spin %d us)\n",
-              forward_us);
+  std::printf(
+      "engine overhead per step (synthetic model, vocab 32000, forward spin %d us, prefix cache "
+      "%s)\n",
+      forward_us, prefix_caching ? "on" : "off");
   std::printf("%-10s %5s %6s %10s %10s %10s %10s %9s | %14s %14s %10s\n", "config", "seqs", "steps",
               "step us", "fwd us", "sched us", "sample us", "ovh/tok", "sched cpu us",
               "sample cpu us", "cpu/tok");
@@ -192,9 +199,9 @@ int main(int argc, char** argv) {
     if (!only.empty() && only != name) continue;
     std::vector<RunShape> shapes;
     if (serving > 0)
-      shapes.push_back({serving, tokens, prompt, true});
+      shapes.push_back({serving, tokens, prompt, true, prefix_caching});
     else
-      for (int conc : {1, 8, 32, 64}) shapes.push_back({conc, tokens, 64, false});
+      for (int conc : {1, 8, 32, 64}) shapes.push_back({conc, tokens, 64, false, prefix_caching});
     for (const RunShape& sh : shapes) {
       const int conc = sh.concurrency;
       const Run r = run(tok, forward_us, sh, cfg);

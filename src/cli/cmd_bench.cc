@@ -147,6 +147,25 @@ int cmd_bench(const CommandArgs& argv) {
   cfg.temperature = static_cast<float>(args.number("temperature"));
   cfg.ignore_eos = true;
 
+  // Warm-up: prompts of random tokens from a seed of their own, so that they share no
+  // prefix with the workload's.
+  if (const int64_t warmup = args.integer("warmup"); warmup > 0) {
+    std::mt19937_64 wrng(~static_cast<uint64_t>(args.integer("seed")));
+    const size_t len = convs.front().prompt().size();
+    std::vector<std::shared_ptr<RequestStream>> ws;
+    for (int64_t i = 0; i < warmup; ++i) {
+      GenerateRequest r;
+      for (size_t k = 0; k < len; ++k)
+        r.prompt_ids.push_back(
+            static_cast<int32_t>(wrng() % static_cast<uint64_t>(b.engine->vocab_size())));
+      r.config = cfg;
+      r.config.max_new_tokens = static_cast<int32_t>(std::min<int64_t>(out_len, 8));
+      ws.push_back(b.engine->submit(std::move(r)));
+    }
+    for (auto& w : ws)
+      if (const auto r = w->wait(); r.error)
+        raise<Internal>("warm-up request: {}", r.error->message);
+  }
   // Requests by conversation and turn: conversation i's turn k is request i * turns + k.
   const int64_t total = n * turns;
   std::vector<GenerateResult> results(static_cast<size_t>(total));

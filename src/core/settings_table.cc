@@ -318,6 +318,10 @@ std::vector<Setting> make_table() {
           .range(1e-9, 1e9),
       Def("prompts", T::kString, "", Cmds{"bench"},
           "JSONL file of prompts to cycle through instead of random ones"),
+      Def("warmup", T::kInt, "0", Cmds{"bench"},
+          "requests of random prompts as long as the workload's first, unrelated to it, run "
+          "before the measurement (device start-up out of the figures)")
+          .range(0, 1 << 20),
       Def("shared-prefix-len", T::kInt, "0", Cmds{"bench", "bench-serving"},
           "every prompt opens with the same random prefix of this many tokens (words in "
           "bench-serving's text prompts), before its own --input-len")
