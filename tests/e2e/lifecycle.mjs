@@ -111,6 +111,45 @@ t.test('task prompts: tokenized and logged at start, put before the prompts that
   }
 });
 
+t.test('prefix cache: a pinned task prompt and a repeated prompt are reused, and reported', async () => {
+  const task = 'In the beginning God created the heaven and the earth. And the earth was without ' +
+    'form, and void; and darkness was upon the face of the deep.';
+  const server = await startServer(binary, ['--model', model, '--progress', 'false'], {
+    env: { MULTI_TASK_PROMPT_STR: JSON.stringify([{ task_id: 'genesis', prompt: task }]) },
+  });
+  try {
+    const m = server.log().match(/task prompt genesis: (\d+) tokens, (\d+) pinned in the prefix cache/);
+    assert.ok(m, server.log());
+    const pinned = Number(m[2]);
+    assert.ok(pinned >= 16 && pinned % 16 === 0 && pinned <= Number(m[1]), m[0]);
+    const config = { max_new_tokens: 8, top_k: 1 };
+    const tasked = JSON.parse((await request(server.port, 'POST', '/',
+      JSON.stringify({ prompt: ' And God said', generate_config: { ...config, task_id: 'genesis' } }))).body);
+    assert.equal(tasked.aux_info.reuse_len, pinned);
+    // The same prompt twice: the second takes the first one's whole blocks.
+    const prompt = `${task} And God said, Let there be light: and there was light. And God saw ` +
+      'the light, that it was good: and God divided the light from the darkness.';
+    const first = JSON.parse((await request(server.port, 'POST', '/',
+      JSON.stringify({ prompt, generate_config: config }))).body);
+    const second = JSON.parse((await request(server.port, 'POST', '/',
+      JSON.stringify({ prompt, generate_config: config }))).body);
+    assert.equal(second.response, first.response);
+    assert.deepEqual(second.aux_info.cum_log_probs, first.aux_info.cum_log_probs);
+    assert.ok(second.aux_info.reuse_len > first.aux_info.reuse_len, JSON.stringify(second.aux_info));
+    assert.equal(second.aux_info.reuse_len % 16, 0);
+    const c = JSON.parse((await request(server.port, 'POST', '/v1/completions',
+      JSON.stringify({ prompt, max_tokens: 8, temperature: 0 }))).body);
+    assert.equal(c.choices[0].text, first.response);
+    assert.equal(c.usage.prompt_tokens_details.cached_tokens, second.aux_info.reuse_len);
+    const metrics = (await request(server.port, 'GET', '/metrics')).body;
+    const hits = Number(metrics.match(/^vllm:prefix_cache_hits_total(?:\{[^}]*\})? (\d+)/m)?.[1]);
+    assert.ok(hits >= pinned + 2 * second.aux_info.reuse_len, metrics);
+  } finally {
+    server.child.kill('SIGTERM');
+    assert.equal((await server.exitPromise).code, 0);
+  }
+});
+
 t.test('a bad task prompt file stops the start, naming the entry', async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tachyon-tasks-'));
   const file = path.join(dir, 'tasks.json');
