@@ -285,6 +285,12 @@ int32_t KVCacheManager::num_hashed_blocks(int64_t seq) const {
   return it == chains_.end() ? 0 : static_cast<int32_t>(it->second.hashes.size());
 }
 
+std::span<const BlockHash> KVCacheManager::block_hashes(int64_t seq) const {
+  auto it = chains_.find(seq);
+  if (it == chains_.end()) return {};
+  return it->second.hashes;
+}
+
 int32_t KVCacheManager::match_prefix(int64_t seq, int32_t max_blocks) {
   TACHYON_CHECK(block_table(seq).empty(), "sequence {} already holds blocks", seq);
   auto c = chains_.find(seq);

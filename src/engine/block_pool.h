@@ -127,6 +127,8 @@ class KVCacheManager {
   // sequence's blocks (preemption) until forget().
   void hash_tokens(int64_t seq, std::span<const int32_t> tokens, uint64_t salt);
   int32_t num_hashed_blocks(int64_t seq) const;
+  // The sequence's chain of block hashes so far (empty for an unknown sequence).
+  std::span<const BlockHash> block_hashes(int64_t seq) const;
   // Gives a sequence that holds no blocks the longest run, at most max_blocks, of cached
   // blocks its chain names, in the index or in the host tier (copied back: take_moves).
   // Returns the blocks taken.

@@ -249,6 +249,15 @@ void Scheduler::apply_plan(Group& g, const Plan& plan, SchedulerOutput* out) {
     ss.block_table = kv_->block_table(s);
     ss.prompt_len = st.prompt_len;
     ss.layout = st.layout;
+    // The blocks this chunk completes, for the admissions after it (take_cached_prefix).
+    const int32_t bs = kv_->block_size();
+    if (g.cache_salt && (st.num_computed + plan.take[i]) / bs > st.num_computed / bs) {
+      kv_->hash_tokens(s, tokens_(s), *g.cache_salt);
+      const auto chain = kv_->block_hashes(s);
+      const auto end = std::min<size_t>(chain.size(), (st.num_computed + plan.take[i]) / bs);
+      for (auto b = static_cast<size_t>(st.num_computed / bs); b < end; ++b)
+        step_blocks_.insert(chain[b]);
+    }
     st.num_computed += plan.take[i];
     out->num_batched_tokens += plan.take[i];
     out->seqs.push_back(std::move(ss));
@@ -379,6 +388,22 @@ void Scheduler::admit_waiting(SchedulerOutput* out, int32_t* token_budget) {
     Group& g = groups_.at(waiting_.begin()->second);
     if (running_width_ + g.max_width > config_.max_num_seqs) break;
     const int32_t reused = take_cached_prefix(g);
+    // Its next block is being computed in this step (a request that arrived with it): it
+    // waits one step and takes it from the cache.
+    if (g.cache_salt && g.seqs.size() == 1) {
+      const auto chain = kv_->block_hashes(g.seqs[0]);
+      const int32_t bs = kv_->block_size();
+      const auto next = static_cast<size_t>(reused / bs);
+      const auto reusable = static_cast<size_t>((seqs_.at(g.seqs[0]).num_tokens - 1) / bs);
+      if (next < std::min(chain.size(), reusable) && step_blocks_.count(chain[next])) {
+        if (reused > 0) {
+          kv_->free(g.seqs[0]);
+          seqs_.at(g.seqs[0]).num_computed = 0;
+          seqs_.at(g.seqs[0]).published_blocks = 0;
+        }
+        break;
+      }
+    }
     // Admit only if its whole current length fits beside the reserve (waived when
     // nothing runs, so that a request that fits the cache alone always starts).
     int64_t need = 0;
@@ -412,6 +437,7 @@ void Scheduler::admit_waiting(SchedulerOutput* out, int32_t* token_budget) {
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int32_t token_budget = config_.max_num_batched_tokens;
+  step_blocks_.clear();
   // The blocks computed by the steps before this one become shareable.
   if (kv_->prefix_caching())
     for (const auto& key : running_) {

@@ -29,6 +29,7 @@
 #include <set>
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -195,6 +196,8 @@ class Scheduler {
   int64_t prefix_queries_ = 0;
   int64_t prefix_hits_ = 0;
   TokenSource tokens_;
+  // The hashes of the blocks this step's plan completes (cleared by schedule()).
+  std::unordered_set<BlockHash, BlockHashHasher> step_blocks_;
 };
 
 }  // namespace tachyon

@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
+#include <span>
+
 #include <string>
 
 namespace tachyon {
@@ -378,6 +381,39 @@ TEST(Scheduler, RemovingASwappedGroupFreesItsSwapBlocks) {
   EXPECT_THAT(f.s.swapped_groups(), IsEmpty());
   f.s.remove_group(1);
   EXPECT_FALSE(f.s.has_work());
+}
+
+// Prefix cache: two requests with one prompt, added together. The second waits while
+// the first computes the blocks they share, then takes them from the cache; a third,
+// added later, takes them at once.
+TEST(Scheduler, RequestsArrivingTogetherComputeTheirCommonPrefixOnce) {
+  Fixture f(64, 4, config(8, 64));
+  f.kv.enable_prefix_cache(0, BlockHashKey{5, 6});
+  std::map<int64_t, std::vector<int32_t>> tokens;
+  f.s.set_token_source([&](int64_t seq) -> std::span<const int32_t> { return tokens[seq]; });
+  for (int32_t i = 0; i < 40; ++i) tokens[10].push_back(100 + i);
+  tokens[20] = tokens[10];
+  tokens[30] = tokens[10];
+  tokens[30].push_back(7);
+  f.s.add_group(1, 10, 40, 1, {}, 0);
+  f.s.add_group(2, 20, 40, 1, {}, 0);
+  EXPECT_EQ(describe(f.s.schedule()), "10:0+40*");
+  EXPECT_THAT(f.s.waiting_groups(), ElementsAre(2));
+  tokens[10].push_back(1);
+  f.s.append_token(10);
+  const auto out = f.s.schedule();
+  // Nine whole blocks from the cache; the last prompt token is computed.
+  EXPECT_EQ(describe(out), "10:40+1* 20:36+4*");
+  EXPECT_THAT(out.reused, ElementsAre(std::pair<int64_t, int32_t>{2, 36}));
+  const auto& t10 = f.kv.block_table(10);
+  const auto& t20 = f.kv.block_table(20);
+  for (size_t b = 0; b < 9; ++b) EXPECT_EQ(t20[b], t10[b]);
+  EXPECT_NE(t20[9], t10[9]);
+  f.s.add_group(3, 30, 41, 1, {}, 0);
+  // Its first ten blocks are cached (the tenth, tokens 36-39, computed by the first).
+  EXPECT_EQ(describe(f.s.schedule()), "30:40+1*");
+  EXPECT_EQ(f.s.prefix_queries(), 121);
+  EXPECT_EQ(f.s.prefix_hits(), 76);
 }
 
 }  // namespace
