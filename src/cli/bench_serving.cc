@@ -24,6 +24,7 @@
 #include <random>
 
 #include "cli/args.h"
+#include "cli/bench_report.h"
 #include "cli/bench_workload.h"
 #include "core/error.h"
 #include "core/json.h"
@@ -39,25 +40,6 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  double pos = p / 100.0 * static_cast<double>(v.size() - 1);
-  size_t lo = static_cast<size_t>(pos), hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
-
-Json dist(const std::vector<double>& v) {
-  double mean = 0;
-  for (double x : v) mean += x;
-  if (!v.empty()) mean /= static_cast<double>(v.size());
-  return {{"mean", mean},
-          {"p10", percentile(v, 10)},
-          {"p50", percentile(v, 50)},
-          {"p90", percentile(v, 90)},
-          {"p99", percentile(v, 99)}};
 }
 
 // Incremental HTTP/1.1 response reader: headers, chunked (or close-delimited) body,
@@ -506,17 +488,8 @@ int run_serving_bench(const std::vector<std::string>& argv) {
                                                     : 0.0}}
                   : Json(nullptr);
   if (o.turns > 1) {
-    std::vector<double> later;
-    Json by_turn = Json::array();
-    for (size_t k = 0; k < ttft_by_turn.size(); ++k) {
-      by_turn.push_back(ttft_by_turn[k].empty() ? Json(nullptr)
-                                                : Json(percentile(ttft_by_turn[k], 50)));
-      if (k > 0) later.insert(later.end(), ttft_by_turn[k].begin(), ttft_by_turn[k].end());
-    }
     report["conversations"] = o.num_requests;
-    report["ttft_p50_ms_by_turn"] = std::move(by_turn);
-    report["ttft_p50_ms_first_turn"] = percentile(ttft_by_turn[0], 50);
-    report["ttft_p50_ms_later_turns"] = percentile(later, 50);
+    add_turn_report(ttft_by_turn, &report);
   }
   if (o.json) {
     std::printf("%s\n", report.dump(2).c_str());

@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "cli/args.h"
+#include "cli/bench_report.h"
 #include "cli/bench_workload.h"
 #include "cli/commands.h"
 #include "cli/engine_setup.h"
@@ -39,25 +40,6 @@ namespace tachyon::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double pos = p / 100.0 * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(pos);
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
-
-Json dist(const std::vector<double>& v) {
-  double mean = 0;
-  for (double x : v) mean += x;
-  if (!v.empty()) mean /= static_cast<double>(v.size());
-  return {{"mean", mean},
-          {"p50", percentile(v, 50)},
-          {"p90", percentile(v, 90)},
-          {"p99", percentile(v, 99)}};
-}
 
 PromptShape prompt_shape(const SettingValues& args, const EngineBundle& b) {
   PromptShape shape;
@@ -333,17 +315,8 @@ int cmd_bench(const CommandArgs& argv) {
       {"fraction",
        in_tokens > 0 ? static_cast<double>(cached_tokens) / static_cast<double>(in_tokens) : 0.0}};
   if (turns > 1) {
-    std::vector<double> later;
-    Json by_turn = Json::array();
-    for (size_t k = 0; k < ttft_by_turn.size(); ++k) {
-      by_turn.push_back(ttft_by_turn[k].empty() ? Json(nullptr)
-                                                : Json(percentile(ttft_by_turn[k], 50)));
-      if (k > 0) later.insert(later.end(), ttft_by_turn[k].begin(), ttft_by_turn[k].end());
-    }
     j["conversations"] = n;
-    j["ttft_p50_ms_by_turn"] = std::move(by_turn);
-    j["ttft_p50_ms_first_turn"] = percentile(ttft_by_turn[0], 50);
-    j["ttft_p50_ms_later_turns"] = percentile(later, 50);
+    add_turn_report(ttft_by_turn, &j);
   }
   if (json) {
     std::printf("%s\n", j.dump(2).c_str());

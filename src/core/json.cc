@@ -33,4 +33,26 @@ Json load_json_file(const std::string& path) {
   return parse_json(read_file(path), path);
 }
 
+const char* json_type_name(const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "a boolean";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned:
+      return "an integer";
+    case Json::value_t::number_float:
+      return "a number";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::object:
+      return "an object";
+    default:
+      return "an unsupported value";
+  }
+}
+
 }  // namespace tachyon

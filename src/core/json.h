@@ -17,4 +17,7 @@ Json parse_json(std::string_view text, std::string_view what, int max_depth = 25
 // Reads and parses a JSON file; throws NotFound / InvalidArgument naming the path.
 Json load_json_file(const std::string& path);
 
+// What a value is, for error messages: "a string", "an integer", "null", ...
+const char* json_type_name(const Json& v);
+
 }  // namespace tachyon

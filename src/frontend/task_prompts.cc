@@ -7,34 +7,12 @@
 namespace tachyon {
 namespace {
 
-const char* type_name(const Json& v) {
-  switch (v.type()) {
-    case Json::value_t::null:
-      return "null";
-    case Json::value_t::boolean:
-      return "a boolean";
-    case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned:
-      return "an integer";
-    case Json::value_t::number_float:
-      return "a number";
-    case Json::value_t::string:
-      return "a string";
-    case Json::value_t::array:
-      return "an array";
-    case Json::value_t::object:
-      return "an object";
-    default:
-      return "an unknown value";
-  }
-}
-
 std::vector<TaskPrompt> task_prompts_from(const Json& j, std::string_view source) {
   if (!j.is_array())
     raise<InvalidArgument>(
         "{}: the task prompts must be a JSON array of {{\"task_id\": ..., \"prompt\": ...}} "
         "objects, not {}",
-        source, type_name(j));
+        source, json_type_name(j));
   std::vector<TaskPrompt> out;
   std::map<std::string, size_t, std::less<>> seen;
   for (size_t i = 0; i < j.size(); ++i) {
@@ -42,13 +20,13 @@ std::vector<TaskPrompt> task_prompts_from(const Json& j, std::string_view source
     if (!e.is_object())
       raise<InvalidArgument>(
           "{}: entry {} must be an object with \"task_id\" and \"prompt\", not {}", source, i,
-          type_name(e));
+          json_type_name(e));
     auto id_it = e.find("task_id");
     if (id_it == e.end()) raise<InvalidArgument>("{}: entry {} has no \"task_id\"", source, i);
     std::optional<std::string> key = task_id_key(*id_it);
     if (!key)
       raise<InvalidArgument>("{}: entry {}: \"task_id\" must be an integer or a string, not {}",
-                             source, i, type_name(*id_it));
+                             source, i, json_type_name(*id_it));
     if (key->empty())
       raise<InvalidArgument>("{}: entry {}: \"task_id\" must not be empty", source, i);
     for (auto it = e.begin(); it != e.end(); ++it)
@@ -62,7 +40,7 @@ std::vector<TaskPrompt> task_prompts_from(const Json& j, std::string_view source
       raise<InvalidArgument>("{}: entry {} (task_id {}) has no \"prompt\"", source, i, *key);
     if (!p_it->is_string())
       raise<InvalidArgument>("{}: entry {} (task_id {}): \"prompt\" must be a string, not {}",
-                             source, i, *key, type_name(*p_it));
+                             source, i, *key, json_type_name(*p_it));
     if (p_it->get_ref<const std::string&>().empty())
       raise<InvalidArgument>("{}: entry {} (task_id {}): \"prompt\" is empty", source, i, *key);
     if (auto prev = seen.find(*key); prev != seen.end())

@@ -6,28 +6,6 @@
 
 namespace tachyon::server {
 
-const char* json_type_name(const Json& v) {
-  switch (v.type()) {
-    case Json::value_t::null:
-      return "null";
-    case Json::value_t::boolean:
-      return "a boolean";
-    case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned:
-      return "an integer";
-    case Json::value_t::number_float:
-      return "a number";
-    case Json::value_t::string:
-      return "a string";
-    case Json::value_t::array:
-      return "an array";
-    case Json::value_t::object:
-      return "an object";
-    default:
-      return "an unsupported value";
-  }
-}
-
 int64_t json_to_int(const Json& v, const std::string& what, int64_t min, int64_t max) {
   int64_t out = 0;
   if (v.is_number_unsigned()) {

@@ -61,6 +61,5 @@ Json parse_request_object(const std::string& body, size_t max_depth = 64);
 // Checked conversions of a single JSON value (what = the field's path).
 int64_t json_to_int(const Json& v, const std::string& what, int64_t min, int64_t max);
 double json_to_number(const Json& v, const std::string& what, double min, double max);
-const char* json_type_name(const Json& v);
 
 }  // namespace tachyon::server
