@@ -17,5 +17,6 @@ int cmd_make_random(const CommandArgs& args);
 int cmd_serve(const CommandArgs& args);
 int cmd_bench_serving(const CommandArgs& args);
 int cmd_bench(const CommandArgs& args);
+int cmd_perplexity(const CommandArgs& args);
 
 }  // namespace tachyon::cli

@@ -27,6 +27,7 @@ constexpr Command kCommands[] = {
     {"serve", cmd_serve},
     {"bench-serving", cmd_bench_serving},
     {"bench", cmd_bench},
+    {"perplexity", cmd_perplexity},
 };
 
 void print_usage(FILE* out) {

@@ -11,9 +11,11 @@ using T = SettingType;
 using Cmds = std::vector<std::string>;
 
 const Cmds kEngine = {"serve", "generate", "bench"};
-const Cmds kLoad = {"serve", "generate", "bench", "inspect"};
-const Cmds kAll = {"serve",   "generate",    "bench",         "tokenize",
-                   "inspect", "make-random", "bench-serving", "bench-overhead"};
+// The commands that load a model onto a device.
+const Cmds kDevice = {"serve", "generate", "bench", "perplexity"};
+const Cmds kLoad = {"serve", "generate", "bench", "inspect", "perplexity"};
+const Cmds kAll = {"serve",       "generate",      "bench",      "tokenize",      "inspect",
+                   "make-random", "bench-serving", "perplexity", "bench-overhead"};
 constexpr double kMiB = 1024.0 * 1024.0;
 
 // Builds one entry: Def(name, type, default, commands, help).env(...).range(...)...
@@ -56,7 +58,8 @@ std::vector<Setting> make_table() {
       Def("config", T::kString, "", Cmds{"serve", "generate", "bench", "bench-serving"},
           "settings file (YAML or JSON): setting names, spelled like the flags, to values")
           .env({"TACHYON_CONFIG"}),
-      Def("model", T::kString, "", Cmds{"serve", "generate", "bench", "inspect", "bench-overhead"},
+      Def("model", T::kString, "",
+          Cmds{"serve", "generate", "bench", "inspect", "perplexity", "bench-overhead"},
           "model directory (Hugging Face layout); default: the bundled demo model "
           "(models/tiny-kjv-chat)")
           .env({"TACHYON_MODEL", "CHECKPOINT_PATH"}),
@@ -80,17 +83,18 @@ std::vector<Setting> make_table() {
           "where the bundled demo model is looked for first (HOME/models/tiny-kjv-chat)")
           .env({"TACHYON_HOME"}),
       // ---- device and types --------------------------------------------------------
-      Def("device", T::kString, "auto", kEngine, "cpu, cuda, cuda:N or auto")
+      Def("device", T::kString, "auto", kDevice, "cpu, cuda, cuda:N or auto")
           .env({"TACHYON_DEVICE"}),
-      Def("dtype", T::kString, "auto", kEngine,
+      Def("dtype", T::kString, "auto", kDevice,
           "compute type on a GPU: auto (f16 for float16 checkpoints, else bf16), bf16, f16, "
           "f32; the CPU computes in f32")
           .env({"TACHYON_DTYPE"}),
-      Def("kv-cache-dtype", T::kString, "auto", kEngine,
+      Def("kv-cache-dtype", T::kString, "auto", kDevice,
           "KV cache element type: auto (the compute type) or fp8 (e4m3, GPU only: half the "
           "bytes per token)")
           .env({"TACHYON_KV_CACHE_DTYPE"}),
-      Def("threads", T::kInt, "0", Cmds{"serve", "generate", "bench", "bench-overhead"},
+      Def("threads", T::kInt, "0",
+          Cmds{"serve", "generate", "bench", "perplexity", "bench-overhead"},
           "compute threads on the CPU; 0: all cores")
           .env({"TACHYON_NUM_THREADS"})
           .range(0, 4096),
@@ -282,7 +286,7 @@ std::vector<Setting> make_table() {
       Def("dump-logits", T::kString, "", Cmds{"generate"},
           "write the prompt's logits [prompt_len, vocab] to this safetensors file"),
       Def("json", T::kBool, "false",
-          Cmds{"generate", "bench", "inspect", "bench-serving", "bench-overhead"},
+          Cmds{"generate", "bench", "inspect", "bench-serving", "perplexity", "bench-overhead"},
           "print the result as JSON"),
       // ---- benchmarks --------------------------------------------------------------
       Def("url", T::kString, "http://127.0.0.1:8088", Cmds{"bench-serving"},
@@ -331,11 +335,20 @@ std::vector<Setting> make_table() {
           "output and a new --input-len part; --num-requests counts conversations")
           .range(1, 1 << 20),
       // ---- tokenize ----------------------------------------------------------------
-      Def("text", T::kString, "", Cmds{"tokenize"}, "print the ids of this text"),
+      Def("text", T::kString, "", Cmds{"tokenize", "perplexity"},
+          "tokenize: print the ids of this text; perplexity: the text file to score"),
       Def("jsonl", T::kBool, "false", Cmds{"tokenize"},
           "one JSON request per stdin line, one JSON reply per stdout line"),
       Def("special-tokens", T::kBool, "true", Cmds{"tokenize"},
           "add the tokenizer's special tokens when encoding --text"),
+      // ---- perplexity --------------------------------------------------------------
+      Def("ctx", T::kInt, "0", Cmds{"perplexity"},
+          "tokens per chunk (the first half of each is context, the second half scored); 0: "
+          "the model's window, at most 512")
+          .range(0, 1 << 30),
+      Def("batch", T::kInt, "1", Cmds{"perplexity"},
+          "chunks per forward pass (the KV cache holds this many chunks)")
+          .range(1, 1 << 20),
       // ---- make-random -------------------------------------------------------------
       Def("model-config", T::kString, "", Cmds{"make-random"}, "the model's config.json")
           .alias({"config"}),
@@ -365,6 +378,7 @@ const std::vector<std::pair<std::string, std::string>>& subcommands() {
       {"serve", "serve a model over HTTP (RTP-LLM native and OpenAI APIs)"},
       {"bench-serving", "benchmark a running server over HTTP (--url)"},
       {"bench", "offline throughput and latency benchmark of the engine"},
+      {"perplexity", "a model's perplexity on a text file (llama.cpp's method)"},
   };
   return list;
 }

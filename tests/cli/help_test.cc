@@ -37,8 +37,8 @@ TEST(CliHelp, MainHelpListsTheSubcommands) {
 }
 
 TEST(CliHelp, EverySubcommandListsItsSettings) {
-  for (const char* cmd :
-       {"serve", "generate", "bench", "tokenize", "inspect", "make-random", "bench-serving"}) {
+  for (const char* cmd : {"serve", "generate", "bench", "tokenize", "inspect", "make-random",
+                          "bench-serving", "perplexity"}) {
     for (const char* flag : {"--help", "-h"}) {
       const auto [code, out] = run(std::string(cmd) + " " + flag);
       EXPECT_EQ(code, 0) << cmd << " " << flag << "\n" << out;
