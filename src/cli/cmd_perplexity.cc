@@ -49,6 +49,8 @@ int cmd_perplexity(const CommandArgs& argv) {
   const auto parsed = parse_command("perplexity", argv, kUsage);
   if (!parsed) return 0;
   const SettingValues& args = *parsed;
+  if (!args.given("text") || args.str("text").empty())
+    raise<InvalidArgument>("give --text FILE, the text to score");
   const std::string path = args.str("text");
   const std::string dir = resolve_model_dir(args.str("model"));
   const LoadOptions opts = load_options(args);
