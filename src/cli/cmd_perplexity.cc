@@ -2,8 +2,8 @@
 // a quantized or otherwise changed model against its original on real text.
 //   tachyon perplexity [--model DIR] --text FILE [--ctx N] [--batch B] [--json]
 // The text is tokenized whole as a prompt (with the special tokens the tokenizer adds,
-// BOS for most). Prints "PPL = X +/- E" with the chunks, tokens and tokens/s (--json:
-// one object); a running value per chunk goes to stderr.
+// BOS for most); when that opens with BOS, so does every chunk. Prints "PPL = X +/- E" with the
+// chunks, tokens and tokens/s (--json: one object); a running value per chunk goes to stderr.
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -64,6 +64,10 @@ int cmd_perplexity(const CommandArgs& argv) {
     raise<InvalidArgument>("perplexity needs the model's tokenizer: {}", e.what());
   }
   const std::vector<int32_t> tokens = tok->encode(text, /*add_special_tokens=*/true);
+  // The one token the tokenizer puts before any text (BOS), if it does: llama.cpp's
+  // chunks each open with it.
+  const std::vector<int32_t> lead = tok->encode("", /*add_special_tokens=*/true);
+  const int32_t chunk_start = lead.size() == 1 && tokens.front() == lead[0] ? lead[0] : -1;
   const int32_t window = static_cast<int32_t>(load_model_config(dir, opts).max_seq_len);
   const int32_t ctx = args.integer("ctx") > 0 ? static_cast<int32_t>(args.integer("ctx"))
                                               : std::min(window, kDefaultMaxCtx);
@@ -73,7 +77,7 @@ int cmd_perplexity(const CommandArgs& argv) {
   auto model = load_model(dir, opts);
   const int64_t total = static_cast<int64_t>(tokens.size()) / ctx;
   const PerplexityResult r =
-      compute_perplexity(*model, tokens, ctx, batch, [&](const PerplexityResult& p) {
+      compute_perplexity(*model, tokens, ctx, batch, chunk_start, [&](const PerplexityResult& p) {
         std::fprintf(stderr, "perplexity: chunk %lld/%lld, PPL %.4f +/- %.4f\n",
                      static_cast<long long>(p.chunks), static_cast<long long>(total), p.ppl,
                      p.ppl_stderr);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
 
@@ -43,7 +44,7 @@ void check_perplexity_input(int64_t tokens, int32_t ctx, int32_t batch, int32_t 
 }
 
 PerplexityResult compute_perplexity(LanguageModel& model, std::span<const int32_t> tokens,
-                                    int32_t ctx, int32_t batch,
+                                    int32_t ctx, int32_t batch, int32_t chunk_start,
                                     const PerplexityProgress& progress) {
   check_perplexity_input(static_cast<int64_t>(tokens.size()), ctx, batch, model.max_seq_len());
   const int64_t chunks = static_cast<int64_t>(tokens.size()) / ctx;
@@ -52,6 +53,9 @@ PerplexityResult compute_perplexity(LanguageModel& model, std::span<const int32_
     if (tokens[i] < 0 || tokens[i] >= vocab)
       raise<InvalidArgument>("token id {} at {} is outside the vocabulary ({})", tokens[i], i,
                              vocab);
+  if (chunk_start >= vocab)
+    raise<InvalidArgument>("chunk start token {} is outside the vocabulary ({})", chunk_start,
+                           vocab);
 
   batch = static_cast<int32_t>(std::min<int64_t>(batch, chunks));
   const int32_t blocks_per_seq = (ctx + kBlockSize - 1) / kBlockSize;
@@ -69,7 +73,9 @@ PerplexityResult compute_perplexity(LanguageModel& model, std::span<const int32_
     b.query_start.push_back(0);
     b.max_blocks_per_seq = blocks_per_seq;
     for (int32_t s = 0; s < n; ++s) {
-      const auto chunk = tokens.subspan(static_cast<size_t>((c0 + s) * ctx), ctx);
+      const auto text = tokens.subspan(static_cast<size_t>((c0 + s) * ctx), ctx);
+      std::vector<int32_t> chunk(text.begin(), text.end());
+      if (chunk_start >= 0) chunk[0] = chunk_start;
       const int32_t base = s * ctx;
       for (int32_t i = 0; i < ctx; ++i) {
         b.token_ids.push_back(chunk[i]);

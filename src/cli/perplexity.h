@@ -40,11 +40,13 @@ void check_perplexity_input(int64_t tokens, int32_t ctx, int32_t batch, int32_t 
 
 // The perplexity of `model` on `tokens` in chunks of `ctx` tokens, `batch` chunks per
 // forward pass (each a sequence of its own; the KV cache is sized for `batch` chunks of
-// `ctx` tokens, replacing the model's). Throws InvalidArgument, before any forward pass,
-// when ctx < 2, ctx exceeds the model's window, batch < 1, a token is outside the
-// vocabulary, or the tokens do not fill one chunk.
+// `ctx` tokens, replacing the model's). With chunk_start >= 0 every chunk's first token is
+// replaced by it, as llama.cpp puts BOS at the head of each chunk when the tokenizer adds
+// one (that position is context, never scored). Throws InvalidArgument, before any forward pass,
+// when ctx < 2, ctx exceeds the model's window, batch < 1, a token (or chunk_start) is
+// outside the vocabulary, or the tokens do not fill one chunk.
 PerplexityResult compute_perplexity(LanguageModel& model, std::span<const int32_t> tokens,
-                                    int32_t ctx, int32_t batch,
+                                    int32_t ctx, int32_t batch, int32_t chunk_start = -1,
                                     const PerplexityProgress& progress = {});
 
 }  // namespace tachyon::cli

@@ -45,10 +45,11 @@ TEST(CliPerplexity, JsonEqualsTheComputationOnTheTokenizedText) {
   const Json j = parse_json(r.out, "stdout");
 
   const auto tokens = Tokenizer::load(kModel)->encode(read_file(kText), true);
+  ASSERT_EQ(tokens[0], 1);  // the tokenizer adds BOS: every chunk opens with it
   LoadOptions cpu;
   cpu.device = Device{};
   const cli::PerplexityResult want =
-      cli::compute_perplexity(*load_model(kModel, cpu), tokens, 64, 1);
+      cli::compute_perplexity(*load_model(kModel, cpu), tokens, 64, 1, /*chunk_start=*/1);
   EXPECT_EQ(j["text_tokens"].get<int64_t>(), static_cast<int64_t>(tokens.size()));
   EXPECT_EQ(j["ctx"].get<int>(), 64);
   EXPECT_EQ(j["batch"].get<int>(), 1);

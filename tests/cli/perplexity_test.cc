@@ -63,29 +63,42 @@ TEST(Perplexity, EqualsPerPrefixLogProbabilities) {
   // Three chunks and a partial one (dropped).
   const std::span<const int32_t> text(tokens.data(), 3 * kCtx + 5);
 
-  std::vector<double> nll;
-  for (int32_t c = 0; c < 3; ++c) {
-    const auto chunk = text.subspan(static_cast<size_t>(c) * kCtx, kCtx);
-    for (int32_t i = kCtx / 2; i < kCtx; ++i) nll.push_back(prefix_nll(*model, chunk, i));
-  }
-  double mean = 0;
-  for (double x : nll) mean += x;
-  mean /= static_cast<double>(nll.size());
-  double ss = 0;
-  for (double x : nll) ss += (x - mean) * (x - mean);
-  const double n = static_cast<double>(nll.size());
-  const double stderr_mean = std::sqrt(ss / n / (n - 1));
+  ASSERT_EQ(tokens[0], 1);  // BOS
+  ASSERT_NE(text[kCtx], 1);
 
-  const PerplexityResult r = compute_perplexity(*model, text, kCtx, 1);
-  EXPECT_EQ(r.chunks, 3);
-  EXPECT_EQ(r.scored_tokens, 3 * kCtx / 2);
-  EXPECT_EQ(r.evaluated_tokens, 3 * kCtx);
-  EXPECT_EQ(r.ctx, kCtx);
-  EXPECT_NEAR(r.nll, mean, 1e-4);
-  EXPECT_NEAR(r.ppl, std::exp(mean), 1e-4 * std::exp(mean));
-  EXPECT_NEAR(r.nll_stderr, stderr_mean, 1e-4);
-  EXPECT_NEAR(r.ppl_stderr, std::exp(mean) * stderr_mean, 1e-3 * std::exp(mean) * stderr_mean);
-  EXPECT_GT(r.ppl, 1.0);
+  // The chunks as they are, and each opened with BOS as llama.cpp does.
+  std::vector<double> nlls;
+  for (int32_t chunk_start : {-1, 1}) {
+    SCOPED_TRACE(chunk_start);
+    std::vector<double> nll;
+    for (int32_t c = 0; c < 3; ++c) {
+      const auto from = text.subspan(static_cast<size_t>(c) * kCtx, kCtx);
+      std::vector<int32_t> chunk(from.begin(), from.end());
+      if (chunk_start >= 0) chunk[0] = chunk_start;
+      for (int32_t i = kCtx / 2; i < kCtx; ++i) nll.push_back(prefix_nll(*model, chunk, i));
+    }
+    double mean = 0;
+    for (double x : nll) mean += x;
+    mean /= static_cast<double>(nll.size());
+    double ss = 0;
+    for (double x : nll) ss += (x - mean) * (x - mean);
+    const double n = static_cast<double>(nll.size());
+    const double stderr_mean = std::sqrt(ss / n / (n - 1));
+
+    const PerplexityResult r = compute_perplexity(*model, text, kCtx, 1, chunk_start);
+    EXPECT_EQ(r.chunks, 3);
+    EXPECT_EQ(r.scored_tokens, 3 * kCtx / 2);
+    EXPECT_EQ(r.evaluated_tokens, 3 * kCtx);
+    EXPECT_EQ(r.ctx, kCtx);
+    EXPECT_NEAR(r.nll, mean, 1e-4);
+    EXPECT_NEAR(r.ppl, std::exp(mean), 1e-4 * std::exp(mean));
+    EXPECT_NEAR(r.nll_stderr, stderr_mean, 1e-4);
+    EXPECT_NEAR(r.ppl_stderr, std::exp(mean) * stderr_mean, 1e-3 * std::exp(mean) * stderr_mean);
+    EXPECT_GT(r.ppl, 1.0);
+    nlls.push_back(r.nll);
+  }
+  // The token at a chunk's head is context the scored half sees.
+  EXPECT_GT(std::abs(nlls[0] - nlls[1]), 1e-3);
 }
 
 TEST(Perplexity, BatchesAgreeAndReportEveryChunk) {
@@ -96,14 +109,14 @@ TEST(Perplexity, BatchesAgreeAndReportEveryChunk) {
   ASSERT_GE(chunks, 5);
   std::vector<int64_t> seen;
   const PerplexityResult one = compute_perplexity(
-      *model, tokens, kCtx, 1, [&](const PerplexityResult& p) { seen.push_back(p.chunks); });
+      *model, tokens, kCtx, 1, 1, [&](const PerplexityResult& p) { seen.push_back(p.chunks); });
   ASSERT_EQ(seen.size(), static_cast<size_t>(chunks));
   for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], static_cast<int64_t>(i) + 1);
   EXPECT_EQ(one.batch, 1);
   // Batches that divide the chunks, that leave a short last pass, and larger than all.
   for (int32_t batch : {2, 3, 100}) {
     PerplexityResult last;
-    const PerplexityResult r = compute_perplexity(*model, tokens, kCtx, batch,
+    const PerplexityResult r = compute_perplexity(*model, tokens, kCtx, batch, 1,
                                                   [&](const PerplexityResult& p) { last = p; });
     EXPECT_EQ(r.batch, std::min<int64_t>(batch, chunks)) << batch;
     EXPECT_EQ(r.chunks, one.chunks) << batch;
@@ -123,8 +136,8 @@ TEST(Perplexity, TrainingStyleTextScoresFarBelowItsTokensShuffled) {
   std::mt19937 rng(7);
   for (size_t i = shuffled.size() - 1; i > 1; --i)  // BOS stays first
     std::swap(shuffled[i], shuffled[1 + rng() % i]);
-  const PerplexityResult kjv = compute_perplexity(*model, tokens, 64, 2);
-  const PerplexityResult mixed = compute_perplexity(*model, shuffled, 64, 2);
+  const PerplexityResult kjv = compute_perplexity(*model, tokens, 64, 2, 1);
+  const PerplexityResult mixed = compute_perplexity(*model, shuffled, 64, 2, 1);
   EXPECT_EQ(kjv.scored_tokens, mixed.scored_tokens);
   EXPECT_GT(mixed.ppl, 10 * kjv.ppl) << kjv.ppl << " vs " << mixed.ppl;
 }
@@ -132,9 +145,10 @@ TEST(Perplexity, TrainingStyleTextScoresFarBelowItsTokensShuffled) {
 TEST(Perplexity, BadInputIsRefusedNamingTheOption) {
   auto model = cpu_model();
   const std::vector<int32_t> tokens = kjv_tokens();
-  auto message = [&](std::span<const int32_t> t, int32_t ctx, int32_t batch) {
+  auto message = [&](std::span<const int32_t> t, int32_t ctx, int32_t batch,
+                     int32_t chunk_start = -1) {
     try {
-      compute_perplexity(*model, t, ctx, batch);
+      compute_perplexity(*model, t, ctx, batch, chunk_start);
     } catch (const InvalidArgument& e) {
       return std::string(e.what());
     }
@@ -149,6 +163,8 @@ TEST(Perplexity, BadInputIsRefusedNamingTheOption) {
   std::vector<int32_t> bad(tokens.begin(), tokens.begin() + 32);
   bad[20] = 32000;
   EXPECT_NE(message(bad, 32, 1).find("token id 32000 at 20 is outside the vocabulary"),
+            std::string::npos);
+  EXPECT_NE(message(tokens, 32, 1, 32000).find("chunk start token 32000 is outside"),
             std::string::npos);
   // A token past the last full chunk is never read.
   std::vector<int32_t> tail(tokens.begin(), tokens.begin() + 32);
