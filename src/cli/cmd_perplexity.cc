@@ -4,6 +4,7 @@
 // The text is tokenized whole as a prompt (with the special tokens the tokenizer adds,
 // BOS for most); when that opens with BOS, so does every chunk. Prints "PPL = X +/- E" with the
 // chunks, tokens and tokens/s (--json: one object); a running value per chunk goes to stderr.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -67,7 +68,8 @@ int cmd_perplexity(const CommandArgs& argv) {
   // The one token the tokenizer puts before any text (BOS), if it does: llama.cpp's
   // chunks each open with it.
   const std::vector<int32_t> lead = tok->encode("", /*add_special_tokens=*/true);
-  const int32_t chunk_start = lead.size() == 1 && tokens.front() == lead[0] ? lead[0] : -1;
+  const int32_t chunk_start =
+      lead.size() == 1 && !tokens.empty() && tokens.front() == lead[0] ? lead[0] : -1;
   const int32_t window = static_cast<int32_t>(load_model_config(dir, opts).max_seq_len);
   const int32_t ctx = args.integer("ctx") > 0 ? static_cast<int32_t>(args.integer("ctx"))
                                               : std::min(window, kDefaultMaxCtx);
