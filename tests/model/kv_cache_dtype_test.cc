@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "model/loader.h"
+#include "model/model_test_util.h"
 
 namespace tachyon {
 namespace {
@@ -68,6 +69,37 @@ TEST(KvCacheDtype, BytesPerBlockFollowTheType) {
   for (int l = 0; l < c.layer_num; ++l) rows += 2 * static_cast<size_t>(c.kv_heads(l)) * kBlock;
   EXPECT_EQ(i8->kv_bytes_per_block(kBlock), rows * (static_cast<size_t>(c.size_per_head) + 4));
   EXPECT_EQ(f32, rows * static_cast<size_t>(c.size_per_head) * 4);
+}
+
+// Blocks copied, swapped out and in, and a grown cache serve a sequence as the blocks
+// it was written in do: bit for bit, in every CPU cache type (the int8 rows' scales
+// travel with their blocks).
+TEST(KvCacheDtype, BlocksCopySwapAndGrowInEveryType) {
+  using testing_util::one_seq;
+  const std::vector<int32_t> prompt = {11, 200, 37, 480, 9, 9, 301, 77, 5, 4};
+  for (DType kv : {DType::kF32, DType::kBF16, DType::kI8}) {
+    SCOPED_TRACE(dtype_name(kv));
+    LoadOptions opts;
+    opts.device = Device{};
+    opts.kv_cache_dtype = kv;
+    auto m = load_model(testing_util::fixture("llama"), opts);
+    ASSERT_EQ(m->backend().kv_dtype(), kv);
+    m->init_kv_cache(4, 4);
+    m->forward(one_seq(prompt, 0, {0, 1, 2}));
+    m->grow_kv_cache(16);  // blocks 0..2 kept
+    m->copy_kv_blocks({{0, 9}, {1, 12}, {2, 13}});
+    ASSERT_TRUE(m->init_kv_swap(4));
+    m->swap_kv_blocks({{0, 3}, {1, 0}, {2, 1}}, {});
+    m->swap_kv_blocks({}, {{3, 5}, {0, 6}, {1, 7}});
+    const Tensor want = m->forward(one_seq({55}, 10, {0, 1, 2}));
+    for (const std::vector<int32_t>& blocks :
+         {std::vector<int32_t>{9, 12, 13}, std::vector<int32_t>{5, 6, 7}}) {
+      const Tensor got = m->forward(one_seq({55}, 10, blocks));
+      ASSERT_EQ(got.numel(), want.numel());
+      for (int64_t i = 0; i < got.numel(); ++i)
+        ASSERT_EQ(got.data<float>()[i], want.data<float>()[i]) << i;
+    }
+  }
 }
 
 TEST(KvCacheDtype, OnlyCpuTypesLoadOnTheCpu) {
