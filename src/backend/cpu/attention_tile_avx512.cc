@@ -20,7 +20,6 @@
 #include <utility>
 
 #include "backend/cpu/attention_tile.h"
-#include "backend/cpu/kv_rows.h"
 
 #if defined(__x86_64__)
 #include "backend/cpu/avx512_math.h"
@@ -144,22 +143,29 @@ TACHYON_AVX512 void score_rows(const float* const* q, const float* kt, int hd, f
                                                  _mm512_add_ps(s[r][2], s[r][3])));
 }
 
-// Keys [j0, j0 + n) of one block, rows `ld` elements apart, times their scales ks
-// (int8 only), into kt[d][16] (zeros past n).
+// Keys [j0, j0 + n) of one block, rows `ld` elements apart, into kt[d][16] (zeros past
+// n; int8 unscaled).
 template <typename T>
-TACHYON_AVX512 void transpose_keys(const T* k, int n, int hd, int64_t ld, const float* ks,
-                                   float* kt) {
+TACHYON_AVX512 void transpose_keys(const T* k, int n, int hd, int64_t ld, float* kt) {
   for (int d0 = 0; d0 < hd; d0 += 16) {
     __m512 r[16];
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) {
-      r[i] = i < n ? load16(k + i * ld + d0) : _mm512_setzero_ps();
-      if constexpr (std::is_same_v<T, int8_t>) r[i] = _mm512_mul_ps(r[i], _mm512_set1_ps(ks[i]));
-    }
+    for (int i = 0; i < 16; ++i) r[i] = i < n ? load16(k + i * ld + d0) : _mm512_setzero_ps();
     transpose16(r);
 #pragma GCC unroll 16
     for (int q = 0; q < 16; ++q) _mm512_storeu_ps(kt + (d0 + q) * 16, r[q]);
   }
+}
+
+// The float scales of the n int8 rows (of hd values, `ld` bytes apart) from `rows`, as
+// one vector (zeros past n).
+TACHYON_AVX512_INLINE __m512 int8_scales(const int8_t* rows, int64_t ld, int hd, int n) {
+  const __m512i at = _mm512_add_epi32(
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(ld))),
+      _mm512_set1_epi32(hd));
+  const __mmask16 valid = static_cast<__mmask16>((1u << n) - 1u);
+  return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), valid, at, rows, 1);
 }
 
 template <typename T>
@@ -169,7 +175,6 @@ TACHYON_AVX512 void tile_avx512(const AttnTile& t, float* scratch) {
   const int64_t ld = hd + (kInt8 ? 4 : 0);  // cache row stride, in elements
   const T* k_cache = static_cast<const T*>(t.k_cache);
   const T* v_cache = static_cast<const T*>(t.v_cache);
-  alignas(64) float scales[16];
   const AttentionParams& p = *t.params;
   float* acc = scratch;                  // [R, hd]
   float* kt = acc + int64_t{R} * hd;     // [hd, 16] this chunk's keys, transposed
@@ -201,12 +206,16 @@ TACHYON_AVX512 void tile_avx512(const AttnTile& t, float* scratch) {
     // Scores of every row, head by head (each head's keys transposed once).
     for (int hh = 0; hh < t.heads; ++hh) {
       const T* kc = k_cache + chunk_row(j0, t.kv_head + hh);
-      if constexpr (kInt8) int8_row_scales(kc, ld, hd, n, scales);
-      transpose_keys(kc, n, hd, ld, scales, kt);
-      const int r1 = (hh + 1) * rows_per_head;
-      int r = hh * rows_per_head;
+      transpose_keys(kc, n, hd, ld, kt);
+      const int r0 = hh * rows_per_head, r1 = r0 + rows_per_head;
+      int r = r0;
       for (; r + 2 <= r1; r += 2) score_rows<2>(t.q + r, kt, hd, probs + r * 16);
       if (r < r1) score_rows<1>(t.q + r, kt, hd, probs + r * 16);
+      if constexpr (kInt8) {  // each key row's scale into its scores
+        const __m512 ks = int8_scales(kc, ld, hd, n);
+        for (r = r0; r < r1; ++r)
+          _mm512_storeu_ps(probs + r * 16, _mm512_mul_ps(_mm512_loadu_ps(probs + r * 16), ks));
+      }
     }
     // Scale, softcap, ALiBi, mask; the online softmax of every row (independent rows,
     // so their reductions and exponentials overlap).
@@ -252,8 +261,7 @@ TACHYON_AVX512 void tile_avx512(const AttnTile& t, float* scratch) {
       const int r1 = (hh + 1) * rows_per_head;
       int r = hh * rows_per_head;
       if constexpr (kInt8) {  // each value row's scale into its probability
-        int8_row_scales(vc, ld, hd, n, scales);
-        const __m512 vs = _mm512_load_ps(scales);
+        const __m512 vs = int8_scales(vc, ld, hd, n);
         for (int rr = r; rr < r1; ++rr)
           _mm512_storeu_ps(probs + rr * 16, _mm512_mul_ps(_mm512_loadu_ps(probs + rr * 16), vs));
       }
