@@ -31,17 +31,11 @@ inline void int8_row_scales(const int8_t* rows, int64_t ld, int64_t hd, int n, f
 }
 
 // x[0 .. hd) as an int8 row: scale = max|x| / 127, q = round-to-nearest-even(x /
-// scale) (all zero, scale 0, for a zero row), the scale stored after the values.
-inline void quantize_int8_row(const float* x, int64_t hd, int8_t* dst) {
-  float mx = 0.f;
-  for (int64_t i = 0; i < hd; ++i) mx = std::max(mx, std::fabs(x[i]));
-  const float scale = mx / 127.f;
-  for (int64_t i = 0; i < hd; ++i) {
-    const float q = scale > 0.f ? std::nearbyint(x[i] / scale) : 0.f;
-    dst[i] = static_cast<int8_t>(std::min(127.f, std::max(-127.f, q)));
-  }
-  std::memcpy(dst + hd, &scale, sizeof scale);
-}
+// scale) clamped to [-127, 127] (all zero, scale 0, for a zero row), the scale stored
+// after the values. The AVX2 path (use_avx2(), hd % 8 == 0) gives the same bytes.
+void quantize_int8_row(const float* x, int64_t hd, int8_t* dst);
+// The portable path of quantize_int8_row (tests hold the AVX2 one to it).
+void quantize_int8_row_portable(const float* x, int64_t hd, int8_t* dst);
 
 // Writes x[0 .. hd) as row `row` (counting rows of the cache, stride hd values plus
 // the row's extra bytes) of a cache of type t.
