@@ -27,6 +27,7 @@
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
 #include "model/hf_config.h"
+#include "model/loader.h"
 #include "model/model_runner.h"
 #include "model/registry.h"
 #include "model/weights.h"
@@ -189,6 +190,7 @@ struct Options {
   int reps = 3;
   int batch = 1;  // sequences in each decode step
   bool profile = false;
+  std::string kv_dtype = "auto";  // the KV cache's element type (--kv-cache-dtype)
 };
 
 ForwardBatch make_batch(const std::vector<int32_t>& ids, int32_t start, int32_t count,
@@ -229,13 +231,14 @@ int run(const Options& opt) {
   ModelConfig mc = map_model_config(hf, "", opt.model + "/generation_config.json");
   std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(opt.model);
   ModelWeights weights = load_weights(*ckpt, mc, spec.map_weights(mc));
-  auto prof = std::make_unique<ProfilingBackend>(make_cpu_backend());
+  const DType kv = parse_kv_cache_dtype(opt.kv_dtype).value_or(DType::kF32);
+  auto prof = std::make_unique<ProfilingBackend>(make_cpu_backend(kv));
   ProfilingBackend* pb = prof.get();
   std::unique_ptr<Backend> backend;
   if (opt.profile)
     backend = std::move(prof);
   else
-    backend = make_cpu_backend();
+    backend = make_cpu_backend(kv);
   ModelRunner model(mc, std::move(weights), std::move(backend));
   const int64_t wbytes = decode_weight_bytes(model.weights());
   const double flops = prefill_gemm_flops(model.weights(), opt.prompt);
@@ -248,6 +251,8 @@ int run(const Options& opt) {
       ThreadPool::global().num_threads(), seconds_since(t_load));
 
   const int32_t bs = 16;
+  std::printf("KV cache %s: %zu bytes a block of %d tokens\n", std::string(dtype_name(kv)).c_str(),
+              model.kv_bytes_per_block(bs), bs);
   const int32_t total = opt.prompt + opt.decode;
   const int32_t nblocks = (total + bs - 1) / bs;  // per sequence
   // A cache of at least 256 blocks, as an engine would size it (the backend may put
@@ -384,6 +389,8 @@ int main(int argc, char** argv) {
       opt.batch = std::stoi(next());
     else if (a == "--profile")
       opt.profile = true;
+    else if (a == "--kv-cache-dtype")
+      opt.kv_dtype = next();
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -392,7 +399,7 @@ int main(int argc, char** argv) {
   if (opt.model.empty() || opt.prompt < 1 || opt.decode < 1 || opt.reps < 1 || opt.batch < 1) {
     std::fprintf(stderr,
                  "usage: cpu_model_bench --model DIR [--prompt 512] [--decode 32] [--reps 3] "
-                 "[--batch 1] [--threads N] [--profile]\n");
+                 "[--batch 1] [--threads N] [--kv-cache-dtype auto|bf16|int8] [--profile]\n");
     return 2;
   }
   try {

@@ -151,13 +151,25 @@ struct AttentionParams {
 };
 
 // The paged KV cache of one layer: K and V each [num_blocks, num_kv_heads, block_size,
-// head_dim] in the backend's kv_dtype().
+// row] in the backend's kv_dtype() (kv_cache_shape): a row is a token's head_dim
+// values; in int8 (i8) they are followed by the 4 bytes of their float scale (x =
+// q * scale, scale = max|x| / 127 over the row), so a block carries its scales.
 struct LayerKvCache {
   Tensor k;
   Tensor v;
   int32_t num_blocks() const { return k ? static_cast<int32_t>(k.dim(0)) : 0; }
   int32_t block_size() const { return k ? static_cast<int32_t>(k.dim(2)) : 0; }
 };
+
+// Bytes a cache row holds beside its head_dim values: the int8 row's float scale.
+inline int64_t kv_row_extra(DType kv_dtype) {
+  return kv_dtype == DType::kI8 ? 4 : 0;
+}
+// The shape of a layer's K (or V) cache of num_blocks blocks in kv_dtype.
+inline Shape kv_cache_shape(DType kv_dtype, int64_t num_blocks, int64_t kv_heads,
+                            int64_t block_size, int64_t head_dim) {
+  return {num_blocks, kv_heads, block_size, head_dim + kv_row_extra(kv_dtype)};
+}
 
 // One MoE expert's weights: a gated MLP. Either gate_up [2I, D] (gate rows first) or
 // gate [I, D] + up [I, D]; down [D, I].
@@ -453,7 +465,8 @@ class Backend {
   Tensor workspace_[static_cast<size_t>(Workspace::kCount)];
 };
 
-// The CPU backend (multi-threaded over the global ThreadPool).
-std::unique_ptr<Backend> make_cpu_backend();
+// The CPU backend (multi-threaded over the global ThreadPool), its KV cache in kv_dtype
+// (f32, bf16 or i8; InvalidArgument otherwise).
+std::unique_ptr<Backend> make_cpu_backend(DType kv_dtype = DType::kF32);
 
 }  // namespace tachyon

@@ -90,9 +90,16 @@ std::vector<Setting> make_table() {
           "f32; the CPU computes in f32")
           .env({"TACHYON_DTYPE"}),
       Def("kv-cache-dtype", T::kString, "auto", kDevice,
-          "KV cache element type: auto (the compute type) or fp8 (e4m3, GPU only: half the "
-          "bytes per token)")
+          "KV cache element type: auto (the compute type), bf16 (CPU: half the bytes per "
+          "token), int8 (CPU: a quarter, with a float scale per token and KV head) or fp8 "
+          "(e4m3, GPU only: half the bytes per token)")
           .env({"TACHYON_KV_CACHE_DTYPE"}),
+      Def("int8-kv-cache", T::kBool, "false", Cmds{},
+          "RTP-LLM's switch for --kv-cache-dtype int8 (read when that is auto)")
+          .env({"TACHYON_INT8_KV_CACHE", "INT8_KV_CACHE"}),
+      Def("fp8-kv-cache", T::kBool, "false", Cmds{},
+          "RTP-LLM's switch for --kv-cache-dtype fp8 (read when that is auto)")
+          .env({"TACHYON_FP8_KV_CACHE", "FP8_KV_CACHE"}),
       Def("threads", T::kInt, "0",
           Cmds{"serve", "generate", "bench", "perplexity", "bench-overhead"},
           "compute threads on the CPU; 0: all cores")

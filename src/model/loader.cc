@@ -75,10 +75,19 @@ std::unique_ptr<Backend> make_backend(const LoadOptions& opts, DType checkpoint_
   std::optional<DType> kv = opts.kv_cache_dtype;
   if (!kv)
     if (auto env = setting_env("kv-cache-dtype")) kv = parse_kv_cache_dtype(*env);
+  if (!kv) {
+    // RTP-LLM's switches: INT8_KV_CACHE=1, FP8_KV_CACHE=1.
+    const bool int8 = setting_env_bool("int8-kv-cache"), fp8 = setting_env_bool("fp8-kv-cache");
+    if (int8 && fp8)
+      raise<InvalidArgument>("INT8_KV_CACHE and FP8_KV_CACHE are both set; choose one");
+    if (int8) kv = DType::kI8;
+    if (fp8) kv = DType::kF8E4M3;
+  }
   if (dev.is_cpu()) {
-    if (kv && *kv != DType::kF32)
-      raise<InvalidArgument>("an fp8 KV cache needs a CUDA device; the CPU keeps it in f32");
-    return make_cpu_backend();
+    if (kv && *kv == DType::kF8E4M3)
+      raise<InvalidArgument>(
+          "an fp8 KV cache needs a CUDA device; the CPU keeps it in f32 (auto), bf16 or int8");
+    return make_cpu_backend(kv.value_or(DType::kF32));
   }
 #if defined(TACHYON_WITH_CUDA)
   DType dtype = default_gpu_dtype(checkpoint_dtype);
@@ -118,7 +127,10 @@ std::optional<DType> parse_compute_dtype(const std::string& spec) {
 std::optional<DType> parse_kv_cache_dtype(const std::string& spec) {
   if (spec.empty() || spec == "auto") return std::nullopt;
   if (spec == "fp8" || spec == "fp8_e4m3" || spec == "f8_e4m3") return DType::kF8E4M3;
-  raise<InvalidArgument>("KV cache dtype '{}' is not one of auto, fp8 (fp8_e4m3)", spec);
+  if (spec == "bf16" || spec == "bfloat16") return DType::kBF16;
+  if (spec == "int8" || spec == "i8") return DType::kI8;
+  raise<InvalidArgument>(
+      "KV cache dtype '{}' is not one of auto, bf16 (bfloat16), int8, fp8 (fp8_e4m3)", spec);
 }
 
 int64_t kv_cache_budget_bytes(Model& model, double memory_fraction, int32_t max_batched_tokens) {

@@ -25,9 +25,15 @@ ModelRunner::ModelRunner(ModelConfig config, ModelWeights weights, std::unique_p
 }
 
 size_t ModelRunner::kv_bytes_per_block(int32_t block_size) const {
-  size_t per_token = 0;  // K and V of every layer with attention
-  for (int l = 0; l < cfg_.layer_num; ++l) per_token += 2 * static_cast<size_t>(cfg_.kv_size(l));
-  return per_token * static_cast<size_t>(block_size) * dtype_size(be_->kv_dtype());
+  // K and V of every layer with attention, a row per token and KV head (kv_cache_shape).
+  const DType kv = be_->kv_dtype();
+  size_t per_token = 0;
+  for (int l = 0; l < cfg_.layer_num; ++l) {
+    if (!cfg_.has_attention(l)) continue;
+    per_token += 2 * static_cast<size_t>(shape_numel(
+                         kv_cache_shape(kv, 1, cfg_.kv_heads(l), 1, cfg_.size_per_head)));
+  }
+  return per_token * static_cast<size_t>(block_size) * dtype_size(kv);
 }
 
 size_t ModelRunner::workspace_bytes(int32_t max_tokens) const {
@@ -48,7 +54,8 @@ void ModelRunner::init_kv_cache(int32_t num_blocks, int32_t block_size) {
   for (int l = 0; l < cfg_.layer_num; ++l) {
     if (!cfg_.has_attention(l)) continue;  // a pruned layer without attention: no cache
     LayerKvCache& c = kv_[static_cast<size_t>(l)];
-    const Shape shape = {num_blocks, cfg_.kv_heads(l), block_size, cfg_.size_per_head};
+    const Shape shape = kv_cache_shape(be_->kv_dtype(), num_blocks, cfg_.kv_heads(l), block_size,
+                                       cfg_.size_per_head);
     c.k = be_->alloc(shape, be_->kv_dtype());
     c.v = be_->alloc(shape, be_->kv_dtype());
     be_->fill_zero(c.k);

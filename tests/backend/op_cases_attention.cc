@@ -385,12 +385,149 @@ void attention_cases(std::vector<OpCase>& cases) {
                      [s](const OpRun& r) { return Doubles{attention_formula(s, r)}; }});
 }
 
+// A K or V row as the cache of type t holds it, in float64: bf16 rounded to nearest
+// even; int8 as q * scale, scale = max|x| / 127 and q = x / scale rounded to nearest
+// even (in f32, as the cache computes them).
+void cache_rounded(DType t, double* row, int64_t hd) {
+  if (t == DType::kBF16) {
+    for (int64_t d = 0; d < hd; ++d) row[d] = bf16_to_f32(f32_to_bf16(static_cast<float>(row[d])));
+    return;
+  }
+  float mx = 0.f;
+  for (int64_t d = 0; d < hd; ++d) mx = std::max(mx, std::fabs(static_cast<float>(row[d])));
+  const float scale = mx / 127.f;
+  for (int64_t d = 0; d < hd; ++d) {
+    const float q = scale > 0.f ? std::nearbyint(static_cast<float>(row[d]) / scale) : 0.f;
+    row[d] = static_cast<double>(std::clamp(q, -127.f, 127.f)) * scale;
+  }
+}
+
+// The step of spec s over a cache of type t: every context token's k and v written by
+// write_kv (the whole context in one call, into a zeroed cache), then attention of the
+// last q_lens tokens of each sequence.
+void run_quantized_attention(const AttnSpec& s, DType t, OpRun& r) {
+  const QkvLayout& l = s.layout;
+  const int32_t S = static_cast<int32_t>(s.q_lens.size()), bs = s.block_size;
+  const int32_t max_ctx = *std::max_element(s.ctx_lens.begin(), s.ctx_lens.end());
+  const int32_t mb = (max_ctx + bs - 1) / bs, nb = S * mb + 1;
+  std::vector<int32_t> table(static_cast<size_t>(nb));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), r.rng());
+  table.resize(static_cast<size_t>(S * mb));
+  const int32_t n_ctx = std::accumulate(s.ctx_lens.begin(), s.ctx_lens.end(), 0);
+  Tensor all = r.randn({n_ctx, l.row_cols()});
+  std::vector<int32_t> slots, rows, qs(1, 0);
+  for (int32_t q = 0, row = 0; q < S; ++q) {
+    for (int32_t j = 0; j < s.ctx_lens[q]; ++j, ++row) {
+      slots.push_back(table[static_cast<size_t>(q * mb + j / bs)] * bs + j % bs);
+      if (j >= s.ctx_lens[q] - s.q_lens[q]) rows.push_back(row);
+    }
+    qs.push_back(qs.back() + s.q_lens[q]);
+  }
+  const int32_t T = qs.back();
+  Tensor qkv = Tensor::empty({T, l.row_cols()}, DType::kF32);
+  for (int32_t i = 0; i < T; ++i)
+    std::copy_n(all.data<float>() + int64_t{rows[i]} * l.row_cols(), l.row_cols(),
+                qkv.data<float>() + int64_t{i} * l.row_cols());
+  const Shape shape = kv_cache_shape(t, nb, l.num_kv_heads, bs, l.head_dim);
+  LayerKvCache cache{r.be().alloc(shape, t), r.be().alloc(shape, t)};
+  r.be().fill_zero(cache.k);
+  r.be().fill_zero(cache.v);
+  r.be().write_kv(r.act(all), l, r.i32(slots), cache);
+  AttentionMeta m;
+  m.query_start = r.i32(qs);
+  m.context_lens = r.i32(s.ctx_lens);
+  m.block_tables = r.be().upload(table.data(), {S, mb}, DType::kI32, {});
+  m.num_seqs = S;
+  m.max_blocks_per_seq = mb;
+  m.max_query_len = *std::max_element(s.q_lens.begin(), s.q_lens.end());
+  m.max_context_len = max_ctx;
+  m.host_query_start = &qs;
+  m.host_context_lens = &s.ctx_lens;
+  Tensor out = r.out_act({T, l.q_cols()});
+  r.be().attention(r.act(qkv), l, cache, m, attn_params(s), out);
+  r.output("out", out);
+  if (t == DType::kBF16) {  // the cache itself: the rounded rows, bit for bit
+    r.output("k_cache", cache.k, true);
+    r.output("v_cache", cache.v, true);
+  }
+  r.keep("all", all);
+  r.keep("qkv", qkv);
+  r.keep("slots", host_i32(slots));
+  r.keep("table", host_i32(table));
+}
+
+// The float64 reference of run_quantized_attention: the caches written with the cache's
+// rounding, then attention_formula over them.
+std::vector<std::vector<double>> quantized_attention_formula(const AttnSpec& s, DType t, OpRun& r) {
+  const QkvLayout& l = s.layout;
+  const int64_t hd = l.head_dim;
+  const std::vector<double> slots = values(r.input("slots"));
+  const int64_t nb = static_cast<int64_t>(values(r.input("table")).size()) + 1;
+  std::vector<double> all = values(r.input("all"));
+  for (int64_t i = 0; i < static_cast<int64_t>(slots.size()); ++i)
+    for (int g = 0; g < 2 * l.num_kv_heads; ++g)
+      cache_rounded(t, all.data() + i * l.row_cols() + l.q_cols() + g * hd, hd);
+  const size_t n = static_cast<size_t>(nb * l.num_kv_heads * s.block_size * hd);
+  std::vector<double> k(n, 0.0), v(n, 0.0);
+  write(all, l, slots, s.block_size, k, v);
+  Tensor kt = Tensor::empty({static_cast<int64_t>(n)}, DType::kF32),
+         vt = Tensor::empty({static_cast<int64_t>(n)}, DType::kF32);
+  for (size_t i = 0; i < n; ++i) {
+    kt.data<float>()[i] = static_cast<float>(k[i]);  // exact: bf16 or int8 x f32 scale
+    vt.data<float>()[i] = static_cast<float>(v[i]);
+  }
+  r.keep("k", kt);
+  r.keep("v", vt);
+  std::vector<std::vector<double>> want = {attention_formula(s, r)};
+  if (t == DType::kBF16) {
+    want.push_back(k);
+    want.push_back(v);
+  }
+  return want;
+}
+
+void quantized_cache_cases(std::vector<OpCase>& cases) {
+  const QkvLayout gqa{8, 2, 128}, mha{4, 4, 64}, mqa{8, 1, 80};
+  auto spec = [](std::string name, QkvLayout l, int32_t bs, std::vector<int32_t> q,
+                 std::vector<int32_t> ctx, int32_t window = 0) {
+    AttnSpec s;
+    s.name = std::move(name);
+    s.layout = l;
+    s.block_size = bs;
+    s.q_lens = std::move(q);
+    s.ctx_lens = std::move(ctx);
+    s.window = window;
+    return s;
+  };
+  const std::vector<AttnSpec> specs = {
+      spec("prefill", gqa, 16, {37}, {37}),
+      spec("prefill_chunked", mha, 7, {30, 19}, {75, 19}),
+      spec("decode_gqa", gqa, 16, {1, 1, 1, 1}, {1, 17, 300, 1000}),
+      spec("decode_mqa_hd80", mqa, 16, {1, 1}, {33, 513}),
+      spec("mixed", gqa, 16, {1, 5, 20, 1}, {40, 5, 60, 129}),
+      spec("sliding_window", gqa, 16, {1, 7, 30}, {200, 50, 30}, 16),
+  };
+  for (DType t : {DType::kBF16, DType::kI8})
+    for (const AttnSpec& s : specs) {
+      OpCase c{std::string("kv_") + (t == DType::kBF16 ? "bf16" : "int8") + "_" + s.name,
+               [s, t](OpRun& r) { run_quantized_attention(s, t, r); },
+               [s, t](const OpRun& r) {
+                 OpRun copy = r;  // the formula keeps its rounded caches beside the inputs
+                 return quantized_attention_formula(s, t, copy);
+               }};
+      c.cpu_only = true;
+      cases.push_back(std::move(c));
+    }
+}
+
 }  // namespace
 
 void add_attention_cases(std::vector<OpCase>& cases) {
   rotary_cases(cases);
   cache_cases(cases);
   attention_cases(cases);
+  quantized_cache_cases(cases);
 }
 
 }  // namespace tachyon::op_harness

@@ -220,6 +220,7 @@ void expect_matches(const OpOutput& got, const std::vector<double>& want, double
 void check_against_cpu(Backend& be, DType dtype, const OpCase& c) {
   if (c.needs_sampling && !be.supports_sampling())
     GTEST_SKIP() << "the " << be.name() << " backend does not sample";
+  if (c.cpu_only && !be.device().is_cpu()) GTEST_SKIP() << c.name << " is a CPU feature";
   const uint32_t seed = seed_of(c.name);
   OpRun got(be, dtype, seed);
   c.run(got);
@@ -241,8 +242,9 @@ void check_against_cpu(Backend& be, DType dtype, const OpCase& c) {
                    std::string(be.name()) + " " + std::string(dtype_name(dtype)) + " " + c.name);
 }
 
-void check_cpu_reference(const OpCase& c) {
-  std::unique_ptr<Backend> cpu = make_cpu_backend();
+void check_cpu_reference(const OpCase& c, Backend* given) {
+  std::unique_ptr<Backend> own = given != nullptr ? nullptr : make_cpu_backend();
+  Backend* cpu = given != nullptr ? given : own.get();
   if (c.needs_sampling && !cpu->supports_sampling()) {
     // Only the formula can be checked: against itself it proves nothing, so the run
     // must at least hold the inputs the formula reads.

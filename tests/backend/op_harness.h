@@ -82,6 +82,8 @@ struct OpCase {
   // the accumulation order differs, so the bound is f32's (10x that in 16 bits).
   bool f32_output = false;
   double tol_scale = 1.0;  // on top of the dtype's bound
+  // A case of a CPU-only feature (a bf16 or int8 KV cache): other backends skip it.
+  bool cpu_only = false;
 };
 
 // The table, built once.
@@ -109,6 +111,8 @@ double bound_for(const OpCase& c, DType dtype);
 // run); and the CPU's run against the formula, the outputs all written, the same
 // bits on a second run.
 void check_against_cpu(Backend& be, DType dtype, const OpCase& c);
-void check_cpu_reference(const OpCase& c);
+// `cpu`: the CPU backend to run (one of an instruction-set path); make_cpu_backend()'s
+// when null.
+void check_cpu_reference(const OpCase& c, Backend* cpu = nullptr);
 
 }  // namespace tachyon::op_harness

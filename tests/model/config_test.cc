@@ -366,15 +366,18 @@ TEST(LoadOptions, ComputeDtypeFollowsFloat16Checkpoints) {
   EXPECT_THROW(parse_compute_dtype("i32"), InvalidArgument);
 }
 
-// --kv-cache-dtype: auto (unset) or fp8; anything else is refused, and an fp8 cache on
-// the CPU is refused with a clear error before any weight is read.
+// --kv-cache-dtype: auto (unset), bf16, int8 or fp8; anything else is refused, and an
+// fp8 cache on the CPU is refused with a clear error before any weight is read.
 TEST(LoadOptions, KvCacheDtype) {
   EXPECT_FALSE(parse_kv_cache_dtype("auto").has_value());
   EXPECT_FALSE(parse_kv_cache_dtype("").has_value());
   EXPECT_EQ(parse_kv_cache_dtype("fp8"), DType::kF8E4M3);
   EXPECT_EQ(parse_kv_cache_dtype("fp8_e4m3"), DType::kF8E4M3);
-  EXPECT_THROW(parse_kv_cache_dtype("int8"), InvalidArgument);
-  EXPECT_THROW(parse_kv_cache_dtype("bf16"), InvalidArgument);
+  EXPECT_EQ(parse_kv_cache_dtype("int8"), DType::kI8);
+  EXPECT_EQ(parse_kv_cache_dtype("bf16"), DType::kBF16);
+  EXPECT_EQ(parse_kv_cache_dtype("bfloat16"), DType::kBF16);
+  for (const char* bad : {"int4", "f16", "float16", "BF16 ", "fp8_e5m2", "1"})
+    EXPECT_THROW(parse_kv_cache_dtype(bad), InvalidArgument) << bad;
   LoadOptions o;
   o.device = Device{};
   o.kv_cache_dtype = DType::kF8E4M3;

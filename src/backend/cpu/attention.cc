@@ -6,6 +6,7 @@
 
 #include "backend/cpu/attention_tile.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kv_rows.h"
 #include "backend/cpu/vec.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -63,21 +64,36 @@ void CpuBackend::rotary(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_
                      });
 }
 
+namespace {
+
+// The checks write_kv and attention make of a cache for kv heads of head_dim values.
+void check_cache(const LayerKvCache& cache, int kvh, int hd, const char* what) {
+  TACHYON_CHECK(cache.k && cache.v && cpu_kv_dtype(cache.k.dtype()) &&
+                    cache.v.dtype() == cache.k.dtype() && cache.v.shape() == cache.k.shape() &&
+                    cache.k.ndim() == 4 && cache.k.dim(1) == kvh &&
+                    cache.k.dim(3) == hd + kv_row_extra(cache.k.dtype()),
+                "{} cache k {} v {} for {} kv heads of dim {}", what,
+                cache.k ? cache.k.str() : std::string("none"),
+                cache.v ? cache.v.str() : std::string("none"), kvh, hd);
+}
+
+}  // namespace
+
 void CpuBackend::write_kv(const Tensor& qkv, const QkvLayout& layout, const Tensor& slots,
                           LayerKvCache& cache) {
   TACHYON_CHECK(qkv.ndim() == 2 && qkv.dim(1) == layout.row_cols(), "write_kv qkv {}", qkv.str());
   const int64_t n = qkv.dim(0), cols = qkv.dim(1);
   TACHYON_CHECK_EQ(slots.numel(), n);
   const int kvh = layout.num_kv_heads, hd = layout.head_dim;
-  TACHYON_CHECK(cache.k && cache.k.dim(1) == kvh && cache.k.dim(3) == hd, "write_kv cache {}",
-                cache.k ? cache.k.str() : std::string("none"));
+  check_cache(cache, kvh, hd, "write_kv");
   const int64_t bs = cache.block_size(), nb = cache.num_blocks();
   const int32_t* slot = slots.data<int32_t>();
   for (int64_t t = 0; t < n; ++t)
     TACHYON_CHECK(slot[t] < nb * bs, "write_kv slot {} of {} blocks x {}", slot[t], nb, bs);
   const float* src = qkv.data<float>();
-  float* kc = cache.k.data<float>();
-  float* vc = cache.v.data<float>();
+  const DType kt = cache.k.dtype();
+  void* kc = cache.k.raw();
+  void* vc = cache.v.raw();
   pool_.parallel_for(0, n, 64, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       if (slot[t] < 0) continue;
@@ -85,9 +101,9 @@ void CpuBackend::write_kv(const Tensor& qkv, const QkvLayout& layout, const Tens
       const float* krow = src + t * cols + layout.q_cols();
       const float* vrow = krow + layout.kv_cols();
       for (int h = 0; h < kvh; ++h) {
-        const int64_t dst = ((block * kvh + h) * bs + off) * hd;
-        std::memcpy(kc + dst, krow + int64_t{h} * hd, static_cast<size_t>(hd) * 4);
-        std::memcpy(vc + dst, vrow + int64_t{h} * hd, static_cast<size_t>(hd) * 4);
+        const int64_t row = (block * kvh + h) * bs + off;
+        write_kv_row(kc, kt, row, hd, krow + int64_t{h} * hd);
+        write_kv_row(vc, kt, row, hd, vrow + int64_t{h} * hd);
       }
     }
   });
@@ -104,6 +120,7 @@ struct AttnScratch {
   std::vector<float> scores;
   std::vector<float> acc;
   std::vector<float> tile;
+  std::vector<float> row;  // a dequantized key or value row
 };
 thread_local AttnScratch tl_scratch;
 
@@ -117,7 +134,7 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
   TACHYON_CHECK(KV > 0 && H % KV == 0, "heads {} kv heads {}", H, KV);
   TACHYON_CHECK(out.ndim() == 2 && out.dim(0) == n && out.dim(1) == int64_t{H} * hd,
                 "attention out {}", out.str());
-  TACHYON_CHECK(cache.k && cache.k.dim(1) == KV && cache.k.dim(3) == hd, "attention cache");
+  check_cache(cache, KV, hd, "attention");
   TACHYON_CHECK(!params.alibi_slopes || params.alibi_slopes.numel() == H, "alibi slopes {}",
                 params.alibi_slopes.str());
   const int S = meta.num_seqs;
@@ -194,8 +211,9 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
         task_start[s] + (all_heads(q_len) ? 1 : int64_t{KV} * ((q_len + kTile - 1) / kTile));
   }
   const float* q_base = qkv.data<float>();
-  const float* kc = cache.k.data<float>();
-  const float* vc = cache.v.data<float>();
+  const DType kv_type = cache.k.dtype();
+  const void* kc = cache.k.raw();
+  const void* vc = cache.v.raw();
   const float* slopes = params.alibi_slopes ? params.alibi_slopes.data<float>() : nullptr;
   float* o = out.data<float>();
 
@@ -239,6 +257,7 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
       AttnTile tile;
       tile.k_cache = kc;
       tile.v_cache = vc;
+      tile.kv_dtype = kv_type;
       tile.blocks = blocks;
       tile.block_size = bs;
       tile.num_kv_heads = KV;
@@ -274,6 +293,8 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
     if (sc.scores.size() < static_cast<size_t>(ctx[s]))
       sc.scores.resize(static_cast<size_t>(ctx[s]));
     if (sc.acc.size() < static_cast<size_t>(hd)) sc.acc.resize(static_cast<size_t>(hd));
+    if (sc.row.size() < static_cast<size_t>(hd)) sc.row.resize(static_cast<size_t>(hd));
+    float* row = sc.row.data();
     float* scores = sc.scores.data();
     float* acc = sc.acc.data();
     const int64_t step0 = ctx[s] - q_len;  // cache index of the step's first token
@@ -294,7 +315,7 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
           }
           const int64_t blk = blocks[j / bs];
           TACHYON_CHECK(blk >= 0 && blk < nb, "block table entry {} of {} blocks", blk, nb);
-          const float* k = kc + ((blk * KV + g) * bs + j % bs) * hd;
+          const float* k = read_kv_row(kc, kv_type, (blk * KV + g) * bs + j % bs, hd, row);
           float sc_j = dot(q, k, hd) * params.scale;
           if (params.softcap > 0.f) sc_j = params.softcap * std::tanh(sc_j / params.softcap);
           if (slopes != nullptr) {
@@ -315,7 +336,8 @@ void CpuBackend::attention(const Tensor& qkv, const QkvLayout& layout, const Lay
         for (int64_t j = lo; j <= hi; ++j) {
           if (tree != nullptr && !sees(s, i, j - step0)) continue;
           const int64_t blk = blocks[j / bs];
-          axpy(scores[j - lo], vc + ((blk * KV + g) * bs + j % bs) * hd, acc, hd);
+          axpy(scores[j - lo], read_kv_row(vc, kv_type, (blk * KV + g) * bs + j % bs, hd, row), acc,
+               hd);
         }
         const float inv = static_cast<float>(1.0 / sum);
         float* dst = o + t * int64_t{H} * hd + int64_t{h} * hd;

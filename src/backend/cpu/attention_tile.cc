@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 
+#include "backend/cpu/kv_rows.h"
 #include "core/dtype.h"
 
 #if defined(__x86_64__)
@@ -18,16 +21,29 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+// Eight cache values from p as floats (int8: unscaled).
+__attribute__((target("avx2,fma"))) inline __m256 load8(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+__attribute__((target("avx2,fma"))) inline __m256 load8(const bf16* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+__attribute__((target("avx2,fma"))) inline __m256 load8(const int8_t* p) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+}
+
 // s[r][j] = q_r . k_j for rows [r0, r0 + 4) and keys [j0, j0 + 2); missing rows or
 // keys point at valid memory and their results are not used.
-__attribute__((target("avx2,fma"))) inline void dot_block(const float* const* q, const float* k0,
-                                                          const float* k1, int hd,
-                                                          float out[4][2]) {
+template <typename T>
+__attribute__((target("avx2,fma"))) inline void dot_block(const float* const* q, const T* k0,
+                                                          const T* k1, int hd, float out[4][2]) {
   __m256 a00 = _mm256_setzero_ps(), a01 = _mm256_setzero_ps(), a10 = _mm256_setzero_ps(),
          a11 = _mm256_setzero_ps(), a20 = _mm256_setzero_ps(), a21 = _mm256_setzero_ps(),
          a30 = _mm256_setzero_ps(), a31 = _mm256_setzero_ps();
   for (int d = 0; d < hd; d += 8) {
-    const __m256 x0 = _mm256_loadu_ps(k0 + d), x1 = _mm256_loadu_ps(k1 + d);
+    const __m256 x0 = load8(k0 + d), x1 = load8(k1 + d);
     __m256 y = _mm256_loadu_ps(q[0] + d);
     a00 = _mm256_fmadd_ps(y, x0, a00);
     a01 = _mm256_fmadd_ps(y, x1, a01);
@@ -53,25 +69,26 @@ __attribute__((target("avx2,fma"))) inline void dot_block(const float* const* q,
 
 // acc[0 .. 8K) = corr * acc + sum_j p[j] * v_j[0 .. 8K), v_j = v + j * ld: the
 // accumulators stay in registers across the keys.
-template <int K>
-__attribute__((target("avx2,fma"))) inline void accumulate_pv(float* acc, const float* v,
-                                                              int64_t ld, const float* p, int n,
-                                                              float corr) {
+template <int K, typename T>
+__attribute__((target("avx2,fma"))) inline void accumulate_pv(float* acc, const T* v, int64_t ld,
+                                                              const float* p, int n, float corr) {
   __m256 a[K];
   const __m256 c = _mm256_set1_ps(corr);
   for (int k = 0; k < K; ++k) a[k] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * k), c);
   for (int j = 0; j < n; ++j) {
     const __m256 pj = _mm256_set1_ps(p[j]);
-    const float* vj = v + j * ld;
-    for (int k = 0; k < K; ++k) a[k] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * k), a[k]);
+    const T* vj = v + j * ld;
+    for (int k = 0; k < K; ++k) a[k] = _mm256_fmadd_ps(pj, load8(vj + 8 * k), a[k]);
   }
   for (int k = 0; k < K; ++k) _mm256_storeu_ps(acc + 8 * k, a[k]);
 }
 
-}  // namespace
-
-__attribute__((target("avx2,fma"))) void attention_tile_avx2(const AttnTile& t, float* scratch) {
+template <typename T>
+__attribute__((target("avx2,fma"))) void tile_avx2(const AttnTile& t, float* scratch) {
+  constexpr bool kInt8 = std::is_same_v<T, int8_t>;
   const int R = t.rows, hd = t.head_dim;
+  const int64_t ld = hd + (kInt8 ? 4 : 0);  // cache row stride, in elements
+  float ks[kAttnKeyChunk], vs[kAttnKeyChunk];
   const AttentionParams& p = *t.params;
   float* acc = scratch;                       // [R, hd]
   float* s = acc + int64_t{R} * hd;           // [R, kAttnKeyChunk]
@@ -96,16 +113,26 @@ __attribute__((target("avx2,fma"))) void attention_tile_avx2(const AttnTile& t, 
     const int64_t j1 = std::min({block_end, j0 + kAttnKeyChunk, jmax + 1});
     const int n = static_cast<int>(j1 - j0);
     const int64_t blk = t.blocks[j0 / bs];
-    const int64_t row0 = ((blk * t.num_kv_heads + t.kv_head) * bs + j0 % bs) * hd;
-    const float* kc = t.k_cache + row0;  // keys j0 .. j1 - 1, contiguous
-    const float* vc = t.v_cache + row0;
+    const int64_t row0 = ((blk * t.num_kv_heads + t.kv_head) * bs + j0 % bs) * ld;
+    const T* kc = static_cast<const T*>(t.k_cache) + row0;  // keys j0 .. j1 - 1, ld apart
+    const T* vc = static_cast<const T*>(t.v_cache) + row0;
+    if constexpr (kInt8) {
+      int8_row_scales(kc, ld, hd, n, ks);
+      int8_row_scales(vc, ld, hd, n, vs);
+    }
 
     // Scores.
     for (int r0 = 0; r0 < R; r0 += 4) {
       for (int jj = 0; jj < n; jj += 2) {
         float out[4][2];
-        dot_block(qrows + r0, kc + int64_t{jj} * hd, kc + int64_t{std::min(jj + 1, n - 1)} * hd, hd,
+        dot_block(qrows + r0, kc + int64_t{jj} * ld, kc + int64_t{std::min(jj + 1, n - 1)} * ld, hd,
                   out);
+        if constexpr (kInt8) {
+          for (auto& o : out) {
+            o[0] *= ks[jj];
+            o[1] *= ks[std::min(jj + 1, n - 1)];
+          }
+        }
         for (int rr = 0; rr < 4 && r0 + rr < R; ++rr) {
           s[(r0 + rr) * kAttnKeyChunk + jj] = out[rr][0];
           if (jj + 1 < n) s[(r0 + rr) * kAttnKeyChunk + jj + 1] = out[rr][1];
@@ -163,10 +190,15 @@ __attribute__((target("avx2,fma"))) void attention_tile_avx2(const AttnTile& t, 
       }
       const float psum = hsum256(esum);
       l[r] = l[r] * corr + psum;
+      if constexpr (kInt8) {  // each value row's scale into its probability
+        for (int h = 0; h < 2; ++h)
+          _mm256_storeu_ps(sr + 8 * h,
+                           _mm256_mul_ps(_mm256_loadu_ps(sr + 8 * h), _mm256_loadu_ps(vs + 8 * h)));
+      }
       float* ar = acc + int64_t{r} * hd;
       int d0 = 0;
-      for (; d0 + 64 <= hd; d0 += 64) accumulate_pv<8>(ar + d0, vc + d0, hd, sr, n, corr);
-      for (; d0 < hd; d0 += 8) accumulate_pv<1>(ar + d0, vc + d0, hd, sr, n, corr);
+      for (; d0 + 64 <= hd; d0 += 64) accumulate_pv<8>(ar + d0, vc + d0, ld, sr, n, corr);
+      for (; d0 < hd; d0 += 8) accumulate_pv<1>(ar + d0, vc + d0, ld, sr, n, corr);
     }
     j0 = j1;
   }
@@ -175,6 +207,19 @@ __attribute__((target("avx2,fma"))) void attention_tile_avx2(const AttnTile& t, 
     const __m256 vi = _mm256_set1_ps(inv);
     for (int d = 0; d < hd; d += 8)
       _mm256_storeu_ps(t.out[r] + d, _mm256_mul_ps(_mm256_loadu_ps(acc + int64_t{r} * hd + d), vi));
+  }
+}
+
+}  // namespace
+
+void attention_tile_avx2(const AttnTile& t, float* scratch) {
+  switch (t.kv_dtype) {
+    case DType::kBF16:
+      return tile_avx2<bf16>(t, scratch);
+    case DType::kI8:
+      return tile_avx2<int8_t>(t, scratch);
+    default:
+      return tile_avx2<float>(t, scratch);
   }
 }
 

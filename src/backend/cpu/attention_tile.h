@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backend/ops.h"
+#include "core/dtype.h"
 
 namespace tachyon::cpu {
 
@@ -20,8 +21,13 @@ struct AttnTile {
   int64_t idx[kAttnTileMaxRows];  // the row's cache index (last visible key)
   int64_t lo[kAttnTileMaxRows];   // first visible key
   float slope[kAttnTileMaxRows];  // ALiBi slope of the row's head (unused without ALiBi)
-  const float* k_cache = nullptr;
-  const float* v_cache = nullptr;
+  // The layer's caches (backend/ops.h LayerKvCache) in kv_dtype: f32, bf16, or int8
+  // rows of head_dim values and their float scale (backend/cpu/kv_rows.h). Keys and
+  // values are converted to f32 as they are loaded; an int8 row's scale multiplies its
+  // score (K) or its probability (V).
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;
+  DType kv_dtype = DType::kF32;
   const int32_t* blocks = nullptr;  // the sequence's block table
   int64_t block_size = 0;
   int32_t num_kv_heads = 0;

@@ -14,7 +14,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
 #include "backend/cpu/attention_tile.h"
@@ -32,13 +34,26 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 static_assert(kAttnKeyChunk == 16);
 
+// Sixteen cache values from p as floats (int8: unscaled).
+TACHYON_AVX512_INLINE __m512 load16(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+TACHYON_AVX512_INLINE __m512 load16(const bf16* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+TACHYON_AVX512_INLINE __m512 load16(const int8_t* p) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+}
+
 // For the R (1 or 2) rows of acc (`hd` floats apart) and their probabilities p (16
 // apart): acc[r][0 .. 16K) = corr[r] * acc[r] + sum_j p[r][j] * v_j[0 .. 16K), v_j = v +
 // j * ld. Keys alternate between two partial sums, so that no accumulator waits on the
 // previous key's FMA (the rows share each v_j load).
-template <int R, int K>
-TACHYON_AVX512 void accumulate_pv(float* acc, int64_t hd, const float* v, int64_t ld,
-                                  const float* p, int n, const float* corr) {
+template <typename T, int R, int K>
+TACHYON_AVX512 void accumulate_pv(float* acc, int64_t hd, const T* v, int64_t ld, const float* p,
+                                  int n, const float* corr) {
   __m512 a[R][2][K];
 #pragma GCC unroll 2
   for (int r = 0; r < R; ++r) {
@@ -53,10 +68,10 @@ TACHYON_AVX512 void accumulate_pv(float* acc, int64_t hd, const float* v, int64_
   for (; j + 2 <= n; j += 2) {
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
-      const float* vj = v + (j + h) * ld;
+      const T* vj = v + (j + h) * ld;
 #pragma GCC unroll 8
       for (int k = 0; k < K; ++k) {
-        const __m512 vk = _mm512_loadu_ps(vj + 16 * k);
+        const __m512 vk = load16(vj + 16 * k);
 #pragma GCC unroll 2
         for (int r = 0; r < R; ++r)
           a[r][h][k] = _mm512_fmadd_ps(_mm512_set1_ps(p[r * 16 + j + h]), vk, a[r][h][k]);
@@ -64,10 +79,10 @@ TACHYON_AVX512 void accumulate_pv(float* acc, int64_t hd, const float* v, int64_
     }
   }
   if (j < n) {
-    const float* vj = v + j * ld;
+    const T* vj = v + j * ld;
 #pragma GCC unroll 8
     for (int k = 0; k < K; ++k) {
-      const __m512 vk = _mm512_loadu_ps(vj + 16 * k);
+      const __m512 vk = load16(vj + 16 * k);
 #pragma GCC unroll 2
       for (int r = 0; r < R; ++r)
         a[r][0][k] = _mm512_fmadd_ps(_mm512_set1_ps(p[r * 16 + j]), vk, a[r][0][k]);
@@ -81,20 +96,21 @@ TACHYON_AVX512 void accumulate_pv(float* acc, int64_t hd, const float* v, int64_
   }
 }
 
-// accumulate_pv over the whole head dim, up to 8 vectors (128 floats) at a time.
-template <int R, int... Ks>
-TACHYON_AVX512 void accumulate_rows(float* acc, int hd, const float* v, const float* p, int n,
-                                    const float* corr, std::integer_sequence<int, Ks...>) {
-  using Fn = void (*)(float*, int64_t, const float*, int64_t, const float*, int, const float*);
-  static constexpr Fn kByWidth[] = {accumulate_pv<R, Ks + 1>...};
+// accumulate_pv over the whole head dim, up to 8 vectors (128 floats) at a time; value
+// rows `ld` elements apart.
+template <typename T, int R, int... Ks>
+TACHYON_AVX512 void accumulate_rows(float* acc, int hd, const T* v, int64_t ld, const float* p,
+                                    int n, const float* corr, std::integer_sequence<int, Ks...>) {
+  using Fn = void (*)(float*, int64_t, const T*, int64_t, const float*, int, const float*);
+  static constexpr Fn kByWidth[] = {accumulate_pv<T, R, Ks + 1>...};
   for (int d0 = 0; d0 < hd; d0 += 128)
-    kByWidth[std::min(8, (hd - d0) / 16) - 1](acc + d0, hd, v + d0, hd, p, n, corr);
+    kByWidth[std::min(8, (hd - d0) / 16) - 1](acc + d0, hd, v + d0, ld, p, n, corr);
 }
 
-template <int R>
-TACHYON_AVX512 void accumulate_rows(float* acc, int hd, const float* v, const float* p, int n,
-                                    const float* corr) {
-  accumulate_rows<R>(acc, hd, v, p, n, corr, std::make_integer_sequence<int, 8>{});
+template <typename T, int R>
+TACHYON_AVX512 void accumulate_rows(float* acc, int hd, const T* v, int64_t ld, const float* p,
+                                    int n, const float* corr) {
+  accumulate_rows<T, R>(acc, hd, v, ld, p, n, corr, std::make_integer_sequence<int, 8>{});
 }
 
 // Scores of R (1 or 2) rows against the transposed chunk kt[d][16], four partial sums
@@ -127,23 +143,38 @@ TACHYON_AVX512 void score_rows(const float* const* q, const float* kt, int hd, f
                                                  _mm512_add_ps(s[r][2], s[r][3])));
 }
 
-// Keys [j0, j0 + n) of one block, rows `hd` floats apart, into kt[d][16] (zeros past n).
-TACHYON_AVX512 void transpose_keys(const float* k, int n, int hd, float* kt) {
+// Keys [j0, j0 + n) of one block, rows `ld` elements apart, into kt[d][16] (zeros past
+// n; int8 unscaled).
+template <typename T>
+TACHYON_AVX512 void transpose_keys(const T* k, int n, int hd, int64_t ld, float* kt) {
   for (int d0 = 0; d0 < hd; d0 += 16) {
     __m512 r[16];
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i)
-      r[i] = i < n ? _mm512_loadu_ps(k + i * hd + d0) : _mm512_setzero_ps();
+    for (int i = 0; i < 16; ++i) r[i] = i < n ? load16(k + i * ld + d0) : _mm512_setzero_ps();
     transpose16(r);
 #pragma GCC unroll 16
     for (int q = 0; q < 16; ++q) _mm512_storeu_ps(kt + (d0 + q) * 16, r[q]);
   }
 }
 
-}  // namespace
+// The float scales of the n int8 rows (of hd values, `ld` bytes apart) from `rows`, as
+// one vector (zeros past n).
+TACHYON_AVX512_INLINE __m512 int8_scales(const int8_t* rows, int64_t ld, int hd, int n) {
+  const __m512i at = _mm512_add_epi32(
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(ld))),
+      _mm512_set1_epi32(hd));
+  const __mmask16 valid = static_cast<__mmask16>((1u << n) - 1u);
+  return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), valid, at, rows, 1);
+}
 
-TACHYON_AVX512 void attention_tile_avx512(const AttnTile& t, float* scratch) {
+template <typename T>
+TACHYON_AVX512 void tile_avx512(const AttnTile& t, float* scratch) {
+  constexpr bool kInt8 = std::is_same_v<T, int8_t>;
   const int R = t.rows, hd = t.head_dim;
+  const int64_t ld = hd + (kInt8 ? 4 : 0);  // cache row stride, in elements
+  const T* k_cache = static_cast<const T*>(t.k_cache);
+  const T* v_cache = static_cast<const T*>(t.v_cache);
   const AttentionParams& p = *t.params;
   float* acc = scratch;                  // [R, hd]
   float* kt = acc + int64_t{R} * hd;     // [hd, 16] this chunk's keys, transposed
@@ -165,7 +196,7 @@ TACHYON_AVX512 void attention_tile_avx512(const AttnTile& t, float* scratch) {
   auto chunk_end = [&](int64_t j0) { return std::min({(j0 / bs + 1) * bs, j0 + 16, jmax + 1}); };
   // Element offset of key j0 of kv head g.
   auto chunk_row = [&](int64_t j0, int g) {
-    return ((t.blocks[j0 / bs] * t.num_kv_heads + g) * bs + j0 % bs) * hd;
+    return ((t.blocks[j0 / bs] * t.num_kv_heads + g) * bs + j0 % bs) * ld;
   };
   const __m512 lane = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 
@@ -174,11 +205,17 @@ TACHYON_AVX512 void attention_tile_avx512(const AttnTile& t, float* scratch) {
     const int n = static_cast<int>(j1 - j0);
     // Scores of every row, head by head (each head's keys transposed once).
     for (int hh = 0; hh < t.heads; ++hh) {
-      transpose_keys(t.k_cache + chunk_row(j0, t.kv_head + hh), n, hd, kt);
-      const int r1 = (hh + 1) * rows_per_head;
-      int r = hh * rows_per_head;
+      const T* kc = k_cache + chunk_row(j0, t.kv_head + hh);
+      transpose_keys(kc, n, hd, ld, kt);
+      const int r0 = hh * rows_per_head, r1 = r0 + rows_per_head;
+      int r = r0;
       for (; r + 2 <= r1; r += 2) score_rows<2>(t.q + r, kt, hd, probs + r * 16);
       if (r < r1) score_rows<1>(t.q + r, kt, hd, probs + r * 16);
+      if constexpr (kInt8) {  // each key row's scale into its scores
+        const __m512 ks = int8_scales(kc, ld, hd, n);
+        for (r = r0; r < r1; ++r)
+          _mm512_storeu_ps(probs + r * 16, _mm512_mul_ps(_mm512_loadu_ps(probs + r * 16), ks));
+      }
     }
     // Scale, softcap, ALiBi, mask; the online softmax of every row (independent rows,
     // so their reductions and exponentials overlap).
@@ -220,12 +257,18 @@ TACHYON_AVX512 void attention_tile_avx512(const AttnTile& t, float* scratch) {
     }
     // acc = corr * acc + P V, head by head.
     for (int hh = 0; hh < t.heads; ++hh) {
-      const float* vc = t.v_cache + chunk_row(j0, t.kv_head + hh);
+      const T* vc = v_cache + chunk_row(j0, t.kv_head + hh);
       const int r1 = (hh + 1) * rows_per_head;
       int r = hh * rows_per_head;
+      if constexpr (kInt8) {  // each value row's scale into its probability
+        const __m512 vs = int8_scales(vc, ld, hd, n);
+        for (int rr = r; rr < r1; ++rr)
+          _mm512_storeu_ps(probs + rr * 16, _mm512_mul_ps(_mm512_loadu_ps(probs + rr * 16), vs));
+      }
       for (; r + 2 <= r1; r += 2)
-        accumulate_rows<2>(acc + int64_t{r} * hd, hd, vc, probs + r * 16, n, corr + r);
-      if (r < r1) accumulate_rows<1>(acc + int64_t{r} * hd, hd, vc, probs + r * 16, n, corr + r);
+        accumulate_rows<T, 2>(acc + int64_t{r} * hd, hd, vc, ld, probs + r * 16, n, corr + r);
+      if (r < r1)
+        accumulate_rows<T, 1>(acc + int64_t{r} * hd, hd, vc, ld, probs + r * 16, n, corr + r);
     }
     j0 = j1;
   }
@@ -234,6 +277,19 @@ TACHYON_AVX512 void attention_tile_avx512(const AttnTile& t, float* scratch) {
     for (int d = 0; d < hd; d += 16)
       _mm512_storeu_ps(t.out[r] + d,
                        _mm512_mul_ps(_mm512_loadu_ps(acc + int64_t{r} * hd + d), inv));
+  }
+}
+
+}  // namespace
+
+void attention_tile_avx512(const AttnTile& t, float* scratch) {
+  switch (t.kv_dtype) {
+    case DType::kBF16:
+      return tile_avx512<bf16>(t, scratch);
+    case DType::kI8:
+      return tile_avx512<int8_t>(t, scratch);
+    default:
+      return tile_avx512<float>(t, scratch);
   }
 }
 

@@ -13,8 +13,8 @@
 
 namespace tachyon {
 
-std::unique_ptr<Backend> make_cpu_backend() {
-  return std::make_unique<cpu::CpuBackend>();
+std::unique_ptr<Backend> make_cpu_backend(DType kv_dtype) {
+  return std::make_unique<cpu::CpuBackend>(nullptr, std::nullopt, kv_dtype);
 }
 
 namespace cpu {
@@ -32,9 +32,14 @@ int64_t row_grain(int64_t cols) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(ThreadPool* pool, std::optional<CpuIsa> isa)
-    : pool_(pool != nullptr ? *pool : ThreadPool::global()), isa_(isa.value_or(active_cpu_isa())) {
+CpuBackend::CpuBackend(ThreadPool* pool, std::optional<CpuIsa> isa, DType kv_dtype)
+    : pool_(pool != nullptr ? *pool : ThreadPool::global()),
+      isa_(isa.value_or(active_cpu_isa())),
+      kv_dtype_(kv_dtype) {
   TACHYON_CHECK(cpu_isa_supported(isa_), "this CPU cannot run the {} path", cpu_isa_name(isa_));
+  if (kv_dtype != DType::kF32 && kv_dtype != DType::kBF16 && kv_dtype != DType::kI8)
+    raise<InvalidArgument>("the CPU keeps its KV cache in f32, bf16 or int8, not {}",
+                           dtype_name(kv_dtype));
 }
 
 Tensor CpuBackend::alloc(const Shape& shape, DType dtype) {

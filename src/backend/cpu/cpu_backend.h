@@ -19,11 +19,15 @@ class CpuBackend : public Backend {
  public:
   // pool: the thread pool the kernels use (the global pool when null). isa: the
   // instruction-set path of the products and attention (the active one when unset;
-  // tests run every path the CPU has). Elementwise ops follow use_avx2().
-  explicit CpuBackend(ThreadPool* pool = nullptr, std::optional<CpuIsa> isa = std::nullopt);
+  // tests run every path the CPU has). Elementwise ops follow use_avx2(). kv_dtype: the
+  // KV cache's element type, f32, bf16 or i8 (write_kv and attention read the type of
+  // the cache they are given).
+  explicit CpuBackend(ThreadPool* pool = nullptr, std::optional<CpuIsa> isa = std::nullopt,
+                      DType kv_dtype = DType::kF32);
 
   Device device() const override { return Device{}; }
   const char* name() const override { return "cpu"; }
+  DType kv_dtype() const override { return kv_dtype_; }
 
   // Linear weights are packed (backend/cpu/gemm.h) on the AVX-512 path.
   Tensor prepare_linear_weight(const Tensor& host) override;
@@ -75,6 +79,7 @@ class CpuBackend : public Backend {
  private:
   ThreadPool& pool_;
   CpuIsa isa_;
+  DType kv_dtype_;
   // MoE scratch, reused between calls (one forward at a time per backend).
   std::vector<float> moe_x_, moe_h_, moe_y_;
   std::vector<int32_t> moe_rows_;

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kv_rows.h"
 #include "backend/ops.h"
 #include "op_test_util.h"
 
@@ -23,6 +24,49 @@ class AttentionOpsTest : public ::testing::Test {
   std::unique_ptr<Backend> be_ = make_cpu_backend();
   std::mt19937 rng_{99};
 };
+
+// The int8 KV row: scale max|x| / 127 after the values, ties to even, zero rows zero,
+// a NaN value at -127 without touching the scale; the AVX2 path byte for byte as the
+// portable one.
+TEST(Int8KvRow, RoundingAndPathsAgree) {
+  const int64_t hd = 32;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  std::vector<std::vector<float>> rows;
+  std::vector<float> ties(hd);
+  ties[0] = 127.f;  // scale exactly 1: q = x, ties at k + 0.5
+  for (int64_t d = 1; d < hd; ++d) ties[d] = static_cast<float>(d % 9) - 4.5f;
+  rows.push_back(ties);
+  rows.emplace_back(hd, 0.f);
+  for (int r = 0; r < 50; ++r) {
+    std::vector<float> x(hd);
+    const float s = std::pow(10.f, static_cast<float>(r % 7) - 3.f);
+    for (float& v : x) v = s * nd(rng);
+    rows.push_back(x);
+  }
+  rows.push_back(rows.back());
+  rows.back()[3] = std::nanf("");
+  std::vector<int8_t> a(hd + 4), b(hd + 4);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    cpu::quantize_int8_row_portable(rows[r].data(), hd, a.data());
+    cpu::quantize_int8_row(rows[r].data(), hd, b.data());
+    EXPECT_EQ(a, b) << "row " << r;
+    float mx = 0.f;
+    for (float v : rows[r])
+      if (!std::isnan(v)) mx = std::max(mx, std::fabs(v));
+    EXPECT_EQ(cpu::int8_row_scale(a.data(), hd), mx / 127.f) << "row " << r;
+    for (int64_t d = 0; d < hd; ++d) {
+      const float x = rows[r][d];
+      const float want = std::isnan(x) ? -127.f : mx > 0 ? std::nearbyint(x / (mx / 127.f)) : 0.f;
+      EXPECT_EQ(a[d], static_cast<int8_t>(want)) << "row " << r << " value " << d;
+    }
+  }
+  // The ties row on its own: -4.5, -3.5, ..., 3.5 to the even neighbour.
+  const int8_t even[9] = {-4, -4, -2, -2, 0, 0, 2, 2, 4};
+  cpu::quantize_int8_row(ties.data(), hd, b.data());
+  EXPECT_EQ(b[0], 127);
+  for (int64_t d = 1; d < hd; ++d) EXPECT_EQ(b[d], even[d % 9]) << ties[d];
+}
 
 TEST_F(AttentionOpsTest, RotaryAllStylesPartialDims) {
   for (RotaryStyle style : {RotaryStyle::kHalf, RotaryStyle::kInterleaved, RotaryStyle::kHalf2D}) {
