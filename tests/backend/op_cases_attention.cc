@@ -252,6 +252,24 @@ std::vector<float> slopes_of(const AttnSpec& s) {
   return v;
 }
 
+// The step's metadata: its sequences' queries (offsets qs), contexts and block tables
+// (mb blocks each, rows of `table`).
+AttentionMeta attention_meta(const AttnSpec& s, const std::vector<int32_t>& qs,
+                             const std::vector<int32_t>& table, int32_t mb, OpRun& r) {
+  const auto S = static_cast<int32_t>(s.q_lens.size());
+  AttentionMeta m;
+  m.query_start = r.i32(qs);
+  m.context_lens = r.i32(s.ctx_lens);
+  m.block_tables = r.be().upload(table.data(), {S, mb}, DType::kI32, {});
+  m.num_seqs = S;
+  m.max_blocks_per_seq = mb;
+  m.max_query_len = *std::max_element(s.q_lens.begin(), s.q_lens.end());
+  m.max_context_len = *std::max_element(s.ctx_lens.begin(), s.ctx_lens.end());
+  m.host_query_start = &qs;
+  m.host_context_lens = &s.ctx_lens;
+  return m;
+}
+
 void run_attention(const AttnSpec& s, OpRun& r) {
   const QkvLayout& l = s.layout;
   const int32_t S = static_cast<int32_t>(s.q_lens.size()), bs = s.block_size;
@@ -272,16 +290,7 @@ void run_attention(const AttnSpec& s, OpRun& r) {
   if (s.alibi)
     p.alibi_slopes = r.f32(
         Tensor::wrap(const_cast<float*>(slopes.data()), {l.num_heads}, DType::kF32, nullptr, {}));
-  AttentionMeta m;
-  m.query_start = r.i32(qs);
-  m.context_lens = r.i32(s.ctx_lens);
-  m.block_tables = r.be().upload(table.data(), {S, mb}, DType::kI32, {});
-  m.num_seqs = S;
-  m.max_blocks_per_seq = mb;
-  m.max_query_len = *std::max_element(s.q_lens.begin(), s.q_lens.end());
-  m.max_context_len = max_ctx;
-  m.host_query_start = &qs;
-  m.host_context_lens = &s.ctx_lens;
+  AttentionMeta m = attention_meta(s, qs, table, mb, r);
   if (!s.prefix_lens.empty()) m.prefix_lens = r.i32(s.prefix_lens);
   Tensor out = r.out_act({T, l.q_cols()});
   r.be().attention(r.act(qkv), l, LayerKvCache{r.kv(k), r.kv(v)}, m, p, out);
@@ -434,16 +443,7 @@ void run_quantized_attention(const AttnSpec& s, DType t, OpRun& r) {
   r.be().fill_zero(cache.k);
   r.be().fill_zero(cache.v);
   r.be().write_kv(r.act(all), l, r.i32(slots), cache);
-  AttentionMeta m;
-  m.query_start = r.i32(qs);
-  m.context_lens = r.i32(s.ctx_lens);
-  m.block_tables = r.be().upload(table.data(), {S, mb}, DType::kI32, {});
-  m.num_seqs = S;
-  m.max_blocks_per_seq = mb;
-  m.max_query_len = *std::max_element(s.q_lens.begin(), s.q_lens.end());
-  m.max_context_len = max_ctx;
-  m.host_query_start = &qs;
-  m.host_context_lens = &s.ctx_lens;
+  AttentionMeta m = attention_meta(s, qs, table, mb, r);
   Tensor out = r.out_act({T, l.q_cols()});
   r.be().attention(r.act(qkv), l, cache, m, attn_params(s), out);
   r.output("out", out);

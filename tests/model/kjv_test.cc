@@ -7,6 +7,7 @@
 
 #include "core/json.h"
 #include "model/loader.h"
+#include "model/model_test_util.h"
 
 namespace tachyon {
 namespace {
@@ -32,18 +33,9 @@ TEST(KjvModel, GreedyMatchesTransformers) {
     std::vector<int32_t> got;
     int32_t computed = 0;
     while (got.size() < want.size()) {
-      ForwardBatch b;
-      const int32_t n = static_cast<int32_t>(tokens.size()) - computed;
-      for (int32_t i = 0; i < n; ++i) {
-        b.token_ids.push_back(tokens[computed + i]);
-        b.positions.push_back(computed + i);
-      }
-      b.query_start = {0, n};
-      b.context_lens = {computed + n};
-      b.max_blocks_per_seq = (computed + n + block - 1) / block;
       // Blocks in reverse order to exercise the block table.
-      for (int32_t i = 0; i < b.max_blocks_per_seq; ++i) b.block_tables.push_back(63 - i);
-      b.logits_rows = {n - 1};
+      const ForwardBatch b = testing_util::next_step(tokens, computed, block, 64);
+      const int32_t n = b.num_tokens();
       Tensor logits = model->forward(b);
       computed += n;
       const float* p = logits.data<float>();

@@ -37,17 +37,8 @@ std::vector<std::vector<float>> run(Model& model, std::vector<int32_t>& tokens,
   const int64_t vocab = model.vocab_size();
   int32_t computed = 0;
   for (int32_t step = 0; step < kSteps; ++step) {
-    ForwardBatch b;
-    const int32_t n = static_cast<int32_t>(tokens.size()) - computed;
-    for (int32_t i = 0; i < n; ++i) {
-      b.token_ids.push_back(tokens[computed + i]);
-      b.positions.push_back(computed + i);
-    }
-    b.query_start = {0, n};
-    b.context_lens = {computed + n};
-    b.max_blocks_per_seq = (computed + n + kBlock - 1) / kBlock;
-    for (int32_t i = 0; i < b.max_blocks_per_seq; ++i) b.block_tables.push_back(63 - i);
-    b.logits_rows = {n - 1};
+    const ForwardBatch b = testing_util::next_step(tokens, computed, kBlock, 64);
+    const int32_t n = b.num_tokens();
     Tensor logits = model.forward(b);
     computed += n;
     const float* p = logits.data<float>();

@@ -33,6 +33,25 @@ inline ForwardBatch one_seq(const std::vector<int32_t>& tokens, int32_t computed
   return b;
 }
 
+// The next step of one sequence of `tokens`, `computed` of them cached: the rest, in
+// cache blocks taken from the top down (cache_blocks - 1, - 2, ...: reverse order, to
+// exercise the block table); the logits of its last token.
+inline ForwardBatch next_step(const std::vector<int32_t>& tokens, int32_t computed,
+                              int32_t block_size, int32_t cache_blocks) {
+  ForwardBatch b;
+  const int32_t n = static_cast<int32_t>(tokens.size()) - computed;
+  for (int32_t i = 0; i < n; ++i) {
+    b.token_ids.push_back(tokens[static_cast<size_t>(computed + i)]);
+    b.positions.push_back(computed + i);
+  }
+  b.query_start = {0, n};
+  b.context_lens = {computed + n};
+  b.max_blocks_per_seq = (computed + n + block_size - 1) / block_size;
+  for (int32_t i = 0; i < b.max_blocks_per_seq; ++i) b.block_tables.push_back(cache_blocks - 1 - i);
+  b.logits_rows = {n - 1};
+  return b;
+}
+
 // The ModelConfig a config.json maps to (override_type as --model-type).
 inline ModelConfig map(const Json& j, const std::string& override_type = "") {
   return map_model_config(HfConfig(j, "config.json"), override_type);
