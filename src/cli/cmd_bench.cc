@@ -256,6 +256,7 @@ int cmd_bench(const CommandArgs& argv) {
 
   int64_t in_tokens = 0, out_tokens = 0, failed = 0, cached_tokens = 0;
   std::vector<double> ttft, itl, e2e, tpot;
+  std::vector<double> ttft_cached, ttft_computed;  // prompts partly from the cache, or not
   std::vector<std::vector<double>> ttft_by_turn(static_cast<size_t>(turns));
   for (size_t i = 0; i < results.size(); ++i) {
     const GenerateResult& r = results[i];
@@ -267,6 +268,7 @@ int cmd_bench(const CommandArgs& argv) {
     out_tokens += r.timings.output_len;
     cached_tokens += r.timings.reuse_len;
     ttft.push_back(r.timings.first_token_ms);
+    (r.timings.reuse_len > 0 ? ttft_cached : ttft_computed).push_back(r.timings.first_token_ms);
     ttft_by_turn[i % static_cast<size_t>(turns)].push_back(r.timings.first_token_ms);
     e2e.push_back(r.timings.total_ms);
     itl.insert(itl.end(), r.timings.token_gaps_ms.begin(), r.timings.token_gaps_ms.end());
@@ -312,6 +314,11 @@ int cmd_bench(const CommandArgs& argv) {
   j["prompt_cache"] = {
       {"cached_prompt_tokens", cached_tokens},
       {"prompt_tokens", in_tokens},
+      {"requests_cached", ttft_cached.size()},
+      {"ttft_p50_ms_cached",
+       ttft_cached.empty() ? Json(nullptr) : Json(percentile(ttft_cached, 50))},
+      {"ttft_p50_ms_computed",
+       ttft_computed.empty() ? Json(nullptr) : Json(percentile(ttft_computed, 50))},
       {"fraction",
        in_tokens > 0 ? static_cast<double>(cached_tokens) / static_cast<double>(in_tokens) : 0.0}};
   if (turns > 1) {
@@ -337,6 +344,12 @@ int cmd_bench(const CommandArgs& argv) {
     std::printf("cached prompt tokens: %lld of %lld (%.1f%%)\n",
                 static_cast<long long>(cached_tokens), static_cast<long long>(in_tokens),
                 100 * j["prompt_cache"]["fraction"].get<double>());
+    if (!ttft_cached.empty() && !ttft_computed.empty())
+      std::printf(
+          "ttft p50 of the %zu requests with a cached prefix %.2f ms | of the %zu without %.2f "
+          "ms\n",
+          ttft_cached.size(), percentile(ttft_cached, 50), ttft_computed.size(),
+          percentile(ttft_computed, 50));
     if (turns > 1) {
       std::printf("ttft p50 first turn %.2f ms | later turns %.2f ms | by turn",
                   j["ttft_p50_ms_first_turn"].get<double>(),
