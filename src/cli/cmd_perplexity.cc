@@ -6,8 +6,6 @@
 // chunks, tokens and tokens/s (--json: one object); a running value per chunk goes to stderr.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -16,6 +14,7 @@
 #include "cli/perplexity.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "core/mmap.h"
 #include "model/loader.h"
 #include "tokenizer/tokenizer.h"
 
@@ -33,12 +32,12 @@ constexpr const char* kUsage =
     "stderr.\n";
 
 std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) raise<InvalidArgument>("--text: cannot read '{}'", path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) raise<InvalidArgument>("--text: error reading '{}'", path);
-  std::string text = s.str();
+  std::string text;
+  try {
+    text = read_file(path);
+  } catch (const Error& e) {
+    raise<InvalidArgument>("--text: cannot read '{}': {}", path, e.what());
+  }
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
     raise<InvalidArgument>("--text: '{}' is empty", path);
   return text;

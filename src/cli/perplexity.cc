@@ -6,20 +6,12 @@
 #include <vector>
 
 #include "core/error.h"
+#include "engine/sampler.h"
 
 namespace tachyon::cli {
 namespace {
 
 constexpr int32_t kBlockSize = 16;
-
-// -log p(token) under one row of logits: the log-softmax in double precision.
-double token_nll(const float* row, int64_t vocab, int32_t token) {
-  double max = row[0];
-  for (int64_t v = 1; v < vocab; ++v) max = std::max(max, static_cast<double>(row[v]));
-  double sum = 0;
-  for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(row[v]) - max);
-  return max + std::log(sum) - static_cast<double>(row[token]);
-}
 
 // The result so far from the sums of the scored tokens' NLL and its square.
 void finish(PerplexityResult& r, double sum, double sum_sq) {
@@ -95,7 +87,9 @@ PerplexityResult compute_perplexity(LanguageModel& model, std::span<const int32_
       const int64_t start = (c0 + s) * ctx;
       for (int32_t i = first; i < ctx; ++i) {
         const int64_t row = static_cast<int64_t>(s) * (ctx - first) + (i - first);
-        const double nll = token_nll(data + row * vocab, vocab, tokens[start + i]);
+        const float* logits = data + row * vocab;  // -log p(token): log-softmax in double
+        const double nll = log_sum_exp(logits, static_cast<int32_t>(vocab)) -
+                           static_cast<double>(logits[tokens[start + i]]);
         sum += nll;
         sum_sq += nll * nll;
       }
