@@ -280,11 +280,6 @@ void KVCacheManager::hash_tokens(int64_t seq, std::span<const int32_t> tokens, u
   }
 }
 
-int32_t KVCacheManager::num_hashed_blocks(int64_t seq) const {
-  auto it = chains_.find(seq);
-  return it == chains_.end() ? 0 : static_cast<int32_t>(it->second.hashes.size());
-}
-
 std::span<const BlockHash> KVCacheManager::block_hashes(int64_t seq) const {
   auto it = chains_.find(seq);
   if (it == chains_.end()) return {};

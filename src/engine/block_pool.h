@@ -126,7 +126,6 @@ class KVCacheManager {
   // tokens known so far, from the first) under `salt`. The chain outlives the
   // sequence's blocks (preemption) until forget().
   void hash_tokens(int64_t seq, std::span<const int32_t> tokens, uint64_t salt);
-  int32_t num_hashed_blocks(int64_t seq) const;
   // The sequence's chain of block hashes so far (empty for an unknown sequence).
   std::span<const BlockHash> block_hashes(int64_t seq) const;
   // Gives a sequence that holds no blocks the longest run, at most max_blocks, of cached

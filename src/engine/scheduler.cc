@@ -114,11 +114,11 @@ void Scheduler::publish(const Group& g, int64_t seq_id) {
   SeqState& st = seqs_.at(seq_id);
   const int32_t full = st.num_computed / kv_->block_size();
   if (full <= st.published_blocks) return;
-  if (kv_->num_hashed_blocks(seq_id) < full)
+  if (static_cast<int32_t>(kv_->block_hashes(seq_id).size()) < full)
     kv_->hash_tokens(seq_id, tokens_(seq_id), *g.cache_salt);
   kv_->publish(seq_id, st.num_computed);
   // Blocks of tokens the host does not know yet are offered again in a later step.
-  st.published_blocks = std::min(full, kv_->num_hashed_blocks(seq_id));
+  st.published_blocks = std::min(full, static_cast<int32_t>(kv_->block_hashes(seq_id).size()));
 }
 
 int32_t Scheduler::take_cached_prefix(Group& g) {
@@ -132,6 +132,23 @@ int32_t Scheduler::take_cached_prefix(Group& g) {
   st.num_computed = blocks * kv_->block_size();
   st.published_blocks = blocks;
   return st.num_computed;
+}
+
+bool Scheduler::next_block_in_step(const Group& g, int32_t reused) const {
+  if (!g.cache_salt || g.seqs.size() != 1) return false;
+  const auto chain = kv_->block_hashes(g.seqs[0]);
+  const int32_t bs = kv_->block_size();
+  const auto next = static_cast<size_t>(reused / bs);
+  const auto reusable = static_cast<size_t>((seqs_.at(g.seqs[0]).num_tokens - 1) / bs);
+  return next < std::min(chain.size(), reusable) && step_blocks_.count(chain[next]) > 0;
+}
+
+void Scheduler::drop_cached_prefix(Group& g) {
+  const int64_t s = g.seqs[0];
+  kv_->free(s);  // the blocks go back to the cache
+  SeqState& st = seqs_.at(s);
+  st.num_computed = 0;
+  st.published_blocks = 0;
 }
 
 void Scheduler::remove_group(int64_t group_id) {
@@ -388,40 +405,24 @@ void Scheduler::admit_waiting(SchedulerOutput* out, int32_t* token_budget) {
     Group& g = groups_.at(waiting_.begin()->second);
     if (running_width_ + g.max_width > config_.max_num_seqs) break;
     const int32_t reused = take_cached_prefix(g);
-    // Its next block is being computed in this step (a request that arrived with it): it
-    // waits one step and takes it from the cache.
-    if (g.cache_salt && g.seqs.size() == 1) {
-      const auto chain = kv_->block_hashes(g.seqs[0]);
-      const int32_t bs = kv_->block_size();
-      const auto next = static_cast<size_t>(reused / bs);
-      const auto reusable = static_cast<size_t>((seqs_.at(g.seqs[0]).num_tokens - 1) / bs);
-      if (next < std::min(chain.size(), reusable) && step_blocks_.count(chain[next])) {
-        if (reused > 0) {
-          kv_->free(g.seqs[0]);
-          seqs_.at(g.seqs[0]).num_computed = 0;
-          seqs_.at(g.seqs[0]).published_blocks = 0;
-        }
-        break;
+    // Admitted only if its whole current length fits beside the reserve (waived when
+    // nothing runs, so that a request that fits the cache alone always starts), and not
+    // while its next block is being computed in this step (it takes it from the cache in
+    // the next one).
+    Plan plan;  // kNoBudget: it waits
+    if (!next_block_in_step(g, reused)) {
+      int64_t need = 0;
+      for (int64_t s : g.seqs) {
+        const SeqState& st = seqs_.at(s);
+        need += kv_->blocks_needed(s, st.num_computed, st.num_tokens);
       }
+      const int32_t reserve = running_.empty() ? 0 : config_.reserve_blocks;
+      grow_until_free(need + reserve, out);
+      if (need + reserve <= kv_->num_free_blocks())
+        plan = plan_group(g, *token_budget, kv_->num_free_blocks());
     }
-    // Admit only if its whole current length fits beside the reserve (waived when
-    // nothing runs, so that a request that fits the cache alone always starts).
-    int64_t need = 0;
-    for (int64_t s : g.seqs) {
-      const SeqState& st = seqs_.at(s);
-      need += kv_->blocks_needed(s, st.num_computed, st.num_tokens);
-    }
-    const int32_t reserve = running_.empty() ? 0 : config_.reserve_blocks;
-    grow_until_free(need + reserve, out);
-    const Plan plan = need + reserve > kv_->num_free_blocks()
-                          ? Plan{}
-                          : plan_group(g, *token_budget, kv_->num_free_blocks());
     if (plan.status != Plan::kOk) {
-      if (reused > 0) {  // back to waiting as it came: the blocks return to the cache
-        kv_->free(g.seqs[0]);
-        seqs_.at(g.seqs[0]).num_computed = 0;
-        seqs_.at(g.seqs[0]).published_blocks = 0;
-      }
+      if (reused > 0) drop_cached_prefix(g);  // it waits as it came
       break;
     }
     if (g.cache_salt) {

@@ -173,6 +173,11 @@ class Scheduler {
   void publish(const Group& g, int64_t seq_id);
   // A waiting group's cached prefix: taken (its sequence's num_computed moves past it).
   int32_t take_cached_prefix(Group& g);
+  // Whether the next block the group would compute, after `reused` tokens from the
+  // cache, is one this step's plan completes.
+  bool next_block_in_step(const Group& g, int32_t reused) const;
+  // Gives back the prefix take_cached_prefix took (the group stays waiting).
+  void drop_cached_prefix(Group& g);
   void preempt(Group& g, SchedulerOutput* out);
   void schedule_running(SchedulerOutput* out, int32_t* token_budget);
   void admit_waiting(SchedulerOutput* out, int32_t* token_budget);
