@@ -2,8 +2,9 @@
 // hub quantization format: GPTQ, AWQ, FP8, compressed-tensors, with the reference of the
 // same model in float64 with each quantized weight replaced by its dequantized value) is
 // loaded through the public path (load_model) on the CPU and checked: prompt logits within
-// kLogitTolerance at every position, whole-prompt and in uneven chunks, and greedy
-// continuations one token per step through the paged KV cache identical to the reference.
+// kLogitTolerance at every position (whole prompts, uneven chunks, all cases in one step),
+// and greedy continuations one token per step through the paged KV cache (alone and all
+// cases batched) identical to the reference.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -74,45 +75,54 @@ class QuantConformanceTest : public ::testing::TestWithParam<std::string> {
     return s;
   }
 
-  // Advances s by n tokens in one step; the logits of each, [n, vocab].
-  Tensor step(Seq& s, int32_t n) {
+  // One step: each (sequence, n) advances by n tokens. The logits of every token of the
+  // step, [num_tokens, vocab].
+  Tensor step(std::vector<std::pair<Seq*, int32_t>> work) {
     ForwardBatch b;
-    const int32_t ctx = s.computed + n;
-    while (static_cast<int32_t>(s.blocks.size()) * kBlockSize < ctx) {
-      EXPECT_FALSE(free_.empty());
-      s.blocks.push_back(free_.back());
-      free_.pop_back();
+    b.query_start.push_back(0);
+    int32_t max_blocks = 0;
+    for (auto& [s, n] : work) {
+      while (static_cast<int32_t>(s->blocks.size()) * kBlockSize < s->computed + n) {
+        EXPECT_FALSE(free_.empty());
+        s->blocks.push_back(free_.back());
+        free_.pop_back();
+      }
+      max_blocks = std::max(max_blocks, static_cast<int32_t>(s->blocks.size()));
     }
-    b.query_start = {0, n};
-    for (int32_t i = 0; i < n; ++i) {
-      b.token_ids.push_back(s.tokens[s.computed + i]);
-      b.positions.push_back(s.computed + i);
+    for (auto& [s, n] : work) {
+      for (int32_t i = 0; i < n; ++i) {
+        b.token_ids.push_back(s->tokens[s->computed + i]);
+        b.positions.push_back(s->computed + i);
+      }
+      b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
+      b.context_lens.push_back(s->computed + n);
+      b.prompt_lens.push_back(s->prompt_len);
+      b.layouts.push_back(s->layout);
+      for (int32_t i = 0; i < max_blocks; ++i)
+        b.block_tables.push_back(i < static_cast<int32_t>(s->blocks.size()) ? s->blocks[i] : -1);
+      s->computed += n;
     }
-    b.context_lens.push_back(ctx);
-    b.prompt_lens.push_back(s.prompt_len);
-    b.layouts.push_back(s.layout);
-    b.block_tables = s.blocks;
-    b.max_blocks_per_seq = static_cast<int32_t>(s.blocks.size());
+    b.max_blocks_per_seq = max_blocks;
     b.logits_rows.resize(b.token_ids.size());
     std::iota(b.logits_rows.begin(), b.logits_rows.end(), 0);
-    s.computed = ctx;
     return model_->forward(b);
   }
+  Tensor step(Seq& s, int32_t n) { return step({{&s, n}}); }
 
   void release(Seq& s) {
     for (int32_t blk : s.blocks) free_.push_back(blk);
     s.blocks.clear();
   }
 
-  // Rows [0, n) of got against reference rows [ref_row, ref_row + n).
-  void expect_logits(const Tensor& got, const Case& c, int64_t ref_row, int64_t n,
+  // Rows [row0, row0 + n) of got against reference rows [ref_row, ref_row + n).
+  void expect_logits(const Tensor& got, int64_t row0, const Case& c, int64_t ref_row, int64_t n,
                      const std::string& what) {
     double worst = 0;
     int64_t worst_at = -1;
     for (int64_t r = 0; r < n; ++r)
       for (int64_t v = 0; v < vocab_; ++v) {
         const double want = c.logits.data<float>()[(ref_row + r) * vocab_ + v];
-        const double d = std::abs(double{got.data<float>()[r * vocab_ + v]} - want);
+        const double d = std::abs(double{got.data<float>()[(row0 + r) * vocab_ + v]} - want);
         if (!(d <= worst)) {
           worst = d;
           worst_at = (ref_row + r) * vocab_ + v;
@@ -149,7 +159,7 @@ TEST_P(QuantConformanceTest, PromptLogitsAndGreedy) {
     Seq s = new_seq(c.input_ids);
     const int32_t n = static_cast<int32_t>(c.input_ids.size());
     Tensor l = step(s, n);
-    expect_logits(l, c, 0, n, "case " + std::to_string(i) + " prompt");
+    expect_logits(l, 0, c, 0, n, "case " + std::to_string(i) + " prompt");
     EXPECT_EQ(decode(s, argmax(l, n - 1), c.greedy_new_ids.size()), c.greedy_new_ids)
         << "case " << i << " greedy";
     release(s);
@@ -165,7 +175,7 @@ TEST_P(QuantConformanceTest, ChunkedPrefill) {
     for (int32_t chunk = 2; done < n; chunk += 3) {  // uneven chunks: 2, 5, 8, ...
       const int32_t take = std::min(std::max(chunk, s.layout.atomic_len() - done), n - done);
       Tensor l = step(s, take);
-      expect_logits(l, c, done, take,
+      expect_logits(l, 0, c, done, take,
                     "case " + std::to_string(i) + " chunk at " + std::to_string(done));
       done += take;
       last = argmax(l, take - 1);
@@ -174,6 +184,34 @@ TEST_P(QuantConformanceTest, ChunkedPrefill) {
         << "case " << i << " greedy after chunked prefill";
     release(s);
   }
+}
+
+// All cases prefilled in one step, then decoded together, one token each per step.
+TEST_P(QuantConformanceTest, BatchedCases) {
+  std::vector<Seq> seqs;
+  for (const auto& c : cases_) seqs.push_back(new_seq(c.input_ids));
+  std::vector<std::pair<Seq*, int32_t>> work;
+  for (auto& s : seqs) work.push_back({&s, static_cast<int32_t>(s.tokens.size())});
+  Tensor l = step(work);
+  std::vector<std::vector<int32_t>> out(seqs.size());
+  int64_t row = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(cases_[i].input_ids.size());
+    expect_logits(l, row, cases_[i], 0, n, "batched case " + std::to_string(i));
+    out[i].push_back(argmax(l, row + n - 1));
+    row += n;
+  }
+  for (size_t k = 1; k < cases_[0].greedy_new_ids.size(); ++k) {
+    work.clear();
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      seqs[i].tokens.push_back(out[i].back());
+      work.push_back({&seqs[i], 1});
+    }
+    Tensor d = step(work);
+    for (size_t i = 0; i < seqs.size(); ++i) out[i].push_back(argmax(d, static_cast<int64_t>(i)));
+  }
+  for (size_t i = 0; i < seqs.size(); ++i)
+    EXPECT_EQ(out[i], cases_[i].greedy_new_ids) << "batched case " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, QuantConformanceTest,
