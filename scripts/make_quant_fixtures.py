@@ -5,6 +5,7 @@ references, under tests/conformance/fixtures/quant/<name>/ (README.md there).
 
     python3 scripts/make_quant_fixtures.py [--out DIR] [--only NAME ...] [--reference HOW]
     python3 scripts/make_quant_fixtures.py --check [--out DIR] [--only NAME ...] [--reference HOW]
+    python3 scripts/make_quant_fixtures.py --dense DIR [--only NAME ...]
 
 Each variant's integers (or float8 values) and scales are seeded random draws (numpy's
 PCG64, seeded with crc32 of the variant's name), packed by this script's writers of
@@ -29,7 +30,13 @@ architectures (numpy only), first checked against transformers' references of th
 llama, qwen2 and mixtral fixtures (logits within 2e-6, greedy tokens identical); none
 writes config.json and weights.json only. --check rebuilds every fixture from its files
 and compares: the manifest's checksums, the recipe, the round trip, and the logits (within
-2e-6) and greedy tokens that HOW computes against the stored reference.
+2e-6) and greedy tokens that HOW computes against the stored reference. --dense DIR
+writes each fixture as a dense float32 checkpoint of its dequantized weights with the
+same references (put beside the fixtures under another name, as quant/dense_NAME, the
+quantized conformance test runs on it through the dense loading path).
+
+Prompts of 1, 5 and 10 tokens are redrawn until every greedy step's top-1 minus top-2
+margin is at least 4e-3 (twice the test's tolerance; reference.json's prompt_draw).
 """
 
 import argparse
@@ -844,11 +851,37 @@ def check(name, out, reference):
     print(line, flush=True)
 
 
+def write_dense(name, out, dense_root):
+    """The fixture as a dense float32 checkpoint of its dequantized weights, with its config
+    (less quantization_config) and references: any dense loading path must reproduce the
+    references on it, which checks them apart from the quantized loading paths."""
+    config, manifest, want = build(name)
+    dense = check_round_trip(name, fw.materialise(manifest), want, manifest)
+    path = os.path.join(dense_root, name)
+    if os.path.realpath(path) == os.path.realpath(os.path.join(out, name)):
+        raise ValueError("%s: the dense checkpoint would replace the fixture" % name)
+    os.makedirs(path, exist_ok=True)
+    cfg = {k: v for k, v in config.items() if k != "quantization_config"}
+    cfg["torch_dtype"] = "float32"
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    entries = [(k, "F32", list(v.shape), np.ascontiguousarray(v, dtype="<f4").tobytes())
+               for k, v in sorted(dense.items())]
+    with open(os.path.join(path, "model.safetensors"), "wb") as f:
+        f.write(fw.safetensors_bytes(entries, {"format": "pt"}))
+    for f in ("reference.json", "reference.safetensors"):
+        shutil.copy(os.path.join(out, name, f), path)
+    print("%-20s dense checkpoint in %s" % (name, path), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=QUANT_DIR, help="fixture folder (default: %(default)s)")
     ap.add_argument("--only", nargs="*", help="variants (default: all)")
     ap.add_argument("--check", action="store_true", help="check the fixtures instead of making them")
+    ap.add_argument("--dense", metavar="DIR",
+                    help="write each fixture as a dense float32 checkpoint of its dequantized "
+                         "weights with its references to DIR/NAME instead")
     ap.add_argument("--reference", choices=("transformers", "port", "none"), default="transformers",
                     help="how references are computed: transformers (torch), the numpy port "
                          "(checked against transformers' dense references first), or not at all")
@@ -857,6 +890,10 @@ def main():
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         sys.exit("unknown variants %s; known: %s" % (unknown, sorted(VARIANTS)))
+    if args.dense:
+        for name in names:
+            write_dense(name, args.out, args.dense)  # a fixture's own folder is refused
+        return 0
     os.makedirs(args.out, exist_ok=True)
     if args.reference == "port":
         check_port()
