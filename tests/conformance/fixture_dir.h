@@ -35,7 +35,7 @@ inline std::string fixtures_source_dir() {
 }
 
 // Every fixture folder (one with a config.json) directly under the fixtures folder, or
-// under its subfolder `group` (named "group/NAME" then, as "quant/gptq_llama"), sorted.
+// under its subfolder `group` (named "group/NAME" then, as "quant/gptq_sym"), sorted.
 inline std::vector<std::string> fixture_names(const std::string& group = "") {
   namespace fs = std::filesystem;
   std::vector<std::string> names;
