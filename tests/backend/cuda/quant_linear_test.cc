@@ -10,12 +10,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_test_util.h"
+#include "backend/cuda/quant_weight.h"
 #include "core/error.h"
 #include "core/quant.h"
 
@@ -199,6 +201,42 @@ TEST_P(CudaQuantLinearTest, BadMatrixRefused) {
   auto m = quantize_int(w, 4, 32, false);
   m->zeros.data<uint8_t>()[3] = 16;
   EXPECT_THROW(gpu_->prepare_linear_weight(quantized_view(m)), InvalidArgument);
+}
+
+// The (mul, add) pairs the kernels read (host side, no device needed): each scheme's
+// float of a value, f(q) * mul + add, is the matrix's weight (int4: f = 1 + q / 128,
+// int8: f = q, fp8: the e4m3 value), for every value and zero of a group.
+TEST(CudaQuantPairs, MeanTheMatrix) {
+  std::mt19937 rng(7);
+  for (int bits : {4, 8})
+    for (bool sym : {true, false}) {
+      auto m = quantize_int(randn({6, 256}, rng, 0.1f), bits, 64, sym);
+      auto* z = m->zeros.data<uint8_t>();
+      for (int64_t i = 0; i < m->zeros.numel(); ++i)  // every zero value in turn
+        if (!sym) z[i] = static_cast<uint8_t>((i * 37) % (1 << bits));
+      ASSERT_TRUE(cuda::quant_kernels_take(*m)) << m->str();
+      const Tensor pairs = cuda::quant_pairs(*m);
+      ASSERT_EQ(pairs.shape(), (Shape{6, 2 * 4}));
+      const float* p = pairs.data<float>();
+      for (int64_t g = 0; g < 6 * 4; ++g)
+        for (uint32_t q = 0; q < (1u << bits); ++q) {
+          const float f = bits == 4 ? 1.f + static_cast<float>(q) / 128.f : static_cast<float>(q);
+          const double got = static_cast<double>(std::fma(f, p[2 * g], p[2 * g + 1]));
+          const double want = (static_cast<double>(q) - z[g]) * m->scales.data<float>()[g];
+          EXPECT_NEAR(got, want, 1e-5 * std::abs(m->scales.data<float>()[g]) * 256)
+              << m->str() << " group " << g << " q " << q;
+        }
+    }
+  auto f8 = quantize_fp8(randn({300, 512}, rng, 0.1f), 128, 128);
+  ASSERT_TRUE(cuda::quant_kernels_take(*f8));
+  const Tensor pairs = cuda::quant_pairs(*f8);
+  ASSERT_EQ(pairs.shape(), (Shape{3, 8}));
+  for (int64_t i = 0; i < 12; ++i) {
+    EXPECT_EQ(pairs.data<float>()[2 * i], f8->scales.data<float>()[i]);
+    EXPECT_EQ(pairs.data<float>()[2 * i + 1], 0.f);
+  }
+  // Not in whole 8-column groups: not for the kernels.
+  EXPECT_FALSE(cuda::quant_kernels_take(*quantize_int(randn({4, 96}, rng, 0.1f), 4, 12, false)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaQuantLinearTest, ::testing::Values(DType::kBF16, DType::kF16),
