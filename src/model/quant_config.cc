@@ -74,6 +74,9 @@ void check_regexes(const std::vector<std::string>& list, const std::string& sour
                    std::string_view field) {
   for (const std::string& t : list) {
     if (t.rfind("re:", 0) != 0) continue;
+    if (t.size() > 512)
+      raise<InvalidArgument>("{}: field '{}': a regular expression of {} characters (at most 512)",
+                             source, field, t.size() - 3);
     try {
       std::regex re(t.substr(3));
     } catch (const std::regex_error&) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -68,10 +69,15 @@ class Parts {
 
 constexpr std::initializer_list<DType> kFloats = {DType::kF32, DType::kF16, DType::kBF16};
 
-// f32 copies of a float tensor's values.
-std::vector<float> floats(const Tensor& t) {
+// f32 copies of a float tensor's values (scales: finite).
+std::vector<float> floats(const Parts& p, const char* part, const Tensor& t) {
   std::vector<float> v(static_cast<size_t>(t.numel()));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = load_as_f32(t.raw(), t.dtype(), i);
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = load_as_f32(t.raw(), t.dtype(), i);
+    if (!std::isfinite(v[i]))
+      raise<InvalidArgument>("quantized tensor '{}': scale {} at {} is not finite", p.name(part),
+                             v[i], i);
+  }
   return v;
 }
 
@@ -178,7 +184,7 @@ std::shared_ptr<QuantizedMatrix> read_gptq(const QuantConfig& cfg, Parts& p, int
   }
   const auto* qw = qweight.data<int32_t>();
   const auto* qz = qzeros.data<int32_t>();
-  const std::vector<float> sc = floats(scales);
+  const std::vector<float> sc = floats(p, "scales", scales);
   const bool v1 = cfg.gptq_v1;
   auto src_group = [&](int64_t canon) {
     return group_of[static_cast<size_t>(perm[static_cast<size_t>(canon * gs)])];
@@ -222,7 +228,7 @@ std::shared_ptr<QuantizedMatrix> read_awq(const QuantConfig& cfg, Parts& p, int6
     if (qzeros_t) p.check(qzeros_t, "qzeros", {DType::kI32}, {groups, n / 8});
     const auto* qw = qweight.data<int32_t>();
     const auto* qz = qzeros_t ? qzeros_t.data<int32_t>() : nullptr;
-    const std::vector<float> sc = floats(scales);
+    const std::vector<float> sc = floats(p, "scales", scales);
     return build_int(
         n, k, 4, gs,
         [&](int64_t i, int64_t j) { return field(qw[j * (n / 8) + i / 8], 4, kNibble[i % 8]); },
@@ -239,7 +245,7 @@ std::shared_ptr<QuantizedMatrix> read_awq(const QuantConfig& cfg, Parts& p, int6
   if (qzeros_t) p.check(qzeros_t, "qzeros", {DType::kI32}, {n, zw});
   const auto* qw = qweight.data<int32_t>();
   const auto* qz = qzeros_t ? qzeros_t.data<int32_t>() : nullptr;
-  const std::vector<float> sc = floats(scales);
+  const std::vector<float> sc = floats(p, "scales", scales);
   return build_int(
       n, k, 4, gs, [&](int64_t i, int64_t j) { return field(qw[i * (k / 8) + j / 8], 4, j % 8); },
       [&](int64_t i, int64_t g) { return sc[static_cast<size_t>(i * zw * 8 + g)]; },
@@ -264,7 +270,7 @@ std::shared_ptr<QuantizedMatrix> build_fp8(Parts& p, const char* scale_part, con
                            p.name(scale_part), shape_str(s.shape()), rows * cols, rows, cols);
   m->q = w;
   m->scales = Tensor::empty({rows, cols}, DType::kF32);
-  const std::vector<float> v = floats(s);
+  const std::vector<float> v = floats(p, scale_part, s);
   std::memcpy(m->scales.raw(), v.data(), v.size() * sizeof(float));
   return m;
 }
@@ -313,7 +319,7 @@ std::shared_ptr<QuantizedMatrix> read_ct(const CtScheme& sc, CtFormat format, Pa
   const bool one_scale = sc.strategy == CtStrategy::kTensor;
   if (one_scale ? scales.numel() != 1 : scales.shape() != Shape({n, groups}))
     p.check(scales, "weight_scale", kFloats, one_scale ? Shape{1} : Shape{n, groups});
-  const std::vector<float> s = floats(scales);
+  const std::vector<float> s = floats(p, "weight_scale", scales);
   // The zero points (signed), unpacked [n, groups] or packed along n.
   std::vector<int64_t> zp(static_cast<size_t>(n * groups), 0);
   if (const Tensor z = p.optional("weight_zero_point"); z) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -188,6 +189,13 @@ TEST(GptqChecks, RefusesBadTensors) {
     Tensors t = good();
     t["m.scales"] = f16_scales(rng, {3, n}, s);  // 3 groups, group_size 64 implies 2
     fails(t, "'m.scales' has 3 groups");
+  }
+  {
+    Tensors t = good();
+    Tensor sc = Tensor::zeros({2, n}, DType::kF32);
+    sc.data<float>()[3] = std::numeric_limits<float>::infinity();
+    t["m.scales"] = sc;
+    fails(t, "not finite");
   }
 }
 

@@ -188,6 +188,29 @@ TEST_F(QuantWriter, Int4FallsBackToPerChannelWhere128DoesNotDivide) {
   EXPECT_EQ(group_size_for(spec, 256), 256);
 }
 
+TEST_F(QuantWriter, ALoadedModuleContradictingTheModelIsNamed) {
+  const fs::path in = dense(kLlama), q = root_ / "q", bad = root_ / "bad";
+  quantize_model(in.string(), q.string(), *quantize_method_spec("int4"));
+  auto ck = Checkpoint::open(q.string());
+  const std::string victim = "model.layers.1.self_attn.k_proj.qweight";
+  NamedTensors tensors;
+  for (const std::string& name : ck->names())
+    tensors.emplace_back(name, name == victim ? Tensor::zeros({8, 128}, DType::kI32)  // n 64
+                                              : ck->get(name));
+  fs::create_directories(bad);
+  write_safetensors((bad / "model.safetensors").string(), tensors);
+  fs::copy_file(q / "config.json", bad / "config.json");
+  const HfConfig cfg = HfConfig::load((bad / "config.json").string());
+  const ModelConfig mc = map_model_config(cfg, "");
+  auto bck = Checkpoint::open(bad.string());
+  try {
+    load_weights(*bck, mc, find_arch(cfg, "").map_weights(mc));
+    ADD_FAILURE() << "loaded a contradicting qweight";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(victim), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(QuantWriter, RefusesBadRequests) {
   const fs::path in = dense(kLlama);
   EXPECT_THROW(quantize_model(in.string(), in.string(), *quantize_method_spec("int4")),
