@@ -166,6 +166,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
   const ArchSpec& spec = find_arch(cfg, opts.model_type);
   ModelConfig mc = map_model_config(cfg, opts.model_type, join_path(dir, "generation_config.json"),
                                     join_path(dir, "quantize_config.json"));
+  if (mc.quant.enabled()) log_info("{}: quantized checkpoint ({})", dir, mc.quant.str());
   std::unique_ptr<Backend> backend = make_backend(opts, mc.dtype);
   std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(dir);
   WeightMap map = spec.map_weights(mc);

@@ -30,6 +30,12 @@ const char* kMixtral = R"({"architectures": ["MixtralForCausalLM"], "hidden_size
   "num_key_value_heads": 2, "vocab_size": 64, "max_position_embeddings": 64,
   "num_local_experts": 4, "num_experts_per_tok": 2})";
 
+const char* kQwen2Moe = R"({"architectures": ["Qwen2MoeForCausalLM"], "hidden_size": 128,
+  "intermediate_size": 256, "num_hidden_layers": 1, "num_attention_heads": 4,
+  "num_key_value_heads": 2, "vocab_size": 64, "max_position_embeddings": 64,
+  "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 128,
+  "shared_expert_intermediate_size": 256})";
+
 class QuantWriter : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -93,9 +99,16 @@ class QuantWriter : public ::testing::Test {
     for (size_t l = 0; l < w.layers.size(); ++l) {
       const LayerWeights& L = w.layers[l];
       const std::string p = "layers." + std::to_string(l) + ".";
-      const std::pair<const char*, const Tensor*> named[] = {
-          {"attn_q", &L.q.w},      {"attn_k", &L.k.w},  {"attn_v", &L.v.w},     {"attn_o", &L.o.w},
-          {"ffn_gate", &L.gate.w}, {"ffn_up", &L.up.w}, {"ffn_down", &L.down.w}};
+      const std::pair<const char*, const Tensor*> named[] = {{"attn_q", &L.q.w},
+                                                             {"attn_k", &L.k.w},
+                                                             {"attn_v", &L.v.w},
+                                                             {"attn_o", &L.o.w},
+                                                             {"ffn_gate", &L.gate.w},
+                                                             {"ffn_up", &L.up.w},
+                                                             {"ffn_down", &L.down.w},
+                                                             {"shared_gate", &L.shared_gate.w},
+                                                             {"shared_up", &L.shared_up.w},
+                                                             {"shared_down", &L.shared_down.w}};
       for (const auto& [n, t] : named)
         if (slot == p + n) return *t;
       for (size_t e = 0; e < L.experts.size(); ++e) {
@@ -178,6 +191,11 @@ TEST_F(QuantWriter, MoeExpertsRoundTrip) {
   const fs::path in = dense(kMixtral);
   round_trip(in, *quantize_method_spec("int4"), "int4");
   round_trip(in, *quantize_method_spec("fp8"), "fp8");
+  fs::remove_all(in);
+  // Qwen2-MoE naming, with a shared expert.
+  const fs::path qin = dense(kQwen2Moe);
+  round_trip(qin, *quantize_method_spec("int8"), "qwen_int8");
+  round_trip(qin, *quant_format_spec("awq"), "qwen_awq");
 }
 
 TEST_F(QuantWriter, Int4FallsBackToPerChannelWhere128DoesNotDivide) {
