@@ -229,6 +229,48 @@ TEST_F(QuantWriter, ALoadedModuleContradictingTheModelIsNamed) {
   }
 }
 
+TEST_F(QuantWriter, AQuantizedModuleNeedingALayoutTransformIsRefused) {
+  // GPT-NeoX stores q/k/v per head: the loader reorders the dense rows, which a
+  // quantized module cannot take.
+  const fs::path in = dense(R"({"architectures": ["GPTNeoXForCausalLM"], "hidden_size": 128,
+    "intermediate_size": 256, "num_hidden_layers": 1, "num_attention_heads": 4,
+    "vocab_size": 64, "max_position_embeddings": 64})");
+  auto ck = Checkpoint::open(in.string());
+  const std::string qkv = "gpt_neox.layers.0.attention.query_key_value";
+  ASSERT_TRUE(ck->contains(qkv + ".weight"));
+  const QuantizeSpec spec = *quantize_method_spec("int8");
+  NamedTensors tensors;
+  for (const std::string& name : ck->names())
+    if (name != qkv + ".weight") tensors.emplace_back(name, ck->get(name));
+  for (auto& t : gptq_tensors(qkv, *quantize_for(spec, ck->get(qkv + ".weight"))))
+    tensors.push_back(t);
+  const fs::path out = root_ / "neox";
+  fs::create_directories(out);
+  write_safetensors((out / "model.safetensors").string(), tensors);
+  Json cfg_json = HfConfig::load((in / "config.json").string()).json();
+  cfg_json["quantization_config"] = quantization_config_json(spec);
+  std::ofstream(out / "config.json") << cfg_json.dump();
+  const HfConfig cfg = HfConfig::load((out / "config.json").string());
+  const ModelConfig mc = map_model_config(cfg, "");
+  auto qck = Checkpoint::open(out.string());
+  try {
+    load_weights(*qck, mc, find_arch(cfg, "").map_weights(mc));
+    ADD_FAILURE() << "loaded a quantized per-head qkv";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("layout transform"), std::string::npos) << e.what();
+  }
+  // quantize leaves that module dense, and its output loads.
+  const fs::path q = root_ / "neox_q";
+  quantize_model(in.string(), q.string(), spec);
+  auto qq = Checkpoint::open(q.string());
+  EXPECT_TRUE(qq->contains(qkv + ".weight"));
+  const HfConfig qcfg = HfConfig::load((q / "config.json").string());
+  const ModelConfig qmc = map_model_config(qcfg, "");
+  const ModelWeights w = load_weights(*qq, qmc, find_arch(qcfg, "").map_weights(qmc));
+  EXPECT_EQ(quantized(w.layers[0].qkv.w), nullptr);
+  EXPECT_NE(quantized(w.layers[0].o.w), nullptr);
+}
+
 TEST_F(QuantWriter, RefusesBadRequests) {
   const fs::path in = dense(kLlama);
   EXPECT_THROW(quantize_model(in.string(), in.string(), *quantize_method_spec("int4")),
