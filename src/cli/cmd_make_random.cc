@@ -1,10 +1,12 @@
 // tachyon make-random: a checkpoint with random weights for any config.json.
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "model/quant_writer.h"
 #include "model/random_model.h"
 
 namespace tachyon::cli {
@@ -12,8 +14,10 @@ namespace tachyon::cli {
 int cmd_make_random(const CommandArgs& argv) {
   const auto settings = parse_command(
       "make-random", argv,
-      "usage: tachyon make-random --config CONFIG.json --out DIR [--dtype bf16] [--seed S]\n\n"
-      "Writes a checkpoint with random weights for a model's config.json.\n");
+      "usage: tachyon make-random --config CONFIG.json --out DIR [--dtype bf16] [--seed S]\n"
+      "                           [--quant-format gptq|awq|fp8]\n\n"
+      "Writes a checkpoint with random weights for a model's config.json; with\n"
+      "--quant-format, its decoder linears quantized into that format.\n");
   if (!settings) return 0;
   const SettingValues& args = *settings;
   RandomModelOptions opts;
@@ -25,11 +29,27 @@ int cmd_make_random(const CommandArgs& argv) {
   const std::string config = args.str("model-config");
   if (config.empty() || out.empty())
     raise<InvalidArgument>("give --config CONFIG.json and --out DIR");
+  const std::string format = args.str("quant-format");
   auto t0 = std::chrono::steady_clock::now();
-  const uint64_t params = write_random_model(config, out, opts);
+  uint64_t params = 0;
+  if (format == "none") {
+    params = write_random_model(config, out, opts);
+  } else {
+    // The dense model beside the output, quantized into it, then removed.
+    const std::string dense = out + ".dense";
+    params = write_random_model(config, dense, opts);
+    try {
+      quantize_model(dense, out, *quant_format_spec(format));  // one of the choices
+    } catch (...) {
+      std::filesystem::remove_all(dense);
+      throw;
+    }
+    std::filesystem::remove_all(dense);
+  }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "wrote %llu parameters (%s) to %s in %.2f s\n",
-               static_cast<unsigned long long>(params), dtype.c_str(), out.c_str(), s);
+               static_cast<unsigned long long>(params),
+               format == "none" ? dtype.c_str() : format.c_str(), out.c_str(), s);
   return 0;
 }
 

@@ -14,6 +14,7 @@ int cmd_tokenize(const CommandArgs& args);
 int cmd_generate(const CommandArgs& args);
 int cmd_inspect(const CommandArgs& args);
 int cmd_make_random(const CommandArgs& args);
+int cmd_quantize(const CommandArgs& args);
 int cmd_serve(const CommandArgs& args);
 int cmd_bench_serving(const CommandArgs& args);
 int cmd_bench(const CommandArgs& args);

@@ -24,6 +24,7 @@ constexpr Command kCommands[] = {
     {"generate", cmd_generate},
     {"inspect", cmd_inspect},
     {"make-random", cmd_make_random},
+    {"quantize", cmd_quantize},
     {"serve", cmd_serve},
     {"bench-serving", cmd_bench_serving},
     {"bench", cmd_bench},

@@ -14,8 +14,8 @@ const Cmds kEngine = {"serve", "generate", "bench"};
 // The commands that load a model onto a device.
 const Cmds kDevice = {"serve", "generate", "bench", "perplexity"};
 const Cmds kLoad = {"serve", "generate", "bench", "inspect", "perplexity"};
-const Cmds kAll = {"serve",       "generate",      "bench",      "tokenize",      "inspect",
-                   "make-random", "bench-serving", "perplexity", "bench-overhead"};
+const Cmds kAll = {"serve",       "generate", "bench",         "tokenize",   "inspect",
+                   "make-random", "quantize", "bench-serving", "perplexity", "bench-overhead"};
 constexpr double kMiB = 1024.0 * 1024.0;
 
 // Builds one entry: Def(name, type, default, commands, help).env(...).range(...)...
@@ -59,7 +59,7 @@ std::vector<Setting> make_table() {
           "settings file (YAML or JSON): setting names, spelled like the flags, to values")
           .env({"TACHYON_CONFIG"}),
       Def("model", T::kString, "",
-          Cmds{"serve", "generate", "bench", "inspect", "perplexity", "bench-overhead"},
+          Cmds{"serve", "generate", "bench", "inspect", "perplexity", "bench-overhead", "quantize"},
           "model directory (Hugging Face layout); default: the bundled demo model "
           "(models/tiny-kjv-chat)")
           .env({"TACHYON_MODEL", "CHECKPOINT_PATH"}),
@@ -359,12 +359,21 @@ std::vector<Setting> make_table() {
       // ---- make-random -------------------------------------------------------------
       Def("model-config", T::kString, "", Cmds{"make-random"}, "the model's config.json")
           .alias({"config"}),
-      Def("out", T::kString, "", Cmds{"make-random"}, "checkpoint directory to write"),
+      Def("out", T::kString, "", Cmds{"make-random", "quantize"}, "checkpoint directory to write"),
       Def("weight-dtype", T::kEnum, "bf16", Cmds{"make-random"}, "type of the weights written")
           .alias({"dtype"})
           .choices({"f32", "f16", "bf16"}),
       Def("shard-mib", T::kInt, "2048", Cmds{"make-random"}, "largest safetensors shard in MiB")
           .range(1, 1 << 30),
+      Def("quant-format", T::kEnum, "none", Cmds{"make-random"},
+          "quantized format of the decoder's linear weights: none, gptq (int4 g128 sym), awq "
+          "(int4 g128 with zeros, gemm) or fp8 (128x128 blocks)")
+          .choices({"none", "gptq", "awq", "fp8"}),
+      // ---- quantize ----------------------------------------------------------------
+      Def("method", T::kEnum, "int4", Cmds{"quantize"},
+          "int8 (GPTQ 8-bit per channel), int4 (GPTQ 4-bit, groups of 128) or fp8 (128x128 "
+          "blocks)")
+          .choices({"int8", "int4", "fp8"}),
   };
 }
 
@@ -382,6 +391,7 @@ const std::vector<std::pair<std::string, std::string>>& subcommands() {
       {"generate", "generate tokens from a prompt with a model"},
       {"inspect", "show a model's mapped config and weights"},
       {"make-random", "write a checkpoint with random weights for a config.json"},
+      {"quantize", "write a quantized copy of a 16-bit checkpoint (GPTQ or FP8)"},
       {"serve", "serve a model over HTTP (RTP-LLM native and OpenAI APIs)"},
       {"bench-serving", "benchmark a running server over HTTP (--url)"},
       {"bench", "offline throughput and latency benchmark of the engine"},

@@ -290,6 +290,7 @@ Json ModelConfig::to_json() const {
   if (bos_token_id) j["bos_token_id"] = *bos_token_id;
   if (pad_token_id) j["pad_token_id"] = *pad_token_id;
   j["dtype"] = dtype_name(dtype);
+  if (quant.enabled()) j["quantization"] = quant.to_json();
   return j;
 }
 

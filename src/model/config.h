@@ -11,6 +11,7 @@
 #include "backend/ops.h"
 #include "core/dtype.h"
 #include "core/json.h"
+#include "model/quant_config.h"
 
 namespace tachyon {
 
@@ -177,6 +178,7 @@ struct ModelConfig {
   std::optional<int64_t> pad_token_id;
 
   DType dtype = DType::kF32;  // the checkpoint's declared dtype
+  QuantConfig quant;          // the checkpoint's quantization (none: 16/32-bit weights)
   GenerationDefaults generation;
 
   int64_t embed_dim() const { return word_embed_proj_dim > 0 ? word_embed_proj_dim : hidden_size; }

@@ -27,7 +27,8 @@ ModelConfig load_model_config(const std::string& dir, const LoadOptions& opts) {
   const std::string path = join_path(dir, "config.json");
   if (!file_exists(path)) raise<NotFound>("no config.json in model folder '{}'", dir);
   HfConfig cfg = HfConfig::load(path);
-  return map_model_config(cfg, opts.model_type, join_path(dir, "generation_config.json"));
+  return map_model_config(cfg, opts.model_type, join_path(dir, "generation_config.json"),
+                          join_path(dir, "quantize_config.json"));
 }
 
 bool cuda_available() {
@@ -158,7 +159,9 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
   if (!file_exists(path)) raise<NotFound>("no config.json in model folder '{}'", dir);
   HfConfig cfg = HfConfig::load(path);
   const ArchSpec& spec = find_arch(cfg, opts.model_type);
-  ModelConfig mc = map_model_config(cfg, opts.model_type, join_path(dir, "generation_config.json"));
+  ModelConfig mc = map_model_config(cfg, opts.model_type, join_path(dir, "generation_config.json"),
+                                    join_path(dir, "quantize_config.json"));
+  if (mc.quant.enabled()) log_info("{}: quantized checkpoint ({})", dir, mc.quant.str());
   std::unique_ptr<Backend> backend = make_backend(opts, mc.dtype);
   std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(dir);
   WeightMap map = spec.map_weights(mc);

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "io/checkpoint.h"
+#include "model/quant_formats.h"
 
 namespace tachyon {
 
@@ -295,11 +296,58 @@ class Loader {
     return it != map_.end() && !resolve(it->second, layer, expert).empty();
   }
 
+  // The quantized form of a matrix slot (a typed view, core/quant.h) when the checkpoint
+  // stores the slot's module quantized; empty otherwise.
+  Tensor fetch_quantized(Slot s, const WeightRef& ref, int layer, int expert) {
+    const Shape want = expected(s, layer);
+    if (!cfg_.quant.enabled() || want.size() != 2 || s == Slot::kEmbedding ||
+        s == Slot::kPosEmbedding)
+      return {};
+    const TensorLookup lookup = [this](const std::string& name) {
+      return ckpt_.contains(name) ? ckpt_.get(name) : Tensor{};
+    };
+    std::vector<std::string> names = {ref.name};
+    names.insert(names.end(), ref.alternatives.begin(), ref.alternatives.end());
+    static constexpr std::string_view kSuffix = ".weight";
+    for (const std::string& pattern : names) {
+      const std::string name = substitute(pattern, layer, expert);
+      if (name.size() <= kSuffix.size() || !name.ends_with(kSuffix)) continue;
+      std::string module = name.substr(0, name.size() - kSuffix.size());
+      if (!has_quantized_tensors(cfg_.quant, module, lookup)) {
+        const size_t dot = module.find('.');
+        if (dot == std::string::npos ||
+            !has_quantized_tensors(cfg_.quant, module.substr(dot + 1), lookup))
+          continue;
+        module = module.substr(dot + 1);
+      }
+      if (ref.transform != WeightTransform::kNone)
+        raise<InvalidArgument>(
+            "quantized module '{}' (slot {}): its weight needs a layout transform, which "
+            "quantized weights do not support",
+            module, slot_name(s));
+      std::shared_ptr<const QuantizedMatrix> m =
+          read_quantized(cfg_.quant, module, want[0], want[1], lookup);
+      std::string slot = std::string(slot_name(s));
+      if (layer >= 0) slot = fmt::format("layers.{}.{}", layer, slot);
+      if (expert >= 0) slot = fmt::format("layers.{}.experts.{}.{}", layer, expert, slot_name(s));
+      std::string storage = m->str();
+      storage = storage.substr(0, storage.rfind(" ["));
+      out_.records.push_back({slot, module,
+                              m->scheme == QuantScheme::kFp8 ? DType::kF8E4M3 : DType::kU8, want,
+                              "", storage, m->nbytes()});
+      out_.total_params += static_cast<uint64_t>(m->n * m->k);
+      out_.total_bytes += m->nbytes();
+      return quantized_view(std::move(m));
+    }
+    return {};
+  }
+
   // Fetches, checks and transforms one slot; empty when unmapped or optional+missing.
   Tensor fetch(Slot s, int layer = -1, int expert = -1) {
     auto it = map_.find(s);
     if (it == map_.end()) return {};
     const WeightRef& ref = it->second;
+    if (Tensor q = fetch_quantized(s, ref, layer, expert)) return q;
     std::string name = resolve(ref, layer, expert);
     if (name.empty()) {
       if (ref.optional) return {};
@@ -357,9 +405,11 @@ class Loader {
     std::string slot = std::string(slot_name(s));
     if (layer >= 0) slot = fmt::format("layers.{}.{}", layer, slot);
     if (expert >= 0) slot = fmt::format("layers.{}.experts.{}.{}", layer, expert, slot_name(s));
-    out_.records.push_back({slot, name, info.dtype, info.shape, transform});
+    const uint64_t bytes = static_cast<uint64_t>(shape_numel(info.shape)) * dtype_size(info.dtype);
+    out_.records.push_back({slot, name, info.dtype, info.shape, transform,
+                            std::string(dtype_name(info.dtype)), bytes});
     out_.total_params += static_cast<uint64_t>(shape_numel(info.shape));
-    out_.total_bytes += static_cast<uint64_t>(shape_numel(info.shape)) * dtype_size(info.dtype);
+    out_.total_bytes += bytes;
     return t;
   }
 

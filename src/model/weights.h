@@ -103,8 +103,13 @@ struct WeightRecord {
   std::string slot;  // "layers.3.attn_qkv" / "embedding"
   std::string tensor;
   DType dtype = DType::kF32;
-  Shape shape;  // as stored in the checkpoint
+  Shape shape;  // as stored in the checkpoint (a quantized module: its logical [n, k])
   std::string transform;
+  // How the weight is stored: its dtype ("bf16"), or a quantized module's form
+  // ("int4 g128 sym", "fp8 block 128x128"); for a quantized module `tensor` is the
+  // module's name and `dtype` the typed view's (u8 / f8_e4m3).
+  std::string storage;
+  uint64_t bytes = 0;
 };
 
 struct ModelWeights {

@@ -38,7 +38,7 @@ TEST(CliHelp, MainHelpListsTheSubcommands) {
 
 TEST(CliHelp, EverySubcommandListsItsSettings) {
   for (const char* cmd : {"serve", "generate", "bench", "tokenize", "inspect", "make-random",
-                          "bench-serving", "perplexity"}) {
+                          "quantize", "bench-serving", "perplexity"}) {
     for (const char* flag : {"--help", "-h"}) {
       const auto [code, out] = run(std::string(cmd) + " " + flag);
       EXPECT_EQ(code, 0) << cmd << " " << flag << "\n" << out;
@@ -79,6 +79,9 @@ TEST(CliHelp, BadFlagsFailWithTheFlagNamed) {
            Case{"serve --port 99999", "--port: 99999 is out of range [0, 65535]"},
            Case{"tokenize --jsonl", "missing required flag --tokenizer"},
            Case{"make-random --out /tmp/x", "give --config CONFIG.json and --out DIR"},
+           Case{"quantize --out /tmp/x", "give --model IN and --out OUT"},
+           Case{"quantize --method int3", "--method: 'int3' is not one of"},
+           Case{"make-random --quant-format exl2", "--quant-format: 'exl2' is not one of"},
            Case{"bench-serving --endpoint /v2", "--endpoint: '/v2' is not one of"},
            Case{"version extra", "version takes no arguments"},
        }) {

@@ -39,9 +39,9 @@ std::string write_file(const std::string& name, const std::string& text) {
   return path;
 }
 
-const std::vector<std::string> kCommands = {"serve",         "generate",       "bench",
-                                            "tokenize",      "inspect",        "make-random",
-                                            "bench-serving", "bench-overhead", "perplexity"};
+const std::vector<std::string> kCommands = {
+    "serve",       "generate",      "bench",          "tokenize",   "inspect",
+    "make-random", "bench-serving", "bench-overhead", "perplexity", "quantize"};
 
 TEST(Settings, FlagForms) {
   EXPECT_EQ(parse("serve", {"--port", "1"}).integer("port"), 1);
