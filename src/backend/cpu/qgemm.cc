@@ -13,11 +13,11 @@
 namespace tachyon::cpu {
 namespace {
 
-// The owner of a packed copy: the packing and the view it came from (which keeps the
-// matrix alive). The deleter type marks a packed copy.
+// The owner of a packed copy: the packing and its shape. The deleter type marks a
+// packed copy.
 struct QOwner {
   QPackedWeight packed;
-  Tensor view;
+  Shape shape;
 };
 struct QOwnerDeleter {
   void operator()(QOwner* p) const { delete p; }
@@ -167,11 +167,11 @@ Tensor pack_quantized_weight(const Tensor& view, ThreadPool& pool) {
                 view ? view.str() : std::string("none"));
   m->validate();
   auto owner = std::shared_ptr<QOwner>(new QOwner{}, QOwnerDeleter{});
-  owner->view = view;
+  owner->shape = view.shape();
   QPackedWeight& w = owner->packed;
   w.n = m->n;
   w.k = m->k;
-  w.source = m;
+  w.what = m->str();
   if (m->scheme == QuantScheme::kFp8) {
     w.kind = QKind::kFp8;
     w.group = m->block_k;
@@ -207,7 +207,7 @@ Tensor pack_quantized_weight(const Tensor& view, ThreadPool& pool) {
 const QPackedWeight* packed_quantized(const Tensor& t) {
   if (!t || std::get_deleter<QOwnerDeleter>(t.owner()) == nullptr) return nullptr;
   const auto* owner = static_cast<const QOwner*>(t.owner().get());
-  TACHYON_CHECK(t.raw() == owner->packed.memory.get() && t.shape() == owner->view.shape(),
+  TACHYON_CHECK(t.raw() == owner->packed.memory.get() && t.shape() == owner->shape,
                 "{} is a view of part of a packed quantized weight", t.str());
   return &owner->packed;
 }
@@ -215,7 +215,7 @@ const QPackedWeight* packed_quantized(const Tensor& t) {
 void qgemm(CpuIsa isa, const float* x, int64_t m, int64_t ldx, const QPackedWeight& w,
            const float* bias, float* y, int64_t ldy, ThreadPool& pool) {
   TACHYON_CHECK(m >= 0 && ldx >= w.k && ldy >= w.n, "qgemm m={} ldx={} ldy={} for {}", m, ldx, ldy,
-                w.source != nullptr ? w.source->str() : std::string("?"));
+                w.what);
   if (m == 0) return;
   // Act-order: x's columns gathered once (caller's scratch is the GEMM's packed x, so a
   // buffer of its own).

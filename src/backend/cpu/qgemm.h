@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/gemm.h"
@@ -49,8 +50,8 @@ struct QPackedWeight {
   int64_t group_bytes = 0;  // bytes of a full group
   int64_t panel_bytes = 0;
   std::shared_ptr<void> memory;
-  std::vector<int32_t> perm;                // empty: the identity
-  const QuantizedMatrix* source = nullptr;  // the matrix (kept alive by the view's owner)
+  std::vector<int32_t> perm;  // empty: the identity
+  std::string what;           // the matrix's description (QuantizedMatrix::str)
 
   int64_t panels() const { return (n + kQPanel - 1) / kQPanel; }
   int64_t group_steps(int64_t g) const { return std::min(group, k - g * group); }
@@ -62,7 +63,8 @@ struct QPackedWeight {
 };
 
 // The packed copy of a quantized view (core/quant.h; a host matrix) as a Tensor of the
-// view's shape and dtype whose owner holds it (and the matrix).
+// view's shape and dtype whose owner holds it (not the matrix: that is freed with the
+// last view of it).
 Tensor pack_quantized_weight(const Tensor& view, ThreadPool& pool);
 // t's packed copy (null for any other tensor). A view of part of one is an error.
 const QPackedWeight* packed_quantized(const Tensor& t);
