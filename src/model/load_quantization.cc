@@ -32,13 +32,21 @@ const char* load_quantization_name(LoadQuantization q) {
 
 namespace {
 
+// Groups of 128 columns, else of 64 or 32 where those divide k (704 = 11 x 64), else
+// one group per row.
+int64_t int4_group(int64_t k) {
+  for (int64_t g : {128, 64, 32})
+    if (k % g == 0) return g;
+  return k;
+}
+
 std::shared_ptr<QuantizedMatrix> quantize_one(const Tensor& w, LoadQuantization q) {
   const int64_t k = w.dim(1);
   switch (q) {
     case LoadQuantization::kInt8:
       return quantize_int(w, 8, k, true);
     case LoadQuantization::kInt4:
-      return quantize_int(w, 4, k % 128 == 0 ? 128 : k, true);
+      return quantize_int(w, 4, int4_group(k), true);
     case LoadQuantization::kFp8:
       return quantize_fp8(w, 1, k);
   }

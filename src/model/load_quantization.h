@@ -16,7 +16,7 @@ class ThreadPool;
 
 enum class LoadQuantization : uint8_t {
   kInt8,  // 8 bits, one symmetric scale per output channel
-  kInt4,  // 4 bits, symmetric, groups of 128 (per channel when 128 does not divide k)
+  kInt4,  // 4 bits, symmetric, groups of 128 (else 64 or 32; per channel when none divides k)
   kFp8,   // e4m3 with one scale per output channel (weights only on the CPU)
 };
 
