@@ -122,27 +122,33 @@ void gemm_rows(const detail::GemmKernels& kern, const detail::QKernels& qk, cons
     const int64_t i0 = (t % row_parts) * rows, i1 = std::min(m, i0 + rows);
     const int64_t qpanels = (j1 - j0 + kQPanel - 1) / kQPanel;
     const int64_t npanels = (j1 - j0 + nr - 1) / nr;
-    // Dequantized rows [j0, j0 + qpanels * 16) as [kc][16] per panel, then (nr != 16)
-    // regrouped into micro's [kc][nr] panels.
-    const int64_t qsize = qpanels * kc * kQPanel, psize = npanels * kc * nr;
-    float* scratch = detail::task_scratch(static_cast<size_t>(qsize + (nr == kQPanel ? 0 : psize)));
-    float* panel = nr == kQPanel ? scratch : scratch + qsize;
+    // Dequantized straight into micro's [kc][nr] panels when nr is a multiple of 16
+    // (panel s holds packed panels s * nr / 16 ...); the portable nr of 8 takes halves
+    // of a [kc][16] panel.
+    const bool direct = nr % kQPanel == 0;
+    float* panel = detail::task_scratch(static_cast<size_t>(npanels * kc * nr) +
+                                        (direct ? 0 : static_cast<size_t>(kc * kQPanel)));
+    float* side = panel + npanels * kc * nr;
     for (int64_t p0 = 0; p0 < k; p0 += kc) {
       const int64_t kcb = std::min(kc, k - p0);
-      for (int64_t q = 0; q < qpanels; ++q)
-        qk.dequant(w, j0 / kQPanel + q, p0, kcb, scratch + q * kc * kQPanel, kQPanel);
-      if (nr != kQPanel) {
-        // Column c of the block: panel c / 16, column c % 16.
-        for (int64_t s = 0; s < npanels; ++s)
+      for (int64_t q = 0; q < qpanels; ++q) {
+        const int64_t col = q * kQPanel, s = col / nr;
+        float* dst = panel + s * kc * nr;
+        if (direct) {
+          qk.dequant(w, j0 / kQPanel + q, p0, kcb, dst + col % nr, nr);
+          continue;
+        }
+        qk.dequant(w, j0 / kQPanel + q, p0, kcb, side, kQPanel);
+        for (int64_t h = 0; h < kQPanel / nr && s + h < npanels; ++h)
           for (int64_t p = 0; p < kcb; ++p)
-            for (int64_t c = 0; c < nr; ++c) {
-              const int64_t col = s * nr + c;
-              panel[s * kc * nr + p * nr + c] =
-                  col < qpanels * kQPanel
-                      ? scratch[(col / kQPanel) * kc * kQPanel + p * kQPanel + col % kQPanel]
-                      : 0.f;
-            }
+            std::memcpy(dst + h * kc * nr + p * nr, side + p * kQPanel + h * nr,
+                        static_cast<size_t>(nr) * sizeof(float));
       }
+      // A block's last nr-panel may extend past its packed panels: zeros there.
+      if (direct && qpanels * kQPanel < npanels * nr)
+        for (int64_t p = 0; p < kcb; ++p)
+          std::fill_n(panel + (npanels - 1) * kc * nr + p * nr + (qpanels * kQPanel) % nr,
+                      nr - (qpanels * kQPanel) % nr, 0.f);
       const bool last = p0 + kcb == k;
       for (int64_t i = i0; i < i1; i += mr) {
         const int r = static_cast<int>(std::min(mr, i1 - i));

@@ -78,9 +78,21 @@ TACHYON_AVX512_INLINE __m512 group_zeros(const QPackedWeight& w, const uint8_t* 
       _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(base + kQPanel * 4))));
 }
 
+// Independent accumulation chains per row of x: an FMA's latency spans several of
+// its issue slots, so one row alone keeps four chains going, two rows two each.
+template <int M>
+constexpr int kChains = M == 1   ? 4
+                        : M == 2 ? 2
+                                 : 1;
+
+// Bytes ahead of the loads that the streaming kernel prefetches (past a group or
+// panel it reaches into the next, which follows in memory).
+constexpr int64_t kAhead = 1024;
+
 template <int M, V K>
 TACHYON_AVX512 void gemv_panels(const QPackedWeight& w, const float* x, int64_t ldx, int64_t p0,
                                 int64_t p1, const float* bias, float* y, int64_t ldy) {
+  constexpr int C = kChains<M>;
   const __m512 table = int4_table(w);
   for (int64_t p = p0; p < p1; ++p) {
     __m512 acc[M];
@@ -92,25 +104,63 @@ TACHYON_AVX512 void gemv_panels(const QPackedWeight& w, const float* x, int64_t 
       const uint8_t* v = base + w.header_bytes();
       const float* xs = x + g * w.group;
       const int64_t steps = w.group_steps(g);
-      __m512 gacc[M];
-      for (int i = 0; i < M; ++i) gacc[i] = _mm512_setzero_ps();
+      __m512 gacc[M][C];
+      for (int i = 0; i < M; ++i)
+        for (int c = 0; c < C; ++c) gacc[i][c] = _mm512_setzero_ps();
+      // Rounds of one cache line of values (4 rows of 16 bytes), prefetching the line
+      // kAhead bytes on; step s of a round into chain s % C.
+      int64_t t = 0;
       if constexpr (K == V::kInt4 || K == V::kInt4Zeros) {
-        for (int64_t t = 0; t < steps; t += 2) {
+        for (; t + 8 <= steps; t += 8) {
+          const uint8_t* vt = v + (t / 2) * kQPanel;
+          _mm_prefetch(reinterpret_cast<const char*>(vt + kAhead), _MM_HINT_T0);
+#pragma GCC unroll 4
+          for (int r = 0; r < 4; ++r) {
+            __m512 lo, hi;
+            load4<K>(vt + r * kQPanel, table, zf, lo, hi);
+#pragma GCC unroll 8
+            for (int i = 0; i < M; ++i) {
+              const float* xi = xs + i * ldx + t + 2 * r;
+              gacc[i][(2 * r) % C] =
+                  _mm512_fmadd_ps(lo, _mm512_set1_ps(xi[0]), gacc[i][(2 * r) % C]);
+              gacc[i][(2 * r + 1) % C] =
+                  _mm512_fmadd_ps(hi, _mm512_set1_ps(xi[1]), gacc[i][(2 * r + 1) % C]);
+            }
+          }
+        }
+        for (; t < steps; t += 2) {
           __m512 lo, hi;
           load4<K>(v + (t / 2) * kQPanel, table, zf, lo, hi);
           for (int i = 0; i < M; ++i) {
-            gacc[i] = _mm512_fmadd_ps(lo, _mm512_set1_ps(xs[i * ldx + t]), gacc[i]);
-            gacc[i] = _mm512_fmadd_ps(hi, _mm512_set1_ps(xs[i * ldx + t + 1]), gacc[i]);
+            gacc[i][0] = _mm512_fmadd_ps(lo, _mm512_set1_ps(xs[i * ldx + t]), gacc[i][0]);
+            gacc[i][C - 1] =
+                _mm512_fmadd_ps(hi, _mm512_set1_ps(xs[i * ldx + t + 1]), gacc[i][C - 1]);
           }
         }
       } else {
-        for (int64_t t = 0; t < steps; ++t) {
+        for (; t + 4 <= steps; t += 4) {
+          const uint8_t* vt = v + t * kQPanel;
+          _mm_prefetch(reinterpret_cast<const char*>(vt + kAhead), _MM_HINT_T0);
+#pragma GCC unroll 4
+          for (int r = 0; r < 4; ++r) {
+            const __m512 wv = load8<K>(vt + r * kQPanel, zf);
+#pragma GCC unroll 8
+            for (int i = 0; i < M; ++i)
+              gacc[i][r % C] =
+                  _mm512_fmadd_ps(wv, _mm512_set1_ps(xs[i * ldx + t + r]), gacc[i][r % C]);
+          }
+        }
+        for (; t < steps; ++t) {
           const __m512 wv = load8<K>(v + t * kQPanel, zf);
           for (int i = 0; i < M; ++i)
-            gacc[i] = _mm512_fmadd_ps(wv, _mm512_set1_ps(xs[i * ldx + t]), gacc[i]);
+            gacc[i][0] = _mm512_fmadd_ps(wv, _mm512_set1_ps(xs[i * ldx + t]), gacc[i][0]);
         }
       }
-      for (int i = 0; i < M; ++i) acc[i] = _mm512_fmadd_ps(gacc[i], scale, acc[i]);
+      for (int i = 0; i < M; ++i) {
+        __m512 sum = gacc[i][0];
+        for (int c = 1; c < C; ++c) sum = _mm512_add_ps(sum, gacc[i][c]);
+        acc[i] = _mm512_fmadd_ps(sum, scale, acc[i]);
+      }
     }
     const int64_t rows = std::min(kQPanel, w.n - p * kQPanel);
     const __mmask16 mask = static_cast<__mmask16>((1u << rows) - 1);
