@@ -77,8 +77,12 @@ TACHYON_AVX2 void gemv_panels(const QPackedWeight& w, const float* x, int64_t ld
       const uint8_t* v = base + w.header_bytes();
       const float* xs = x + g * w.group;
       const int64_t steps = w.group_steps(g);
-      __m256 gacc[M][2];
-      for (int i = 0; i < M; ++i) gacc[i][0] = gacc[i][1] = _mm256_setzero_ps();
+      // Chains per half: one or two rows of x keep a second chain (the odd steps) so
+      // that FMAs do not wait on each other.
+      constexpr int C = M <= 2 ? 2 : 1;
+      __m256 gacc[M][2][C];
+      for (int i = 0; i < M; ++i)
+        for (int c = 0; c < C; ++c) gacc[i][0][c] = gacc[i][1][c] = _mm256_setzero_ps();
       if constexpr (K == V::kInt4 || K == V::kInt4Zeros) {
         for (int64_t t = 0; t < steps; t += 2) {
           __m256 lo0, hi0, lo1, hi1;
@@ -87,24 +91,41 @@ TACHYON_AVX2 void gemv_panels(const QPackedWeight& w, const float* x, int64_t ld
           for (int i = 0; i < M; ++i) {
             const __m256 a = _mm256_set1_ps(xs[i * ldx + t]),
                          b = _mm256_set1_ps(xs[i * ldx + t + 1]);
-            gacc[i][0] = _mm256_fmadd_ps(hi0, b, _mm256_fmadd_ps(lo0, a, gacc[i][0]));
-            gacc[i][1] = _mm256_fmadd_ps(hi1, b, _mm256_fmadd_ps(lo1, a, gacc[i][1]));
+            gacc[i][0][0] = _mm256_fmadd_ps(lo0, a, gacc[i][0][0]);
+            gacc[i][1][0] = _mm256_fmadd_ps(lo1, a, gacc[i][1][0]);
+            gacc[i][0][C - 1] = _mm256_fmadd_ps(hi0, b, gacc[i][0][C - 1]);
+            gacc[i][1][C - 1] = _mm256_fmadd_ps(hi1, b, gacc[i][1][C - 1]);
           }
         }
       } else {
-        for (int64_t t = 0; t < steps; ++t) {
+        int64_t t = 0;
+        for (; t + C <= steps; t += C) {
+          for (int c = 0; c < C; ++c) {
+            const uint8_t* vt = v + (t + c) * kQPanel;
+            const __m256 w0 = load8<K>(vt, z0), w1 = load8<K>(vt + 8, z1);
+            for (int i = 0; i < M; ++i) {
+              const __m256 a = _mm256_set1_ps(xs[i * ldx + t + c]);
+              gacc[i][0][c] = _mm256_fmadd_ps(w0, a, gacc[i][0][c]);
+              gacc[i][1][c] = _mm256_fmadd_ps(w1, a, gacc[i][1][c]);
+            }
+          }
+        }
+        for (; t < steps; ++t) {
           const __m256 w0 = load8<K>(v + t * kQPanel, z0), w1 = load8<K>(v + t * kQPanel + 8, z1);
           for (int i = 0; i < M; ++i) {
             const __m256 a = _mm256_set1_ps(xs[i * ldx + t]);
-            gacc[i][0] = _mm256_fmadd_ps(w0, a, gacc[i][0]);
-            gacc[i][1] = _mm256_fmadd_ps(w1, a, gacc[i][1]);
+            gacc[i][0][0] = _mm256_fmadd_ps(w0, a, gacc[i][0][0]);
+            gacc[i][1][0] = _mm256_fmadd_ps(w1, a, gacc[i][1][0]);
           }
         }
       }
+      if constexpr (C == 2)
+        for (int i = 0; i < M; ++i)
+          for (int h = 0; h < 2; ++h) gacc[i][h][0] = _mm256_add_ps(gacc[i][h][0], gacc[i][h][1]);
       const __m256 s0 = _mm256_loadu_ps(sp), s1 = _mm256_loadu_ps(sp + 8);
       for (int i = 0; i < M; ++i) {
-        acc[i][0] = _mm256_fmadd_ps(gacc[i][0], s0, acc[i][0]);
-        acc[i][1] = _mm256_fmadd_ps(gacc[i][1], s1, acc[i][1]);
+        acc[i][0] = _mm256_fmadd_ps(gacc[i][0][0], s0, acc[i][0]);
+        acc[i][1] = _mm256_fmadd_ps(gacc[i][1][0], s1, acc[i][1]);
       }
     }
     const int64_t rows = std::min(kQPanel, w.n - p * kQPanel);
