@@ -87,7 +87,7 @@ constexpr int kChains = M == 1   ? 4
 
 // Bytes ahead of the loads that the streaming kernel prefetches (past a group or
 // panel it reaches into the next, which follows in memory).
-constexpr int64_t kAhead = 1024;
+constexpr int64_t kAhead = 512;
 
 template <int M, V K>
 TACHYON_AVX512 void gemv_panels(const QPackedWeight& w, const float* x, int64_t ldx, int64_t p0,
