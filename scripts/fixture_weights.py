@@ -10,7 +10,8 @@ files this writes are the ones the references were computed on. The C++ material
 
   scripts/fixture_weights.py NAME... --out DIR   write each fixture's files to DIR/NAME
   scripts/fixture_weights.py --check [NAME...]   regenerate and compare with the checksums
-                                                 recorded in the manifests (all by default)
+                                                 recorded in the manifests (all by default,
+                                                 the quantized ones as quant/NAME)
 
 The functions here also build manifests (make_fixtures.py and
 make_remote_code_fixtures.py call them when they make a fixture).
@@ -92,6 +93,9 @@ def to_bf16_bits(x):
 
 
 DTYPES = {"F32": 4, "BF16": 2, "F16": 2}
+# The payloads of quantized checkpoints: inline bytes only, never stream rows.
+INLINE_DTYPES = {"I64": 8, "I32": 4, "I8": 1, "U8": 1, "F8_E4M3": 1}
+SIZES = dict(DTYPES, **INLINE_DTYPES)
 
 
 def cast_bytes(x, dtype):
@@ -130,6 +134,8 @@ def generate(manifest):
 def tensor_bytes(t, gen, shapes):
     if "bytes" in t:
         return bytes.fromhex(t["bytes"])
+    if t["dtype"] not in DTYPES:
+        raise ValueError("%s: %s tensors carry inline bytes, not stream rows" % (t["name"], t["dtype"]))
     segs = t.get("rows", [[t["name"], 0, None]])
     parts = []
     for src, first, count in segs:
@@ -144,7 +150,7 @@ def safetensors_bytes(entries, metadata):
     """entries: (name, dtype, shape, data). The layout of tachyon's write_safetensors
     (and of the reference implementation): keys sorted, each entry's fields as dtype,
     shape, data_offsets, data by decreasing element size then name, header padded to 8."""
-    order = sorted(entries, key=lambda e: (-DTYPES[e[1]], e[0]))
+    order = sorted(entries, key=lambda e: (-SIZES[e[1]], e[0]))
     header, off = {}, 0
     for name, dtype, shape, data in order:
         header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(data)]}
@@ -165,7 +171,7 @@ def materialise(manifest):
         entries = []
         for t in f["tensors"]:
             data = tensor_bytes(t, gen, shapes)
-            if len(data) != math.prod(t["shape"]) * DTYPES[t["dtype"]]:
+            if len(data) != math.prod(t["shape"]) * SIZES[t["dtype"]]:
                 raise ValueError("%s: %d bytes for shape %s" % (t["name"], len(data), t["shape"]))
             entries.append((t["name"], t["dtype"], t["shape"], data))
             weight_map[t["name"]] = f["name"]
@@ -281,7 +287,7 @@ def twin_manifest(source, tensors, metadata=None, references=None):
     for name in sorted(tensors):
         dtype, shape, data = tensors[name]
         width = math.prod(shape[1:]) if len(shape) > 1 else 1
-        segs = gather_segments(data, dtype, width, gen, shapes)
+        segs = gather_segments(data, dtype, width, gen, shapes) if dtype in DTYPES else None
         t = {"name": name, "dtype": dtype, "shape": list(shape)}
         if segs is None:
             if len(data) > 4096:
@@ -303,6 +309,17 @@ def twin_manifest(source, tensors, metadata=None, references=None):
     return m
 
 
+def all_names():
+    """Every fixture with a manifest: the folders of FIXTURES and of its quant/ group."""
+    names = []
+    for group in ("", "quant"):
+        root = os.path.join(FIXTURES, group)
+        if os.path.isdir(root):
+            names += sorted(os.path.join(group, d) if group else d for d in os.listdir(root)
+                            if os.path.exists(os.path.join(root, d, MANIFEST)))
+    return names
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("names", nargs="*")
@@ -310,8 +327,7 @@ def main():
     ap.add_argument("--check", action="store_true",
                     help="regenerate and compare with the manifests' checksums")
     args = ap.parse_args()
-    names = args.names or sorted(d for d in os.listdir(FIXTURES)
-                                 if os.path.exists(os.path.join(FIXTURES, d, MANIFEST)))
+    names = args.names or all_names()
     bad = 0
     for name in names:
         m = load_manifest(name)

@@ -9,13 +9,15 @@
 //   rows: add_norm and the gated activation at decode and prefill rows;
 //   lt_algos (only when asked for): cuBLASLt's configurations for the layer's products
 //         at prefill rows, timed briefly (as the tuner does) and under sustained load;
+//   quant (only when asked for): the quantized products (int4 g128, int8 and fp8 per
+//         channel) against bf16 at the layer's products (kernel_bench_quant.cc);
 //   wgmma (only when asked for): the wgmma GEMM's configurations against cuBLASLt at the
 //         layer's products, plain and (gate_up) gated; then (also alone, as epilogue)
 //         the products with the rotary and KV write or the residual add in the
 //         epilogue against what they replace.
 //
 // Usage: tachyon_kernel_bench [--config CONFIG.json] [--m 1,2,4,...]
-//                             [--only gemm|rows|lt_algos|wgmma|epilogue]
+//                             [--only gemm|rows|lt_algos|wgmma|epilogue|quant]
 //                             [--reps N]
 // Lines starting with "RESULT" are for scripts.
 #include <cstdio>
@@ -152,6 +154,7 @@ int run(int argc, char** argv) {
   if (only == "lt_algos") gemm_algos(d, ms);
   if (only == "wgmma") wgmma_rates(d, ms, reps);
   if (only == "wgmma" || only == "epilogue") epilogue_rates(d, ms, reps);
+  if (only == "quant") quant_rates(d, ms, reps);
   return 0;
 }
 

@@ -96,5 +96,6 @@ void row_rates(const Dims& d, int reps);                                       /
 void wgmma_rates(const Dims& d, const std::vector<int64_t>& ms, int reps);     // wgmma
 void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps);  // epilogue
 void gemm_algos(const Dims& d, const std::vector<int64_t>& ms);                // lt_algos
+void quant_rates(const Dims& d, const std::vector<int64_t>& ms, int reps);     // quant
 
 }  // namespace tachyon::bench

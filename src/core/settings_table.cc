@@ -92,7 +92,7 @@ std::vector<Setting> make_table() {
       Def("kv-cache-dtype", T::kString, "auto", kDevice,
           "KV cache element type: auto (the compute type), bf16 (CPU: half the bytes per "
           "token), int8 (CPU: a quarter, with a float scale per token and KV head) or fp8 "
-          "(e4m3, GPU only: half the bytes per token)")
+          "(e4m3: a byte per value)")
           .env({"TACHYON_KV_CACHE_DTYPE"}),
       Def("int8-kv-cache", T::kBool, "false", Cmds{},
           "RTP-LLM's switch for --kv-cache-dtype int8 (read when that is auto)")

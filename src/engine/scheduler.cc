@@ -134,15 +134,6 @@ int32_t Scheduler::take_cached_prefix(Group& g) {
   return st.num_computed;
 }
 
-bool Scheduler::next_block_in_step(const Group& g, int32_t reused) const {
-  if (!g.cache_salt || g.seqs.size() != 1) return false;
-  const auto chain = kv_->block_hashes(g.seqs[0]);
-  const int32_t bs = kv_->block_size();
-  const auto next = static_cast<size_t>(reused / bs);
-  const auto reusable = static_cast<size_t>((seqs_.at(g.seqs[0]).num_tokens - 1) / bs);
-  return next < std::min(chain.size(), reusable) && step_blocks_.count(chain[next]) > 0;
-}
-
 void Scheduler::drop_cached_prefix(Group& g) {
   const int64_t s = g.seqs[0];
   kv_->free(s);  // the blocks go back to the cache
@@ -266,16 +257,10 @@ void Scheduler::apply_plan(Group& g, const Plan& plan, SchedulerOutput* out) {
     ss.block_table = kv_->block_table(s);
     ss.prompt_len = st.prompt_len;
     ss.layout = st.layout;
-    // The blocks this chunk completes, for the admissions after it (take_cached_prefix).
-    const int32_t bs = kv_->block_size();
-    if (g.cache_salt && (st.num_computed + plan.take[i]) / bs > st.num_computed / bs) {
-      kv_->hash_tokens(s, tokens_(s), *g.cache_salt);
-      const auto chain = kv_->block_hashes(s);
-      const auto end = std::min<size_t>(chain.size(), (st.num_computed + plan.take[i]) / bs);
-      for (auto b = static_cast<size_t>(st.num_computed / bs); b < end; ++b)
-        step_blocks_.insert(chain[b]);
-    }
     st.num_computed += plan.take[i];
+    // The blocks this chunk completes serve the admissions after it in this very step:
+    // a step writes every token's K/V before any attention reads the cache.
+    if (kv_->prefix_caching()) publish(g, s);
     out->num_batched_tokens += plan.take[i];
     out->seqs.push_back(std::move(ss));
   }
@@ -406,21 +391,17 @@ void Scheduler::admit_waiting(SchedulerOutput* out, int32_t* token_budget) {
     if (running_width_ + g.max_width > config_.max_num_seqs) break;
     const int32_t reused = take_cached_prefix(g);
     // Admitted only if its whole current length fits beside the reserve (waived when
-    // nothing runs, so that a request that fits the cache alone always starts), and not
-    // while its next block is being computed in this step (it takes it from the cache in
-    // the next one).
+    // nothing runs, so that a request that fits the cache alone always starts).
     Plan plan;  // kNoBudget: it waits
-    if (!next_block_in_step(g, reused)) {
-      int64_t need = 0;
-      for (int64_t s : g.seqs) {
-        const SeqState& st = seqs_.at(s);
-        need += kv_->blocks_needed(s, st.num_computed, st.num_tokens);
-      }
-      const int32_t reserve = running_.empty() ? 0 : config_.reserve_blocks;
-      grow_until_free(need + reserve, out);
-      if (need + reserve <= kv_->num_free_blocks())
-        plan = plan_group(g, *token_budget, kv_->num_free_blocks());
+    int64_t need = 0;
+    for (int64_t s : g.seqs) {
+      const SeqState& st = seqs_.at(s);
+      need += kv_->blocks_needed(s, st.num_computed, st.num_tokens);
     }
+    const int32_t reserve = running_.empty() ? 0 : config_.reserve_blocks;
+    grow_until_free(need + reserve, out);
+    if (need + reserve <= kv_->num_free_blocks())
+      plan = plan_group(g, *token_budget, kv_->num_free_blocks());
     if (plan.status != Plan::kOk) {
       if (reused > 0) drop_cached_prefix(g);  // it waits as it came
       break;
@@ -438,7 +419,6 @@ void Scheduler::admit_waiting(SchedulerOutput* out, int32_t* token_budget) {
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int32_t token_budget = config_.max_num_batched_tokens;
-  step_blocks_.clear();
   // The blocks computed by the steps before this one become shareable.
   if (kv_->prefix_caching())
     for (const auto& key : running_) {

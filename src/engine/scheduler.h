@@ -29,7 +29,6 @@
 #include <set>
 #include <span>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -173,9 +172,6 @@ class Scheduler {
   void publish(const Group& g, int64_t seq_id);
   // A waiting group's cached prefix: taken (its sequence's num_computed moves past it).
   int32_t take_cached_prefix(Group& g);
-  // Whether the next block the group would compute, after `reused` tokens from the
-  // cache, is one this step's plan completes.
-  bool next_block_in_step(const Group& g, int32_t reused) const;
   // Gives back the prefix take_cached_prefix took (the group stays waiting).
   void drop_cached_prefix(Group& g);
   void preempt(Group& g, SchedulerOutput* out);
@@ -201,8 +197,6 @@ class Scheduler {
   int64_t prefix_queries_ = 0;
   int64_t prefix_hits_ = 0;
   TokenSource tokens_;
-  // The hashes of the blocks this step's plan completes (cleared by schedule()).
-  std::unordered_set<BlockHash, BlockHashHasher> step_blocks_;
 };
 
 }  // namespace tachyon

@@ -77,12 +77,21 @@ std::string file_name(const Json& j, const std::string& where, const char* suffi
   return n;
 }
 
+// The float dtypes a gather of stream rows is cast to; the others (integers and
+// float8, the payloads of quantized checkpoints) only carry inline bytes.
+bool castable(DType d) {
+  return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
+}
+
 DType dtype_of(const Json& j, const std::string& where) {
   const std::string d = str(j, where);
-  if (d == "F32") return DType::kF32;
-  if (d == "BF16") return DType::kBF16;
-  if (d == "F16") return DType::kF16;
-  bad(where, fmt::format("dtype '{}' is not F32, BF16 or F16", d));
+  static const std::pair<const char*, DType> known[] = {
+      {"F32", DType::kF32}, {"BF16", DType::kBF16},     {"F16", DType::kF16},
+      {"I64", DType::kI64}, {"I32", DType::kI32},       {"I8", DType::kI8},
+      {"U8", DType::kU8},   {"F8_E4M3", DType::kF8E4M3}};
+  for (const auto& [name, dtype] : known)
+    if (d == name) return dtype;
+  bad(where, fmt::format("dtype '{}' is not F32, BF16, F16, I64, I32, I8, U8 or F8_E4M3", d));
 }
 
 std::string hex_bytes(const Json& j, const std::string& where) {
@@ -139,6 +148,9 @@ FixtureTensor file_tensor(const Json& j, const std::string& where,
                                         dtype_name(t.dtype)));
     return t;
   }
+  if (!castable(t.dtype))
+    bad(where + ".dtype",
+        fmt::format("{} tensors carry inline \"bytes\", not stream rows", dtype_name(t.dtype)));
   if (j.contains("rows")) {
     const Json& rows = array(j["rows"], where + ".rows");
     if (rows.empty()) bad(where + ".rows", "empty");

@@ -43,8 +43,10 @@ struct FixtureTensor {
   std::string name;
   DType dtype = DType::kF32;
   Shape shape;
-  std::vector<FixtureRows> rows;  // concatenated, then cast to dtype
-  std::string bytes;              // inline contents (when rows is empty)
+  std::vector<FixtureRows> rows;  // concatenated, then cast to dtype (F32, BF16 or F16)
+  // Inline contents (when rows is empty); the only source of the integer and float8
+  // tensors (I64, I32, I8, U8, F8_E4M3) of quantized checkpoints.
+  std::string bytes;
 };
 
 struct FixtureFile {

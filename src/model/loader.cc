@@ -85,12 +85,7 @@ std::unique_ptr<Backend> make_backend(const LoadOptions& opts, DType checkpoint_
     if (int8) kv = DType::kI8;
     if (fp8) kv = DType::kF8E4M3;
   }
-  if (dev.is_cpu()) {
-    if (kv && *kv == DType::kF8E4M3)
-      raise<InvalidArgument>(
-          "an fp8 KV cache needs a CUDA device; the CPU keeps it in f32 (auto), bf16 or int8");
-    return make_cpu_backend(kv.value_or(DType::kF32));
-  }
+  if (dev.is_cpu()) return make_cpu_backend(kv.value_or(DType::kF32));
 #if defined(TACHYON_WITH_CUDA)
   DType dtype = default_gpu_dtype(checkpoint_dtype);
   if (opts.dtype) {

@@ -41,7 +41,7 @@ Device parse_device(const std::string& spec);
 std::optional<DType> parse_compute_dtype(const std::string& spec);
 // The KV cache dtype named by --kv-cache-dtype / TACHYON_KV_CACHE_DTYPE: "auto" (or
 // empty) leaves it unset (the compute dtype), "bf16" / "bfloat16" is bf16, "int8" / "i8"
-// is i8 (CPU only), "fp8" / "fp8_e4m3" / "f8_e4m3" is e4m3 (GPU only). Throws
+// is i8 (CPU only), "fp8" / "fp8_e4m3" / "f8_e4m3" is e4m3. Throws
 // InvalidArgument on anything else.
 std::optional<DType> parse_kv_cache_dtype(const std::string& spec);
 // What a GPU computes in when neither --dtype nor TACHYON_DTYPE says: f16 for a

@@ -402,6 +402,10 @@ void cache_rounded(DType t, double* row, int64_t hd) {
     for (int64_t d = 0; d < hd; ++d) row[d] = bf16_to_f32(f32_to_bf16(static_cast<float>(row[d])));
     return;
   }
+  if (t == DType::kF8E4M3) {
+    for (int64_t d = 0; d < hd; ++d) row[d] = e4m3_to_f32(f32_to_e4m3(static_cast<float>(row[d])));
+    return;
+  }
   float mx = 0.f;
   for (int64_t d = 0; d < hd; ++d) mx = std::max(mx, std::fabs(static_cast<float>(row[d])));
   const float scale = mx / 127.f;
@@ -474,7 +478,7 @@ std::vector<std::vector<double>> quantized_attention_formula(const AttnSpec& s, 
   Tensor kt = Tensor::empty({static_cast<int64_t>(n)}, DType::kF32),
          vt = Tensor::empty({static_cast<int64_t>(n)}, DType::kF32);
   for (size_t i = 0; i < n; ++i) {
-    kt.data<float>()[i] = static_cast<float>(k[i]);  // exact: bf16 or int8 x f32 scale
+    kt.data<float>()[i] = static_cast<float>(k[i]);  // exact: bf16, e4m3 or int8 x f32 scale
     vt.data<float>()[i] = static_cast<float>(v[i]);
   }
   r.keep("k", kt);
@@ -508,9 +512,10 @@ void quantized_cache_cases(std::vector<OpCase>& cases) {
       spec("mixed", gqa, 16, {1, 5, 20, 1}, {40, 5, 60, 129}),
       spec("sliding_window", gqa, 16, {1, 7, 30}, {200, 50, 30}, 16),
   };
-  for (DType t : {DType::kBF16, DType::kI8})
+  for (DType t : {DType::kBF16, DType::kF8E4M3, DType::kI8})
     for (const AttnSpec& s : specs) {
-      OpCase c{std::string("kv_") + (t == DType::kBF16 ? "bf16" : "int8") + "_" + s.name,
+      const char* type = t == DType::kBF16 ? "bf16" : t == DType::kI8 ? "int8" : "fp8";
+      OpCase c{std::string("kv_") + type + "_" + s.name,
                [s, t](OpRun& r) { run_quantized_attention(s, t, r); },
                [s, t](const OpRun& r) {
                  OpRun copy = r;  // the formula keeps its rounded caches beside the inputs

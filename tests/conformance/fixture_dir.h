@@ -34,13 +34,17 @@ inline std::string fixtures_source_dir() {
   return std::string(TACHYON_SOURCE_DIR) + "/tests/conformance/fixtures";
 }
 
-// Every fixture folder (one with a config.json), sorted.
-inline std::vector<std::string> fixture_names() {
+// Every fixture folder (one with a config.json) directly under the fixtures folder, or
+// under its subfolder `group` (named "group/NAME" then, as "quant/gptq_sym"), sorted.
+inline std::vector<std::string> fixture_names(const std::string& group = "") {
   namespace fs = std::filesystem;
   std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(fixtures_source_dir()))
+  const fs::path root =
+      group.empty() ? fs::path(fixtures_source_dir()) : fs::path(fixtures_source_dir()) / group;
+  if (!fs::is_directory(root)) return names;
+  for (const auto& e : fs::directory_iterator(root))
     if (e.is_directory() && fs::exists(e.path() / "config.json"))
-      names.push_back(e.path().filename().string());
+      names.push_back((group.empty() ? "" : group + "/") + e.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -98,12 +102,14 @@ inline std::string fixture(const std::string& name) {
   std::string key = manifest_text;
   for (const auto& [f, bytes] : copies) key += f + '\0' + bytes;
   const fs::path root = fixtures_build_root();
-  const fs::path final_dir = root / fmt::format("{}-{:016x}", name, fnv1a64(key));
+  std::string flat = name;  // a grouped fixture's folder sits beside the others
+  std::replace(flat.begin(), flat.end(), '/', '.');
+  const fs::path final_dir = root / fmt::format("{}-{:016x}", flat, fnv1a64(key));
   std::error_code ec;
   if (!fs::exists(final_dir / ".complete", ec)) {
     static std::atomic<int> counter{0};
     const fs::path tmp =
-        root / fmt::format(".{}.tmp.{}.{}", name, ::getpid(), counter.fetch_add(1));
+        root / fmt::format(".{}.tmp.{}.{}", flat, ::getpid(), counter.fetch_add(1));
     fs::remove_all(tmp, ec);
     fs::create_directories(tmp);
     write_fixture_weights(parse_fixture_manifest(manifest_text), tmp.string());

@@ -123,6 +123,51 @@ TEST(FixtureManifest, BuildsGathersCastsAndInlineBytes) {
   fs::remove_all(dir);
 }
 
+// Quantized checkpoints' payloads (packed integers, zero points, float8 values, shapes)
+// are inline bytes of the integer and float8 dtypes, written as they are.
+TEST(FixtureManifest, IntegerAndFloat8TensorsCarryInlineBytes) {
+  const std::string text = R"({"format":1,"streams":[],
+"files":[{"name":"model.safetensors","tensors":[
+  {"name":"qweight","dtype":"I32","shape":[2],"bytes":"78563412ffffffff"},
+  {"name":"shape","dtype":"I64","shape":[1],"bytes":"4000000000000000"},
+  {"name":"signed","dtype":"I8","shape":[3],"bytes":"80ff7f"},
+  {"name":"zeros","dtype":"U8","shape":[1,2],"bytes":"0780"},
+  {"name":"fp8","dtype":"F8_E4M3","shape":[2],"bytes":"387e"}]}],
+"fnv1a64":{"model.safetensors":"CHECKSUM"}})";
+  auto manifest = [&](const std::string& sum) {
+    std::string s = text;
+    s.replace(s.find("CHECKSUM"), 8, sum);
+    return parse_fixture_manifest(s);
+  };
+  std::string err;
+  try {
+    build_fixture_files(manifest("0000000000000000"));
+  } catch (const InvalidArgument& e) {
+    err = e.what();
+  }
+  const size_t at = err.find("FNV-1a ");
+  ASSERT_NE(at, std::string::npos) << err;
+  const std::string dir = (fs::temp_directory_path() / "tachyon_fixture_ints").string();
+  write_fixture_weights(manifest(err.substr(at + 7, 16)), dir);
+  auto st = SafetensorsFile::open(dir + "/model.safetensors");
+  Tensor q = st->get("qweight"), shape = st->get("shape"), sgn = st->get("signed"),
+         z = st->get("zeros"), f8 = st->get("fp8");
+  EXPECT_EQ(q.dtype(), DType::kI32);
+  EXPECT_EQ(q.data<int32_t>()[0], 0x12345678);
+  EXPECT_EQ(q.data<int32_t>()[1], -1);
+  EXPECT_EQ(shape.dtype(), DType::kI64);
+  EXPECT_EQ(shape.data<int64_t>()[0], 64);
+  EXPECT_EQ(sgn.dtype(), DType::kI8);
+  EXPECT_EQ(sgn.data<int8_t>()[0], -128);
+  EXPECT_EQ(sgn.data<int8_t>()[2], 127);
+  EXPECT_EQ(z.dtype(), DType::kU8);
+  EXPECT_EQ(z.shape(), (Shape{1, 2}));
+  EXPECT_EQ(z.data<uint8_t>()[1], 0x80);
+  EXPECT_EQ(f8.dtype(), DType::kF8E4M3);
+  EXPECT_EQ(static_cast<const uint8_t*>(f8.raw())[0], 0x38);  // 1.0 in e4m3
+  fs::remove_all(dir);
+}
+
 TEST(FixtureManifest, MalformedManifestsAreRefusedNamingTheField) {
   const std::string ok = tiny("0000000000000000");
   auto refused = [&](std::string from, std::string to, const char* field) {
@@ -155,6 +200,10 @@ TEST(FixtureManifest, MalformedManifestsAreRefusedNamingTheField) {
   refused(R"("0000803f")", R"("0000803g")", "files[0].tensors[3].bytes");
   refused(R"("0000803f")", R"("00")", "files[0].tensors[3].bytes");
   refused(R"("dtype":"F16")", R"("dtype":"I8")", "files[0].tensors[2].dtype");
+  refused(R"("dtype":"F16")", R"("dtype":"I16")", "files[0].tensors[2].dtype");
+  refused(R"("dtype":"BF16")", R"("dtype":"F8_E4M3")", "files[0].tensors[1].dtype");
+  refused(R"("dtype":"F32","shape":[1],"bytes":"0000803f")",
+          R"("dtype":"I64","shape":[1],"bytes":"0000803f")", "files[0].tensors[3].bytes");
   refused(R"("name":"model.safetensors","metadata")", R"("name":"../x.safetensors","metadata")",
           "files[0].name");
   refused(R"("name":"b","dtype")", R"("name":"w","dtype")", "written twice");
@@ -171,9 +220,15 @@ TEST(FixtureManifest, MalformedManifestsAreRefusedNamingTheField) {
 // Every manifest builds to the files whose checksums were recorded when the fixture was
 // made (build_fixture_files compares them), so any drift of the generator, the casts or
 // the writer fails here.
+std::vector<std::string> all_fixture_names() {
+  std::vector<std::string> names = fixture_names();
+  for (const std::string& q : fixture_names("quant")) names.push_back(q);
+  return names;
+}
+
 TEST(FixtureManifest, EveryFixtureBuildsToItsRecordedChecksums) {
   int built = 0;
-  for (const std::string& name : fixture_names()) {
+  for (const std::string& name : all_fixture_names()) {
     const fs::path p = fs::path(testing_util::fixture_source_dir(name)) / "weights.json";
     if (!fs::exists(p)) continue;
     SCOPED_TRACE(name);
@@ -191,7 +246,7 @@ TEST(FixtureManifest, EveryFixtureBuildsToItsRecordedChecksums) {
 // listed when it wrote them.
 TEST(Checkpoint, FixturesMatchReferenceTensorList) {
   int checked = 0;
-  for (const std::string& name : fixture_names()) {
+  for (const std::string& name : all_fixture_names()) {
     SCOPED_TRACE(name);
     const fs::path dir = testing_util::fixture(name);
     Json ref = load_json_file(testing_util::fixture_source_dir(name) + "/reference.json");

@@ -397,18 +397,22 @@ TEST(Scheduler, RequestsArrivingTogetherComputeTheirCommonPrefixOnce) {
   tokens[30].push_back(7);
   f.s.add_group(1, 10, 40, 1, {}, 0);
   f.s.add_group(2, 20, 40, 1, {}, 0);
-  EXPECT_EQ(describe(f.s.schedule()), "10:0+40*");
-  EXPECT_THAT(f.s.waiting_groups(), ElementsAre(2));
-  tokens[10].push_back(1);
-  f.s.append_token(10);
+  // The second takes the nine whole blocks the first computes in this very step (a step
+  // writes every token's K/V before attention reads the cache); its last prompt token
+  // is computed.
   const auto out = f.s.schedule();
-  // Nine whole blocks from the cache; the last prompt token is computed.
-  EXPECT_EQ(describe(out), "10:40+1* 20:36+4*");
+  EXPECT_EQ(describe(out), "10:0+40* 20:36+4*");
   EXPECT_THAT(out.reused, ElementsAre(std::pair<int64_t, int32_t>{2, 36}));
+  EXPECT_TRUE(f.s.waiting_groups().empty());
   const auto& t10 = f.kv.block_table(10);
   const auto& t20 = f.kv.block_table(20);
   for (size_t b = 0; b < 9; ++b) EXPECT_EQ(t20[b], t10[b]);
   EXPECT_NE(t20[9], t10[9]);
+  for (int64_t seq : {10, 20}) {
+    tokens[seq].push_back(1);
+    f.s.append_token(seq);
+  }
+  EXPECT_EQ(describe(f.s.schedule()), "10:40+1* 20:40+1*");
   f.s.add_group(3, 30, 41, 1, {}, 0);
   // Its first ten blocks are cached (the tenth, tokens 36-39, computed by the first).
   EXPECT_EQ(describe(f.s.schedule()), "30:40+1*");

@@ -288,5 +288,48 @@ TEST(KjvEngine, PrefixCacheKeepsOutputs) {
   }
 }
 
+// Requests that arrive together with a common stem: the later ones take the stem's
+// blocks in the very step the first computes them (its K/V written before any attention
+// reads), and every output is the output without the cache.
+TEST(KjvEngine, RequestsArrivingTogetherShareTheStemAsItIsComputed) {
+  std::mt19937 rng(5);
+  std::vector<int32_t> stem = {1};
+  for (int i = 0; i < 70; ++i) stem.push_back(100 + static_cast<int32_t>(rng() % 30000));
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < 6; ++i) {
+    GenerateRequest r;
+    r.prompt_ids = stem;
+    for (int k = 0; k < 3 + i; ++k) r.prompt_ids.push_back(300 + 11 * i + k);
+    r.config = greedy(6);
+    r.config.return_logprobs = true;
+    reqs.push_back(std::move(r));
+  }
+  auto run = [&](bool cache, int64_t* reused) {
+    auto e = engine(1024, 512, true, 0, cache);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const auto& r : reqs) streams.push_back(e->submit(r));
+    std::vector<std::pair<std::vector<int32_t>, std::vector<float>>> out;
+    for (auto& s : streams) {
+      const auto r = s->wait();
+      EXPECT_FALSE(r.error) << r.error->message;
+      out.emplace_back(r.sequences.at(0).output_ids, r.sequences.at(0).logprobs);
+      *reused += r.timings.reuse_len;
+    }
+    return out;
+  };
+  int64_t reused_off = 0, reused_on = 0;
+  const auto off = run(false, &reused_off);
+  const auto on = run(true, &reused_on);
+  EXPECT_EQ(reused_off, 0);
+  EXPECT_EQ(reused_on, 5 * 64);  // four whole blocks of the stem for each later request
+  const float tol = kjv().model->backend().activation_dtype() == DType::kF32 ? 1e-4f : 1e-2f;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(on[i].first, off[i].first) << "request " << i;
+    ASSERT_EQ(on[i].second.size(), off[i].second.size());
+    for (size_t k = 0; k < on[i].second.size(); ++k)
+      EXPECT_NEAR(on[i].second[k], off[i].second[k], tol) << "request " << i;
+  }
+}
+
 }  // namespace
 }  // namespace tachyon

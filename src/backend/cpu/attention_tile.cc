@@ -22,14 +22,23 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Eight cache values from p as floats (int8: unscaled).
-__attribute__((target("avx2,fma"))) inline __m256 load8(const float* p) {
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const float* p) {
   return _mm256_loadu_ps(p);
 }
-__attribute__((target("avx2,fma"))) inline __m256 load8(const bf16* p) {
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const bf16* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
-__attribute__((target("avx2,fma"))) inline __m256 load8(const int8_t* p) {
+// e4m3 bits moved into an IEEE half ((b & 0x7f) << 7, the sign to bit 15) are the
+// value times 2^-8, subnormals included (both formats' subnormals scale the same way).
+// 0x7f / 0xff (NaN) read as +-480; the cache never holds them but from a NaN input.
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const fp8_e4m3* p) {
+  const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7f)), 7),
+                                 _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8));
+  return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.f));
+}
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const int8_t* p) {
   const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
 }
@@ -37,8 +46,9 @@ __attribute__((target("avx2,fma"))) inline __m256 load8(const int8_t* p) {
 // s[r][j] = q_r . k_j for rows [r0, r0 + 4) and keys [j0, j0 + 2); missing rows or
 // keys point at valid memory and their results are not used.
 template <typename T>
-__attribute__((target("avx2,fma"))) inline void dot_block(const float* const* q, const T* k0,
-                                                          const T* k1, int hd, float out[4][2]) {
+__attribute__((target("avx2,fma,f16c"))) inline void dot_block(const float* const* q, const T* k0,
+                                                               const T* k1, int hd,
+                                                               float out[4][2]) {
   __m256 a00 = _mm256_setzero_ps(), a01 = _mm256_setzero_ps(), a10 = _mm256_setzero_ps(),
          a11 = _mm256_setzero_ps(), a20 = _mm256_setzero_ps(), a21 = _mm256_setzero_ps(),
          a30 = _mm256_setzero_ps(), a31 = _mm256_setzero_ps();
@@ -70,8 +80,9 @@ __attribute__((target("avx2,fma"))) inline void dot_block(const float* const* q,
 // acc[0 .. 8K) = corr * acc + sum_j p[j] * v_j[0 .. 8K), v_j = v + j * ld: the
 // accumulators stay in registers across the keys.
 template <int K, typename T>
-__attribute__((target("avx2,fma"))) inline void accumulate_pv(float* acc, const T* v, int64_t ld,
-                                                              const float* p, int n, float corr) {
+__attribute__((target("avx2,fma,f16c"))) inline void accumulate_pv(float* acc, const T* v,
+                                                                   int64_t ld, const float* p,
+                                                                   int n, float corr) {
   __m256 a[K];
   const __m256 c = _mm256_set1_ps(corr);
   for (int k = 0; k < K; ++k) a[k] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * k), c);
@@ -84,7 +95,7 @@ __attribute__((target("avx2,fma"))) inline void accumulate_pv(float* acc, const 
 }
 
 template <typename T>
-__attribute__((target("avx2,fma"))) void tile_avx2(const AttnTile& t, float* scratch) {
+__attribute__((target("avx2,fma,f16c"))) void tile_avx2(const AttnTile& t, float* scratch) {
   constexpr bool kInt8 = std::is_same_v<T, int8_t>;
   const int R = t.rows, hd = t.head_dim;
   const int64_t ld = hd + (kInt8 ? 4 : 0);  // cache row stride, in elements
@@ -216,6 +227,8 @@ void attention_tile_avx2(const AttnTile& t, float* scratch) {
   switch (t.kv_dtype) {
     case DType::kBF16:
       return tile_avx2<bf16>(t, scratch);
+    case DType::kF8E4M3:
+      return tile_avx2<fp8_e4m3>(t, scratch);
     case DType::kI8:
       return tile_avx2<int8_t>(t, scratch);
     default:

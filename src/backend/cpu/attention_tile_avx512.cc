@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "backend/cpu/attention_tile.h"
+#include "backend/cpu/kv_rows.h"
 
 #if defined(__x86_64__)
 #include "backend/cpu/avx512_math.h"
@@ -41,6 +42,14 @@ TACHYON_AVX512_INLINE __m512 load16(const float* p) {
 TACHYON_AVX512_INLINE __m512 load16(const bf16* p) {
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+// e4m3 through IEEE half, as attention_tile.cc's load8 explains.
+TACHYON_AVX512_INLINE __m512 load16(const fp8_e4m3* p) {
+  const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i h =
+      _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7f)), 7),
+                      _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8));
+  return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.f));
 }
 TACHYON_AVX512_INLINE __m512 load16(const int8_t* p) {
   const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -286,6 +295,8 @@ void attention_tile_avx512(const AttnTile& t, float* scratch) {
   switch (t.kv_dtype) {
     case DType::kBF16:
       return tile_avx512<bf16>(t, scratch);
+    case DType::kF8E4M3:
+      return tile_avx512<fp8_e4m3>(t, scratch);
     case DType::kI8:
       return tile_avx512<int8_t>(t, scratch);
     default:

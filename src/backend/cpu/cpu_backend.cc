@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/kv_rows.h"
 #include "backend/cpu/packed_weight.h"
 #include "backend/cpu/qgemm.h"
 #include "backend/cpu/vec.h"
@@ -38,8 +39,8 @@ CpuBackend::CpuBackend(ThreadPool* pool, std::optional<CpuIsa> isa, DType kv_dty
       isa_(isa.value_or(active_cpu_isa())),
       kv_dtype_(kv_dtype) {
   TACHYON_CHECK(cpu_isa_supported(isa_), "this CPU cannot run the {} path", cpu_isa_name(isa_));
-  if (kv_dtype != DType::kF32 && kv_dtype != DType::kBF16 && kv_dtype != DType::kI8)
-    raise<InvalidArgument>("the CPU keeps its KV cache in f32, bf16 or int8, not {}",
+  if (!cpu_kv_dtype(kv_dtype))
+    raise<InvalidArgument>("the CPU keeps its KV cache in f32, bf16, fp8 (e4m3) or int8, not {}",
                            dtype_name(kv_dtype));
 }
 

@@ -20,7 +20,7 @@ class CpuBackend : public Backend {
   // pool: the thread pool the kernels use (the global pool when null). isa: the
   // instruction-set path of the products and attention (the active one when unset;
   // tests run every path the CPU has). Elementwise ops follow use_avx2(). kv_dtype: the
-  // KV cache's element type, f32, bf16 or i8 (write_kv and attention read the type of
+  // KV cache's element type, f32, bf16, f8_e4m3 or i8 (write_kv and attention read the type of
   // the cache they are given).
   explicit CpuBackend(ThreadPool* pool = nullptr, std::optional<CpuIsa> isa = std::nullopt,
                       DType kv_dtype = DType::kF32);

@@ -1,5 +1,6 @@
-// Rows of the CPU's paged KV cache (backend/ops.h LayerKvCache) in f32, bf16 or int8:
-// a token's head_dim values of one KV head, the int8 row followed by its float scale.
+// Rows of the CPU's paged KV cache (backend/ops.h LayerKvCache) in f32, bf16, fp8
+// (e4m3) or int8: a token's head_dim values of one KV head, the int8 row followed by its
+// float scale.
 #pragma once
 
 #include <algorithm>
@@ -12,9 +13,15 @@
 
 namespace tachyon::cpu {
 
+// An e4m3 (float8_e4m3fn) cache value, as the GPU's fp8 cache stores it: no scale,
+// values rounded to nearest even and saturated to +-448 (core's f32_to_e4m3).
+struct fp8_e4m3 {
+  uint8_t bits;
+};
+
 // Whether the CPU kernels read and write a cache of this element type.
 inline bool cpu_kv_dtype(DType t) {
-  return t == DType::kF32 || t == DType::kBF16 || t == DType::kI8;
+  return t == DType::kF32 || t == DType::kBF16 || t == DType::kF8E4M3 || t == DType::kI8;
 }
 
 // The float scale stored after an int8 row of hd values.
@@ -49,6 +56,11 @@ inline void write_kv_row(void* cache, DType t, int64_t row, int64_t hd, const fl
       for (int64_t i = 0; i < hd; ++i) d[i] = f32_to_bf16(x[i]);
       return;
     }
+    case DType::kF8E4M3: {
+      uint8_t* d = static_cast<uint8_t*>(cache) + row * hd;
+      for (int64_t i = 0; i < hd; ++i) d[i] = f32_to_e4m3(x[i]);
+      return;
+    }
     case DType::kI8:
       quantize_int8_row(x, hd, static_cast<int8_t*>(cache) + row * (hd + 4));
       return;
@@ -66,6 +78,11 @@ inline const float* read_kv_row(const void* cache, DType t, int64_t row, int64_t
     case DType::kBF16: {
       const bf16* s = static_cast<const bf16*>(cache) + row * hd;
       for (int64_t i = 0; i < hd; ++i) tmp[i] = bf16_to_f32(s[i]);
+      return tmp;
+    }
+    case DType::kF8E4M3: {
+      const uint8_t* s = static_cast<const uint8_t*>(cache) + row * hd;
+      for (int64_t i = 0; i < hd; ++i) tmp[i] = e4m3_to_f32(s[i]);
       return tmp;
     }
     case DType::kI8: {

@@ -17,7 +17,8 @@ void CudaBackend::check_kv_write(const Tensor& slots, int64_t tokens, const QkvL
   TACHYON_CHECK(slots.numel() == tokens && slots.dtype() == DType::kI32,
                 "{} slots {} for {} tokens", what, slots.str(), tokens);
   TACHYON_CHECK(cache.k && cache.v && cache.k.ndim() == 4 &&
-                    cache.k.dim(1) == layout.num_kv_heads && cache.k.dim(3) == layout.head_dim &&
+                    cache.k.dim(1) == layout.num_kv_heads &&
+                    cache.k.dim(3) == layout.head_dim + kv_row_extra(kv_dtype_) &&
                     cache.v.shape() == cache.k.shape() && cache.k.dtype() == kv_dtype_ &&
                     cache.v.dtype() == kv_dtype_,
                 "{} cache {}", what, cache.k ? cache.k.str() : std::string("none"));
@@ -56,6 +57,12 @@ void CudaBackend::write_kv(const Tensor& qkv, const QkvLayout& layout, const Ten
   check_act(qkv, "write_kv qkv");
   TACHYON_CHECK(qkv.ndim() == 2 && qkv.dim(1) == layout.row_cols(), "write_kv qkv {}", qkv.str());
   check_kv_write(slots, qkv.dim(0), layout, cache, "write_kv");
+  if (kv_i8()) {
+    launch_write_kv_i8(qkv.raw(), dtype_, qkv.dim(0), qkv.dim(1), layout.q_cols(),
+                       layout.num_kv_heads, layout.head_dim, slots.data<int32_t>(), cache.k.raw(),
+                       cache.v.raw(), cache.num_blocks(), cache.block_size(), err_dev_, stream_);
+    return;
+  }
   launch_write_kv(qkv.raw(), dtype_, qkv.dim(0), qkv.dim(1), layout.q_cols(), layout.num_kv_heads,
                   layout.head_dim, slots.data<int32_t>(), cache.k.raw(), cache.v.raw(), kv_fp8(),
                   cache.num_blocks(), cache.block_size(), err_dev_, stream_);
@@ -211,11 +218,37 @@ void CudaBackend::stage_fp8_cache(AttentionArgs& a, const AttentionMeta& meta, b
   a.num_blocks = static_cast<int32_t>(total);
 }
 
+void CudaBackend::stage_i8_cache(AttentionArgs& a) {
+  const int64_t blocks = int64_t{a.num_seqs} * a.max_blocks;
+  // The kernels index cache rows ((block * kv_heads + head) * block_size + slot) in 32 bits.
+  if (blocks * a.kv_heads * a.block_size > INT32_MAX)
+    raise<ResourceExhausted>(
+        "attention over an int8 KV cache: the step's {} x {} blocks do not fit one staging "
+        "cache",
+        a.num_seqs, a.max_blocks);
+  const size_t bytes =
+      static_cast<size_t>(std::max<int64_t>(blocks, 1) * a.kv_heads * a.block_size * a.head_dim) *
+      dtype_size(dtype_);
+  void* ks = scratch(i8_stage_k_, bytes);
+  void* vs = scratch(i8_stage_v_, bytes);
+  auto* tables = static_cast<int32_t*>(
+      scratch(i8_stage_tables_, static_cast<size_t>(std::max<int64_t>(blocks, 1)) * 4));
+  launch_stage_i8_kv(a.k_cache, a.v_cache, dtype_, a.block_tables, a.query_start, a.context_lens,
+                     a.num_seqs, a.max_blocks, a.num_blocks, a.block_size, a.sliding_window,
+                     a.kv_heads, a.head_dim, ks, vs, tables, err_dev_, stream_);
+  a.k_cache = ks;
+  a.v_cache = vs;
+  a.block_tables = tables;
+  a.num_blocks = static_cast<int32_t>(blocks);
+}
+
 void CudaBackend::rotary_write_kv(Tensor& qkv, const QkvLayout& layout, const Tensor& cos_sin,
                                   RotaryStyle style, int32_t rotary_dim, const Tensor& slots,
                                   LayerKvCache& cache) {
   wrote(qkv);
-  if (style == RotaryStyle::kNone || rotary_dim == 0 || layout.head_dim % 2 != 0) {
+  // An int8 cache's rows are quantized by write_kv's kernel (a row's scale needs the
+  // whole rotated row).
+  if (style == RotaryStyle::kNone || rotary_dim == 0 || layout.head_dim % 2 != 0 || kv_i8()) {
     rotary(qkv, layout, cos_sin, style, rotary_dim);
     write_kv(qkv, layout, slots, cache);
     return;
@@ -239,7 +272,7 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
   const int H = layout.num_heads, KV = layout.num_kv_heads, hd = layout.head_dim;
   TACHYON_CHECK(out.ndim() == 2 && out.dim(0) == n && out.dim(1) == int64_t{H} * hd,
                 "attention out {}", out.str());
-  TACHYON_CHECK(cache.k && cache.k.dim(1) == KV && cache.k.dim(3) == hd &&
+  TACHYON_CHECK(cache.k && cache.k.dim(1) == KV && cache.k.dim(3) == hd + kv_row_extra(kv_dtype_) &&
                     cache.k.dtype() == kv_dtype_ && cache.v && cache.v.shape() == cache.k.shape() &&
                     cache.v.dtype() == kv_dtype_,
                 "attention cache {}", cache.k ? cache.k.str() : std::string("none"));
@@ -338,6 +371,7 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
     }
     stage_fp8_cache(a, meta, /*multi_only=*/false);
   }
+  if (kv_i8()) stage_i8_cache(a);
   // A kernel runs when forced (set_attention_kernel) and applicable, or under kAuto
   // when applicable and the step has its shape; batch-invariant mode and steps with a
   // bidirectional prefix or tree masks run through the simple kernel below.

@@ -52,11 +52,11 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options)
     raise<InvalidArgument>("the CUDA backend computes in bf16, f16 or f32, not {}",
                            dtype_name(dtype_));
   kv_dtype_ = options.kv_dtype.value_or(dtype_);
-  if (kv_dtype_ != dtype_ &&
-      !(kv_dtype_ == DType::kF8E4M3 && (dtype_ == DType::kBF16 || dtype_ == DType::kF16)))
+  if (kv_dtype_ != dtype_ && !((kv_dtype_ == DType::kF8E4M3 || kv_dtype_ == DType::kI8) &&
+                               (dtype_ == DType::kBF16 || dtype_ == DType::kF16)))
     raise<InvalidArgument>(
         "KV cache dtype {} with compute dtype {}: the cache holds the compute dtype, or "
-        "f8_e4m3 with bf16 or f16 compute",
+        "f8_e4m3 or int8 with bf16 or f16 compute",
         dtype_name(kv_dtype_), dtype_name(dtype_));
   const int n = device_count();
   if (device_ < 0 || device_ >= n)
@@ -265,6 +265,9 @@ void* CudaBackend::scratch(Tensor& slot, size_t bytes) {
 
 Tensor CudaBackend::prepare_weight(const Tensor& host) {
   if (!host) return host;
+  // A quantized matrix is only read by products (MoE experts come this way).
+  if (quantized(host) != nullptr || quant_weight(host) != nullptr)
+    return prepare_linear_weight(host);
   TACHYON_CHECK(is_floating(host.dtype()) && host.dtype() != DType::kF64,
                 "prepare_weight: {} is not an f32/f16/bf16 weight", host.str());
   const DType target = host.ndim() >= 2 ? dtype_ : DType::kF32;

@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/quant_weight.h"
 
 namespace tachyon::cuda {
 
@@ -42,7 +43,11 @@ class CudaBackend final : public Backend {
   DType activation_dtype() const override { return dtype_; }
   DType kv_dtype() const override { return kv_dtype_; }
   bool kv_fp8() const { return kv_dtype_ == DType::kF8E4M3; }
+  bool kv_i8() const { return kv_dtype_ == DType::kI8; }
   Tensor prepare_weight(const Tensor& host) override;
+  // A quantized view (core/quant.h) uploaded once into the quantized kernels' layout
+  // (cuda_quant.cc); a dense matrix as prepare_weight.
+  Tensor prepare_linear_weight(const Tensor& host) override;
   Tensor to_host(const Tensor& t) override;
   void synchronize() override;
   MemoryInfo memory_info() const override;
@@ -152,7 +157,9 @@ class CudaBackend final : public Backend {
   // The depth from which linear_residual runs on the wgmma GEMM.
   static constexpr int64_t kDeepK = 8192;
   // Which kernel the last product (linear()) ran on (for tests and benchmarks).
-  enum class LinearPath { kCublas, kGemv, kInvariant, kWgmma };
+  // kQuantGemv / kQuantDequant: a quantized weight's matrix-vector kernel, or its
+  // dequantized pieces on the dense GEMM.
+  enum class LinearPath { kCublas, kGemv, kInvariant, kWgmma, kQuantGemv, kQuantDequant };
   LinearPath last_linear_path() const { return last_linear_path_; }
 
   cudaStream_t stream() const { return stream_; }
@@ -187,12 +194,21 @@ class CudaBackend final : public Backend {
   // of the step's sequences (those of more than one query when multi_only) staged as
   // 16-bit elements: `a` rewritten to read the staging cache.
   void stage_fp8_cache(AttentionArgs& a, const AttentionMeta& meta, bool multi_only);
+  // An int8 cache's step: every sequence's blocks staged as 16-bit elements (the
+  // attention kernels read 16-bit caches); `a` rewritten to read the staging cache.
+  void stage_i8_cache(AttentionArgs& a);
   // linear()'s and linear_residual()'s argument checks.
   void check_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
                     int64_t col_offset);
   // accumulate: y += the product (the matrix-vector kernel or cuBLASLt's C input).
   void gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor& w, void* y, DType y_type,
             int64_t ldy, const Tensor& bias, Activation act, bool accumulate = false);
+  // gemm() of a quantized weight (cuda_quant.cc).
+  void quant_product(const Tensor& x, int64_t x_row0, int64_t m, const QuantWeight& w, void* y,
+                     DType y_type, int64_t ldy, const Tensor& bias, Activation act,
+                     bool accumulate);
+  // Its scratch: x's gathered columns (act-order) and the dequantized rows.
+  Tensor quant_x_, quant_w_;
 
   // Bumped whenever backend-owned scratch a recorded graph may use is reallocated.
   std::shared_ptr<uint64_t> scratch_epoch_ = std::make_shared<uint64_t>(0);
@@ -264,6 +280,8 @@ class CudaBackend final : public Backend {
   // The fp8 cache's staging (stage_fp8_cache): K and V blocks, tables, work items (and
   // the host copy of the items last uploaded).
   Tensor fp8_stage_k_, fp8_stage_v_, fp8_stage_tables_, fp8_stage_items_;
+  // The int8 cache's staging (stage_i8_cache).
+  Tensor i8_stage_k_, i8_stage_v_, i8_stage_tables_;
   std::vector<int32_t> fp8_stage_host_, fp8_stage_uploaded_;
   // Device sampling (cuda_sampling.cc): per-row parameters and adjustments.
   Tensor sample_meta_, sample_adj_, sample_start_, sample_partial_, sample_masks_, sample_mask_of_;

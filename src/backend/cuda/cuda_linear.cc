@@ -38,6 +38,10 @@ void CudaBackend::prepare_input_norm(NormParams& norm, std::span<Tensor* const> 
 void CudaBackend::gemm(const Tensor& x, int64_t x_row0, int64_t m, const Tensor& w, void* y,
                        DType y_type, int64_t ldy, const Tensor& bias, Activation act,
                        bool accumulate) {
+  if (const QuantWeight* qw = quant_weight(w)) {
+    quant_product(x, x_row0, m, *qw, y, y_type, ldy, bias, act, accumulate);
+    return;
+  }
   const int64_t k = x.dim(1), n = w.dim(0);
   GemmArgs g;
   g.m = m;
@@ -89,7 +93,7 @@ void CudaBackend::check_linear(const Tensor& x, const Tensor& w, const Tensor& b
   check_2d(x, "linear x");
   check_2d(w, "linear weight");
   check_2d(out, "linear out");
-  TACHYON_CHECK(w.dtype() == x.dtype(),
+  TACHYON_CHECK(w.dtype() == x.dtype() || quant_weight(w) != nullptr,
                 "linear weight {} is not in the compute dtype {} (prepare_weight)", w.str(),
                 dtype_name(x.dtype()));
   TACHYON_CHECK(out.dtype() == dtype_ || out.dtype() == DType::kF32,
@@ -124,7 +128,8 @@ void CudaBackend::linear_residual(const Tensor& x, const LinearWeights& w, Tenso
     Backend::linear_residual(x, w, residual);
     return;
   }
-  if (x.dim(1) >= kDeepK && !w.b && m >= kEpilogueRows && gemm_wgmma_active(dtype_)) {
+  if (x.dim(1) >= kDeepK && !w.b && m >= kEpilogueRows && quant_weight(w.w) == nullptr &&
+      gemm_wgmma_active(dtype_)) {
     WgmmaGemmArgs g = wgmma_product(x.raw(), w.w.raw(), residual.raw(), dtype_, m, w.w.dim(0),
                                     x.dim(1), residual.dim(1));
     g.handoff = true;
@@ -169,9 +174,10 @@ void CudaBackend::attention_input(const Tensor& x, const NormParams* norm, const
   const int64_t m = x.dim(0);
   const RotaryStyle style = p.rotary;
   const int32_t rot = style != RotaryStyle::kNone ? static_cast<int32_t>(cos_sin.dim(1)) : 0;
-  if (!batch_invariant_ && p.qkv && !p.qkv.b && p.clip <= 0 && !p.q_norm.weight && !logn &&
-      m >= kEpilogueRows && (style == RotaryStyle::kHalf || style == RotaryStyle::kInterleaved) &&
-      rot > 0 && gemm_wgmma_active(dtype_) && (norm == nullptr || rides(*norm))) {
+  if (!batch_invariant_ && p.qkv && !p.qkv.b && quant_weight(p.qkv.w) == nullptr && !kv_i8() &&
+      p.clip <= 0 && !p.q_norm.weight && !logn && m >= kEpilogueRows &&
+      (style == RotaryStyle::kHalf || style == RotaryStyle::kInterleaved) && rot > 0 &&
+      gemm_wgmma_active(dtype_) && (norm == nullptr || rides(*norm))) {
     const Tensor& w = p.qkv.w;
     check_linear(x, w, Tensor(), qkv, 0);
     check_rotary(qkv, p.layout, cos_sin, style, rot, "attention_input");
@@ -213,8 +219,8 @@ void CudaBackend::mlp_input(const Tensor& x, const NormParams* norm, const MlpIn
   const int64_t m = x.dim(0);
   const bool handoff = m >= kGatedHandoffRows;
   const bool fused = !batch_invariant_ && p.gated && p.gate_up && !p.gate_up.b &&
-                     m >= kGatedMinRows && out.dtype() == dtype_ && out.dim(1) % 8 == 0 &&
-                     gemm_wgmma_active(dtype_);
+                     quant_weight(p.gate_up.w) == nullptr && m >= kGatedMinRows &&
+                     out.dtype() == dtype_ && out.dim(1) % 8 == 0 && gemm_wgmma_active(dtype_);
   if (!fused) {
     Backend::mlp_input(x, norm, p, out);
     return;

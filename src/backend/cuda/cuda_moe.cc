@@ -89,7 +89,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
 
   auto check_w = [&](const Tensor& w, int64_t rows, int64_t cols, int64_t e, const char* what) {
     TACHYON_CHECK(w && w.ndim() == 2 && w.dim(0) == rows && w.dim(1) == cols &&
-                      w.dtype() == dtype_ && w.device() == device(),
+                      (w.dtype() == dtype_ || quant_weight(w) != nullptr) && w.device() == device(),
                   "expert {} {} {} (want [{}, {}] {} on the device)", e, what, w.str(), rows, cols,
                   dtype_name(dtype_));
   };

@@ -141,6 +141,27 @@ void launch_stage_fp8_kv(const void* k_cache, const void* v_cache, DType type,
                          int block_size, int sliding_window, int64_t block_elems,
                          const int32_t* items, int n_items, int max_items_blocks, void* k_staged,
                          void* v_staged, int32_t* staged_tables, int* err, cudaStream_t stream);
+// ---- kv_cache_i8.cu ---------------------------------------------------------------
+// write_kv into an int8 cache ([blocks, kv_heads, block_size, head_dim + 4] bytes: each
+// row's int8 values, then its f32 scale max|x| / 127); rows f16 or bf16.
+void launch_write_kv_i8(const void* qkv, DType type, int64_t tokens, int64_t cols, int64_t q_cols,
+                        int kv_heads, int head_dim, const int32_t* slots, void* k_cache,
+                        void* v_cache, int64_t num_blocks, int block_size, int* err,
+                        cudaStream_t stream);
+// Every sequence's blocks up to its context_lens[s] from an int8 cache, as elements of
+// `type` (f16 or bf16) in staging block s * max_blocks + b (the staging caches hold
+// num_seqs * max_blocks blocks of kv_heads * block_size * head_dim elements), and
+// staged_tables [num_seqs, max_blocks] pointing at them (-1 past the context and for
+// blocks wholly before what the queries see through a sliding window > 0, which are not
+// read). A table entry outside [0, num_blocks) is reported (kErrBlockTable) and its
+// block zeroed.
+void launch_stage_i8_kv(const void* k_cache, const void* v_cache, DType type,
+                        const int32_t* block_tables, const int32_t* query_start,
+                        const int32_t* context_lens, int num_seqs, int max_blocks,
+                        int64_t num_blocks, int block_size, int sliding_window, int kv_heads,
+                        int head_dim, void* k_staged, void* v_staged, int32_t* staged_tables,
+                        int* err, cudaStream_t stream);
+
 // Copies whole blocks of block_bytes bytes: pairs [n_pairs, 2] (src, dst) i32.
 void launch_copy_blocks(void* cache, int64_t block_bytes, const int32_t* pairs, int n_pairs,
                         cudaStream_t stream);

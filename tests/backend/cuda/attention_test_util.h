@@ -83,8 +83,8 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
   void SetUp() override {
     TACHYON_REQUIRE_GPU();
     dt_ = GetParam();
-    gpu_ = make_gpu(dt_, fp8_);
-    cpu_ = make_cpu_backend();
+    gpu_ = i8_ ? make_gpu_kv(dt_, DType::kI8) : make_gpu(dt_, fp8_);
+    cpu_ = make_cpu_backend(i8_ ? DType::kI8 : DType::kF32);
     rng_.seed(99);
   }
 
@@ -130,7 +130,16 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
     LayerKvCache ref, g;
     // With an fp8 cache the reference holds the e4m3-rounded keys and values.
     auto kv_ref = [&](const Tensor& t) { return fp8_ ? e4m3_rounded(t) : t; };
-    if (fp8_) {
+    if (i8_) {
+      // Both caches in int8, each written by its backend's write_kv: the CPU's reference
+      // attends over its dequantized rows.
+      ASSERT_FALSE(c.direct_cache) << "int8 cases write the cache through write_kv";
+      const Shape s8 = kv_cache_shape(DType::kI8, total_blocks, c.kv_heads, bs, c.head_dim);
+      g = {gpu_->alloc(s8, DType::kI8), gpu_->alloc(s8, DType::kI8)};
+      gpu_->fill_zero(g.k);
+      gpu_->fill_zero(g.v);
+      ref = {Tensor::zeros(s8, DType::kI8), Tensor::zeros(s8, DType::kI8)};
+    } else if (fp8_) {
       ASSERT_FALSE(c.direct_cache) << "fp8 cases write the cache through write_kv";
       g = {gpu_->alloc(cache_shape, DType::kF8E4M3), gpu_->alloc(cache_shape, DType::kF8E4M3)};
       gpu_->fill_zero(g.k);
@@ -327,6 +336,7 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
   }
 
   bool fp8_ = false;  // the GPU's KV cache in e4m3 (CudaAttentionFp8Test)
+  bool i8_ = false;   // the GPU's and the reference's KV caches in int8 (CudaAttentionI8Test)
   DType dt_ = DType::kBF16;
   std::vector<Kernel> ran_;
   Kernel auto_ran_ = Kernel::kAuto;

@@ -54,6 +54,13 @@ inline std::unique_ptr<cuda::CudaBackend> make_gpu(DType dtype, bool kv_fp8 = fa
   return std::make_unique<cuda::CudaBackend>(o);
 }
 
+inline std::unique_ptr<cuda::CudaBackend> make_gpu_kv(DType dtype, DType kv_dtype) {
+  CudaBackendOptions o;
+  o.dtype = dtype;
+  o.kv_dtype = kv_dtype;
+  return std::make_unique<cuda::CudaBackend>(o);
+}
+
 // Every element rounded to e4m3 (what an fp8 KV cache keeps of it), in f32.
 inline Tensor e4m3_rounded(const Tensor& t) {
   Tensor r = t.clone();
