@@ -15,13 +15,14 @@
 // --batch B decodes B sequences (each with its own copy of the prompt) in every step.
 //
 //   cpu_model_bench --model DIR [--prompt 512] [--decode 32] [--reps 3] [--batch 1]
-//                   [--threads N] [--profile]
+//                   [--threads N] [--quantization none|int8|int4|fp8] [--profile]
 #include <algorithm>
 #include <cstring>
 #include <map>
 #include <random>
 #include <string>
 
+#include "backend/cpu/qgemm.h"
 #include "bench_kernels.h"
 #include "bench_util.h"
 #include "core/thread_pool.h"
@@ -159,7 +160,10 @@ class ProfilingBackend : public Backend {
 int64_t decode_weight_bytes(const ModelWeights& w) {
   int64_t bytes = 0;
   auto add = [&](const Tensor& t) {
-    if (t && t.ndim() == 2) bytes += static_cast<int64_t>(t.nbytes());
+    if (const cpu::QPackedWeight* q = cpu::packed_quantized(t))
+      bytes += q->panels() * q->panel_bytes;  // a quantized view's nbytes() is not its size
+    else if (t && t.ndim() == 2)
+      bytes += static_cast<int64_t>(t.nbytes());
   };
   for (const LayerWeights& L : w.layers) {
     for (const LinearWeights* l :
@@ -190,7 +194,8 @@ struct Options {
   int reps = 3;
   int batch = 1;  // sequences in each decode step
   bool profile = false;
-  std::string kv_dtype = "auto";  // the KV cache's element type (--kv-cache-dtype)
+  std::string kv_dtype = "auto";      // the KV cache's element type (--kv-cache-dtype)
+  std::string quantization = "none";  // at load (--quantization none|int8|int4|fp8)
 };
 
 ForwardBatch make_batch(const std::vector<int32_t>& ids, int32_t start, int32_t count,
@@ -231,6 +236,11 @@ int run(const Options& opt) {
   ModelConfig mc = map_model_config(hf, "", opt.model + "/generation_config.json");
   std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(opt.model);
   ModelWeights weights = load_weights(*ckpt, mc, spec.map_weights(mc));
+  if (auto q = parse_load_quantization(opt.quantization)) {
+    const auto t_q = Clock::now();
+    quantize_at_load(weights, *q, ThreadPool::global());
+    std::printf("quantized to %s in %.2f s\n", load_quantization_name(*q), seconds_since(t_q));
+  }
   const DType kv = parse_kv_cache_dtype(opt.kv_dtype).value_or(DType::kF32);
   auto prof = std::make_unique<ProfilingBackend>(make_cpu_backend(kv));
   ProfilingBackend* pb = prof.get();
@@ -391,6 +401,8 @@ int main(int argc, char** argv) {
       opt.profile = true;
     else if (a == "--kv-cache-dtype")
       opt.kv_dtype = next();
+    else if (a == "--quantization")
+      opt.quantization = next();
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -399,7 +411,8 @@ int main(int argc, char** argv) {
   if (opt.model.empty() || opt.prompt < 1 || opt.decode < 1 || opt.reps < 1 || opt.batch < 1) {
     std::fprintf(stderr,
                  "usage: cpu_model_bench --model DIR [--prompt 512] [--decode 32] [--reps 3] "
-                 "[--batch 1] [--threads N] [--kv-cache-dtype auto|bf16|int8] [--profile]\n");
+                 "[--batch 1] [--threads N] [--kv-cache-dtype auto|bf16|int8] "
+                 "[--quantization none|int8|int4|fp8] [--profile]\n");
     return 2;
   }
   try {

@@ -83,6 +83,7 @@ EngineBackendOptions backend_options(const ServeConfig& c, const std::string& mo
   o.device = c.device;
   o.dtype = c.dtype;
   o.kv_cache_dtype = c.kv_cache_dtype;
+  o.quantization = c.quantization;
   o.gpu_memory_fraction = c.gpu_memory_fraction;
   o.swap_space_gb = c.swap_space_gb;
   o.max_seq_len = c.max_seq_len;

@@ -17,6 +17,7 @@ LoadOptions load_options(const SettingValues& v) {
   opts.device = parse_device(v.str("device"));
   opts.dtype = parse_compute_dtype(v.str("dtype"));
   opts.kv_cache_dtype = parse_kv_cache_dtype(v.str("kv-cache-dtype"));
+  opts.quantization = parse_load_quantization(v.str("quantization"));
   return opts;
 }
 

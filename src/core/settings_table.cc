@@ -100,6 +100,14 @@ std::vector<Setting> make_table() {
       Def("fp8-kv-cache", T::kBool, "false", Cmds{},
           "RTP-LLM's switch for --kv-cache-dtype fp8 (read when that is auto)")
           .env({"TACHYON_FP8_KV_CACHE", "FP8_KV_CACHE"}),
+      Def("quantization", T::kString, "none", kDevice,
+          "quantize a 16-bit checkpoint's decoder weights at load: none, int8 (per "
+          "channel), int4 (groups of 128) or fp8 (e4m3, per channel); embeddings, lm_head, "
+          "routers and norms stay as they are")
+          .env({"TACHYON_QUANTIZATION", "QUANTIZATION", "WEIGHT_TYPE"}),
+      Def("int8-mode", T::kBool, "false", Cmds{},
+          "RTP-LLM's switch for --quantization int8 (read when that is none)")
+          .env({"TACHYON_INT8_MODE", "INT8_MODE"}),
       Def("threads", T::kInt, "0",
           Cmds{"serve", "generate", "bench", "perplexity", "bench-overhead"},
           "compute threads on the CPU; 0: all cores")

@@ -151,6 +151,7 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
   lo.device = parse_device(o.device);
   lo.dtype = parse_compute_dtype(o.dtype);
   lo.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
+  lo.quantization = parse_load_quantization(o.quantization);
   std::shared_ptr<Model> model;
   try {
     model = load_model(o.model_dir, lo);

@@ -25,6 +25,7 @@ struct EngineBackendOptions {
   std::string device = "auto";          // cpu, cuda, cuda:N, auto
   std::string dtype = "auto";           // compute dtype on a GPU: auto (bf16), bf16, f16, f32
   std::string kv_cache_dtype = "auto";  // auto (the compute dtype), bf16, int8 (CPU) or fp8 (GPU)
+  std::string quantization = "none";    // at load: none, int8, int4 or fp8
   // On a GPU, when neither engine.kv_cache_bytes nor engine.num_kv_blocks is given, the
   // KV cache takes what this share of the device's memory leaves after the weights.
   double gpu_memory_fraction = 0.9;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/quant.h"
 #include "model/decoder.h"
 
 namespace tachyon {
@@ -43,21 +44,56 @@ LinearWeights stack_rows(const std::vector<const LinearWeights*>& parts) {
   return out;
 }
 
+// Quantized host matrices (core/quant.h) stacked row-wise (stack_quantized_rows) with
+// their biases as stack_rows does; empty when the parts are not all quantized or do not
+// stack (other schemes, group sizes, permutations).
+LinearWeights stack_quantized(const std::vector<const LinearWeights*>& parts) {
+  std::vector<const QuantizedMatrix*> mats;
+  for (const LinearWeights* p : parts) {
+    const QuantizedMatrix* m = quantized(p->w);
+    if (m == nullptr) return {};
+    if (p->b && (p->b.dtype() != DType::kF32 || p->b.numel() != m->n || !p->b.device().is_cpu()))
+      return {};
+    mats.push_back(m);
+  }
+  std::shared_ptr<QuantizedMatrix> stacked = stack_quantized_rows(mats);
+  if (!stacked) return {};
+  LinearWeights out;
+  out.w = quantized_view(std::move(stacked));
+  if (std::any_of(parts.begin(), parts.end(), [](const LinearWeights* p) { return bool(p->b); })) {
+    out.b = Tensor::zeros({out.w.dim(0)}, DType::kF32);
+    int64_t row = 0;
+    for (const LinearWeights* p : parts) {
+      if (p->b) std::memcpy(out.b.data<float>() + row, p->b.raw(), p->b.nbytes());
+      row += p->w.dim(0);
+    }
+  }
+  return out;
+}
+
+// Parts stacked as quantized matrices when they are, else as dense rows.
+LinearWeights stack_parts(const std::vector<const LinearWeights*>& parts) {
+  if (quantized(parts.front()->w) != nullptr) return stack_quantized(parts);
+  return stack_rows(parts);
+}
+
 // On a device backend, or one that repacks linear weights anyway, separate q/k/v and
 // gate/up projections become one matrix each (one GEMM instead of three or two per
 // layer; the output columns are the same). A CPU that reads the checkpoint in place
-// keeps its mapped views.
+// keeps its mapped views; quantized matrices are repacked on every backend, so they
+// are stacked everywhere (those that do not stack stay apart).
 void fuse_projections(LayerWeights& L, Backend& be) {
-  if (be.device().is_cpu() && !be.repacks_linear_weights()) return;
+  const bool quant = quantized(L.q.w) != nullptr || quantized(L.gate.w) != nullptr;
+  if (be.device().is_cpu() && !be.repacks_linear_weights() && !quant) return;
   if (!L.qkv && L.q && L.k && L.v) {
-    LinearWeights f = stack_rows({&L.q, &L.k, &L.v});
+    LinearWeights f = stack_parts({&L.q, &L.k, &L.v});
     if (f) {
       L.qkv = std::move(f);
       L.q = L.k = L.v = {};
     }
   }
   if (!L.gate_up && L.gate && L.up && L.down) {
-    LinearWeights f = stack_rows({&L.gate, &L.up});
+    LinearWeights f = stack_parts({&L.gate, &L.up});
     if (f) {
       L.gate_up = std::move(f);
       L.gate = L.up = {};

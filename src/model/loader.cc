@@ -5,9 +5,11 @@
 #include "core/logging.h"
 #include "core/mmap.h"
 #include "core/settings.h"
+#include "core/thread_pool.h"
 #include "io/checkpoint.h"
 #include "model/registry.h"
 
+#include <chrono>
 #include <cstdlib>
 
 #if defined(TACHYON_WITH_CUDA)
@@ -166,6 +168,16 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
   std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(dir);
   WeightMap map = spec.map_weights(mc);
   ModelWeights weights = load_weights(*ckpt, mc, map);
+  std::optional<LoadQuantization> quant = opts.quantization;
+  if (!quant)
+    if (auto env = setting_env("quantization")) quant = parse_load_quantization(*env);
+  if (!quant && setting_env_bool("int8-mode")) quant = LoadQuantization::kInt8;
+  if (quant) {
+    const auto t0 = std::chrono::steady_clock::now();
+    quantize_at_load(weights, *quant, ThreadPool::global());
+    log_info("quantized the decoder weights to {} in {:.2f} s", load_quantization_name(*quant),
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
   log_debug("loaded {} ({}): {} layers, {} parameters", dir, mc.architecture, mc.layer_num,
             weights.total_params);
   auto model = std::make_unique<ModelRunner>(std::move(mc), std::move(weights), std::move(backend));

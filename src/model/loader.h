@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "model/load_quantization.h"
 #include "model/model_runner.h"
 
 namespace tachyon {
@@ -24,6 +25,10 @@ struct LoadOptions {
   // TACHYON_KV_CACHE_DTYPE environment variable); f8_e4m3 on a GPU computing in bf16 or
   // f16 halves the cache's bytes (keys and values rounded to e4m3).
   std::optional<DType> kv_cache_dtype;
+  // Quantization of a 16-bit checkpoint's decoder weights at load (--quantization,
+  // model/load_quantization.h); unset: the quantization setting's variables
+  // (TACHYON_QUANTIZATION, QUANTIZATION, WEIGHT_TYPE; INT8_MODE=1 for int8), else none.
+  std::optional<LoadQuantization> quantization;
 };
 
 // "cpu", "cuda", "cuda:N", "gpu" or "auto" (CUDA when a GPU is present). Throws

@@ -44,6 +44,7 @@ ServeConfig from_settings(const SettingValues& v) {
   c.device = v.str("device");
   c.dtype = v.str("dtype");
   c.kv_cache_dtype = v.str("kv-cache-dtype");
+  c.quantization = v.str("quantization");
   c.gpu_memory_fraction = v.number("gpu-memory-fraction");
   c.swap_space_gb = v.has("swap-space") ? v.number("swap-space") : -1;
   c.max_num_seqs = v.integer("max-num-seqs");

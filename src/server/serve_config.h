@@ -25,6 +25,7 @@ struct ServeConfig {
   std::string device = "auto";
   std::string dtype = "auto";
   std::string kv_cache_dtype = "auto";  // auto (the compute dtype), bf16, int8 (CPU) or fp8 (GPU)
+  std::string quantization = "none";    // at load: none, int8, int4 or fp8
   double gpu_memory_fraction = 0.9;     // share of GPU memory the process may use (KV sizing)
   double swap_space_gb = -1;  // host memory for swapped-out KV blocks; < 0: 4 on a GPU, 0 on CPUs
   // Engine.

@@ -95,6 +95,7 @@ const std::vector<OpCase>& op_cases() {
     add_layer_cases(c);
     add_attention_cases(c);
     add_misc_cases(c);
+    add_quant_cases(c);
     return c;
   }();
   return cases;

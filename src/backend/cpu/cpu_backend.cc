@@ -8,6 +8,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kv_rows.h"
 #include "backend/cpu/packed_weight.h"
+#include "backend/cpu/qgemm.h"
 #include "backend/cpu/vec.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -64,9 +65,29 @@ bool CpuBackend::repacks_linear_weights() const {
   return isa_ == CpuIsa::kAvx512;
 }
 
+Tensor CpuBackend::prepare_weight(const Tensor& host) {
+  if (quantized(host) != nullptr) return pack_quantized_weight(host, pool_);
+  return host;
+}
+
 Tensor CpuBackend::prepare_linear_weight(const Tensor& host) {
+  if (quantized(host) != nullptr) return pack_quantized_weight(host, pool_);
   if (!repacks_linear_weights()) return host;
   return pack_linear_weight(host, pool_);
+}
+
+void CpuBackend::product(const float* x, int64_t m, int64_t k, int64_t ldx, const Tensor& w,
+                         const float* bias, float* y, int64_t ldy) {
+  TACHYON_CHECK(w.ndim() == 2 && w.dim(1) == k, "weight {} for {} input columns", w.str(), k);
+  if (const QPackedWeight* q = packed_quantized(w))
+    return qgemm(isa_, x, m, ldx, *q, bias, y, ldy, pool_);
+  if (quantized(w) != nullptr) {
+    // Not prepared: packed for this call.
+    const Tensor packed = pack_quantized_weight(w, pool_);
+    return qgemm(isa_, x, m, ldx, *packed_quantized(packed), bias, y, ldy, pool_);
+  }
+  const GemmWeight e{w.raw(), w.dtype(), w.dim(0), bias, y, ldy, is_packed_weight(w)};
+  gemm_xwt_multi_isa(isa_, x, m, k, ldx, {&e, 1}, &pool_);
 }
 
 Tensor CpuBackend::upload(const void* data, const Shape& shape, DType dtype, Tensor reuse) {
@@ -208,9 +229,7 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, Te
   if (m == 0) return;
   const int64_t ldy = out.dim(1);
   float* y = out.data<float>() + col_offset;
-  const GemmWeight e{w.raw(), w.dtype(),          n, bias ? bias.data<float>() : nullptr, y,
-                     ldy,     is_packed_weight(w)};
-  gemm_xwt_multi_isa(isa_, x.data<float>(), m, k, k, {&e, 1}, &pool_);
+  product(x.data<float>(), m, k, k, w, bias ? bias.data<float>() : nullptr, y, ldy);
   if (act != Activation::kIdentity) {
     pool_.parallel_for(0, m, row_grain(n), [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) activate(y + t * ldy, n, act);

@@ -29,7 +29,10 @@ class CpuBackend : public Backend {
   const char* name() const override { return "cpu"; }
   DType kv_dtype() const override { return kv_dtype_; }
 
-  // Linear weights are packed (backend/cpu/gemm.h) on the AVX-512 path.
+  // Linear weights are packed (backend/cpu/gemm.h) on the AVX-512 path; quantized
+  // views (core/quant.h) are repacked (backend/cpu/qgemm.h) on every path, by
+  // prepare_weight() too (MoE experts).
+  Tensor prepare_weight(const Tensor& host) override;
   Tensor prepare_linear_weight(const Tensor& host) override;
   bool repacks_linear_weights() const override;
 
@@ -77,6 +80,11 @@ class CpuBackend : public Backend {
   void log_softmax(Tensor& logits) override;
 
  private:
+  // y[m, n] = x[m, k] · wᵀ (+ bias) for any weight form linear() takes (dense, packed,
+  // quantized), with row strides ldx and ldy.
+  void product(const float* x, int64_t m, int64_t k, int64_t ldx, const Tensor& w,
+               const float* bias, float* y, int64_t ldy);
+
   ThreadPool& pool_;
   CpuIsa isa_;
   DType kv_dtype_;

@@ -76,19 +76,6 @@ CpuIsa choose_isa() {
   return *want;
 }
 
-const detail::GemmKernels& kernels_for(CpuIsa isa) {
-  switch (isa) {
-#if defined(__x86_64__)
-    case CpuIsa::kAvx512:
-      return detail::avx512_kernels();
-    case CpuIsa::kAvx2:
-      return detail::avx2_kernels();
-#endif
-    default:
-      return detail::portable_kernels();
-  }
-}
-
 void check_args(const float* x, int64_t m, int64_t k, int64_t ldx,
                 std::span<const GemmWeight> weights) {
   TACHYON_CHECK(m >= 0 && k >= 0, "gemm shape m={} k={}", m, k);
@@ -257,7 +244,7 @@ void run(CpuIsa isa, const float* x, int64_t m, int64_t k, int64_t ldx,
     }
     return;
   }
-  const detail::GemmKernels& kern = kernels_for(isa);
+  const detail::GemmKernels& kern = detail::kernels_for(isa);
   ThreadPool& tp = pool != nullptr ? *pool : ThreadPool::global();
   const bool mixed = std::any_of(weights.begin(), weights.end(), [&](const GemmWeight& e) {
     return e.packed != weights.front().packed;
@@ -276,6 +263,19 @@ void require_supported(CpuIsa isa) {
 }
 
 }  // namespace
+
+const detail::GemmKernels& detail::kernels_for(CpuIsa isa) {
+  switch (isa) {
+#if defined(__x86_64__)
+    case CpuIsa::kAvx512:
+      return avx512_kernels();
+    case CpuIsa::kAvx2:
+      return avx2_kernels();
+#endif
+    default:
+      return portable_kernels();
+  }
+}
 
 std::string_view cpu_isa_name(CpuIsa isa) {
   switch (isa) {

@@ -77,6 +77,8 @@ void run_packed(const GemmKernels& kern, const float* x, int64_t m, int64_t k, i
                 std::span<const GemmWeight> weights, ThreadPool& pool);
 
 const GemmKernels& portable_kernels();
+// The kernels of a path (callers check support first).
+const GemmKernels& kernels_for(CpuIsa isa);
 // Defined on x86-64 only; callers check support first.
 const GemmKernels& avx2_kernels();
 const GemmKernels& avx512_kernels();

@@ -87,24 +87,20 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& w
     if (ew.gate_up) {
       TACHYON_CHECK(ew.gate_up.dim(0) == 2 * inter && ew.gate_up.dim(1) == d,
                     "expert {} gate_up {}", e, ew.gate_up.str());
-      gemm_xwt_isa(isa_, moe_x_.data(), m, d, d, ew.gate_up.raw(), ew.gate_up.dtype(), 2 * inter,
-                   nullptr, moe_h_.data(), 2 * inter, &pool_);
+      product(moe_x_.data(), m, d, d, ew.gate_up, nullptr, moe_h_.data(), 2 * inter);
     } else {
       TACHYON_CHECK(ew.gate.dim(0) == inter && ew.up.dim(0) == inter && ew.gate.dim(1) == d &&
                         ew.up.dim(1) == d,
                     "expert {} gate {} up {}", e, ew.gate.str(), ew.up.str());
-      gemm_xwt_isa(isa_, moe_x_.data(), m, d, d, ew.gate.raw(), ew.gate.dtype(), inter, nullptr,
-                   moe_h_.data(), 2 * inter, &pool_);
-      gemm_xwt_isa(isa_, moe_x_.data(), m, d, d, ew.up.raw(), ew.up.dtype(), inter, nullptr,
-                   moe_h_.data() + inter, 2 * inter, &pool_);
+      product(moe_x_.data(), m, d, d, ew.gate, nullptr, moe_h_.data(), 2 * inter);
+      product(moe_x_.data(), m, d, d, ew.up, nullptr, moe_h_.data() + inter, 2 * inter);
     }
     // act(gate) * up, written over the gate half in place.
     for (int64_t r = 0; r < m; ++r) {
       float* row = moe_h_.data() + r * 2 * inter;
       gated(row, row + inter, row, inter, act);
     }
-    gemm_xwt_isa(isa_, moe_h_.data(), m, inter, 2 * inter, down.raw(), down.dtype(), d, nullptr,
-                 moe_y_.data(), d, &pool_);
+    product(moe_h_.data(), m, inter, 2 * inter, down, nullptr, moe_y_.data(), d);
     for (int64_t r = 0; r < m; ++r)
       axpy(moe_w_[r], moe_y_.data() + r * d, o + int64_t{moe_rows_[r]} * d, d);
   }
