@@ -182,6 +182,12 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
             weights.total_params);
   auto model = std::make_unique<ModelRunner>(std::move(mc), std::move(weights), std::move(backend));
   model->backend().synchronize();  // weights are on the device before the checkpoint unmaps
+  const Backend::MemoryInfo mem = model->backend().memory_info();
+  if (mem.total_bytes > 0)
+    log_info("{} memory in use with the weights loaded: {:.2f} GiB of {:.2f} GiB",
+             model->backend().device().str(),
+             static_cast<double>(mem.total_bytes - mem.free_bytes) / double(1 << 30),
+             static_cast<double>(mem.total_bytes) / double(1 << 30));
   return model;
 }
 
