@@ -3,11 +3,11 @@
 // dequantization into a 16-bit scratch that larger products run the dense GEMM on, and
 // the gather of x's columns for act-order matrices.
 //
-// The matrix-vector kernel gives each band of 16 output rows to one block of kWarps
+// The matrix-vector kernel gives bands of 16 output rows to persistent blocks of kWarps
 // warps, each warp a contiguous share of the band's tiles (a split over k). A lane loads
 // kBatch tiles' 16 bytes at a time (the next batch in flight while it multiplies this
-// one; evict-first: the weights are read once per step), turns each 16-column step's 8
-// values into an mma's A operand with bit operations (int4: the nibble ORed into the
+// one, across bands too; evict-first: the weights are read once per step), turns each 16-column
+// step's 8 values into an mma's A operand with bit operations (int4: the nibble ORed into the
 // mantissa of 128.0 (bf16) or 1024.0 (f16) and the zero's same number subtracted, exact;
 // int8 on bf16 through f32's 2^23; fp8 converted), and multiplies it with x's rows as
 // the B operand (rows past m zero) in an mma.sync m16n8k16 with f32 accumulators. The
@@ -122,107 +122,141 @@ __device__ __forceinline__ void step_mma(const uint4& piece, uint32_t z0, uint32
   mma_16816<T>(part, a, b0, b1);
 }
 
-// Block b: rows [16b, 16b + 16) of y for m <= 8 rows of x. Warp w multiplies tiles
-// [w * share, (w + 1) * share) of the band; each group's sums (mma accumulators) are
-// scaled into acc at the group's end. Indices within a row are 32-bit (k < 2^31).
+__device__ __forceinline__ void prefetch_l1(const void* p) {
+  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
+}
+
+// Persistent blocks, band b = blockIdx.x, += gridDim.x: rows [16b, 16b + 16) of y for
+// m <= 8 rows of x. Warp w multiplies tiles [w * share, (w + 1) * share) of each band,
+// the next batch of tiles (the next band's first, at a band's end) in flight while it
+// multiplies this one; each group's sums (two mma accumulators, alternate steps) are
+// scaled into acc at the group's end, its (scale, zero) pairs prefetched into L1 with
+// the band's first tiles. Indices within a row are 32-bit (k < 2^31).
 template <typename T, QuantKind kKind>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, 2)
     quant_gemv_kernel(const T* __restrict__ x, int m, const uint4* __restrict__ q,
                       const float2* __restrict__ info, void* __restrict__ y, bool y_f32, int n,
                       int k, int gk, int groups, int64_t ldy, bool add) {
   constexpr int TC = kTileCols<kKind>, S = kSteps<kKind>;
-  __shared__ float red[kWarps][32][4];
+  __shared__ float red[2][kWarps][32][4];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, tq = lane & 3;
-  const int band = blockIdx.x;
+  const int bands = (n + 15) / 16;
   const int tiles = k / TC;
   const int share = (tiles + kWarps - 1) / kWarps;
   const int t_begin = min(tiles, warp * share), t_end = min(tiles, t_begin + share);
-  const uint4* qb = q + int64_t{band} * tiles * 32 + lane;
-  auto load = [&](uint4(&v)[kBatch], int t0) {
+  const int spg = gk / 16;  // steps per group
+  // The (scale, zero) lines of the warp's groups of band b, into L1.
+  auto prefetch_info = [&](int b) {
+    if (b >= bands || t_end <= t_begin) return;
+    const int g0 = t_begin * S / spg, g1 = (t_end * S - 1) / spg;
+    for (int j = g0 + lane; j <= g1; j += 32) prefetch_l1(info + (int64_t{b} * groups + j) * 16);
+  };
+  auto load = [&](uint4(&v)[kBatch], int b, int t0) {
+    const uint4* qb = q + int64_t{b} * tiles * 32 + lane;
 #pragma unroll
     for (int u = 0; u < kBatch; ++u)
-      v[u] = t0 + u < t_end ? __ldcs(qb + int64_t{t0 + u} * 32) : make_uint4(0, 0, 0, 0);
+      v[u] =
+          b < bands && t0 + u < t_end ? __ldcs(qb + int64_t{t0 + u} * 32) : make_uint4(0, 0, 0, 0);
   };
+  int band = blockIdx.x;
   uint4 cur[kBatch];
-  load(cur, t_begin);  // weights only: before the dependency wait
+  load(cur, band, t_begin);  // weights only: before the dependency wait
+  prefetch_info(band);
   pdl_wait();
   pdl_launch_dependents();
-  const float2* ib = info + int64_t{band} * groups * 16;
   const bool has_x = g < m;
   const T* xr = x + int64_t{has_x ? g : 0} * k + 2 * tq;
-  const int spg = gk / 16;  // steps per group
-  // The group of the warp's first step, and the steps left in it.
-  int grp = t_begin * S / spg, left = spg - t_begin * S % spg;
-  float2 i0 = make_float2(0.f, 0.f), i1 = i0;
-  if (grp < groups) {
-    i0 = __ldg(ib + grp * 16 + g);
-    i1 = __ldg(ib + grp * 16 + g + 8);
-  }
-  uint32_t z0 = zero_operand<T, kKind>(i0.y), z1 = zero_operand<T, kKind>(i1.y);
-  float acc[4] = {0.f, 0.f, 0.f, 0.f}, part[4] = {0.f, 0.f, 0.f, 0.f};
-  for (int t0 = t_begin; t0 < t_end; t0 += kBatch) {
-    uint4 nxt[kBatch];
-    load(nxt, t0 + kBatch);
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int t = t0 + u;
-      if (t >= t_end) break;
-#pragma unroll
-      for (int s = 0; s < S; ++s) {
-        if (left == 0) {  // the group ends: its sums scaled into acc
-          acc[0] = fmaf(part[0], i0.x, acc[0]);
-          acc[1] = fmaf(part[1], i0.x, acc[1]);
-          acc[2] = fmaf(part[2], i1.x, acc[2]);
-          acc[3] = fmaf(part[3], i1.x, acc[3]);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) part[e] = 0.f;
-          ++grp;
-          left = spg;
-          i0 = __ldg(ib + grp * 16 + g);
-          i1 = __ldg(ib + grp * 16 + g + 8);
-          z0 = zero_operand<T, kKind>(i0.y);
-          z1 = zero_operand<T, kKind>(i1.y);
-        }
-        --left;
-        const int col = t * TC + 16 * s;
-        uint32_t b0 = 0, b1 = 0;
-        if (has_x) {
-          b0 = __ldg(reinterpret_cast<const uint32_t*>(xr + col));
-          b1 = __ldg(reinterpret_cast<const uint32_t*>(xr + col + 8));
-        }
-        // The step a compile-time constant (the loop is unrolled).
-        if (s == 0) step_mma<T, kKind, 0>(cur[u], z0, z1, b0, b1, part);
-        if (s == 1) step_mma<T, kKind, 1 % S>(cur[u], z0, z1, b0, b1, part);
-        if (s == 2) step_mma<T, kKind, 2 % S>(cur[u], z0, z1, b0, b1, part);
-        if (s == 3) step_mma<T, kKind, 3 % S>(cur[u], z0, z1, b0, b1, part);
+  // The warp's columns of x, into L1 (64-byte steps: each 16-column step's 32 bytes).
+  if (t_end > t_begin)
+    for (int j = lane; j < (t_end - t_begin) * S * m; j += 32) {
+      const int i = j / ((t_end - t_begin) * S), c = j % ((t_end - t_begin) * S);
+      prefetch_l1(x + int64_t{i} * k + t_begin * TC + 16 * c);
+    }
+  int buf = 0;
+  for (; band < bands; band += gridDim.x) {
+    const float2* ib = info + int64_t{band} * groups * 16;
+    // The group of the warp's first step, and the steps left in it.
+    int grp = t_begin * S / spg, left = spg - t_begin * S % spg;
+    float2 i0 = make_float2(0.f, 0.f), i1 = i0;
+    if (grp < groups) {
+      i0 = __ldg(ib + grp * 16 + g);
+      i1 = __ldg(ib + grp * 16 + g + 8);
+    }
+    uint32_t z0 = zero_operand<T, kKind>(i0.y), z1 = zero_operand<T, kKind>(i1.y);
+    float acc[4] = {0.f, 0.f, 0.f, 0.f}, part[2][4] = {};
+    for (int t0 = t_begin; t0 < t_end; t0 += kBatch) {
+      uint4 nxt[kBatch];
+      if (t0 + kBatch < t_end) {
+        load(nxt, band, t0 + kBatch);
+      } else {
+        load(nxt, band + gridDim.x, t_begin);
+        prefetch_info(band + gridDim.x);
       }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int t = t0 + u;
+        if (t >= t_end) break;
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+          if (left == 0) {  // the group ends: its sums scaled into acc
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              acc[e] = fmaf(part[0][e] + part[1][e], e < 2 ? i0.x : i1.x, acc[e]);
+              part[0][e] = part[1][e] = 0.f;
+            }
+            ++grp;
+            left = spg;
+            i0 = __ldg(ib + grp * 16 + g);
+            i1 = __ldg(ib + grp * 16 + g + 8);
+            z0 = zero_operand<T, kKind>(i0.y);
+            z1 = zero_operand<T, kKind>(i1.y);
+          }
+          --left;
+          const int col = t * TC + 16 * s;
+          uint32_t b0 = 0, b1 = 0;
+          if (has_x) {
+            b0 = __ldg(reinterpret_cast<const uint32_t*>(xr + col));
+            b1 = __ldg(reinterpret_cast<const uint32_t*>(xr + col + 8));
+          }
+          // The step a compile-time constant (the loop is unrolled).
+          float(&p)[4] = part[s & 1];
+          if (s == 0) step_mma<T, kKind, 0>(cur[u], z0, z1, b0, b1, p);
+          if (s == 1) step_mma<T, kKind, 1 % S>(cur[u], z0, z1, b0, b1, p);
+          if (s == 2) step_mma<T, kKind, 2 % S>(cur[u], z0, z1, b0, b1, p);
+          if (s == 3) step_mma<T, kKind, 3 % S>(cur[u], z0, z1, b0, b1, p);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) cur[u] = nxt[u];
     }
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) cur[u] = nxt[u];
-  }
-  acc[0] = fmaf(part[0], i0.x, acc[0]);
-  acc[1] = fmaf(part[1], i0.x, acc[1]);
-  acc[2] = fmaf(part[2], i1.x, acc[2]);
-  acc[3] = fmaf(part[3], i1.x, acc[3]);
+    for (int e = 0; e < 4; ++e) {
+      acc[e] = fmaf(part[0][e] + part[1][e], e < 2 ? i0.x : i1.x, acc[e]);
+      red[buf][warp][lane][e] = acc[e];
+    }
+    // One barrier a band: red is double-buffered, and a band's readers pass the next
+    // band's barrier before its buffer is written again.
+    __syncthreads();
+    if (threadIdx.x < 128) {
+      // Thread i: element e = i % 4 of lane i / 4's accumulators (row g + 8 (e >> 1), x
+      // row 2t + (e & 1)).
+      const int l = threadIdx.x >> 2, e = threadIdx.x & 3;
+      const int row = band * 16 + (l >> 2) + 8 * (e >> 1), i = 2 * (l & 3) + (e & 1);
+      if (row < n && i < m) {
+        float v = 0.f;
 #pragma unroll
-  for (int e = 0; e < 4; ++e) red[warp][lane][e] = acc[e];
-  __syncthreads();
-  if (threadIdx.x >= 128) return;
-  // Thread i: element e = i % 4 of lane i / 4's accumulators (row g + 8 (e >> 1), x row
-  // 2t + (e & 1)).
-  const int l = threadIdx.x >> 2, e = threadIdx.x & 3;
-  const int row = band * 16 + (l >> 2) + 8 * (e >> 1), i = 2 * (l & 3) + (e & 1);
-  if (row >= n || i >= m) return;
-  float v = 0.f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) v += red[w][l][e];
-  if (y_f32) {
-    float& out = static_cast<float*>(y)[int64_t{i} * ldy + row];
-    out = add ? out + v : v;
-  } else {
-    T& out = static_cast<T*>(y)[int64_t{i} * ldy + row];
-    out = from_f<T>(add ? to_f(out) + v : v);
+        for (int w = 0; w < kWarps; ++w) v += red[buf][w][l][e];
+        if (y_f32) {
+          float& out = static_cast<float*>(y)[int64_t{i} * ldy + row];
+          out = add ? out + v : v;
+        } else {
+          T& out = static_cast<T*>(y)[int64_t{i} * ldy + row];
+          out = from_f<T>(add ? to_f(out) + v : v);
+        }
+      }
+    }
+    buf ^= 1;
   }
 }
 
@@ -291,12 +325,25 @@ __global__ void gather_cols_kernel(const uint16_t* __restrict__ x, const int32_t
   out[i] = x[r * k + __ldg(perm + j)];
 }
 
+// Blocks of `kernel` resident at once on the device.
+template <typename K>
+int resident_blocks(K kernel) {
+  int dev = 0, sms = 0, per_sm = 0;
+  TACHYON_CUDA_CHECK(cudaGetDevice(&dev));
+  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  TACHYON_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, 0));
+  return std::max(1, sms * per_sm);
+}
+
 template <typename T, QuantKind kKind>
 void gemv_launch(const QuantArgs& w, const void* x, int64_t m, void* y, bool y_f32, int64_t ldy,
                  bool add, cudaStream_t stream) {
+  auto kernel = quant_gemv_kernel<T, kKind>;
+  static const int resident = resident_blocks(kernel);
   const int64_t bands = (w.n + kQuantTileRows - 1) / kQuantTileRows;
-  launch_kernel(quant_gemv_kernel<T, kKind>, dim3(static_cast<unsigned>(bands)), dim3(kWarps * 32),
-                0, stream, static_cast<const T*>(x), static_cast<int>(m),
+  launch_kernel(kernel, dim3(static_cast<unsigned>(std::min<int64_t>(bands, resident))),
+                dim3(kWarps * 32), 0, stream, static_cast<const T*>(x), static_cast<int>(m),
                 reinterpret_cast<const uint4*>(w.q), reinterpret_cast<const float2*>(w.info), y,
                 y_f32, static_cast<int>(w.n), static_cast<int>(w.k), static_cast<int>(w.gk),
                 static_cast<int>(w.groups), ldy, add);
