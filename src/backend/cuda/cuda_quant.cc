@@ -1,5 +1,5 @@
 // CudaBackend's quantized weights: a QuantizedMatrix (core/quant.h) uploaded once into the
-// kernels' layout (QuantWeight, quant_linear.h), and the products on it: the
+// kernels' tiles (QuantWeight, quant_linear.h), and the products on it: the
 // matrix-vector kernel up to kQuantGemvMaxRows rows, above that the weight dequantized
 // in pieces of rows into a 16-bit scratch and the dense GEMM run on each piece.
 #include <algorithm>
@@ -29,24 +29,22 @@ Tensor CudaBackend::prepare_linear_weight(const Tensor& host) {
   TACHYON_CHECK(m->device().is_cpu(), "prepare_linear_weight: {} on {} (from the host only)",
                 m->str(), m->device().str());
   m->validate();
-  // Shapes the kernels do not take (k not in whole 16-byte pieces, groups of columns not
-  // in whole 8-column chunks), and every matrix of an f32 backend (the kernels read 16-bit
+  // Shapes the kernels do not take (k not in whole tiles, groups not in whole 16-column
+  // steps), and every matrix of an f32 backend (the kernels read 16-bit
   // activations), run as the dense weight they mean.
   if (dtype_ == DType::kF32 || !quant_kernels_take(*m)) return prepare_weight(dequantize(*m));
   auto w = std::make_shared<QuantWeight>();
-  const bool fp8 = m->scheme == QuantScheme::kFp8;
   QuantArgs& a = w->args;
-  a.kind = fp8 ? QuantKind::kFp8 : (m->bits == 4 ? QuantKind::kInt4 : QuantKind::kInt8);
+  a.kind = quant_kind(*m);
   a.n = m->n;
   a.k = m->k;
-  a.gk = fp8 ? m->block_k : m->group_size;
-  a.bn = fp8 ? m->block_n : 1;
-  const Tensor pairs = quant_pairs(*m);
-  a.groups = pairs.dim(1) / 2;
-  w->q = upload(m->q.raw(), m->q.shape(), DType::kU8, {});  // fp8: the e4m3 bytes
-  w->sz = upload(pairs.raw(), pairs.shape(), DType::kF32, {});
+  a.gk = m->scheme == QuantScheme::kFp8 ? m->block_k : m->group_size;
+  a.groups = (m->k + a.gk - 1) / a.gk;
+  const Tensor tiles = quant_tiles(*m), info = quant_info(*m);
+  w->q = upload(tiles.raw(), tiles.shape(), DType::kU8, {});
+  w->info = upload(info.raw(), info.shape(), DType::kF32, {});
   a.q = w->q.data<uint8_t>();
-  a.sz = w->sz.data<float>();
+  a.info = w->info.data<float>();
   if (m->perm) w->perm = upload(m->perm.raw(), m->perm.shape(), DType::kI32, {});
   w->desc = m->str();
   return quant_weight_view(std::move(w));

@@ -119,8 +119,8 @@ TEST_P(CudaQuantLinearTest, IntegerGroups) {
         }
 }
 
-// Longer rows (several batches of pieces per lane), n not a multiple of the block's
-// rows, the matrix-vector kernel's row counts around its template sizes.
+// Longer rows (several batches of tiles per warp), n not a multiple of the 16-row bands,
+// row counts on both sides of kQuantGemvMaxRows.
 TEST_P(CudaQuantLinearTest, LongRows) {
   for (int bits : {4, 8}) {
     const Tensor w = randn({77, 4096}, rng_, 0.02f);
@@ -138,7 +138,7 @@ TEST_P(CudaQuantLinearTest, Fp8Blocks) {
   }
 }
 
-// Groups the kernels do not take (not whole 8-column chunks): the dense weight they mean.
+// Groups the kernels do not take (not whole 16-column steps): the dense weight they mean.
 TEST_P(CudaQuantLinearTest, IrregularGroupsRunDense) {
   const Tensor w = randn({40, 96}, rng_, 0.1f);
   auto m = quantize_int(w, 4, 12, false);
@@ -203,40 +203,67 @@ TEST_P(CudaQuantLinearTest, BadMatrixRefused) {
   EXPECT_THROW(gpu_->prepare_linear_weight(quantized_view(m)), InvalidArgument);
 }
 
-// The (mul, add) pairs the kernels read (host side, no device needed): each scheme's
-// float of a value, f(q) * mul + add, is the matrix's weight (int4: f = 1 + q / 128,
-// int8: f = q, fp8: the e4m3 value), for every value and zero of a group.
-TEST(CudaQuantPairs, MeanTheMatrix) {
+// The kernels' tiles and (scale, zero) pairs (host, no device needed), read back through
+// the layout quant_linear.h states (lane l, step s, value v of each 512-byte tile), hold
+// every value of the matrix at its (row, column) and zeros in the padding rows.
+TEST(CudaQuantTiles, HoldTheMatrix) {
   std::mt19937 rng(7);
-  for (int bits : {4, 8})
-    for (bool sym : {true, false}) {
-      auto m = quantize_int(randn({6, 256}, rng, 0.1f), bits, 64, sym);
-      auto* z = m->zeros.data<uint8_t>();
-      for (int64_t i = 0; i < m->zeros.numel(); ++i)  // every zero value in turn
-        if (!sym) z[i] = static_cast<uint8_t>((i * 37) % (1 << bits));
-      ASSERT_TRUE(cuda::quant_kernels_take(*m)) << m->str();
-      const Tensor pairs = cuda::quant_pairs(*m);
-      ASSERT_EQ(pairs.shape(), (Shape{6, 2 * 4}));
-      const float* p = pairs.data<float>();
-      for (int64_t g = 0; g < 6 * 4; ++g)
-        for (uint32_t q = 0; q < (1u << bits); ++q) {
-          const float f = bits == 4 ? 1.f + static_cast<float>(q) / 128.f : static_cast<float>(q);
-          const double got = static_cast<double>(std::fma(f, p[2 * g], p[2 * g + 1]));
-          const double want = (static_cast<double>(q) - z[g]) * m->scales.data<float>()[g];
-          EXPECT_NEAR(got, want, 1e-5 * std::abs(m->scales.data<float>()[g]) * 256)
-              << m->str() << " group " << g << " q " << q;
+  std::vector<std::shared_ptr<QuantizedMatrix>> ms;
+  for (int bits : {4, 8}) ms.push_back(quantize_int(randn({37, 256}, rng, 0.1f), bits, 64, false));
+  ms.push_back(quantize_fp8(randn({37, 256}, rng, 0.1f), 16, 128));
+  for (const auto& m : ms) {
+    ASSERT_TRUE(cuda::quant_kernels_take(*m)) << m->str();
+    const cuda::QuantKind kind = cuda::quant_kind(*m);
+    const bool int4 = kind == cuda::QuantKind::kInt4, fp8 = m->scheme == QuantScheme::kFp8;
+    const int64_t tc = cuda::quant_tile_cols(kind), tiles = m->k / tc, bands = 3;
+    const Tensor t = cuda::quant_tiles(*m);
+    ASSERT_EQ(t.numel(), bands * tiles * 512) << m->str();
+    const Tensor info = cuda::quant_info(*m);
+    const int64_t gk = fp8 ? m->block_k : m->group_size, groups = m->k / gk;
+    ASSERT_EQ(info.shape(), (Shape{bands, groups, 16, 2})) << m->str();
+    const auto* tb = t.data<uint8_t>();
+    const auto* ip = info.data<float>();
+    for (int64_t b = 0; b < bands; ++b)
+      for (int64_t ti = 0; ti < tiles; ++ti)
+        for (int l = 0; l < 32; ++l)
+          for (int64_t s = 0; s < tc / 16; ++s)
+            for (int v = 0; v < 8; ++v) {
+              const uint8_t* lane = tb + (b * tiles + ti) * 512 + l * 16;
+              uint32_t got;
+              if (int4) {
+                const int pos = (v >> 1) + 4 * (v & 1);
+                got = (lane[4 * s + pos / 2] >> (4 * (pos & 1))) & 0xF;
+              } else {
+                got = lane[8 * s + v];
+              }
+              const int64_t row = 16 * b + l / 4 + 8 * ((v >> 1) & 1);
+              const int64_t col = ti * tc + 16 * s + 2 * (l % 4) + (v & 1) + 8 * (v >> 2);
+              uint32_t want = 0;
+              if (row < m->n) {
+                const uint8_t* qr = m->q.data<uint8_t>();
+                want = int4 ? (qr[row * m->k / 2 + col / 2] >> (4 * (col & 1))) & 0xF
+                            : qr[row * m->k + col];
+              }
+              ASSERT_EQ(got, want) << m->str() << " row " << row << " col " << col;
+            }
+    for (int64_t row = 0; row < bands * 16; ++row)
+      for (int64_t gi = 0; gi < groups; ++gi) {
+        const float* p = ip + ((row / 16 * groups + gi) * 16 + row % 16) * 2;
+        float s = 0.f, z = 0.f;
+        if (row < m->n && fp8) {
+          s = m->scales.data<float>()[(row / m->block_n) * m->scales.dim(1) + gi];
+        } else if (row < m->n) {
+          s = m->scales.data<float>()[row * groups + gi];
+          z = m->zeros.data<uint8_t>()[row * groups + gi];
         }
-    }
-  auto f8 = quantize_fp8(randn({300, 512}, rng, 0.1f), 128, 128);
-  ASSERT_TRUE(cuda::quant_kernels_take(*f8));
-  const Tensor pairs = cuda::quant_pairs(*f8);
-  ASSERT_EQ(pairs.shape(), (Shape{3, 8}));
-  for (int64_t i = 0; i < 12; ++i) {
-    EXPECT_EQ(pairs.data<float>()[2 * i], f8->scales.data<float>()[i]);
-    EXPECT_EQ(pairs.data<float>()[2 * i + 1], 0.f);
+        EXPECT_EQ(p[0], s) << m->str() << " row " << row << " group " << gi;
+        EXPECT_EQ(p[1], z) << m->str() << " row " << row << " group " << gi;
+      }
   }
-  // Not in whole 8-column groups: not for the kernels.
-  EXPECT_FALSE(cuda::quant_kernels_take(*quantize_int(randn({4, 96}, rng, 0.1f), 4, 12, false)));
+  // Groups not in whole 16-column steps, k not in whole tiles: not for the kernels.
+  EXPECT_FALSE(cuda::quant_kernels_take(*quantize_int(randn({4, 96}, rng, 0.1f), 4, 8, false)));
+  EXPECT_FALSE(cuda::quant_kernels_take(*quantize_int(randn({4, 96}, rng, 0.1f), 4, 32, false)));
+  EXPECT_TRUE(cuda::quant_kernels_take(*quantize_int(randn({4, 96}, rng, 0.1f), 8, 32, false)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaQuantLinearTest, ::testing::Values(DType::kBF16, DType::kF16),
