@@ -162,29 +162,6 @@ float load_as_f32(const void* data, DType dtype, size_t i) {
   }
 }
 
-uint8_t f32_to_e4m3(float f) {
-  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
-  if (std::isnan(f)) return static_cast<uint8_t>(sign | 0x7f);
-  const float a = std::fabs(f);
-  if (a >= 448.f) return static_cast<uint8_t>(sign | 0x7e);  // saturated (and +-inf)
-  // Multiples of 2^-9 below 2^-6 (subnormals, exponent field 0), else 3 mantissa bits
-  // of the binade 2^e (e in [-6, 8]).
-  int e = 0;
-  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
-  const int exp = std::max(e - 1, -6);
-  const float step = std::ldexp(1.f, exp - 3);
-  const float q = std::nearbyint(a / step);  // round to nearest even (the default mode)
-  const float r = q * step;
-  if (r > 448.f) return static_cast<uint8_t>(sign | 0x7e);
-  if (r == 0.f) return sign;
-  int re = 0;
-  std::frexp(r, &re);
-  const int field = re - 1 + 7;  // biased exponent; 0: subnormal
-  if (field <= 0) return static_cast<uint8_t>(sign | static_cast<int>(std::ldexp(r, 9)));
-  const int mant = static_cast<int>(std::ldexp(r, 3 - (re - 1))) - 8;
-  return static_cast<uint8_t>(sign | field << 3 | mant);
-}
-
 float e4m3_to_f32(uint8_t v) {
   const float sign = (v & 0x80) != 0 ? -1.f : 1.f;
   const int field = (v >> 3) & 0xf, mant = v & 7;

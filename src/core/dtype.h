@@ -1,6 +1,7 @@
 // Element types and scalar conversions between them.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -62,7 +63,22 @@ f16 f32_to_f16(float f);
 // The e4m3 (float8_e4m3fn) byte nearest to f: round to nearest even, saturated to
 // +-448 (the largest finite value); NaN gives NaN (0x7f, sign kept). As the GPU's
 // fp8 KV cache stores a value.
-uint8_t f32_to_e4m3(float f);
+inline uint8_t f32_to_e4m3(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t sign = (u >> 24) & 0x80, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7f);   // NaN
+  if (a >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7e);  // 448 and beyond
+  if (a < 0x3c800000u) {  // below 2^-6: a multiple of 2^-9 (8 of them is 2^-6 itself)
+    float s;
+    std::memcpy(&s, &a, 4);
+    return static_cast<uint8_t>(sign | static_cast<uint32_t>(std::nearbyint(s * 512.f)));
+  }
+  // 8 exponent and 3 mantissa bits rounded to nearest even, rebiased from 127 to 7;
+  // what rounds past 448 saturates.
+  const uint32_t v = ((a + 0x7ffffu + ((a >> 20) & 1)) >> 20) - ((127 - 7) << 3);
+  return static_cast<uint8_t>(sign | (v > 0x7e ? 0x7e : v));
+}
 float e4m3_to_f32(uint8_t v);
 
 // Reads element i of a buffer of the given floating dtype as float.

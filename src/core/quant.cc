@@ -37,15 +37,54 @@ inline uint32_t int_at(const uint8_t* row, int32_t bits, int64_t j) {
   return (j & 1) ? (b >> 4) : (b & 0xf);
 }
 
-// A host matrix of f32 values from w (f32, f16 or bf16).
-std::vector<float> host_floats(const Tensor& w, const char* what) {
+// Checks that w is a 2-d f32 / f16 / bf16 host matrix.
+void check_dense(const Tensor& w, const char* what) {
   if (!w || w.ndim() != 2 || !w.device().is_cpu() ||
       (w.dtype() != DType::kF32 && w.dtype() != DType::kF16 && w.dtype() != DType::kBF16))
     raise<InvalidArgument>("{}: {} is not a 2-d f32/f16/bf16 host matrix", what,
                            w ? w.str() : std::string("none"));
-  std::vector<float> v(static_cast<size_t>(w.numel()));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = load_as_f32(w.raw(), w.dtype(), i);
-  return v;
+}
+
+// Row i of w (f32, f16 or bf16) as f32 into out [k]; a non-finite value is an error.
+void row_floats(const Tensor& w, int64_t i, float* out, const char* what) {
+  const int64_t k = w.dim(1);
+  if (w.dtype() == DType::kF32) {
+    std::memcpy(out, w.data<float>() + i * k, static_cast<size_t>(k) * sizeof(float));
+  } else if (w.dtype() == DType::kBF16) {
+    const auto* src = static_cast<const uint16_t*>(w.raw()) + i * k;
+    for (int64_t j = 0; j < k; ++j) {
+      const uint32_t b = uint32_t{src[j]} << 16;
+      std::memcpy(out + j, &b, sizeof(float));
+    }
+  } else {
+    const auto* src = static_cast<const f16*>(w.raw()) + i * k;
+    for (int64_t j = 0; j < k; ++j) out[j] = f16_to_f32(src[j]);
+  }
+  bool ok = true;
+  for (int64_t j = 0; j < k; ++j) ok &= std::isfinite(out[j]);
+  if (!ok) raise<InvalidArgument>("{}: row {} of {} holds a non-finite value", what, i, w.str());
+}
+
+// std::lround(y) for |y| < 2^23, in a form the compiler vectorizes: the truncation of
+// |y| plus one where the (exact) remainder is at least a half.
+inline int32_t round_half_away(float y) {
+  const float a = std::fabs(y);
+  int32_t r = static_cast<int32_t>(a);
+  r += a - static_cast<float>(r) >= 0.5f ? 1 : 0;
+  return y < 0.f ? -r : r;
+}
+
+// q[j] = clamp(round(x[j] / scale) + zero, 0, maxq) for a group of n values; returns
+// the squared error of the values they stand for.
+inline float quantize_group(const float* x, int64_t n, float scale, int32_t zero, int32_t maxq,
+                            int32_t* q) {
+  float err = 0.f;
+  for (int64_t j = 0; j < n; ++j) {
+    q[j] = std::clamp(round_half_away(x[j] / scale) + zero, 0, maxq);
+    const float d = static_cast<float>(q[j] - zero) * scale - x[j];
+    err += d * d;
+  }
+  return err;
 }
 
 }  // namespace
@@ -228,7 +267,7 @@ std::shared_ptr<QuantizedMatrix> stack_quantized_rows(
 
 std::shared_ptr<QuantizedMatrix> quantize_int(const Tensor& w, int32_t bits, int64_t group_size,
                                               bool symmetric) {
-  const std::vector<float> v = host_floats(w, "quantize_int");
+  check_dense(w, "quantize_int");
   const int64_t n = w.dim(0), k = w.dim(1);
   if (bits != 4 && bits != 8)
     raise<InvalidArgument>("quantize_int: {} bits (4 or 8 are supported)", bits);
@@ -242,53 +281,63 @@ std::shared_ptr<QuantizedMatrix> quantize_int(const Tensor& w, int32_t bits, int
   m->group_size = group_size;
   m->symmetric = symmetric;
   const int64_t g = k / group_size;
-  m->q = Tensor::zeros({n, k * bits / 8}, DType::kU8);
+  m->q = Tensor::empty({n, k * bits / 8}, DType::kU8);
   m->scales = Tensor::empty({n, g}, DType::kF32);
   m->zeros = Tensor::empty({n, g}, DType::kU8);
-  const int32_t maxq = (1 << bits) - 1;
+  const int32_t maxq = (1 << bits) - 1, mid = 1 << (bits - 1);
+  std::vector<float> x(static_cast<size_t>(k));
+  std::vector<int32_t> q(static_cast<size_t>(k)), trial(static_cast<size_t>(group_size));
   for (int64_t i = 0; i < n; ++i) {
-    auto* qrow = m->q.data<uint8_t>() + i * (k * bits / 8);
+    row_floats(w, i, x.data(), "quantize_int");
     for (int64_t gi = 0; gi < g; ++gi) {
-      const float* x = v.data() + i * k + gi * group_size;
+      const float* xs = x.data() + gi * group_size;
+      int32_t* qs = q.data() + gi * group_size;
       float lo = 0.f, hi = 0.f;
       for (int64_t j = 0; j < group_size; ++j) {
-        lo = std::min(lo, x[j]);
-        hi = std::max(hi, x[j]);
+        lo = std::min(lo, xs[j]);
+        hi = std::max(hi, xs[j]);
       }
       float scale;
-      int32_t zero;
+      int32_t zero = mid;
       if (symmetric) {
-        const float amax = std::max(-lo, hi);
-        scale = amax / static_cast<float>((1 << (bits - 1)) - 1);
-        zero = 1 << (bits - 1);
+        scale = std::max(-lo, hi) / static_cast<float>(mid - 1);
       } else {
         scale = (hi - lo) / static_cast<float>(maxq);
-        zero = scale > 0.f ? static_cast<int32_t>(std::lround(-lo / scale)) : 0;
-        zero = std::clamp(zero, 0, maxq);
+        if (scale > 0.f) zero = std::clamp(round_half_away(-lo / scale), 0, maxq);
       }
-      if (!(scale > 0.f) || !std::isfinite(scale)) {
-        if (!std::isfinite(scale))
-          raise<InvalidArgument>("quantize_int: row {} of {} holds a non-finite value", i, w.str());
-        scale = 1.f;  // an all-zero group
+      if (!(scale > 0.f)) scale = 1.f;  // an all-zero group
+      float best = quantize_group(xs, group_size, scale, zero, maxq, qs);
+      if (symmetric && bits == 4) {
+        // Sixteen levels are few: a range clipped below the largest value often
+        // represents the rest better. The scale of least squared error wins.
+        const float full = scale;
+        for (int step = 1; step <= 6; ++step) {
+          const float s = full * (1.f - 0.05f * static_cast<float>(step));
+          const float e = quantize_group(xs, group_size, s, zero, maxq, trial.data());
+          if (e < best) {
+            best = e;
+            scale = s;
+            std::copy(trial.begin(), trial.end(), qs);
+          }
+        }
       }
       m->scales.data<float>()[i * g + gi] = scale;
       m->zeros.data<uint8_t>()[i * g + gi] = static_cast<uint8_t>(zero);
-      for (int64_t j = 0; j < group_size; ++j) {
-        const int64_t c = gi * group_size + j;
-        const int32_t qv =
-            std::clamp(static_cast<int32_t>(std::lround(x[j] / scale)) + zero, 0, maxq);
-        if (bits == 8)
-          qrow[c] = static_cast<uint8_t>(qv);
-        else
-          qrow[c >> 1] |= static_cast<uint8_t>((c & 1) ? qv << 4 : qv);
-      }
+    }
+    uint8_t* row = m->q.data<uint8_t>() + i * (k * bits / 8);
+    if (bits == 8) {
+      for (int64_t j = 0; j < k; ++j) row[j] = static_cast<uint8_t>(q[static_cast<size_t>(j)]);
+    } else {
+      for (int64_t j = 0; j < k / 2; ++j)
+        row[j] = static_cast<uint8_t>(q[static_cast<size_t>(2 * j)] |
+                                      q[static_cast<size_t>(2 * j + 1)] << 4);
     }
   }
   return m;
 }
 
 std::shared_ptr<QuantizedMatrix> quantize_fp8(const Tensor& w, int64_t block_n, int64_t block_k) {
-  const std::vector<float> v = host_floats(w, "quantize_fp8");
+  check_dense(w, "quantize_fp8");
   const int64_t n = w.dim(0), k = w.dim(1);
   if (block_n <= 0 || block_k <= 0)
     raise<InvalidArgument>("quantize_fp8: block {}x{}", block_n, block_k);
@@ -302,22 +351,23 @@ std::shared_ptr<QuantizedMatrix> quantize_fp8(const Tensor& w, int64_t block_n, 
   const int64_t bn = ceil_div(n, m->block_n), bk = ceil_div(k, m->block_k);
   m->q = Tensor::empty({n, k}, DType::kF8E4M3);
   m->scales = Tensor::empty({bn, bk}, DType::kF32);
-  for (int64_t bi = 0; bi < bn; ++bi)
+  std::vector<float> x(static_cast<size_t>(m->block_n * k));
+  for (int64_t bi = 0; bi < bn; ++bi) {
+    const int64_t i0 = bi * m->block_n, rows = std::min(n, i0 + m->block_n) - i0;
+    for (int64_t r = 0; r < rows; ++r) row_floats(w, i0 + r, x.data() + r * k, "quantize_fp8");
     for (int64_t bj = 0; bj < bk; ++bj) {
-      const int64_t i1 = std::min(n, (bi + 1) * m->block_n),
-                    j1 = std::min(k, (bj + 1) * m->block_k);
+      const int64_t j0 = bj * m->block_k, j1 = std::min(k, j0 + m->block_k);
       float amax = 0.f;
-      for (int64_t i = bi * m->block_n; i < i1; ++i)
-        for (int64_t j = bj * m->block_k; j < j1; ++j)
-          amax = std::max(amax, std::fabs(v[static_cast<size_t>(i * k + j)]));
-      if (!std::isfinite(amax))
-        raise<InvalidArgument>("quantize_fp8: {} holds a non-finite value", w.str());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = j0; j < j1; ++j) amax = std::max(amax, std::fabs(x[r * k + j]));
       const float scale = amax > 0.f ? amax / 448.f : 1.f;
       m->scales.data<float>()[bi * bk + bj] = scale;
-      for (int64_t i = bi * m->block_n; i < i1; ++i)
-        for (int64_t j = bj * m->block_k; j < j1; ++j)
-          m->q.data<uint8_t>()[i * k + j] = f32_to_e4m3(v[static_cast<size_t>(i * k + j)] / scale);
+      for (int64_t r = 0; r < rows; ++r) {
+        uint8_t* out = m->q.data<uint8_t>() + (i0 + r) * k;
+        for (int64_t j = j0; j < j1; ++j) out[j] = f32_to_e4m3(x[r * k + j] / scale);
+      }
     }
+  }
   return m;
 }
 

@@ -28,12 +28,6 @@ enum class LoadQuantization : uint8_t {
 std::optional<LoadQuantization> parse_load_quantization(const std::string& spec);
 const char* load_quantization_name(LoadQuantization q);
 
-// core's quantize_int(w, bits, group, true) and quantize_fp8(w, 1, k): the same
-// matrices, several times faster (a non-finite weight is an error).
-std::shared_ptr<QuantizedMatrix> quantize_int_symmetric(const Tensor& w, int32_t bits,
-                                                        int64_t group);
-std::shared_ptr<QuantizedMatrix> quantize_fp8_rows(const Tensor& w);
-
 // Quantizes the decoder weights of w in place, the matrices spread over `pool`.
 // Throws InvalidArgument when a weight is quantized already (a quantized checkpoint).
 void quantize_at_load(ModelWeights& w, LoadQuantization q, ThreadPool& pool);

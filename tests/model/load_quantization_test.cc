@@ -51,36 +51,6 @@ TEST(LoadQuantization, ParsesItsNames) {
   EXPECT_THROW(parse_load_quantization("int3"), InvalidArgument);
 }
 
-// The load's quantizers give core's matrices bit for bit: values across decades (fp8
-// subnormals, saturation), an all-zero group, f32 and bf16 weights.
-TEST(LoadQuantization, MatchesCoreQuantizers) {
-  std::mt19937 rng(7);
-  std::normal_distribution<float> d(0.f, 1.f);
-  std::uniform_real_distribution<float> u(-6.f, 3.f);
-  Tensor w = Tensor::empty({37, 256}, DType::kF32);
-  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = d(rng) * std::pow(10.f, u(rng));
-  for (int64_t j = 0; j < 64; ++j) w.data<float>()[5 * 256 + j] = 0.f;  // a zero group
-  for (const Tensor& t : {w, w.to(DType::kBF16)}) {
-    SCOPED_TRACE(dtype_name(t.dtype()));
-    auto same = [](const QuantizedMatrix& a, const QuantizedMatrix& b) {
-      for (auto f : {&QuantizedMatrix::q, &QuantizedMatrix::scales, &QuantizedMatrix::zeros}) {
-        const Tensor &x = a.*f, &y = b.*f;
-        ASSERT_EQ(bool(x), bool(y));
-        if (!x) continue;
-        ASSERT_EQ(x.shape(), y.shape());
-        EXPECT_EQ(std::memcmp(x.raw(), y.raw(), x.nbytes()), 0);
-      }
-      EXPECT_EQ(a.str(), b.str());
-    };
-    same(*quantize_int_symmetric(t, 8, 256), *quantize_int(t, 8, 256, true));
-    same(*quantize_int_symmetric(t, 4, 64), *quantize_int(t, 4, 64, true));
-    same(*quantize_fp8_rows(t), *quantize_fp8(t, 1, 256));
-  }
-  w.data<float>()[3] = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_THROW(quantize_int_symmetric(w, 8, 256), InvalidArgument);
-  EXPECT_THROW(quantize_fp8_rows(w), InvalidArgument);
-}
-
 // Every projection quantized as asked (int4: groups of 128, else 64 or 32, where they
 // divide k), the
 // embeddings, lm_head and norms untouched; a quantized checkpoint is refused.
@@ -222,7 +192,8 @@ void compare(LoadQuantization q, const Bounds& bound) {
 
 // Measured (7 prompts, 48 steps, a model 256 wide): int8 249 of 336 greedy tokens before
 // the first difference, the argmax along the 16-bit tokens at 332 of 336 steps; int4
-// (round to nearest, groups of 128 and 64) 17 and 276; fp8 40 and 323.
+// (round to nearest with the clipped scale of least error, groups of 128 and 64) 26 and
+// 287; fp8 40 and 323.
 TEST(LoadQuantization, Int8FollowsTheModel) {
   compare(LoadQuantization::kInt8, {320, 200});
 }
