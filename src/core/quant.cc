@@ -30,13 +30,6 @@ void expect(const Tensor& t, const Shape& shape, DType dtype, const QuantizedMat
                            dtype_name(dtype), shape_str(shape).substr(1));
 }
 
-// Value j of row r of an integer matrix.
-inline uint32_t int_at(const uint8_t* row, int32_t bits, int64_t j) {
-  if (bits == 8) return row[j];
-  const uint8_t b = row[j >> 1];
-  return (j & 1) ? (b >> 4) : (b & 0xf);
-}
-
 // Checks that w is a 2-d f32 / f16 / bf16 host matrix.
 void check_dense(const Tensor& w, const char* what) {
   if (!w || w.ndim() != 2 || !w.device().is_cpu() ||
@@ -88,6 +81,24 @@ inline float quantize_group(const float* x, int64_t n, float scale, int32_t zero
 }
 
 }  // namespace
+
+uint32_t QuantizedMatrix::value(int64_t i, int64_t j) const {
+  return packed_int(q.data<uint8_t>() + i * row_bytes(), bits, j);
+}
+
+std::shared_ptr<QuantizedMatrix> make_int_matrix(int64_t n, int64_t k, int32_t bits,
+                                                 int64_t group_size) {
+  auto m = std::make_shared<QuantizedMatrix>();
+  m->scheme = QuantScheme::kInt;
+  m->n = n;
+  m->k = k;
+  m->bits = bits;
+  m->group_size = group_size;
+  m->q = Tensor::zeros({n, m->row_bytes()}, DType::kU8);
+  m->scales = Tensor::empty({n, m->groups()}, DType::kF32);
+  m->zeros = Tensor::empty({n, m->groups()}, DType::kU8);
+  return m;
+}
 
 size_t QuantizedMatrix::nbytes() const {
   size_t b = 0;
@@ -195,13 +206,13 @@ void dequantize_rows(const QuantizedMatrix& m, int64_t r0, int64_t r1, float* ou
       for (int64_t j = 0; j < m.k; ++j) o[j] = e4m3_to_f32(row[j]) * srow[j / m.block_k];
       continue;
     }
-    const auto* row = m.q.data<uint8_t>() + i * (m.k * m.bits / 8);
+    const auto* row = m.q.data<uint8_t>() + i * m.row_bytes();
     const int64_t g = m.groups();
     const float* srow = s + i * g;
     const uint8_t* zrow = m.zeros.data<uint8_t>() + i * g;
     for (int64_t j = 0; j < m.k; ++j) {
       const int64_t grp = j / m.group_size;
-      const float v = (static_cast<float>(int_at(row, m.bits, j)) - zrow[grp]) * srow[grp];
+      const float v = (static_cast<float>(packed_int(row, m.bits, j)) - zrow[grp]) * srow[grp];
       o[p ? p[j] : j] = v;
     }
   }
@@ -273,17 +284,9 @@ std::shared_ptr<QuantizedMatrix> quantize_int(const Tensor& w, int32_t bits, int
     raise<InvalidArgument>("quantize_int: {} bits (4 or 8 are supported)", bits);
   if (group_size <= 0 || k % group_size != 0 || (bits == 4 && k % 2 != 0))
     raise<InvalidArgument>("quantize_int: group size {} does not divide {} columns", group_size, k);
-  auto m = std::make_shared<QuantizedMatrix>();
-  m->scheme = QuantScheme::kInt;
-  m->n = n;
-  m->k = k;
-  m->bits = bits;
-  m->group_size = group_size;
+  auto m = make_int_matrix(n, k, bits, group_size);
   m->symmetric = symmetric;
-  const int64_t g = k / group_size;
-  m->q = Tensor::empty({n, k * bits / 8}, DType::kU8);
-  m->scales = Tensor::empty({n, g}, DType::kF32);
-  m->zeros = Tensor::empty({n, g}, DType::kU8);
+  const int64_t g = m->groups();
   const int32_t maxq = (1 << bits) - 1, mid = 1 << (bits - 1);
   std::vector<float> x(static_cast<size_t>(k));
   std::vector<int32_t> q(static_cast<size_t>(k)), trial(static_cast<size_t>(group_size));
@@ -324,14 +327,9 @@ std::shared_ptr<QuantizedMatrix> quantize_int(const Tensor& w, int32_t bits, int
       m->scales.data<float>()[i * g + gi] = scale;
       m->zeros.data<uint8_t>()[i * g + gi] = static_cast<uint8_t>(zero);
     }
-    uint8_t* row = m->q.data<uint8_t>() + i * (k * bits / 8);
-    if (bits == 8) {
-      for (int64_t j = 0; j < k; ++j) row[j] = static_cast<uint8_t>(q[static_cast<size_t>(j)]);
-    } else {
-      for (int64_t j = 0; j < k / 2; ++j)
-        row[j] = static_cast<uint8_t>(q[static_cast<size_t>(2 * j)] |
-                                      q[static_cast<size_t>(2 * j + 1)] << 4);
-    }
+    uint8_t* row = m->q.data<uint8_t>() + i * m->row_bytes();
+    for (int64_t j = 0; j < k; ++j)
+      set_packed_int(row, bits, j, static_cast<uint32_t>(q[static_cast<size_t>(j)]));
   }
   return m;
 }

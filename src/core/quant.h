@@ -50,6 +50,10 @@ struct QuantizedMatrix {
   Tensor perm;
 
   int64_t groups() const { return group_size > 0 ? k / group_size : 0; }
+  // Bytes of one row of q: k * bits / 8 (kInt), k (kFp8).
+  int64_t row_bytes() const { return scheme == QuantScheme::kFp8 ? k : k * bits / 8; }
+  // kInt: value j of row i (host memory).
+  uint32_t value(int64_t i, int64_t j) const;
   Device device() const { return q.device(); }
   // Bytes of q, scales, zeros and perm.
   size_t nbytes() const;
@@ -60,6 +64,25 @@ struct QuantizedMatrix {
   // range, the symmetric flag and perm being a permutation.
   void validate() const;
 };
+
+// Value j of a row of packed `bits`-bit integers (QuantizedMatrix::q's layout), and its
+// setting (into a row that holds zeros there).
+inline uint32_t packed_int(const uint8_t* row, int32_t bits, int64_t j) {
+  if (bits == 8) return row[j];
+  const uint8_t b = row[j >> 1];
+  return (j & 1) ? (b >> 4) : (b & 0xf);
+}
+inline void set_packed_int(uint8_t* row, int32_t bits, int64_t j, uint32_t v) {
+  if (bits == 8)
+    row[j] = static_cast<uint8_t>(v);
+  else
+    row[j >> 1] |= static_cast<uint8_t>((j & 1) ? v << 4 : v);
+}
+
+// A kInt matrix [n, k] of `bits` bits in groups of group_size: q zeroed, scales and
+// zeros allocated for the caller to fill (shapes as validate() wants them).
+std::shared_ptr<QuantizedMatrix> make_int_matrix(int64_t n, int64_t k, int32_t bits,
+                                                 int64_t group_size);
 
 // The typed view of m: shape [n, k], dtype u8 (kInt) or f8_e4m3 (kFp8), on m's device.
 Tensor quantized_view(std::shared_ptr<const QuantizedMatrix> m);

@@ -13,61 +13,71 @@ namespace tachyon {
 
 namespace {
 
+// Whether every part's bias (where it has one) is an f32 host vector of its rows.
+bool biases_stack(const std::vector<const LinearWeights*>& parts) {
+  for (const LinearWeights* p : parts)
+    if (p->b &&
+        (p->b.dtype() != DType::kF32 || p->b.numel() != p->w.dim(0) || !p->b.device().is_cpu()))
+      return false;
+  return true;
+}
+
+// The parts' biases stacked into one, zeros where a part has none; empty when no part
+// has one.
+Tensor stacked_bias(const std::vector<const LinearWeights*>& parts) {
+  if (std::none_of(parts.begin(), parts.end(), [](const LinearWeights* p) { return bool(p->b); }))
+    return {};
+  int64_t rows = 0;
+  for (const LinearWeights* p : parts) rows += p->w.dim(0);
+  Tensor b = Tensor::zeros({rows}, DType::kF32);
+  int64_t row = 0;
+  for (const LinearWeights* p : parts) {
+    if (p->b) std::memcpy(b.data<float>() + row, p->b.raw(), p->b.nbytes());
+    row += p->w.dim(0);
+  }
+  return b;
+}
+
 // Rows of host matrices [n_i, K] of one dtype stacked into one [sum n_i, K] matrix (and
-// their f32 biases into one, zeros where a part has none); an empty result when the
-// parts do not fit together (other dtypes or widths, not on the host).
+// their biases, stacked_bias); an empty result when the parts do not fit together (other
+// dtypes or widths, not on the host).
 LinearWeights stack_rows(const std::vector<const LinearWeights*>& parts) {
   const Tensor& first = parts.front()->w;
   int64_t rows = 0;
-  bool any_bias = false;
   for (const LinearWeights* p : parts) {
     if (!p->w || p->w.ndim() != 2 || !p->w.device().is_cpu() || p->w.dtype() != first.dtype() ||
         p->w.dim(1) != first.dim(1))
       return {};
-    if (p->b &&
-        (p->b.dtype() != DType::kF32 || p->b.numel() != p->w.dim(0) || !p->b.device().is_cpu()))
-      return {};
     rows += p->w.dim(0);
-    any_bias = any_bias || static_cast<bool>(p->b);
   }
+  if (!biases_stack(parts)) return {};
   LinearWeights out;
   out.w = Tensor::empty({rows, first.dim(1)}, first.dtype());
-  if (any_bias) out.b = Tensor::zeros({rows}, DType::kF32);
   auto* dst = static_cast<char*>(out.w.raw());
-  int64_t row = 0;
   for (const LinearWeights* p : parts) {
     std::memcpy(dst, p->w.raw(), p->w.nbytes());
     dst += p->w.nbytes();
-    if (p->b) std::memcpy(out.b.data<float>() + row, p->b.raw(), p->b.nbytes());
-    row += p->w.dim(0);
   }
+  out.b = stacked_bias(parts);
   return out;
 }
 
 // Quantized host matrices (core/quant.h) stacked row-wise (stack_quantized_rows) with
-// their biases as stack_rows does; empty when the parts are not all quantized or do not
-// stack (other schemes, group sizes, permutations).
+// their biases; empty when the parts are not all quantized or do not stack (other
+// schemes, group sizes, permutations).
 LinearWeights stack_quantized(const std::vector<const LinearWeights*>& parts) {
   std::vector<const QuantizedMatrix*> mats;
   for (const LinearWeights* p : parts) {
     const QuantizedMatrix* m = quantized(p->w);
     if (m == nullptr) return {};
-    if (p->b && (p->b.dtype() != DType::kF32 || p->b.numel() != m->n || !p->b.device().is_cpu()))
-      return {};
     mats.push_back(m);
   }
+  if (!biases_stack(parts)) return {};
   std::shared_ptr<QuantizedMatrix> stacked = stack_quantized_rows(mats);
   if (!stacked) return {};
   LinearWeights out;
   out.w = quantized_view(std::move(stacked));
-  if (std::any_of(parts.begin(), parts.end(), [](const LinearWeights* p) { return bool(p->b); })) {
-    out.b = Tensor::zeros({out.w.dim(0)}, DType::kF32);
-    int64_t row = 0;
-    for (const LinearWeights* p : parts) {
-      if (p->b) std::memcpy(out.b.data<float>() + row, p->b.raw(), p->b.nbytes());
-      row += p->w.dim(0);
-    }
-  }
+  out.b = stacked_bias(parts);
   return out;
 }
 

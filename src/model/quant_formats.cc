@@ -91,30 +91,16 @@ inline uint32_t field(int32_t word, int32_t bits, int64_t p) {
 template <class Value, class Scale, class Zero>
 std::shared_ptr<QuantizedMatrix> build_int(int64_t n, int64_t k, int32_t bits, int64_t group_size,
                                            Value value, Scale scale, Zero zero) {
-  auto m = std::make_shared<QuantizedMatrix>();
-  m->scheme = QuantScheme::kInt;
-  m->n = n;
-  m->k = k;
-  m->bits = bits;
-  m->group_size = group_size;
-  const int64_t g = k / group_size;
-  m->q = Tensor::zeros({n, k * bits / 8}, DType::kU8);
-  m->scales = Tensor::empty({n, g}, DType::kF32);
-  m->zeros = Tensor::empty({n, g}, DType::kU8);
+  auto m = make_int_matrix(n, k, bits, group_size);
+  const int64_t g = m->groups();
   auto* q = m->q.data<uint8_t>();
   auto* s = m->scales.data<float>();
   auto* z = m->zeros.data<uint8_t>();
   const uint32_t top = 1u << bits;
   bool symmetric = true;
   for (int64_t i = 0; i < n; ++i) {
-    uint8_t* row = q + i * (k * bits / 8);
-    for (int64_t j = 0; j < k; ++j) {
-      const uint32_t v = value(i, j);
-      if (bits == 8)
-        row[j] = static_cast<uint8_t>(v);
-      else
-        row[j >> 1] |= static_cast<uint8_t>((j & 1) ? v << 4 : v);
-    }
+    uint8_t* row = q + i * m->row_bytes();
+    for (int64_t j = 0; j < k; ++j) set_packed_int(row, bits, j, value(i, j));
     for (int64_t gi = 0; gi < g; ++gi) {
       s[i * g + gi] = scale(i, gi);
       const uint32_t zv = zero(i, gi);

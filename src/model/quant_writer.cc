@@ -14,13 +14,6 @@
 namespace tachyon {
 namespace {
 
-// Value j of row i of an integer matrix.
-uint32_t int_value(const QuantizedMatrix& m, int64_t i, int64_t j) {
-  const auto* row = m.q.data<uint8_t>() + i * (m.k * m.bits / 8);
-  if (m.bits == 8) return row[j];
-  return (j & 1) ? row[j >> 1] >> 4 : row[j >> 1] & 0xf;
-}
-
 void require_int(const QuantizedMatrix& m, const char* format) {
   if (m.scheme != QuantScheme::kInt || m.perm || !m.device().is_cpu())
     raise<InvalidArgument>("{}: cannot write {} (an integer host matrix without a perm)", format,
@@ -136,9 +129,8 @@ NamedTensors gptq_tensors(const std::string& module, const QuantizedMatrix& m) {
   auto* qw = qweight.data<int32_t>();
   for (int64_t i = 0; i < m.n; ++i)
     for (int64_t j = 0; j < m.k; ++j)
-      qw[(j / pack) * m.n + i] =
-          static_cast<int32_t>(static_cast<uint32_t>(qw[(j / pack) * m.n + i]) |
-                               (int_value(m, i, j) << (bits * (j % pack))));
+      qw[(j / pack) * m.n + i] = static_cast<int32_t>(
+          static_cast<uint32_t>(qw[(j / pack) * m.n + i]) | (m.value(i, j) << (bits * (j % pack))));
   Tensor qzeros = Tensor::zeros({g, m.n / pack}, DType::kI32);
   auto* qz = qzeros.data<int32_t>();
   for (int64_t gi = 0; gi < g; ++gi)
@@ -171,7 +163,7 @@ NamedTensors awq_tensors(const std::string& module, const QuantizedMatrix& m) {
       const int64_t i = c * 8 + kOrder[p];
       for (int64_t j = 0; j < m.k; ++j) {
         int32_t& w = qweight.data<int32_t>()[j * (m.n / 8) + c];
-        w = static_cast<int32_t>(static_cast<uint32_t>(w) | (int_value(m, i, j) << (4 * p)));
+        w = static_cast<int32_t>(static_cast<uint32_t>(w) | (m.value(i, j) << (4 * p)));
       }
       for (int64_t gi = 0; gi < g; ++gi) {
         int32_t& w = qzeros.data<int32_t>()[gi * (m.n / 8) + c];

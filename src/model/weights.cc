@@ -296,6 +296,14 @@ class Loader {
     return it != map_.end() && !resolve(it->second, layer, expert).empty();
   }
 
+  // A loaded slot's name in the records: "embedding", "layers.3.attn_qkv",
+  // "layers.3.experts.5.expert_down".
+  static std::string record_name(Slot s, int layer, int expert) {
+    if (expert >= 0) return fmt::format("layers.{}.experts.{}.{}", layer, expert, slot_name(s));
+    if (layer >= 0) return fmt::format("layers.{}.{}", layer, slot_name(s));
+    return std::string(slot_name(s));
+  }
+
   // The quantized form of a matrix slot (a typed view, core/quant.h) when the checkpoint
   // stores the slot's module quantized; empty otherwise.
   Tensor fetch_quantized(Slot s, const WeightRef& ref, int layer, int expert) {
@@ -327,9 +335,7 @@ class Loader {
             module, slot_name(s));
       std::shared_ptr<const QuantizedMatrix> m =
           read_quantized(cfg_.quant, module, want[0], want[1], lookup);
-      std::string slot = std::string(slot_name(s));
-      if (layer >= 0) slot = fmt::format("layers.{}.{}", layer, slot);
-      if (expert >= 0) slot = fmt::format("layers.{}.experts.{}.{}", layer, expert, slot_name(s));
+      const std::string slot = record_name(s, layer, expert);
       std::string storage = m->str();
       storage = storage.substr(0, storage.rfind(" ["));
       out_.records.push_back({slot, module,
@@ -402,9 +408,7 @@ class Loader {
       t = t.to(DType::kF32);
       transform += transform.empty() ? "to f32" : ", to f32";
     }
-    std::string slot = std::string(slot_name(s));
-    if (layer >= 0) slot = fmt::format("layers.{}.{}", layer, slot);
-    if (expert >= 0) slot = fmt::format("layers.{}.experts.{}.{}", layer, expert, slot_name(s));
+    const std::string slot = record_name(s, layer, expert);
     const uint64_t bytes = static_cast<uint64_t>(shape_numel(info.shape)) * dtype_size(info.dtype);
     out_.records.push_back({slot, name, info.dtype, info.shape, transform,
                             std::string(dtype_name(info.dtype)), bytes});

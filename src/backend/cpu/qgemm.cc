@@ -23,17 +23,10 @@ struct QOwnerDeleter {
   void operator()(QOwner* p) const { delete p; }
 };
 
-// Value j of row r of an integer matrix.
-inline uint32_t int_at(const uint8_t* row, int32_t bits, int64_t j) {
-  if (bits == 8) return row[j];
-  const uint8_t b = row[j >> 1];
-  return (j & 1) ? (b >> 4) : (b & 0xf);
-}
-
 // Panel p of m into w's layout.
 void pack_panel(const QuantizedMatrix& m, const QPackedWeight& w, int64_t p, uint8_t* out) {
   const bool fp8 = w.kind == QKind::kFp8;
-  const int64_t row_bytes = fp8 ? m.k : m.k * m.bits / 8;
+  const int64_t row_bytes = m.row_bytes();
   const float* scales = m.scales.data<float>();
   const int64_t scale_cols = m.scales.dim(1);
   const uint8_t* zeros = fp8 ? nullptr : m.zeros.data<uint8_t>();
@@ -66,7 +59,7 @@ void pack_panel(const QuantizedMatrix& m, const QPackedWeight& w, int64_t p, uin
       s[r] = scales[i * scale_cols + g];
       if (w.zeros) z[r] = zeros[i * scale_cols + g];
       for (int64_t t = 0; t < steps; ++t) {
-        const uint32_t q = int_at(row, m.bits, s0 + t);
+        const uint32_t q = packed_int(row, m.bits, s0 + t);
         if (w.kind == QKind::kInt4) {
           uint8_t& b = v[(t / 2) * kQPanel + r];
           b = t % 2 == 0 ? static_cast<uint8_t>(q) : static_cast<uint8_t>(b | (q << 4));

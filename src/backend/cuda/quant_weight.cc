@@ -37,7 +37,7 @@ Tensor quant_tiles(const QuantizedMatrix& m) {
   std::fill(o, o + out.numel(), uint8_t{0});
   const auto* q = m.q.data<uint8_t>();
   const bool int4 = kind == QuantKind::kInt4;
-  const int64_t row_bytes = int4 ? m.k / 2 : m.k;
+  const int64_t row_bytes = m.row_bytes();
   for (int64_t row = 0; row < m.n; ++row) {
     const int64_t band = row / kQuantTileRows, rr = row % kQuantTileRows;
     const int64_t g = rr & 7, row_hi = rr >> 3;
@@ -47,7 +47,7 @@ Tensor quant_tiles(const QuantizedMatrix& m) {
       const int64_t v = (c16 & 1) + 2 * row_hi + 4 * (c16 >> 3);
       uint8_t* tile = o + (band * tiles + t) * kQuantTileBytes + lane * 16;
       if (int4) {
-        const uint8_t val = (q[row * row_bytes + c / 2] >> (4 * (c & 1))) & 0xF;
+        const uint32_t val = packed_int(q + row * row_bytes, 4, c);
         const int64_t pos = 8 * step + (v >> 1) + 4 * (v & 1);  // nibble of the lane's 16 bytes
         tile[pos / 2] |= static_cast<uint8_t>(val << (4 * (pos & 1)));
       } else {
