@@ -20,6 +20,7 @@
 #include <random>
 
 #include "conformance/fixture_dir.h"
+#include "conformance/paged_runner.h"
 #include "core/json.h"
 #include "io/safetensors.h"
 #include "model/loader.h"
@@ -37,97 +38,24 @@ constexpr int32_t kBlockSize = 4;
 
 using testing_util::fixture_names;
 
-struct Case {
-  std::vector<int32_t> input_ids;
-  std::vector<int32_t> greedy_new_ids;
-  Tensor logits;  // [len, vocab] f32
-};
-
-// One sequence's state in the paged cache: its tokens and its blocks.
-struct Seq {
-  std::vector<int32_t> tokens;
-  int32_t prompt_len = 0;
-  PromptLayout layout;
-  int32_t computed = 0;
-  std::vector<int32_t> blocks;
-};
+using Case = testing_util::ConformanceCase;
+using Seq = testing_util::PagedSeq;
 
 class ConformanceTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     dir_ = testing_util::fixture(GetParam());
-    Json ref = load_json_file(testing_util::fixture_source_dir(GetParam()) + "/reference.json");
-    auto logits = SafetensorsFile::open(testing_util::fixture_reference_logits(GetParam()));
-    for (size_t i = 0; i < ref["cases"].size(); ++i) {
-      Case c;
-      for (const auto& v : ref["cases"][i]["input_ids"]) c.input_ids.push_back(v.get<int32_t>());
-      for (const auto& v : ref["cases"][i]["greedy_new_ids"])
-        c.greedy_new_ids.push_back(v.get<int32_t>());
-      c.logits = logits->get("case" + std::to_string(i) + ".logits").clone();
-      cases_.push_back(std::move(c));
-    }
+    cases_ = testing_util::load_conformance_cases(GetParam());
     model_ = load_model(dir_);
     vocab_ = model_->vocab_size();
     half_ = model_->backend().activation_dtype() != DType::kF32;
-    // Blocks for every case at full length, handed out in shuffled order so that
-    // sequences are scattered over the pool.
-    int32_t total = 0;
-    for (const auto& c : cases_)
-      total += static_cast<int32_t>(
-          (c.input_ids.size() + c.greedy_new_ids.size() + kBlockSize - 1) / kBlockSize);
-    total += 3;
-    model_->init_kv_cache(total, kBlockSize);
-    free_.resize(static_cast<size_t>(total));
-    std::iota(free_.begin(), free_.end(), 0);
-    std::shuffle(free_.begin(), free_.end(), std::mt19937(7));
+    paged_.init(*model_, cases_, kBlockSize, 7);
   }
 
-  Seq new_seq(const std::vector<int32_t>& prompt) {
-    Seq s;
-    s.tokens = prompt;
-    s.prompt_len = static_cast<int32_t>(prompt.size());
-    s.layout = model_->prompt_layout(prompt);
-    return s;
-  }
-
-  // One step: each (sequence, n) advances sequence by n tokens. Returns the logits of
-  // every token of the step, [num_tokens, vocab].
-  Tensor step(std::vector<std::pair<Seq*, int32_t>> work) {
-    ForwardBatch b;
-    b.query_start.push_back(0);
-    int32_t max_blocks = 0;
-    for (auto& [s, n] : work) {
-      const int32_t ctx = s->computed + n;
-      while (static_cast<int32_t>(s->blocks.size()) * kBlockSize < ctx) {
-        EXPECT_FALSE(free_.empty());
-        s->blocks.push_back(free_.back());
-        free_.pop_back();
-      }
-      max_blocks = std::max(max_blocks, static_cast<int32_t>(s->blocks.size()));
-    }
-    for (auto& [s, n] : work) {
-      for (int32_t i = 0; i < n; ++i) {
-        b.token_ids.push_back(s->tokens[s->computed + i]);
-        b.positions.push_back(s->computed + i);
-      }
-      b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
-      b.context_lens.push_back(s->computed + n);
-      b.prompt_lens.push_back(s->prompt_len);
-      b.layouts.push_back(s->layout);
-      for (int32_t i = 0; i < max_blocks; ++i)
-        b.block_tables.push_back(i < static_cast<int32_t>(s->blocks.size()) ? s->blocks[i] : -1);
-      s->computed += n;
-    }
-    b.max_blocks_per_seq = max_blocks;
-    b.logits_rows.resize(b.token_ids.size());
-    std::iota(b.logits_rows.begin(), b.logits_rows.end(), 0);
-    return model_->forward(b);
-  }
-
-  void release(Seq& s) {
-    for (int32_t blk : s.blocks) free_.push_back(blk);
-    s.blocks.clear();
-  }
+  Seq new_seq(const std::vector<int32_t>& prompt) const { return paged_.new_seq(prompt); }
+  Tensor step(const std::vector<std::pair<Seq*, int32_t>>& work) { return paged_.step(work); }
+  Tensor step(Seq& s, int32_t n) { return paged_.step(s, n); }
+  void release(Seq& s) { paged_.release(s); }
 
   // Compares logits rows [row0, row0 + n) of `got` with reference rows starting at ref_row.
   void expect_logits(const Tensor& got, int64_t row0, const Case& c, int64_t ref_row, int64_t n,
@@ -204,7 +132,7 @@ class ConformanceTest : public ::testing::TestWithParam<std::string> {
   std::vector<Case> cases_;
   std::unique_ptr<Model> model_;
   int64_t vocab_ = 0;
-  std::vector<int32_t> free_;
+  testing_util::PagedRunner paged_;
   bool half_ = false;       // the model computes in bf16/f16
   double worst_error_ = 0;  // largest logit error seen so far
   std::vector<double> margins_;
