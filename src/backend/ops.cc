@@ -25,15 +25,15 @@ Tensor Backend::normed(const Tensor& x, const NormParams& norm) {
 
 void Backend::attention_input(const Tensor& x, const NormParams* norm, const AttentionInput& p,
                               const Tensor& cos_sin, const Tensor& logn, const Tensor& slots,
-                              LayerKvCache& cache, Tensor& qkv) {
+                              LayerKvCache& cache, Tensor& qkv, const LoraStep* lora) {
   const Tensor h = norm != nullptr ? normed(x, *norm) : x;
   const QkvLayout& layout = p.layout;
   if (p.qkv) {
-    linear(h, p.qkv.w, p.qkv.b, qkv);
+    product(h, p.qkv, qkv, 0, lora);
   } else {
-    linear(h, p.q.w, p.q.b, qkv, 0);
-    linear(h, p.k.w, p.k.b, qkv, layout.q_cols());
-    linear(h, p.v.w, p.v.b, qkv, layout.q_cols() + layout.kv_cols());
+    product(h, p.q, qkv, 0, lora);
+    product(h, p.k, qkv, layout.q_cols(), lora);
+    product(h, p.v, qkv, layout.q_cols() + layout.kv_cols(), lora);
   }
   if (p.clip > 0) clamp(qkv, p.clip);
   if (p.q_norm.weight) qk_norm(qkv, layout, p.q_norm, p.k_norm);
@@ -45,27 +45,41 @@ void Backend::attention_input(const Tensor& x, const NormParams* norm, const Att
     write_kv(qkv, layout, slots, cache);
 }
 
-void Backend::mlp_input(const Tensor& x, const NormParams* norm, const MlpInput& p, Tensor& out) {
+void Backend::mlp_input(const Tensor& x, const NormParams* norm, const MlpInput& p, Tensor& out,
+                        const LoraStep* lora) {
   const Tensor h = norm != nullptr ? normed(x, *norm) : x;
   if (!p.gated) {
-    linear(h, p.up.w, p.up.b, out, 0, p.act);
+    if (lora == nullptr || !p.up.lora) {
+      linear(h, p.up.w, p.up.b, out, 0, p.act);
+      return;
+    }
+    product(h, p.up, out, 0, lora);
+    activation(out, p.act);
     return;
   }
   const int64_t inter = out.dim(1);
   Tensor gu = workspace(Workspace::kGateUp, h.dim(0), 2 * inter, activation_dtype());
   if (p.gate_up) {
-    linear(h, p.gate_up.w, p.gate_up.b, gu);
+    product(h, p.gate_up, gu, 0, lora);
   } else {
-    linear(h, p.gate.w, p.gate.b, gu, 0);
-    linear(h, p.up.w, p.up.b, gu, inter);
+    product(h, p.gate, gu, 0, lora);
+    product(h, p.up, gu, inter, lora);
   }
   gated_activation(gu, p.act, out);
 }
 
-void Backend::linear_residual(const Tensor& x, const LinearWeights& w, Tensor& residual) {
+void Backend::linear_residual(const Tensor& x, const LinearWeights& w, Tensor& residual,
+                              const LoraStep* lora) {
   Tensor product = workspace(Workspace::kProduct, x.dim(0), w.w.dim(0), residual.dtype());
   linear(x, w.w, w.b, product);
   add(residual, product, residual);
+  if (lora != nullptr && w.lora) this->lora(x, *lora, w.lora, residual, 0);
+}
+
+void Backend::product(const Tensor& x, const LinearWeights& w, Tensor& out, int64_t col_offset,
+                      const LoraStep* lora) {
+  linear(x, w.w, w.b, out, col_offset);
+  if (lora != nullptr && w.lora) this->lora(x, *lora, w.lora, out, col_offset);
 }
 
 }  // namespace tachyon

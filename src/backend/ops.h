@@ -74,11 +74,71 @@ struct NormParams {
   bool folded = false;
 };
 
+// Low-rank adapters (multi-LoRA). The adapters resident on the device live in one
+// arena [slots, slot_elems] in the activation dtype, a row per slot; every adapted
+// product has a place in each row (the same in every row): out += B · (A · x), with
+// A [parts * R, K] at a_offset and B [N, R] at b_offset (elements from the row's start,
+// row-major; R the arena's rank capacity, the adapter's scaling folded into B). The
+// product's output columns fall into `parts` consecutive ranges (q, k and v of a stacked
+// q/k/v product; gate and up), range p ending at part_end[p] and reading rows
+// [p R, p R + r) of A and columns [0, r) of B, r = ranks[slot, rank_index + p] (0: the
+// adapter leaves that part alone; rows and columns past r are zero).
+struct LoraTarget {
+  int64_t a_offset = -1;  // -1: no adapter can target the product
+  int64_t b_offset = 0;
+  int64_t n = 0, k = 0;
+  int32_t parts = 1;
+  int32_t rank_index = 0;
+  int64_t part_end[3] = {0, 0, 0};
+  explicit operator bool() const { return a_offset >= 0; }
+};
+
+// A step's adapters: which slot each token's row uses, and the arena.
+struct LoraStep {
+  Tensor arena;          // [slots, slot_elems] activation dtype
+  Tensor ranks;          // [slots, rank_entries] i32: each slot's rank per product part
+  Tensor row_slots;      // [T] i32: the slot of each token's adapter; -1: the base model
+  int32_t max_rank = 0;  // R, the arena's rank capacity
+};
+
+// The checks every backend's lora() makes (a failure is a bug in the caller).
+inline void check_lora(const Tensor& x, const LoraStep& step, const LoraTarget& t,
+                       const Tensor& out, int64_t col_offset) {
+  TACHYON_CHECK(t && x.ndim() == 2 && out.ndim() == 2 && step.arena.ndim() == 2 &&
+                    step.ranks.ndim() == 2 && step.row_slots.ndim() == 1,
+                "lora: x {} out {} arena {} ranks {} row_slots {}", x.str(), out.str(),
+                step.arena.str(), step.ranks.str(), step.row_slots.str());
+  TACHYON_CHECK(x.dtype() == step.arena.dtype() && out.dtype() == x.dtype() &&
+                    step.ranks.dtype() == DType::kI32 && step.row_slots.dtype() == DType::kI32,
+                "lora: x {} out {} arena {} ranks {} row_slots {}", x.str(), out.str(),
+                step.arena.str(), step.ranks.str(), step.row_slots.str());
+  TACHYON_CHECK(x.dim(1) == t.k && out.dim(0) == x.dim(0) && col_offset >= 0 &&
+                    out.dim(1) >= col_offset + t.n && step.row_slots.dim(0) == x.dim(0) &&
+                    step.ranks.dim(0) == step.arena.dim(0),
+                "lora: x {} out {} at {} for a product [{}, {}], row_slots {}", x.str(), out.str(),
+                col_offset, t.n, t.k, step.row_slots.str());
+  TACHYON_CHECK(t.parts >= 1 && t.parts <= 3 && t.part_end[t.parts - 1] == t.n &&
+                    t.rank_index >= 0 && t.rank_index + t.parts <= step.ranks.dim(1) &&
+                    step.max_rank > 0,
+                "lora: {} parts ending at {} of {}, rank entries {} of {}", t.parts,
+                t.part_end[t.parts - 1], t.n, t.rank_index, step.ranks.dim(1));
+  for (int p = 1; p < t.parts; ++p)
+    TACHYON_CHECK(t.part_end[p] > t.part_end[p - 1], "lora: part ends not increasing");
+  const int64_t R = step.max_rank;
+  TACHYON_CHECK(t.a_offset >= 0 && t.b_offset >= 0 &&
+                    t.a_offset + t.parts * R * t.k <= step.arena.dim(1) &&
+                    t.b_offset + t.n * R <= step.arena.dim(1),
+                "lora: A at {} and B at {} past an arena row of {}", t.a_offset, t.b_offset,
+                step.arena.dim(1));
+}
+
 // A linear layer's parameters in the form the backend's kernels read: w [N, K]
-// (Backend::prepare_linear_weight), b [N] f32, optional.
+// (Backend::prepare_linear_weight), b [N] f32, optional; and where the product's
+// adapters lie in the LoRA arena (none by default).
 struct LinearWeights {
   Tensor w;
   Tensor b;
+  LoraTarget lora;
   explicit operator bool() const { return static_cast<bool>(w); }
 };
 
@@ -310,6 +370,13 @@ class Backend {
   // dtype or f32 (logits).
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
                       int64_t col_offset = 0, Activation act = Activation::kIdentity) = 0;
+  // The adapters of one product (LoraTarget): for each token t of x [T, K] whose
+  // step.row_slots[t] = s >= 0, out[t, col_offset + c] += sum_{j < r} B_s[c, j] *
+  // (A_s[p R + j, :] · x[t, :]), p the part of column c, r = ranks[s, rank_index + p];
+  // the sum rounded once to out's dtype. out [T, >= col_offset + N] in the activation
+  // dtype; rows of the base model (-1) are untouched.
+  virtual void lora(const Tensor& x, const LoraStep& step, const LoraTarget& target, Tensor& out,
+                    int64_t col_offset) = 0;
   // out[t, i] = act(in[t, i]) * in[t, I + i]; in [T, 2I] ([gate | up]), out [T, I].
   virtual void gated_activation(const Tensor& in, Activation act, Tensor& out) = 0;
   // x = act(x) in place, x [T, N].
@@ -400,17 +467,23 @@ class Backend {
   // ops above; a backend overrides them to fuse what its kernels can (a norm, a rotary,
   // a cache write or a residual add inside a product) and decides that by itself.
   //
+  // Each takes the step's adapters `lora` (null: none): every product there also adds
+  // its adapters' delta (lora()) before anything reads it.
+  //
   // qkv [T, layout.row_cols()] = the products of p of norm(x) (of x itself when norm is
   // null), then p's clamp, per-head norms, the q part scaled by logn [T] f32 (when
   // given) and the rotary by cos_sin [T, rot] f32 (rotary models); the k and v parts
   // are then written into the cache at slots [T] (as write_kv). x [T, K] is untouched.
   virtual void attention_input(const Tensor& x, const NormParams* norm, const AttentionInput& p,
                                const Tensor& cos_sin, const Tensor& logn, const Tensor& slots,
-                               LayerKvCache& cache, Tensor& qkv);
+                               LayerKvCache& cache, Tensor& qkv, const LoraStep* lora);
   // out [T, I] = the MLP input of p (MlpInput) of norm(x) (of x itself when norm is null).
-  virtual void mlp_input(const Tensor& x, const NormParams* norm, const MlpInput& p, Tensor& out);
-  // residual [T, N] += x · wᵀ + b, the sum rounded once to residual's dtype; x [T, K].
-  virtual void linear_residual(const Tensor& x, const LinearWeights& w, Tensor& residual);
+  virtual void mlp_input(const Tensor& x, const NormParams* norm, const MlpInput& p, Tensor& out,
+                         const LoraStep* lora);
+  // residual [T, N] += x · wᵀ + b (the sum rounded once to residual's dtype), then the
+  // adapters' delta; x [T, K].
+  virtual void linear_residual(const Tensor& x, const LinearWeights& w, Tensor& residual,
+                               const LoraStep* lora);
 
   // ---- mixture of experts ---------------------------------------------------------
   // Softmax over router logits [T, E] (activation dtype or f32), the top_k largest
@@ -460,6 +533,10 @@ class Backend {
   virtual Tensor workspace(Workspace slot, int64_t rows, int64_t cols, DType dtype);
   // norm(x) in the kNormed workspace (x untouched).
   Tensor normed(const Tensor& x, const NormParams& norm);
+  // out[:, col_offset :] = x · wᵀ + b, plus the adapters' delta of w.lora when lora is
+  // given.
+  void product(const Tensor& x, const LinearWeights& w, Tensor& out, int64_t col_offset,
+               const LoraStep* lora);
 
  private:
   Tensor workspace_[static_cast<size_t>(Workspace::kCount)];

@@ -98,6 +98,7 @@ void Decoder::compute(const StepInputs& in, std::span<LayerKvCache> kv, Tensor& 
   const int64_t R = logits.dim(0);
   const int64_t D = cfg_.hidden_size;
   step_ = &in;
+  lora_ = in.lora.row_slots ? &in.lora : nullptr;
   kv_ = kv;
   cos_sin_ = in.cos_sin;
   // Embeddings.
@@ -170,7 +171,7 @@ void Decoder::layer(int l, Tensor& x) {
     const float s = static_cast<float>(cfg_.residual_scale);
     Tensor h = normed(x, L.attn_norm, h_);
     Tensor o = o_.view(be_, T, D);
-    be_.linear(attention(l, h, nullptr), L.o.w, L.o.b, o);
+    product(attention(l, h, nullptr), L.o, o);
     be_.scale_add(h, s, o, x);
     h = normed(x, L.mlp_norm, h_);
     Tensor m = mlp_.view(be_, T, D);
@@ -179,7 +180,7 @@ void Decoder::layer(int l, Tensor& x) {
   } else if (cfg_.post_norm) {
     // x' = n1(x + o(attn(x))); x'' = n2(x' + mlp(x')).
     Tensor o = o_.view(be_, T, D);
-    be_.linear(attention(l, x, nullptr), L.o.w, L.o.b, o);
+    product(attention(l, x, nullptr), L.o, o);
     be_.add_norm(x, o, Tensor(), L.attn_norm, x);
     Tensor m = mlp_.view(be_, T, D);
     mlp(l, x, nullptr, m);
@@ -188,13 +189,13 @@ void Decoder::layer(int l, Tensor& x) {
     // x' = x + o(attn(n1(x))) + mlp(n2(x)), n2 = n1 where the norm is shared.
     Tensor h = attend ? normed(x, L.attn_norm, h_) : Tensor();
     Tensor h2 = cfg_.parallel_shared_norm ? h : (mlp_on ? normed(x, L.mlp_norm, h2_) : Tensor());
-    if (attend) be_.linear_residual(attention(l, h, nullptr), L.o, x);
+    if (attend) be_.linear_residual(attention(l, h, nullptr), L.o, x, lora_);
     if (mlp_on) mlp_residual(l, h2, nullptr, x);
   } else if (cfg_.sandwich_norm) {
     // x' = x + n2(o(attn(n1(x)))); x'' = x' + n4(mlp(n3(x'))).
     if (attend) {
       Tensor o = o_.view(be_, T, D);
-      be_.linear(attention(l, x, &L.attn_norm), L.o.w, L.o.b, o);
+      product(attention(l, x, &L.attn_norm), L.o, o);
       be_.add_norm(o, Tensor(), Tensor(), L.post_attn_norm, o);
       be_.add(x, o, x);
     }
@@ -206,7 +207,7 @@ void Decoder::layer(int l, Tensor& x) {
     }
   } else {
     // Pre-norm: x' = x + o(attn(n1(x))); x'' = x' + mlp(n2(x')).
-    if (attend) be_.linear_residual(attention(l, x, &L.attn_norm), L.o, x);
+    if (attend) be_.linear_residual(attention(l, x, &L.attn_norm), L.o, x, lora_);
     if (mlp_on) mlp_residual(l, x, &L.mlp_norm, x);
   }
 }
@@ -215,7 +216,8 @@ Tensor Decoder::attention(int l, const Tensor& x, const NormParams* norm) {
   const int64_t T = x.dim(0);
   const QkvLayout& layout = layouts_[l];
   Tensor qkv = qkv_.view(be_, T, layout.row_cols());
-  be_.attention_input(x, norm, attn_in_[l], cos_sin_, step_->logn, step_->slots, kv_[l], qkv);
+  be_.attention_input(x, norm, attn_in_[l], cos_sin_, step_->logn, step_->slots, kv_[l], qkv,
+                      lora_);
   Tensor out = attn_.view(be_, T, layout.q_cols());
   be_.attention(qkv, layout, kv_[l], step_->meta, attn_params_[l], out);
   return out;
@@ -229,8 +231,8 @@ void Decoder::mlp_residual(int l, const Tensor& x, const NormParams* norm, Tenso
     return;
   }
   Tensor a = act_.view(be_, x.dim(0), cfg_.inter(l));
-  be_.mlp_input(x, norm, mlp_in_[l], a);
-  be_.linear_residual(a, w_.layers[l].down, residual);
+  be_.mlp_input(x, norm, mlp_in_[l], a, lora_);
+  be_.linear_residual(a, w_.layers[l].down, residual, lora_);
 }
 
 void Decoder::mlp(int l, const Tensor& x, const NormParams* norm, Tensor& out) {
@@ -240,8 +242,8 @@ void Decoder::mlp(int l, const Tensor& x, const NormParams* norm, Tensor& out) {
     return;
   }
   Tensor a = act_.view(be_, x.dim(0), cfg_.inter(l));
-  be_.mlp_input(x, norm, mlp_in_[l], a);
-  be_.linear(a, L.down.w, L.down.b, out);
+  be_.mlp_input(x, norm, mlp_in_[l], a, lora_);
+  product(a, L.down, out);
 }
 
 void Decoder::moe(int l, const Tensor& h, Tensor& out) {
@@ -256,7 +258,7 @@ void Decoder::moe(int l, const Tensor& h, Tensor& out) {
   be_.moe_experts(h, ids, wts, L.experts, cfg_.activation, false, out);
   if (cfg_.moe.shared_inter_size == 0) return;
   Tensor a = act_.view(be_, T, cfg_.moe.shared_inter_size);
-  be_.mlp_input(h, nullptr, shared_in_[l], a);
+  be_.mlp_input(h, nullptr, shared_in_[l], a, nullptr);
   if (L.shared_expert_gate) {
     Tensor sh = shared_.view(be_, T, cfg_.hidden_size);
     be_.linear(a, L.shared_down.w, Tensor(), sh);
@@ -264,8 +266,13 @@ void Decoder::moe(int l, const Tensor& h, Tensor& out) {
     be_.linear(h, L.shared_expert_gate.w, Tensor(), gl);
     be_.add_sigmoid_gated(sh, gl, out);
   } else {
-    be_.linear_residual(a, LinearWeights{L.shared_down.w, Tensor()}, out);
+    be_.linear_residual(a, LinearWeights{L.shared_down.w, Tensor()}, out, nullptr);
   }
+}
+
+void Decoder::product(const Tensor& x, const LinearWeights& w, Tensor& out) {
+  be_.linear(x, w.w, w.b, out);
+  if (lora_ != nullptr && w.lora) be_.lora(x, *lora_, w.lora, out, 0);
 }
 
 Tensor Decoder::normed(const Tensor& x, const NormParams& norm, StepBuffer& buf) {

@@ -44,6 +44,8 @@ struct StepInputs {
   // [H] i32: the rows whose final hidden states the step keeps (Decoder::hidden());
   // empty: none.
   Tensor hidden_rows;
+  // The step's adapters (multi-LoRA); lora.row_slots empty: none.
+  LoraStep lora;
 };
 
 // A layer of a plain pre-norm decoder (the usual case; layer() has the others:
@@ -95,6 +97,8 @@ class Decoder {
   void mlp(int l, const Tensor& x, const NormParams* norm, Tensor& out);
   // The MoE block of layer l over h (already normed) into out.
   void moe(int l, const Tensor& h, Tensor& out);
+  // out = x · wᵀ + b, plus the step's adapters of w.
+  void product(const Tensor& x, const LinearWeights& w, Tensor& out);
   // norm(x) into buf (x untouched).
   Tensor normed(const Tensor& x, const NormParams& norm, StepBuffer& buf);
 
@@ -121,6 +125,7 @@ class Decoder {
   // The step compute() runs: its inputs, caches and rotary rows (the staged or the
   // gathered ones).
   const StepInputs* step_ = nullptr;
+  const LoraStep* lora_ = nullptr;
   std::span<LayerKvCache> kv_;
   Tensor cos_sin_;
 

@@ -271,7 +271,8 @@ void linear_cases(std::vector<OpCase>& cases) {
                          Tensor w = r.randn({s.n, s.k}, 1.f / std::sqrt(static_cast<float>(s.k)));
                          Tensor b = r.randn({s.n}, 0.5f);
                          Tensor res = r.act(r.randn({s.m, s.n}, 2.f));
-                         r.be().linear_residual(r.act(x), r.linear(w, bias ? b : Tensor()), res);
+                         r.be().linear_residual(r.act(x), r.linear(w, bias ? b : Tensor()), res,
+                                                nullptr);
                          r.output("residual", res);
                        },
                        {}});

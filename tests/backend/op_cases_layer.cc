@@ -98,7 +98,7 @@ void run_attention_input(const AttnInputSpec& s, OpRun& r) {
   Tensor xd = r.act(x);
   Tensor qkv = r.out_act({T, l.row_cols()});
   r.be().attention_input(xd, s.norm == InNorm::kNone ? nullptr : &norm, p, cs, logn, r.i32(slots),
-                         cache, qkv);
+                         cache, qkv, nullptr);
   r.output("qkv", qkv);
   r.output("k_cache", cache.k);
   r.output("v_cache", cache.v);
@@ -180,8 +180,8 @@ void mlp_input_cases(std::vector<OpCase>& cases) {
                          r.be().prepare_input_norm(norm, readers);
                        }
                        Tensor out = r.out_act({s.tokens, s.inter});
-                       r.be().mlp_input(r.act(x), s.norm == InNorm::kNone ? nullptr : &norm, p,
-                                        out);
+                       r.be().mlp_input(r.act(x), s.norm == InNorm::kNone ? nullptr : &norm, p, out,
+                                        nullptr);
                        r.output("out", out);
                      },
                      {}});

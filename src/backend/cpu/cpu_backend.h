@@ -50,6 +50,8 @@ class CpuBackend : public Backend {
 
   void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out, int64_t col_offset,
               Activation act) override;
+  void lora(const Tensor& x, const LoraStep& step, const LoraTarget& target, Tensor& out,
+            int64_t col_offset) override;
   void gated_activation(const Tensor& in, Activation act, Tensor& out) override;
   void activation(Tensor& x, Activation act) override;
   void scale_add(const Tensor& a, float scale, const Tensor& b, Tensor& out) override;

@@ -86,9 +86,13 @@ class CudaBackend final : public Backend {
   // The rest runs the ops' default forms.
   void attention_input(const Tensor& x, const NormParams* norm, const AttentionInput& p,
                        const Tensor& cos_sin, const Tensor& logn, const Tensor& slots,
-                       LayerKvCache& cache, Tensor& qkv) override;
-  void mlp_input(const Tensor& x, const NormParams* norm, const MlpInput& p, Tensor& out) override;
-  void linear_residual(const Tensor& x, const LinearWeights& w, Tensor& residual) override;
+                       LayerKvCache& cache, Tensor& qkv, const LoraStep* lora) override;
+  void mlp_input(const Tensor& x, const NormParams* norm, const MlpInput& p, Tensor& out,
+                 const LoraStep* lora) override;
+  void linear_residual(const Tensor& x, const LinearWeights& w, Tensor& residual,
+                       const LoraStep* lora) override;
+  void lora(const Tensor& x, const LoraStep& step, const LoraTarget& target, Tensor& out,
+            int64_t col_offset) override;
   // RMS norms without bias folded into the 16-bit and f32 weights that read them (with
   // the down projection's add on the wgmma GEMM, the 8 x 1024 prefill step of a
   // Llama-3-8B shape took 182.0 ms against 184.5 unfolded).
@@ -217,6 +221,8 @@ class CudaBackend final : public Backend {
   // that applies a folded norm: from the squares linear_residual kept where they are
   // x's, else one pass over x.
   const float* row_scales(const Tensor& x, float eps);
+  // linear_residual's product and add, without the adapters.
+  void linear_residual_product(const Tensor& x, const LinearWeights& w, Tensor& residual);
   // Whether a product may apply the norm itself (folded, its eps usable).
   static bool rides(const NormParams& norm) {
     return norm.folded && norm.eps >= 0.f && std::isfinite(norm.eps);

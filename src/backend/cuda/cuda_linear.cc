@@ -116,7 +116,14 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor& bias, T
   gemm(x, 0, m, w, y, out.dtype(), out.dim(1), bias, act);
 }
 
-void CudaBackend::linear_residual(const Tensor& x, const LinearWeights& w, Tensor& residual) {
+void CudaBackend::linear_residual(const Tensor& x, const LinearWeights& w, Tensor& residual,
+                                  const LoraStep* lora) {
+  linear_residual_product(x, w, residual);
+  if (lora != nullptr && w.lora) this->lora(x, *lora, w.lora, residual, 0);
+}
+
+void CudaBackend::linear_residual_product(const Tensor& x, const LinearWeights& w,
+                                          Tensor& residual) {
   const int64_t m = x.dim(0);
   check_linear(x, w.w, w.b, residual, 0);
   check_act(residual, "linear_residual residual");
@@ -125,7 +132,7 @@ void CudaBackend::linear_residual(const Tensor& x, const LinearWeights& w, Tenso
   if (m == 0) return;
   wrote(residual);
   if (batch_invariant_) {
-    Backend::linear_residual(x, w, residual);
+    Backend::linear_residual(x, w, residual, nullptr);
     return;
   }
   if (x.dim(1) >= kDeepK && !w.b && m >= kEpilogueRows && quant_weight(w.w) == nullptr &&
@@ -168,16 +175,16 @@ const float* CudaBackend::row_scales(const Tensor& x, float eps) {
 
 void CudaBackend::attention_input(const Tensor& x, const NormParams* norm, const AttentionInput& p,
                                   const Tensor& cos_sin, const Tensor& logn, const Tensor& slots,
-                                  LayerKvCache& cache, Tensor& qkv) {
+                                  LayerKvCache& cache, Tensor& qkv, const LoraStep* lora) {
   // The product, the rotary and the cache write in one pass, where nothing else touches
-  // the rows between them (and a folded norm's scaling of the rows).
+  // the rows between them (and a folded norm's scaling of the rows): not with adapters.
   const int64_t m = x.dim(0);
   const RotaryStyle style = p.rotary;
   const int32_t rot = style != RotaryStyle::kNone ? static_cast<int32_t>(cos_sin.dim(1)) : 0;
   if (!batch_invariant_ && p.qkv && !p.qkv.b && quant_weight(p.qkv.w) == nullptr && !kv_i8() &&
-      p.clip <= 0 && !p.q_norm.weight && !logn && m >= kEpilogueRows &&
-      (style == RotaryStyle::kHalf || style == RotaryStyle::kInterleaved) && rot > 0 &&
-      gemm_wgmma_active(dtype_) && (norm == nullptr || rides(*norm))) {
+      (lora == nullptr || !p.qkv.lora) && p.clip <= 0 && !p.q_norm.weight && !logn &&
+      m >= kEpilogueRows && (style == RotaryStyle::kHalf || style == RotaryStyle::kInterleaved) &&
+      rot > 0 && gemm_wgmma_active(dtype_) && (norm == nullptr || rides(*norm))) {
     const Tensor& w = p.qkv.w;
     check_linear(x, w, Tensor(), qkv, 0);
     check_rotary(qkv, p.layout, cos_sin, style, rot, "attention_input");
@@ -209,20 +216,21 @@ void CudaBackend::attention_input(const Tensor& x, const NormParams* norm, const
       return;
     }
   }
-  Backend::attention_input(x, norm, p, cos_sin, logn, slots, cache, qkv);
+  Backend::attention_input(x, norm, p, cos_sin, logn, slots, cache, qkv, lora);
 }
 
-void CudaBackend::mlp_input(const Tensor& x, const NormParams* norm, const MlpInput& p,
-                            Tensor& out) {
+void CudaBackend::mlp_input(const Tensor& x, const NormParams* norm, const MlpInput& p, Tensor& out,
+                            const LoraStep* lora) {
   // gate/up and the gated activation in one product (without the [T, 2I] intermediate),
   // with a folded norm's scaling of the rows where the epilogue is handed off.
   const int64_t m = x.dim(0);
   const bool handoff = m >= kGatedHandoffRows;
   const bool fused = !batch_invariant_ && p.gated && p.gate_up && !p.gate_up.b &&
-                     quant_weight(p.gate_up.w) == nullptr && m >= kGatedMinRows &&
-                     out.dtype() == dtype_ && out.dim(1) % 8 == 0 && gemm_wgmma_active(dtype_);
+                     quant_weight(p.gate_up.w) == nullptr && (lora == nullptr || !p.gate_up.lora) &&
+                     m >= kGatedMinRows && out.dtype() == dtype_ && out.dim(1) % 8 == 0 &&
+                     gemm_wgmma_active(dtype_);
   if (!fused) {
-    Backend::mlp_input(x, norm, p, out);
+    Backend::mlp_input(x, norm, p, out, lora);
     return;
   }
   const float* scale = nullptr;
@@ -256,9 +264,9 @@ void CudaBackend::mlp_input(const Tensor& x, const NormParams* norm, const MlpIn
     return;
   }
   if (scale != nullptr)
-    Backend::mlp_input(x, norm, p, out);
+    Backend::mlp_input(x, norm, p, out, lora);
   else
-    Backend::mlp_input(h, nullptr, p, out);
+    Backend::mlp_input(h, nullptr, p, out, lora);
 }
 
 Tensor CudaBackend::workspace(Workspace slot, int64_t rows, int64_t cols, DType dtype) {

@@ -39,7 +39,7 @@ TEST_P(CudaOpsTest, LinearResidual) {
       gpu_->linear_residual(
           dev(x),
           LinearWeights{gpu_->prepare_weight(w), with_bias ? gpu_->prepare_weight(b) : Tensor()},
-          out);
+          out, nullptr);
       if (dt_ != DType::kF32) {
         EXPECT_EQ(gpu_->last_linear_path() == cuda::CudaBackend::LinearPath::kGemv,
                   c.m == 1 && !with_bias)

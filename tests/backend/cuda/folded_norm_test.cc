@@ -179,13 +179,13 @@ TEST_P(CudaFoldedNormTest, FoldedNorms) {
       const NormParams nan_eps = folded_norm(c.k, std::nanf(""));
       Tensor out = poisoned(*gpu_, {c.m, c.n}, dt_);
       const int64_t before = cuda::gemm_wgmma_rms_launches();
-      gpu_->mlp_input(xd, &nan_eps, gated_input(wd), out);
+      gpu_->mlp_input(xd, &nan_eps, gated_input(wd), out, nullptr);
       EXPECT_EQ(cuda::gemm_wgmma_rms_launches() - before, 0) << "NaN eps " << shape;
     }
     const NormParams norm = folded_norm(c.k, c.eps);
     Tensor out = poisoned(*gpu_, {c.m, c.n}, dt_);
     const int64_t before = cuda::gemm_wgmma_rms_launches();
-    gpu_->mlp_input(xd, &norm, gated_input(wd), out);
+    gpu_->mlp_input(xd, &norm, gated_input(wd), out, nullptr);
     const bool took = active && c.m >= cuda::CudaBackend::kGatedHandoffRows;
     EXPECT_EQ(cuda::gemm_wgmma_rms_launches() - before, took ? 1 : 0) << shape;
     expect_near(host_values(*gpu_, out), want, took ? bound_for(dt_) : 2 * bound_for(dt_),
@@ -262,7 +262,7 @@ TEST_P(CudaFoldedNormTest, FoldedNorms) {
     const auto gated = [&](const Tensor& in) {
       Tensor out = poisoned(*gpu_, {m, ng}, dt_);
       const int64_t before = cuda::row_inv_rms_parts_launches();
-      gpu_->mlp_input(in, &norm, gated_input(wg), out);
+      gpu_->mlp_input(in, &norm, gated_input(wg), out, nullptr);
       parts_launched = cuda::row_inv_rms_parts_launches() - before;
       return host_values(*gpu_, out);
     };
@@ -272,7 +272,7 @@ TEST_P(CudaFoldedNormTest, FoldedNorms) {
     const LinearWeights wdd{
         gpu_->prepare_weight(input({n, kd}, 1.f / std::sqrt(static_cast<float>(kd)))), Tensor()};
     Tensor res = dev(start), other = dev(start), copy = gpu_->alloc({m, n}, dt_);
-    gpu_->linear_residual(xdd, wdd, res);
+    gpu_->linear_residual(xdd, wdd, res, nullptr);
     TACHYON_CUDA_CHECK(cudaMemcpyAsync(copy.raw(), res.raw(), res.nbytes(),
                                        cudaMemcpyDeviceToDevice, gpu_->stream()));
     const std::vector<double> by_pass = gated(copy);
@@ -284,13 +284,13 @@ TEST_P(CudaFoldedNormTest, FoldedNorms) {
     gated(other);
     EXPECT_EQ(parts_launched, 0) << "other rows";
     // Replaced by a later add's: the pass for the first rows, the second's serve.
-    gpu_->linear_residual(xdd, wdd, other);
+    gpu_->linear_residual(xdd, wdd, other, nullptr);
     gated(res);
     EXPECT_EQ(parts_launched, 0) << "replaced";
     gated(other);
     EXPECT_EQ(parts_launched, 1) << "the later add's";
     // Written since: forgotten. A write elsewhere leaves them.
-    gpu_->linear_residual(xdd, wdd, res);
+    gpu_->linear_residual(xdd, wdd, res, nullptr);
     gpu_->scale_add(copy, 1.f, copy, copy);
     gated(res);
     EXPECT_EQ(parts_launched, 1) << "a write elsewhere";
@@ -298,7 +298,7 @@ TEST_P(CudaFoldedNormTest, FoldedNorms) {
     gated(res);
     EXPECT_EQ(parts_launched, 0) << "written since";
     // cuBLASLt's add (a shallow product) keeps nothing.
-    gpu_->linear_residual(xd, LinearWeights{wd, Tensor()}, other);
+    gpu_->linear_residual(xd, LinearWeights{wd, Tensor()}, other, nullptr);
     gated(other);
     EXPECT_EQ(parts_launched, 0) << "cuBLASLt's add";
   }
@@ -334,7 +334,7 @@ TEST_P(CudaFoldedNormTest, FoldedNorms) {
     const NormParams norm = folded_norm(k, eps);
     const int64_t before = cuda::gemm_wgmma_rms_launches();
     gpu_->attention_input(xd, &norm, qkv_input(layout, wd, Tensor(), RotaryStyle::kHalf), cs_g,
-                          Tensor(), slots_g, cb, qb);
+                          Tensor(), slots_g, cb, qb, nullptr);
     const std::string what = "attention_input folded norm " + std::to_string(m);
     const bool fused = active && m >= cuda::CudaBackend::kEpilogueRows;
     EXPECT_EQ(cuda::gemm_wgmma_rms_launches() - before, fused ? 1 : 0) << what;

@@ -93,7 +93,7 @@ class CudaQuantLinearTest : public ::testing::TestWithParam<DType> {
     const Tensor x = rounded(randn({r, m->k}, rng_), dt_);
     const Tensor start = rounded(randn({r, m->n}, rng_, 2.f), dt_);
     Tensor res = to_gpu(*gpu_, start, dt_);
-    gpu_->linear_residual(to_gpu(*gpu_, x, dt_), LinearWeights{wq, bias_d}, res);
+    gpu_->linear_residual(to_gpu(*gpu_, x, dt_), LinearWeights{wq, bias_d}, res, nullptr);
     expect_near(host_values(*gpu_, res), reference(x, *m, bias, start), bound_for(dt_),
                 tag(name + " residual m=" + std::to_string(r)));
   }

@@ -121,7 +121,7 @@ TEST_P(CudaWgmmaTest, WgmmaGemm) {
     // Through the backend (SiLU).
     if (gelu) continue;
     Tensor out = poisoned(*gpu_, {c.m, c.n}, dt_);
-    gpu_->mlp_input(xd, nullptr, gated_input(wd), out);
+    gpu_->mlp_input(xd, nullptr, gated_input(wd), out, nullptr);
     const bool fused = active && c.m >= cuda::CudaBackend::kGatedMinRows && c.n % 8 == 0;
     EXPECT_EQ(gpu_->last_linear_path() == cuda::CudaBackend::LinearPath::kWgmma, fused) << shape;
     expect_near(host_values(*gpu_, out), gated, bound_for(dt_), tag("mlp_input " + shape));
@@ -180,7 +180,7 @@ TEST_P(CudaWgmmaTest, WgmmaEpilogues) {
       const std::vector<double> want = added(x, w, with_bias ? b : Tensor(), start);
       Tensor y = dev(start);
       gpu_->linear_residual(xd, LinearWeights{wd, with_bias ? gpu_->prepare_weight(b) : Tensor()},
-                            y);
+                            y, nullptr);
       const bool wgmma = active && !with_bias && c.m >= cuda::CudaBackend::kEpilogueRows &&
                          c.k >= cuda::CudaBackend::kDeepK;
       EXPECT_EQ(gpu_->last_linear_path() == cuda::CudaBackend::LinearPath::kWgmma, wgmma)
@@ -301,7 +301,7 @@ TEST_P(CudaWgmmaTest, WgmmaEpilogues) {
       Tensor qb = poisoned(*gpu_, {m, cols}, dt_);
       LayerKvCache cb{dev(init), dev(init)};
       gpu_->attention_input(xd, nullptr, qkv_input(layout, wd, bias, RotaryStyle::kHalf), cs_g,
-                            Tensor(), slots_g, cb, qb);
+                            Tensor(), slots_g, cb, qb, nullptr);
       const std::string what = "attention_input " + std::to_string(m) + (with_bias ? " bias" : "");
       const bool fused = active && !with_bias && m >= cuda::CudaBackend::kEpilogueRows;
       EXPECT_EQ(gpu_->last_linear_path() == cuda::CudaBackend::LinearPath::kWgmma, fused) << what;
