@@ -52,6 +52,14 @@ struct GenerationParams {
   bool return_logprobs = false;
   int32_t top_logprobs = 0;
   bool skip_special_tokens = true;
+  // The LoRA adapter the request runs with, by its registered name; "": the base model.
+  std::string adapter_name;
+};
+
+// A LoRA adapter registered for requests to name.
+struct AdapterInfo {
+  std::string name;
+  std::string path;
 };
 
 enum class GenFinish { kStop, kLength, kCancelled, kTimeout, kError };
@@ -166,6 +174,23 @@ class InferenceBackend {
   // 0 when the backend keeps no prefix cache. Throws InvalidArgument for ids it cannot
   // take (empty, too long).
   virtual int32_t pin_prefix(const std::vector<int32_t>& ids) = 0;
+
+  // ---- LoRA adapters (multi-LoRA) ----
+  // The registered adapters, by name.
+  virtual std::vector<AdapterInfo> adapters() const { return {}; }
+  // Registers the PEFT adapter folder `path` as `name`. Throws InvalidArgument (a bad
+  // name or adapter, the name taken by another path, adapters not enabled), NotFound (no
+  // such folder) or ResourceExhausted (past the registered adapters' limit); changes
+  // nothing then. Registering a name again with its own path does nothing.
+  virtual void load_adapter(const std::string& name, const std::string& path) {
+    (void)path;
+    raise<InvalidArgument>("cannot load LoRA adapter '{}': adapters are not enabled", name);
+  }
+  // Removes adapter `name` (requests running on it finish first; new ones naming it are
+  // refused). Throws NotFound for a name not registered.
+  virtual void unload_adapter(const std::string& name) {
+    raise<NotFound>("LoRA adapter '{}' is not loaded", name);
+  }
 
   virtual bool healthy() const = 0;
   virtual std::string dead_reason() const = 0;
