@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/load_progress.h"
+#include "cli/lora_options.h"
 #include "cli/model_dir.h"
 #include "core/error.h"
 #include "core/logging.h"
@@ -127,6 +128,8 @@ int cmd_serve(const CommandArgs& args) {
   if (!fs::exists(fs::path(model_dir) / "config.json"))
     raise<NotFound>("model directory '{}' has no config.json", model_dir);
   std::string name = served_name(cfg, model_dir);
+  // The LoRA settings are checked before the model loads.
+  const LoraOptions lora = lora_options(cfg.settings);
 
   // Signals are taken synchronously by the main thread; every other thread blocks them.
   sigset_t signals;
@@ -159,6 +162,12 @@ int cmd_serve(const CommandArgs& args) {
       };
       auto loaded_backend = EngineBackend::load(o);
       progress.finish();
+      // The adapters given at start (--lora, LORA_INFO), registered for requests to name.
+      if (lora.enabled)
+        for (const AdapterInfo& a : lora.adapters) {
+          loaded_backend->load_adapter(a.name, a.path);
+          log_info("LoRA adapter '{}' from {}", a.name, a.path);
+        }
       // The task prompts' K/V, computed and pinned before the first request.
       if (!cfg.task_prompts.empty())
         tasks = install_task_prompts(*loaded_backend, cfg.task_prompts);
