@@ -109,7 +109,7 @@ int cmd_generate(const CommandArgs& argv) {
   if (args.given("input")) {
     if (args.given("prompt") || args.given("prompt-ids") || args.given("dump-logits"))
       raise<InvalidArgument>("--input does not mix with --prompt, --prompt-ids or --dump-logits");
-    EngineBundle b = open_engine(dir, args);
+    EngineBundle b = open_engine(dir, args, 0, lora);
     const int failed = run_generate_batch(b, lora, args.str("input"), args.str("output"), defaults);
     return failed == 0 ? 0 : 1;
   }
@@ -118,7 +118,7 @@ int cmd_generate(const CommandArgs& argv) {
   const RequestConfig rc = request_config(defaults);
   const GenerateConfig& config = rc.config;
   // The adapter is checked before the model loads.
-  make_request(lora, {}, rc);
+  make_request(lora, nullptr, {}, rc);
 
   EngineBundle b;
   std::vector<int32_t> prompt;
@@ -126,7 +126,7 @@ int cmd_generate(const CommandArgs& argv) {
   if (args.given("dump-logits")) {
     const std::string path = args.str("dump-logits");
     // The model alone first; the engine then sizes the cache its own way.
-    auto model = load_model(dir, load_options(args));
+    auto model = load_model(dir, load_options(args, lora));
     if (prompt.empty()) {
       auto tok = Tokenizer::load(dir);
       prompt = tok->encode(args.str("prompt"), true);
@@ -137,7 +137,7 @@ int cmd_generate(const CommandArgs& argv) {
                                model->vocab_size());
     if (!prompt.empty()) dump_prompt_logits(*model, prompt, path);
   }
-  b = open_engine(dir, args, std::max(config.width(), 1));
+  b = open_engine(dir, args, std::max(config.width(), 1), lora);
   if (prompt.empty()) {
     if (!b.tokenizer) raise<InvalidArgument>("--prompt needs a tokenizer; pass --prompt-ids");
     prompt = b.tokenizer->encode(args.str("prompt"), true);
@@ -147,14 +147,14 @@ int cmd_generate(const CommandArgs& argv) {
   const std::vector<int32_t> prompt_copy = prompt;
   GenerateResult r;
   if (json) {
-    r = run_generate_one(b, make_request(lora, prompt, rc), /*json=*/true);
+    r = run_generate_one(b, make_request(lora, b.adapters.get(), prompt, rc), /*json=*/true);
     Json j = result_json(r);
     j["prompt_ids"] = prompt_copy;
     std::printf("%s\n", j.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
   } else if (args.flag("stream")) {
-    r = run_generate_one(b, make_request(lora, prompt, rc), /*json=*/false);
+    r = run_generate_one(b, make_request(lora, b.adapters.get(), prompt, rc), /*json=*/false);
   } else {
-    r = b.engine->submit(make_request(lora, prompt, rc))->wait();
+    r = b.engine->submit(make_request(lora, b.adapters.get(), prompt, rc))->wait();
     std::string ids;
     if (!r.sequences.empty())
       for (int32_t t : r.sequences[0].output_ids)

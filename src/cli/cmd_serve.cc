@@ -75,8 +75,15 @@ server::HttpServerOptions http_options(const ServeConfig& c) {
 }
 
 EngineBackendOptions backend_options(const ServeConfig& c, const std::string& model_dir,
-                                     const std::string& name) {
+                                     const std::string& name, const LoraOptions& lora) {
   EngineBackendOptions o;
+  // The start adapters are registered once the backend is up (below), or merged.
+  o.lora.enabled = lora.enabled;
+  o.lora.merge = lora.merge;
+  if (lora.merge) o.lora.adapters = lora.adapters;
+  o.lora.max_loras = lora.max_loras;
+  o.lora.max_rank = lora.max_rank;
+  o.lora.max_registered = lora.max_registered;
   o.model_dir = model_dir;
   o.tokenizer_dir = c.tokenizer;
   o.model_type = c.model_type;
@@ -156,7 +163,7 @@ int cmd_serve(const CommandArgs& args) {
     try {
       LoadProgress progress(cfg.progress);
       prefetch_weights(model_dir, progress);
-      auto o = backend_options(cfg, model_dir, name);
+      auto o = backend_options(cfg, model_dir, name, lora);
       o.progress = [&progress](double d, double t, const std::string& s) {
         progress.update(d, t, s);
       };

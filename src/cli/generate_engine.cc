@@ -22,8 +22,8 @@ RequestConfig request_config(Json config) {
   return rc;
 }
 
-GenerateRequest make_request(const LoraOptions& lora, std::vector<int32_t> prompt,
-                             const RequestConfig& rc) {
+GenerateRequest make_request(const LoraOptions& lora, const AdapterRegistry* adapters,
+                             std::vector<int32_t> prompt, const RequestConfig& rc) {
   GenerateRequest req{std::move(prompt), rc.config};
   if (rc.adapter_name.empty()) return req;
   std::string given;
@@ -32,12 +32,10 @@ GenerateRequest make_request(const LoraOptions& lora, std::vector<int32_t> promp
       given += (given.empty() ? "" : ", ") + a.name;
       continue;
     }
-    // A merged adapter is in the weights every request runs on.
-    if (lora.merge) return req;
-    raise<InvalidArgument>(
-        "adapter_name '{}': the engine does not run unmerged LoRA adapters yet (--merge-lora "
-        "folds one into the weights)",
-        rc.adapter_name);
+    // A merged adapter is in the weights every request runs on; the others are
+    // registered (never unloaded here, so the id alone is enough).
+    if (!lora.merge && adapters != nullptr) req.adapter = adapters->acquire(rc.adapter_name)->id();
+    return req;
   }
   raise<InvalidArgument>("adapter_name '{}' is not an adapter given with --lora NAME=DIR{}",
                          rc.adapter_name, given.empty() ? "" : " (given: " + given + ")");
@@ -72,7 +70,8 @@ int run_generate_batch(EngineBundle& b, const LoraOptions& lora, const std::stri
     try {
       const Json j = parse_json(text, fmt::format("{} line {}", input, number));
       const RequestConfig rc = merged_config(defaults, j);
-      l.stream = b.engine->submit(make_request(lora, prompt_from_json(j, b.tokenizer.get()), rc));
+      l.stream = b.engine->submit(
+          make_request(lora, b.adapters.get(), prompt_from_json(j, b.tokenizer.get()), rc));
     } catch (const Error& e) {
       l.error = Json{{"error", fmt::format("line {}: {}", number, e.what())},
                      {"error_code", std::string(error_code_name(e.code()))}};

@@ -19,10 +19,11 @@ struct RequestConfig {
 // Reads a generate_config object; throws InvalidArgument naming the field.
 RequestConfig request_config(Json config);
 
-// The engine request of `prompt` under `rc`. Throws InvalidArgument for an adapter that
-// --lora did not give.
-GenerateRequest make_request(const LoraOptions& lora, std::vector<int32_t> prompt,
-                             const RequestConfig& rc);
+// The engine request of `prompt` under `rc`, on its adapter as registered in `adapters`
+// (null: the name is only checked). Throws InvalidArgument for an adapter that --lora did
+// not give.
+GenerateRequest make_request(const LoraOptions& lora, const AdapterRegistry* adapters,
+                             std::vector<int32_t> prompt, const RequestConfig& rc);
 
 // Batch mode: each non-empty line of `input` is {"prompt": "..."} or
 // {"prompt_ids": [...]}, optionally with "generate_config": {...} (RTP-LLM field names)

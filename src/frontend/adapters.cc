@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/logging.h"
+#include "frontend/adapter_names.h"
 #include "model/lora_adapter.h"
 
 namespace tachyon {
@@ -27,19 +28,6 @@ struct AdapterRegistry::Entry : Lease {
   std::string name, path;
 };
 
-void check_adapter_name(const std::string& name) {
-  if (name.empty() || name.size() > 128)
-    raise<InvalidArgument>("a LoRA adapter name must have 1 to 128 characters, not {}",
-                           name.size());
-  for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-' || c == '/' || c == ':';
-    if (!ok)
-      raise<InvalidArgument>(
-          "LoRA adapter name '{}': only letters, digits and . _ - / : are allowed", name);
-  }
-}
-
 AdapterRegistry::AdapterRegistry(std::shared_ptr<Model> model, AsyncModel& engine,
                                  int32_t max_registered)
     : model_(std::move(model)),
@@ -61,7 +49,8 @@ std::vector<AdapterInfo> AdapterRegistry::list() const {
 }
 
 void AdapterRegistry::load(const std::string& name, const std::string& path) {
-  check_adapter_name(name);
+  if (std::string problem = adapter_name_problem(name); !problem.empty())
+    raise<InvalidArgument>("{}", problem);
   if (path.empty()) raise<InvalidArgument>("LoRA adapter '{}': no path", name);
   const std::string abs = std::filesystem::absolute(path).lexically_normal().string();
   int32_t id = 0;

@@ -56,8 +56,4 @@ class AdapterRegistry {
   int32_t next_id_ = 1;
 };
 
-// A name an adapter may be registered under: 1 to 128 characters of [A-Za-z0-9._-/:].
-// Throws InvalidArgument otherwise.
-void check_adapter_name(const std::string& name);
-
 }  // namespace tachyon
