@@ -17,47 +17,26 @@ namespace {
 
 constexpr std::string_view kKeyPrefix = "base_model.model.";
 
+// The per-layer matrices an adapter may adapt (LoraModule::slot).
+constexpr Slot kAdaptedSlots[] = {Slot::kQkv,    Slot::kQ,    Slot::kK,  Slot::kV,   Slot::kO,
+                                  Slot::kGateUp, Slot::kGate, Slot::kUp, Slot::kDown};
+
 bool is_adapted_slot(Slot s) {
-  switch (s) {
-    case Slot::kQkv:
-    case Slot::kQ:
-    case Slot::kK:
-    case Slot::kV:
-    case Slot::kO:
-    case Slot::kGateUp:
-    case Slot::kGate:
-    case Slot::kUp:
-    case Slot::kDown:
-      return true;
-    default:
-      return false;
-  }
+  return std::ranges::find(kAdaptedSlots, s) != std::end(kAdaptedSlots);
 }
 
-// What a slot LoRA may not adapt is, for messages; empty for an adapted slot.
+bool is_mlp_slot(Slot s) {
+  return s == Slot::kGateUp || s == Slot::kGate || s == Slot::kUp || s == Slot::kDown;
+}
+
+// What an adapter may not adapt, for messages.
 std::string_view refused_kind(Slot s) {
-  switch (s) {
-    case Slot::kEmbedding:
-    case Slot::kPosEmbedding:
-      return "the embedding";
-    case Slot::kLmHead:
-      return "the lm_head";
-    case Slot::kRouter:
-    case Slot::kSharedExpertGate:
-      return "the MoE router";
-    case Slot::kExpertGate:
-    case Slot::kExpertUp:
-    case Slot::kExpertGateUp:
-    case Slot::kExpertDown:
-    case Slot::kExpertsGateUp:
-    case Slot::kExpertsDown:
-    case Slot::kSharedGate:
-    case Slot::kSharedUp:
-    case Slot::kSharedDown:
-      return "an MoE expert";
-    default:
-      return is_adapted_slot(s) ? "" : "a weight LoRA does not adapt";
-  }
+  if (s == Slot::kEmbedding || s == Slot::kPosEmbedding) return "the embedding";
+  if (s == Slot::kLmHead) return "the lm_head";
+  if (s == Slot::kRouter || s == Slot::kSharedExpertGate) return "the MoE router";
+  // The expert and shared-expert matrices: kExpertGate to kSharedDown in the enum.
+  if (s >= Slot::kExpertGate && s <= Slot::kSharedDown) return "an MoE expert";
+  return "a weight LoRA does not adapt";
 }
 
 // Matches `name` against a WeightRef pattern less ".weight": literal text, "{L}" and
@@ -181,9 +160,7 @@ class AdapterReader {
     if (!slot_present(cfg_, m.slot, layer))
       raise<InvalidArgument>("{}: module '{}': layer {} of the model has no {}", dir_, name, layer,
                              slot_name(m.slot));
-    const bool mlp = m.slot == Slot::kGateUp || m.slot == Slot::kGate || m.slot == Slot::kUp ||
-                     m.slot == Slot::kDown;
-    if (mlp && cfg_.is_moe(layer))
+    if (is_mlp_slot(m.slot) && cfg_.is_moe(layer))
       raise<InvalidArgument>("{}: module '{}': layer {}'s MLP is a mixture of experts", dir_, name,
                              layer);
     if (!config_.adapts(name))

@@ -11,36 +11,34 @@ namespace tachyon {
 namespace {
 
 // The weight a module adds into: its own slot's, or the layer's stacked matrix (q/k/v in
-// qkv, gate/up in gate_up) when the parts were stacked; null when absent.
+// qkv, gate/up in gate_up) when the parts were stacked.
+struct MergeTarget {
+  Slot slot;
+  LinearWeights LayerWeights::*own;
+  LinearWeights LayerWeights::*stacked;  // null: none
+};
+constexpr MergeTarget kTargets[] = {
+    {Slot::kQkv, &LayerWeights::qkv, nullptr},
+    {Slot::kQ, &LayerWeights::q, &LayerWeights::qkv},
+    {Slot::kK, &LayerWeights::k, &LayerWeights::qkv},
+    {Slot::kV, &LayerWeights::v, &LayerWeights::qkv},
+    {Slot::kO, &LayerWeights::o, nullptr},
+    {Slot::kGateUp, &LayerWeights::gate_up, nullptr},
+    {Slot::kGate, &LayerWeights::gate, &LayerWeights::gate_up},
+    {Slot::kUp, &LayerWeights::up, &LayerWeights::gate_up},
+    {Slot::kDown, &LayerWeights::down, nullptr},
+};
+
+// Null when the layer has neither.
 LinearWeights* target_of(LayerWeights& L, const LoraModule& m, bool& stacked) {
   stacked = false;
-  auto part = [&](LinearWeights& own, LinearWeights& all) -> LinearWeights* {
-    if (own) return &own;
+  for (const MergeTarget& t : kTargets) {
+    if (t.slot != m.slot) continue;
+    if (L.*t.own) return &(L.*t.own);
     stacked = true;
-    return all ? &all : nullptr;
-  };
-  switch (m.slot) {
-    case Slot::kQkv:
-      return L.qkv ? &L.qkv : nullptr;
-    case Slot::kQ:
-      return part(L.q, L.qkv);
-    case Slot::kK:
-      return part(L.k, L.qkv);
-    case Slot::kV:
-      return part(L.v, L.qkv);
-    case Slot::kO:
-      return L.o ? &L.o : nullptr;
-    case Slot::kGateUp:
-      return L.gate_up ? &L.gate_up : nullptr;
-    case Slot::kGate:
-      return part(L.gate, L.gate_up);
-    case Slot::kUp:
-      return part(L.up, L.gate_up);
-    case Slot::kDown:
-      return L.down ? &L.down : nullptr;
-    default:
-      return nullptr;
+    return t.stacked != nullptr && L.*t.stacked ? &(L.*t.stacked) : nullptr;
   }
+  return nullptr;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/quant.h"
 #include "io/safetensors.h"
+#include "io/torch_test_util.h"
 #include "model/model_test_util.h"
 
 namespace tachyon {
@@ -285,6 +286,31 @@ TEST_F(LoraAdapterTest, NamedAdapterKeysAndBareBaseModelNames) {
   ASSERT_EQ(a.modules.size(), 1u);
   EXPECT_EQ(a.modules[0].slot, Slot::kQ);
   EXPECT_EQ(a.modules[0].name, "layers.0.self_attn.q_proj");
+}
+
+TEST_F(LoraAdapterTest, TorchBinWeights) {
+  NamedTensors t;
+  add(t, kQ0, 2, 16, 16, 1);
+  write({}, t);
+  fs::remove(dir_ / "adapter_model.safetensors");
+  std::vector<testing::TensorSpec> specs;
+  std::vector<std::pair<std::string, std::string>> storages;
+  for (size_t i = 0; i < t.size(); ++i) {
+    const Tensor& x = t[i].second;
+    specs.push_back(
+        {t[i].first, "FloatStorage", std::to_string(i), x.numel(), 0, x.shape(), {x.dim(1), 1}});
+    storages.emplace_back(std::to_string(i),
+                          std::string(static_cast<const char*>(x.raw()), x.nbytes()));
+  }
+  std::ofstream(dir_ / "adapter_model.bin", std::ios::binary)
+      << testing::torch_zip(testing::state_dict_pickle(specs), storages);
+  const LoraAdapter a = load();
+  ASSERT_EQ(a.modules.size(), 1u);
+  EXPECT_EQ(a.modules[0].slot, Slot::kQ);
+  for (int64_t i = 0; i < 32; ++i) {
+    EXPECT_EQ(a.modules[0].a.data<float>()[i], at(t[0].second, i));
+    EXPECT_EQ(a.modules[0].b.data<float>()[i], 2.f * at(t[1].second, i));
+  }
 }
 
 TEST_F(LoraAdapterTest, MissingFilesAreNotFound) {
