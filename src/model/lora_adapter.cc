@@ -69,20 +69,25 @@ struct SlotMatch {
   WeightTransform transform = WeightTransform::kNone;
 };
 
-// The slot whose weight is module `name` (Slot::kCount when none).
+// The slot whose weight is module `name` (Slot::kCount when none): every spelling in
+// full first, then each without its first component.
 SlotMatch find_slot(const WeightMap& map, const std::string& name) {
   static constexpr std::string_view kSuffix = ".weight";
-  for (const auto& [slot, ref] : map) {
-    std::vector<std::string_view> names = {ref.name};
-    names.insert(names.end(), ref.alternatives.begin(), ref.alternatives.end());
-    for (std::string_view pattern : names) {
-      if (!pattern.ends_with(kSuffix)) continue;
-      pattern.remove_suffix(kSuffix.size());
-      int64_t layer = -1;
-      const size_t dot = pattern.find('.');
-      if (match_pattern(pattern, name, layer) ||
-          (dot != std::string_view::npos && match_pattern(pattern.substr(dot + 1), name, layer)))
-        return {slot, layer, ref.transform};
+  for (const bool bare : {false, true}) {
+    for (const auto& [slot, ref] : map) {
+      std::vector<std::string_view> names = {ref.name};
+      names.insert(names.end(), ref.alternatives.begin(), ref.alternatives.end());
+      for (std::string_view pattern : names) {
+        if (!pattern.ends_with(kSuffix)) continue;
+        pattern.remove_suffix(kSuffix.size());
+        if (bare) {
+          const size_t dot = pattern.find('.');
+          if (dot == std::string_view::npos) continue;
+          pattern.remove_prefix(dot + 1);
+        }
+        int64_t layer = -1;
+        if (match_pattern(pattern, name, layer)) return {slot, layer, ref.transform};
+      }
     }
   }
   return {};

@@ -14,7 +14,9 @@ namespace {
 // PEFT writes its patterns as Python regular expressions; they are compiled here with
 // ECMAScript's grammar, which agrees on what LoRA configs use (names, '.', '|', '*',
 // character classes, groups). Python-only syntax ((?P<name>...), (?i), \Z, lookbehind)
-// is refused as an invalid expression rather than read differently.
+// is refused as an invalid expression rather than read differently. A pattern key
+// matches with std::regex_match (the whole name), where PEFT's "...$" would also
+// match before a final newline, which module names never have.
 // `shown` is the pattern as the file spells it, for messages (default: `pattern`).
 std::regex compile(const std::string& pattern, const std::string& source, std::string_view field,
                    const std::string& shown = {}) {
@@ -29,15 +31,16 @@ std::regex compile(const std::string& pattern, const std::string& source, std::s
   }
 }
 
-// A null / absent field, a string, or a list of strings.
-LoraModuleFilter module_filter(const HfConfig& c, std::string_view field) {
+// A null / absent field, a string, or a list of strings; "all-linear" is PEFT's word
+// for every linear layer in target_modules only.
+LoraModuleFilter module_filter(const HfConfig& c, std::string_view field, bool targets) {
   LoraModuleFilter f;
   const Json* v = c.find({field});
   if (v == nullptr) return f;
   f.present = true;
   if (v->is_string()) {
     const std::string s = v->get<std::string>();
-    if (s == "all-linear")
+    if (targets && s == "all-linear")
       f.all_linear = true;
     else
       f.regex = compile(s, c.source(), field);
@@ -61,10 +64,11 @@ bool ends_with_component(const std::string& name, const std::string& key) {
 }
 
 // PEFT's `key in list` / `key.endswith("." + entry)` / `re.fullmatch(string, key)`;
-// `layer_check` applies to the suffix form only, as in PEFT.
+// `layer_check` applies to the suffix form only, as in PEFT (which expands "all-linear"
+// into the suffix form).
 template <typename LayerCheck>
 bool filter_matches(const LoraModuleFilter& f, const std::string& name, LayerCheck&& layer_check) {
-  if (f.all_linear) return true;
+  if (f.all_linear) return layer_check();
   if (f.regex) return std::regex_match(name, *f.regex);
   for (const std::string& n : f.names)
     if (n == name) return true;
@@ -139,8 +143,8 @@ LoraConfig parse_lora_config(const std::string& text, const std::string& source)
   cfg.fan_in_fan_out = c.bool_or({"fan_in_fan_out"}, false);
   cfg.rank_pattern = patterns(c, ordered, "rank_pattern", true);
   cfg.alpha_pattern = patterns(c, ordered, "alpha_pattern", false);
-  cfg.target = module_filter(c, "target_modules");
-  cfg.exclude = module_filter(c, "exclude_modules");
+  cfg.target = module_filter(c, "target_modules", true);
+  cfg.exclude = module_filter(c, "exclude_modules", false);
 
   if (const Json* v = c.find({"layers_to_transform"})) {
     std::vector<int64_t> layers;

@@ -164,6 +164,10 @@ TEST_F(LoraAdapterTest, TargetModulesAsPeftMatchesThem) {
   expect_invalid([&] { load(); }, kQ0.c_str());
   write({{"target_modules", "all-linear"}}, t);
   EXPECT_EQ(load().modules.size(), 2u);
+  write({{"target_modules", "all-linear"}, {"layers_to_transform", {0}}}, t);
+  expect_invalid([&] { load(); }, kV1.c_str());
+  write({{"exclude_modules", "all-linear"}}, t);  // a regular expression here: no match
+  EXPECT_EQ(load().modules.size(), 2u);
   write({{"target_modules", nullptr}}, t);
   EXPECT_EQ(load().modules.size(), 2u);
   write({{"exclude_modules", {"layers.1.self_attn.v_proj"}}}, t);
@@ -273,6 +277,23 @@ TEST_F(LoraAdapterTest, WeightRefusalsNameTheModule) {
   refused(t, {kQ0.c_str(), "rank 4", "largest served rank 2"}, {{"r", 4}}, {.max_rank = 2});
   write({{"r", 4}}, t);
   EXPECT_EQ(load(kLlama, {.max_rank = 4}).max_rank, 4);
+}
+
+TEST_F(LoraAdapterTest, PrunedLayersShapesAndAbsentBlocks) {
+  ModelConfig cfg = testing_util::map(kLlama);
+  const WeightMap map = testing_util::weights_of(kLlama);
+  cfg.layer_inter_size = {12, 0};  // layer 0's MLP cut to 12, layer 1 has none
+  NamedTensors t;
+  add(t, "model.layers.0.mlp.down_proj", 2, 16, 12, 1);
+  write({}, t);
+  const LoraAdapter a = load_lora_adapter(dir_.string(), cfg, map, {});
+  ASSERT_EQ(a.modules.size(), 1u);
+  EXPECT_EQ(a.modules[0].a.shape(), (Shape{2, 12}));
+  t.clear();
+  add(t, "model.layers.1.mlp.up_proj", 2, 24, 16, 1);
+  write({}, t);
+  expect_invalid([&] { load_lora_adapter(dir_.string(), cfg, map, {}); },
+                 {"model.layers.1.mlp.up_proj", "no ffn_up"});
 }
 
 TEST_F(LoraAdapterTest, NamedAdapterKeysAndBareBaseModelNames) {
