@@ -85,7 +85,8 @@ constexpr const char* kUsage =
     "end-to-end latency percentiles, the prompt tokens taken from the prefix cache and the\n"
     "engine's step time split. --shared-prefix-len P opens every prompt with the same P\n"
     "tokens; --multi-turn K runs N conversations of K turns, each turn's prompt the last\n"
-    "one's with its output and --input-len new tokens (TTFT of first vs later turns).\n";
+    "one's with its output and --input-len new tokens (TTFT of first vs later turns).\n"
+    "With --lora NAME=DIR ..., request i runs the i-th adapter (mod their number).\n";
 
 }  // namespace
 
@@ -113,7 +114,13 @@ int cmd_bench(const CommandArgs& argv) {
   if (concurrency < 1) raise<InvalidArgument>("--concurrency must be >= 1");
   const bool json = args.flag("json");
 
-  EngineBundle b = open_engine(resolve_model_dir(args.str("model")), args);
+  // With LoRA adapters, request i runs adapter i mod their number.
+  const LoraOptions lora = lora_options(args);
+  EngineBundle b = open_engine(resolve_model_dir(args.str("model")), args, 0, lora);
+  std::vector<int32_t> adapter_ids;
+  if (b.adapters)
+    for (const AdapterInfo& a : lora.adapters)
+      adapter_ids.push_back(b.adapters->acquire(a.name)->id());
   std::mt19937_64 rng(static_cast<uint64_t>(args.integer("seed")));
   std::vector<Conversation> convs;
   if (turns > 1) {
@@ -163,7 +170,9 @@ int cmd_bench(const CommandArgs& argv) {
     const int64_t room = b.engine->max_seq_len() - static_cast<int64_t>(prompt.size());
     c.max_new_tokens = static_cast<int32_t>(std::max<int64_t>(1, std::min(out_len, room)));
     c.random_seed = static_cast<uint64_t>(i);
-    return GenerateRequest{prompt, c};
+    GenerateRequest r{prompt, c};
+    if (!adapter_ids.empty()) r.adapter = adapter_ids[static_cast<size_t>(i) % adapter_ids.size()];
+    return r;
   };
   // Runs conversation i's turns one after another; a failed turn fails the ones after it.
   auto converse = [&](int64_t i) {

@@ -15,9 +15,10 @@ int cmd_make_random(const CommandArgs& argv) {
   const auto settings = parse_command(
       "make-random", argv,
       "usage: tachyon make-random --config CONFIG.json --out DIR [--dtype bf16] [--seed S]\n"
-      "                           [--quant-format gptq|awq|fp8]\n\n"
+      "                           [--quant-format gptq|awq|fp8] [--lora-rank R]\n\n"
       "Writes a checkpoint with random weights for a model's config.json; with\n"
-      "--quant-format, its decoder linears quantized into that format.\n");
+      "--quant-format, its decoder linears quantized into that format; with --lora-rank R,\n"
+      "a random PEFT LoRA adapter of rank R for that model instead.\n");
   if (!settings) return 0;
   const SettingValues& args = *settings;
   RandomModelOptions opts;
@@ -32,7 +33,11 @@ int cmd_make_random(const CommandArgs& argv) {
   const std::string format = args.str("quant-format");
   auto t0 = std::chrono::steady_clock::now();
   uint64_t params = 0;
-  if (format == "none") {
+  if (const int64_t rank = args.integer("lora-rank"); rank > 0) {
+    if (format != "none")
+      raise<InvalidArgument>("--lora-rank writes an adapter: no --quant-format");
+    params = write_random_lora(config, out, static_cast<int32_t>(rank), opts);
+  } else if (format == "none") {
     params = write_random_model(config, out, opts);
   } else {
     // The dense model beside the output, quantized into it, then removed.

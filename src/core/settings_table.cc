@@ -192,31 +192,31 @@ std::vector<Setting> make_table() {
           "queue each engine step before the host has seen the tokens of the step in flight "
           "(they stay on the GPU), so that scheduling and streaming overlap the GPU's work")
           .env({"TACHYON_OVERLAP_STEPS"}),
-      // ---- LoRA adapters (serve, generate) -------------------------------------------
-      Def("lora", T::kList, "", Cmds{"serve", "generate"},
+      // ---- LoRA adapters (serve, generate, bench) ----------------------------------------
+      Def("lora", T::kList, "", Cmds{"serve", "generate", "bench"},
           "LoRA adapter NAME=DIR (a PEFT folder), requests select it by NAME; repeatable, and "
           "several may follow one flag (vLLM's --lora-modules); also the JSON item "
           "{\"name\": NAME, \"path\": DIR}, and in LORA_INFO a JSON object {NAME: DIR, ...}")
           .env({"TACHYON_LORA", "LORA_INFO"})
           .alias({"lora-modules"})
           .multi_value(),
-      Def("enable-lora", T::kBool, "false", Cmds{"serve", "generate"},
+      Def("enable-lora", T::kBool, "false", Cmds{"serve", "generate", "bench"},
           "serve LoRA adapters: they may be loaded while serving even with none at start "
           "(implied by --lora)")
           .env({"TACHYON_ENABLE_LORA"}),
-      Def("merge-lora", T::kBool, "false", Cmds{"serve", "generate"},
+      Def("merge-lora", T::kBool, "false", Cmds{"serve", "generate", "bench"},
           "fold the one adapter of --lora into the weights at load (no per-request adapters)")
           .env({"TACHYON_MERGE_LORA"}),
-      Def("max-loras", T::kInt, "4", Cmds{"serve", "generate"},
+      Def("max-loras", T::kInt, "4", Cmds{"serve", "generate", "bench"},
           "LoRA adapters resident on the device at once (others wait on the host and swap in "
           "as requests need them)")
           .env({"TACHYON_MAX_LORAS"})
           .range(1, 1024),
-      Def("max-lora-rank", T::kInt, "16", Cmds{"serve", "generate"},
+      Def("max-lora-rank", T::kInt, "16", Cmds{"serve", "generate", "bench"},
           "largest rank of an adapter (adapters of a larger rank are refused)")
           .env({"TACHYON_MAX_LORA_RANK"})
           .range(1, 1024),
-      Def("max-cpu-loras", T::kInt, "64", Cmds{"serve", "generate"},
+      Def("max-cpu-loras", T::kInt, "64", Cmds{"serve", "generate", "bench"},
           "LoRA adapters registered at once, at least --max-loras (default: 64, or --max-loras "
           "when larger)")
           .env({"TACHYON_MAX_CPU_LORAS", "MAX_LORA_MODEL_SIZE"})
@@ -410,6 +410,10 @@ std::vector<Setting> make_table() {
           "quantized format of the decoder's linear weights: none, gptq (int4 g128 sym), awq "
           "(int4 g128 with zeros, gemm) or fp8 (128x128 blocks)")
           .choices({"none", "gptq", "awq", "fp8"}),
+      Def("lora-rank", T::kInt, "0", Cmds{"make-random"},
+          "> 0: write a random PEFT LoRA adapter of this rank on every decoder linear of the "
+          "config's model instead of a checkpoint")
+          .range(0, 4096),
       // ---- quantize ----------------------------------------------------------------
       Def("method", T::kEnum, "int4", Cmds{"quantize"},
           "int8 (GPTQ 8-bit per channel), int4 (GPTQ 4-bit, groups of 128) or fp8 (128x128 "

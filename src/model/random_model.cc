@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <vector>
 
 #include "core/error.h"
@@ -196,6 +197,65 @@ std::vector<RandomTensorSpec> plan_random_tensors(const ModelConfig& cfg, const 
     }
   }
   return out;
+}
+
+uint64_t write_random_lora(const std::string& config_path, const std::string& out_dir, int32_t rank,
+                           const RandomModelOptions& opts) {
+  namespace fs = std::filesystem;
+  if (rank <= 0 || rank > 4096) raise<InvalidArgument>("make-random: LoRA rank {}", rank);
+  HfConfig cfg = HfConfig::load(config_path);
+  const ArchSpec& spec = find_arch(cfg, "");
+  ModelConfig mc = map_model_config(cfg, "");
+  const WeightMap map = spec.map_weights(mc);
+  std::vector<RandomTensorSpec> plan;
+  std::set<std::string> targets;
+  for (Slot s : {Slot::kQkv, Slot::kQ, Slot::kK, Slot::kV, Slot::kO, Slot::kGateUp, Slot::kGate,
+                 Slot::kUp, Slot::kDown}) {
+    auto it = map.find(s);
+    if (it == map.end() || it->second.transform != WeightTransform::kNone) continue;
+    std::string name = it->second.name;
+    const std::string suffix = ".weight";
+    if (name.size() <= suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    name.resize(name.size() - suffix.size());
+    targets.insert(name.substr(name.rfind('.') + 1));
+    for (int32_t l = 0; l < mc.layer_num; ++l) {
+      if (!slot_present(mc, s, l) || (mc.is_moe(l) && s >= Slot::kGateUp)) continue;
+      const Shape shape = slot_shape(mc, s, l);
+      std::string module = name;
+      module.replace(module.find("{L}"), 3, std::to_string(l));
+      plan.push_back({"base_model.model." + module + ".lora_A.weight", {rank, shape[1]}});
+      plan.push_back({"base_model.model." + module + ".lora_B.weight", {shape[0], rank}});
+    }
+  }
+  if (plan.empty())
+    raise<InvalidArgument>("make-random: no linear layer of {} to adapt", mc.architecture);
+  fs::create_directories(out_dir);
+  Json ac = {{"peft_type", "LORA"},
+             {"r", rank},
+             {"lora_alpha", 2 * rank},
+             {"target_modules", Json(std::vector<std::string>(targets.begin(), targets.end()))},
+             {"bias", "none"},
+             {"lora_dropout", 0.0},
+             {"fan_in_fan_out", false},
+             {"use_rslora", false},
+             {"task_type", "CAUSAL_LM"}};
+  {
+    std::ofstream f(fs::path(out_dir) / "adapter_config.json");
+    f << ac.dump(2) << "\n";
+    if (!f) raise<InvalidArgument>("cannot write {}/adapter_config.json", out_dir);
+  }
+  NamedTensors tensors;
+  uint64_t params = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    tensors.emplace_back(plan[i].name,
+                         make_tensor(plan[i], opts.dtype, opts.seed, i, 0.f, ThreadPool::global()));
+    params += static_cast<uint64_t>(shape_numel(plan[i].shape));
+  }
+  write_safetensors((fs::path(out_dir) / "adapter_model.safetensors").string(), tensors,
+                    {{"format", "pt"}});
+  return params;
 }
 
 uint64_t write_random_model(const std::string& config_path, const std::string& out_dir,

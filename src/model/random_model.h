@@ -36,4 +36,12 @@ struct RandomModelOptions {
 uint64_t write_random_model(const std::string& config_path, const std::string& out_dir,
                             const RandomModelOptions& opts);
 
+// Writes a random PEFT LoRA adapter for the model of config.json into out_dir
+// (adapter_config.json, adapter_model.safetensors): rank `rank`, lora_alpha 2 * rank, on
+// every decoder linear of every layer (q/k/v, o, gate/up, down as the checkpoint names
+// them), A and B ~ N(0, 0.02^2) in opts.dtype (B nonzero: the adapter changes the
+// outputs). Returns the number of parameters written.
+uint64_t write_random_lora(const std::string& config_path, const std::string& out_dir, int32_t rank,
+                           const RandomModelOptions& opts);
+
 }  // namespace tachyon

@@ -1,7 +1,9 @@
-// CpuBackend::lora: the step's adapters on one product (backend/ops.h). Two passes over
-// the pool: the shrink s = A · x for every token and part, then the expand
-// out += B · s over blocks of (token, output columns), so a decode step of few tokens
-// still spreads over every thread.
+// CpuBackend::lora: the step's adapters on one product (backend/ops.h). One pass over
+// the pool, a task per (token, range of output columns): the task shrinks x by the rows
+// of A its columns' parts read (s = A · x), then expands into its columns
+// (out += B · s). A decode step of few tokens splits its columns over the threads, each
+// then shrinking again what its columns need (the shrink is a small fraction of a
+// range's expand); a long step gives each token one task.
 #include <algorithm>
 #include <vector>
 
@@ -11,64 +13,81 @@
 #include "core/thread_pool.h"
 
 namespace tachyon::cpu {
+namespace {
+
+// Below this many multiply-adds the pool's dispatch costs more than it saves.
+constexpr int64_t kLoraInlineMacs = 1 << 18;
+
+}  // namespace
 
 void CpuBackend::lora(const Tensor& x, const LoraStep& step, const LoraTarget& target, Tensor& out,
                       int64_t col_offset) {
   check_lora(x, step, target, out, col_offset);
   TACHYON_CHECK(x.dtype() == DType::kF32, "lora x {}", x.str());
-  const int64_t T = x.dim(0), K = target.k, R = step.max_rank, P = target.parts;
+  const int64_t T = x.dim(0), K = target.k, N = target.n, R = step.max_rank;
   if (T == 0) return;
   const int64_t slots = step.arena.dim(0), row = step.arena.dim(1);
   const int64_t entries = step.ranks.dim(1);
   const float* arena = step.arena.data<float>();
   const int32_t* ranks = step.ranks.data<int32_t>();
   const int32_t* row_slots = step.row_slots.data<int32_t>();
-  // Each token's rank per part (0 for the base model's rows).
-  std::vector<int32_t> rank(static_cast<size_t>(T * P), 0);
   for (int64_t t = 0; t < T; ++t) {
     const int32_t s = row_slots[t];
-    if (s < 0) continue;
     TACHYON_CHECK(s < slots, "lora: token {} names slot {} of {}", t, s, slots);
-    for (int64_t p = 0; p < P; ++p) {
+    if (s < 0) continue;
+    for (int32_t p = 0; p < target.parts; ++p) {
       const int32_t r = ranks[s * entries + target.rank_index + p];
       TACHYON_CHECK(r >= 0 && r <= R, "lora: rank {} past the capacity {}", r, R);
-      rank[static_cast<size_t>(t * P + p)] = r;
     }
   }
-  // The shrink: s[t, p R + j] = A_slot[p R + j, :] · x[t, :].
-  std::vector<float> shrunk(static_cast<size_t>(T * P * R), 0.f);
+  // Column ranges per token: enough tasks for the pool, none under 256 columns; a product
+  // too small to repay the pool's dispatch runs on the calling thread.
+  const int64_t threads = pool_.num_threads();
+  const int64_t chunks =
+      std::clamp<int64_t>((threads + T - 1) / T, 1, std::max<int64_t>(1, N / 256));
+  const int64_t width = (N + chunks - 1) / chunks;
+  const int64_t macs = T * (target.parts * R * K + N * R);
+  const int64_t grain = macs < kLoraInlineMacs ? T * chunks : 1;
   const float* xs = x.data<float>();
-  pool_.parallel_for(0, T * P, std::max<int64_t>(1, 16384 / std::max<int64_t>(K * R, 1)),
-                     [&](int64_t i0, int64_t i1) {
-                       for (int64_t i = i0; i < i1; ++i) {
-                         const int64_t t = i / P, p = i % P;
-                         const int32_t r = rank[static_cast<size_t>(i)];
-                         if (r == 0) continue;
-                         const float* a = arena + row_slots[t] * row + target.a_offset + p * R * K;
-                         for (int64_t j = 0; j < r; ++j)
-                           shrunk[static_cast<size_t>(i * R + j)] = dot(a + j * K, xs + t * K, K);
-                       }
-                     });
-  // The expand: out[t, c] += B_slot[c, :r] · s[t, part(c)].
-  const int64_t N = target.n, ldo = out.dim(1);
-  constexpr int64_t kCols = 64;
-  const int64_t col_blocks = (N + kCols - 1) / kCols;
   float* ys = out.data<float>() + col_offset;
-  pool_.parallel_for(
-      0, T * col_blocks, std::max<int64_t>(1, 4096 / (kCols * R)), [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) {
-          const int64_t t = i / col_blocks, c0 = (i % col_blocks) * kCols;
-          if (row_slots[t] < 0) continue;
-          const float* b = arena + row_slots[t] * row + target.b_offset;
-          int64_t p = 0;
-          for (int64_t c = c0; c < std::min(N, c0 + kCols); ++c) {
-            while (c >= target.part_end[p]) ++p;
-            const int32_t r = rank[static_cast<size_t>(t * P + p)];
-            if (r == 0) continue;
-            ys[t * ldo + c] += dot(b + c * R, &shrunk[static_cast<size_t>((t * P + p) * R)], r);
+  const int64_t ldo = out.dim(1);
+  pool_.parallel_for(0, T * chunks, grain, [&](int64_t i0, int64_t i1) {
+    std::vector<float> s(static_cast<size_t>(R));
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = i / chunks, c0 = (i % chunks) * width, c1 = std::min(N, c0 + width);
+      const int32_t slot = row_slots[t];
+      if (slot < 0 || c0 >= c1) continue;
+      const float* base = arena + slot * row;
+      const float* b = base + target.b_offset;
+      for (int32_t p = 0; p < target.parts; ++p) {
+        const int64_t p0 = p > 0 ? target.part_end[p - 1] : 0, p1 = target.part_end[p];
+        const int64_t lo = std::max(c0, p0), hi = std::min(c1, p1);
+        const int32_t r = ranks[slot * entries + target.rank_index + p];
+        if (lo >= hi || r == 0) continue;
+        const float* a = base + target.a_offset + p * R * K;
+        for (int32_t j = 0; j < r; ++j) s[static_cast<size_t>(j)] = dot(a + j * K, xs + t * K, K);
+        float* y = ys + t * ldo;
+        // B's short rows, eight columns at a time: eight independent sums (one sum per
+        // column would be a chain of dependent multiply-adds, and a call per column
+        // would cost more than its sum).
+        int64_t c = lo;
+        for (; c + 8 <= hi; c += 8) {
+          float acc[8] = {};
+          const float* bc = b + c * R;
+          for (int32_t j = 0; j < r; ++j) {
+            const float sj = s[static_cast<size_t>(j)];
+            for (int k = 0; k < 8; ++k) acc[k] += bc[k * R + j] * sj;
           }
+          for (int k = 0; k < 8; ++k) y[c + k] += acc[k];
         }
-      });
+        for (; c < hi; ++c) {
+          float acc = 0.f;
+          for (int32_t j = 0; j < r; ++j) acc += b[c * R + j] * s[static_cast<size_t>(j)];
+          y[c] += acc;
+        }
+      }
+    }
+  });
 }
 
 }  // namespace tachyon::cpu
