@@ -5,6 +5,7 @@ tests/conformance/fixtures/lora/<name>/ (README.md there).
 
     python3 scripts/make_lora_fixtures.py [--out DIR] [--only NAME ...]
     python3 scripts/make_lora_fixtures.py --check [--out DIR] [--only NAME ...]
+    python3 scripts/make_lora_fixtures.py --port [--out DIR] [--only NAME ...]
 
 Needs torch, transformers and peft. Each variant adapts one dense fixture (its base,
 tests/conformance/fixtures/<base>, materialised from its manifest by
@@ -31,7 +32,11 @@ tokens differ from the base's in at least two of the three prompts.
 
 --check rebuilds every fixture in a temporary folder and compares: adapter_config.json,
 the adapter's files (the manifest's checksums and PEFT's bytes; a .bin's values), the
-prompts of the recorded draw, and the logits (within 2e-6) and greedy tokens.
+prompts of the recorded draw, and the logits (within 2e-6) and greedy tokens. --port
+(numpy only) checks the references of the llama and qwen2 safetensors adapters apart from
+PEFT: make_quant_fixtures.py's float64 port of those architectures fed the base's weights
+plus scaling * B A, each module's scaling read from adapter_config.json (alpha_pattern,
+rank_pattern, use_rslora) as PEFT defines it; logits within 2e-6, greedy tokens identical.
 """
 
 import argparse
@@ -312,6 +317,60 @@ def config_key(config):
     return config
 
 
+# ---- a check without torch: the numpy port of llama / qwen2 -------------------------------
+
+def module_scaling(config, module):
+    """PEFT's scaling of one adapted module: its alpha (alpha_pattern, else lora_alpha)
+    over its rank (rank_pattern, else r), or over sqrt(rank) with use_rslora."""
+    import re
+
+    def pick(pattern, default):
+        for key, v in (pattern or {}).items():
+            if re.match(r"(.*\.)?(%s)$" % key, module):
+                return v
+        return default
+    r, alpha = pick(config.get("rank_pattern"), config["r"]), pick(config.get("alpha_pattern"), config["lora_alpha"])
+    return alpha / math.sqrt(r) if config.get("use_rslora") else alpha / r
+
+
+def check_port(name, out):
+    """The references of a llama or qwen2 safetensors adapter against make_quant_fixtures.py's
+    float64 numpy port fed the base's weights with scaling * B A added (numpy only):
+    logits within 2e-6, greedy tokens identical, for the adapter and the base."""
+    import make_quant_fixtures as mq
+    path = os.path.join(out, name)
+    with open(os.path.join(path, "reference.json")) as f:
+        ref = json.load(f)
+    with open(os.path.join(path, "adapter_config.json")) as f:
+        acfg = json.load(f)
+    with open(os.path.join(fw.FIXTURES, ref["base"], "config.json")) as f:
+        config = json.load(f)
+    base = {k: v[1] for data in fw.materialise(fw.load_manifest(ref["base"])).values() if data[:1] != b"{"
+            for k, v in mq.read_safetensors(data).items()}
+    with open(os.path.join(path, fw.MANIFEST)) as f:
+        adapter = mq.read_safetensors(fw.materialise(json.load(f))["adapter_model.safetensors"])
+    merged = dict(base)
+    for key, (_, a) in adapter.items():
+        if ".lora_A." in key:
+            module = key[len("base_model.model."):key.index(".lora_A.")]
+            b = adapter[key.replace(".lora_A.", ".lora_B.")][1]
+            merged[module + ".weight"] = merged[module + ".weight"] + module_scaling(acfg, module) * (b @ a)
+    stored = fw_read_logits(os.path.join(path, "reference.safetensors"))
+    worst = 0.0
+    for i, c in enumerate(ref["cases"]):
+        for who, w in (("adapter", merged), ("base", base)):
+            lg = mq.port_logits(config, w, c["input_ids"])
+            worst = max(worst, float(np.abs(lg - stored["%s.case%d.logits" % (who, i)]).max()))
+            if mq.port_greedy(config, w, c["input_ids"])[0] != c[who]["greedy_new_ids"]:
+                raise AssertionError("%s: the port's greedy tokens differ (%s, case %d)" % (name, who, i))
+    if worst > 2e-6:
+        raise AssertionError("%s: the port's logits differ by %g" % (name, worst))
+    print("%-14s port reproduces the reference (max |diff| %.1e)" % (name, worst), flush=True)
+
+
+PORTED = ("llama", "qwen2")
+
+
 def fw_read_logits(path):
     import struct
     data = open(path, "rb").read()
@@ -330,11 +389,24 @@ def main():
     ap.add_argument("--out", default=LORA_DIR, help="fixture folder (default: %(default)s)")
     ap.add_argument("--only", nargs="*", help="variants (default: all)")
     ap.add_argument("--check", action="store_true", help="check the fixtures instead of making them")
+    ap.add_argument("--port", action="store_true",
+                    help="check the references of the llama and qwen2 safetensors adapters against "
+                         "a float64 numpy port instead (numpy only)")
     args = ap.parse_args()
     names = args.only or sorted(VARIANTS)
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         sys.exit("unknown variants %s; known: %s" % (unknown, sorted(VARIANTS)))
+    if args.port:
+        failed = 0
+        for name in names:
+            if VARIANTS[name][0] in PORTED and VARIANTS[name][2] == "safetensors":
+                try:
+                    check_port(name, args.out)
+                except Exception as e:
+                    failed += 1
+                    print("%s: FAILED: %s: %s" % (name, type(e).__name__, e), flush=True)
+        return 1 if failed else 0
     import torch
     torch.set_grad_enabled(False)
     os.makedirs(args.out, exist_ok=True)
