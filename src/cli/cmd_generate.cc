@@ -4,6 +4,7 @@
 //   tachyon generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3)
 //       [--max-new-tokens N] [--temperature T] [--seed S] [--ignore-eos]
 //       [--generate-config JSON] [--json | --stream] [--dump-logits FILE]
+//       [--lora NAME=DIR ...] (generate_config.adapter_name: NAME)
 //   prints the generated ids (comma-separated); --stream prints the text as it comes;
 //   --json prints one object:
 //   {"prompt_ids", "output_ids" (no EOS), "text", "finish_reason", "aux_info"}.
@@ -11,7 +12,8 @@
 // Batch mode (all lines concurrently through one engine, results in input order):
 //   tachyon generate --model DIR --input FILE.jsonl [--output FILE.jsonl]
 //   each line {"prompt": "..."} or {"prompt_ids": [...]}, optionally with
-//   "generate_config": {...} (RTP-LLM field names); the flags above are the defaults.
+//   "generate_config": {...} (RTP-LLM field names, adapter_name too); the flags above are
+//   the defaults.
 // Engine flags: see cli/engine_setup.h.
 #include <fmt/format.h>
 
@@ -22,6 +24,7 @@
 #include "cli/commands.h"
 #include "cli/engine_setup.h"
 #include "cli/generate_engine.h"
+#include "cli/lora_options.h"
 #include "cli/model_dir.h"
 #include "core/error.h"
 #include "core/json.h"
@@ -102,16 +105,20 @@ int cmd_generate(const CommandArgs& argv) {
   const SettingValues& args = *parsed;
   const std::string dir = resolve_model_dir(args.str("model"));
   const Json defaults = flag_defaults(args);
+  const LoraOptions lora = lora_options(args);
   if (args.given("input")) {
     if (args.given("prompt") || args.given("prompt-ids") || args.given("dump-logits"))
       raise<InvalidArgument>("--input does not mix with --prompt, --prompt-ids or --dump-logits");
-    EngineBundle b = open_engine(dir, args);
-    const int failed = run_generate_batch(b, args.str("input"), args.str("output"), defaults);
+    EngineBundle b = open_engine(dir, args, 0, lora);
+    const int failed = run_generate_batch(b, lora, args.str("input"), args.str("output"), defaults);
     return failed == 0 ? 0 : 1;
   }
   if (args.given("prompt") == args.given("prompt-ids"))
     raise<InvalidArgument>("give --prompt TEXT or --prompt-ids 1,2,3 (or --input FILE.jsonl)");
-  const GenerateConfig config = GenerateConfig::from_json(defaults);
+  const RequestConfig rc = request_config(defaults);
+  const GenerateConfig& config = rc.config;
+  // The adapter is checked before the model loads.
+  make_request(lora, nullptr, {}, rc);
 
   EngineBundle b;
   std::vector<int32_t> prompt;
@@ -119,7 +126,7 @@ int cmd_generate(const CommandArgs& argv) {
   if (args.given("dump-logits")) {
     const std::string path = args.str("dump-logits");
     // The model alone first; the engine then sizes the cache its own way.
-    auto model = load_model(dir, load_options(args));
+    auto model = load_model(dir, load_options(args, lora));
     if (prompt.empty()) {
       auto tok = Tokenizer::load(dir);
       prompt = tok->encode(args.str("prompt"), true);
@@ -130,7 +137,7 @@ int cmd_generate(const CommandArgs& argv) {
                                model->vocab_size());
     if (!prompt.empty()) dump_prompt_logits(*model, prompt, path);
   }
-  b = open_engine(dir, args, std::max(config.width(), 1));
+  b = open_engine(dir, args, std::max(config.width(), 1), lora);
   if (prompt.empty()) {
     if (!b.tokenizer) raise<InvalidArgument>("--prompt needs a tokenizer; pass --prompt-ids");
     prompt = b.tokenizer->encode(args.str("prompt"), true);
@@ -140,14 +147,14 @@ int cmd_generate(const CommandArgs& argv) {
   const std::vector<int32_t> prompt_copy = prompt;
   GenerateResult r;
   if (json) {
-    r = run_generate_one(b, prompt, config, /*json=*/true);
+    r = run_generate_one(b, make_request(lora, b.adapters.get(), prompt, rc), /*json=*/true);
     Json j = result_json(r);
     j["prompt_ids"] = prompt_copy;
     std::printf("%s\n", j.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
   } else if (args.flag("stream")) {
-    r = run_generate_one(b, prompt, config, /*json=*/false);
+    r = run_generate_one(b, make_request(lora, b.adapters.get(), prompt, rc), /*json=*/false);
   } else {
-    r = b.engine->submit({prompt, config})->wait();
+    r = b.engine->submit(make_request(lora, b.adapters.get(), prompt, rc))->wait();
     std::string ids;
     if (!r.sequences.empty())
       for (int32_t t : r.sequences[0].output_ids)

@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/load_progress.h"
+#include "cli/lora_options.h"
 #include "cli/model_dir.h"
 #include "core/error.h"
 #include "core/logging.h"
@@ -74,8 +75,15 @@ server::HttpServerOptions http_options(const ServeConfig& c) {
 }
 
 EngineBackendOptions backend_options(const ServeConfig& c, const std::string& model_dir,
-                                     const std::string& name) {
+                                     const std::string& name, const LoraOptions& lora) {
   EngineBackendOptions o;
+  // The start adapters are registered once the backend is up (below), or merged.
+  o.lora.enabled = lora.enabled;
+  o.lora.merge = lora.merge;
+  if (lora.merge) o.lora.adapters = lora.adapters;
+  o.lora.max_loras = lora.max_loras;
+  o.lora.max_rank = lora.max_rank;
+  o.lora.max_registered = lora.max_registered;
   o.model_dir = model_dir;
   o.tokenizer_dir = c.tokenizer;
   o.model_type = c.model_type;
@@ -127,6 +135,8 @@ int cmd_serve(const CommandArgs& args) {
   if (!fs::exists(fs::path(model_dir) / "config.json"))
     raise<NotFound>("model directory '{}' has no config.json", model_dir);
   std::string name = served_name(cfg, model_dir);
+  // The LoRA settings are checked before the model loads.
+  const LoraOptions lora = lora_options(cfg.settings);
 
   // Signals are taken synchronously by the main thread; every other thread blocks them.
   sigset_t signals;
@@ -153,12 +163,18 @@ int cmd_serve(const CommandArgs& args) {
     try {
       LoadProgress progress(cfg.progress);
       prefetch_weights(model_dir, progress);
-      auto o = backend_options(cfg, model_dir, name);
+      auto o = backend_options(cfg, model_dir, name, lora);
       o.progress = [&progress](double d, double t, const std::string& s) {
         progress.update(d, t, s);
       };
       auto loaded_backend = EngineBackend::load(o);
       progress.finish();
+      // The adapters given at start (--lora, LORA_INFO), registered for requests to name.
+      if (lora.enabled)
+        for (const AdapterInfo& a : lora.adapters) {
+          loaded_backend->load_adapter(a.name, a.path);
+          log_info("LoRA adapter '{}' from {}", a.name, a.path);
+        }
       // The task prompts' K/V, computed and pinned before the first request.
       if (!cfg.task_prompts.empty())
         tasks = install_task_prompts(*loaded_backend, cfg.task_prompts);

@@ -11,8 +11,14 @@
 
 namespace tachyon::cli {
 
-LoadOptions load_options(const SettingValues& v) {
+LoadOptions load_options(const SettingValues& v, const LoraOptions& lora) {
   LoadOptions opts;
+  if (lora.merge && !lora.adapters.empty()) {
+    opts.merge_lora = lora.adapters[0].path;
+  } else if (lora.enabled) {
+    opts.lora.max_loras = lora.max_loras;
+    opts.lora.max_rank = lora.max_rank;
+  }
   opts.model_type = v.str("model-type");
   opts.device = parse_device(v.str("device"));
   opts.dtype = parse_compute_dtype(v.str("dtype"));
@@ -22,10 +28,10 @@ LoadOptions load_options(const SettingValues& v) {
 }
 
 EngineBundle open_engine(const std::string& model_dir, const SettingValues& v,
-                         int32_t expected_seqs) {
+                         int32_t expected_seqs, const LoraOptions& lora) {
   EngineBundle b;
   const auto t0 = std::chrono::steady_clock::now();
-  const LoadOptions opts = load_options(v);
+  const LoadOptions opts = load_options(v, lora);
   b.model = load_model(model_dir, opts);
   try {
     b.tokenizer = Tokenizer::load(model_dir);
@@ -69,6 +75,11 @@ EngineBundle open_engine(const std::string& model_dir, const SettingValues& v,
   std::shared_ptr<const TextTokenizer> text;
   if (b.tokenizer) text = make_text_tokenizer(b.tokenizer, c.eos_token_ids);
   b.engine = std::make_unique<TextEngine>(b.model, text, c);
+  if (lora.enabled) {
+    b.adapters =
+        std::make_unique<AdapterRegistry>(b.model, b.engine->engine(), lora.max_registered);
+    for (const AdapterInfo& a : lora.adapters) b.adapters->load(a.name, a.path);
+  }
   return b;
 }
 

@@ -10,8 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "cli/lora_options.h"
 #include "core/settings.h"
 #include "engine/async_model.h"
+#include "frontend/adapters.h"
 #include "frontend/text_engine.h"
 #include "model/loader.h"
 #include "model/model_runner.h"
@@ -23,15 +25,19 @@ struct EngineBundle {
   std::shared_ptr<Model> model;
   std::shared_ptr<const Tokenizer> tokenizer;  // null when the folder has none
   std::unique_ptr<TextEngine> engine;
+  // The LoRA adapters given at start (null when adapters are not enabled); after the
+  // engine, so gone before it.
+  std::unique_ptr<AdapterRegistry> adapters;
   double load_seconds = 0;
 };
 
-// LoadOptions from --model-type, --device, --dtype and --kv-cache-dtype.
-LoadOptions load_options(const SettingValues& settings);
+// LoadOptions from --model-type, --device, --dtype and --kv-cache-dtype, and the LoRA
+// settings' room for adapters (or the adapter to merge).
+LoadOptions load_options(const SettingValues& settings, const LoraOptions& lora = {});
 // expected_seqs: sequences the caller will run at once, for the default KV budget
-// (0: max-num-seqs).
+// (0: max-num-seqs). lora: the adapters to register (when enabled) or merge.
 EngineBundle open_engine(const std::string& model_dir, const SettingValues& settings,
-                         int32_t expected_seqs = 0);
+                         int32_t expected_seqs = 0, const LoraOptions& lora = {});
 
 // A prompt from a JSONL line or flag: {"prompt": "..."} (needs the tokenizer; special
 // tokens added as the tokenizer does) or {"prompt_ids": [...]}.

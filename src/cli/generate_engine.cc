@@ -9,18 +9,50 @@
 
 namespace tachyon::cli {
 
-GenerateConfig merged_config(const Json& defaults, const Json& line) {
+RequestConfig request_config(Json config) {
+  RequestConfig rc;
+  if (config.is_object() && config.contains("adapter_name")) {
+    const Json& a = config["adapter_name"];
+    if (!a.is_null() && !a.is_string())
+      raise<InvalidArgument>("generate_config.adapter_name must be an adapter's name (a string)");
+    if (a.is_string()) rc.adapter_name = a.get<std::string>();
+    config.erase("adapter_name");
+  }
+  rc.config = GenerateConfig::from_json(config);
+  return rc;
+}
+
+GenerateRequest make_request(const LoraOptions& lora, const AdapterRegistry* adapters,
+                             std::vector<int32_t> prompt, const RequestConfig& rc) {
+  GenerateRequest req{std::move(prompt), rc.config};
+  if (rc.adapter_name.empty()) return req;
+  std::string given;
+  for (const AdapterInfo& a : lora.adapters) {
+    if (a.name != rc.adapter_name) {
+      given += (given.empty() ? "" : ", ") + a.name;
+      continue;
+    }
+    // A merged adapter is in the weights every request runs on; the others are
+    // registered (never unloaded here, so the id alone is enough).
+    if (!lora.merge && adapters != nullptr) req.adapter = adapters->acquire(rc.adapter_name)->id();
+    return req;
+  }
+  raise<InvalidArgument>("adapter_name '{}' is not an adapter given with --lora NAME=DIR{}",
+                         rc.adapter_name, given.empty() ? "" : " (given: " + given + ")");
+}
+
+RequestConfig merged_config(const Json& defaults, const Json& line) {
   Json merged = defaults.is_object() ? defaults : Json::object();
   if (line.contains("generate_config")) {
     const Json& g = line["generate_config"];
     if (!g.is_object()) raise<InvalidArgument>("\"generate_config\" must be an object");
     for (const auto& [k, v] : g.items()) merged[k] = v;
   }
-  return GenerateConfig::from_json(merged);
+  return request_config(std::move(merged));
 }
 
-int run_generate_batch(EngineBundle& b, const std::string& input, const std::string& output,
-                       const Json& defaults) {
+int run_generate_batch(EngineBundle& b, const LoraOptions& lora, const std::string& input,
+                       const std::string& output, const Json& defaults) {
   std::ifstream in(input);
   if (!in) raise<NotFound>("cannot open --input {}", input);
   struct Line {
@@ -37,10 +69,9 @@ int run_generate_batch(EngineBundle& b, const std::string& input, const std::str
     Line l;
     try {
       const Json j = parse_json(text, fmt::format("{} line {}", input, number));
-      GenerateRequest req;
-      req.prompt_ids = prompt_from_json(j, b.tokenizer.get());
-      req.config = merged_config(defaults, j);
-      l.stream = b.engine->submit(std::move(req));
+      const RequestConfig rc = merged_config(defaults, j);
+      l.stream = b.engine->submit(
+          make_request(lora, b.adapters.get(), prompt_from_json(j, b.tokenizer.get()), rc));
     } catch (const Error& e) {
       l.error = Json{{"error", fmt::format("line {}: {}", number, e.what())},
                      {"error_code", std::string(error_code_name(e.code()))}};
@@ -69,9 +100,8 @@ int run_generate_batch(EngineBundle& b, const std::string& input, const std::str
   return failed;
 }
 
-GenerateResult run_generate_one(EngineBundle& b, std::vector<int32_t> prompt,
-                                const GenerateConfig& config, bool json) {
-  auto stream = b.engine->submit({std::move(prompt), config});
+GenerateResult run_generate_one(EngineBundle& b, GenerateRequest request, bool json) {
+  auto stream = b.engine->submit(std::move(request));
   if (json) return stream->wait();
   // Stream text pieces (or ids without a tokenizer) as they come, then gather.
   GenerateResult result;

@@ -4,9 +4,26 @@
 #include <string>
 
 #include "cli/engine_setup.h"
+#include "cli/lora_options.h"
 #include "core/json.h"
 
 namespace tachyon::cli {
+
+// One request's generate_config: GenerateConfig's fields, and the LoRA adapter its
+// adapter_name selects ("" or null: the base model).
+struct RequestConfig {
+  GenerateConfig config;
+  std::string adapter_name;
+};
+
+// Reads a generate_config object; throws InvalidArgument naming the field.
+RequestConfig request_config(Json config);
+
+// The engine request of `prompt` under `rc`, on its adapter as registered in `adapters`
+// (null: the name is only checked). Throws InvalidArgument for an adapter that --lora did
+// not give.
+GenerateRequest make_request(const LoraOptions& lora, const AdapterRegistry* adapters,
+                             std::vector<int32_t> prompt, const RequestConfig& rc);
 
 // Batch mode: each non-empty line of `input` is {"prompt": "..."} or
 // {"prompt_ids": [...]}, optionally with "generate_config": {...} (RTP-LLM field names)
@@ -14,15 +31,14 @@ namespace tachyon::cli {
 // ("-" for stdout) gets one JSON line per input line, in input order: output_ids (no
 // EOS), text, finish_reason, aux_info (timings), or error. Returns the number of
 // lines that failed.
-int run_generate_batch(EngineBundle& bundle, const std::string& input, const std::string& output,
-                       const Json& defaults);
+int run_generate_batch(EngineBundle& bundle, const LoraOptions& lora, const std::string& input,
+                       const std::string& output, const Json& defaults);
 
 // One prompt; text pieces stream to stdout as they come unless `json` (one JSON object
 // at the end). Returns the result.
-GenerateResult run_generate_one(EngineBundle& bundle, std::vector<int32_t> prompt,
-                                const GenerateConfig& config, bool json);
+GenerateResult run_generate_one(EngineBundle& bundle, GenerateRequest request, bool json);
 
 // The generate_config of a batch line: `defaults` overlaid with the line's own.
-GenerateConfig merged_config(const Json& defaults, const Json& line);
+RequestConfig merged_config(const Json& defaults, const Json& line);
 
 }  // namespace tachyon::cli

@@ -39,6 +39,14 @@ std::vector<std::string> split_list(const std::string& v) {
   return out;
 }
 
+// A list's items from one value of the environment or the config file: split at commas,
+// or one item when the value is JSON (an object or array holds commas of its own).
+std::vector<std::string> list_items(const std::string& v) {
+  const size_t first = v.find_first_not_of(" \t\n\r");
+  if (first != std::string::npos && (v[first] == '{' || v[first] == '[')) return {v};
+  return split_list(v);
+}
+
 std::string normalized(std::string name) {
   std::replace(name.begin(), name.end(), '_', '-');
   return name;
@@ -275,11 +283,16 @@ std::optional<SettingValues> parse_settings(std::string_view command,
       if (i + 1 >= args.size()) raise<InvalidArgument>("flag {} needs a value", what);
       value = args[++i];
     }
+    const bool spelled_inline = a.find('=') != std::string::npos;
     const std::string v = check_setting_value(s, *value, what, r.scale);
     SettingValues::Value& slot = flags[s.name];
     if (s.type != SettingType::kList) slot.items.clear();  // the last one wins
     slot.items.push_back(v);
     slot.source = what;
+    // "--lora-modules a=/x b=/y": the values up to the next flag.
+    if (s.type == SettingType::kList && s.multi_value && !spelled_inline)
+      while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0)
+        slot.items.push_back(check_setting_value(s, args[++i], what, r.scale));
   }
   for (auto& [name, v] : flags) out.set(name, std::move(v));
 
@@ -292,7 +305,7 @@ std::optional<SettingValues> parse_settings(std::string_view command,
       SettingValues::Value v;
       v.source = var.name;
       if (s.type == SettingType::kList) {
-        v.items = split_list(*raw);
+        v.items = list_items(*raw);
       } else {
         v.items.push_back(check_setting_value(s, *raw, var.name, var.scale));
       }
@@ -316,7 +329,7 @@ std::optional<SettingValues> parse_settings(std::string_view command,
     v.source = what;
     if (s.type == SettingType::kList) {
       for (const auto& item : items) {
-        auto parts = items.size() == 1 ? split_list(item) : std::vector<std::string>{item};
+        auto parts = items.size() == 1 ? list_items(item) : std::vector<std::string>{item};
         v.items.insert(v.items.end(), parts.begin(), parts.end());
       }
     } else {

@@ -6,7 +6,8 @@
 // it. A subcommand's arguments resolve, for each setting, from (highest first):
 //   1. its flag: --a-b VALUE, --a-b=VALUE, --a_b VALUE; a boolean also --a-b alone,
 //      --a-b true|false (or 1/0, yes/no, on/off) and --no-a-b;
-//   2. its environment variables, in the table's order;
+//   2. its environment variables, in the table's order (a list's value is split at
+//      commas, unless it is JSON, opening with '{' or '[': then it is one item);
 //   3. the --config file (YAML or JSON: a mapping of setting names, spelled like the
 //      flags with - or _, to values; TACHYON_CONFIG names it too);
 //   4. the default.
@@ -45,6 +46,9 @@ struct Setting {
   std::string default_value;         // as text; empty: none (the setting is unset)
   std::string help;
   std::vector<std::string> commands;  // subcommands that take it; none: environment only
+  // kList: the flag takes every argument after it up to the next flag (--a x y), as
+  // well as one value per repetition.
+  bool multi_value = false;
   // Defaults that differ by subcommand: (command, default).
   std::vector<std::pair<std::string, std::string>> command_defaults;
 

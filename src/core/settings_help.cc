@@ -17,7 +17,7 @@ std::string metavar(const Setting& s) {
     case SettingType::kBool:
       return "";
     case SettingType::kList:
-      return " VALUE";
+      return s.multi_value ? " VALUE..." : " VALUE";
     case SettingType::kEnum: {
       std::string all;
       for (const auto& c : s.choices) all += (all.empty() ? "" : "|") + c;

@@ -45,6 +45,10 @@ struct Def {
     s.choices = std::move(c);
     return std::move(*this);
   }
+  Def&& multi_value() && {
+    s.multi_value = true;
+    return std::move(*this);
+  }
   Def&& default_in(const char* command, const char* def) && {
     s.command_defaults.emplace_back(command, def);
     return std::move(*this);
@@ -188,6 +192,35 @@ std::vector<Setting> make_table() {
           "queue each engine step before the host has seen the tokens of the step in flight "
           "(they stay on the GPU), so that scheduling and streaming overlap the GPU's work")
           .env({"TACHYON_OVERLAP_STEPS"}),
+      // ---- LoRA adapters (serve, generate) -------------------------------------------
+      Def("lora", T::kList, "", Cmds{"serve", "generate"},
+          "LoRA adapter NAME=DIR (a PEFT folder), requests select it by NAME; repeatable, and "
+          "several may follow one flag (vLLM's --lora-modules); also the JSON item "
+          "{\"name\": NAME, \"path\": DIR}, and in LORA_INFO a JSON object {NAME: DIR, ...}")
+          .env({"TACHYON_LORA", "LORA_INFO"})
+          .alias({"lora-modules"})
+          .multi_value(),
+      Def("enable-lora", T::kBool, "false", Cmds{"serve", "generate"},
+          "serve LoRA adapters: they may be loaded while serving even with none at start "
+          "(implied by --lora)")
+          .env({"TACHYON_ENABLE_LORA"}),
+      Def("merge-lora", T::kBool, "false", Cmds{"serve", "generate"},
+          "fold the one adapter of --lora into the weights at load (no per-request adapters)")
+          .env({"TACHYON_MERGE_LORA"}),
+      Def("max-loras", T::kInt, "4", Cmds{"serve", "generate"},
+          "LoRA adapters resident on the device at once (others wait on the host and swap in "
+          "as requests need them)")
+          .env({"TACHYON_MAX_LORAS"})
+          .range(1, 1024),
+      Def("max-lora-rank", T::kInt, "16", Cmds{"serve", "generate"},
+          "largest rank of an adapter (adapters of a larger rank are refused)")
+          .env({"TACHYON_MAX_LORA_RANK"})
+          .range(1, 1024),
+      Def("max-cpu-loras", T::kInt, "64", Cmds{"serve", "generate"},
+          "LoRA adapters registered at once, at least --max-loras (default: 64, or --max-loras "
+          "when larger)")
+          .env({"TACHYON_MAX_CPU_LORAS", "MAX_LORA_MODEL_SIZE"})
+          .range(1, 1 << 20),
       // ---- HTTP (serve) ------------------------------------------------------------
       Def("host", T::kString, "127.0.0.1", Cmds{"serve"}, "address to listen on")
           .env({"TACHYON_HOST"}),

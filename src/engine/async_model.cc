@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <set>
 
 #include <time.h>
 
@@ -17,6 +18,10 @@ struct AsyncModel::Inbox {
   std::vector<std::unique_ptr<EngineRequest>> incoming;
   std::vector<int64_t> cancels;
   std::vector<std::pair<int64_t, int32_t>> stops;  // (request, sequence index)
+  // Adapters to add to the model (id, adapter; null: remove), in order; and the ids
+  // registered, for submit() to check.
+  std::vector<std::pair<int32_t, std::shared_ptr<const PreparedAdapter>>> adapter_changes;
+  std::set<int32_t> adapters;
   bool stop = false;
   bool closed = false;  // no more submissions (shut down or dead)
 };
@@ -126,6 +131,7 @@ AsyncModel::AsyncModel(std::shared_ptr<LanguageModel> model, EngineConfig config
   sc.reserve_blocks = static_cast<int32_t>(config_.kv_reserve_fraction * num_blocks_);
   sc.grow_blocks = grows ? config_.kv_grow_blocks : 0;
   sc.max_blocks = num_blocks_;
+  sc.max_adapters = model_->max_adapters();
   scheduler_ = std::make_unique<Scheduler>(sc, kv_.get());
   // What the prefix cache hashes: a sequence's tokens the host knows.
   scheduler_->set_token_source([this](int64_t id) -> std::span<const int32_t> {
@@ -206,6 +212,42 @@ int32_t AsyncModel::pin_prefix(std::vector<int32_t> prompt_ids) {
   return pinned->load();
 }
 
+void AsyncModel::add_adapter(int32_t id, std::shared_ptr<const PreparedAdapter> adapter) {
+  if (model_->max_adapters() <= 0)
+    raise<InvalidArgument>("the model was loaded without room for LoRA adapters");
+  if (id <= 0 || adapter == nullptr) raise<InvalidArgument>("add_adapter: adapter id {}", id);
+  {
+    std::lock_guard<std::mutex> lock(inbox_->mu);
+    if (!inbox_->adapters.insert(id).second)
+      raise<InvalidArgument>("add_adapter: adapter id {} is in use", id);
+    inbox_->adapter_changes.emplace_back(id, std::move(adapter));
+  }
+  inbox_->cv.notify_all();
+}
+
+void AsyncModel::remove_adapter(int32_t id) {
+  {
+    std::lock_guard<std::mutex> lock(inbox_->mu);
+    if (inbox_->adapters.erase(id) == 0) return;
+    inbox_->adapter_changes.emplace_back(id, nullptr);
+  }
+  inbox_->cv.notify_all();
+}
+
+void AsyncModel::take_adapters() {
+  std::vector<std::pair<int32_t, std::shared_ptr<const PreparedAdapter>>> changes;
+  {
+    std::lock_guard<std::mutex> lock(inbox_->mu);
+    changes.swap(inbox_->adapter_changes);
+  }
+  for (auto& [id, adapter] : changes) {
+    if (adapter)
+      model_->add_adapter(id, std::move(adapter));
+    else
+      model_->remove_adapter(id);
+  }
+}
+
 std::shared_ptr<RequestStream> AsyncModel::submit(GenerateRequest request) {
   return enqueue(std::move(request), nullptr);
 }
@@ -262,6 +304,12 @@ std::shared_ptr<RequestStream> AsyncModel::enqueue(GenerateRequest request,
     if (prefix_reuse_ == LanguageModel::PrefixReuse::kSamePromptLength)
       r->cache_salt = splitmix64(request.cache_salt ^ (static_cast<uint64_t>(prompt_len) << 32));
   }
+  // An adapter's K/V is its own: blocks are shared only between requests of the same one
+  // (ids are never reused).
+  r->adapter = request.adapter;
+  if (r->cache_salt && r->adapter != 0)
+    r->cache_salt =
+        splitmix64(*r->cache_salt ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(r->adapter)));
   r->pinned = std::move(pinned);
   r->max_new_tokens = max_new;
   r->cfg = std::move(cfg);
@@ -287,6 +335,8 @@ std::shared_ptr<RequestStream> AsyncModel::enqueue(GenerateRequest request,
     }
     if (in_flight_.load() >= config_.max_queue_size)
       raise<ResourceExhausted>("the engine already holds {} requests", config_.max_queue_size);
+    if (request.adapter != 0 && inbox_->adapters.count(request.adapter) == 0)
+      raise<InvalidArgument>("no LoRA adapter {} is loaded", request.adapter);
     r->id = next_request_id_++;
     r->seed = r->cfg.random_seed.value_or(splitmix64(base_seed_ + static_cast<uint64_t>(r->id)));
     stream = std::make_shared<RequestStream>(r->id);
@@ -327,7 +377,8 @@ void AsyncModel::take_inbox(std::vector<std::unique_ptr<EngineRequest>>* incomin
   std::unique_lock<std::mutex> lock(inbox_->mu);
   inbox_->cv.wait(lock, [&] {
     return inbox_->stop || !inbox_->incoming.empty() || !inbox_->cancels.empty() ||
-           !inbox_->stops.empty() || scheduler_->has_work() || !steps_.empty();
+           !inbox_->adapter_changes.empty() || !inbox_->stops.empty() || scheduler_->has_work() ||
+           !steps_.empty();
   });
   incoming->swap(inbox_->incoming);
   cancels->swap(inbox_->cancels);
@@ -347,6 +398,7 @@ void AsyncModel::loop() {
     take_inbox(&incoming, &cancels, &stops, &stop);
     // A step's time runs from here to its events being pushed: all the loop's work.
     const auto t0 = Clock::now();
+    take_adapters();
     for (auto& r : incoming) requests_->add(std::move(r));
     if (stop) {
       while (!steps_.empty() && !dead_) finish_step();

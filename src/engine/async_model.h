@@ -159,6 +159,14 @@ class AsyncModel {
   // prefix caching is off.
   int32_t pin_prefix(std::vector<int32_t> prompt_ids);
 
+  // LoRA adapters: registers an adapter the model prepared (Model::prepare_adapter) under
+  // a new id > 0 for requests to name (GenerateRequest::adapter), taken into the model
+  // before the next step; and removes one, which no request in the engine may run with
+  // then (the caller waits for those to end). InvalidArgument for an id in use, or a
+  // model without room for adapters.
+  void add_adapter(int32_t id, std::shared_ptr<const PreparedAdapter> adapter);
+  void remove_adapter(int32_t id);
+
   // Ends every request still in flight (FinishReason::kError, Unavailable) and stops
   // the loop. Idempotent; the destructor calls it.
   void shutdown();
@@ -188,6 +196,8 @@ class AsyncModel {
   std::shared_ptr<RequestStream> enqueue(GenerateRequest request,
                                          std::shared_ptr<std::atomic<int32_t>> pinned);
   void loop();
+  // The adapters added and removed since the loop looked, into the model.
+  void take_adapters();
   void take_inbox(std::vector<std::unique_ptr<EngineRequest>>* incoming,
                   std::vector<int64_t>* cancels, std::vector<std::pair<int64_t, int32_t>>* stops,
                   bool* stop);

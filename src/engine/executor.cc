@@ -26,6 +26,7 @@ void fill_batch(const SchedulerOutput& plan, std::span<const SeqInputs> inputs, 
   b.sampling.adjustments.clear();
   b.sampling.adjust_start.clear();
   b.deferred.clear();
+  b.adapter_ids.clear();
   const size_t n = plan.seqs.size();
   b.token_ids.reserve(static_cast<size_t>(plan.num_batched_tokens));
   b.positions.reserve(static_cast<size_t>(plan.num_batched_tokens));
@@ -54,6 +55,13 @@ void fill_batch(const SchedulerOutput& plan, std::span<const SeqInputs> inputs, 
               b.block_tables.begin() + static_cast<ptrdiff_t>(i * static_cast<size_t>(max_blocks)));
     for (int32_t k = s.num_logits; k > 0; --k) b.logits_rows.push_back(end - k);
   }
+  // Adapters only where some sequence has one.
+  for (size_t i = 0; i < n; ++i)
+    if (plan.seqs[i].adapter != 0) {
+      b.adapter_ids.reserve(n);
+      for (const auto& s : plan.seqs) b.adapter_ids.push_back(s.adapter);
+      break;
+    }
 }
 
 std::vector<std::pair<int32_t, int32_t>> block_pairs(const std::vector<BlockCopy>& copies) {

@@ -25,6 +25,8 @@ struct GenerateRequest {
   // injected at positions): the prefix cache shares blocks only between requests of the
   // same salt.
   uint64_t cache_salt = 0;
+  // The LoRA adapter it runs with (AsyncModel::add_adapter's id); 0: the base model.
+  int32_t adapter = 0;
 };
 
 enum class FinishReason {

@@ -14,7 +14,8 @@ void RequestTable::add(std::unique_ptr<EngineRequest> r) {
   const int64_t seq = new_seq(req, 0, req.prompt);
   req.prompt.clear();
   req.prompt.shrink_to_fit();
-  scheduler_->add_group(req.id, seq, req.prompt_len, req.cfg.width(), req.layout, req.cache_salt);
+  scheduler_->add_group(req.id, seq, req.prompt_len, req.cfg.width(), req.layout, req.cache_salt,
+                        req.adapter);
 }
 
 EngineRequest* RequestTable::find(int64_t id) {

@@ -50,7 +50,7 @@ std::vector<int64_t> Scheduler::running_groups() const {
 
 void Scheduler::add_group(int64_t group_id, int64_t seq_id, int32_t num_prompt_tokens,
                           int32_t max_width, const PromptLayout& layout,
-                          std::optional<uint64_t> cache_salt) {
+                          std::optional<uint64_t> cache_salt, int32_t adapter) {
   TACHYON_CHECK(!groups_.count(group_id), "request {} added twice", group_id);
   TACHYON_CHECK(!seqs_.count(seq_id), "sequence {} added twice", seq_id);
   TACHYON_CHECK_GT(num_prompt_tokens, 0);
@@ -64,6 +64,9 @@ void Scheduler::add_group(int64_t group_id, int64_t seq_id, int32_t num_prompt_t
   g.id = group_id;
   g.arrival = next_arrival_++;
   g.max_width = max_width;
+  TACHYON_CHECK(adapter == 0 || config_.max_adapters > 0,
+                "request {}: adapter {} without room for adapters", group_id, adapter);
+  g.adapter = adapter;
   if (kv_->prefix_caching()) {
     TACHYON_CHECK(tokens_ != nullptr, "a prefix cache without a token source");
     g.cache_salt = cache_salt;
@@ -155,6 +158,7 @@ void Scheduler::remove_group(int64_t group_id) {
   if (g.running) {
     running_.erase({g.arrival, g.id});
     running_width_ -= g.max_width;
+    count_running(g, -1);
   } else if (g.swapped) {
     swapped_.erase({g.arrival, g.id});
   } else {
@@ -257,6 +261,7 @@ void Scheduler::apply_plan(Group& g, const Plan& plan, SchedulerOutput* out) {
     ss.block_table = kv_->block_table(s);
     ss.prompt_len = st.prompt_len;
     ss.layout = st.layout;
+    ss.adapter = g.adapter;
     st.num_computed += plan.take[i];
     // The blocks this chunk completes serve the admissions after it in this very step:
     // a step writes every token's K/V before any attention reads the cache.
@@ -271,6 +276,7 @@ void Scheduler::preempt(Group& g, SchedulerOutput* out) {
   TACHYON_CHECK(g.running);
   running_.erase({g.arrival, g.id});
   running_width_ -= g.max_width;
+  count_running(g, -1);
   g.running = false;
   out->preempted_groups.push_back(g.id);
   ++num_preemptions_;
@@ -357,6 +363,7 @@ void Scheduler::start_group(Group& g, const Plan& plan, SchedulerOutput* out,
                             int32_t* token_budget) {
   running_.insert({g.arrival, g.id});
   running_width_ += g.max_width;
+  count_running(g, +1);
   g.running = true;
   if (plan.status != Plan::kOk) return;
   apply_plan(g, plan, out);
@@ -366,7 +373,7 @@ void Scheduler::start_group(Group& g, const Plan& plan, SchedulerOutput* out,
 bool Scheduler::swap_in_groups(SchedulerOutput* out, int32_t* token_budget) {
   while (!swapped_.empty()) {
     Group& g = groups_.at(swapped_.begin()->second);
-    if (running_width_ + g.max_width > config_.max_num_seqs) return false;
+    if (running_width_ + g.max_width > config_.max_num_seqs || !adapter_fits(g)) return false;
     // Its blocks, the ones its next tokens need, and the admissions' reserve.
     const int64_t s = g.seqs[0];
     const SeqState& st = seqs_.at(s);
@@ -388,7 +395,7 @@ bool Scheduler::swap_in_groups(SchedulerOutput* out, int32_t* token_budget) {
 void Scheduler::admit_waiting(SchedulerOutput* out, int32_t* token_budget) {
   while (!waiting_.empty() && *token_budget > 0) {
     Group& g = groups_.at(waiting_.begin()->second);
-    if (running_width_ + g.max_width > config_.max_num_seqs) break;
+    if (running_width_ + g.max_width > config_.max_num_seqs || !adapter_fits(g)) break;
     const int32_t reused = take_cached_prefix(g);
     // Admitted only if its whole current length fits beside the reserve (waived when
     // nothing runs, so that a request that fits the cache alone always starts).
@@ -414,6 +421,18 @@ void Scheduler::admit_waiting(SchedulerOutput* out, int32_t* token_budget) {
     waiting_.erase(waiting_.begin());
     start_group(g, plan, out, token_budget);
   }
+}
+
+bool Scheduler::adapter_fits(const Group& g) const {
+  return g.adapter == 0 || running_adapters_.count(g.adapter) > 0 ||
+         static_cast<int32_t>(running_adapters_.size()) < config_.max_adapters;
+}
+
+void Scheduler::count_running(const Group& g, int32_t delta) {
+  if (g.adapter == 0) return;
+  int32_t& n = running_adapters_[g.adapter];
+  n += delta;
+  if (n == 0) running_adapters_.erase(g.adapter);
 }
 
 SchedulerOutput Scheduler::schedule() {

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <span>
@@ -46,6 +47,9 @@ struct SchedulerConfig {
   // the step tells the model (SchedulerOutput::kv_blocks). grow_blocks 0: it never grows.
   int32_t grow_blocks = 0;
   int32_t max_blocks = 0;
+  // Distinct LoRA adapters among the running groups (the model's resident adapter
+  // slots): a group of another adapter waits while that many run.
+  int32_t max_adapters = 0;
 };
 
 // One sequence's share of a step: it computes positions [start, start + num_tokens).
@@ -60,6 +64,7 @@ struct ScheduledSeq {
   std::vector<int32_t> block_table;  // covers positions [0, start + num_tokens)
   int32_t prompt_len = 0;            // the request's prompt (rotary scalings fixed there)
   PromptLayout layout;               // the request's prompt layout (the model's)
+  int32_t adapter = 0;               // the request's LoRA adapter (0: the base model)
 };
 
 struct SchedulerOutput {
@@ -93,9 +98,11 @@ class Scheduler {
   // sequences it will run at once (seats are kept for them from admission on). The
   // layout's atomic_len() must fit in one step (max_num_batched_tokens) and the prompt.
   // cache_salt: the prefix cache's salt for its blocks (KVCacheManager::hash_tokens);
-  // none: its blocks are never shared through the cache.
+  // none: its blocks are never shared through the cache. adapter: the LoRA adapter it runs
+  // with (0: the base model).
   void add_group(int64_t group_id, int64_t seq_id, int32_t num_prompt_tokens, int32_t max_width,
-                 const PromptLayout& layout = {}, std::optional<uint64_t> cache_salt = {});
+                 const PromptLayout& layout = {}, std::optional<uint64_t> cache_salt = {},
+                 int32_t adapter = 0);
   // A new sequence in the parent's group, sharing its tokens and KV blocks.
   void fork_seq(int64_t parent, int64_t child);
   // The engine sampled one more token for the sequence (or will: a token a step in
@@ -149,6 +156,7 @@ class Scheduler {
     bool running = false;
     bool swapped = false;  // its sequence's blocks are in swap space
     std::optional<uint64_t> cache_salt;
+    int32_t adapter = 0;
     std::vector<int64_t> seqs;
   };
   struct Plan {
@@ -160,6 +168,10 @@ class Scheduler {
   using Key = std::pair<uint64_t, int64_t>;  // (arrival, group id)
 
   Group& group(int64_t id);
+  // Whether the group's adapter may run beside the running groups' (max_adapters), and
+  // the running groups' adapters counted as a group starts or stops running.
+  bool adapter_fits(const Group& g) const;
+  void count_running(const Group& g, int32_t delta);
   bool is_decoding(const Group& g) const;
   Plan plan_group(const Group& g, int32_t token_budget, int32_t free_blocks) const;
   void apply_plan(Group& g, const Plan& plan, SchedulerOutput* out);
@@ -189,7 +201,8 @@ class Scheduler {
   std::set<Key> waiting_;
   std::set<Key> running_;
   std::set<Key> swapped_;
-  int32_t running_width_ = 0;  // seats held by running groups
+  int32_t running_width_ = 0;                    // seats held by running groups
+  std::map<int32_t, int32_t> running_adapters_;  // running groups per adapter (not the base)
   uint64_t next_arrival_ = 0;
   int64_t num_preemptions_ = 0;
   int64_t num_swap_outs_ = 0;

@@ -152,6 +152,17 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
   lo.dtype = parse_compute_dtype(o.dtype);
   lo.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
   lo.quantization = parse_load_quantization(o.quantization);
+  const bool lora = o.lora.enabled || !o.lora.adapters.empty();
+  if (o.lora.merge) {
+    if (o.lora.adapters.size() != 1)
+      raise<InvalidArgument>("--merge-lora folds exactly one LoRA adapter into the weights, not {}",
+                             o.lora.adapters.size());
+    lo.merge_lora = o.lora.adapters[0].path;
+    b->merged_ = o.lora.adapters[0];
+  } else if (lora) {
+    lo.lora.max_loras = o.lora.max_loras;
+    lo.lora.max_rank = o.lora.max_rank;
+  }
   std::shared_ptr<Model> model;
   try {
     model = load_model(o.model_dir, lo);
@@ -181,6 +192,12 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
 
   progress(0, 0, "kv cache");
   b->engine_ = std::make_unique<TextEngine>(model, make_text_tokenizer(b->tokenizer_, eos), ec);
+  if (lora && !o.lora.merge) {
+    progress(0, 0, "lora adapters");
+    b->adapters_ =
+        std::make_unique<AdapterRegistry>(model, b->engine_->engine(), o.lora.max_registered);
+    for (const AdapterInfo& a : o.lora.adapters) b->adapters_->load(a.name, a.path);
+  }
 
   b->info_.path = std::filesystem::absolute(o.model_dir).lexically_normal().string();
   b->info_.name = o.served_name;
@@ -293,14 +310,48 @@ std::shared_ptr<GenerationHandle> EngineBackend::generate(std::vector<int32_t> p
   GenerateRequest req;
   req.prompt_ids = std::move(prompt);
   req.config = to_generate_config(params);
-  auto stream =
-      engine_->submit(std::move(req), [sink = std::move(sink)](std::vector<StreamEvent>&& events) {
-        std::vector<GenEvent> out;
-        out.reserve(events.size());
-        for (auto& e : events) out.push_back(to_gen_event(std::move(e)));
-        sink(std::move(out));
-      });
+  // The adapter stays registered with the engine while the request runs (its sink holds
+  // it); the merged adapter's name is the model itself.
+  std::shared_ptr<const AdapterRegistry::Lease> lease;
+  if (!params.adapter_name.empty() && params.adapter_name != merged_.name) {
+    if (!adapters_)
+      raise<InvalidArgument>(
+          "no LoRA adapter named '{}': adapters are not enabled (--lora, "
+          "--enable-lora)",
+          params.adapter_name);
+    lease = adapters_->acquire(params.adapter_name);
+    req.adapter = lease->id();
+  }
+  auto stream = engine_->submit(std::move(req),
+                                [sink = std::move(sink), lease](std::vector<StreamEvent>&& events) {
+                                  std::vector<GenEvent> out;
+                                  out.reserve(events.size());
+                                  for (auto& e : events) out.push_back(to_gen_event(std::move(e)));
+                                  sink(std::move(out));
+                                });
   return std::make_shared<EngineHandle>(std::move(stream));
+}
+
+std::vector<AdapterInfo> EngineBackend::adapters() const {
+  std::vector<AdapterInfo> out;
+  if (!merged_.name.empty()) out.push_back(merged_);
+  if (adapters_) {
+    std::vector<AdapterInfo> more = adapters_->list();
+    out.insert(out.end(), more.begin(), more.end());
+  }
+  return out;
+}
+
+void EngineBackend::load_adapter(const std::string& name, const std::string& path) {
+  if (!adapters_)
+    raise<InvalidArgument>(
+        "cannot load LoRA adapter '{}': adapters are not enabled (--enable-lora, --lora)", name);
+  adapters_->load(name, path);
+}
+
+void EngineBackend::unload_adapter(const std::string& name) {
+  if (!adapters_) raise<NotFound>("LoRA adapter '{}' is not loaded", name);
+  adapters_->unload(name);
 }
 
 int32_t EngineBackend::pin_prefix(const std::vector<int32_t>& ids) {

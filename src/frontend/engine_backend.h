@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/async_model.h"
+#include "frontend/adapters.h"
 #include "frontend/backend.h"
 #include "frontend/text_engine.h"
 
@@ -31,6 +32,18 @@ struct EngineBackendOptions {
   double gpu_memory_fraction = 0.9;
   double swap_space_gb = -1;  // GiB; < 0: the default (swap_space_bytes)
   int64_t max_seq_len = 0;    // 0: the model's; may only lower it
+  // LoRA adapters: those registered at start; whether adapters may be loaded at all
+  // (implied by any adapter given); the one adapter folded into the weights instead
+  // (static LoRA); adapters resident on the device at once, their largest rank, and the
+  // most registered at once.
+  struct Lora {
+    std::vector<AdapterInfo> adapters;
+    bool enabled = false;
+    bool merge = false;
+    int32_t max_loras = 4;
+    int32_t max_rank = 16;
+    int32_t max_registered = 64;
+  } lora;
   // Sizes not given are filled in at load; prefix_caching and prefix_cache_host_bytes
   // are taken as given.
   EngineConfig engine;
@@ -57,6 +70,9 @@ class EngineBackend : public InferenceBackend {
                                              const GenerationParams& params, GenSink sink) override;
   // AsyncModel::pin_prefix; 0 when prefix caching is off.
   int32_t pin_prefix(const std::vector<int32_t>& ids) override;
+  std::vector<AdapterInfo> adapters() const override;
+  void load_adapter(const std::string& name, const std::string& path) override;
+  void unload_adapter(const std::string& name) override;
   bool healthy() const override;
   std::string dead_reason() const override;
   BackendStats stats() const override;
@@ -74,6 +90,9 @@ class EngineBackend : public InferenceBackend {
   bool byte_level_ = false;  // GPT-2 style byte-to-unicode token strings
   bool prefix_caching_ = false;
   std::unique_ptr<TextEngine> engine_;
+  // Declared after the engine: gone before it (null when adapters are not enabled).
+  std::unique_ptr<AdapterRegistry> adapters_;
+  AdapterInfo merged_;  // the adapter folded into the weights, if any
 };
 
 // Converts the server's parameters to the engine's GenerateConfig (exposed for tests).

@@ -13,6 +13,10 @@
 #include "model/weights.h"
 
 namespace tachyon {
+struct LoraAdapter;
+}
+
+namespace tachyon {
 
 // A reusable device buffer, grown to the largest step seen.
 struct StepBuffer {
@@ -48,6 +52,14 @@ struct StepInputs {
   LoraStep lora;
 };
 
+// The rows of a LoRA arena (backend/ops.h LoraStep): every adaptable product's place,
+// for adapters of rank up to max_rank.
+struct LoraArenaShape {
+  int32_t max_rank = 0;
+  int64_t row_elems = 0;     // elements of one slot's row
+  int32_t rank_entries = 0;  // rank entries of one slot (one per product part)
+};
+
 // A layer of a plain pre-norm decoder (the usual case; layer() has the others:
 // parallel residual, post-norm, sandwich norms, residual from the norm):
 //
@@ -77,6 +89,17 @@ class Decoder {
   // dtype on the device (D: what the LM head reads); valid until the next step. Empty
   // when that step asked for none.
   const Tensor& hidden() const { return hidden_; }
+
+  // Multi-LoRA (decoder_lora.cc). Gives every dense layer's q/k/v, o, gate/up (or up)
+  // and down products a place in an arena row for adapters of rank up to max_rank (their
+  // LinearWeights::lora); once, before any step.
+  LoraArenaShape plan_lora(int32_t max_rank);
+  const LoraArenaShape& lora_shape() const { return lora_shape_; }
+  // An adapter's arena row: row [row_elems] f32 and ranks [rank_entries], zero where it
+  // leaves a product alone; the A of a product that reads a folded norm carries the
+  // norm's scale. Throws InvalidArgument for a module no product of the decoder has, a
+  // product part adapted twice, or a rank past the arena's.
+  void pack_lora(const LoraAdapter& adapter, std::span<float> row, std::span<int32_t> ranks) const;
 
   // Device bytes the activations of a step of max_tokens tokens may take, with the f32
   // logits of every row (an upper estimate, for sizing the KV cache).
@@ -110,6 +133,9 @@ class Decoder {
   // The norms that only the layer-level products read, offered to the backend to fold
   // into their weights.
   void prepare_input_norms();
+  // Offers a norm to the backend to fold into its readers; when it does, `scale` gets
+  // the scale they now carry (weight_offset + weight).
+  void fold_norm(NormParams& norm, std::span<Tensor* const> readers, std::vector<float>& scale);
 
   ModelConfig cfg_;
   ModelWeights w_;
@@ -121,6 +147,13 @@ class Decoder {
   std::vector<AttentionInput> attn_in_;
   std::vector<MlpInput> mlp_in_;
   std::vector<MlpInput> shared_in_;  // MoE layers' shared expert
+  // Per layer: the scales of the attention's and the MLP's input norms where the backend
+  // folded them into the products' weights (empty where not).
+  struct FoldedScales {
+    std::vector<float> attn, mlp;
+  };
+  std::vector<FoldedScales> folded_scales_;
+  LoraArenaShape lora_shape_;
 
   // The step compute() runs: its inputs, caches and rotary rows (the staged or the
   // gathered ones).

@@ -186,7 +186,21 @@ void Decoder::build_layer_inputs() {
   }
 }
 
+void Decoder::fold_norm(NormParams& norm, std::span<Tensor* const> readers,
+                        std::vector<float>& scale) {
+  const Tensor weight = norm.weight;
+  const float offset = norm.weight_offset;
+  be_.prepare_input_norm(norm, readers);
+  if (!norm.folded || !weight) return;
+  // The scale the readers' weights now carry, for the adapters that read the same rows.
+  const Tensor host = be_.to_host(weight);
+  scale.resize(static_cast<size_t>(host.numel()));
+  for (size_t i = 0; i < scale.size(); ++i)
+    scale[i] = offset + host.data<float>()[static_cast<int64_t>(i)];
+}
+
 void Decoder::prepare_input_norms() {
+  folded_scales_.assign(static_cast<size_t>(cfg_.layer_num), {});
   // A pre-norm layer's norms are read only by the products of attention_input() and
   // mlp_input() (post-norm and the residual from the norm read them otherwise, a
   // parallel layer's norm feeds both blocks, and a MoE block's router and experts).
@@ -196,12 +210,12 @@ void Decoder::prepare_input_norms() {
     std::vector<Tensor*> readers;
     for (LinearWeights* p : {&L.qkv, &L.q, &L.k, &L.v})
       if (*p) readers.push_back(&p->w);
-    if (!readers.empty()) be_.prepare_input_norm(L.attn_norm, readers);
+    if (!readers.empty()) fold_norm(L.attn_norm, readers, folded_scales_[l].attn);
     if (cfg_.is_moe(l)) continue;
     readers.clear();
     for (LinearWeights* p : {&L.gate_up, &L.gate, &L.up})
       if (*p) readers.push_back(&p->w);
-    if (!readers.empty()) be_.prepare_input_norm(L.mlp_norm, readers);
+    if (!readers.empty()) fold_norm(L.mlp_norm, readers, folded_scales_[l].mlp);
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <span>
 #include <utility>
 #include <vector>
@@ -144,6 +145,10 @@ struct ForwardOutput {
 };
 
 // What a model offers the engine. The decoder implements it; tests may fake it.
+// A LoRA adapter in the form a model's steps read (model/lora_slots.h); made by the
+// model (Model::prepare_adapter), opaque to the engine.
+struct PreparedAdapter;
+
 class LanguageModel {
  public:
   virtual ~LanguageModel() = default;
@@ -165,6 +170,17 @@ class LanguageModel {
   // the length seen so far, so that a block's K/V depends on when it was computed).
   enum class PrefixReuse { kAlways, kSamePromptLength, kNever };
   virtual PrefixReuse prefix_reuse() const { return PrefixReuse::kAlways; }
+
+  // Multi-LoRA: how many adapters a step may use at once (0: the model was loaded
+  // without room for adapters).
+  virtual int32_t max_adapters() const { return 0; }
+  // Registers adapter `id` (> 0, not registered) for steps' adapter_ids, and removes it
+  // (no step in flight or to come may name it then). Between steps only.
+  virtual void add_adapter(int32_t id, std::shared_ptr<const PreparedAdapter> adapter) {
+    (void)adapter;
+    raise<InvalidArgument>("add_adapter {}: this model has no room for LoRA adapters", id);
+  }
+  virtual void remove_adapter(int32_t id) { (void)id; }
 
   // Bytes of KV cache one block of `block_size` tokens takes across all layers.
   virtual size_t kv_bytes_per_block(int32_t block_size) const = 0;

@@ -7,6 +7,7 @@
 #include "core/settings.h"
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
+#include "model/lora_adapter.h"
 #include "model/registry.h"
 
 #include <chrono>
@@ -168,6 +169,12 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
   std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(dir);
   WeightMap map = spec.map_weights(mc);
   ModelWeights weights = load_weights(*ckpt, mc, map);
+  if (!opts.merge_lora.empty()) {
+    const LoraAdapter adapter = load_lora_adapter(opts.merge_lora, mc, weights.map, {});
+    merge_lora(weights, adapter);
+    log_info("merged the LoRA adapter {} ({} modules) into the weights", opts.merge_lora,
+             adapter.modules.size());
+  }
   std::optional<LoadQuantization> quant = opts.quantization;
   if (!quant)
     if (auto env = setting_env("quantization")) quant = parse_load_quantization(*env);
@@ -181,6 +188,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
   log_debug("loaded {} ({}): {} layers, {} parameters", dir, mc.architecture, mc.layer_num,
             weights.total_params);
   auto model = std::make_unique<ModelRunner>(std::move(mc), std::move(weights), std::move(backend));
+  if (opts.lora.max_loras > 0) model->enable_lora(opts.lora.max_loras, opts.lora.max_rank);
   model->backend().synchronize();  // weights are on the device before the checkpoint unmaps
   const Backend::MemoryInfo mem = model->backend().memory_info();
   if (mem.total_bytes > 0)

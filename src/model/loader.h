@@ -29,6 +29,14 @@ struct LoadOptions {
   // model/load_quantization.h); unset: the quantization setting's variables
   // (TACHYON_QUANTIZATION, QUANTIZATION, WEIGHT_TYPE; INT8_MODE=1 for int8), else none.
   std::optional<LoadQuantization> quantization;
+  // Multi-LoRA: room for adapters of rank up to max_rank, max_loras of them resident on
+  // the device at once (ModelRunner::enable_lora); max_loras 0: none.
+  struct Lora {
+    int32_t max_loras = 0;
+    int32_t max_rank = 16;
+  } lora;
+  // A PEFT LoRA adapter folder folded into the weights at load (static LoRA); empty: none.
+  std::string merge_lora;
 };
 
 // "cpu", "cuda", "cuda:N", "gpu" or "auto" (CUDA when a GPU is present). Throws

@@ -24,6 +24,9 @@ struct LoraModule {
   std::string name;  // the module's name in the checkpoint ("model.layers.0.self_attn.q_proj")
   Tensor a;          // [r, K] f32
   Tensor b;          // [N, r] f32, times the module's scaling (alpha / r, or / sqrt(r))
+  // The module's first row in the layer's stacked matrix: a kK / kV module's rows in
+  // [q; k; v] (q_size, q_size + kv_size), a gated kUp's in [gate; up] (inter); else 0.
+  int64_t stacked_row = 0;
   int32_t rank() const { return a ? static_cast<int32_t>(a.dim(0)) : 0; }
 };
 
@@ -44,6 +47,14 @@ struct LoraLimits {
 // a peft_type other than LORA, DoRA, modules_to_save, trainable biases, embedding, lm_head,
 // router or MoE expert targets, a module that matches no weight slot, shapes that do not
 // fit the model, layer_replication, a rank past limits.max_rank.
+//
+// A module's name (the tensor key less "base_model.model." and ".lora_A[.<adapter>].weight")
+// is a slot's WeightRef name (or alternative) with "{L}" a layer index and ".weight"
+// dropped, also without its first component (an adapter trained on the bare base model).
+// Every module in the file must be one adapter_config.json targets (target_modules,
+// exclude_modules, layers_to_transform as PEFT matches them; no target_modules: any), of
+// the rank its r / rank_pattern gives. fan_in_fan_out is accepted: PEFT stores A and B
+// nn.Linear-shaped for Conv1D layers too.
 LoraAdapter load_lora_adapter(const std::string& dir, const ModelConfig& cfg, const WeightMap& map,
                               const LoraLimits& limits);
 

@@ -202,7 +202,8 @@ void ModelRunner::validate(const ForwardBatch& b) const {
     if (static_cast<int32_t>(b.adapter_ids.size()) != S)
       raise<InvalidArgument>("forward: {} adapter ids for {} sequences", b.adapter_ids.size(), S);
     for (int32_t id : b.adapter_ids)
-      if (id != 0) raise<InvalidArgument>("forward: no adapter {} loaded", id);
+      if (id != 0 && (!lora_ || !lora_->has(id)))
+        raise<InvalidArgument>("forward: no adapter {} loaded", id);
   }
   if (!b.deferred.empty()) {
     const int64_t prev_rows = last_ids_ ? last_ids_.numel() : 0;
@@ -399,6 +400,7 @@ void ModelRunner::stage_inputs(const ForwardBatch& b) {
     stage(b.logits_rows.data(), {R}, DType::kI32, &in_.logits_rows);
   else
     in_.logits_rows = Tensor();
+  stage_lora(b);
   // Last: the pieces before keep their places whether or not a step has deferred tokens
   // (the step graphs were recorded on those places).
   static_assert(sizeof(DeferredToken) == 2 * sizeof(int32_t));

@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -15,10 +16,13 @@
 #include "model/config.h"
 #include "model/decoder.h"
 #include "model/forward.h"
+#include "model/lora_slots.h"
 #include "model/rope.h"
 #include "model/weights.h"
 
 namespace tachyon {
+
+struct LoraAdapter;
 
 // A loaded model: the engine contract plus what tools want to show about it.
 class Model : public LanguageModel {
@@ -27,6 +31,12 @@ class Model : public LanguageModel {
   virtual const ModelWeights& weights() const = 0;
   virtual Backend& backend() = 0;
   virtual size_t workspace_bytes(int32_t max_tokens) const = 0;
+  // Multi-LoRA: the largest adapter rank the model takes (0: no room for adapters), and
+  // an adapter in the form its steps read, for add_adapter(). Any thread. Throws
+  // InvalidArgument for an adapter that does not fit (a rank past max_lora_rank(), a
+  // module the model does not have).
+  virtual int32_t max_lora_rank() const { return 0; }
+  virtual std::shared_ptr<const PreparedAdapter> prepare_adapter(const LoraAdapter& adapter) const;
 };
 
 class ModelRunner final : public Model {
@@ -58,6 +68,18 @@ class ModelRunner final : public Model {
 
   const ModelConfig& config() const override { return cfg_; }
   const ModelWeights& weights() const override { return decoder_.weights(); }
+
+  // Multi-LoRA (model_runner_lora.cc): room for adapters of rank up to max_rank, max_loras
+  // of them resident on the device at once; before the KV cache is sized (the arena takes
+  // device memory) and any step.
+  void enable_lora(int32_t max_loras, int32_t max_rank);
+  int32_t max_adapters() const override { return lora_ ? lora_->num_slots() : 0; }
+  int32_t max_lora_rank() const override { return lora_ ? lora_->shape().max_rank : 0; }
+  std::shared_ptr<const PreparedAdapter> prepare_adapter(const LoraAdapter& adapter) const override;
+  void add_adapter(int32_t id, std::shared_ptr<const PreparedAdapter> adapter) override;
+  void remove_adapter(int32_t id) override;
+  // Adapters copied into device slots so far (for tests and statistics).
+  int64_t lora_swaps() const { return lora_ ? lora_->swaps() : 0; }
   Backend& backend() override { return *be_; }
   // Device bytes the activations of a step of max_tokens tokens may take (an upper
   // estimate, for sizing the KV cache from the memory left).
@@ -116,6 +138,9 @@ class ModelRunner final : public Model {
   // Token ids, learned positions and the logits rows (in_.logits_rows, left empty when
   // they are the step's rows in order: the final hidden states then need no gather).
   void stage_inputs(const ForwardBatch& b);
+  // The step's adapters: slots assigned (swapping adapters in), each token's slot staged
+  // into in_.lora; in_.lora empty when every sequence runs the base model.
+  void stage_lora(const ForwardBatch& b);
   // The deferred tokens into the uploaded ids (after upload_staged()).
   void take_deferred();
   // A step's metadata goes to the device in one copy: stage() appends a piece of 4-byte
@@ -137,6 +162,8 @@ class ModelRunner final : public Model {
   Decoder decoder_;
   const ModelConfig& cfg_;  // the decoder's
   std::unique_ptr<RopeTable> rope_;
+  std::unique_ptr<LoraSlots> lora_;
+  std::vector<int32_t> h_lora_slots_, h_lora_rows_;
   bool all_sliding_ = false;  // every layer has the sliding window
 
   // One cache per layer, sized to its KV heads (empty for a layer without attention).
@@ -176,7 +203,8 @@ class ModelRunner final : public Model {
     std::unique_ptr<DeviceGraph> graph;
     std::vector<const void*> addresses;  // the buffers it was recorded on
   };
-  std::map<std::pair<int32_t, int32_t>, StepGraph> graphs_;
+  // Keyed by (batch bucket, context bucket, with adapters).
+  std::map<std::tuple<int32_t, int32_t, bool>, StepGraph> graphs_;
   bool graphs_on_ = true;
   ForwardBatch padded_;
   StepBuffer graph_logits_;

@@ -57,9 +57,10 @@ std::vector<const void*> ModelRunner::buffer_addresses() const {
   decoder_.buffer_addresses(a);  // the activations
   a.push_back(graph_logits_.storage.raw());
   // The staged pieces (their offsets in staged_ follow the step's shapes).
-  for (const Tensor* t : {&in_.ids, &in_.positions, &in_.logits_rows, &in_.slots, &in_.cos_sin,
-                          &in_.logn, &in_.meta.query_start, &in_.meta.context_lens,
-                          &in_.meta.block_tables, &in_.meta.prefix_lens})
+  for (const Tensor* t :
+       {&in_.ids, &in_.positions, &in_.logits_rows, &in_.slots, &in_.cos_sin, &in_.logn,
+        &in_.meta.query_start, &in_.meta.context_lens, &in_.meta.block_tables,
+        &in_.meta.prefix_lens, &in_.lora.row_slots, &in_.lora.arena})
     a.push_back(t->raw());
   for (const LayerKvCache& c : kv_) {
     a.push_back(c.k.raw());
@@ -100,6 +101,8 @@ Tensor ModelRunner::forward_graph(const ForwardBatch& b) {
     p.block_tables[static_cast<size_t>(s) * W] = 0;
   }
   p.deferred.assign(b.deferred.begin(), b.deferred.end());  // same token indices
+  p.adapter_ids.assign(b.adapter_ids.begin(), b.adapter_ids.end());
+  if (!p.adapter_ids.empty()) p.adapter_ids.resize(static_cast<size_t>(B), 0);
   p.query_start.resize(static_cast<size_t>(B) + 1);
   p.logits_rows.resize(static_cast<size_t>(B));
   for (int32_t s = 0; s <= B; ++s) p.query_start[s] = s;
@@ -113,7 +116,7 @@ Tensor ModelRunner::forward_graph(const ForwardBatch& b) {
   take_deferred();  // before the graph, whose first kernel reads the ids
   Tensor logits = graph_logits_.view(*be_, B, V, DType::kF32);
 
-  const auto key = std::make_pair(B, C);
+  const auto key = std::make_tuple(B, C, static_cast<bool>(in_.lora.row_slots));
   auto it = graphs_.find(key);
   bool ran = false;
   if (it != graphs_.end() && it->second.addresses == buffer_addresses())

@@ -448,6 +448,7 @@ class Loader {
 
 ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, const WeightMap& map) {
   ModelWeights w;
+  w.map = map;
   Loader ld(ckpt, cfg, map, w);
   w.embedding = ld.require(Slot::kEmbedding);
   if (cfg.position == PositionType::kLearned) w.pos_embedding = ld.require(Slot::kPosEmbedding);

@@ -119,6 +119,7 @@ struct ModelWeights {
   LinearWeights project_in, project_out, lm_head;
   std::vector<LayerWeights> layers;
   std::vector<WeightRecord> records;
+  WeightMap map;              // the mapping the weights were loaded with (LoRA adapters read it)
   bool tied_lm_head = false;  // the lm_head is the embedding table (set when prepared)
   uint64_t total_params = 0;
   uint64_t total_bytes = 0;

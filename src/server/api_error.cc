@@ -24,6 +24,8 @@ const char* native_error_name(NativeErrorCode c) {
       return "UNKNOWN_ERROR";
     case NativeErrorCode::kUnsupported:
       return "UNSUPPORTED_OPERATION";
+    case NativeErrorCode::kUpdateError:
+      return "UPDATE_ERROR";
     case NativeErrorCode::kGenerateTimeout:
       return "GENERATE_TIMEOUT";
     case NativeErrorCode::kGenerateConfigFormat:

@@ -21,6 +21,7 @@ enum class NativeErrorCode : int {
   kLongPrompt = 511,
   kUnknown = 514,
   kUnsupported = 515,
+  kUpdateError = 601,
   kGenerateTimeout = 603,
   kGenerateConfigFormat = 604,
   kInvalidParams = 605,

@@ -91,6 +91,9 @@ const std::vector<RouteEntry>& routes() {
       {"/tokenize", {"POST"}, false, true},
       {"/detokenize", {"POST"}, false, true},
       {"/tokenizer/encode", {"POST"}, false, true},
+      {"/update", {"POST"}, false, true},
+      {"/v1/load_lora_adapter", {"POST"}, false, true},
+      {"/v1/unload_lora_adapter", {"POST"}, false, true},
       {"/health", {"GET", "POST"}, true},
       {"/worker_status", {"GET", "POST"}, false},
       {"/metrics", {"GET"}, false},
@@ -160,7 +163,7 @@ void ServerApp::handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> writer
   auto w =
       std::make_shared<TrackedWriter>(std::move(writer), id, route_name, req.method, req.path,
                                       req.remote_address, metrics_.get(), options_.log_requests);
-  bool native = req.path == "/" || req.path == "/tokenizer/encode";
+  bool native = req.path == "/" || req.path == "/tokenizer/encode" || req.path == "/update";
   try {
     // The key is checked before the route and the method, so that a client without one
     // learns nothing of which routes exist; only the public routes (health) skip it.
@@ -265,6 +268,9 @@ void ServerApp::dispatch(const HttpRequest& req, const std::shared_ptr<ResponseW
   if (route == "/tokenize") return handle_tokenize(req, w, control);
   if (route == "/detokenize") return handle_detokenize(req, w);
   if (route == "/tokenizer/encode") return handle_tokenizer_encode(req, w);
+  if (route == "/update") return handle_update(req, w);
+  if (route == "/v1/load_lora_adapter") return handle_load_lora(req, w);
+  if (route == "/v1/unload_lora_adapter") return handle_unload_lora(req, w);
   if (route == "/health") return handle_health(w);
   if (route == "/worker_status") return handle_worker_status(w);
   if (route == "/metrics") {

@@ -4,7 +4,9 @@
 //   POST /                       RTP-LLM native generation
 //   POST /v1/chat/completions    OpenAI chat (also /chat/completions)
 //   POST /v1/completions         OpenAI completions
-//   GET  /v1/models[/{id}]       the served model
+//   GET  /v1/models[/{id}]       the served model and its LoRA adapters
+//   POST /update                 RTP-LLM's declarative LoRA adapter set (app_adapters.cc)
+//   POST /v1/load_lora_adapter, /v1/unload_lora_adapter   vLLM's adapter loading
 //   POST /tokenize, /detokenize, /tokenizer/encode
 //   GET  /health, /worker_status, /metrics
 #pragma once
@@ -101,7 +103,10 @@ class ServerApp {
   void run_call(const std::shared_ptr<ResponseWriter>& w, std::unique_ptr<CallFormatter> formatter,
                 std::vector<CallPrompt> prompts, bool native_errors);
   std::shared_ptr<InferenceBackend> ready_backend() const;  // throws 503
-  void check_model_name(const std::string& requested) const;
+  // The LoRA adapter an OpenAI request's "model" selects: "" for the base model (no
+  // model, the served name or the model's path), an adapter's name; 404
+  // model_not_found for anything else.
+  std::string resolve_model(const std::string& requested, const InferenceBackend& backend) const;
   // The token ids of the task prompt a request names (empty without a task_id); 400 for
   // a task_id that is not configured.
   std::vector<int32_t> task_prefix(const std::optional<std::string>& task_id) const;
@@ -115,6 +120,11 @@ class ServerApp {
   void handle_detokenize(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w);
   void handle_tokenizer_encode(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w);
 
+  // LoRA adapter endpoints (app_adapters.cc).
+  void handle_update(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w);
+  void handle_load_lora(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w);
+  void handle_unload_lora(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w);
+
   AppOptions options_;
   ApiKeys keys_;
   std::shared_ptr<Admission> admission_;
@@ -124,6 +134,8 @@ class ServerApp {
   std::atomic<uint64_t> next_request_id_{0};
   std::atomic<uint64_t> next_work_id_{0};
 
+  // Held by the requests that change the registered adapters: one change at a time.
+  std::mutex adapters_mu_;
   mutable std::mutex mu_;
   std::shared_ptr<InferenceBackend> backend_;
   std::shared_ptr<const TaskPrefixes> tasks_;

@@ -38,19 +38,26 @@ void ServerApp::handle_worker_status(const std::shared_ptr<ResponseWriter>& w) {
 
 void ServerApp::handle_models(const std::shared_ptr<ResponseWriter>& w, const std::string& id) {
   auto b = backend();
+  const int64_t max_len = b ? b->model_info().max_model_len : 0;
   // "root" is the served name too: never the model's filesystem path.
-  Json model = {{"id", options_.model_name},
-                {"object", "model"},
-                {"created", created_},
-                {"owned_by", "tachyon"},
-                {"root", options_.model_name},
-                {"parent", nullptr},
-                {"max_model_len", b ? b->model_info().max_model_len : 0}};
-  if (id.empty())
-    return respond_json(*w, 200, {{"object", "list"}, {"data", Json::array({model})}});
-  if (id != options_.model_name)
-    throw ApiError::not_found("The model '" + id + "' does not exist", "model_not_found");
-  respond_json(*w, 200, model);
+  Json base = {{"id", options_.model_name}, {"object", "model"},           {"created", created_},
+               {"owned_by", "tachyon"},     {"root", options_.model_name}, {"parent", nullptr},
+               {"max_model_len", max_len}};
+  Json models = Json::array({std::move(base)});
+  // Each LoRA adapter as vLLM lists it: its path as the root, the base model its parent.
+  if (b)
+    for (const AdapterInfo& a : b->adapters())
+      models.push_back({{"id", a.name},
+                        {"object", "model"},
+                        {"created", created_},
+                        {"owned_by", "tachyon"},
+                        {"root", a.path},
+                        {"parent", options_.model_name},
+                        {"max_model_len", max_len}});
+  if (id.empty()) return respond_json(*w, 200, {{"object", "list"}, {"data", std::move(models)}});
+  for (const Json& m : models)
+    if (m["id"] == id) return respond_json(*w, 200, m);
+  throw ApiError::not_found("The model '" + id + "' does not exist", "model_not_found");
 }
 
 void ServerApp::handle_tokenize(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w,
@@ -58,7 +65,7 @@ void ServerApp::handle_tokenize(const HttpRequest& req, const std::shared_ptr<Re
   auto b = ready_backend();
   Json body = parse_request_object(req.body);
   FieldReader r(body);
-  if (auto m = r.opt_string("model", 4096)) check_model_name(*m);
+  if (auto m = r.opt_string("model", 4096)) resolve_model(*m, *b);
   bool return_strs = r.opt_bool("return_token_strs").value_or(false);
   std::vector<int32_t> ids;
   if (r.has("messages")) {
@@ -99,7 +106,7 @@ void ServerApp::handle_detokenize(const HttpRequest& req,
   auto b = ready_backend();
   Json body = parse_request_object(req.body);
   FieldReader r(body);
-  if (auto m = r.opt_string("model", 4096)) check_model_name(*m);
+  if (auto m = r.opt_string("model", 4096)) resolve_model(*m, *b);
   auto ids = r.opt_int_list("tokens", 0, INT32_MAX, 1u << 24);
   if (!ids) throw ApiError::bad_request("tokens is required", "tokens");
   bool skip = r.opt_bool("skip_special_tokens").value_or(false);

@@ -47,10 +47,15 @@ std::string clip_for_log(const std::string& s) {
 
 }  // namespace
 
-void ServerApp::check_model_name(const std::string& requested) const {
-  if (requested.empty() || requested == options_.model_name) return;
+std::string ServerApp::resolve_model(const std::string& requested,
+                                     const InferenceBackend& backend) const {
+  if (requested.empty() || requested == options_.model_name ||
+      requested == backend.model_info().path)
+    return {};
+  for (const AdapterInfo& a : backend.adapters())
+    if (a.name == requested) return a.name;
   throw ApiError::not_found("The model '" + requested + "' does not exist; this server serves '" +
-                                options_.model_name + "'",
+                                options_.model_name + "' and its LoRA adapters (GET /v1/models)",
                             "model_not_found");
 }
 
@@ -135,7 +140,7 @@ void ServerApp::handle_chat(const HttpRequest& req, const std::shared_ptr<Respon
                             const RenderControl& control) {
   auto backend = ready_backend();
   OpenAIRequest r = parse_chat_request(parse_request_object(req.body), options_.limits);
-  check_model_name(r.model);
+  r.params.adapter_name = resolve_model(r.model, *backend);
   const ModelInfo& info = backend->model_info();
   ChatPrompt chat =
       backend->render_chat(r.messages, r.add_generation_prompt, r.chat_template_kwargs, control);
@@ -154,7 +159,7 @@ void ServerApp::handle_chat(const HttpRequest& req, const std::shared_ptr<Respon
 
   OpenAIFormatOptions fo;
   fo.chat = true;
-  fo.model = info.name;
+  fo.model = r.params.adapter_name.empty() ? info.name : r.params.adapter_name;
   fo.n = r.n;
   fo.stream = r.stream;
   fo.include_usage = r.include_usage;
@@ -171,13 +176,13 @@ void ServerApp::handle_completions(const HttpRequest& req,
                                    const std::shared_ptr<ResponseWriter>& w) {
   auto backend = ready_backend();
   OpenAIRequest r = parse_completion_request(parse_request_object(req.body), options_.limits);
-  check_model_name(r.model);
+  r.params.adapter_name = resolve_model(r.model, *backend);
   const ModelInfo& info = backend->model_info();
   check_params(r.params, info.vocab_size);
 
   OpenAIFormatOptions fo;
   fo.chat = false;
-  fo.model = info.name;
+  fo.model = r.params.adapter_name.empty() ? info.name : r.params.adapter_name;
   fo.n = r.n;
   fo.stream = r.stream;
   fo.include_usage = r.include_usage;
@@ -257,6 +262,7 @@ void ServerApp::handle_native(const HttpRequest& req, const std::shared_ptr<Resp
                          std::to_string(info.max_model_len),
                      "prompt", "context_length_exceeded", NativeErrorCode::kLongPrompt);
     GenerationParams p = r.params;
+    p.adapter_name = np.adapter_name;
     // As RTP-LLM does, an over-long max_new_tokens is cut to the room the window leaves.
     int64_t room = info.max_model_len - len;
     int64_t want = r.max_new_tokens.value_or(room);

@@ -29,6 +29,9 @@ struct ConfigFields {
   std::optional<std::vector<std::vector<int32_t>>> stop_words_list, bad_words_list;
   std::optional<Json> chat_template_kwargs;
   std::optional<std::string> task_id;
+  // A name or a list of names (each "" or null for the base model), as sent.
+  std::optional<std::vector<std::string>> adapter_names;
+  bool adapter_list = false;
 
   void read(FieldReader& r, const RequestLimits& lim) {
     auto pick = [](auto& dst, auto v) {
@@ -71,12 +74,12 @@ struct ConfigFields {
       chat_template_kwargs = *k;
     }
     if (const Json* t = r.raw("task_id")) task_id = read_task_id(*t, r.path("task_id"));
+    if (const Json* a = r.raw("adapter_name")) read_adapter_names(*a, r.path("adapter_name"));
     // Fields RTP-LLM has that this server cannot honour yet: refused, never ignored.
     r.refuse_unless("return_logits", {false}, "returning logits is not supported");
     r.refuse_unless("output_logits", {false}, "returning logits is not supported");
     r.refuse_unless("select_tokens_id", {Json::array()}, "returning logits is not supported");
     r.refuse_unless("select_tokens_str", {Json::array()}, "returning logits is not supported");
-    r.refuse_unless("adapter_name", {}, "LoRA adapters are not supported yet");
     r.refuse_unless("return_hidden_states", {false}, "returning hidden states is not supported");
     r.refuse_unless("output_hidden_states", {false}, "returning hidden states is not supported");
     r.refuse_unless("calculate_loss", {0}, "loss computation is not supported");
@@ -93,6 +96,27 @@ struct ConfigFields {
                           "chat_id", "traffic_reject_priority", "md5_value", "timeline",
                           "gen_timeline", "reuse_cache", "can_use_pd_separation"})
       r.ignore(k);
+  }
+
+  void read_adapter_names(const Json& v, const std::string& field) {
+    auto one = [&](const Json& item, const std::string& where) -> std::string {
+      if (item.is_null()) return {};
+      if (!item.is_string())
+        throw ApiError::bad_request(
+            where + " must be an adapter's name (a string), not " + json_type_name(item), where);
+      std::string name = item.get<std::string>();
+      if (name.size() > 4096) throw ApiError::bad_request(where + " is too long", where);
+      return name;
+    };
+    std::vector<std::string> names;
+    adapter_list = v.is_array();
+    if (v.is_array()) {
+      for (size_t i = 0; i < v.size(); ++i)
+        names.push_back(one(v[i], field + "[" + std::to_string(i) + "]"));
+    } else {
+      names.push_back(one(v, field));
+    }
+    adapter_names = std::move(names);
   }
 
   void apply(NativeRequest& req, const RequestLimits& lim) const {
@@ -241,6 +265,17 @@ NativeRequest parse_native_request(const Json& body, const RequestLimits& limits
     throw ApiError::unsupported("multimodal inputs (images, urls) are not supported", "images");
   top.ignore("images");
   top.ignore("urls");
+  if (fields.adapter_names) {
+    const std::vector<std::string>& names = *fields.adapter_names;
+    if (fields.adapter_list && names.size() != req.prompts.size())
+      throw config_error(
+          ApiError::bad_request("adapter_name holds " + std::to_string(names.size()) +
+                                    " names for " + std::to_string(req.prompts.size()) +
+                                    " prompts: give one name, or one per prompt of prompt_batch",
+                                "adapter_name"));
+    for (size_t i = 0; i < req.prompts.size(); ++i)
+      req.prompts[i].adapter_name = fields.adapter_list ? names[i] : names[0];
+  }
   if (auto s = top.opt_string("source", 256)) req.source = *s;
   top.opt_bool("private_request");
   top.finish();

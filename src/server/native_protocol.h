@@ -5,6 +5,8 @@
 //   generate_config | generation_config   GenerateConfig fields (also accepted at the
 //                           top level, where they win, as RTP-LLM does)
 //   yield_generator | stream   streaming ("data:" + JSON events, then "data:[done]")
+//   generate_config.adapter_name   a LoRA adapter's name for every prompt, or a list of
+//                           names aligned with prompt_batch; "" or null: the base model
 #pragma once
 
 #include <optional>
@@ -21,6 +23,8 @@ struct NativePrompt {
   bool is_chat = false;
   std::string text;
   Json messages;  // when is_chat
+  // generate_config.adapter_name: the LoRA adapter of this prompt ("": the base model).
+  std::string adapter_name;
 };
 
 struct NativeRequest {

@@ -82,6 +82,7 @@ ServeConfig from_settings(const SettingValues& v) {
   c.log_prompts = v.flag("log-prompts");
   c.log_level = v.str("log-level");
   c.progress = v.flag("progress");
+  c.settings = v;
   return c;
 }
 

@@ -68,6 +68,9 @@ struct ServeConfig {
   bool log_prompts = false;
   std::string log_level = "info";
   bool progress = true;
+  // Every setting as resolved, for what the binary reads itself (the LoRA settings:
+  // cli/lora_options.h).
+  SettingValues settings{"serve"};
 };
 
 using tachyon::EnvLookup;

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "cli/run_command.h"
 #include "core/json.h"
@@ -68,6 +69,49 @@ TEST(CliEngine, GenerateBatchKeepsInputOrderAndReportsBadLines) {
   first3.resize(3);
   EXPECT_EQ(lines[cases.size() + 1]["output_ids"].get<std::vector<int32_t>>(), first3);
   EXPECT_TRUE(lines[cases.size() + 2].contains("error"));
+}
+
+TEST(CliEngine, GenerateChecksAdapterNames) {
+  const std::string model = " --model " + kRoot + "/models/tiny-kjv-chat";
+  // generate_config.adapter_name must name an adapter of --lora; the base model's "" runs.
+  auto [code, text] = run(kBin + " generate" + model +
+                          R"( --prompt-ids 1,2 --generate-config '{"adapter_name": "x"}' 2>&1)");
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(text, ::testing::HasSubstr("adapter_name 'x' is not an adapter given with --lora"));
+  std::tie(code, text) =
+      run(kBin + " generate" + model +
+          R"( --prompt-ids 1,2 --lora a=/nowhere --generate-config '{"adapter_name": "y"}' 2>&1)");
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(text, ::testing::HasSubstr("(given: a)"));
+  std::tie(code, text) = run(kBin + " generate" + model + " --prompt-ids 1,2 --lora nodir 2>&1");
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(text, ::testing::HasSubstr("--lora: 'nodir' must be NAME=DIR"));
+  std::tie(code, text) =
+      run(kBin + " generate" + model +
+          R"( --prompt-ids 1,2 --max-new-tokens 2 --generate-config '{"adapter_name": ""}' 2>&1)");
+  EXPECT_EQ(code, 0) << text;
+  // Per line of --input: each line's own adapter_name.
+  const std::string in = ::testing::TempDir() + "/cli_lora_in.jsonl";
+  const std::string out = ::testing::TempDir() + "/cli_lora_out.jsonl";
+  {
+    std::ofstream f(in);
+    f << R"({"prompt_ids": [1, 2], "generate_config": {"adapter_name": "zz"}})"
+      << "\n";
+    f << R"({"prompt_ids": [1, 2], "generate_config": {"adapter_name": 7}})"
+      << "\n";
+    f << R"({"prompt_ids": [1, 2], "generate_config": {"adapter_name": null}})"
+      << "\n";
+  }
+  std::tie(code, text) = run(kBin + " generate" + model + " --max-new-tokens 2 --input " + in +
+                             " --output " + out + " 2>/dev/null");
+  EXPECT_EQ(code, 1);
+  const auto lines = read_lines(out);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_THAT(lines[0]["error"].get<std::string>(), ::testing::HasSubstr("'zz'"));
+  EXPECT_THAT(lines[1]["error"].get<std::string>(),
+              ::testing::HasSubstr("adapter_name must be an adapter's name"));
+  EXPECT_FALSE(lines[2].contains("error"));
+  EXPECT_TRUE(lines[2].contains("output_ids"));
 }
 
 }  // namespace

@@ -66,6 +66,14 @@ TEST(Settings, FlagForms) {
   EXPECT_EQ(parse("serve", {"--api-key", "a", "--api-key=b"}).list("api-key"),
             (std::vector<std::string>{"a", "b"}));
   EXPECT_TRUE(parse("serve", {}).list("api-key").empty());
+  // A multi-value list takes the arguments up to the next flag; --a=v takes one; others
+  // take one value per flag.
+  EXPECT_EQ(parse("serve", {"--lora-modules", "a=/x", "b=/y", "--port", "1"}).list("lora"),
+            (std::vector<std::string>{"a=/x", "b=/y"}));
+  EXPECT_NE(error_of("serve", {"--lora=a=/x", "b=/y"}).find("unexpected argument 'b=/y'"),
+            std::string::npos);
+  EXPECT_NE(error_of("serve", {"--api-key", "a", "b"}).find("unexpected argument 'b'"),
+            std::string::npos);
   EXPECT_FALSE(parse_settings("serve", {"--port", "1", "--help"}, Env{}.fn()).has_value());
   EXPECT_FALSE(parse_settings("bench", {"-h"}, Env{}.fn()).has_value());
 }
@@ -129,6 +137,10 @@ TEST(Settings, PrecedenceFlagThenEnvironmentThenFileThenDefault) {
   EXPECT_EQ(g.integer("seed"), 4);
   env.vars = {{"TACHYON_API_KEY", "x,y"}};
   EXPECT_EQ(parse("serve", {}, env).list("api-key"), (std::vector<std::string>{"x", "y"}));
+  // A JSON value is one item: its commas are its own.
+  env.vars = {{"LORA_INFO", R"( {"a": "/x", "b": "/y"})"}};
+  EXPECT_EQ(parse("serve", {}, env).list("lora"),
+            (std::vector<std::string>{R"( {"a": "/x", "b": "/y"})"}));
   // Per-command defaults.
   EXPECT_EQ(parse("bench", {}).integer("num-requests"), 64);
   EXPECT_EQ(parse("bench-serving", {}).integer("num-requests"), 200);

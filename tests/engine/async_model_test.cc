@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "engine/engine_test_util.h"
+#include "model/lora_slots.h"
 
 namespace tachyon {
 namespace {
@@ -409,6 +410,42 @@ TEST(AsyncModel, CumLogProbIsTheDrawnTokensLogSoftmax) {
     EXPECT_NEAR(s.cum_log_prob, want, 1e-4 * static_cast<double>(s.output_ids.size()))
         << (greedy ? "greedy" : "sampled");
   }
+}
+
+}  // namespace
+}  // namespace tachyon
+
+namespace tachyon {
+namespace {
+
+// Requests on LoRA adapters: each step names every sequence's adapter, at most the
+// model's resident adapters at once; an adapter not registered (or removed) is refused
+// at submission.
+TEST(AsyncModel, RequestsRunWithTheirAdapters) {
+  FakeModelOptions o;
+  o.max_adapters = 2;
+  auto t = testing::make_engine(o, testing::small_engine(1024));
+  for (int32_t id : {5, 6, 7}) t.engine->add_adapter(id, std::make_shared<PreparedAdapter>());
+  EXPECT_THROW(t.engine->add_adapter(6, std::make_shared<PreparedAdapter>()), InvalidArgument);
+  // Prompts whose first token tells the adapter: 10 + adapter.
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  const std::vector<int32_t> adapters = {5, 0, 6, 7, 5, 7, 0, 6};
+  for (int32_t a : adapters) {
+    GenerateRequest r{{10 + a, 3, 4, 5}, testing::greedy(8)};
+    r.adapter = a;
+    streams.push_back(t.engine->submit(std::move(r)));
+  }
+  for (auto& s : streams) EXPECT_FALSE(s->wait().error);
+  EXPECT_EQ(t.model->violations(), 0);
+  ASSERT_FALSE(t.model->adapter_log().empty());
+  for (const auto& [token, adapter] : t.model->adapter_log())
+    if (token >= 10 && token <= 17) EXPECT_EQ(adapter, token - 10);
+  GenerateRequest bad{{1, 2}, testing::greedy(2)};
+  bad.adapter = 9;
+  EXPECT_THROW(t.engine->submit(bad), InvalidArgument);
+  t.engine->remove_adapter(6);
+  bad.adapter = 6;
+  EXPECT_THROW(t.engine->submit(bad), InvalidArgument);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <thread>
@@ -50,6 +51,7 @@ struct FakeModelOptions {
   bool can_grow = false;  // the KV cache can grow (LanguageModel::grow_kv_cache)
   bool can_swap = false;  // it has host blocks (LanguageModel::init_kv_swap)
   PrefixReuse prefix_reuse = PrefixReuse::kAlways;
+  int32_t max_adapters = 0;  // LoRA adapters a step may use at once
 };
 
 class FakeModel : public LanguageModel {
@@ -137,6 +139,20 @@ class FakeModel : public LanguageModel {
     }
     const int32_t n = b.num_seqs();
     check_layouts(b);
+    if (!b.adapter_ids.empty()) {
+      if (static_cast<int32_t>(b.adapter_ids.size()) != n) ++violations_;
+      std::vector<int32_t> distinct;
+      for (int32_t s = 0; s < n && s < static_cast<int32_t>(b.adapter_ids.size()); ++s) {
+        const int32_t id = b.adapter_ids[static_cast<size_t>(s)];
+        const auto first = static_cast<size_t>(b.query_start[s]);
+        if (b.positions[first] == 0) adapter_log_.emplace_back(b.token_ids[first], id);
+        if (id == 0) continue;
+        if (std::find(adapters_.begin(), adapters_.end(), id) == adapters_.end()) ++violations_;
+        if (std::find(distinct.begin(), distinct.end(), id) == distinct.end())
+          distinct.push_back(id);
+      }
+      if (static_cast<int32_t>(distinct.size()) > o_.max_adapters) ++violations_;
+    }
     // Write this step's tokens.
     for (int32_t s = 0; s < n; ++s)
       for (int32_t i = b.query_start[s]; i < b.query_start[s + 1]; ++i)
@@ -160,6 +176,20 @@ class FakeModel : public LanguageModel {
   }
 
   int64_t violations() const { return violations_; }
+
+  // LoRA adapters: registered ids, and per step the adapter of each sequence (a step
+  // naming an unregistered adapter, or more than max_adapters, is a violation).
+  int32_t max_adapters() const override { return o_.max_adapters; }
+  void add_adapter(int32_t id, std::shared_ptr<const PreparedAdapter> adapter) override {
+    (void)adapter;
+    if (id <= 0 || std::find(adapters_.begin(), adapters_.end(), id) != adapters_.end())
+      raise<InvalidArgument>("add_adapter {}", id);
+    adapters_.push_back(id);
+  }
+  void remove_adapter(int32_t id) override { std::erase(adapters_, id); }
+  const std::vector<int32_t>& adapters() const { return adapters_; }
+  // (first prompt token, adapter) of every step's sequences that start their prompt.
+  const std::vector<std::pair<int32_t, int32_t>>& adapter_log() const { return adapter_log_; }
   int64_t context_steps() const { return context_steps_; }
   int64_t forwards() const { return forwards_; }
   int64_t copies() const { return copies_; }
@@ -223,6 +253,8 @@ class FakeModel : public LanguageModel {
   int32_t num_blocks_ = 0;
   int32_t block_size_ = 16;
   std::vector<Slot> slots_;
+  std::vector<int32_t> adapters_;
+  std::vector<std::pair<int32_t, int32_t>> adapter_log_;
   std::vector<Slot> host_slots_;
   int64_t swaps_ = 0;
   int64_t violations_ = 0;

@@ -422,3 +422,41 @@ TEST(Scheduler, RequestsArrivingTogetherComputeTheirCommonPrefixOnce) {
 
 }  // namespace
 }  // namespace tachyon
+
+namespace tachyon {
+namespace {
+
+// Requests of more LoRA adapters than the model holds at once: those of a new adapter
+// wait while max_adapters others run; the base model's and a running adapter's join.
+TEST(Scheduler, DistinctAdaptersRunningStayWithinTheLimit) {
+  SchedulerConfig c = config(8, 64);
+  c.max_adapters = 2;
+  Fixture f(64, 4, c);
+  f.s.add_group(1, 10, 4, 1, {}, {}, /*adapter=*/7);
+  f.s.add_group(2, 20, 4, 1, {}, {}, 8);
+  f.s.add_group(3, 30, 4, 1, {}, {}, 9);  // a third adapter: waits
+  f.s.add_group(4, 40, 4, 1, {}, {}, 0);  // the head blocks those behind it (FIFO)
+  auto out = f.s.schedule();
+  EXPECT_EQ(describe(out), "10:0+4* 20:0+4*");
+  ASSERT_EQ(out.seqs.size(), 2u);
+  EXPECT_EQ(out.seqs[0].adapter, 7);
+  EXPECT_EQ(out.seqs[1].adapter, 8);
+  EXPECT_THAT(f.s.waiting_groups(), ElementsAre(3, 4));
+  // Adapter 7's request ends: adapter 9 may run, and the base model's request with it.
+  f.s.remove_group(1);
+  f.s.append_token(20);
+  out = f.s.schedule();
+  EXPECT_EQ(describe(out), "20:4+1* 30:0+4* 40:0+4*");
+  EXPECT_EQ(out.seqs[1].adapter, 9);
+  EXPECT_EQ(out.seqs[2].adapter, 0);
+  // A second request of a running adapter joins at once.
+  f.s.add_group(5, 50, 4, 1, {}, {}, 9);
+  f.s.append_token(20);
+  f.s.append_token(30);
+  f.s.append_token(40);
+  out = f.s.schedule();
+  EXPECT_EQ(describe(out), "20:5+1* 30:4+1* 40:4+1* 50:0+4*");
+}
+
+}  // namespace
+}  // namespace tachyon

@@ -3,13 +3,17 @@
 // 'a' + (s + i + k) % 26 for k = 0, 1, ...; each token has logprob -(k % 5 + 1) / 4 and
 // alternatives ranked after it. Events come from a thread per request, one token per
 // step (delay configurable), so cancellation and disconnects can be observed.
+// LoRA adapters: a registry with the backend contract's errors that records every call;
+// a request naming an adapter not registered is refused as the engine refuses it.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <mutex>
+#include <set>
 #include <string_view>
 #include <thread>
 
@@ -52,6 +56,48 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
   }
 
   const ModelInfo& model_info() const override { return info_; }
+
+  // ---- LoRA adapters ----
+  std::atomic<bool> adapters_enabled{true};
+  std::atomic<size_t> max_adapters{8};
+  // load_adapter fails (InvalidArgument) for these paths; paths not opening with '/'
+  // do not exist (NotFound).
+  std::set<std::string> bad_adapter_paths;
+  std::vector<AdapterInfo> adapters() const override {
+    std::lock_guard<std::mutex> lock(adapters_mu_);
+    std::vector<AdapterInfo> out;
+    for (const auto& [name, path] : adapters_) out.push_back({name, path});
+    return out;
+  }
+  void load_adapter(const std::string& name, const std::string& path) override {
+    std::lock_guard<std::mutex> lock(adapters_mu_);
+    adapter_calls_.push_back("load " + name + " " + path);
+    if (!adapters_enabled) throw InvalidArgument("adapters are not enabled");
+    if (name.empty()) throw InvalidArgument("empty adapter name");
+    if (auto it = adapters_.find(name); it != adapters_.end()) {
+      if (it->second == path) return;
+      throw InvalidArgument("adapter '" + name + "' is registered with another path");
+    }
+    if (path.empty() || path[0] != '/') throw NotFound("no adapter folder '" + path + "'");
+    if (bad_adapter_paths.count(path)) throw InvalidArgument("bad adapter in '" + path + "'");
+    if (adapters_.size() >= max_adapters) throw ResourceExhausted("too many adapters");
+    adapters_.emplace(name, path);
+  }
+  void unload_adapter(const std::string& name) override {
+    std::lock_guard<std::mutex> lock(adapters_mu_);
+    adapter_calls_.push_back("unload " + name);
+    if (adapters_.erase(name) == 0) throw NotFound("LoRA adapter '" + name + "' is not loaded");
+  }
+  // Every load/unload call, in order ("load NAME PATH", "unload NAME").
+  std::vector<std::string> adapter_calls() const {
+    std::lock_guard<std::mutex> lock(adapters_mu_);
+    return adapter_calls_;
+  }
+  // The adapter of each request submitted, in order.
+  std::vector<std::string> submitted_adapters() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return submitted_adapters_;
+  }
 
   // Bytes as ids + 3, and "</s>" as the special token 2 (but inside the untrusted ranges
   // of encode_chat).
@@ -124,8 +170,14 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
                                              GenSink sink) override {
     if (dead) throw Unavailable("engine is dead");
     if (params.num_beams > 1) throw InvalidArgument("num_beams > 1 is not supported by the fake");
+    if (!params.adapter_name.empty()) {
+      std::lock_guard<std::mutex> lock(adapters_mu_);
+      if (adapters_.count(params.adapter_name) == 0)
+        throw InvalidArgument("LoRA adapter '" + params.adapter_name + "' is not loaded");
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
+      submitted_adapters_.push_back(params.adapter_name);
       last_params_ = params;
       last_prompt_ = prompt;
     }
@@ -292,7 +344,11 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
   GenerationParams last_params_;
   std::vector<int32_t> last_prompt_;
   std::vector<std::vector<int32_t>> pinned_;
+  std::vector<std::string> submitted_adapters_;
   std::vector<std::thread> threads_;
+  mutable std::mutex adapters_mu_;
+  std::map<std::string, std::string> adapters_;
+  std::vector<std::string> adapter_calls_;
 };
 
 }  // namespace tachyon::server::testing

@@ -134,7 +134,8 @@ TEST(NativeApi, ErrorsUseRtpLlmCodes) {
       {Json{{"prompt", "x"}, {"generate_config", {{"top_k", "many"}}}}, 400, 604},  // bad config
       {Json{{"prompt", "x"}, {"generate_config", {{"bogus", 1}}}}, 400, 604},
       {Json{{"prompt", "x"}, {"bogus", 1}}, 400, 507},
-      {Json{{"prompt", "x"}, {"generate_config", {{"adapter_name", "lora1"}}}}, 400, 515},
+      // An adapter that is not loaded.
+      {Json{{"prompt", "x"}, {"generate_config", {{"adapter_name", "lora1"}}}}, 400, 507},
       {Json{{"prompt", "x"}, {"generate_config", {{"return_logits", true}}}}, 400, 515},
       {Json{{"prompt", std::string(300, 'a')}}, 400, 511},
       {Json{{"prompt", Json::array({"a", "b"})}}, 400, 507},
