@@ -21,6 +21,12 @@ std::vector<LinearWeights*> adaptable(LayerWeights& L, bool mlp) {
   return out;
 }
 
+// Every matrix, and so every row, starts at a multiple of 64 elements: aligned for the
+// kernels' vector loads and for the copies of whole rows.
+int64_t aligned(int64_t elems) {
+  return (elems + 63) / 64 * 64;
+}
+
 }  // namespace
 
 LoraArenaShape Decoder::plan_lora(int32_t max_rank) {
@@ -52,9 +58,9 @@ LoraArenaShape Decoder::plan_lora(int32_t max_rank) {
       t.rank_index = entries;
       entries += t.parts;
       t.a_offset = offset;
-      offset += t.parts * R * t.k;
+      offset = aligned(offset + t.parts * R * t.k);
       t.b_offset = offset;
-      offset += t.n * R;
+      offset = aligned(offset + t.n * R);
     }
   }
   build_layer_inputs();  // the layer inputs carry the products' targets

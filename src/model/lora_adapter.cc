@@ -36,7 +36,7 @@ std::string_view refused_kind(Slot s) {
   if (s == Slot::kRouter || s == Slot::kSharedExpertGate) return "the MoE router";
   // The expert and shared-expert matrices: kExpertGate to kSharedDown in the enum.
   if (s >= Slot::kExpertGate && s <= Slot::kSharedDown) return "an MoE expert";
-  return "a weight LoRA does not adapt";
+  return "another weight";
 }
 
 // Matches `name` against a WeightRef pattern less ".weight": literal text, "{L}" and
@@ -156,8 +156,10 @@ class AdapterReader {
       raise<InvalidArgument>("{}: module '{}' matches no weight of the {} model", dir_, name,
                              cfg_.family);
     if (!is_adapted_slot(m.slot))
-      raise<InvalidArgument>("{}: module '{}' is {} ({}), which LoRA adapters may not target", dir_,
-                             name, refused_kind(m.slot), slot_name(m.slot));
+      raise<InvalidArgument>(
+          "{}: module '{}' adapts {} ({}); adapters of the layers' attention and MLP matrices "
+          "are supported",
+          dir_, name, refused_kind(m.slot), slot_name(m.slot));
     const int layer = static_cast<int>(m.layer);
     if (m.layer < 0 || m.layer >= cfg_.layer_num)
       raise<InvalidArgument>("{}: module '{}': layer {} of a model of {} layers", dir_, name,
