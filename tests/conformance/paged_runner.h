@@ -49,6 +49,7 @@ struct PagedSeq {
   PromptLayout layout;
   int32_t computed = 0;
   std::vector<int32_t> blocks;
+  int32_t adapter_id = 0;  // the LoRA adapter serving it (ForwardBatch::adapter_ids), 0: none
 };
 
 class PagedRunner {
@@ -105,6 +106,9 @@ class PagedRunner {
       s->computed += n;
     }
     b.max_blocks_per_seq = max_blocks;
+    if (std::any_of(work.begin(), work.end(),
+                    [](const auto& w) { return w.first->adapter_id != 0; }))
+      for (auto& [s, n] : work) b.adapter_ids.push_back(s->adapter_id);
     b.logits_rows.resize(b.token_ids.size());
     std::iota(b.logits_rows.begin(), b.logits_rows.end(), 0);
     return model_->forward(b);
