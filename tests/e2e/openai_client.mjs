@@ -9,9 +9,12 @@ export function openaiTests(t, { OpenAI, port, key, reference }) {
   const same = (a, b) => assert.equal(a.trimStart(), b.trimStart());
 
   t.test('openai: models.list and retrieve', async () => {
+    // The served model first, then the LoRA adapters the server was started with.
     const list = await client.models.list();
-    assert.deepEqual(list.data.map((m) => m.id), [model]);
+    assert.deepEqual(list.data.map((m) => m.id), [model, 'shout']);
     assert.equal((await client.models.retrieve(model)).id, model);
+    const shout = await client.models.retrieve('shout');
+    assert.equal(shout.parent, model);
   });
 
   t.test('openai: greedy chat matches transformers, with usage', async () => {

@@ -25,6 +25,7 @@ const auth = { Authorization: `Bearer ${KEY}` };
 const server = await startServer(binary, [
   '--model', model, '--api-key', KEY, '--read-timeout', '2', '--max-num-seqs', '64', '--progress', 'false',
   '--max-concurrency', '32', '--max-queued-requests', '64', '--max-body-bytes', String(1 << 20),
+  '--lora', `shout=${path.join(root, 'models', 'lora-shout')}`, '--max-loras', '2', '--max-lora-rank', '8',
 ]);
 const port = server.port;
 console.log(`server on port ${port}`);
@@ -199,6 +200,71 @@ if (entry) {
   const { default: OpenAI } = await import(entry);
   openaiTests(t, { OpenAI, port, key: KEY, reference: reference.models['tiny-kjv-chat'] });
 }
+
+// ---- LoRA adapters ------------------------------------------------------------------
+
+t.test('LoRA: the adapter named per request answers as transformers does, beside the base', async () => {
+  const lora = reference.models['tiny-kjv-chat+lora-shout'];
+  const base = reference.models['tiny-kjv-chat'];
+  // The prompts' own ids through the OpenAI completions API, all at once.
+  const runs = [];
+  for (let i = 0; i < lora.length; ++i)
+    for (const [ref, adapter] of [[lora[i], 'shout'], [base[i], '']])
+      runs.push(request(port, 'POST', '/v1/completions', {
+        model: adapter || 'tiny-kjv-chat', prompt: ref.prompt_ids, max_tokens: 48, temperature: 0,
+      }, auth).then((r) => ({ r, ref, adapter })));
+  for (const { r, ref, adapter } of await Promise.all(runs)) {
+    assert.equal(r.status, 200, r.body);
+    const j = JSON.parse(r.body);
+    assert.equal(j.model, adapter || 'tiny-kjv-chat');
+    assert.equal(j.choices[0].text.trimStart(), ref.greedy[1].trimStart(), `${adapter}: ${ref.prompt}`);
+  }
+});
+
+t.test('LoRA: chat on the adapter answers in capitals; native adapter_name too', async () => {
+  const r = await request(port, 'POST', '/v1/chat/completions', {
+    model: 'shout', messages: [{ role: 'user', content: 'Tell me a fortune.' }], max_tokens: 32, temperature: 0,
+  }, auth);
+  assert.equal(r.status, 200, r.body);
+  const text = JSON.parse(r.body).choices[0].message.content;
+  assert.match(text, /[A-Z]/);
+  assert.doesNotMatch(text, /[a-z]/, text);
+  const n = await request(port, 'POST', '/', {
+    prompt: 'In the beginning', generate_config: { max_new_tokens: 16, top_k: 1, adapter_name: 'shout' },
+  }, auth);
+  assert.equal(n.status, 200, n.body);
+  assert.doesNotMatch(JSON.parse(n.body).response, /[a-z]/);
+  const unknown = await request(port, 'POST', '/v1/chat/completions', {
+    model: 'whisper', messages: [{ role: 'user', content: 'x' }], max_tokens: 2,
+  }, auth);
+  assert.equal(unknown.status, 404);
+});
+
+t.test('LoRA: adapters listed, loaded and unloaded while serving (API key needed)', async () => {
+  const dir = path.join(root, 'models', 'lora-shout');
+  const ids = async () => JSON.parse((await request(port, 'GET', '/v1/models', '', auth)).body).data.map((m) => m.id);
+  assert.deepEqual(await ids(), ['tiny-kjv-chat', 'shout']);
+  assert.equal((await request(port, 'POST', '/v1/load_lora_adapter', { lora_name: 'loud', lora_path: dir })).status, 401);
+  const load = await request(port, 'POST', '/v1/load_lora_adapter', { lora_name: 'loud', lora_path: dir }, auth);
+  assert.equal(load.status, 200, load.body);
+  assert.deepEqual((await ids()).sort(), ['loud', 'shout', 'tiny-kjv-chat']);
+  const r = await request(port, 'POST', '/v1/completions', { model: 'loud', prompt: 'In the beginning', max_tokens: 8, temperature: 0 }, auth);
+  assert.equal(r.status, 200, r.body);
+  const bad = await request(port, 'POST', '/v1/load_lora_adapter', { lora_name: 'bad', lora_path: '/no/such/dir' }, auth);
+  assert.equal(bad.status, 400);
+  const un = await request(port, 'POST', '/v1/unload_lora_adapter', { lora_name: 'loud' }, auth);
+  assert.equal(un.status, 200, un.body);
+  // RTP-LLM's declarative update: names left out go, a changed path is refused.
+  const upd = await request(port, 'POST', '/update', { peft_info: { lora_info: { shout: dir, caps: dir } } }, auth);
+  assert.equal(upd.status, 200, upd.body);
+  assert.deepEqual((await ids()).sort(), ['caps', 'shout', 'tiny-kjv-chat']);
+  const moved = await request(port, 'POST', '/update', { peft_info: { lora_info: { shout: model } } }, auth);
+  assert.notEqual(moved.status, 200);
+  assert.equal(JSON.parse(moved.body).error_code, 601);
+  const back = await request(port, 'POST', '/update', { peft_info: { lora_info: { shout: dir } } }, auth);
+  assert.equal(back.status, 200, back.body);
+  assert.deepEqual(await ids(), ['tiny-kjv-chat', 'shout']);
+});
 
 t.test('graceful shutdown: SIGTERM lets a running stream finish, then exit 0', async () => {
   const payload = JSON.stringify({ prompt: 'In the beginning', max_tokens: 64, ignore_eos: true, stream: true });
