@@ -132,5 +132,33 @@ TEST(KjvLora, MergedMatchesTransformers) {
   EXPECT_GT(checked, steps / 2);  // most steps' margins are far above the rounding
 }
 
+// On a base quantized to int8 at load (QLoRA-style serving), the adapter still applies:
+// along transformers' base + adapter tokens, the greedy token is the reference's at
+// nearly every step (the int8 weights move the logits a little), and not the base's.
+TEST(KjvLora, AdapterOnAQuantizedBase) {
+  LoadOptions opts;
+  opts.device = Device{};  // the CPU
+  opts.quantization = LoadQuantization::kInt8;
+  opts.lora.max_loras = 1;
+  auto model = load_model(kBase, opts);
+  model->add_adapter(1, model->prepare_adapter(load_lora_adapter(kAdapter, model->config(),
+                                                                 model->weights().map, {16})));
+  model->init_kv_cache(64, 16);
+  Json ref = load_json_file(kRoot + "/tests/engine/data/kjv_reference.json");
+  size_t steps = 0, agree = 0, agree_base = 0;
+  for (const Json& c : ref["models"]["tiny-kjv-chat+lora-shout"]) {
+    const std::vector<int32_t> want = c["greedy"][0].get<std::vector<int32_t>>();
+    const auto with = teacher_forced(*model, c, 1);
+    const auto without = teacher_forced(*model, c, 0);
+    for (size_t k = 0; k < want.size(); ++k) {
+      ++steps;
+      agree += argmax(with[k]) == want[k];
+      agree_base += argmax(without[k]) == want[k];
+    }
+  }
+  EXPECT_GE(agree * 100, steps * 95) << agree << " of " << steps;
+  EXPECT_LE(agree_base * 100, steps * 50) << agree_base << " of " << steps;
+}
+
 }  // namespace
 }  // namespace tachyon
