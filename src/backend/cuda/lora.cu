@@ -31,7 +31,8 @@ namespace {
 
 constexpr int kGroupedRows = 64;   // the largest T whose groups are the distinct slots
 constexpr int kTile = 64;          // tokens per group above kGroupedRows
-constexpr int kChunk = 2048;       // K elements per warp in the grouped shrink
+constexpr int kChunk = 1024;       // K elements per warp in the grouped shrink
+constexpr int kBatch = 4;          // tokens whose x pieces a grouped-shrink warp loads at once
 constexpr int kShrinkWarps = 8;    // A rows per block in the grouped shrink
 constexpr int kExpandCols = 256;   // output columns per expand block (a thread each)
 constexpr int kExpandTokens = 16;  // tokens whose shrunk rows an expand block stages at once
@@ -175,6 +176,7 @@ __global__ void __launch_bounds__(kShrinkWarps * 32)
                         float* __restrict__ part, int* err) {
   __shared__ Group g;
   pdl_wait();
+  pdl_launch_dependents();
   const GroupRange gr = group_range(sh.t);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int pr = sh.parts * sh.r;
@@ -188,7 +190,9 @@ __global__ void __launch_bounds__(kShrinkWarps * 32)
     pick_group(gr.n, d, g);
     const int slot = g.slot;
     if (slot < 0) return;
-    if (row < pr && j < part_rank(sh.ranks, sh.entries, slot, sh.rank_index + p, sh.r, err)) {
+    if (row < pr) {
+      // The A row and the x pieces are loaded beside the rank, not after it (rows past the
+      // rank are computed, not stored).
       const uint4* a = reinterpret_cast<const uint4*>(arena + slot * sh.row_elems + sh.a_offset +
                                                       static_cast<int64_t>(row) * sh.k);
       uint4 av[kPer];
@@ -197,20 +201,29 @@ __global__ void __launch_bounds__(kShrinkWarps * 32)
         const int q = p0 + lane + 32 * u;
         av[u] = q < pieces ? __ldg(a + q) : make_uint4(0, 0, 0, 0);
       }
-      for (int i = 0; i < g.count; ++i) {
-        const int64_t t = gr.t0 + g.tok[i];
-        const uint4* xr = reinterpret_cast<const uint4*>(x + t * sh.k);
-        uint4 xv[kPer];
+      const bool keep = j < part_rank(sh.ranks, sh.entries, slot, sh.rank_index + p, sh.r, err);
+      // kBatch tokens' x pieces in flight at once (the last token again past the group).
+      for (int i0 = 0; i0 < g.count; i0 += kBatch) {
+        uint4 xv[kBatch][kPer];
 #pragma unroll
-        for (int u = 0; u < kPer; ++u) {
-          const int q = p0 + lane + 32 * u;
-          xv[u] = q < pieces ? __ldg(xr + q) : make_uint4(0, 0, 0, 0);
+        for (int b = 0; b < kBatch; ++b) {
+          const int i = min(i0 + b, g.count - 1);
+          const uint4* xr = reinterpret_cast<const uint4*>(x + (gr.t0 + g.tok[i]) * sh.k);
+#pragma unroll
+          for (int u = 0; u < kPer; ++u) {
+            const int q = p0 + lane + 32 * u;
+            xv[b][u] = q < pieces ? __ldg(xr + q) : make_uint4(0, 0, 0, 0);
+          }
         }
-        float acc = 0.f;
 #pragma unroll
-        for (int u = 0; u < kPer; ++u) acc = dot_piece<T>(av[u], xv[u], acc);
-        acc = warp_sum(acc);
-        if (lane == 0) part[(blockIdx.z * sh.t + t) * pr + row] = acc;
+        for (int b = 0; b < kBatch; ++b) {
+          float acc = 0.f;
+#pragma unroll
+          for (int u = 0; u < kPer; ++u) acc = dot_piece<T>(av[u], xv[b][u], acc);
+          acc = warp_sum(acc);
+          if (keep && lane == 0 && i0 + b < g.count)
+            part[(blockIdx.z * sh.t + gr.t0 + g.tok[i0 + b]) * pr + row] = acc;
+        }
       }
     }
     __syncthreads();  // g is rewritten next
@@ -233,6 +246,7 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
   __shared__ Group g;
   __shared__ float red[kKSplit][kShrinkTile][kMaxRank + 1];
   pdl_wait();
+  pdl_launch_dependents();
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kShrinkTile;
   const int n = static_cast<int>(sh.t - t0 < kShrinkTile ? sh.t - t0 : kShrinkTile);
   const int p = blockIdx.y;
@@ -313,15 +327,20 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
 
 // The expand: block (group, column tile), a thread per output column c (part p): for each
 // distinct slot u of the group, B_u[c, :R] in registers, then for the group's tokens of
-// slot u (their shrunk rows summed over the K pieces and staged in shared memory),
-// out[t, c] += sum_{j < r} B_u[c, j] s[t, p R + j], rounded once.
+// slot u in chunks (their shrunk rows summed over the K pieces and staged in shared
+// memory, zero past each part's rank), out[t, c] += sum_j B_u[c, j] s[t, p R + j],
+// rounded once. The slot's ranks, B, the chunk's out values and shrunk rows are all
+// loaded before the first barrier, so that a decode step waits for memory about twice
+// (row_slots, then the rest).
 template <typename T>
-__global__ void __launch_bounds__(kExpandCols)
-    lora_expand(LoraShape sh, const T* __restrict__ arena, const float* __restrict__ part, T* out,
-                int64_t ldo, int* err) {
+__global__ void __launch_bounds__(kExpandCols, 2)
+    lora_expand(LoraShape sh, const T* __restrict__ arena, const float* __restrict__ part,
+                T* __restrict__ out, int64_t ldo, int* err) {
   __shared__ Group g;
   __shared__ float4 sv[kExpandTokens][kMaxParts * kMaxRank / 4];
+  __shared__ int rank_of[kMaxParts];
   pdl_wait();
+  pdl_launch_dependents();
   const GroupRange gr = group_range(sh.t);
   const bool grouped = gr.grouped;
   const int64_t t0 = gr.t0;
@@ -331,21 +350,28 @@ __global__ void __launch_bounds__(kExpandCols)
   // (constant indices: a run-time one would copy the parameters to local memory)
   const int p = (sh.parts > 1 && c >= sh.part_end[0]) + (sh.parts > 2 && c >= sh.part_end[1]);
   const int pr = sh.parts * sh.r, pr4 = pr / 4;
+  constexpr int kE = kPiece<T>;
   load_slots(sh.row_slots, t0, n, sh.slots, g, err);
   for (int d = grouped ? blockIdx.x : 0; !grouped || d == static_cast<int>(blockIdx.x); ++d) {
     pick_group(n, d, g);
     const int slot = g.slot;
     if (slot < 0) return;
-    const int r = valid ? part_rank(sh.ranks, sh.entries, slot, sh.rank_index + p, sh.r, err) : 0;
-    constexpr int kE = kPiece<T>;
+    int rank = 0;
+    if (threadIdx.x < sh.parts)
+      rank = part_rank(sh.ranks, sh.entries, slot, sh.rank_index + threadIdx.x, sh.r, err);
+    // B's row (columns past the rank are zero in the arena and meet zeros in sv).
     uint4 bv[kMaxRank / kE];
     const uint4* b = reinterpret_cast<const uint4*>(arena + slot * sh.row_elems + sh.b_offset +
                                                     (valid ? c : 0) * sh.r);
 #pragma unroll
     for (int q = 0; q < kMaxRank / kE; ++q)
-      bv[q] = q * kE < r ? __ldg(b + q) : make_uint4(0, 0, 0, 0);
+      bv[q] = valid && q * kE < sh.r ? __ldg(b + q) : make_uint4(0, 0, 0, 0);
     for (int i0 = 0; i0 < g.count; i0 += kExpandTokens) {
       const int m = min(kExpandTokens, g.count - i0);
+      T ov[kExpandTokens];
+#pragma unroll
+      for (int i = 0; i < kExpandTokens; ++i)
+        if (valid && i < m) ov[i] = out[(t0 + g.tok[i0 + i]) * ldo + c];
       for (int e = threadIdx.x; e < m * pr4; e += blockDim.x) {
         const int i = e / pr4, q = e % pr4;
         const float4* src = reinterpret_cast<const float4*>(part + (t0 + g.tok[i0 + i]) * pr) + q;
@@ -359,9 +385,25 @@ __global__ void __launch_bounds__(kExpandCols)
         }
         sv[i][q] = v;
       }
+      if (i0 == 0 && threadIdx.x < sh.parts) rank_of[threadIdx.x] = rank;
       __syncthreads();
+      // Entries past a part's rank were never written: zeros instead.
+      for (int e = threadIdx.x; e < m * pr4; e += blockDim.x) {
+        const int i = e / pr4, q = e % pr4;
+        const int j = 4 * q % sh.r, rq = rank_of[4 * q / sh.r];
+        if (j + 4 <= rq) continue;
+        float4& v = sv[i][q];
+        v.x = j < rq ? v.x : 0.f;
+        v.y = j + 1 < rq ? v.y : 0.f;
+        v.z = j + 2 < rq ? v.z : 0.f;
+        v.w = 0.f;
+      }
+      __syncthreads();
+      const int r = valid ? rank_of[p] : 0;
       if (r > 0) {
-        for (int i = 0; i < m; ++i) {
+#pragma unroll
+        for (int i = 0; i < kExpandTokens; ++i) {
+          if (i >= m) break;
           const float4* s = &sv[i][p * sh.r / 4];
           float acc = 0.f;
 #pragma unroll
@@ -372,16 +414,11 @@ __global__ void __launch_bounds__(kExpandCols)
                 const float4 sq = s[q * kE / 4 + h];
                 const float sj[4] = {sq.x, sq.y, sq.z, sq.w};
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                  // Shrunk entries past the rank were never written: selected out.
-                  const int jj = q * kE + 4 * h + e;
-                  acc = fmaf(piece_elem<T>(bv[q], 4 * h + e), jj < r ? sj[e] : 0.f, acc);
-                }
+                for (int e = 0; e < 4; ++e) acc = fmaf(piece_elem<T>(bv[q], 4 * h + e), sj[e], acc);
               }
             }
           }
-          T* o = out + (t0 + g.tok[i0 + i]) * ldo + c;
-          *o = from_f<T>(to_f(*o) + acc);
+          out[(t0 + g.tok[i0 + i]) * ldo + c] = from_f<T>(to_f(ov[i]) + acc);
         }
       }
       __syncthreads();

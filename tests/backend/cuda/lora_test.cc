@@ -6,6 +6,7 @@
 // device error and leave their rows alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -188,6 +189,45 @@ TEST_P(CudaLoraTest, Repeatable) {
   gpu_->lora(x, step, in.target, a, 0);
   gpu_->lora(x, step, in.target, b, 0);
   EXPECT_EQ(device_bytes(a), device_bytes(b));
+}
+
+// Recorded in a graph, then replayed for another assignment of slots and ranks written
+// into the same device buffers: nothing of the first assignment stays in the launches.
+TEST_P(CudaLoraTest, ReplaysInAGraph) {
+  for (const int64_t t : {5, 300}) {
+    LoraInputs in = make_inputs({t, 520, {64, 96, 128}, 16, 8, 8}, dt_, rng_);
+    LoraStep step = device_step(*gpu_, in, dt_);
+    Tensor x = dev(in.x);
+    Tensor out = dev(in.start);
+    gpu_->lora(x, step, in.target, out, 8);  // the scratch, outside the capture
+    gpu_->synchronize();
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    TACHYON_CUDA_CHECK(cudaStreamBeginCapture(gpu_->stream(), cudaStreamCaptureModeThreadLocal));
+    gpu_->lora(x, step, in.target, out, 8);
+    TACHYON_CUDA_CHECK(cudaStreamEndCapture(gpu_->stream(), &graph));
+    TACHYON_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int round = 0; round < 2; ++round) {
+      // New slots and ranks (rotated) in the captured buffers, out back at its start.
+      std::rotate(in.row_slots.begin(), in.row_slots.begin() + 1 + round, in.row_slots.end());
+      std::rotate(in.ranks.begin(), in.ranks.begin() + in.entries, in.ranks.end());
+      const cudaStream_t st = gpu_->stream();
+      TACHYON_CUDA_CHECK(cudaMemcpyAsync(step.row_slots.raw(), in.row_slots.data(),
+                                         in.row_slots.size() * 4, cudaMemcpyHostToDevice, st));
+      TACHYON_CUDA_CHECK(cudaMemcpyAsync(step.ranks.raw(), in.ranks.data(), in.ranks.size() * 4,
+                                         cudaMemcpyHostToDevice, st));
+      Tensor start = dev(in.start);
+      TACHYON_CUDA_CHECK(
+          cudaMemcpyAsync(out.raw(), start.raw(), out.nbytes(), cudaMemcpyDeviceToDevice, st));
+      TACHYON_CUDA_CHECK(cudaGraphLaunch(exec, gpu_->stream()));
+      gpu_->synchronize();
+      std::vector<bool> touched;
+      expect_near(host_values(*gpu_, out), reference(in, touched), bound_for(dt_),
+                  tag("graph replay T " + std::to_string(t) + " round " + std::to_string(round)));
+    }
+    TACHYON_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    TACHYON_CUDA_CHECK(cudaGraphDestroy(graph));
+  }
 }
 
 // A slot past the arena and a rank past the capacity: the device error, those rows left
