@@ -11,13 +11,15 @@
 //         at prefill rows, timed briefly (as the tuner does) and under sustained load;
 //   quant (only when asked for): the quantized products (int4 g128, int8 and fp8 per
 //         channel) against bf16 at the layer's products (kernel_bench_quant.cc);
+//   lora (only when asked for): one layer's LoRA adapters (rank 16, 7 projections)
+//         against its base products at decode and prefill steps (kernel_bench_lora.cc);
 //   wgmma (only when asked for): the wgmma GEMM's configurations against cuBLASLt at the
 //         layer's products, plain and (gate_up) gated; then (also alone, as epilogue)
 //         the products with the rotary and KV write or the residual add in the
 //         epilogue against what they replace.
 //
 // Usage: tachyon_kernel_bench [--config CONFIG.json] [--m 1,2,4,...]
-//                             [--only gemm|rows|lt_algos|wgmma|epilogue|quant]
+//                             [--only gemm|rows|lt_algos|wgmma|epilogue|quant|lora]
 //                             [--reps N]
 // Lines starting with "RESULT" are for scripts.
 #include <cstdio>
@@ -155,6 +157,7 @@ int run(int argc, char** argv) {
   if (only == "wgmma") wgmma_rates(d, ms, reps);
   if (only == "wgmma" || only == "epilogue") epilogue_rates(d, ms, reps);
   if (only == "quant") quant_rates(d, ms, reps);
+  if (only == "lora") lora_rates(d, reps);
   return 0;
 }
 

@@ -97,5 +97,6 @@ void wgmma_rates(const Dims& d, const std::vector<int64_t>& ms, int reps);     /
 void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps);  // epilogue
 void gemm_algos(const Dims& d, const std::vector<int64_t>& ms);                // lt_algos
 void quant_rates(const Dims& d, const std::vector<int64_t>& ms, int reps);     // quant
+void lora_rates(const Dims& d, int reps);                                      // lora
 
 }  // namespace tachyon::bench

@@ -170,7 +170,7 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
       qkv_in.qkv = LinearWeights{w, Tensor()};
       qkv_in.rotary = RotaryStyle::kHalf;
       auto fused = [&] {
-        be.attention_input(x, nullptr, qkv_in, cos_sin, Tensor(), slots, cb, qb);
+        be.attention_input(x, nullptr, qkv_in, cos_sin, Tensor(), slots, cb, qb, nullptr);
         wgmma_ran("attention_input");
       };
       apart();
@@ -220,7 +220,7 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
       rms_rates(
           "qkv",
           [&](const Tensor& in, const NormParams* norm) {
-            be.attention_input(in, norm, qkv_in, cos_sin, Tensor(), slots, cb, qb);
+            be.attention_input(in, norm, qkv_in, cos_sin, Tensor(), slots, cb, qb, nullptr);
             wgmma_ran("attention_input");
           },
           qb);
@@ -228,7 +228,8 @@ void epilogue_rates(const Dims& d, const std::vector<int64_t>& ms, int reps) {
       rms_rates(
           "gate_up",
           [&](const Tensor& in, const NormParams* norm) {
-            be.mlp_input(in, norm, MlpInput{true, Activation::kSilu, {wg, Tensor()}, {}, {}}, a);
+            be.mlp_input(in, norm, MlpInput{true, Activation::kSilu, {wg, Tensor()}, {}, {}}, a,
+                         nullptr);
             wgmma_ran("mlp_input");
           },
           a);

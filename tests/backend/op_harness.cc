@@ -96,6 +96,7 @@ const std::vector<OpCase>& op_cases() {
     add_attention_cases(c);
     add_misc_cases(c);
     add_quant_cases(c);
+    add_lora_cases(c);
     return c;
   }();
   return cases;

@@ -93,6 +93,7 @@ void add_layer_cases(std::vector<OpCase>& cases);      // op_cases_layer.cc
 void add_attention_cases(std::vector<OpCase>& cases);  // op_cases_attention.cc
 void add_misc_cases(std::vector<OpCase>& cases);       // op_cases_misc.cc
 void add_quant_cases(std::vector<OpCase>& cases);      // op_cases_quant.cc
+void add_lora_cases(std::vector<OpCase>& cases);       // op_cases_lora.cc
 
 // Rotary tables [m, rot] f32 of real angles: position pos0 + t, base 10000, rot / 2
 // cosines then rot / 2 sines a row.

@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/lora_kernels.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/settings.h"
@@ -41,6 +42,7 @@ std::string error_names(int code) {
   add(kErrBlockTable, "block table entry out of range");
   add(kErrExpertId, "expert id out of range");
   add(kErrGatherRow, "gathered row out of range");
+  add(kErrLoraSlot, "LoRA slot or rank out of range");
   return s;
 }
 

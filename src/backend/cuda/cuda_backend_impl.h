@@ -291,6 +291,8 @@ class CudaBackend final : public Backend {
   std::vector<int32_t> fp8_stage_host_, fp8_stage_uploaded_;
   // Device sampling (cuda_sampling.cc): per-row parameters and adjustments.
   Tensor sample_meta_, sample_adj_, sample_start_, sample_partial_, sample_masks_, sample_mask_of_;
+  // The LoRA shrink's partial products (lora()).
+  Tensor lora_scratch_;
   // MoE scratch.
   Tensor moe_meta_, moe_x_, moe_h_, moe_a_, moe_y_;
   std::vector<int32_t> moe_ids_host_, moe_sorted_token_, moe_row_of_, moe_offsets_;

@@ -1,0 +1,505 @@
+// Low-rank adapters (multi-LoRA, backend/ops.h's lora()): out[t] += B_s · (A_s · x[t]) for
+// the arena slot s of each token, in two kernels. The shrink writes f32 partial products
+// s = A_s · x[t] per token and part; the expand sums them, multiplies by B_s and adds the
+// result to out, rounded once.
+//
+// Tokens are handled in groups that share a slot, so that each slot's A and B rows are
+// read once per group rather than once per token. The grid is sized from host-known
+// shapes alone (capturable in graphs; row_slots and ranks stay on the device):
+//  - T <= kGroupedRows (decode steps): group g of the grid is the g-th distinct slot of
+//    the step (in order of first appearance), min(T, slots) groups; groups past the
+//    number of distinct slots exit at once. The shrink splits K into kChunk pieces (one
+//    warp per A row and piece) so that a batch of one still spreads over many warps.
+//  - T > kGroupedRows (prefill): group g is the tile of kTile consecutive tokens, and the
+//    block takes its distinct slots in turn (a prompt's tokens share one). The shrink runs
+//    on the tensor cores (mma.sync m16n8k16, f32 accumulators) in bf16 and f16; f32
+//    activations (no tensor-core form here) take the grouped shrink over the tiles.
+// Rows of the base model (slot -1) are left untouched; a slot past the arena or a rank
+// past the capacity R sets kErrLoraSlot in the device error word and that token is left
+// untouched too.
+#include <algorithm>
+#include <type_traits>
+
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/lora_kernels.h"
+#include "backend/cuda/mma_util.cuh"
+
+namespace tachyon::cuda {
+namespace {
+
+constexpr int kGroupedRows = 64;   // the largest T whose groups are the distinct slots
+constexpr int kTile = 64;          // tokens per group above kGroupedRows
+constexpr int kChunk = 1024;       // K elements per warp in the grouped shrink
+constexpr int kBatch = 4;          // tokens whose x pieces a grouped-shrink warp loads at once
+constexpr int kShrinkWarps = 8;    // A rows per block in the grouped shrink
+constexpr int kExpandCols = 256;   // output columns per expand block (a thread each)
+constexpr int kExpandTokens = 16;  // tokens whose shrunk rows an expand block stages at once
+constexpr int kMaxRank = 64;       // the largest R (a multiple of 8)
+constexpr int kMaxParts = 3;
+
+// The groups of tokens [t0, t0 + n) that share a slot, in shared memory (n <= kTile <=
+// blockDim.x; the whole block calls load_slots() once, then pick_group() per group; each
+// ends with a barrier).
+struct Group {
+  int slot;            // the picked group's slot; -1: no such group
+  int count;           // its tokens
+  int tok[kTile];      // their indices in the range, ascending
+  int slot_of[kTile];  // every token's slot (-1: base model or bad)
+  bool leads[kTile];   // whether the token is its slot's first in the range
+};
+
+// Slots outside [0, slots) are reported in err and taken as the base model's.
+__device__ void load_slots(const int32_t* __restrict__ row_slots, int64_t t0, int n, int slots,
+                           Group& g, int* err) {
+  const int i = threadIdx.x;
+  int s = -1;
+  if (i < n) {
+    s = row_slots[t0 + i];
+    if (s >= slots) {
+      atomicOr(err, kErrLoraSlot);
+      s = -1;
+    }
+    g.slot_of[i] = s < 0 ? -1 : s;
+  }
+  __syncthreads();
+  if (i < n) {
+    bool lead = g.slot_of[i] >= 0;
+    for (int j = 0; j < i && lead; ++j) lead = g.slot_of[j] != g.slot_of[i];
+    g.leads[i] = lead;
+  }
+  __syncthreads();
+}
+
+// The d-th distinct slot of the range (in order of first appearance) and its tokens.
+__device__ void pick_group(int n, int d, Group& g) {
+  const int i = threadIdx.x;
+  if (i == 0) g.slot = -1;
+  __syncthreads();
+  if (i < n && g.leads[i]) {
+    int index = 0;
+    for (int j = 0; j < i; ++j) index += g.leads[j];
+    if (index == d) g.slot = g.slot_of[i];
+  }
+  __syncthreads();
+  const int slot = g.slot;
+  if (slot >= 0 && i < n && g.slot_of[i] == slot) {
+    int pos = 0;
+    for (int j = 0; j < i; ++j) pos += g.slot_of[j] == slot;
+    g.tok[pos] = i;
+    if (pos == 0) {
+      int c = 0;
+      for (int j = i; j < n; ++j) c += g.slot_of[j] == slot;
+      g.count = c;
+    }
+  }
+  __syncthreads();
+}
+
+// A slot's rank for one part, clamped to [0, R] (a bad one reported).
+__device__ __forceinline__ int part_rank(const int32_t* __restrict__ ranks, int64_t entries,
+                                         int slot, int index, int R, int* err) {
+  const int r = ranks[slot * entries + index];
+  if (r < 0 || r > R) {
+    atomicOr(err, kErrLoraSlot);
+    return 0;
+  }
+  return r;
+}
+
+struct LoraShape {
+  const int32_t* row_slots;
+  const int32_t* ranks;
+  int64_t entries;  // ranks.dim(1)
+  int rank_index;
+  int slots;          // arena.dim(0)
+  int64_t row_elems;  // arena.dim(1)
+  int64_t a_offset, b_offset;
+  int64_t t, n, k;
+  int r;  // R
+  int parts;
+  int64_t part_end[kMaxParts];
+  int kchunks;  // K pieces of the shrink's partial sums
+};
+
+// Elements of T in a 16-byte piece, and element e (a constant after unrolling) of one.
+template <typename T>
+constexpr int kPiece = 16 / static_cast<int>(sizeof(T));
+
+template <typename T>
+__device__ __forceinline__ float piece_elem(const uint4& v, int e) {
+  const uint32_t w = e / (kPiece<T> / 4) == 0   ? v.x
+                     : e / (kPiece<T> / 4) == 1 ? v.y
+                     : e / (kPiece<T> / 4) == 2 ? v.z
+                                                : v.w;
+  if constexpr (std::is_same_v<T, float>) {
+    return __uint_as_float(w);
+  } else {
+    const float2 f = unpack2<T>(w);
+    return e % 2 == 0 ? f.x : f.y;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ float dot_piece(const uint4& a, const uint4& b, float acc) {
+#pragma unroll
+  for (int e = 0; e < kPiece<T>; ++e) acc = fmaf(piece_elem<T>(a, e), piece_elem<T>(b, e), acc);
+  return acc;
+}
+
+// Which tokens a block's group holds: T <= kGroupedRows: all of them, the group being the
+// blockIdx.x-th distinct slot; above: the blockIdx.x-th tile of kTile, each distinct slot
+// of it in turn.
+struct GroupRange {
+  bool grouped;
+  int64_t t0;
+  int n;
+};
+
+__device__ __forceinline__ GroupRange group_range(int64_t t) {
+  GroupRange r;
+  r.grouped = t <= kGroupedRows;
+  r.t0 = r.grouped ? 0 : static_cast<int64_t>(blockIdx.x) * kTile;
+  r.n = static_cast<int>(t - r.t0 < kTile ? t - r.t0 : kTile);
+  return r;
+}
+
+// The grouped shrink (T <= kGroupedRows; every T for f32): block (group, row block, K
+// piece); warp w takes A row blockIdx.y * kShrinkWarps + w (part p = row / R, rank row j
+// = row % R) over the K piece, holds it in registers and multiplies it with the x piece
+// of every token of the group. part[(z * T + t) * P R + row] = that partial sum (for
+// j < the slot's rank).
+template <typename T>
+__global__ void __launch_bounds__(kShrinkWarps * 32)
+    lora_shrink_grouped(LoraShape sh, const T* __restrict__ x, const T* __restrict__ arena,
+                        float* __restrict__ part, int* err) {
+  __shared__ Group g;
+  pdl_wait();
+  pdl_launch_dependents();
+  const GroupRange gr = group_range(sh.t);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int pr = sh.parts * sh.r;
+  const int row = blockIdx.y * kShrinkWarps + warp;
+  const int p = row / sh.r, j = row % sh.r;
+  constexpr int kE = kPiece<T>, kPer = kChunk / kE / 32;  // 16-byte pieces per lane
+  const int pieces = static_cast<int>(sh.k / kE);
+  const int p0 = blockIdx.z * (kChunk / kE);
+  load_slots(sh.row_slots, gr.t0, gr.n, sh.slots, g, err);
+  for (int d = gr.grouped ? blockIdx.x : 0; !gr.grouped || d == static_cast<int>(blockIdx.x); ++d) {
+    pick_group(gr.n, d, g);
+    const int slot = g.slot;
+    if (slot < 0) return;
+    if (row < pr) {
+      // The A row and the x pieces are loaded beside the rank, not after it (rows past the
+      // rank are computed, not stored).
+      const uint4* a = reinterpret_cast<const uint4*>(arena + slot * sh.row_elems + sh.a_offset +
+                                                      static_cast<int64_t>(row) * sh.k);
+      uint4 av[kPer];
+#pragma unroll
+      for (int u = 0; u < kPer; ++u) {
+        const int q = p0 + lane + 32 * u;
+        av[u] = q < pieces ? __ldg(a + q) : make_uint4(0, 0, 0, 0);
+      }
+      const bool keep = j < part_rank(sh.ranks, sh.entries, slot, sh.rank_index + p, sh.r, err);
+      // kBatch tokens' x pieces in flight at once (the last token again past the group).
+      for (int i0 = 0; i0 < g.count; i0 += kBatch) {
+        uint4 xv[kBatch][kPer];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const int i = min(i0 + b, g.count - 1);
+          const uint4* xr = reinterpret_cast<const uint4*>(x + (gr.t0 + g.tok[i]) * sh.k);
+#pragma unroll
+          for (int u = 0; u < kPer; ++u) {
+            const int q = p0 + lane + 32 * u;
+            xv[b][u] = q < pieces ? __ldg(xr + q) : make_uint4(0, 0, 0, 0);
+          }
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          float acc = 0.f;
+#pragma unroll
+          for (int u = 0; u < kPer; ++u) acc = dot_piece<T>(av[u], xv[b][u], acc);
+          acc = warp_sum(acc);
+          if (keep && lane == 0 && i0 + b < g.count)
+            part[(blockIdx.z * sh.t + gr.t0 + g.tok[i0 + b]) * pr + row] = acc;
+        }
+      }
+    }
+    __syncthreads();  // g is rewritten next
+  }
+}
+
+// The tiled shrink (T > kGroupedRows) on the tensor cores: block (tile of kShrinkTile
+// tokens, part p), 8 warps: warp w takes 16 tokens (w % 2) and a quarter of K (w / 2, in
+// turns of 32 elements); per distinct slot u of the tile, D [16 tokens, R] = x · A_u[p R :,
+// :]ᵀ, the quarters summed in shared memory and written for the tokens of slot u. The k
+// index of the mma is a permutation of K that lets each lane load 8 consecutive elements
+// of a row (16 bytes) per 32 of K: its elements 2i, 2i + 1 go to the (i % 2)-th register
+// of the (i / 2)-th mma, for x and A alike.
+constexpr int kShrinkTile = 32, kKSplit = 4, kTiledWarps = kShrinkTile / 16 * kKSplit;
+constexpr int kSteps = 4;  // 32-element steps whose loads are issued together
+template <typename T>
+__global__ void __launch_bounds__(kTiledWarps * 32)
+    lora_shrink_tiled(LoraShape sh, const T* __restrict__ x, const T* __restrict__ arena,
+                      float* __restrict__ part, int* err) {
+  __shared__ Group g;
+  __shared__ float red[kKSplit][kShrinkTile][kMaxRank + 1];
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kShrinkTile;
+  const int n = static_cast<int>(sh.t - t0 < kShrinkTile ? sh.t - t0 : kShrinkTile);
+  const int p = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int sub = warp % (kShrinkTile / 16), ks = warp / (kShrinkTile / 16);
+  const int gi = lane / 4, ti = lane % 4;
+  const int pr = sh.parts * sh.r, nt = sh.r / 8;
+  // This lane's two token rows (of the tile); rows past the tile read its last token.
+  const int ra = sub * 16 + gi, rb = ra + 8;
+  const uint4* xa = reinterpret_cast<const uint4*>(x + (t0 + min(ra, n - 1)) * sh.k);
+  const uint4* xb = reinterpret_cast<const uint4*>(x + (t0 + min(rb, n - 1)) * sh.k);
+  const int pieces = static_cast<int>(sh.k / 8);
+  load_slots(sh.row_slots, t0, n, sh.slots, g, err);
+  for (int d = 0;; ++d) {
+    pick_group(n, d, g);
+    const int slot = g.slot;
+    if (slot < 0) return;
+    const int r = part_rank(sh.ranks, sh.entries, slot, sh.rank_index + p, sh.r, err);
+    if (r > 0) {  // block-uniform
+      const T* a =
+          arena + slot * sh.row_elems + sh.a_offset + static_cast<int64_t>(p) * sh.r * sh.k;
+      float acc[kMaxRank / 8][4];
+#pragma unroll
+      for (int c = 0; c < kMaxRank / 8; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[c][e] = 0.f;
+      for (int q0 = ks * 4; q0 < pieces; q0 += 4 * kKSplit * kSteps) {
+        uint4 va[kSteps], vb[kSteps];
+#pragma unroll
+        for (int u = 0; u < kSteps; ++u) {
+          const int q = q0 + u * 4 * kKSplit + ti;
+          const bool in = q < pieces;
+          va[u] = in ? __ldg(xa + q) : make_uint4(0, 0, 0, 0);
+          vb[u] = in ? __ldg(xb + q) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int c = 0; c < kMaxRank / 8; ++c) {
+          if (c >= nt) break;
+          const uint4* ar =
+              reinterpret_cast<const uint4*>(a + static_cast<int64_t>(c * 8 + gi) * sh.k);
+          uint4 w[kSteps];
+#pragma unroll
+          for (int u = 0; u < kSteps; ++u) {
+            const int q = q0 + u * 4 * kKSplit + ti;
+            w[u] = q < pieces ? __ldg(ar + q) : make_uint4(0, 0, 0, 0);
+          }
+#pragma unroll
+          for (int u = 0; u < kSteps; ++u) {
+            const uint32_t f0[4] = {va[u].x, vb[u].x, va[u].y, vb[u].y};
+            const uint32_t f1[4] = {va[u].z, vb[u].z, va[u].w, vb[u].w};
+            mma_16816<T>(acc[c], f0, w[u].x, w[u].y);
+            mma_16816<T>(acc[c], f1, w[u].z, w[u].w);
+          }
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < kMaxRank / 8; ++c) {
+        if (c >= nt) break;
+        const int col = c * 8 + 2 * ti;
+        red[ks][ra][col] = acc[c][0];
+        red[ks][ra][col + 1] = acc[c][1];
+        red[ks][rb][col] = acc[c][2];
+        red[ks][rb][col + 1] = acc[c][3];
+      }
+      __syncthreads();
+      for (int e = threadIdx.x; e < kShrinkTile * sh.r; e += blockDim.x) {
+        const int row = e / sh.r, col = e % sh.r;
+        if (row >= n || g.slot_of[row] != slot) continue;
+        float v = 0.f;
+#pragma unroll
+        for (int z = 0; z < kKSplit; ++z) v += red[z][row][col];
+        part[(t0 + row) * pr + p * sh.r + col] = v;
+      }
+    }
+    __syncthreads();  // red is rewritten next
+  }
+}
+
+// The expand: block (group, column tile), a thread per output column c (part p): for each
+// distinct slot u of the group, B_u[c, :R] in registers, then for the group's tokens of
+// slot u in chunks (their shrunk rows summed over the K pieces and staged in shared
+// memory, zero past each part's rank), out[t, c] += sum_j B_u[c, j] s[t, p R + j],
+// rounded once. The slot's ranks, B, the chunk's out values and shrunk rows are all
+// loaded before the first barrier, so that a decode step waits for memory about twice
+// (row_slots, then the rest).
+template <typename T>
+__global__ void __launch_bounds__(kExpandCols, 2)
+    lora_expand(LoraShape sh, const T* __restrict__ arena, const float* __restrict__ part,
+                T* __restrict__ out, int64_t ldo, int* err) {
+  __shared__ Group g;
+  __shared__ float4 sv[kExpandTokens][kMaxParts * kMaxRank / 4];
+  __shared__ int rank_of[kMaxParts];
+  pdl_wait();
+  pdl_launch_dependents();
+  const GroupRange gr = group_range(sh.t);
+  const bool grouped = gr.grouped;
+  const int64_t t0 = gr.t0;
+  const int n = gr.n;
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kExpandCols + threadIdx.x;
+  const bool valid = c < sh.n;
+  // (constant indices: a run-time one would copy the parameters to local memory)
+  const int p = (sh.parts > 1 && c >= sh.part_end[0]) + (sh.parts > 2 && c >= sh.part_end[1]);
+  const int pr = sh.parts * sh.r, pr4 = pr / 4;
+  constexpr int kE = kPiece<T>;
+  load_slots(sh.row_slots, t0, n, sh.slots, g, err);
+  for (int d = grouped ? blockIdx.x : 0; !grouped || d == static_cast<int>(blockIdx.x); ++d) {
+    pick_group(n, d, g);
+    const int slot = g.slot;
+    if (slot < 0) return;
+    int rank = 0;
+    if (threadIdx.x < sh.parts)
+      rank = part_rank(sh.ranks, sh.entries, slot, sh.rank_index + threadIdx.x, sh.r, err);
+    // B's row (columns past the rank are zero in the arena and meet zeros in sv).
+    uint4 bv[kMaxRank / kE];
+    const uint4* b = reinterpret_cast<const uint4*>(arena + slot * sh.row_elems + sh.b_offset +
+                                                    (valid ? c : 0) * sh.r);
+#pragma unroll
+    for (int q = 0; q < kMaxRank / kE; ++q)
+      bv[q] = valid && q * kE < sh.r ? __ldg(b + q) : make_uint4(0, 0, 0, 0);
+    for (int i0 = 0; i0 < g.count; i0 += kExpandTokens) {
+      const int m = min(kExpandTokens, g.count - i0);
+      T ov[kExpandTokens];
+#pragma unroll
+      for (int i = 0; i < kExpandTokens; ++i)
+        if (valid && i < m) ov[i] = out[(t0 + g.tok[i0 + i]) * ldo + c];
+      for (int e = threadIdx.x; e < m * pr4; e += blockDim.x) {
+        const int i = e / pr4, q = e % pr4;
+        const float4* src = reinterpret_cast<const float4*>(part + (t0 + g.tok[i0 + i]) * pr) + q;
+        float4 v = src[0];
+        for (int z = 1; z < sh.kchunks; ++z) {
+          const float4 w = src[z * sh.t * pr4];
+          v.x += w.x;
+          v.y += w.y;
+          v.z += w.z;
+          v.w += w.w;
+        }
+        sv[i][q] = v;
+      }
+      if (i0 == 0 && threadIdx.x < sh.parts) rank_of[threadIdx.x] = rank;
+      __syncthreads();
+      // Entries past a part's rank were never written: zeros instead.
+      for (int e = threadIdx.x; e < m * pr4; e += blockDim.x) {
+        const int i = e / pr4, q = e % pr4;
+        const int j = 4 * q % sh.r, rq = rank_of[4 * q / sh.r];
+        if (j + 4 <= rq) continue;
+        float4& v = sv[i][q];
+        v.x = j < rq ? v.x : 0.f;
+        v.y = j + 1 < rq ? v.y : 0.f;
+        v.z = j + 2 < rq ? v.z : 0.f;
+        v.w = 0.f;
+      }
+      __syncthreads();
+      const int r = valid ? rank_of[p] : 0;
+      if (r > 0) {
+#pragma unroll
+        for (int i = 0; i < kExpandTokens; ++i) {
+          if (i >= m) break;
+          const float4* s = &sv[i][p * sh.r / 4];
+          float acc = 0.f;
+#pragma unroll
+          for (int q = 0; q < kMaxRank / kE; ++q) {
+            if (q * kE < r) {
+#pragma unroll
+              for (int h = 0; h < kE / 4; ++h) {
+                const float4 sq = s[q * kE / 4 + h];
+                const float sj[4] = {sq.x, sq.y, sq.z, sq.w};
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc = fmaf(piece_elem<T>(bv[q], 4 * h + e), sj[e], acc);
+              }
+            }
+          }
+          out[(t0 + g.tok[i0 + i]) * ldo + c] = from_f<T>(to_f(ov[i]) + acc);
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// Whether the shrink runs grouped (T <= kGroupedRows, and every T of f32, which has no
+// tensor-core form here), with K in kChunk pieces.
+bool grouped_shrink(int64_t t, DType type) {
+  return t <= kGroupedRows || type == DType::kF32;
+}
+
+template <typename T>
+void launch_typed(const LoraShape& sh, const void* x, const void* arena, float* part, void* out,
+                  int64_t ldo, int* err, cudaStream_t stream) {
+  const T* xt = static_cast<const T*>(x);
+  const T* at = static_cast<const T*>(arena);
+  const int pr = sh.parts * sh.r;
+  const int64_t groups =
+      sh.t <= kGroupedRows ? std::min<int64_t>(sh.t, sh.slots) : (sh.t + kTile - 1) / kTile;
+  bool grouped = true;
+  if constexpr (!std::is_same_v<T, float>) grouped = sh.t <= kGroupedRows;
+  if (grouped) {
+    const dim3 grid(static_cast<unsigned>(groups), (pr + kShrinkWarps - 1) / kShrinkWarps,
+                    static_cast<unsigned>(sh.kchunks));
+    launch_kernel(lora_shrink_grouped<T>, grid, dim3(kShrinkWarps * 32), 0, stream, sh, xt, at,
+                  part, err);
+  } else if constexpr (!std::is_same_v<T, float>) {
+    launch_kernel(lora_shrink_tiled<T>,
+                  dim3(static_cast<unsigned>((sh.t + kShrinkTile - 1) / kShrinkTile), sh.parts),
+                  dim3(kTiledWarps * 32), 0, stream, sh, xt, at, part, err);
+  }
+  const dim3 grid(static_cast<unsigned>(groups),
+                  static_cast<unsigned>((sh.n + kExpandCols - 1) / kExpandCols));
+  launch_kernel(lora_expand<T>, grid, dim3(kExpandCols), 0, stream, sh, at, part,
+                static_cast<T*>(out), ldo, err);
+}
+
+int shrink_chunks(int64_t t, int64_t k, DType type) {
+  return grouped_shrink(t, type) ? static_cast<int>((k + kChunk - 1) / kChunk) : 1;
+}
+
+}  // namespace
+
+int64_t lora_scratch_floats(int64_t t, int64_t k, int parts, int max_rank, DType type) {
+  return shrink_chunks(t, k, type) * t * parts * max_rank;
+}
+
+bool lora_supports(int64_t k, int max_rank, int64_t row_elems, int64_t a_offset, int64_t b_offset) {
+  return k % 8 == 0 && max_rank % 8 == 0 && max_rank <= kMaxRank && row_elems % 8 == 0 &&
+         a_offset % 8 == 0 && b_offset % 8 == 0;
+}
+
+void launch_lora(const LoraLaunch& l, cudaStream_t stream) {
+  LoraShape sh;
+  sh.row_slots = l.row_slots;
+  sh.ranks = l.ranks;
+  sh.entries = l.rank_entries;
+  sh.rank_index = l.rank_index;
+  sh.slots = l.slots;
+  sh.row_elems = l.row_elems;
+  sh.a_offset = l.a_offset;
+  sh.b_offset = l.b_offset;
+  sh.t = l.t;
+  sh.n = l.n;
+  sh.k = l.k;
+  sh.r = l.max_rank;
+  sh.parts = l.parts;
+  for (int p = 0; p < kMaxParts; ++p) sh.part_end[p] = l.part_end[p];
+  sh.kchunks = shrink_chunks(l.t, l.k, l.type);
+  switch (l.type) {
+    case DType::kBF16:
+      launch_typed<bf16_t>(sh, l.x, l.arena, l.scratch, l.out, l.ldo, l.err, stream);
+      break;
+    case DType::kF16:
+      launch_typed<f16_t>(sh, l.x, l.arena, l.scratch, l.out, l.ldo, l.err, stream);
+      break;
+    default:
+      launch_typed<float>(sh, l.x, l.arena, l.scratch, l.out, l.ldo, l.err, stream);
+  }
+}
+
+}  // namespace tachyon::cuda
