@@ -8,6 +8,7 @@
 // 218 MB a layer, stream anyway). Each step is timed as a captured graph of the layer's
 // calls, replayed (what a decode step's graph sees), with CUDA events; medians.
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -128,6 +129,23 @@ void lora_rates(const Dims& d, int reps) {
                 each[3] * 1e6);
     std::printf("RESULT lora_%s_base_us %.2f lora_us %.2f ratio %.4f\n", s.name, base * 1e6,
                 lora * 1e6, lora / base);
+  }
+  // An adapter swapped in: a whole adapter's arena row (32 layers of this shape, rank 16)
+  // copied from the host memory prepared adapters live in (Backend::alloc_swap) into a
+  // device slot, as the runner does (copy_blocks_between), into the slots in turn.
+  {
+    constexpr int64_t kModelLayers = 32;
+    const int64_t row = off / kLayers * kModelLayers;
+    Tensor host = be.alloc_swap({1, row}, DType::kBF16);
+    std::memset(host.raw(), 0x3c, host.nbytes());
+    Tensor slots = be.alloc({kArenaSlots, row}, DType::kBF16);
+    const double t = time_calls(be, reps, [&](int i) {
+      be.copy_blocks_between(host, slots, {{0, static_cast<int32_t>(i % kArenaSlots)}});
+    });
+    std::printf("adapter swap-in (%lld MB): %.3f ms (%.1f GB/s)\n",
+                static_cast<long long>(host.nbytes() / 1000000), t * 1e3,
+                static_cast<double>(host.nbytes()) / t / 1e9);
+    std::printf("RESULT lora_swap_ms %.3f\n", t * 1e3);
   }
 }
 
