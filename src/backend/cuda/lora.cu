@@ -29,14 +29,14 @@
 namespace tachyon::cuda {
 namespace {
 
-constexpr int kGroupedRows = 64;   // the largest T whose groups are the distinct slots
-constexpr int kTile = 64;          // tokens per group above kGroupedRows
-constexpr int kChunk = 1024;       // K elements per warp in the grouped shrink
-constexpr int kBatch = 4;          // tokens whose x pieces a grouped-shrink warp loads at once
-constexpr int kShrinkWarps = 8;    // A rows per block in the grouped shrink
-constexpr int kExpandCols = 256;   // output columns per expand block (a thread each)
-constexpr int kExpandTokens = 16;  // tokens whose shrunk rows an expand block stages at once
-constexpr int kMaxRank = 64;       // the largest R (a multiple of 8)
+constexpr int kGroupedRows = 64;     // the largest T whose groups are the distinct slots
+constexpr int kTile = 64;            // tokens per group above kGroupedRows
+constexpr int kChunk = 1024;         // K elements per warp in the grouped shrink
+constexpr int kBatch = 4;            // tokens whose x pieces a grouped-shrink warp loads at once
+constexpr int kShrinkWarps = 8;      // A rows per block in the grouped shrink
+constexpr int kExpandThreads = 256;  // threads of an expand block
+constexpr int kExpandBatch = 8;      // tokens whose outputs an expand thread loads at once
+constexpr int kMaxRank = 64;         // the largest R (a multiple of 8)
 constexpr int kMaxParts = 3;
 
 // The groups of tokens [t0, t0 + n) that share a slot, in shared memory (n <= kTile <=
@@ -325,105 +325,142 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
   }
 }
 
-// The expand: block (group, column tile), a thread per output column c (part p): for each
-// distinct slot u of the group, B_u[c, :R] in registers, then for the group's tokens of
-// slot u in chunks (their shrunk rows summed over the K pieces and staged in shared
-// memory, zero past each part's rank), out[t, c] += sum_j B_u[c, j] s[t, p R + j],
-// rounded once. The slot's ranks, B, the chunk's out values and shrunk rows are all
-// loaded before the first barrier, so that a decode step waits for memory about twice
-// (row_slots, then the rest).
-template <typename T>
-__global__ void __launch_bounds__(kExpandCols, 2)
+// Columns per expand thread for a rank capacity of at most kRCap: B's rows of them in
+// registers, 64 of R's entries in all.
+template <int kRCap>
+constexpr int kExpandColsPer = kRCap >= 64   ? 1
+                               : kRCap >= 32 ? 2
+                                             : 4;
+
+// The expand: block (group, column tile of kExpandThreads * kCols columns), a thread per
+// kCols columns kExpandThreads apart (part p_i each): for each distinct slot u of the
+// group, B_u[c, :R] of its columns in registers and the group's shrunk rows (summed over
+// the K pieces, zero past each part's rank) in shared memory, then for the group's tokens
+// of slot u, kExpandBatch at a time (their outputs loaded together), out[t, c] += sum_j
+// B_u[c, j] s[t, p R + j], rounded once. The slot's ranks, B and the shrunk rows are
+// loaded before the first barrier, so that a decode step waits for memory about three
+// times (row_slots; ranks, B and the rows; the outputs).
+template <typename T, int kRCap>
+__global__ void __launch_bounds__(kExpandThreads, 2)
     lora_expand(LoraShape sh, const T* __restrict__ arena, const float* __restrict__ part,
                 T* __restrict__ out, int64_t ldo, int* err) {
+  constexpr int kCols = kExpandColsPer<kRCap>, kE = kPiece<T>, kQ = (kRCap + kE - 1) / kE;
   __shared__ Group g;
-  __shared__ float4 sv[kExpandTokens][kMaxParts * kMaxRank / 4];
   __shared__ int rank_of[kMaxParts];
+  extern __shared__ float4 sv[];  // [kTile, P R / 4]
   pdl_wait();
   pdl_launch_dependents();
   const GroupRange gr = group_range(sh.t);
   const bool grouped = gr.grouped;
   const int64_t t0 = gr.t0;
   const int n = gr.n;
-  const int64_t c = static_cast<int64_t>(blockIdx.y) * kExpandCols + threadIdx.x;
-  const bool valid = c < sh.n;
-  // (constant indices: a run-time one would copy the parameters to local memory)
-  const int p = (sh.parts > 1 && c >= sh.part_end[0]) + (sh.parts > 2 && c >= sh.part_end[1]);
   const int pr = sh.parts * sh.r, pr4 = pr / 4;
-  constexpr int kE = kPiece<T>;
+  int64_t c[kCols];
+  int p[kCols];
+#pragma unroll
+  for (int i = 0; i < kCols; ++i) {
+    c[i] = static_cast<int64_t>(blockIdx.y) * kExpandThreads * kCols + i * kExpandThreads +
+           threadIdx.x;
+    // (constant indices: a run-time one would copy the parameters to local memory)
+    p[i] = (sh.parts > 1 && c[i] >= sh.part_end[0]) + (sh.parts > 2 && c[i] >= sh.part_end[1]);
+  }
   load_slots(sh.row_slots, t0, n, sh.slots, g, err);
   for (int d = grouped ? blockIdx.x : 0; !grouped || d == static_cast<int>(blockIdx.x); ++d) {
     pick_group(n, d, g);
     const int slot = g.slot;
     if (slot < 0) return;
+    const int m = g.count;
     int rank = 0;
     if (threadIdx.x < sh.parts)
       rank = part_rank(sh.ranks, sh.entries, slot, sh.rank_index + threadIdx.x, sh.r, err);
-    // B's row (columns past the rank are zero in the arena and meet zeros in sv).
-    uint4 bv[kMaxRank / kE];
-    const uint4* b = reinterpret_cast<const uint4*>(arena + slot * sh.row_elems + sh.b_offset +
-                                                    (valid ? c : 0) * sh.r);
+    // B's rows (columns past the rank are zero in the arena and meet zeros in sv).
+    uint4 bv[kCols][kQ];
+    const T* bs = arena + slot * sh.row_elems + sh.b_offset;
 #pragma unroll
-    for (int q = 0; q < kMaxRank / kE; ++q)
-      bv[q] = valid && q * kE < sh.r ? __ldg(b + q) : make_uint4(0, 0, 0, 0);
-    for (int i0 = 0; i0 < g.count; i0 += kExpandTokens) {
-      const int m = min(kExpandTokens, g.count - i0);
-      T ov[kExpandTokens];
+    for (int i = 0; i < kCols; ++i) {
+      const uint4* b = reinterpret_cast<const uint4*>(bs + (c[i] < sh.n ? c[i] : 0) * sh.r);
 #pragma unroll
-      for (int i = 0; i < kExpandTokens; ++i)
-        if (valid && i < m) ov[i] = out[(t0 + g.tok[i0 + i]) * ldo + c];
-      for (int e = threadIdx.x; e < m * pr4; e += blockDim.x) {
-        const int i = e / pr4, q = e % pr4;
-        const float4* src = reinterpret_cast<const float4*>(part + (t0 + g.tok[i0 + i]) * pr) + q;
-        float4 v = src[0];
-        for (int z = 1; z < sh.kchunks; ++z) {
-          const float4 w = src[z * sh.t * pr4];
-          v.x += w.x;
-          v.y += w.y;
-          v.z += w.z;
-          v.w += w.w;
-        }
-        sv[i][q] = v;
+      for (int q = 0; q < kQ; ++q)
+        bv[i][q] = c[i] < sh.n && q * kE < sh.r ? __ldg(b + q) : make_uint4(0, 0, 0, 0);
+    }
+    for (int e = threadIdx.x; e < m * pr4; e += blockDim.x) {
+      const int i = e / pr4, q = e % pr4;
+      const float4* src = reinterpret_cast<const float4*>(part + (t0 + g.tok[i]) * pr) + q;
+      float4 v = src[0];
+      for (int z = 1; z < sh.kchunks; ++z) {
+        const float4 w = src[z * sh.t * pr4];
+        v.x += w.x;
+        v.y += w.y;
+        v.z += w.z;
+        v.w += w.w;
       }
-      if (i0 == 0 && threadIdx.x < sh.parts) rank_of[threadIdx.x] = rank;
-      __syncthreads();
-      // Entries past a part's rank were never written: zeros instead.
-      for (int e = threadIdx.x; e < m * pr4; e += blockDim.x) {
-        const int i = e / pr4, q = e % pr4;
-        const int j = 4 * q % sh.r, rq = rank_of[4 * q / sh.r];
-        if (j + 4 <= rq) continue;
-        float4& v = sv[i][q];
-        v.x = j < rq ? v.x : 0.f;
-        v.y = j + 1 < rq ? v.y : 0.f;
-        v.z = j + 2 < rq ? v.z : 0.f;
-        v.w = 0.f;
-      }
-      __syncthreads();
-      const int r = valid ? rank_of[p] : 0;
-      if (r > 0) {
+      sv[e] = v;
+    }
+    if (threadIdx.x < sh.parts) rank_of[threadIdx.x] = rank;
+    __syncthreads();
+    // Entries past a part's rank were never written: zeros instead.
+    for (int e = threadIdx.x; e < m * pr4; e += blockDim.x) {
+      const int q = e % pr4;
+      const int j = 4 * q % sh.r, rq = rank_of[4 * q / sh.r];
+      if (j + 4 <= rq) continue;
+      float4& v = sv[e];
+      v.x = j < rq ? v.x : 0.f;
+      v.y = j + 1 < rq ? v.y : 0.f;
+      v.z = j + 2 < rq ? v.z : 0.f;
+      v.w = 0.f;
+    }
+    __syncthreads();
+    int r[kCols];
 #pragma unroll
-        for (int i = 0; i < kExpandTokens; ++i) {
-          if (i >= m) break;
-          const float4* s = &sv[i][p * sh.r / 4];
+    for (int i = 0; i < kCols; ++i) r[i] = c[i] < sh.n ? rank_of[p[i]] : 0;
+    for (int i0 = 0; i0 < m; i0 += kExpandBatch) {
+      T ov[kExpandBatch][kCols];
+#pragma unroll
+      for (int k = 0; k < kExpandBatch; ++k)
+#pragma unroll
+        for (int i = 0; i < kCols; ++i)
+          if (i0 + k < m && r[i] > 0) ov[k][i] = out[(t0 + g.tok[i0 + k]) * ldo + c[i]];
+#pragma unroll
+      for (int k = 0; k < kExpandBatch; ++k) {
+        if (i0 + k >= m) break;
+        const int64_t row = (t0 + g.tok[i0 + k]) * ldo;
+#pragma unroll
+        for (int i = 0; i < kCols; ++i) {
+          if (r[i] == 0) continue;
+          const float4* s = sv + (i0 + k) * pr4 + p[i] * sh.r / 4;
           float acc = 0.f;
 #pragma unroll
-          for (int q = 0; q < kMaxRank / kE; ++q) {
-            if (q * kE < r) {
+          for (int q = 0; q < kQ; ++q) {
+            if (q * kE < r[i]) {
 #pragma unroll
               for (int h = 0; h < kE / 4; ++h) {
                 const float4 sq = s[q * kE / 4 + h];
                 const float sj[4] = {sq.x, sq.y, sq.z, sq.w};
 #pragma unroll
-                for (int e = 0; e < 4; ++e) acc = fmaf(piece_elem<T>(bv[q], 4 * h + e), sj[e], acc);
+                for (int e = 0; e < 4; ++e)
+                  acc = fmaf(piece_elem<T>(bv[i][q], 4 * h + e), sj[e], acc);
               }
             }
           }
-          out[(t0 + g.tok[i0 + i]) * ldo + c] = from_f<T>(to_f(ov[i]) + acc);
+          out[row + c[i]] = from_f<T>(to_f(ov[k][i]) + acc);
         }
       }
-      __syncthreads();
     }
+    __syncthreads();  // sv and rank_of are rewritten next
   }
+}
+
+template <typename T, int kRCap>
+void launch_expand(const LoraShape& sh, int64_t groups, const T* arena, const float* part,
+                   void* out, int64_t ldo, int* err, cudaStream_t stream) {
+  constexpr int kCols = kExpandColsPer<kRCap>;
+  const size_t smem = sizeof(float) * kTile * sh.parts * sh.r;
+  allow_dynamic_smem(reinterpret_cast<const void*>(lora_expand<T, kRCap>), smem);
+  const dim3 grid(
+      static_cast<unsigned>(groups),
+      static_cast<unsigned>((sh.n + kExpandThreads * kCols - 1) / (kExpandThreads * kCols)));
+  launch_kernel(lora_expand<T, kRCap>, grid, dim3(kExpandThreads), smem, stream, sh, arena, part,
+                static_cast<T*>(out), ldo, err);
 }
 
 // Whether the shrink runs grouped (T <= kGroupedRows, and every T of f32, which has no
@@ -452,10 +489,14 @@ void launch_typed(const LoraShape& sh, const void* x, const void* arena, float* 
                   dim3(static_cast<unsigned>((sh.t + kShrinkTile - 1) / kShrinkTile), sh.parts),
                   dim3(kTiledWarps * 32), 0, stream, sh, xt, at, part, err);
   }
-  const dim3 grid(static_cast<unsigned>(groups),
-                  static_cast<unsigned>((sh.n + kExpandCols - 1) / kExpandCols));
-  launch_kernel(lora_expand<T>, grid, dim3(kExpandCols), 0, stream, sh, at, part,
-                static_cast<T*>(out), ldo, err);
+  if (sh.r <= 8)
+    launch_expand<T, 8>(sh, groups, at, part, out, ldo, err, stream);
+  else if (sh.r <= 16)
+    launch_expand<T, 16>(sh, groups, at, part, out, ldo, err, stream);
+  else if (sh.r <= 32)
+    launch_expand<T, 32>(sh, groups, at, part, out, ldo, err, stream);
+  else
+    launch_expand<T, 64>(sh, groups, at, part, out, ldo, err, stream);
 }
 
 int shrink_chunks(int64_t t, int64_t k, DType type) {

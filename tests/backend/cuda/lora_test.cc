@@ -151,6 +151,9 @@ TEST_P(CudaLoraTest, MatchesFloat64Reference) {
     cases.push_back({t, 264, {64, 192}, 8, 8, 16});
     cases.push_back({t, k, {256, 320, 384}, 16, 24, 8});
   }
+  // Larger capacities (fewer columns per expand thread; 48 KB of staged rows at 64).
+  for (const int64_t t : {3, 300}) cases.push_back({t, 264, {64, 128}, 32, 0, 8});
+  for (const int64_t t : {64, 100}) cases.push_back({t, 264, {64, 128, 192}, 64, 8, 0});
   for (const LoraCase& c : cases) {
     const LoraInputs in = make_inputs(c, dt_, rng_);
     std::vector<bool> touched;
