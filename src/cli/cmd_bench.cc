@@ -320,6 +320,11 @@ int cmd_bench(const CommandArgs& argv) {
         {"swap_blocks", after.num_swap_blocks},
         {"block_size", after.block_size}}},
   };
+  // The runner's own counts, read once every request has ended (the loop is idle).
+  if (const auto* runner = dynamic_cast<const ModelRunner*>(b.model.get()))
+    j["model"] = {{"graph_replays", runner->graph_replays()},
+                  {"graph_records", runner->graph_records()},
+                  {"lora_swaps", runner->lora_swaps()}};
   j["prompt_cache"] = {
       {"cached_prompt_tokens", cached_tokens},
       {"prompt_tokens", in_tokens},

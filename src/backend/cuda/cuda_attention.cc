@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/swap_memory.h"
 #include "core/error.h"
 
 namespace tachyon::cuda {
@@ -457,13 +458,10 @@ void CudaBackend::copy_blocks_between(const Tensor& from, Tensor& to,
       check_here(*t, "copy_blocks_between");
       continue;
     }
-    cudaPointerAttributes attr{};
-    const cudaError_t e = cudaPointerGetAttributes(&attr, t->raw());
-    if (e != cudaSuccess || attr.type != cudaMemoryTypeHost || attr.devicePointer != t->raw()) {
-      cudaGetLastError();
-      raise<InvalidArgument>("copy_blocks_between: {} is host memory the device cannot reach",
-                             t->str());
-    }
+    if (!is_swap_memory(t->raw(), t->nbytes()))
+      raise<InvalidArgument>(
+          "copy_blocks_between: {} is host memory the device cannot reach (not from alloc_swap)",
+          t->str());
   }
   if (from.raw() == to.raw()) return copy_blocks(to, pairs);
   std::vector<int32_t> flat;

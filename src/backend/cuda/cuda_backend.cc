@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "backend/cuda/cuda_backend_impl.h"
@@ -10,6 +12,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/lora_kernels.h"
+#include "backend/cuda/swap_memory.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/settings.h"
@@ -26,6 +29,15 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options) {
 
 namespace cuda {
 namespace {
+
+std::mutex& swap_memory_mu() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<uintptr_t, size_t>& swap_memory() {
+  static std::map<uintptr_t, size_t> m;  // start -> bytes
+  return m;
+}
 
 constexpr size_t kRingBytes = size_t{64} << 20;
 constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
@@ -47,6 +59,26 @@ std::string error_names(int code) {
 }
 
 }  // namespace
+
+void add_swap_memory(const void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(swap_memory_mu());
+  swap_memory()[reinterpret_cast<uintptr_t>(p)] = bytes;
+}
+
+void remove_swap_memory(const void* p) {
+  std::lock_guard<std::mutex> lock(swap_memory_mu());
+  swap_memory().erase(reinterpret_cast<uintptr_t>(p));
+}
+
+bool is_swap_memory(const void* p, size_t bytes) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(swap_memory_mu());
+  const auto& m = swap_memory();
+  auto it = m.upper_bound(a);
+  if (it == m.begin()) return false;
+  --it;
+  return a >= it->first && a + bytes <= it->first + it->second;
+}
 
 CudaBackend::CudaBackend(const CudaBackendOptions& options)
     : batch_invariant_(options.batch_invariant), device_(options.device), dtype_(options.dtype) {
@@ -157,10 +189,14 @@ Tensor CudaBackend::alloc_swap(const Shape& shape, DType dtype) {
     raise<ResourceExhausted>("swap space: cannot pin {} bytes of host memory ({})", bytes,
                              cudaGetErrorString(e));
   }
-  std::shared_ptr<void> owner(host, [](void* p) { cudaFreeHost(p); });
+  std::shared_ptr<void> owner(host, [](void* p) {
+    remove_swap_memory(p);
+    cudaFreeHost(p);
+  });
   void* dev = nullptr;
   TACHYON_CUDA_CHECK(cudaHostGetDevicePointer(&dev, host, 0));
   TACHYON_CHECK(dev == host, "swap space: mapped host memory has a different device address");
+  add_swap_memory(host, std::max<size_t>(bytes, 1));
   return Tensor::wrap(host, shape, dtype, std::move(owner));
 }
 
