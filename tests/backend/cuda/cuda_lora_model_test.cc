@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "backend/cuda/cuda_test_util.h"
 #include "core/json.h"
@@ -19,10 +20,12 @@ namespace {
 constexpr int32_t kBlock = 16;
 const std::string kRoot = TACHYON_SOURCE_DIR;
 
-std::unique_ptr<Model> load_kjv(DType dtype, int32_t max_loras) {
+std::unique_ptr<Model> load_kjv(DType dtype, int32_t max_loras,
+                                std::optional<LoadQuantization> quant = {}) {
   LoadOptions o;
   o.device = Device{DeviceType::kCUDA, 0};
   o.dtype = dtype;
+  o.quantization = quant;
   o.lora.max_loras = max_loras;
   o.lora.max_rank = 16;
   auto m = load_model(kRoot + "/models/tiny-kjv-chat", o);
@@ -97,6 +100,31 @@ TEST(CudaLoraModel, KjvBf16AdapterFollowsF32) {
     total += a.size();
   }
   EXPECT_GE(same * 10, total * 7) << same << " of " << total;
+}
+
+// On a base quantized to int8 at load, the adapter still applies: its greedy tokens follow
+// the 16-bit model's with the adapter, not the base model's.
+TEST(CudaLoraModel, KjvAdapterOnAnInt8Base) {
+  TACHYON_REQUIRE_GPU();
+  auto ref = load_kjv(DType::kBF16, 1);
+  auto q = load_kjv(DType::kBF16, 1, LoadQuantization::kInt8);
+  const Json cases = load_json_file(kRoot + "/tests/engine/data/kjv_reference.json")["models"];
+  size_t same = 0, same_base = 0, total = 0;
+  for (const Json& c : cases["tiny-kjv-chat+lora-shout"]) {
+    const std::vector<int32_t> prompt = c["prompt_ids"].get<std::vector<int32_t>>();
+    const auto want = greedy(*ref, prompt, 24, 1);
+    const auto got = greedy(*q, prompt, 24, 1), base = greedy(*q, prompt, 24, 0);
+    auto prefix = [&](const std::vector<int32_t>& x) {
+      size_t k = 0;
+      while (k < x.size() && k < want.size() && x[k] == want[k]) ++k;
+      return k;
+    };
+    same += prefix(got);
+    same_base += prefix(base);
+    total += want.size();
+  }
+  EXPECT_GE(same * 10, total * 6) << same << " of " << total;
+  EXPECT_LE(same_base * 10, total * 3) << same_base << " of " << total;
 }
 
 }  // namespace
