@@ -440,6 +440,22 @@ TEST(AsyncModel, RequestsRunWithTheirAdapters) {
   ASSERT_FALSE(t.model->adapter_log().empty());
   for (const auto& [token, adapter] : t.model->adapter_log())
     if (token >= 10 && token <= 17) EXPECT_EQ(adapter, token - 10);
+  // Forked sequences (n > 1, beams) run their request's adapter.
+  GenerateRequest sampled{{15, 3, 4}, testing::greedy(6)};
+  sampled.config.temperature = 1.0f;
+  sampled.config.num_return_sequences = 3;
+  sampled.adapter = 5;
+  GenerateRequest beams{{16, 3, 4}, testing::greedy(6)};
+  beams.config.num_beams = 2;
+  beams.config.num_return_sequences = 2;
+  beams.adapter = 6;
+  auto s1 = t.engine->submit(sampled), s2 = t.engine->submit(beams);
+  const GenerateResult r1 = s1->wait(), r2 = s2->wait();
+  EXPECT_FALSE(r1.error);
+  EXPECT_FALSE(r2.error);
+  EXPECT_EQ(r1.sequences.size(), 3u);
+  EXPECT_EQ(r2.sequences.size(), 2u);
+  EXPECT_EQ(t.model->violations(), 0);
   GenerateRequest bad{{1, 2}, testing::greedy(2)};
   bad.adapter = 9;
   EXPECT_THROW(t.engine->submit(bad), InvalidArgument);
