@@ -34,8 +34,8 @@ namespace tachyon::cuda {
 namespace lora {
 namespace {
 
-constexpr int kChunk = 1024;         // K elements per warp in the grouped shrink
-constexpr int kBatch = 4;            // tokens whose x pieces a grouped-shrink warp loads at once
+constexpr int kChunk = 2048;         // K elements per warp in the grouped shrink
+constexpr int kBatch = 1;            // tokens whose x pieces a grouped-shrink warp loads at once
 constexpr int kShrinkWarps = 8;      // A rows per block in the grouped shrink
 constexpr int kExpandThreads = 256;  // threads of an expand block
 
@@ -139,13 +139,12 @@ __global__ void __launch_bounds__(kShrinkWarps * 32, 2)
 }
 
 // The tiled shrink (T > kGroupedRows) on the tensor cores: block (tile of kShrinkTile
-// tokens, part p), 8 warps: warp w takes 16 tokens (w % 2) and a quarter
-// of K (w / 2, in turns of 32 elements); per distinct slot u of the tile, D [16 tokens, R] = x ·
-// A_u[p R :,
-// :]ᵀ, the quarters summed in shared memory and written for the tokens of slot u. The k
-// index of the mma is a permutation of K that lets each lane load 8 consecutive elements
-// of a row (16 bytes) per 32 of K: its elements 2i, 2i + 1 go to the (i % 2)-th register
-// of the (i / 2)-th mma, for x and A alike.
+// tokens, part p: blockIdx.x = tile * P + p), 8 warps: warp w takes 16 tokens (w % 2)
+// and a quarter of K (w / 2, in turns of 32 elements); per distinct slot u of the tile,
+// D [16 tokens, R] = x · A_u[p R :, :]ᵀ, the quarters summed in shared memory and written
+// for the tokens of slot u. The k index of the mma is a permutation of K that lets each
+// lane load 8 consecutive elements of a row (16 bytes) per 32 of K: its elements 2i,
+// 2i + 1 go to the (i % 2)-th register of the (i / 2)-th mma, for x and A alike.
 constexpr int kShrinkTile = 32, kKSplit = 4, kTiledWarps = kShrinkTile / 16 * kKSplit;
 constexpr int kSteps = 4;  // 32-element steps whose loads are issued together
 template <typename T>
@@ -154,9 +153,10 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
                       float* __restrict__ part, int* err) {
   __shared__ float red[kKSplit][kShrinkTile][kMaxRank + 1];
   pdl_launch_dependents();
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kShrinkTile;
+  // The parts of a tile in consecutive blocks (its x rows read from the L2 after the first).
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x / sh.parts) * kShrinkTile;
   const int n = static_cast<int>(sh.t - t0 < kShrinkTile ? sh.t - t0 : kShrinkTile);
-  const int p = blockIdx.y;
+  const int p = static_cast<int>(blockIdx.x % sh.parts);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int sub = warp % (kShrinkTile / 16), ks = warp / (kShrinkTile / 16);
   const int gi = lane / 4, ti = lane % 4;
@@ -397,7 +397,7 @@ void launch_typed(const LoraShape& sh, const void* x, const void* arena, float* 
                   part, err);
   } else if constexpr (!std::is_same_v<T, float>) {
     launch_kernel(lora_shrink_tiled<T>,
-                  dim3(static_cast<unsigned>((sh.t + kShrinkTile - 1) / kShrinkTile), sh.parts),
+                  dim3(static_cast<unsigned>((sh.t + kShrinkTile - 1) / kShrinkTile * sh.parts)),
                   dim3(kTiledWarps * 32), 0, stream, sh, xt, at, part, err);
   }
   if (!grouped_shrink(sh.t, type)) {
