@@ -93,7 +93,9 @@ struct LoraTarget {
   explicit operator bool() const { return a_offset >= 0; }
 };
 
-// A step's adapters: which slot each token's row uses, and the arena.
+// A step's adapters: which slot each token's row uses, and the arena. The runner writes
+// the arena, ranks and row_slots before the step's first kernel and never from a kernel of
+// the step, so a backend's kernels may read them before waiting for the kernels before.
 struct LoraStep {
   Tensor arena;          // [slots, slot_elems] activation dtype
   Tensor ranks;          // [slots, rank_entries] i32: each slot's rank per product part

@@ -11,117 +11,33 @@
 //    number of distinct slots exit at once. The shrink splits K into kChunk pieces (one
 //    warp per A row and piece) so that a batch of one still spreads over many warps.
 //  - T > kGroupedRows (prefill): group g is the tile of kTile consecutive tokens, and the
-//    block takes its distinct slots in turn (a prompt's tokens share one). The shrink runs
-//    on the tensor cores (mma.sync m16n8k16, f32 accumulators) in bf16 and f16; f32
-//    activations (no tensor-core form here) take the grouped shrink over the tiles.
-// Rows of the base model (slot -1) are left untouched; a slot past the arena or a rank
-// past the capacity R sets kErrLoraSlot in the device error word and that token is left
-// untouched too.
+//    block takes its distinct slots in turn (a prompt's tokens share one). The shrink and
+//    the expand (lora_prefill.cu) run on the tensor cores (mma.sync m16n8k16, f32
+//    accumulators) in bf16 and f16; f32 activations (no tensor-core form here) take the
+//    grouped kernels over the tiles.
+// Each kernel finds its group, and loads the slot's ranks and rows, before its dependency
+// wait (lora_device.cuh): at a decode step that overlaps the kernel before, and only x,
+// the shrunk rows and the outputs are waited for. Rows of the base model (slot -1) are
+// left untouched; a slot past the arena or a rank past the capacity R sets kErrLoraSlot in
+// the device error word and that token is left untouched too.
 #include <algorithm>
 #include <type_traits>
 
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/lora_device.cuh"
 #include "backend/cuda/lora_kernels.h"
 #include "backend/cuda/mma_util.cuh"
 
 namespace tachyon::cuda {
+namespace lora {
 namespace {
 
-constexpr int kGroupedRows = 64;     // the largest T whose groups are the distinct slots
-constexpr int kTile = 64;            // tokens per group above kGroupedRows
-constexpr int kChunk = 1024;         // K elements per warp in the grouped shrink
-constexpr int kBatch = 4;            // tokens whose x pieces a grouped-shrink warp loads at once
+constexpr int kChunk = 2048;         // K elements per warp in the grouped shrink
+constexpr int kBatch = 1;            // tokens whose x pieces a grouped-shrink warp loads at once
 constexpr int kShrinkWarps = 8;      // A rows per block in the grouped shrink
 constexpr int kExpandThreads = 256;  // threads of an expand block
-constexpr int kExpandBatch = 8;      // tokens whose outputs an expand thread loads at once
-constexpr int kMaxRank = 64;         // the largest R (a multiple of 8)
-constexpr int kMaxParts = 3;
-
-// The groups of tokens [t0, t0 + n) that share a slot, in shared memory (n <= kTile <=
-// blockDim.x; the whole block calls load_slots() once, then pick_group() per group; each
-// ends with a barrier).
-struct Group {
-  int slot;            // the picked group's slot; -1: no such group
-  int count;           // its tokens
-  int tok[kTile];      // their indices in the range, ascending
-  int slot_of[kTile];  // every token's slot (-1: base model or bad)
-  bool leads[kTile];   // whether the token is its slot's first in the range
-};
-
-// Slots outside [0, slots) are reported in err and taken as the base model's.
-__device__ void load_slots(const int32_t* __restrict__ row_slots, int64_t t0, int n, int slots,
-                           Group& g, int* err) {
-  const int i = threadIdx.x;
-  int s = -1;
-  if (i < n) {
-    s = row_slots[t0 + i];
-    if (s >= slots) {
-      atomicOr(err, kErrLoraSlot);
-      s = -1;
-    }
-    g.slot_of[i] = s < 0 ? -1 : s;
-  }
-  __syncthreads();
-  if (i < n) {
-    bool lead = g.slot_of[i] >= 0;
-    for (int j = 0; j < i && lead; ++j) lead = g.slot_of[j] != g.slot_of[i];
-    g.leads[i] = lead;
-  }
-  __syncthreads();
-}
-
-// The d-th distinct slot of the range (in order of first appearance) and its tokens.
-__device__ void pick_group(int n, int d, Group& g) {
-  const int i = threadIdx.x;
-  if (i == 0) g.slot = -1;
-  __syncthreads();
-  if (i < n && g.leads[i]) {
-    int index = 0;
-    for (int j = 0; j < i; ++j) index += g.leads[j];
-    if (index == d) g.slot = g.slot_of[i];
-  }
-  __syncthreads();
-  const int slot = g.slot;
-  if (slot >= 0 && i < n && g.slot_of[i] == slot) {
-    int pos = 0;
-    for (int j = 0; j < i; ++j) pos += g.slot_of[j] == slot;
-    g.tok[pos] = i;
-    if (pos == 0) {
-      int c = 0;
-      for (int j = i; j < n; ++j) c += g.slot_of[j] == slot;
-      g.count = c;
-    }
-  }
-  __syncthreads();
-}
-
-// A slot's rank for one part, clamped to [0, R] (a bad one reported).
-__device__ __forceinline__ int part_rank(const int32_t* __restrict__ ranks, int64_t entries,
-                                         int slot, int index, int R, int* err) {
-  const int r = ranks[slot * entries + index];
-  if (r < 0 || r > R) {
-    atomicOr(err, kErrLoraSlot);
-    return 0;
-  }
-  return r;
-}
-
-struct LoraShape {
-  const int32_t* row_slots;
-  const int32_t* ranks;
-  int64_t entries;  // ranks.dim(1)
-  int rank_index;
-  int slots;          // arena.dim(0)
-  int64_t row_elems;  // arena.dim(1)
-  int64_t a_offset, b_offset;
-  int64_t t, n, k;
-  int r;  // R
-  int parts;
-  int64_t part_end[kMaxParts];
-  int kchunks;  // K pieces of the shrink's partial sums
-};
 
 // Elements of T in a 16-byte piece, and element e (a constant after unrolling) of one.
 template <typename T>
@@ -148,34 +64,15 @@ __device__ __forceinline__ float dot_piece(const uint4& a, const uint4& b, float
   return acc;
 }
 
-// Which tokens a block's group holds: T <= kGroupedRows: all of them, the group being the
-// blockIdx.x-th distinct slot; above: the blockIdx.x-th tile of kTile, each distinct slot
-// of it in turn.
-struct GroupRange {
-  bool grouped;
-  int64_t t0;
-  int n;
-};
-
-__device__ __forceinline__ GroupRange group_range(int64_t t) {
-  GroupRange r;
-  r.grouped = t <= kGroupedRows;
-  r.t0 = r.grouped ? 0 : static_cast<int64_t>(blockIdx.x) * kTile;
-  r.n = static_cast<int>(t - r.t0 < kTile ? t - r.t0 : kTile);
-  return r;
-}
-
 // The grouped shrink (T <= kGroupedRows; every T for f32): block (group, row block, K
 // piece); warp w takes A row blockIdx.y * kShrinkWarps + w (part p = row / R, rank row j
 // = row % R) over the K piece, holds it in registers and multiplies it with the x piece
 // of every token of the group. part[(z * T + t) * P R + row] = that partial sum (for
-// j < the slot's rank).
+// j < the slot's rank). The first group's A row and rank are loaded before the wait.
 template <typename T>
-__global__ void __launch_bounds__(kShrinkWarps * 32)
+__global__ void __launch_bounds__(kShrinkWarps * 32, 2)
     lora_shrink_grouped(LoraShape sh, const T* __restrict__ x, const T* __restrict__ arena,
                         float* __restrict__ part, int* err) {
-  __shared__ Group g;
-  pdl_wait();
   pdl_launch_dependents();
   const GroupRange gr = group_range(sh.t);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -185,71 +82,81 @@ __global__ void __launch_bounds__(kShrinkWarps * 32)
   constexpr int kE = kPiece<T>, kPer = kChunk / kE / 32;  // 16-byte pieces per lane
   const int pieces = static_cast<int>(sh.k / kE);
   const int p0 = blockIdx.z * (kChunk / kE);
-  load_slots(sh.row_slots, gr.t0, gr.n, sh.slots, g, err);
-  for (int d = gr.grouped ? blockIdx.x : 0; !gr.grouped || d == static_cast<int>(blockIdx.x); ++d) {
-    pick_group(gr.n, d, g);
-    const int slot = g.slot;
-    if (slot < 0) return;
-    if (row < pr) {
-      // The A row and the x pieces are loaded beside the rank, not after it (rows past the
-      // rank are computed, not stored).
-      const uint4* a = reinterpret_cast<const uint4*>(arena + slot * sh.row_elems + sh.a_offset +
-                                                      static_cast<int64_t>(row) * sh.k);
-      uint4 av[kPer];
+  TileSlots ts = load_tile_slots(sh.row_slots, gr.t0, gr.n, sh.slots, err,
+                                 warp == 0 && blockIdx.y == 0 && blockIdx.z == 0);
+  uint64_t mask = 0;
+  int slot = gr.grouped ? nth_slot(ts, static_cast<int>(blockIdx.x), mask) : next_slot(ts, mask);
+  if (row >= pr) slot = -1;  // warp-uniform
+  bool waited = false;
+  for (; slot >= 0; slot = gr.grouped ? -1 : next_slot(ts, mask)) {
+    const uint4* a = reinterpret_cast<const uint4*>(arena + slot * sh.row_elems + sh.a_offset +
+                                                    static_cast<int64_t>(row) * sh.k);
+    uint4 av[kPer];
 #pragma unroll
-      for (int u = 0; u < kPer; ++u) {
-        const int q = p0 + lane + 32 * u;
-        av[u] = q < pieces ? __ldg(a + q) : make_uint4(0, 0, 0, 0);
+    for (int u = 0; u < kPer; ++u) {
+      const int q = p0 + lane + 32 * u;
+      av[u] = q < pieces ? __ldg(a + q) : make_uint4(0, 0, 0, 0);
+    }
+    // Rows past the rank are computed, not stored.
+    const bool keep = j < part_rank(sh.ranks, sh.entries, slot, sh.rank_index + p, sh.r, err);
+    if (!waited) {
+      pdl_wait();
+      waited = true;
+    }
+    // kBatch tokens' x pieces in flight at once (the last token again past the group).
+    uint64_t rest = mask;
+    int last = 0;
+    while (rest != 0) {
+      int tk[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        tk[b] = rest != 0 ? pop_token(rest) : -1;
+        last = tk[b] >= 0 ? tk[b] : last;
       }
-      const bool keep = j < part_rank(sh.ranks, sh.entries, slot, sh.rank_index + p, sh.r, err);
-      // kBatch tokens' x pieces in flight at once (the last token again past the group).
-      for (int i0 = 0; i0 < g.count; i0 += kBatch) {
-        uint4 xv[kBatch][kPer];
+      uint4 xv[kBatch][kPer];
 #pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          const int i = min(i0 + b, g.count - 1);
-          const uint4* xr = reinterpret_cast<const uint4*>(x + (gr.t0 + g.tok[i]) * sh.k);
+      for (int b = 0; b < kBatch; ++b) {
+        const uint4* xr =
+            reinterpret_cast<const uint4*>(x + (gr.t0 + (tk[b] >= 0 ? tk[b] : last)) * sh.k);
 #pragma unroll
-          for (int u = 0; u < kPer; ++u) {
-            const int q = p0 + lane + 32 * u;
-            xv[b][u] = q < pieces ? __ldg(xr + q) : make_uint4(0, 0, 0, 0);
-          }
+        for (int u = 0; u < kPer; ++u) {
+          const int q = p0 + lane + 32 * u;
+          xv[b][u] = q < pieces ? __ldg(xr + q) : make_uint4(0, 0, 0, 0);
         }
+      }
 #pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          float acc = 0.f;
+      for (int b = 0; b < kBatch; ++b) {
+        float acc = 0.f;
 #pragma unroll
-          for (int u = 0; u < kPer; ++u) acc = dot_piece<T>(av[u], xv[b][u], acc);
-          acc = warp_sum(acc);
-          if (keep && lane == 0 && i0 + b < g.count)
-            part[(blockIdx.z * sh.t + gr.t0 + g.tok[i0 + b]) * pr + row] = acc;
-        }
+        for (int u = 0; u < kPer; ++u) acc = dot_piece<T>(av[u], xv[b][u], acc);
+        acc = warp_sum(acc);
+        if (keep && lane == 0 && tk[b] >= 0)
+          part[(blockIdx.z * sh.t + gr.t0 + tk[b]) * pr + row] = acc;
       }
     }
-    __syncthreads();  // g is rewritten next
   }
+  if (!waited) pdl_wait();  // the grid completes after the kernels before it
 }
 
 // The tiled shrink (T > kGroupedRows) on the tensor cores: block (tile of kShrinkTile
-// tokens, part p), 8 warps: warp w takes 16 tokens (w % 2) and a quarter of K (w / 2, in
-// turns of 32 elements); per distinct slot u of the tile, D [16 tokens, R] = x · A_u[p R :,
-// :]ᵀ, the quarters summed in shared memory and written for the tokens of slot u. The k
-// index of the mma is a permutation of K that lets each lane load 8 consecutive elements
-// of a row (16 bytes) per 32 of K: its elements 2i, 2i + 1 go to the (i % 2)-th register
-// of the (i / 2)-th mma, for x and A alike.
+// tokens, part p: blockIdx.x = tile * P + p), 8 warps: warp w takes 16 tokens (w % 2)
+// and a quarter of K (w / 2, in turns of 32 elements); per distinct slot u of the tile,
+// D [16 tokens, R] = x · A_u[p R :, :]ᵀ, the quarters summed in shared memory and written
+// for the tokens of slot u. The k index of the mma is a permutation of K that lets each
+// lane load 8 consecutive elements of a row (16 bytes) per 32 of K: its elements 2i,
+// 2i + 1 go to the (i % 2)-th register of the (i / 2)-th mma, for x and A alike.
 constexpr int kShrinkTile = 32, kKSplit = 4, kTiledWarps = kShrinkTile / 16 * kKSplit;
 constexpr int kSteps = 4;  // 32-element steps whose loads are issued together
 template <typename T>
 __global__ void __launch_bounds__(kTiledWarps * 32)
     lora_shrink_tiled(LoraShape sh, const T* __restrict__ x, const T* __restrict__ arena,
                       float* __restrict__ part, int* err) {
-  __shared__ Group g;
   __shared__ float red[kKSplit][kShrinkTile][kMaxRank + 1];
-  pdl_wait();
   pdl_launch_dependents();
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kShrinkTile;
+  // The parts of a tile in consecutive blocks (its x rows read from the L2 after the first).
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x / sh.parts) * kShrinkTile;
   const int n = static_cast<int>(sh.t - t0 < kShrinkTile ? sh.t - t0 : kShrinkTile);
-  const int p = blockIdx.y;
+  const int p = static_cast<int>(blockIdx.x % sh.parts);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int sub = warp % (kShrinkTile / 16), ks = warp / (kShrinkTile / 16);
   const int gi = lane / 4, ti = lane % 4;
@@ -259,12 +166,12 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
   const uint4* xa = reinterpret_cast<const uint4*>(x + (t0 + min(ra, n - 1)) * sh.k);
   const uint4* xb = reinterpret_cast<const uint4*>(x + (t0 + min(rb, n - 1)) * sh.k);
   const int pieces = static_cast<int>(sh.k / 8);
-  load_slots(sh.row_slots, t0, n, sh.slots, g, err);
-  for (int d = 0;; ++d) {
-    pick_group(n, d, g);
-    const int slot = g.slot;
-    if (slot < 0) return;
-    const int r = part_rank(sh.ranks, sh.entries, slot, sh.rank_index + p, sh.r, err);
+  TileSlots ts = load_tile_slots(sh.row_slots, t0, n, sh.slots, err, warp == 0 && p == 0);
+  uint64_t mask = 0;
+  int slot = next_slot(ts, mask);
+  int r = slot >= 0 ? part_rank(sh.ranks, sh.entries, slot, sh.rank_index + p, sh.r, err) : 0;
+  pdl_wait();
+  while (slot >= 0) {
     if (r > 0) {  // block-uniform
       const T* a =
           arena + slot * sh.row_elems + sh.a_offset + static_cast<int64_t>(p) * sh.r * sh.k;
@@ -314,14 +221,16 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
       __syncthreads();
       for (int e = threadIdx.x; e < kShrinkTile * sh.r; e += blockDim.x) {
         const int row = e / sh.r, col = e % sh.r;
-        if (row >= n || g.slot_of[row] != slot) continue;
+        if (!((mask >> row) & 1)) continue;
         float v = 0.f;
 #pragma unroll
         for (int z = 0; z < kKSplit; ++z) v += red[z][row][col];
         part[(t0 + row) * pr + p * sh.r + col] = v;
       }
+      __syncthreads();  // red is rewritten next
     }
-    __syncthreads();  // red is rewritten next
+    slot = next_slot(ts, mask);
+    r = slot >= 0 ? part_rank(sh.ranks, sh.entries, slot, sh.rank_index + p, sh.r, err) : 0;
   }
 }
 
@@ -331,29 +240,28 @@ template <int kRCap>
 constexpr int kExpandColsPer = kRCap >= 64   ? 1
                                : kRCap >= 32 ? 2
                                              : 4;
+// Tokens whose outputs an expand thread loads at once (16 outputs in registers).
+template <int kRCap>
+constexpr int kExpandBatch = 16 / kExpandColsPer<kRCap>;
 
-// The expand: block (group, column tile of kExpandThreads * kCols columns), a thread per
-// kCols columns kExpandThreads apart (part p_i each): for each distinct slot u of the
-// group, B_u[c, :R] of its columns in registers and the group's shrunk rows (summed over
-// the K pieces, zero past each part's rank) in shared memory, then for the group's tokens
-// of slot u, kExpandBatch at a time (their outputs loaded together), out[t, c] += sum_j
-// B_u[c, j] s[t, p R + j], rounded once. The slot's ranks, B and the shrunk rows are
-// loaded before the first barrier, so that a decode step waits for memory about three
-// times (row_slots; ranks, B and the rows; the outputs).
+// The expand on the CUDA cores (T <= kGroupedRows; every T for f32): block (group,
+// column tile of kExpandThreads * kCols columns), a thread per kCols columns
+// kExpandThreads apart (part p_i each): for each distinct slot u of the group, the
+// slot's ranks and B_u[c, :R] of its columns in registers (the first slot's before the
+// wait), then the group's shrunk rows (summed over the K pieces, zero past each part's
+// rank) staged in shared memory while the first kExpandBatch outputs load, then for the
+// group's tokens of slot u, kExpandBatch at a time, out[t, c] += sum_j B_u[c, j]
+// s[t, p R + j], rounded once.
 template <typename T, int kRCap>
 __global__ void __launch_bounds__(kExpandThreads, 2)
     lora_expand(LoraShape sh, const T* __restrict__ arena, const float* __restrict__ part,
                 T* __restrict__ out, int64_t ldo, int* err) {
   constexpr int kCols = kExpandColsPer<kRCap>, kE = kPiece<T>, kQ = (kRCap + kE - 1) / kE;
-  __shared__ Group g;
-  __shared__ int rank_of[kMaxParts];
-  extern __shared__ float4 sv[];  // [kTile, P R / 4]
-  pdl_wait();
+  constexpr int kBatchOut = kExpandBatch<kRCap>;
+  extern __shared__ float4 sv[];  // [kTile, P R / 4], by the token's place in the range
   pdl_launch_dependents();
   const GroupRange gr = group_range(sh.t);
-  const bool grouped = gr.grouped;
   const int64_t t0 = gr.t0;
-  const int n = gr.n;
   const int pr = sh.parts * sh.r, pr4 = pr / 4;
   int64_t c[kCols];
   int p[kCols];
@@ -361,19 +269,19 @@ __global__ void __launch_bounds__(kExpandThreads, 2)
   for (int i = 0; i < kCols; ++i) {
     c[i] = static_cast<int64_t>(blockIdx.y) * kExpandThreads * kCols + i * kExpandThreads +
            threadIdx.x;
-    // (constant indices: a run-time one would copy the parameters to local memory)
-    p[i] = (sh.parts > 1 && c[i] >= sh.part_end[0]) + (sh.parts > 2 && c[i] >= sh.part_end[1]);
+    p[i] = part_of(sh, c[i]);
   }
-  load_slots(sh.row_slots, t0, n, sh.slots, g, err);
-  for (int d = grouped ? blockIdx.x : 0; !grouped || d == static_cast<int>(blockIdx.x); ++d) {
-    pick_group(n, d, g);
-    const int slot = g.slot;
-    if (slot < 0) return;
-    const int m = g.count;
-    int rank = 0;
-    if (threadIdx.x < sh.parts)
-      rank = part_rank(sh.ranks, sh.entries, slot, sh.rank_index + threadIdx.x, sh.r, err);
-    // B's rows (columns past the rank are zero in the arena and meet zeros in sv).
+  TileSlots ts =
+      load_tile_slots(sh.row_slots, t0, gr.n, sh.slots, err, threadIdx.x < 32 && blockIdx.y == 0);
+  uint64_t mask = 0;
+  int slot = gr.grouped ? nth_slot(ts, static_cast<int>(blockIdx.x), mask) : next_slot(ts, mask);
+  bool waited = false;
+  for (; slot >= 0; slot = gr.grouped ? -1 : next_slot(ts, mask)) {
+    const PartRanks rk = slot_ranks(sh, slot, err);
+    int r[kCols];
+#pragma unroll
+    for (int i = 0; i < kCols; ++i) r[i] = c[i] < sh.n ? rk.of(p[i]) : 0;
+    // B's rows (columns past the rank meet zeros in sv).
     uint4 bv[kCols][kQ];
     const T* bs = arena + slot * sh.row_elems + sh.b_offset;
 #pragma unroll
@@ -381,11 +289,29 @@ __global__ void __launch_bounds__(kExpandThreads, 2)
       const uint4* b = reinterpret_cast<const uint4*>(bs + (c[i] < sh.n ? c[i] : 0) * sh.r);
 #pragma unroll
       for (int q = 0; q < kQ; ++q)
-        bv[i][q] = c[i] < sh.n && q * kE < sh.r ? __ldg(b + q) : make_uint4(0, 0, 0, 0);
+        bv[i][q] = r[i] > 0 && q * kE < sh.r ? __ldg(b + q) : make_uint4(0, 0, 0, 0);
     }
-    for (int e = threadIdx.x; e < m * pr4; e += blockDim.x) {
+    if (!waited) {
+      pdl_wait();
+      waited = true;
+    }
+    uint64_t rest = mask;
+    int tk[kBatchOut];
+    T ov[kBatchOut][kCols];
+    auto load_batch = [&]() {
+#pragma unroll
+      for (int k = 0; k < kBatchOut; ++k) {
+        tk[k] = rest != 0 ? pop_token(rest) : -1;
+#pragma unroll
+        for (int i = 0; i < kCols; ++i)
+          if (tk[k] >= 0 && r[i] > 0) ov[k][i] = out[(t0 + tk[k]) * ldo + c[i]];
+      }
+    };
+    load_batch();
+    for (int e = threadIdx.x; e < gr.n * pr4; e += blockDim.x) {
       const int i = e / pr4, q = e % pr4;
-      const float4* src = reinterpret_cast<const float4*>(part + (t0 + g.tok[i]) * pr) + q;
+      if (!((mask >> i) & 1)) continue;
+      const float4* src = reinterpret_cast<const float4*>(part + (t0 + i) * pr) + q;
       float4 v = src[0];
       for (int z = 1; z < sh.kchunks; ++z) {
         const float4 w = src[z * sh.t * pr4];
@@ -394,40 +320,24 @@ __global__ void __launch_bounds__(kExpandThreads, 2)
         v.z += w.z;
         v.w += w.w;
       }
-      sv[e] = v;
-    }
-    if (threadIdx.x < sh.parts) rank_of[threadIdx.x] = rank;
-    __syncthreads();
-    // Entries past a part's rank were never written: zeros instead.
-    for (int e = threadIdx.x; e < m * pr4; e += blockDim.x) {
-      const int q = e % pr4;
-      const int j = 4 * q % sh.r, rq = rank_of[4 * q / sh.r];
-      if (j + 4 <= rq) continue;
-      float4& v = sv[e];
+      // Entries past a part's rank were never written: zeros instead.
+      const int j = 4 * q % sh.r, rq = rk.of(4 * q / sh.r);
       v.x = j < rq ? v.x : 0.f;
       v.y = j + 1 < rq ? v.y : 0.f;
       v.z = j + 2 < rq ? v.z : 0.f;
-      v.w = 0.f;
+      v.w = j + 3 < rq ? v.w : 0.f;
+      sv[e] = v;
     }
     __syncthreads();
-    int r[kCols];
+    for (;;) {
 #pragma unroll
-    for (int i = 0; i < kCols; ++i) r[i] = c[i] < sh.n ? rank_of[p[i]] : 0;
-    for (int i0 = 0; i0 < m; i0 += kExpandBatch) {
-      T ov[kExpandBatch][kCols];
-#pragma unroll
-      for (int k = 0; k < kExpandBatch; ++k)
-#pragma unroll
-        for (int i = 0; i < kCols; ++i)
-          if (i0 + k < m && r[i] > 0) ov[k][i] = out[(t0 + g.tok[i0 + k]) * ldo + c[i]];
-#pragma unroll
-      for (int k = 0; k < kExpandBatch; ++k) {
-        if (i0 + k >= m) break;
-        const int64_t row = (t0 + g.tok[i0 + k]) * ldo;
+      for (int k = 0; k < kBatchOut; ++k) {
+        if (tk[k] < 0) break;
+        const int64_t row = (t0 + tk[k]) * ldo;
 #pragma unroll
         for (int i = 0; i < kCols; ++i) {
           if (r[i] == 0) continue;
-          const float4* s = sv + (i0 + k) * pr4 + p[i] * sh.r / 4;
+          const float4* s = sv + tk[k] * pr4 + p[i] * sh.r / 4;
           float acc = 0.f;
 #pragma unroll
           for (int q = 0; q < kQ; ++q) {
@@ -445,9 +355,12 @@ __global__ void __launch_bounds__(kExpandThreads, 2)
           out[row + c[i]] = from_f<T>(to_f(ov[k][i]) + acc);
         }
       }
+      if (rest == 0) break;
+      load_batch();
     }
-    __syncthreads();  // sv and rank_of are rewritten next
+    __syncthreads();  // sv is rewritten next
   }
+  if (!waited) pdl_wait();  // the grid completes after the kernels before it
 }
 
 template <typename T, int kRCap>
@@ -471,32 +384,33 @@ bool grouped_shrink(int64_t t, DType type) {
 
 template <typename T>
 void launch_typed(const LoraShape& sh, const void* x, const void* arena, float* part, void* out,
-                  int64_t ldo, int* err, cudaStream_t stream) {
+                  int64_t ldo, int* err, DType type, cudaStream_t stream) {
   const T* xt = static_cast<const T*>(x);
   const T* at = static_cast<const T*>(arena);
   const int pr = sh.parts * sh.r;
   const int64_t groups =
       sh.t <= kGroupedRows ? std::min<int64_t>(sh.t, sh.slots) : (sh.t + kTile - 1) / kTile;
-  bool grouped = true;
-  if constexpr (!std::is_same_v<T, float>) grouped = sh.t <= kGroupedRows;
-  if (grouped) {
+  if (grouped_shrink(sh.t, type)) {
     const dim3 grid(static_cast<unsigned>(groups), (pr + kShrinkWarps - 1) / kShrinkWarps,
                     static_cast<unsigned>(sh.kchunks));
     launch_kernel(lora_shrink_grouped<T>, grid, dim3(kShrinkWarps * 32), 0, stream, sh, xt, at,
                   part, err);
   } else if constexpr (!std::is_same_v<T, float>) {
     launch_kernel(lora_shrink_tiled<T>,
-                  dim3(static_cast<unsigned>((sh.t + kShrinkTile - 1) / kShrinkTile), sh.parts),
+                  dim3(static_cast<unsigned>((sh.t + kShrinkTile - 1) / kShrinkTile * sh.parts)),
                   dim3(kTiledWarps * 32), 0, stream, sh, xt, at, part, err);
   }
-  if (sh.r <= 8)
+  if (!grouped_shrink(sh.t, type)) {
+    launch_expand_mma(sh, type, arena, part, out, ldo, err, stream);
+  } else if (sh.r <= 8) {
     launch_expand<T, 8>(sh, groups, at, part, out, ldo, err, stream);
-  else if (sh.r <= 16)
+  } else if (sh.r <= 16) {
     launch_expand<T, 16>(sh, groups, at, part, out, ldo, err, stream);
-  else if (sh.r <= 32)
+  } else if (sh.r <= 32) {
     launch_expand<T, 32>(sh, groups, at, part, out, ldo, err, stream);
-  else
+  } else {
     launch_expand<T, 64>(sh, groups, at, part, out, ldo, err, stream);
+  }
 }
 
 int shrink_chunks(int64_t t, int64_t k, DType type) {
@@ -504,18 +418,19 @@ int shrink_chunks(int64_t t, int64_t k, DType type) {
 }
 
 }  // namespace
+}  // namespace lora
 
 int64_t lora_scratch_floats(int64_t t, int64_t k, int parts, int max_rank, DType type) {
-  return shrink_chunks(t, k, type) * t * parts * max_rank;
+  return lora::shrink_chunks(t, k, type) * t * parts * max_rank;
 }
 
 bool lora_supports(int64_t k, int max_rank, int64_t row_elems, int64_t a_offset, int64_t b_offset) {
-  return k % 8 == 0 && max_rank % 8 == 0 && max_rank <= kMaxRank && row_elems % 8 == 0 &&
+  return k % 8 == 0 && max_rank % 8 == 0 && max_rank <= lora::kMaxRank && row_elems % 8 == 0 &&
          a_offset % 8 == 0 && b_offset % 8 == 0;
 }
 
 void launch_lora(const LoraLaunch& l, cudaStream_t stream) {
-  LoraShape sh;
+  lora::LoraShape sh;
   sh.row_slots = l.row_slots;
   sh.ranks = l.ranks;
   sh.entries = l.rank_entries;
@@ -529,17 +444,17 @@ void launch_lora(const LoraLaunch& l, cudaStream_t stream) {
   sh.k = l.k;
   sh.r = l.max_rank;
   sh.parts = l.parts;
-  for (int p = 0; p < kMaxParts; ++p) sh.part_end[p] = l.part_end[p];
-  sh.kchunks = shrink_chunks(l.t, l.k, l.type);
+  for (int p = 0; p < lora::kMaxParts; ++p) sh.part_end[p] = l.part_end[p];
+  sh.kchunks = lora::shrink_chunks(l.t, l.k, l.type);
   switch (l.type) {
     case DType::kBF16:
-      launch_typed<bf16_t>(sh, l.x, l.arena, l.scratch, l.out, l.ldo, l.err, stream);
+      lora::launch_typed<bf16_t>(sh, l.x, l.arena, l.scratch, l.out, l.ldo, l.err, l.type, stream);
       break;
     case DType::kF16:
-      launch_typed<f16_t>(sh, l.x, l.arena, l.scratch, l.out, l.ldo, l.err, stream);
+      lora::launch_typed<f16_t>(sh, l.x, l.arena, l.scratch, l.out, l.ldo, l.err, l.type, stream);
       break;
     default:
-      launch_typed<float>(sh, l.x, l.arena, l.scratch, l.out, l.ldo, l.err, stream);
+      lora::launch_typed<float>(sh, l.x, l.arena, l.scratch, l.out, l.ldo, l.err, l.type, stream);
   }
 }
 

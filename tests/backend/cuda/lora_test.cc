@@ -1,9 +1,9 @@
-// The LoRA kernels (CudaBackend::lora, lora.cu) against a float64 host reference: the
-// grouped form of decode steps (T <= 64: one group per distinct slot, K split over
-// warps) and the tiled one of prefill (tensor-core shrink), parts 1 to 3, ranks below the
-// capacity, a part of rank 0, base-model rows, a column offset into a wider output; the
-// elements the adapters must leave alone keep their bits. Bad slots and ranks raise the
-// device error and leave their rows alone.
+// The LoRA kernels (CudaBackend::lora, lora.cu, lora_prefill.cu) against a float64 host
+// reference: the grouped form of decode steps (T <= 64: one group per distinct slot, K
+// split over warps) and the tiled one of prefill (tensor-core shrink and expand), parts 1
+// to 3, ranks below the capacity, a part of rank 0, base-model rows, a column offset into
+// a wider output; the elements the adapters must leave alone keep their bits. Bad slots
+// and ranks raise the device error and leave their rows alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -154,6 +154,12 @@ TEST_P(CudaLoraTest, MatchesFloat64Reference) {
   // Larger capacities (fewer columns per expand thread; 48 KB of staged rows at 64).
   for (const int64_t t : {3, 300}) cases.push_back({t, 264, {64, 128}, 32, 0, 8});
   for (const int64_t t : {64, 100}) cases.push_back({t, 264, {64, 128, 192}, 64, 8, 0});
+  // Part ends inside an 8-column tile of the prefill expand's mma, capacities whose k steps
+  // of 16 span two parts, an odd row stride and column offset (no column pairs).
+  for (const int64_t t : {3, 300}) {
+    cases.push_back({t, 264, {60, 100, 136}, 8, 3, 2});
+    cases.push_back({t, 264, {44, 100}, 24, 1, 1});
+  }
   for (const LoraCase& c : cases) {
     const LoraInputs in = make_inputs(c, dt_, rng_);
     std::vector<bool> touched;
