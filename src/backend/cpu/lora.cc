@@ -18,6 +18,11 @@ namespace {
 // Below this many multiply-adds the pool's dispatch costs more than it saves.
 constexpr int64_t kLoraInlineMacs = 1 << 18;
 
+// r rounded up to a multiple of 8, within the capacity R.
+int64_t padded(int64_t r, int64_t R) {
+  return std::min(R, (r + 7) / 8 * 8);
+}
+
 }  // namespace
 
 void CpuBackend::lora(const Tensor& x, const LoraStep& step, const LoraTarget& target, Tensor& out,
@@ -66,25 +71,11 @@ void CpuBackend::lora(const Tensor& x, const LoraStep& step, const LoraTarget& t
         if (lo >= hi || r == 0) continue;
         const float* a = base + target.a_offset + p * R * K;
         for (int32_t j = 0; j < r; ++j) s[static_cast<size_t>(j)] = dot(a + j * K, xs + t * K, K);
+        std::fill(s.begin() + r, s.end(), 0.f);
         float* y = ys + t * ldo;
-        // B's short rows, eight columns at a time: eight independent sums (one sum per
-        // column would be a chain of dependent multiply-adds, and a call per column
-        // would cost more than its sum).
-        int64_t c = lo;
-        for (; c + 8 <= hi; c += 8) {
-          float acc[8] = {};
-          const float* bc = b + c * R;
-          for (int32_t j = 0; j < r; ++j) {
-            const float sj = s[static_cast<size_t>(j)];
-            for (int k = 0; k < 8; ++k) acc[k] += bc[k * R + j] * sj;
-          }
-          for (int k = 0; k < 8; ++k) y[c + k] += acc[k];
-        }
-        for (; c < hi; ++c) {
-          float acc = 0.f;
-          for (int32_t j = 0; j < r; ++j) acc += b[c * R + j] * s[static_cast<size_t>(j)];
-          y[c] += acc;
-        }
+        // B's columns past r are zero (and s past r is): the whole rows, rounded up to
+        // the vector width, eight columns' sums at a time.
+        dot_rows_add(b + lo * R, R, hi - lo, s.data(), padded(r, R), y + lo);
       }
     }
   });

@@ -96,6 +96,32 @@ __attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* 
   return s;
 }
 
+__attribute__((target("avx2,fma"))) void dot_rows_add_avx2(const float* rows, int64_t stride,
+                                                           int64_t n, const float* x, int64_t len,
+                                                           float* out) {
+  int64_t i = 0;
+  if (len % 8 == 0) {
+    for (; i + 8 <= n; i += 8) {
+      __m256 acc[8];
+      for (int k = 0; k < 8; ++k) acc[k] = _mm256_setzero_ps();
+      for (int64_t j = 0; j < len; j += 8) {
+        const __m256 xv = _mm256_loadu_ps(x + j);
+        for (int k = 0; k < 8; ++k)
+          acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(rows + (i + k) * stride + j), xv, acc[k]);
+      }
+      // Row k's sum into lane k: pairwise sums within the halves, then the halves added.
+      const __m256 u0 =
+          _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+      const __m256 u1 =
+          _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
+      const __m256 sum =
+          _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+      _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(out + i), sum));
+    }
+  }
+  for (; i < n; ++i) out[i] += dot_avx2(rows + i * stride, x, len);
+}
+
 __attribute__((target("avx2,fma"))) void axpy_avx2(float a, const float* x, float* y, int64_t n) {
   __m256 va = _mm256_set1_ps(a);
   int64_t i = 0;
@@ -231,6 +257,14 @@ float dot(const float* a, const float* b, int64_t n) {
   if (use_avx2()) return dot_avx2(a, b, n);
 #endif
   return dot_portable(a, b, n);
+}
+
+void dot_rows_add(const float* rows, int64_t stride, int64_t n, const float* x, int64_t len,
+                  float* out) {
+#if TACHYON_X86
+  if (use_avx2()) return dot_rows_add_avx2(rows, stride, n, x, len, out);
+#endif
+  for (int64_t i = 0; i < n; ++i) out[i] += dot_portable(rows + i * stride, x, len);
 }
 
 void axpy(float a, const float* x, float* y, int64_t n) {

@@ -18,6 +18,10 @@ bool use_avx2();
 float dot(const float* a, const float* b, int64_t n);
 // y[i] += a * x[i]
 void axpy(float a, const float* x, float* y, int64_t n);
+// out[i] += rows[i * stride : i * stride + len] · x for i < n: many short dot products
+// (a LoRA expand's rows of B); eight rows at a time, their sums reduced together.
+void dot_rows_add(const float* rows, int64_t stride, int64_t n, const float* x, int64_t len,
+                  float* out);
 // sum x[i] and sum (x[i] - center)^2 in f64 (four partial sums, the same on every path).
 double sum_f64(const float* x, int64_t n);
 double sum_squares_f64(const float* x, int64_t n, double center = 0);
