@@ -74,7 +74,8 @@ class ModelRunner final : public Model {
   // device memory) and any step.
   void enable_lora(int32_t max_loras, int32_t max_rank);
   int32_t max_adapters() const override { return lora_ ? lora_->num_slots() : 0; }
-  int32_t max_lora_rank() const override { return lora_ ? lora_->shape().max_rank : 0; }
+  int32_t max_lora_rank() const override { return lora_ ? lora_max_rank_ : 0; }
+  static constexpr int32_t kMaxGpuLoraRank = 64;
   std::shared_ptr<const PreparedAdapter> prepare_adapter(const LoraAdapter& adapter) const override;
   void add_adapter(int32_t id, std::shared_ptr<const PreparedAdapter> adapter) override;
   void remove_adapter(int32_t id) override;
@@ -163,6 +164,7 @@ class ModelRunner final : public Model {
   const ModelConfig& cfg_;  // the decoder's
   std::unique_ptr<RopeTable> rope_;
   std::unique_ptr<LoraSlots> lora_;
+  int32_t lora_max_rank_ = 0;  // adapters of a larger rank are refused (the arena may hold more)
   std::vector<int32_t> h_lora_slots_, h_lora_rows_;
   bool all_sliding_ = false;  // every layer has the sliding window
 

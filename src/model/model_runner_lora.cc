@@ -17,16 +17,28 @@ void ModelRunner::enable_lora(int32_t max_loras, int32_t max_rank) {
   if (max_loras <= 0 || max_rank <= 0)
     raise<InvalidArgument>("LoRA: {} adapters of rank up to {}", max_loras, max_rank);
   TACHYON_CHECK(!lora_ && kv_.empty(), "enable_lora once, before the KV cache");
-  const LoraArenaShape shape = decoder_.plan_lora(max_rank);
+  // The arena's capacity: the rank rounded up to a multiple of 8 (the kernels' vector
+  // width; the rows past an adapter's rank are zeros). The GPU kernels hold B's rows of
+  // at most 64 in registers.
+  const int32_t capacity = (max_rank + 7) / 8 * 8;
+  if (!be_->device().is_cpu() && capacity > kMaxGpuLoraRank)
+    raise<InvalidArgument>("LoRA: a rank of {} is past the {} the GPU takes (--max-lora-rank)",
+                           max_rank, kMaxGpuLoraRank);
+  const LoraArenaShape shape = decoder_.plan_lora(capacity);
   if (shape.rank_entries == 0)
     raise<InvalidArgument>("LoRA: the model has no product an adapter can target");
   lora_ = std::make_unique<LoraSlots>(*be_, shape, max_loras);
+  lora_max_rank_ = max_rank;
   graphs_.clear();
 }
 
 std::shared_ptr<const PreparedAdapter> ModelRunner::prepare_adapter(
     const LoraAdapter& adapter) const {
   if (!lora_) raise<InvalidArgument>("this model was loaded without room for LoRA adapters");
+  for (const LoraModule& m : adapter.modules)
+    if (m.rank() > lora_max_rank_)
+      raise<InvalidArgument>("LoRA module {}: rank {} past the largest the server takes ({})",
+                             m.name, m.rank(), lora_max_rank_);
   const LoraArenaShape& shape = lora_->shape();
   std::vector<float> row(static_cast<size_t>(shape.row_elems));
   std::vector<int32_t> ranks(static_cast<size_t>(shape.rank_entries));
