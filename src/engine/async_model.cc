@@ -541,9 +541,12 @@ bool AsyncModel::launch_step() {
 
 bool AsyncModel::can_overlap(const EngineRequest& r) const {
   const GenerateConfig& c = r.cfg;
-  return !c.is_beam_search() && !c.return_logprobs && (r.forked || c.num_return_sequences == 1) &&
-         c.repetition_penalty == 1.0f && c.presence_penalty == 0.0f &&
-         c.frequency_penalty == 0.0f && c.no_repeat_ngram_size == 0 && c.bad_words_list.empty();
+  // A constrained request's next mask depends on the token this step chooses (its
+  // matcher advances on it): a step queued before that token is seen could not mask.
+  return !c.grammar && !c.is_beam_search() && !c.return_logprobs &&
+         (r.forked || c.num_return_sequences == 1) && c.repetition_penalty == 1.0f &&
+         c.presence_penalty == 0.0f && c.frequency_penalty == 0.0f && c.no_repeat_ngram_size == 0 &&
+         c.bad_words_list.empty();
 }
 
 void AsyncModel::add_pending(const Step& step) {
@@ -632,8 +635,8 @@ SeqInputs AsyncModel::seq_inputs(const ScheduledSeq& s) const {
   in.prompt_len = r.prompt_len;
   in.pending = seq.pending;
   // Beams and log-probabilities need the logits; the prompt of a request of n samples
-  // feeds n draws from one row.
-  if (!cfg.is_beam_search() && !cfg.return_logprobs &&
+  // feeds n draws from one row; a constrained row is masked by its matcher on the host.
+  if (!cfg.is_beam_search() && !cfg.return_logprobs && !cfg.grammar &&
       (r.forked || cfg.num_return_sequences == 1)) {
     in.device_config = &cfg;
     in.rng =

@@ -42,6 +42,12 @@ std::unique_ptr<EngineSeq> RequestTable::make_seq(int32_t index, std::vector<int
 
 int64_t RequestTable::new_seq(EngineRequest& r, int32_t index, std::vector<int32_t> tokens) {
   auto s = make_seq(index, std::move(tokens));
+  if (r.cfg.grammar) {
+    if (!r.seqs.empty() && r.seqs[0]->matcher)
+      s->matcher = r.seqs[0]->matcher;
+    else
+      s->matcher.emplace(r.cfg.grammar);
+  }
   const int64_t id = s->id;
   r.seqs.push_back(std::move(s));
   return id;

@@ -19,6 +19,7 @@
 #include "engine/executor.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "grammar/matcher.h"
 
 namespace tachyon {
 
@@ -42,6 +43,8 @@ struct EngineSeq {
     pending.clear();
   }
   std::chrono::steady_clock::time_point last_token;
+  // Where its text stands in the request's grammar (GenerateConfig::grammar), if any.
+  std::optional<grammar::GrammarMatcher> matcher;
 };
 
 struct EngineRequest {
@@ -92,7 +95,8 @@ class RequestTable {
   // The requests' ids, in submission order.
   std::vector<int64_t> ids() const;
 
-  // A new sequence of r, not yet among r.seqs (make_seq) or added to them (new_seq).
+  // A new sequence of r, not yet among r.seqs (make_seq) or added to them (new_seq: with
+  // a constraint, its matcher is a copy of the first sequence's, or a fresh one).
   std::unique_ptr<EngineSeq> make_seq(int32_t index, std::vector<int32_t> tokens);
   int64_t new_seq(EngineRequest& r, int32_t index, std::vector<int32_t> tokens);
   // Replaces r's beams (the old ones let go of their blocks).

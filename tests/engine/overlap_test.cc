@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <regex>
 
 #include "engine_test_util.h"
 
@@ -270,6 +271,58 @@ TEST(Overlap, CancellationWithStepsInFlight) {
   const auto s = engine.stats();
   EXPECT_EQ(s.num_free_blocks, s.num_kv_blocks);
   EXPECT_EQ(model->violations(), 0);
+}
+
+}  // namespace
+}  // namespace tachyon::testing
+
+namespace tachyon::testing {
+namespace {
+
+// A constrained request's next mask needs the token its step chooses: its steps are
+// waited for, and what it generates is the same with overlap on or off.
+TEST(Overlap, ConstrainedRequestsAreNotQueuedAhead) {
+  FakeModelOptions o;
+  o.vocab = 60;
+  std::vector<std::string> bytes;
+  for (int32_t t = 0; t < o.vocab; ++t) bytes.push_back(std::string(1 + t % 2, char('a' + t % 7)));
+  std::vector<bool> special(bytes.size(), false);
+  special[static_cast<size_t>(o.eos)] = true;
+  auto vocab =
+      std::make_shared<const grammar::TokenVocabulary>(bytes, special, std::vector<int32_t>{o.eos});
+  const std::string pattern = "[a-c]{2,9}(dd|e)";
+  auto g = std::make_shared<const grammar::CompiledGrammar>(
+      grammar::build_grammar({grammar::GrammarSpec::Kind::kRegex, pattern, {}}), vocab);
+  EngineConfig ec;
+  ec.max_num_seqs = 16;
+  ec.num_kv_blocks = 400;
+  ec.block_size = 4;
+  std::mt19937 rng(9);
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < 12; ++i) {
+    GenerateRequest r;
+    r.prompt_ids = random_prompt(rng, 5, o.vocab, o.eos);
+    r.config.max_new_tokens = 30;
+    r.config.random_seed = 77 + static_cast<uint64_t>(i);
+    r.config.num_return_sequences = 1 + i % 2;
+    r.config.constraint = grammar::GrammarSpec{grammar::GrammarSpec::Kind::kRegex, pattern, {}};
+    r.config.grammar = g;
+    reqs.push_back(std::move(r));
+  }
+  const EngineRun serial = run_engine(o, ec, reqs, false);
+  const EngineRun ahead = run_engine(o, ec, reqs, true);
+  expect_same(serial, ahead);
+  EXPECT_EQ(ahead.stats.overlapped_steps, 0);
+  const std::regex re(pattern);
+  for (const GenerateResult& r : ahead.results) {
+    ASSERT_FALSE(r.error) << r.error->message;
+    for (const SequenceOutput& s : r.sequences) {
+      std::string text;
+      for (int32_t t : s.output_ids) text += bytes[static_cast<size_t>(t)];
+      EXPECT_EQ(s.finish_reason, FinishReason::kStop);
+      EXPECT_TRUE(std::regex_match(text, re)) << text;
+    }
+  }
 }
 
 }  // namespace
