@@ -63,6 +63,7 @@ GenerateConfig to_generate_config(const GenerationParams& p) {
   c.length_penalty = p.length_penalty;
   c.return_logprobs = p.return_logprobs;
   c.top_logprobs = p.top_logprobs;
+  c.constraint = p.constraint;
   return c;
 }
 

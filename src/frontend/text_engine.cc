@@ -65,17 +65,13 @@ TextEngine::Started TextEngine::start(GenerateRequest request) {
 
 std::shared_ptr<const grammar::CompiledGrammar> TextEngine::compile(
     const grammar::GrammarSpec& spec) {
-  using Kind = grammar::GrammarSpec::Kind;
-  const std::string_view field = spec.kind == Kind::kRegex     ? "regex"
-                                 : spec.kind == Kind::kGrammar ? "ebnf"
-                                 : spec.kind == Kind::kChoice  ? "choice"
-                                                               : "response_format";
   std::shared_ptr<const grammar::TokenVocabulary> vocab;
   {
     std::lock_guard<std::mutex> lock(vocab_mu_);
     if (!vocab_) {
       if (!tokenizer_ || tokenizer_->vocab_size() == 0)
-        raise<InvalidArgument>("generate_config.{}: constrained decoding needs a tokenizer", field);
+        raise<InvalidArgument>("{}: constrained decoding needs a tokenizer",
+                               grammar::grammar_kind_name(spec.kind));
       // The model's rows may be wider than the tokenizer's vocabulary: the ids past it
       // are never text.
       const int32_t n = engine_->vocab_size();
@@ -95,11 +91,7 @@ std::shared_ptr<const grammar::CompiledGrammar> TextEngine::compile(
     }
     vocab = vocab_;
   }
-  try {
-    return grammars_.get(spec, vocab);
-  } catch (const InvalidArgument& e) {
-    raise<InvalidArgument>("generate_config.{}: {}", field, e.what());
-  }
+  return grammars_.get(spec, vocab);
 }
 
 std::shared_ptr<RequestStream> TextEngine::submit(GenerateRequest request, Sink sink) {

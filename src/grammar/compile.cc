@@ -35,7 +35,9 @@ ws ::= [ \t\n\r]{0,20}
   return g;
 }
 
-Grammar build_grammar(const GrammarSpec& spec, const GrammarLimits& limits) {
+namespace {
+
+Grammar build(const GrammarSpec& spec, const GrammarLimits& limits) {
   using Kind = GrammarSpec::Kind;
   switch (spec.kind) {
     case Kind::kRegex: {
@@ -45,7 +47,7 @@ Grammar build_grammar(const GrammarSpec& spec, const GrammarLimits& limits) {
       return lower(rules, "root", limits);
     }
     case Kind::kChoice: {
-      if (spec.choices.empty()) raise<InvalidArgument>("choice: the list of choices is empty");
+      if (spec.choices.empty()) raise<InvalidArgument>("the list of choices is empty");
       size_t total = 0;
       std::vector<RuleDefinition> rules(1);
       rules[0].name = "root";
@@ -53,7 +55,7 @@ Grammar build_grammar(const GrammarSpec& spec, const GrammarLimits& limits) {
       for (const std::string& c : spec.choices) {
         total += c.size();
         if (total > limits.max_text_bytes)
-          raise<InvalidArgument>("choice: the choices exceed {} bytes", limits.max_text_bytes);
+          raise<InvalidArgument>("the choices exceed {} bytes", limits.max_text_bytes);
         GrammarNode lit;
         lit.kind = GrammarNode::Kind::kLiteral;
         lit.text = c;
@@ -68,6 +70,16 @@ Grammar build_grammar(const GrammarSpec& spec, const GrammarLimits& limits) {
       return lower(parse_gbnf(json_gbnf(spec.kind == Kind::kJsonObject), limits), "root", limits);
   }
   raise<InvalidArgument>("unknown grammar kind");
+}
+
+}  // namespace
+
+Grammar build_grammar(const GrammarSpec& spec, const GrammarLimits& limits) {
+  try {
+    return build(spec, limits);
+  } catch (const InvalidArgument& e) {
+    raise<InvalidArgument>("{}: {}", grammar_kind_name(spec.kind), e.what());
+  }
 }
 
 std::shared_ptr<const CompiledGrammar> GrammarCache::get(

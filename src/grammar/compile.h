@@ -39,7 +39,8 @@ std::string_view grammar_kind_name(GrammarSpec::Kind kind);
 // cannot loop forever on it; the text starts with the value and ends with it.
 std::string json_gbnf(bool object_only);
 
-// Parses and lowers a spec; throws InvalidArgument naming the problem.
+// Parses and lowers a spec; throws InvalidArgument naming the kind and the problem
+// ("regex: an unterminated group at offset 2").
 Grammar build_grammar(const GrammarSpec& spec, const GrammarLimits& limits = {});
 
 // Compiled grammars by (kind, text, vocabulary), the least recently used dropped

@@ -43,7 +43,7 @@ class GbnfParser {
 
  private:
   [[noreturn]] void fail(std::string_view what) const {
-    raise<InvalidArgument>("grammar: {} at offset {}", what, pos_);
+    raise<InvalidArgument>("{} at offset {}", what, pos_);
   }
   void skip_space() {
     while (pos_ < s_.size()) {

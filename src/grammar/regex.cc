@@ -57,7 +57,7 @@ class RegexParser {
 
  private:
   [[noreturn]] void fail(std::string_view what) const {
-    raise<InvalidArgument>("regex: {} at offset {}", what, pos_);
+    raise<InvalidArgument>("{} at offset {}", what, pos_);
   }
   // Whether the byte at i is preceded by an odd number of backslashes.
   bool escaped_at(size_t i) const {

@@ -145,9 +145,9 @@ TEST(KjvGrammar, BadConstraintsAreRefusedAtSubmission) {
     }
   };
   refused({grammar::GrammarSpec::Kind::kRegex, "(a)\\1", {}},
-          "generate_config.regex: regex: backreferences are not supported");
+          "regex: backreferences are not supported");
   refused({grammar::GrammarSpec::Kind::kGrammar, "root ::= item", {}},
-          "generate_config.ebnf: rule 'item' is not defined");
+          "grammar: rule 'item' is not defined");
   // The engine alone (no tokenizer) cannot compile a constraint.
   GenerateConfig c = sampled(1, 8, {grammar::GrammarSpec::Kind::kRegex, "a", {}});
   EXPECT_THROW(e->engine().submit({prompt("In"), c}), InvalidArgument);
