@@ -3,7 +3,8 @@
 // One prompt:
 //   tachyon generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3)
 //       [--max-new-tokens N] [--temperature T] [--seed S] [--ignore-eos]
-//       [--generate-config JSON] [--json | --stream] [--dump-logits FILE]
+//       [--generate-config JSON] [--regex R | --grammar FILE.gbnf]
+//       [--json | --stream] [--dump-logits FILE]
 //       [--lora NAME=DIR ...] (generate_config.adapter_name: NAME)
 //   prints the generated ids (comma-separated); --stream prints the text as it comes;
 //   --json prints one object:
@@ -28,6 +29,7 @@
 #include "cli/model_dir.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "core/mmap.h"
 #include "io/safetensors.h"
 #include "model/loader.h"
 
@@ -87,6 +89,14 @@ Json flag_defaults(const SettingValues& v) {
     d["temperature"] = v.number("temperature");
   if (v.given("seed")) d["random_seed"] = v.integer("seed");
   if (v.flag("ignore-eos")) d["ignore_eos"] = true;
+  // A constraint flag replaces any constraint of --generate-config.
+  if (v.given("regex") || v.given("grammar")) {
+    if (v.given("regex") && v.given("grammar"))
+      raise<InvalidArgument>("--regex and --grammar are exclusive");
+    for (const char* k : {"regex", "ebnf", "choice", "response_format"}) d.erase(k);
+    if (v.given("regex")) d["regex"] = v.str("regex");
+    if (v.given("grammar")) d["ebnf"] = read_file(v.str("grammar"), size_t{1} << 20);
+  }
   return d;
 }
 
