@@ -3,7 +3,7 @@
 // One prompt:
 //   tachyon generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3)
 //       [--max-new-tokens N] [--temperature T] [--seed S] [--ignore-eos]
-//       [--generate-config JSON] [--regex R | --grammar FILE.gbnf]
+//       [--generate-config JSON] [--regex R | --grammar FILE.gbnf | --json-object]
 //       [--json | --stream] [--dump-logits FILE]
 //       [--lora NAME=DIR ...] (generate_config.adapter_name: NAME)
 //   prints the generated ids (comma-separated); --stream prints the text as it comes;
@@ -29,7 +29,6 @@
 #include "cli/model_dir.h"
 #include "core/error.h"
 #include "core/json.h"
-#include "core/mmap.h"
 #include "io/safetensors.h"
 #include "model/loader.h"
 
@@ -90,12 +89,13 @@ Json flag_defaults(const SettingValues& v) {
   if (v.given("seed")) d["random_seed"] = v.integer("seed");
   if (v.flag("ignore-eos")) d["ignore_eos"] = true;
   // A constraint flag replaces any constraint of --generate-config.
-  if (v.given("regex") || v.given("grammar")) {
-    if (v.given("regex") && v.given("grammar"))
-      raise<InvalidArgument>("--regex and --grammar are exclusive");
+  if (auto spec = constraint_flags(v)) {
     for (const char* k : {"regex", "ebnf", "choice", "response_format"}) d.erase(k);
-    if (v.given("regex")) d["regex"] = v.str("regex");
-    if (v.given("grammar")) d["ebnf"] = read_file(v.str("grammar"), size_t{1} << 20);
+    GenerateConfig c;
+    c.constraint = std::move(spec);
+    const Json j = c.to_json();
+    for (const auto& [k, x] : j.items())
+      if (k == "regex" || k == "ebnf" || k == "response_format") d[k] = x;
   }
   return d;
 }
