@@ -635,13 +635,26 @@ SeqInputs AsyncModel::seq_inputs(const ScheduledSeq& s) const {
   in.prompt_len = r.prompt_len;
   in.pending = seq.pending;
   // Beams and log-probabilities need the logits; the prompt of a request of n samples
-  // feeds n draws from one row; a constrained row is masked by its matcher on the host.
-  if (!cfg.is_beam_search() && !cfg.return_logprobs && !cfg.grammar &&
+  // feeds n draws from one row.
+  if (!cfg.is_beam_search() && !cfg.return_logprobs &&
       (r.forked || cfg.num_return_sequences == 1)) {
     in.device_config = &cfg;
     in.rng =
         RngKey{r.seed, static_cast<uint32_t>(seq.index),
                static_cast<uint64_t>(seq.tokens.size() - static_cast<size_t>(r.prompt_len)), 0};
+    // A constrained row's mask, from its matcher (its steps are never queued ahead, so
+    // the matcher has seen every token). Where the mask fails (a grammar too ambiguous)
+    // the row goes to the host, whose sampler fails the request with the reason.
+    if (seq.matcher && s.num_logits > 0 && executor_->device_sampling()) {
+      EngineSeq& m = requests_->seq(s.seq_id);
+      try {
+        m.mask.resize(static_cast<size_t>(token_mask_words(vocab_size_)));
+        m.matcher->fill_mask(m.mask);
+        in.allowed = m.mask;
+      } catch (const InvalidArgument&) {
+        in.device_config = nullptr;
+      }
+    }
   }
   return in;
 }

@@ -45,6 +45,7 @@ struct EngineSeq {
   std::chrono::steady_clock::time_point last_token;
   // Where its text stands in the request's grammar (GenerateConfig::grammar), if any.
   std::optional<grammar::GrammarMatcher> matcher;
+  std::vector<uint32_t> mask;  // its allowed tokens for a step sampled on the device
 };
 
 struct EngineRequest {

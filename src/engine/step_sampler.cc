@@ -92,12 +92,12 @@ void StepSampler::process(const std::vector<int64_t>& groups, LogitRows& rows, i
           RngKey{r.seed, static_cast<uint32_t>(s.index),
                  static_cast<uint64_t>(s.tokens.size() - static_cast<size_t>(r.prompt_len)), 0};
       try {
-        if (s.matcher) {
-          mask.resize(static_cast<size_t>(token_mask_words(vocab_size_)));
-          s.matcher->fill_mask(mask);
-          ctx.allowed = mask;
-        }
         if (job.row.token == kTokenOnHost) {
+          if (s.matcher) {
+            mask.resize(static_cast<size_t>(token_mask_words(vocab_size_)));
+            s.matcher->fill_mask(mask);
+            ctx.allowed = mask;
+          }
           job.token = samplers_[static_cast<size_t>(w)].sample(job.row.logits, vocab_size_, ctx);
         } else if (job.row.token >= 0) {
           job.token.token = job.row.token;  // chosen on the device, with its log-prob

@@ -19,6 +19,7 @@ struct EngineRun {
   int64_t deferred_steps = 0;
   int64_t deferred_tokens = 0;
   int64_t violations = 0;
+  int64_t masked_rows = 0;
 };
 
 EngineRun run_engine(const FakeModelOptions& o, EngineConfig ec,
@@ -35,6 +36,7 @@ EngineRun run_engine(const FakeModelOptions& o, EngineConfig ec,
   run.deferred_steps = model->deferred_steps();
   run.deferred_tokens = model->deferred_tokens();
   run.violations = model->violations();
+  run.masked_rows = model->masked_rows();
   return run;
 }
 
@@ -280,7 +282,8 @@ namespace tachyon::testing {
 namespace {
 
 // A constrained request's next mask needs the token its step chooses: its steps are
-// waited for, and what it generates is the same with overlap on or off.
+// waited for, and what it generates is the same with overlap on or off, and with its
+// masks applied on the device or on the host.
 TEST(Overlap, ConstrainedRequestsAreNotQueuedAhead) {
   FakeModelOptions o;
   o.vocab = 60;
@@ -313,6 +316,13 @@ TEST(Overlap, ConstrainedRequestsAreNotQueuedAhead) {
   const EngineRun ahead = run_engine(o, ec, reqs, true);
   expect_same(serial, ahead);
   EXPECT_EQ(ahead.stats.overlapped_steps, 0);
+  // The rows are masked on the device (SamplingBatch::token_masks) but for the prompt's
+  // row of n = 2, which feeds two draws on the host: the same tokens as the host's masks.
+  EXPECT_GT(ahead.masked_rows, 40);
+  ec.device_sampling = false;
+  const EngineRun host = run_engine(o, ec, reqs, true);
+  EXPECT_EQ(host.masked_rows, 0);
+  expect_same(host, ahead);
   const std::regex re(pattern);
   for (const GenerateResult& r : ahead.results) {
     ASSERT_FALSE(r.error) << r.error->message;
