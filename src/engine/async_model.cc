@@ -642,18 +642,11 @@ SeqInputs AsyncModel::seq_inputs(const ScheduledSeq& s) const {
     in.rng =
         RngKey{r.seed, static_cast<uint32_t>(seq.index),
                static_cast<uint64_t>(seq.tokens.size() - static_cast<size_t>(r.prompt_len)), 0};
-    // A constrained row's mask, from its matcher (its steps are never queued ahead, so
-    // the matcher has seen every token). Where the mask fails (a grammar too ambiguous)
-    // the row goes to the host, whose sampler fails the request with the reason.
+    // A constrained row's mask (its steps are never queued ahead: the matcher has seen
+    // every token); where it fails, the host's sampler fails the request with the reason.
     if (seq.matcher && s.num_logits > 0 && executor_->device_sampling()) {
-      EngineSeq& m = requests_->seq(s.seq_id);
-      try {
-        m.mask.resize(static_cast<size_t>(token_mask_words(vocab_size_)));
-        m.matcher->fill_mask(m.mask);
-        in.allowed = m.mask;
-      } catch (const InvalidArgument&) {
-        in.device_config = nullptr;
-      }
+      in.allowed = RequestTable::fill_mask(requests_->seq(s.seq_id), vocab_size_);
+      if (in.allowed.empty()) in.device_config = nullptr;
     }
   }
   return in;

@@ -53,6 +53,16 @@ int64_t RequestTable::new_seq(EngineRequest& r, int32_t index, std::vector<int32
   return id;
 }
 
+std::span<const uint32_t> RequestTable::fill_mask(EngineSeq& s, int32_t vocab_size) {
+  try {
+    s.mask.resize(static_cast<size_t>(token_mask_words(vocab_size)));
+    s.matcher->fill_mask(s.mask);
+    return s.mask;
+  } catch (const InvalidArgument&) {
+    return {};
+  }
+}
+
 void RequestTable::replace_seqs(EngineRequest& r, std::vector<std::unique_ptr<EngineSeq>> fresh) {
   for (auto& old : r.seqs) {
     scheduler_->remove_seq(old->id);

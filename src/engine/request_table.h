@@ -115,6 +115,10 @@ class RequestTable {
   // frontend found); the request ends with its last sequence.
   void stop_sequence(int64_t id, int32_t index);
 
+  // Fills s.mask with the tokens s's matcher allows next (for a row sampled on the
+  // device); empty when the matcher cannot (InvalidArgument: a grammar too ambiguous).
+  static std::span<const uint32_t> fill_mask(EngineSeq& s, int32_t vocab_size);
+
   void emit(EngineRequest& r, StreamEvent e) { outbox_.emplace_back(r.stream, std::move(e)); }
   // Hands the events gathered to their streams, each stream's in one push.
   void flush();
