@@ -1,6 +1,7 @@
 #include "grammar/matcher.h"
 
 #include <algorithm>
+#include <map>
 
 #include "core/error.h"
 
@@ -99,16 +100,34 @@ std::vector<uint32_t> CompiledGrammar::stack_mask(const ParseStack& stack) const
   std::vector<uint32_t> mask((static_cast<size_t>(vocab_->size()) + 31) / 32, 0);
   const auto& trie = vocab_->trie();
   const auto& tokens = vocab_->trie_tokens();
-  // level[d]: the stacks after the first d bytes of the current trie path.
-  std::vector<std::vector<ParseStack>> level(vocab_->max_token_bytes() + 1);
-  level[0] = {stack};
+  // The stack sets met on the walk, numbered: many trie nodes reach the same set (in a
+  // JSON string, every letter leaves the same stacks), so each (set, byte) step is
+  // computed once and then looked up.
+  std::vector<std::vector<ParseStack>> sets{{stack}};
+  std::map<std::vector<ParseStack>, int32_t> set_ids{{sets[0], 0}};
+  std::unordered_map<uint32_t, int32_t> step;  // set << 8 | byte -> set (-1: refused)
+  // level[d]: the set after the first d bytes of the current trie path.
+  std::vector<int32_t> level(vocab_->max_token_bytes() + 1, 0);
   for (uint32_t i = 0; i < trie.size();) {
     const auto& node = trie[i];
-    level[node.depth] = advance(level[node.depth - 1], node.byte);
-    if (level[node.depth].empty()) {
+    const uint32_t key = static_cast<uint32_t>(level[node.depth - 1]) << 8 | node.byte;
+    auto it = step.find(key);
+    if (it == step.end()) {
+      std::vector<ParseStack> next =
+          advance(sets[static_cast<size_t>(level[node.depth - 1])], node.byte);
+      int32_t id = -1;
+      if (!next.empty()) {
+        auto [pos, fresh] = set_ids.emplace(next, static_cast<int32_t>(sets.size()));
+        if (fresh) sets.push_back(std::move(next));
+        id = pos->second;
+      }
+      it = step.emplace(key, id).first;
+    }
+    if (it->second < 0) {
       i = node.subtree_end;
       continue;
     }
+    level[node.depth] = it->second;
     for (uint32_t k = node.token_begin; k < node.token_end; ++k)
       mask[static_cast<size_t>(tokens[k]) / 32] |= 1u << (static_cast<uint32_t>(tokens[k]) % 32);
     ++i;
