@@ -278,8 +278,8 @@ class Lowering {
   // Edges r -> s where r's alternative may reach s without consuming a byte. A cycle
   // through an edge that leaves something on the stack (s not the alternative's last
   // element) grows the stack forever: refused as left recursion. A cycle of tail edges
-  // only (a repetition of something that may match nothing) returns to the same stack:
-  // the matcher's expansion then skips stacks it has seen (nullable_cycles).
+  // only (a repetition of something that may match nothing) returns to the same stack,
+  // which the matcher's expansion skips.
   void check_left_recursion() {
     const std::vector<bool> null = nullable();
     const size_t n = g_.rules.size();
@@ -329,7 +329,6 @@ class Lowering {
       for (const Edge& e : first[v]) {
         if (comp[v] != comp[e.to]) continue;
         if (!e.tail) raise<InvalidArgument>("rule '{}' is left-recursive", g_.rule_names[v]);
-        g_.nullable_cycles = true;
       }
   }
   // The root must match some finite text.

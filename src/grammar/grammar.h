@@ -66,9 +66,6 @@ struct Grammar {
   std::vector<std::vector<uint32_t>> rules;
   std::vector<std::string> rule_names;
   uint32_t root = 0;
-  // Some rule reaches itself through tail positions without consuming a byte (e.g. a
-  // repetition of a nullable group): expansion must skip the stacks it has seen.
-  bool nullable_cycles = false;
 };
 
 // Lowers parsed rules (root named `root`) into the form. Throws InvalidArgument naming

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_set>
 
 #include "core/error.h"
 
@@ -35,44 +36,43 @@ CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVoc
 // Replaces a stack whose top is not a byte set by the stacks it stands for: a finished
 // alternative is popped, a rule reference becomes one stack per alternative (its
 // continuation below, dropped when it is the end of an alternative, so that right
-// recursion does not grow the stack).
-void CompiledGrammar::expand(ParseStack& s, std::vector<ParseStack>& out,
-                             std::vector<ParseStack>* seen) const {
-  while (!s.empty() && grammar_.elements[s.back()].kind == Element::kEnd) s.pop_back();
-  if (s.empty() || grammar_.elements[s.back()].kind == Element::kBytes) {
-    if (out.size() >= limits_.max_stacks * 4)
+// recursion does not grow the stack). Each intermediate stack is expanded once: a
+// grammar of nested optional parts reaches the same stack by many paths, and a
+// repetition of something that may match nothing reaches it again.
+void CompiledGrammar::expand(ParseStack s, std::vector<ParseStack>& out) const {
+  std::vector<ParseStack> work{std::move(s)};
+  std::unordered_set<ParseStack, StackHash> seen;
+  while (!work.empty()) {
+    ParseStack t = std::move(work.back());
+    work.pop_back();
+    while (!t.empty() && grammar_.elements[t.back()].kind == Element::kEnd) t.pop_back();
+    if (!seen.insert(t).second) continue;
+    if (seen.size() > limits_.max_stacks * 16)
       raise<InvalidArgument>("the grammar is too ambiguous: more than {} parse stacks",
                              limits_.max_stacks);
-    out.push_back(std::move(s));
-    return;
-  }
-  if (seen) {
-    if (std::find(seen->begin(), seen->end(), s) != seen->end()) return;
-    seen->push_back(s);
-  }
-  if (s.size() >= limits_.max_stack_depth)
-    raise<InvalidArgument>("the text nests the grammar's rules more than {} deep",
-                           limits_.max_stack_depth);
-  const uint32_t p = s.back();
-  const auto& alts = grammar_.rules[grammar_.elements[p].arg];
-  for (size_t i = 0; i < alts.size(); ++i) {
-    ParseStack t = (i + 1 == alts.size()) ? std::move(s) : s;
-    if (grammar_.elements[p + 1].kind == Element::kEnd)
-      t.pop_back();
-    else
-      t.back() = p + 1;
-    t.push_back(alts[i]);
-    expand(t, out, seen);
+    if (t.empty() || grammar_.elements[t.back()].kind == Element::kBytes) {
+      out.push_back(std::move(t));
+      continue;
+    }
+    if (t.size() >= limits_.max_stack_depth)
+      raise<InvalidArgument>("the text nests the grammar's rules more than {} deep",
+                             limits_.max_stack_depth);
+    const uint32_t p = t.back();
+    for (uint32_t alt : grammar_.rules[grammar_.elements[p].arg]) {
+      ParseStack u = t;
+      if (grammar_.elements[p + 1].kind == Element::kEnd)
+        u.pop_back();
+      else
+        u.back() = p + 1;
+      u.push_back(alt);
+      work.push_back(std::move(u));
+    }
   }
 }
 
 std::vector<ParseStack> CompiledGrammar::initial_stacks() const {
   std::vector<ParseStack> out;
-  for (uint32_t a : grammar_.rules[grammar_.root]) {
-    ParseStack s{a};
-    std::vector<ParseStack> seen;
-    expand(s, out, grammar_.nullable_cycles ? &seen : nullptr);
-  }
+  for (uint32_t a : grammar_.rules[grammar_.root]) expand(ParseStack{a}, out);
   sort_unique(out);
   return out;
 }
@@ -86,8 +86,7 @@ std::vector<ParseStack> CompiledGrammar::advance(const std::vector<ParseStack>& 
     if (!grammar_.byte_sets[e.arg][byte]) continue;
     ParseStack t = s;
     ++t.back();
-    std::vector<ParseStack> seen;
-    expand(t, out, grammar_.nullable_cycles ? &seen : nullptr);
+    expand(std::move(t), out);
   }
   sort_unique(out);
   if (out.size() > limits_.max_stacks)

@@ -43,7 +43,7 @@ class CompiledGrammar {
   void or_stack_mask(const ParseStack& stack, std::span<uint32_t> mask) const;
 
  private:
-  void expand(ParseStack& s, std::vector<ParseStack>& out, std::vector<ParseStack>* seen) const;
+  void expand(ParseStack s, std::vector<ParseStack>& out) const;
   std::vector<uint32_t> stack_mask(const ParseStack& stack) const;
 
   struct StackHash {
