@@ -135,6 +135,9 @@ int cmd_bench(const CommandArgs& argv) {
   GenerateConfig cfg;
   cfg.temperature = static_cast<float>(args.number("temperature"));
   cfg.ignore_eos = true;
+  // Structured output: every request under the same constraint (its mask cost); a
+  // grammar that completes ends its request before the output length.
+  cfg.constraint = constraint_flags(args);
 
   // Warm-up: prompts of random tokens from a seed of their own, so that they share no
   // prefix with the workload's.

@@ -3,7 +3,8 @@
 // One prompt:
 //   tachyon generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3)
 //       [--max-new-tokens N] [--temperature T] [--seed S] [--ignore-eos]
-//       [--generate-config JSON] [--json | --stream] [--dump-logits FILE]
+//       [--generate-config JSON] [--regex R | --grammar FILE.gbnf | --json-object]
+//       [--json | --stream] [--dump-logits FILE]
 //       [--lora NAME=DIR ...] (generate_config.adapter_name: NAME)
 //   prints the generated ids (comma-separated); --stream prints the text as it comes;
 //   --json prints one object:
@@ -87,6 +88,15 @@ Json flag_defaults(const SettingValues& v) {
     d["temperature"] = v.number("temperature");
   if (v.given("seed")) d["random_seed"] = v.integer("seed");
   if (v.flag("ignore-eos")) d["ignore_eos"] = true;
+  // A constraint flag replaces any constraint of --generate-config.
+  if (auto spec = constraint_flags(v)) {
+    for (const char* k : {"regex", "ebnf", "choice", "response_format"}) d.erase(k);
+    GenerateConfig c;
+    c.constraint = std::move(spec);
+    const Json j = c.to_json();
+    for (const auto& [k, x] : j.items())
+      if (k == "regex" || k == "ebnf" || k == "response_format") d[k] = x;
+  }
   return d;
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/logging.h"
+#include "core/mmap.h"
 #include "engine/kv_sizing.h"
 #include "model/loader.h"
 
@@ -81,6 +82,18 @@ EngineBundle open_engine(const std::string& model_dir, const SettingValues& v,
     for (const AdapterInfo& a : lora.adapters) b.adapters->load(a.name, a.path);
   }
   return b;
+}
+
+std::optional<grammar::GrammarSpec> constraint_flags(const SettingValues& v) {
+  using Kind = grammar::GrammarSpec::Kind;
+  const int given =
+      (v.given("regex") ? 1 : 0) + (v.given("grammar") ? 1 : 0) + (v.flag("json-object") ? 1 : 0);
+  if (given > 1) raise<InvalidArgument>("--regex, --grammar and --json-object are exclusive");
+  if (v.given("regex")) return grammar::GrammarSpec{Kind::kRegex, v.str("regex"), {}};
+  if (v.given("grammar"))
+    return grammar::GrammarSpec{Kind::kGrammar, read_file(v.str("grammar"), size_t{1} << 20), {}};
+  if (v.flag("json-object")) return grammar::GrammarSpec{Kind::kJsonObject, {}, {}};
+  return std::nullopt;
 }
 
 std::vector<int32_t> prompt_from_json(const Json& line, const Tokenizer* tokenizer) {

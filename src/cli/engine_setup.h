@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "engine/async_model.h"
 #include "frontend/adapters.h"
 #include "frontend/text_engine.h"
+#include "grammar/compile.h"
 #include "model/loader.h"
 #include "model/model_runner.h"
 #include "tokenizer/tokenizer.h"
@@ -38,6 +40,10 @@ LoadOptions load_options(const SettingValues& settings, const LoraOptions& lora 
 // (0: max-num-seqs). lora: the adapters to register (when enabled) or merge.
 EngineBundle open_engine(const std::string& model_dir, const SettingValues& settings,
                          int32_t expected_seqs = 0, const LoraOptions& lora = {});
+
+// The structured-output flags (--regex R, --grammar FILE, --json-object) as a request's
+// constraint (InvalidArgument when more than one is given).
+std::optional<grammar::GrammarSpec> constraint_flags(const SettingValues& settings);
 
 // A prompt from a JSONL line or flag: {"prompt": "..."} (needs the tokenizer; special
 // tokens added as the tokenizer does) or {"prompt_ids": [...]}.

@@ -541,9 +541,12 @@ bool AsyncModel::launch_step() {
 
 bool AsyncModel::can_overlap(const EngineRequest& r) const {
   const GenerateConfig& c = r.cfg;
-  return !c.is_beam_search() && !c.return_logprobs && (r.forked || c.num_return_sequences == 1) &&
-         c.repetition_penalty == 1.0f && c.presence_penalty == 0.0f &&
-         c.frequency_penalty == 0.0f && c.no_repeat_ngram_size == 0 && c.bad_words_list.empty();
+  // A constrained request's next mask depends on the token this step chooses (its
+  // matcher advances on it): a step queued before that token is seen could not mask.
+  return !c.grammar && !c.is_beam_search() && !c.return_logprobs &&
+         (r.forked || c.num_return_sequences == 1) && c.repetition_penalty == 1.0f &&
+         c.presence_penalty == 0.0f && c.frequency_penalty == 0.0f && c.no_repeat_ngram_size == 0 &&
+         c.bad_words_list.empty();
 }
 
 void AsyncModel::add_pending(const Step& step) {
@@ -639,6 +642,12 @@ SeqInputs AsyncModel::seq_inputs(const ScheduledSeq& s) const {
     in.rng =
         RngKey{r.seed, static_cast<uint32_t>(seq.index),
                static_cast<uint64_t>(seq.tokens.size() - static_cast<size_t>(r.prompt_len)), 0};
+    // A constrained row's mask (its steps are never queued ahead: the matcher has seen
+    // every token); where it fails, the host's sampler fails the request with the reason.
+    if (seq.matcher && s.num_logits > 0 && executor_->device_sampling()) {
+      in.allowed = RequestTable::fill_mask(requests_->seq(s.seq_id), vocab_size_);
+      if (in.allowed.empty()) in.device_config = nullptr;
+    }
   }
   return in;
 }

@@ -179,6 +179,8 @@ class AsyncModel {
   const EngineConfig& config() const { return config_; }
   int32_t num_kv_blocks() const { return num_blocks_; }
   int32_t vocab_size() const { return vocab_size_; }
+  // The tokens that end a sequence (EngineConfig::eos_token_ids).
+  const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
   int32_t max_seq_len() const { return max_seq_len_; }
 
  private:

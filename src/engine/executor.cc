@@ -25,6 +25,8 @@ void fill_batch(const SchedulerOutput& plan, std::span<const SeqInputs> inputs, 
   b.sampling.rows.clear();
   b.sampling.adjustments.clear();
   b.sampling.adjust_start.clear();
+  b.sampling.token_masks.clear();
+  b.sampling.mask_of.clear();
   b.deferred.clear();
   b.adapter_ids.clear();
   const size_t n = plan.seqs.size();
@@ -125,15 +127,23 @@ void ModelExecutor::add_sampling(const SchedulerOutput& plan) {
         ctx.eos_ids = eos_ids_;
         row = row_sampling(*in.device_config, in.rng);
         if (!processors_inactive(ctx)) token_adjustments(ctx, vocab_size_, &sb.adjustments);
+        if (!in.allowed.empty()) {
+          sb.mask_of.resize(sb.rows.size(), -1);
+          sb.mask_of.push_back(static_cast<int32_t>(sb.token_masks.size() / in.allowed.size()));
+          sb.token_masks.insert(sb.token_masks.end(), in.allowed.begin(), in.allowed.end());
+        }
       }
       sb.rows.push_back(row);
       sb.adjust_start.push_back(static_cast<int32_t>(sb.adjustments.size()));
     }
   }
+  if (!sb.mask_of.empty()) sb.mask_of.resize(sb.rows.size(), -1);
   if (!sb.any_on_device()) {  // empty: every row's logits come back (kept buffers)
     sb.rows.clear();
     sb.adjustments.clear();
     sb.adjust_start.clear();
+    sb.token_masks.clear();
+    sb.mask_of.clear();
   }
 }
 

@@ -34,6 +34,9 @@ struct SeqInputs {
   // logits come back to the host.
   const GenerateConfig* device_config = nullptr;
   RngKey rng;  // the draw's key
+  // The tokens the device's draw may choose (structured output: a bitmask of
+  // token_mask_words(vocab) words); empty: every token.
+  std::span<const uint32_t> allowed;
   std::span<const PendingToken> pending;
 };
 using SeqLookup = std::function<SeqInputs(const ScheduledSeq&)>;

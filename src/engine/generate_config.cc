@@ -140,6 +140,42 @@ std::vector<std::pair<int32_t, float>> get_logit_bias(const Json& v, std::string
   return {bias.begin(), bias.end()};
 }
 
+// A structured-output field (regex, ebnf, choice, response_format); nullopt for
+// response_format {"type": "text"} (no constraint).
+std::optional<grammar::GrammarSpec> parse_constraint(std::string_view k, const Json& v) {
+  using Kind = grammar::GrammarSpec::Kind;
+  grammar::GrammarSpec spec;
+  if (k == "regex" || k == "ebnf") {
+    if (!v.is_string()) wrong_type(k, "a string", v);
+    spec.kind = k == "regex" ? Kind::kRegex : Kind::kGrammar;
+    spec.text = v.get<std::string>();
+    return spec;
+  }
+  if (k == "choice") {
+    spec.kind = Kind::kChoice;
+    spec.choices = get_string_list(v, k);
+    if (spec.choices.empty()) raise<InvalidArgument>("generate_config.choice: the list is empty");
+    return spec;
+  }
+  if (!v.is_object()) wrong_type(k, "an object", v);
+  for (const auto& [key, x] : v.items())
+    if (key != "type" && key != "json_schema")
+      raise<InvalidArgument>("generate_config.response_format: unknown field '{}'", key);
+  auto type = v.find("type");
+  if (type == v.end() || !type->is_string())
+    raise<InvalidArgument>("generate_config.response_format.type: a string is required");
+  const std::string t = type->get<std::string>();
+  if (t == "text") return std::nullopt;
+  if (t == "json_object") {
+    spec.kind = Kind::kJsonObject;
+    return spec;
+  }
+  if (t == "json_schema")
+    raise<InvalidArgument>("generate_config.response_format: json_schema is not supported yet");
+  raise<InvalidArgument>(
+      "generate_config.response_format.type: '{}' is not one of text, json_object", t);
+}
+
 Json token_lists_json(const std::vector<std::vector<int32_t>>& lists) {
   Json out = Json::array();
   for (const auto& l : lists) out.push_back(l);
@@ -147,6 +183,20 @@ Json token_lists_json(const std::vector<std::vector<int32_t>>& lists) {
 }
 
 }  // namespace
+
+static std::string_view constraint_field(const grammar::GrammarSpec& spec) {
+  using Kind = grammar::GrammarSpec::Kind;
+  switch (spec.kind) {
+    case Kind::kRegex:
+      return "regex";
+    case Kind::kGrammar:
+      return "ebnf";
+    case Kind::kChoice:
+      return "choice";
+    default:
+      return "response_format";
+  }
+}
 
 GenerateConfig GenerateConfig::from_json(const Json& json) {
   if (!json.is_object()) wrong_type("", "an object", json);
@@ -204,6 +254,15 @@ GenerateConfig GenerateConfig::from_json(const Json& json) {
       c.logit_bias = get_logit_bias(v, k);
     } else if (k == "bad_words_list") {
       c.bad_words_list = get_token_lists(v, k);
+    } else if (k == "regex" || k == "ebnf" || k == "choice" || k == "response_format") {
+      if (auto spec = parse_constraint(k, v)) {
+        if (c.constraint)
+          raise<InvalidArgument>(
+              "generate_config.{}: only one of regex, ebnf, choice and "
+              "response_format may be given",
+              key);
+        c.constraint = std::move(spec);
+      }
     } else {
       raise<InvalidArgument>("generate_config: unknown field '{}'", key);
     }
@@ -282,6 +341,15 @@ void GenerateConfig::validate_for_model(int32_t vocab_size, int32_t max_seq_len,
       raise<InvalidArgument>(
           "generate_config.logit_bias: token {} is outside the vocabulary (size {})", token,
           vocab_size);
+  if (constraint && !grammar)
+    raise<InvalidArgument>(
+        "generate_config.{}: a constraint needs the tokenizer's vocabulary: submit through the "
+        "frontend (TextEngine), which compiles it",
+        constraint_field(*constraint));
+  if (grammar && grammar->vocab_size() != vocab_size)
+    raise<InvalidArgument>(
+        "generate_config: the grammar was compiled for a vocabulary of {} tokens, the model has {}",
+        grammar->vocab_size(), vocab_size);
   if (top_k > vocab_size)
     raise<InvalidArgument>("generate_config.top_k: {} exceeds the vocabulary size {}", top_k,
                            vocab_size);
@@ -328,6 +396,25 @@ Json GenerateConfig::to_json() const {
   for (const auto& [t, b] : logit_bias) bias[std::to_string(t)] = b;
   j["logit_bias"] = bias;
   j["bad_words_list"] = token_lists_json(bad_words_list);
+  if (constraint) {
+    using Kind = grammar::GrammarSpec::Kind;
+    switch (constraint->kind) {
+      case Kind::kRegex:
+        j["regex"] = constraint->text;
+        break;
+      case Kind::kGrammar:
+        j["ebnf"] = constraint->text;
+        break;
+      case Kind::kChoice:
+        j["choice"] = constraint->choices;
+        break;
+      case Kind::kJsonObject:
+        j["response_format"] = {{"type", "json_object"}};
+        break;
+      case Kind::kJson:
+        break;  // any JSON value: no field asks for it
+    }
+  }
   return j;
 }
 

@@ -4,12 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/json.h"
+#include "grammar/compile.h"
 
 namespace tachyon {
 
@@ -64,6 +66,16 @@ struct GenerateConfig {
   bool return_logprobs = false;
   int32_t top_logprobs = 0;
 
+  // Structured output: the text generated matches a regex, is one of a list of choices,
+  // follows a GBNF grammar or is a JSON object (generate_config fields regex, choice,
+  // ebnf, response_format {"type": "json_object"}; at most one). The engine needs it
+  // compiled against the model's vocabulary (`grammar`: TextEngine compiles it from the
+  // tokenizer at submission); each sequence then keeps a matcher that masks the tokens
+  // the grammar refuses, allows EOS only where the text is complete, and stops the
+  // sequence once nothing may follow.
+  std::optional<grammar::GrammarSpec> constraint;
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
+
   bool is_greedy() const { return temperature == 0.0f || top_k == 1; }
   bool is_beam_search() const { return num_beams > 1; }
   // Sequences the request runs at once.
@@ -76,7 +88,8 @@ struct GenerateConfig {
   // Model-independent value checks (from_json runs them); throws InvalidArgument.
   void validate() const;
   // Checks that need the model: token ids within the vocabulary, lengths within the
-  // model's maximum sequence length for a prompt of prompt_len tokens.
+  // model's maximum sequence length for a prompt of prompt_len tokens, a constraint
+  // compiled for a vocabulary of vocab_size.
   void validate_for_model(int32_t vocab_size, int32_t max_seq_len, int32_t prompt_len) const;
 };
 

@@ -42,9 +42,25 @@ std::unique_ptr<EngineSeq> RequestTable::make_seq(int32_t index, std::vector<int
 
 int64_t RequestTable::new_seq(EngineRequest& r, int32_t index, std::vector<int32_t> tokens) {
   auto s = make_seq(index, std::move(tokens));
+  if (r.cfg.grammar) {
+    if (!r.seqs.empty() && r.seqs[0]->matcher)
+      s->matcher = r.seqs[0]->matcher;
+    else
+      s->matcher.emplace(r.cfg.grammar);
+  }
   const int64_t id = s->id;
   r.seqs.push_back(std::move(s));
   return id;
+}
+
+std::span<const uint32_t> RequestTable::fill_mask(EngineSeq& s, int32_t vocab_size) {
+  try {
+    s.mask.resize(static_cast<size_t>(token_mask_words(vocab_size)));
+    s.matcher->fill_mask(s.mask);
+    return s.mask;
+  } catch (const InvalidArgument&) {
+    return {};
+  }
 }
 
 void RequestTable::replace_seqs(EngineRequest& r, std::vector<std::unique_ptr<EngineSeq>> fresh) {

@@ -19,6 +19,7 @@
 #include "engine/executor.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "grammar/matcher.h"
 
 namespace tachyon {
 
@@ -42,6 +43,9 @@ struct EngineSeq {
     pending.clear();
   }
   std::chrono::steady_clock::time_point last_token;
+  // Where its text stands in the request's grammar (GenerateConfig::grammar), if any.
+  std::optional<grammar::GrammarMatcher> matcher;
+  std::vector<uint32_t> mask;  // its allowed tokens for a step sampled on the device
 };
 
 struct EngineRequest {
@@ -92,7 +96,8 @@ class RequestTable {
   // The requests' ids, in submission order.
   std::vector<int64_t> ids() const;
 
-  // A new sequence of r, not yet among r.seqs (make_seq) or added to them (new_seq).
+  // A new sequence of r, not yet among r.seqs (make_seq) or added to them (new_seq: with
+  // a constraint, its matcher is a copy of the first sequence's, or a fresh one).
   std::unique_ptr<EngineSeq> make_seq(int32_t index, std::vector<int32_t> tokens);
   int64_t new_seq(EngineRequest& r, int32_t index, std::vector<int32_t> tokens);
   // Replaces r's beams (the old ones let go of their blocks).
@@ -109,6 +114,10 @@ class RequestTable {
   // Ends sequence `index` of request `id` as stopped, if it still runs (a stop string the
   // frontend found); the request ends with its last sequence.
   void stop_sequence(int64_t id, int32_t index);
+
+  // Fills s.mask with the tokens s's matcher allows next (for a row sampled on the
+  // device); empty when the matcher cannot (InvalidArgument: a grammar too ambiguous).
+  static std::span<const uint32_t> fill_mask(EngineSeq& s, int32_t vocab_size);
 
   void emit(EngineRequest& r, StreamEvent e) { outbox_.emplace_back(r.stream, std::move(e)); }
   // Hands the events gathered to their streams, each stream's in one push.

@@ -78,6 +78,7 @@ void StepSampler::process(const std::vector<int64_t>& groups, LogitRows& rows, i
   if (static_cast<int64_t>(samplers_.size()) < workers)
     samplers_.resize(static_cast<size_t>(workers));
   auto work = [&](int64_t w) {
+    std::vector<uint32_t> mask;  // a constrained row's allowed tokens
     for (size_t j = static_cast<size_t>(w); j < jobs.size(); j += static_cast<size_t>(workers)) {
       Job& job = jobs[j];
       const EngineRequest& r = requests_->at(job.request);
@@ -92,6 +93,11 @@ void StepSampler::process(const std::vector<int64_t>& groups, LogitRows& rows, i
                  static_cast<uint64_t>(s.tokens.size() - static_cast<size_t>(r.prompt_len)), 0};
       try {
         if (job.row.token == kTokenOnHost) {
+          if (s.matcher) {
+            mask.resize(static_cast<size_t>(token_mask_words(vocab_size_)));
+            s.matcher->fill_mask(mask);
+            ctx.allowed = mask;
+          }
           job.token = samplers_[static_cast<size_t>(w)].sample(job.row.logits, vocab_size_, ctx);
         } else if (job.row.token >= 0) {
           job.token.token = job.row.token;  // chosen on the device, with its log-prob
@@ -159,6 +165,11 @@ void StepSampler::on_token(EngineRequest& r, EngineSeq& s, const SampledToken& t
     e.cum_log_prob = s.cum_logprob;
     return requests_->finish_seq(r, s, FinishReason::kStop, &e);
   }
+  // The grammar's matcher advances on the token (its mask allowed it); a text the
+  // grammar completes with nothing allowed after it ends the sequence.
+  if (s.matcher && !s.matcher->accept_token(t.token))
+    raise<Internal>("token {} was chosen outside the grammar's allowed tokens", t.token);
+  const bool complete = s.matcher && s.matcher->is_terminated();
   if (placed)
     s.tokens[pos] = t.token;
   else
@@ -182,7 +193,7 @@ void StepSampler::on_token(EngineRequest& r, EngineSeq& s, const SampledToken& t
       }
     }
   }
-  if (stop) {
+  if (stop || complete) {
     end(pos + 1);
     return requests_->finish_seq(r, s, FinishReason::kStop, &e);
   }
@@ -203,6 +214,7 @@ void StepSampler::beam_group(EngineRequest& r, LogitRows& rows) {
   const size_t vocab = static_cast<size_t>(vocab_size_);
   beam_scratch_.resize(nb * vocab);
   std::vector<const float*> lps(nb);
+  std::vector<uint32_t> mask;  // a constrained beam's allowed tokens
   std::vector<std::vector<int32_t>> beam_tokens(nb);
   for (size_t b = 0; b < nb; ++b) {
     const EngineSeq& s = *r.seqs[b];
@@ -218,6 +230,11 @@ void StepSampler::beam_group(EngineRequest& r, LogitRows& rows) {
     ctx.tokens = s.tokens;
     ctx.prompt_len = r.prompt_len;
     ctx.eos_ids = eos_ids_;
+    if (s.matcher) {
+      mask.resize(static_cast<size_t>(token_mask_words(vocab_size_)));
+      s.matcher->fill_mask(mask);
+      ctx.allowed = mask;
+    }
     process_logits(lp, vocab_size_, ctx);
     lps[b] = lp;
     beam_tokens[b].assign(s.tokens.begin() + r.prompt_len, s.tokens.end());
@@ -253,6 +270,10 @@ void StepSampler::beam_group(EngineRequest& r, LogitRows& rows) {
     tokens.push_back(next[i].token);
     auto child = requests_->make_seq(static_cast<int32_t>(i), std::move(tokens));
     child->cum_logprob = next[i].score;
+    child->matcher = parent.matcher;
+    if (child->matcher && !child->matcher->accept_token(next[i].token))
+      raise<Internal>("beam token {} was chosen outside the grammar's allowed tokens",
+                      next[i].token);
     scheduler_->fork_seq(parent.id, child->id);
     scheduler_->append_token(child->id);
     fresh.push_back(std::move(child));

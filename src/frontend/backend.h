@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "grammar/compile.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tachyon {
@@ -54,6 +55,8 @@ struct GenerationParams {
   bool skip_special_tokens = true;
   // The LoRA adapter the request runs with, by its registered name; "": the base model.
   std::string adapter_name;
+  // Structured output (GenerateConfig::constraint): regex, choice, GBNF or a JSON object.
+  std::optional<grammar::GrammarSpec> constraint;
 };
 
 // A LoRA adapter registered for requests to name.

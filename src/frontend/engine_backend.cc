@@ -38,40 +38,6 @@ GenFinish to_finish(FinishReason r) {
   return GenFinish::kError;
 }
 
-// GPT-2's byte-to-unicode alphabet, inverted: token strings of byte-level BPE
-// tokenizers spell each byte with one of these code points.
-const std::unordered_map<uint32_t, uint8_t>& byte_decoder() {
-  static const std::unordered_map<uint32_t, uint8_t> kMap = [] {
-    std::unordered_map<uint32_t, uint8_t> m;
-    uint32_t n = 0;
-    for (uint32_t b = 0; b < 256; ++b) {
-      bool printable =
-          (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-      m[printable ? b : 256 + n++] = static_cast<uint8_t>(b);
-    }
-    return m;
-  }();
-  return kMap;
-}
-
-// Decodes UTF-8 into code points; false on invalid input.
-bool code_points(std::string_view s, std::vector<uint32_t>* out) {
-  for (size_t i = 0; i < s.size();) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80             ? 1
-               : (c & 0xE0) == 0xC0 ? 2
-               : (c & 0xF0) == 0xE0 ? 3
-               : (c & 0xF8) == 0xF0 ? 4
-                                    : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    uint32_t cp = n == 1 ? c : c & (0xFF >> (n + 1));
-    for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-    out->push_back(cp);
-    i += n;
-  }
-  return true;
-}
-
 }  // namespace
 
 GenerateConfig to_generate_config(const GenerationParams& p) {
@@ -97,6 +63,7 @@ GenerateConfig to_generate_config(const GenerationParams& p) {
   c.length_penalty = p.length_penalty;
   c.return_logprobs = p.return_logprobs;
   c.top_logprobs = p.top_logprobs;
+  c.constraint = p.constraint;
   return c;
 }
 
@@ -142,8 +109,7 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
   auto templates = load_chat_templates(tok_dir);
   if (!templates.empty())
     b->chat_ = std::make_shared<ChatTemplate>(templates.compile(std::nullopt, false));
-  for (int32_t id : b->tokenizer_->encode(" a b", false))
-    if (b->tokenizer_->id_to_token(id).find("\xC4\xA0") != std::string::npos) b->byte_level_ = true;
+  b->byte_level_ = is_byte_level(*b->tokenizer_);
 
   progress(0, 0, "weights");
   LoadOptions lo;
@@ -237,43 +203,7 @@ std::string EngineBackend::decode(const std::vector<int32_t>& ids, bool skip_spe
 }
 
 std::string EngineBackend::token_bytes(int32_t id) const {
-  std::string t = tokenizer_->id_to_token(id);
-  if (t.size() == 6 && t.rfind("<0x", 0) == 0 && t.back() == '>')  // SentencePiece byte fallback
-    return std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
-  if (tokenizer_->is_special(id)) return t;
-  if (byte_level_) {
-    std::vector<uint32_t> cps;
-    std::string out;
-    const auto& dec = byte_decoder();
-    if (code_points(t, &cps)) {
-      bool ok = true;
-      for (uint32_t cp : cps) {
-        auto it = dec.find(cp);
-        if (it == dec.end()) {
-          ok = false;
-          break;
-        }
-        out += static_cast<char>(it->second);
-      }
-      if (ok) return out;
-    }
-    return tokenizer_->decode(std::vector<int32_t>{id}, false);
-  }
-  // SentencePiece: U+2581 stands for a space.
-  static const std::string kSpace = "\xE2\x96\x81";
-  if (t.find(kSpace) != std::string::npos) {
-    std::string out;
-    for (size_t i = 0; i < t.size();) {
-      if (t.compare(i, kSpace.size(), kSpace) == 0) {
-        out += ' ';
-        i += kSpace.size();
-      } else {
-        out += t[i++];
-      }
-    }
-    return out;
-  }
-  return t.empty() ? tokenizer_->decode(std::vector<int32_t>{id}, false) : t;
+  return token_text_bytes(*tokenizer_, id, byte_level_);
 }
 
 ChatPrompt EngineBackend::render_chat(const Json& messages, bool add_generation_prompt,

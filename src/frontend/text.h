@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +31,11 @@ class TextTokenizer {
       bool skip_special_tokens) const = 0;
   // Ids that end a sequence (may be empty).
   virtual std::vector<int32_t> eos_token_ids() const = 0;
+  // The tokens as bytes of text, for grammar-constrained decoding: the vocabulary's
+  // size (0: not known, constraints are refused) and a token's bytes (nullopt: a special
+  // token, never text).
+  virtual int32_t vocab_size() const { return 0; }
+  virtual std::optional<std::string> token_bytes(int32_t /*id*/) const { return std::nullopt; }
 };
 
 // Finds stop strings in streamed text. Text that might be the beginning of a stop
@@ -54,6 +60,12 @@ class StopStringMatcher {
   std::string held_;
   bool stopped_ = false;
 };
+
+// Whether a tokenizer spells bytes with GPT-2's byte-to-unicode alphabet (byte-level BPE).
+bool is_byte_level(const Tokenizer& tokenizer);
+// The bytes of text a token stands for: byte-level BPE's alphabet decoded, SentencePiece's
+// U+2581 as a space and its <0xHH> byte fallback as the byte; a special token's content.
+std::string token_text_bytes(const Tokenizer& tokenizer, int32_t id, bool byte_level);
 
 // A loaded tokenizer as a TextTokenizer: its streaming decoder gives the text pieces;
 // eos_ids (or, when empty, the tokenizer's EOS) end sequences.

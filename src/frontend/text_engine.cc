@@ -1,5 +1,7 @@
 #include "frontend/text_engine.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "frontend/output_processor.h"
 #include "frontend/stream_reader.h"
@@ -55,9 +57,41 @@ TextEngine::Started TextEngine::start(GenerateRequest request) {
                                                       t->stop_sequence(index);
                                                   });
   cfg.stop_words_str.clear();
+  if (cfg.constraint && !cfg.grammar) cfg.grammar = compile(*cfg.constraint);
   s.stream = engine_->submit(std::move(request));
   *target = s.stream;  // before the reader starts
   return s;
+}
+
+std::shared_ptr<const grammar::CompiledGrammar> TextEngine::compile(
+    const grammar::GrammarSpec& spec) {
+  std::shared_ptr<const grammar::TokenVocabulary> vocab;
+  {
+    std::lock_guard<std::mutex> lock(vocab_mu_);
+    if (!vocab_) {
+      if (!tokenizer_ || tokenizer_->vocab_size() == 0)
+        raise<InvalidArgument>("{}: constrained decoding needs a tokenizer",
+                               grammar::grammar_kind_name(spec.kind));
+      // The model's rows may be wider than the tokenizer's vocabulary: the ids past it
+      // are never text.
+      const int32_t n = engine_->vocab_size();
+      std::vector<std::string> bytes(static_cast<size_t>(n));
+      std::vector<bool> special(static_cast<size_t>(n), true);
+      for (int32_t id = 0; id < std::min(n, tokenizer_->vocab_size()); ++id) {
+        if (auto b = tokenizer_->token_bytes(id)) {
+          bytes[static_cast<size_t>(id)] = std::move(*b);
+          special[static_cast<size_t>(id)] = false;
+        }
+      }
+      std::vector<int32_t> eos;
+      for (int32_t e : engine_->eos_ids())
+        if (e >= 0 && e < n) eos.push_back(e);
+      vocab_ = std::make_shared<const grammar::TokenVocabulary>(std::move(bytes),
+                                                                std::move(special), std::move(eos));
+    }
+    vocab = vocab_;
+  }
+  return grammars_.get(spec, vocab);
 }
 
 std::shared_ptr<RequestStream> TextEngine::submit(GenerateRequest request, Sink sink) {

@@ -16,6 +16,7 @@
 
 #include "engine/async_model.h"
 #include "frontend/text.h"
+#include "grammar/compile.h"
 
 namespace tachyon {
 
@@ -63,12 +64,20 @@ class TextEngine {
     std::shared_ptr<StreamReaderPool> readers;
   };
   Started start(GenerateRequest request);
+  // The request's constraint compiled against the model's vocabulary (cached); throws
+  // InvalidArgument naming the field and the problem.
+  std::shared_ptr<const grammar::CompiledGrammar> compile(const grammar::GrammarSpec& spec);
 
   std::shared_ptr<const TextTokenizer> tokenizer_;
   bool skip_special_tokens_ = true;
   std::unique_ptr<AsyncModel> engine_;
   mutable std::mutex readers_mu_;
   std::shared_ptr<StreamReaderPool> readers_;
+  // Structured output: the tokenizer's vocabulary as bytes (built at the first
+  // constrained request) and the grammars compiled against it.
+  std::mutex vocab_mu_;
+  std::shared_ptr<const grammar::TokenVocabulary> vocab_;
+  grammar::GrammarCache grammars_;
 };
 
 }  // namespace tachyon

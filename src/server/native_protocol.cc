@@ -29,6 +29,8 @@ struct ConfigFields {
   std::optional<std::vector<std::vector<int32_t>>> stop_words_list, bad_words_list;
   std::optional<Json> chat_template_kwargs;
   std::optional<std::string> task_id;
+  // Structured output: regex, ebnf, choice or response_format (one at most per object).
+  std::optional<grammar::GrammarSpec> constraint;
   // A name or a list of names (each "" or null for the base model), as sent.
   std::optional<std::vector<std::string>> adapter_names;
   bool adapter_list = false;
@@ -74,6 +76,7 @@ struct ConfigFields {
       chat_template_kwargs = *k;
     }
     if (const Json* t = r.raw("task_id")) task_id = read_task_id(*t, r.path("task_id"));
+    read_constraint(r);
     if (const Json* a = r.raw("adapter_name")) read_adapter_names(*a, r.path("adapter_name"));
     // Fields RTP-LLM has that this server cannot honour yet: refused, never ignored.
     r.refuse_unless("return_logits", {false}, "returning logits is not supported");
@@ -96,6 +99,24 @@ struct ConfigFields {
                           "chat_id", "traffic_reject_priority", "md5_value", "timeline",
                           "gen_timeline", "reuse_cache", "can_use_pd_separation"})
       r.ignore(k);
+  }
+
+  void read_constraint(FieldReader& r) {
+    using Kind = grammar::GrammarSpec::Kind;
+    std::optional<grammar::GrammarSpec> c;
+    if (auto v = r.opt_string("regex"))
+      set_constraint(c, grammar::GrammarSpec{Kind::kRegex, *v, {}}, r.path("regex"));
+    if (auto v = r.opt_string("ebnf"))
+      set_constraint(c, grammar::GrammarSpec{Kind::kGrammar, *v, {}}, r.path("ebnf"));
+    if (auto v = r.opt_strings("choice", 4096, 1u << 16)) {
+      if (v->empty())
+        throw ApiError::bad_request(r.path("choice") + " must not be empty", r.path("choice"));
+      set_constraint(c, grammar::GrammarSpec{Kind::kChoice, {}, *v}, r.path("choice"));
+    }
+    if (const Json* rf = r.raw("response_format"))
+      set_constraint(c, read_response_format(*rf, r.path("response_format")),
+                     r.path("response_format"));
+    if (c) constraint = std::move(c);
   }
 
   void read_adapter_names(const Json& v, const std::string& field) {
@@ -147,6 +168,7 @@ struct ConfigFields {
       p.stop_words_str = *stop_words_str;
     }
     if (stop_words_list) p.stop_words_list = *stop_words_list;
+    if (constraint) p.constraint = constraint;
     if (bad_words_list)
       throw ApiError::unsupported("bad_words_list is not supported yet", "bad_words_list");
     if (timeout_ms && *timeout_ms > 0) p.timeout_ms = *timeout_ms;

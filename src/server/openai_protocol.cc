@@ -147,14 +147,25 @@ void refuse_tools(FieldReader& r) {
   r.refuse_unless("functions", {Json::array()}, "function calling is not supported by this server");
   r.refuse_unless("function_call", {"none", "auto"},
                   "function calling is not supported by this server");
-  if (const Json* rf = r.raw("response_format")) {
-    FieldReader f(*rf, "response_format");
-    auto type = f.opt_string("type", 64);
-    if (type != "text")
-      throw ApiError::unsupported("response_format: only {\"type\": \"text\"} is supported",
-                                  "response_format");
-    f.finish();
+}
+
+// Structured output: response_format and vLLM's guided_* fields (one at most).
+void read_constraints(FieldReader& r, GenerationParams& p) {
+  using Kind = grammar::GrammarSpec::Kind;
+  if (const Json* rf = r.raw("response_format"))
+    set_constraint(p.constraint, read_response_format(*rf, "response_format"), "response_format");
+  if (auto v = r.opt_string("guided_regex"))
+    set_constraint(p.constraint, grammar::GrammarSpec{Kind::kRegex, *v, {}}, "guided_regex");
+  if (auto v = r.opt_strings("guided_choice", 4096, 1u << 16)) {
+    if (v->empty()) throw ApiError::bad_request("guided_choice must not be empty", "guided_choice");
+    set_constraint(p.constraint, grammar::GrammarSpec{Kind::kChoice, {}, *v}, "guided_choice");
   }
+  if (auto v = r.opt_string("guided_grammar"))
+    set_constraint(p.constraint, grammar::GrammarSpec{Kind::kGrammar, *v, {}}, "guided_grammar");
+  r.refuse_unless("guided_json", {}, "guided_json (JSON Schema) is not supported yet");
+  r.refuse_unless("guided_whitespace_pattern", {},
+                  "guided_whitespace_pattern is not supported yet");
+  r.ignore("guided_decoding_backend");  // which library does it: this server has its own
 }
 
 PromptSpec ids_prompt(const Json& arr, const std::string& where) {
@@ -217,6 +228,37 @@ void read_logprobs_chat(FieldReader& r, OpenAIRequest& req, const RequestLimits&
 
 }  // namespace
 
+std::optional<grammar::GrammarSpec> read_response_format(const Json& v, const std::string& field) {
+  if (!v.is_object())
+    throw ApiError::bad_request(field + " must be an object, not " + json_type_name(v), field);
+  FieldReader f(v, field);
+  const std::optional<std::string> type = f.opt_string("type", 64);
+  if (!type) throw ApiError::bad_request(field + ".type is required", field);
+  std::optional<grammar::GrammarSpec> spec;
+  if (*type == "json_schema") {
+    throw ApiError::unsupported(field + ": json_schema is not supported yet", field);
+  } else if (*type == "json_object") {
+    spec = grammar::GrammarSpec{grammar::GrammarSpec::Kind::kJsonObject, {}, {}};
+  } else if (*type != "text") {
+    throw ApiError::bad_request(
+        field + ".type must be one of text, json_object, json_schema; got '" + *type + "'", field);
+  }
+  f.finish();
+  return spec;
+}
+
+void set_constraint(std::optional<grammar::GrammarSpec>& dst,
+                    std::optional<grammar::GrammarSpec> spec, const std::string& field) {
+  if (!spec) return;
+  if (dst)
+    throw ApiError::bad_request(
+        field +
+            ": only one structured-output constraint (response_format, a regex, a choice "
+            "or a grammar) may be given",
+        field);
+  dst = std::move(spec);
+}
+
 std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& v, const std::string& field,
                                                         size_t max_entries) {
   if (!v.is_object())
@@ -250,6 +292,7 @@ OpenAIRequest parse_chat_request(const Json& body, const RequestLimits& limits) 
   read_logprobs_chat(r, req, limits);
   req.max_tokens = read_max_tokens(r, "max_completion_tokens");
   refuse_tools(r);
+  read_constraints(r, req.params);
   if (auto v = r.opt_bool("add_generation_prompt")) req.add_generation_prompt = *v;
   if (const Json* k = r.raw("chat_template_kwargs")) {
     if (!k->is_object())
@@ -273,6 +316,7 @@ OpenAIRequest parse_completion_request(const Json& body, const RequestLimits& li
     req.params.top_logprobs = req.top_logprobs;
   }
   req.max_tokens = read_max_tokens(r, nullptr);
+  read_constraints(r, req.params);
   req.echo = r.opt_bool("echo").value_or(false);
   if (req.echo && req.logprobs)
     throw ApiError::unsupported(

@@ -75,6 +75,13 @@ Json parse_chat_messages(const Json* v, const std::string& field);
 std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& v, const std::string& field,
                                                         size_t max_entries);
 
+// Structured output, shared with the native API: a response_format object ({"type":
+// "text"}: none; "json_object"; "json_schema" refused as not supported yet), and the
+// setting of a request's one constraint (a second one is a 400 naming `field`).
+std::optional<grammar::GrammarSpec> read_response_format(const Json& v, const std::string& field);
+void set_constraint(std::optional<grammar::GrammarSpec>& dst,
+                    std::optional<grammar::GrammarSpec> spec, const std::string& field);
+
 // A request's task_id (an integer or a string) as its key (task_id_key); 400 naming
 // `field` for any other type.
 std::string read_task_id(const Json& v, const std::string& field);

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -69,6 +70,37 @@ TEST(CliEngine, GenerateBatchKeepsInputOrderAndReportsBadLines) {
   first3.resize(3);
   EXPECT_EQ(lines[cases.size() + 1]["output_ids"].get<std::vector<int32_t>>(), first3);
   EXPECT_TRUE(lines[cases.size() + 2].contains("error"));
+}
+
+TEST(CliEngine, GenerateWithARegexOrAGrammarFile) {
+  const std::string model = " --device cpu --model " + kRoot + "/models/tiny-kjv-chat";
+  const std::string pattern = "(God|LORD) (said|made) [a-z]+\\.";
+  const std::regex re("(God|LORD) (said|made) [a-z]+\\.");
+  for (int seed = 0; seed < 4; ++seed) {
+    const auto [code, out] = run(
+        kBin + " generate" + model + " --prompt 'In the beginning' --temperature 1 --seed " +
+        std::to_string(seed) + " --json --max-new-tokens 40 --regex '" + pattern + "' 2>/dev/null");
+    ASSERT_EQ(code, 0) << out;
+    const Json j = Json::parse(out);
+    EXPECT_EQ(j["finish_reason"], "stop");
+    EXPECT_TRUE(std::regex_match(j["text"].get<std::string>(), re)) << j["text"];
+  }
+  const std::string gbnf = ::testing::TempDir() + "/verse.gbnf";
+  {
+    std::ofstream f(gbnf);
+    f << "root ::= \"Verse \" [1-9] [0-9]? \": \" word (\" \" word){2,5} \".\"\nword ::= [a-z]+\n";
+  }
+  const auto [code, out] = run(kBin + " generate" + model +
+                               " --prompt 'In the beginning' --temperature 1 --seed 2 --json "
+                               "--max-new-tokens 60 --grammar " +
+                               gbnf + " 2>/dev/null");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_TRUE(std::regex_match(Json::parse(out)["text"].get<std::string>(),
+                               std::regex("Verse [1-9][0-9]?: [a-z]+( [a-z]+){2,5}\\.")))
+      << out;
+  const auto [bad, err] = run(kBin + " generate" + model + " --prompt x --regex '(a' 2>&1");
+  EXPECT_NE(bad, 0);
+  EXPECT_THAT(err, ::testing::HasSubstr("regex: an unterminated group"));
 }
 
 TEST(CliEngine, GenerateChecksAdapterNames) {

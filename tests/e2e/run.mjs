@@ -119,6 +119,44 @@ t.test('malformed JSON, wrong types, unknown fields, bad routes', async () => {
   assert.equal((await request(port, 'DELETE', '/v1/models', '', auth)).status, 405);
 });
 
+t.test('structured output: guided_choice, response_format json_object, a bad regex', async () => {
+  const choices = ['Genesis', 'Exodus', 'the LORD God'];
+  for (let seed = 0; seed < 6; ++seed) {
+    const r = await request(port, 'POST', '/v1/completions', {
+      prompt: 'In the beginning', max_tokens: 16, temperature: 1, seed, guided_choice: choices,
+    }, auth);
+    assert.equal(r.status, 200, r.body);
+    const c = JSON.parse(r.body).choices[0];
+    assert.ok(choices.includes(c.text), c.text);
+    assert.equal(c.finish_reason, 'stop');
+  }
+  let parsed = 0;
+  for (let seed = 0; seed < 6; ++seed) {
+    const r = await request(port, 'POST', '/v1/chat/completions', {
+      messages: [{ role: 'user', content: 'Answer in JSON.' }], max_tokens: 48, temperature: 1, seed,
+      response_format: { type: 'json_object' },
+    }, auth);
+    assert.equal(r.status, 200, r.body);
+    const c = JSON.parse(r.body).choices[0];
+    assert.ok(c.message.content.startsWith('{'), c.message.content);
+    if (c.finish_reason === 'stop') {
+      assert.equal(typeof JSON.parse(c.message.content), 'object');
+      ++parsed;
+    } else {
+      assert.equal(c.finish_reason, 'length');
+    }
+  }
+  console.log(`  ${parsed} of 6 JSON outputs complete within 48 tokens`);
+  const bad = await request(port, 'POST', '/v1/completions', { prompt: 'x', guided_regex: '(a' }, auth);
+  assert.equal(bad.status, 400, bad.body);
+  assert.match(JSON.parse(bad.body).error.message, /regex: an unterminated group/);
+  const schema = await request(port, 'POST', '/v1/chat/completions', {
+    messages: [{ role: 'user', content: 'x' }], response_format: { type: 'json_schema', json_schema: {} },
+  }, auth);
+  assert.equal(schema.status, 400, schema.body);
+  assert.match(JSON.parse(schema.body).error.message, /not supported yet/);
+});
+
 t.test('huge bodies are refused with 413', async () => {
   const big = JSON.stringify({ prompt: 'x'.repeat(2 << 20) });
   const r = await rawExchange(port, `POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Length: ${big.length}\r\n\r\n${big}`);

@@ -147,6 +147,15 @@ class DeviceSamplingModel : public FakeModel {
             std::span<const TokenAdjustment>(a + b.sampling.adjust_start[r],
                                              a + b.sampling.adjust_start[r + 1]));
       }
+      if (!b.sampling.mask_of.empty() && b.sampling.mask_of[r] >= 0) {
+        const size_t words = static_cast<size_t>(token_mask_words(V));
+        apply_token_mask(
+            x.data(), V,
+            std::span<const uint32_t>(
+                b.sampling.token_masks.data() + static_cast<size_t>(b.sampling.mask_of[r]) * words,
+                words));
+        ++masked_rows_;
+      }
       GenerateConfig c;
       c.temperature = p.greedy ? 0.f : p.temperature;
       c.top_k = p.top_k;
@@ -170,10 +179,12 @@ class DeviceSamplingModel : public FakeModel {
     return out;
   }
   int64_t device_rows() const { return device_rows_; }
+  int64_t masked_rows() const { return masked_rows_; }
 
  private:
   Sampler sampler_;
   int64_t device_rows_ = 0;
+  int64_t masked_rows_ = 0;
   int64_t deferred_steps_ = 0;
   int64_t deferred_tokens_ = 0;
 };

@@ -168,3 +168,46 @@ TEST(GenerateConfig, ModelLimits) {
 
 }  // namespace
 }  // namespace tachyon
+
+namespace tachyon {
+namespace {
+
+TEST(GenerateConfig, StructuredOutputFields) {
+  using Kind = grammar::GrammarSpec::Kind;
+  auto c = GenerateConfig::from_json(Json::parse(R"({"regex": "a+b"})"));
+  ASSERT_TRUE(c.constraint);
+  EXPECT_EQ(c.constraint->kind, Kind::kRegex);
+  EXPECT_EQ(c.constraint->text, "a+b");
+  c = GenerateConfig::from_json(Json::parse(R"({"ebnf": "root ::= \"x\""})"));
+  EXPECT_EQ(c.constraint->kind, Kind::kGrammar);
+  c = GenerateConfig::from_json(Json::parse(R"({"choice": ["a", "b"]})"));
+  EXPECT_EQ(c.constraint->choices, (std::vector<std::string>{"a", "b"}));
+  c = GenerateConfig::from_json(Json::parse(R"({"response_format": {"type": "json_object"}})"));
+  EXPECT_EQ(c.constraint->kind, Kind::kJsonObject);
+  EXPECT_EQ(GenerateConfig::from_json(c.to_json()).constraint, c.constraint);
+  EXPECT_FALSE(GenerateConfig::from_json(Json::parse(R"({"response_format": {"type": "text"}})"))
+                   .constraint);
+
+  auto refused = [](const char* json, const std::string& what) {
+    try {
+      GenerateConfig::from_json(Json::parse(json));
+      ADD_FAILURE() << "accepted " << json;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  refused(R"({"regex": "a", "ebnf": "root ::= \"a\""})", "only one of regex, ebnf");
+  refused(R"({"regex": 3})", "generate_config.regex");
+  refused(R"({"choice": []})", "generate_config.choice: the list is empty");
+  refused(R"({"response_format": {"type": "json_schema", "json_schema": {}}})",
+          "json_schema is not supported yet");
+  refused(R"({"response_format": {"type": "yaml"}})", "'yaml' is not one of text, json_object");
+  refused(R"({"response_format": {"type": "json_object", "strict": true}})",
+          "unknown field 'strict'");
+  // Not compiled for a vocabulary: the engine cannot run it.
+  c = GenerateConfig::from_json(Json::parse(R"({"regex": "a"})"));
+  EXPECT_THROW(c.validate_for_model(100, 64, 4), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace tachyon

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <regex>
 
 #include "engine_test_util.h"
 
@@ -18,6 +19,7 @@ struct EngineRun {
   int64_t deferred_steps = 0;
   int64_t deferred_tokens = 0;
   int64_t violations = 0;
+  int64_t masked_rows = 0;
 };
 
 EngineRun run_engine(const FakeModelOptions& o, EngineConfig ec,
@@ -34,6 +36,7 @@ EngineRun run_engine(const FakeModelOptions& o, EngineConfig ec,
   run.deferred_steps = model->deferred_steps();
   run.deferred_tokens = model->deferred_tokens();
   run.violations = model->violations();
+  run.masked_rows = model->masked_rows();
   return run;
 }
 
@@ -270,6 +273,66 @@ TEST(Overlap, CancellationWithStepsInFlight) {
   const auto s = engine.stats();
   EXPECT_EQ(s.num_free_blocks, s.num_kv_blocks);
   EXPECT_EQ(model->violations(), 0);
+}
+
+}  // namespace
+}  // namespace tachyon::testing
+
+namespace tachyon::testing {
+namespace {
+
+// A constrained request's next mask needs the token its step chooses: its steps are
+// waited for, and what it generates is the same with overlap on or off, and with its
+// masks applied on the device or on the host.
+TEST(Overlap, ConstrainedRequestsAreNotQueuedAhead) {
+  FakeModelOptions o;
+  o.vocab = 60;
+  std::vector<std::string> bytes;
+  for (int32_t t = 0; t < o.vocab; ++t) bytes.push_back(std::string(1 + t % 2, char('a' + t % 7)));
+  std::vector<bool> special(bytes.size(), false);
+  special[static_cast<size_t>(o.eos)] = true;
+  auto vocab =
+      std::make_shared<const grammar::TokenVocabulary>(bytes, special, std::vector<int32_t>{o.eos});
+  const std::string pattern = "[a-c]{2,9}(dd|e)";
+  auto g = std::make_shared<const grammar::CompiledGrammar>(
+      grammar::build_grammar({grammar::GrammarSpec::Kind::kRegex, pattern, {}}), vocab);
+  EngineConfig ec;
+  ec.max_num_seqs = 16;
+  ec.num_kv_blocks = 400;
+  ec.block_size = 4;
+  std::mt19937 rng(9);
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < 12; ++i) {
+    GenerateRequest r;
+    r.prompt_ids = random_prompt(rng, 5, o.vocab, o.eos);
+    r.config.max_new_tokens = 30;
+    r.config.random_seed = 77 + static_cast<uint64_t>(i);
+    r.config.num_return_sequences = 1 + i % 2;
+    r.config.constraint = grammar::GrammarSpec{grammar::GrammarSpec::Kind::kRegex, pattern, {}};
+    r.config.grammar = g;
+    reqs.push_back(std::move(r));
+  }
+  const EngineRun serial = run_engine(o, ec, reqs, false);
+  const EngineRun ahead = run_engine(o, ec, reqs, true);
+  expect_same(serial, ahead);
+  EXPECT_EQ(ahead.stats.overlapped_steps, 0);
+  // The rows are masked on the device (SamplingBatch::token_masks) but for the prompt's
+  // row of n = 2, which feeds two draws on the host: the same tokens as the host's masks.
+  EXPECT_GT(ahead.masked_rows, 40);
+  ec.device_sampling = false;
+  const EngineRun host = run_engine(o, ec, reqs, true);
+  EXPECT_EQ(host.masked_rows, 0);
+  expect_same(host, ahead);
+  const std::regex re(pattern);
+  for (const GenerateResult& r : ahead.results) {
+    ASSERT_FALSE(r.error) << r.error->message;
+    for (const SequenceOutput& s : r.sequences) {
+      std::string text;
+      for (int32_t t : s.output_ids) text += bytes[static_cast<size_t>(t)];
+      EXPECT_EQ(s.finish_reason, FinishReason::kStop);
+      EXPECT_TRUE(std::regex_match(text, re)) << text;
+    }
+  }
 }
 
 }  // namespace

@@ -8,6 +8,29 @@ namespace {
 
 const std::string kNativeSep = "\r\n\r\n";
 
+TEST(NativeApi, PassesStructuredOutputConstraints) {
+  using Kind = grammar::GrammarSpec::Kind;
+  TestServer s;
+  Json b = {{"prompt", "x"}, {"generate_config", {{"max_new_tokens", 2}, {"regex", "a|b"}}}};
+  ASSERT_EQ(s.post("/", b).status, 200);
+  ASSERT_TRUE(s.backend->last_params().constraint);
+  EXPECT_EQ(s.backend->last_params().constraint->kind, Kind::kRegex);
+  b = {{"prompt", "x"}, {"generate_config", {{"max_new_tokens", 2}, {"ebnf", "root ::= \"a\""}}}};
+  ASSERT_EQ(s.post("/", b).status, 200);
+  EXPECT_EQ(s.backend->last_params().constraint->kind, Kind::kGrammar);
+  b = {
+      {"prompt", "x"},
+      {"generate_config", {{"max_new_tokens", 2}, {"response_format", {{"type", "json_object"}}}}}};
+  ASSERT_EQ(s.post("/", b).status, 200);
+  EXPECT_EQ(s.backend->last_params().constraint->kind, Kind::kJsonObject);
+  for (const Json& bad : {Json{{"regex", "a"}, {"ebnf", "root ::= \"a\""}},
+                          Json{{"response_format", {{"type", "json_schema"}}}},
+                          Json{{"choice", Json::array()}}, Json{{"regex", 5}}}) {
+    auto r = s.post("/", {{"prompt", "x"}, {"generate_config", bad}});
+    EXPECT_EQ(r.status, 400) << bad.dump() << " " << r.body;
+  }
+}
+
 TEST(NativeApi, SinglePromptResponseAndAuxInfo) {
   TestServer s;
   Json b = {{"prompt", "hello"}, {"generate_config", {{"max_new_tokens", 4}, {"random_seed", 2}}}};

@@ -205,6 +205,32 @@ struct BadCase {
   const char* param;
 };
 
+TEST(OpenAIChat, PassesStructuredOutputConstraints) {
+  using Kind = grammar::GrammarSpec::Kind;
+  TestServer s;
+  Json b = chat_body(4);
+  b["response_format"] = {{"type", "json_object"}};
+  ASSERT_EQ(s.post("/v1/chat/completions", b).status, 200);
+  ASSERT_TRUE(s.backend->last_params().constraint);
+  EXPECT_EQ(s.backend->last_params().constraint->kind, Kind::kJsonObject);
+  b = chat_body(4);
+  b["response_format"] = {{"type", "text"}};
+  ASSERT_EQ(s.post("/v1/chat/completions", b).status, 200);
+  EXPECT_FALSE(s.backend->last_params().constraint);
+  b = chat_body(4);
+  b["guided_choice"] = {"yes", "no"};
+  b["guided_decoding_backend"] = "xgrammar";
+  ASSERT_EQ(s.post("/v1/chat/completions", b).status, 200);
+  EXPECT_EQ(s.backend->last_params().constraint->choices, (std::vector<std::string>{"yes", "no"}));
+  Json c = {{"prompt", "x"}, {"max_tokens", 2}, {"guided_regex", "[0-9]+"}};
+  ASSERT_EQ(s.post("/v1/completions", c).status, 200);
+  EXPECT_EQ(s.backend->last_params().constraint->kind, Kind::kRegex);
+  EXPECT_EQ(s.backend->last_params().constraint->text, "[0-9]+");
+  c = {{"prompt", "x"}, {"max_tokens", 2}, {"guided_grammar", "root ::= \"a\""}};
+  ASSERT_EQ(s.post("/v1/completions", c).status, 200);
+  EXPECT_EQ(s.backend->last_params().constraint->kind, Kind::kGrammar);
+}
+
 TEST(OpenAIChat, RefusesBadRequestsNamingTheField) {
   TestServer s;
   std::vector<BadCase> cases = {
@@ -227,6 +253,20 @@ TEST(OpenAIChat, RefusesBadRequestsNamingTheField) {
        400,
        "stream_options"},
       {"tools", {{"tools", Json::array({{{"type", "function"}}})}}, 400, "tools"},
+      {"json_schema",
+       {{"response_format", {{"type", "json_schema"}, {"json_schema", Json::object()}}}},
+       400,
+       "response_format"},
+      {"unknown response_format",
+       {{"response_format", {{"type", "yaml"}}}},
+       400,
+       "response_format"},
+      {"two constraints",
+       {{"response_format", {{"type", "json_object"}}}, {"guided_regex", "a+"}},
+       400,
+       "guided_regex"},
+      {"empty guided_choice", {{"guided_choice", Json::array()}}, 400, "guided_choice"},
+      {"guided_json", {{"guided_json", Json::object()}}, 400, "guided_json"},
       {"image content",
        {{"messages",
          Json::array({{{"role", "user"},
