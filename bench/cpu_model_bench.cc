@@ -93,6 +93,10 @@ class ProfilingBackend : public Backend {
     timed(w.dim(0) >= 16384 ? "linear (lm_head)" : "linear (layers)",
           [&] { b_->linear(x, w, b, o, c, a); });
   }
+  void lora(const Tensor& x, const LoraStep& s, const LoraTarget& t, Tensor& o,
+            int64_t c) override {
+    timed("lora", [&] { b_->lora(x, s, t, o, c); });
+  }
   void gated_activation(const Tensor& i, Activation a, Tensor& o) override {
     timed("gated_activation", [&] { b_->gated_activation(i, a, o); });
   }
