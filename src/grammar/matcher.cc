@@ -16,6 +16,9 @@ void sort_unique(std::vector<ParseStack>& v) {
   v.erase(std::unique(v.begin(), v.end()), v.end());
 }
 
+// Sets of at most this many stacks are masked stack by stack, from the cache.
+constexpr size_t kCachedStacks = 8;
+
 // Cached masks held at most (bytes); beyond it the cache starts over.
 constexpr size_t kMaskCacheBytes = size_t{64} << 20;
 
@@ -38,16 +41,16 @@ CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVoc
 // continuation below, dropped when it is the end of an alternative, so that right
 // recursion does not grow the stack). Each intermediate stack is expanded once: a
 // grammar of nested optional parts reaches the same stack by many paths, and a
-// repetition of something that may match nothing reaches it again.
-void CompiledGrammar::expand(ParseStack s, std::vector<ParseStack>& out) const {
+// repetition of something that may match nothing reaches it again. `seen` may be
+// shared by the expansions of one set's stacks (their results are a union).
+void CompiledGrammar::expand(ParseStack s, std::vector<ParseStack>& out, StackSet& seen) const {
   std::vector<ParseStack> work{std::move(s)};
-  std::unordered_set<ParseStack, StackHash> seen;
   while (!work.empty()) {
     ParseStack t = std::move(work.back());
     work.pop_back();
     while (!t.empty() && grammar_.elements[t.back()].kind == Element::kEnd) t.pop_back();
     if (!seen.insert(t).second) continue;
-    if (seen.size() > limits_.max_stacks * 16)
+    if (seen.size() > limits_.max_stacks * 4)
       raise<InvalidArgument>("the grammar is too ambiguous: more than {} parse stacks",
                              limits_.max_stacks);
     if (t.empty() || grammar_.elements[t.back()].kind == Element::kBytes) {
@@ -72,7 +75,8 @@ void CompiledGrammar::expand(ParseStack s, std::vector<ParseStack>& out) const {
 
 std::vector<ParseStack> CompiledGrammar::initial_stacks() const {
   std::vector<ParseStack> out;
-  for (uint32_t a : grammar_.rules[grammar_.root]) expand(ParseStack{a}, out);
+  StackSet seen;
+  for (uint32_t a : grammar_.rules[grammar_.root]) expand(ParseStack{a}, out, seen);
   sort_unique(out);
   return out;
 }
@@ -80,13 +84,14 @@ std::vector<ParseStack> CompiledGrammar::initial_stacks() const {
 std::vector<ParseStack> CompiledGrammar::advance(const std::vector<ParseStack>& stacks,
                                                  uint8_t byte) const {
   std::vector<ParseStack> out;
+  StackSet seen;  // shared: the stacks are alternatives, their expansions a union
   for (const ParseStack& s : stacks) {
     if (s.empty()) continue;
     const Element e = grammar_.elements[s.back()];
     if (!grammar_.byte_sets[e.arg][byte]) continue;
     ParseStack t = s;
     ++t.back();
-    expand(std::move(t), out);
+    expand(std::move(t), out, seen);
   }
   sort_unique(out);
   if (out.size() > limits_.max_stacks)
@@ -95,14 +100,14 @@ std::vector<ParseStack> CompiledGrammar::advance(const std::vector<ParseStack>& 
   return out;
 }
 
-std::vector<uint32_t> CompiledGrammar::stack_mask(const ParseStack& stack) const {
+std::vector<uint32_t> CompiledGrammar::set_mask(const std::vector<ParseStack>& stacks) const {
   std::vector<uint32_t> mask((static_cast<size_t>(vocab_->size()) + 31) / 32, 0);
   const auto& trie = vocab_->trie();
   const auto& tokens = vocab_->trie_tokens();
   // The stack sets met on the walk, numbered: many trie nodes reach the same set (in a
   // JSON string, every letter leaves the same stacks), so each (set, byte) step is
   // computed once and then looked up.
-  std::vector<std::vector<ParseStack>> sets{{stack}};
+  std::vector<std::vector<ParseStack>> sets{stacks};
   std::map<std::vector<ParseStack>, int32_t> set_ids{{sets[0], 0}};
   std::unordered_map<uint32_t, int32_t> step;  // set << 8 | byte -> set (-1: refused)
   // level[d]: the set after the first d bytes of the current trie path.
@@ -141,7 +146,7 @@ void CompiledGrammar::or_stack_mask(const ParseStack& stack, std::span<uint32_t>
     if (auto it = mask_cache_.find(stack); it != mask_cache_.end()) m = it->second;
   }
   if (!m) {
-    m = std::make_shared<const std::vector<uint32_t>>(stack_mask(stack));
+    m = std::make_shared<const std::vector<uint32_t>>(set_mask({stack}));
     std::lock_guard<std::mutex> lock(mutex_);
     if ((mask_cache_.size() + 1) * m->size() * sizeof(uint32_t) > kMaskCacheBytes)
       mask_cache_.clear();
@@ -191,8 +196,17 @@ void GrammarMatcher::fill_mask(std::span<uint32_t> mask) const {
   TACHYON_CHECK_EQ(mask.size(), (static_cast<size_t>(grammar_->vocab_size()) + 31) / 32);
   std::fill(mask.begin(), mask.end(), 0u);
   if (finished_) return;
-  for (const ParseStack& s : stacks_)
-    if (!s.empty()) grammar_->or_stack_mask(s, mask);
+  // A few stacks: each one's mask, cached (they recur from step to step); many (an
+  // ambiguous grammar): one walk for them all.
+  const size_t live = stacks_.size() - (can_end() ? 1 : 0);
+  if (live <= kCachedStacks) {
+    for (const ParseStack& s : stacks_)
+      if (!s.empty()) grammar_->or_stack_mask(s, mask);
+  } else {
+    std::vector<ParseStack> nonempty(stacks_.begin() + (can_end() ? 1 : 0), stacks_.end());
+    const std::vector<uint32_t> m = grammar_->set_mask(nonempty);
+    std::copy(m.begin(), m.end(), mask.begin());
+  }
   if (can_end())
     for (int32_t e : grammar_->vocab().eos()) mask[static_cast<size_t>(e) / 32] |= 1u << (e % 32);
 }

@@ -15,6 +15,7 @@
 #include <span>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "grammar/grammar.h"
@@ -41,14 +42,17 @@ class CompiledGrammar {
   // ORs into mask the tokens (non-special, by their bytes) that one non-empty stack
   // accepts; cached.
   void or_stack_mask(const ParseStack& stack, std::span<uint32_t> mask) const;
+  // The tokens (non-special, by their bytes) that a set of non-empty stacks accepts,
+  // walked at once (not cached: for sets too large to mask stack by stack).
+  std::vector<uint32_t> set_mask(const std::vector<ParseStack>& stacks) const;
 
  private:
-  void expand(ParseStack s, std::vector<ParseStack>& out) const;
-  std::vector<uint32_t> stack_mask(const ParseStack& stack) const;
-
   struct StackHash {
     size_t operator()(const ParseStack& s) const;
   };
+  using StackSet = std::unordered_set<ParseStack, StackHash>;
+  void expand(ParseStack s, std::vector<ParseStack>& out, StackSet& seen) const;
+
   Grammar grammar_;
   std::shared_ptr<const TokenVocabulary> vocab_;
   GrammarLimits limits_;
