@@ -439,7 +439,9 @@ TEST(AsyncModel, RequestsRunWithTheirAdapters) {
   EXPECT_EQ(t.model->violations(), 0);
   ASSERT_FALSE(t.model->adapter_log().empty());
   for (const auto& [token, adapter] : t.model->adapter_log())
-    if (token >= 10 && token <= 17) EXPECT_EQ(adapter, token - 10);
+    if (token >= 10 && token <= 17) {
+      EXPECT_EQ(adapter, token - 10);
+    }
   // Forked sequences (n > 1, beams) run their request's adapter.
   GenerateRequest sampled{{15, 3, 4}, testing::greedy(6)};
   sampled.config.temperature = 1.0f;
