@@ -1,6 +1,7 @@
 // The runner's LoRA adapters: the arena planned by the decoder, adapters prepared as
 // arena rows, and each step's adapters swapped into slots and staged per token.
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 #include "model/lora_adapter.h"
@@ -48,24 +49,10 @@ std::shared_ptr<const PreparedAdapter> ModelRunner::prepare_adapter(
   out->row = be_->alloc_swap({1, shape.row_elems}, dt);
   out->ranks = be_->alloc_swap({1, shape.rank_entries}, DType::kI32);
   std::copy(ranks.begin(), ranks.end(), out->ranks.data<int32_t>());
-  const int64_t n = shape.row_elems;
-  switch (dt) {
-    case DType::kF32:
-      std::copy(row.begin(), row.end(), out->row.data<float>());
-      break;
-    case DType::kBF16: {
-      auto* d = static_cast<bf16*>(out->row.raw());
-      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(row[static_cast<size_t>(i)]);
-      break;
-    }
-    case DType::kF16: {
-      auto* d = static_cast<f16*>(out->row.raw());
-      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(row[static_cast<size_t>(i)]);
-      break;
-    }
-    default:
-      raise<InvalidArgument>("LoRA adapters in {} activations", dtype_name(dt));
-  }
+  // The row in the activation dtype (Tensor::to rounds f32 to bf16 or f16).
+  const Tensor converted =
+      Tensor::wrap(row.data(), {1, shape.row_elems}, DType::kF32, nullptr).to(dt);
+  std::memcpy(out->row.raw(), converted.raw(), converted.nbytes());
   return out;
 }
 
