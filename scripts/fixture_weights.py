@@ -18,6 +18,7 @@ The functions here also build manifests (make_fixtures.py and
 make_remote_code_fixtures.py call them when they make a fixture).
 """
 import argparse
+import base64
 import json
 import math
 import os
@@ -133,8 +134,8 @@ def generate(manifest):
 
 
 def tensor_bytes(t, gen, shapes):
-    if "bytes" in t:
-        return bytes.fromhex(t["bytes"])
+    if "base64" in t:
+        return base64.b64decode(t["base64"], validate=True)
     if t["dtype"] not in DTYPES:
         raise ValueError("%s: %s tensors carry inline bytes, not stream rows" % (t["name"], t["dtype"]))
     segs = t.get("rows", [[t["name"], 0, None]])
@@ -293,7 +294,7 @@ def twin_manifest(source, tensors, metadata=None, references=None):
         if segs is None:
             if len(data) > 4096:
                 raise ValueError("%s (%d bytes) is not a gather of the source's rows" % (name, len(data)))
-            t["bytes"] = data.hex()
+            t["base64"] = base64.b64encode(data).decode("ascii")
         elif not (len(segs) == 1 and segs[0][0] == name and segs[0][1] == 0
                   and segs[0][2] == shapes[name][0]):
             t["rows"] = segs

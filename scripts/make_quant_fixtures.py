@@ -40,6 +40,7 @@ margin is at least 4e-3 (twice the test's tolerance; reference.json's prompt_dra
 """
 
 import argparse
+import base64
 import functools
 import json
 import math
@@ -555,7 +556,7 @@ def build(name):
         m = make(rng, n, k)
         want[mod] = m.dequantized()
         for suffix, (dt, shape, data) in write(m).items():
-            tensors.append({"name": mod + "." + suffix, "dtype": dt, "shape": shape, "bytes": data.hex()})
+            tensors.append({"name": mod + "." + suffix, "dtype": dt, "shape": shape, "base64": base64.b64encode(data).decode("ascii")})
     tensors.sort(key=lambda t: t["name"])
     manifest = {"format": fw.FORMAT, "streams": [stream],
                 "files": [{"name": "model.safetensors", "metadata": {"format": "pt"}, "tensors": tensors}]}

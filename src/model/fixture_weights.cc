@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/base64.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "model/normal_stream.h"
@@ -94,21 +95,6 @@ DType dtype_of(const Json& j, const std::string& where) {
   bad(where, fmt::format("dtype '{}' is not F32, BF16, F16, I64, I32, I8, U8 or F8_E4M3", d));
 }
 
-std::string hex_bytes(const Json& j, const std::string& where) {
-  const std::string h = str(j, where);
-  if (h.size() % 2 != 0) bad(where, "odd number of hex digits");
-  auto nib = [&](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    bad(where, "not a hex string");
-  };
-  std::string out(h.size() / 2, '\0');
-  for (size_t i = 0; i < out.size(); ++i)
-    out[i] = static_cast<char>(nib(h[2 * i]) * 16 + nib(h[2 * i + 1]));
-  return out;
-}
-
 FixtureStreamTensor stream_tensor(const Json& j, const std::string& where) {
   FixtureStreamTensor t;
   t.name = str(field(j, "name", where), where + ".name");
@@ -140,17 +126,17 @@ FixtureTensor file_tensor(const Json& j, const std::string& where,
   t.dtype = dtype_of(field(j, "dtype", where), where + ".dtype");
   t.shape = shape_of(field(j, "shape", where), where + ".shape");
   const int64_t numel = shape_numel(t.shape);
-  if (j.contains("bytes")) {
-    if (j.contains("rows")) bad(where, "both \"rows\" and \"bytes\"");
-    t.bytes = hex_bytes(j["bytes"], where + ".bytes");
+  if (j.contains("base64")) {
+    if (j.contains("rows")) bad(where, "both \"rows\" and \"base64\"");
+    t.bytes = base64_decode(str(j["base64"], where + ".base64"), where + ".base64");
     if (t.bytes.size() != static_cast<size_t>(numel) * dtype_size(t.dtype))
-      bad(where + ".bytes", fmt::format("{} bytes for {} elements of {}", t.bytes.size(), numel,
-                                        dtype_name(t.dtype)));
+      bad(where + ".base64", fmt::format("{} bytes for {} elements of {}", t.bytes.size(), numel,
+                                         dtype_name(t.dtype)));
     return t;
   }
   if (!castable(t.dtype))
-    bad(where + ".dtype",
-        fmt::format("{} tensors carry inline \"bytes\", not stream rows", dtype_name(t.dtype)));
+    bad(where + ".dtype", fmt::format("{} tensors carry inline \"base64\" bytes, not stream rows",
+                                      dtype_name(t.dtype)));
   if (j.contains("rows")) {
     const Json& rows = array(j["rows"], where + ".rows");
     if (rows.empty()) bad(where + ".rows", "empty");

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/base64.h"
 #include "core/error.h"
 #include "core/utf8.h"
 #include "tokenizer/models.h"

@@ -27,8 +27,6 @@ class PrecompiledCharsmap {
   std::string normalized_;
 };
 
-std::string base64_decode(std::string_view text, const std::string& what);
-
 std::unique_ptr<Normalizer> make_precompiled_normalizer(const std::string& base64_charsmap,
                                                         const std::string& what);
 
