@@ -337,8 +337,6 @@ void DraftModelProposer::pick(Work& w, const ProposalRequest& r, Proposal& out,
                               const float* logits) {
   const int32_t vocab = config_.vocab_size;
   const int32_t shared = std::min(vocab, draft_vocab_);
-  row_.assign(logits, logits + shared);
-  row_.resize(static_cast<size_t>(vocab), kNegInf);
   const GenerateConfig& cfg = *r.config;
   SamplingContext ctx;
   ctx.config = &cfg;
@@ -347,25 +345,32 @@ void DraftModelProposer::pick(Work& w, const ProposalRequest& r, Proposal& out,
   ctx.eos_ids = config_.eos_token_ids;
   ctx.rng = r.rng;
   ctx.rng.step += out.tokens.size();  // the draft's position
+  const bool unprocessed = processors_inactive(ctx);
   int32_t token = 0;
   try {
-    if (!processors_inactive(ctx)) process_logits(row_.data(), vocab, ctx);
-    if (cfg.is_greedy()) {
-      token = argmax(row_.data(), vocab);
+    if (cfg.is_greedy() && unprocessed) {
+      token = argmax(logits, shared);  // ids past `shared` would be -inf
     } else {
-      // The config's draw over the tokens it keeps: the whole-row draw at its temperature
-      // (Sampler::choose), whose weights are the probabilities reported.
-      restrict_to_draw_set(row_.data(), vocab, cfg);
-      GenerateConfig plain;
-      plain.temperature = cfg.temperature;
-      token = sampler_.choose(row_.data(), vocab, plain, ctx.rng);
-      const float m = row_[static_cast<size_t>(argmax(row_.data(), vocab))];
-      const size_t at = out.probs.size();
-      out.probs.resize(at + static_cast<size_t>(vocab));
-      float* p = out.probs.data() + at;
-      const double total = row_exp(row_.data(), vocab, m, 1.0f / cfg.temperature, p);
-      const float inv = static_cast<float>(1.0 / total);
-      for (int32_t i = 0; i < vocab; ++i) p[i] *= inv;
+      row_.assign(logits, logits + shared);
+      row_.resize(static_cast<size_t>(vocab), kNegInf);
+      if (!unprocessed) process_logits(row_.data(), vocab, ctx);
+      if (cfg.is_greedy()) {
+        token = argmax(row_.data(), vocab);
+      } else {
+        // The config's draw over the tokens it keeps: the whole-row draw at its
+        // temperature (Sampler::choose), whose weights are the probabilities reported.
+        restrict_to_draw_set(row_.data(), vocab, cfg);
+        GenerateConfig whole_row;
+        whole_row.temperature = cfg.temperature;
+        token = sampler_.choose(row_.data(), vocab, whole_row, ctx.rng);
+        const float m = row_[static_cast<size_t>(argmax(row_.data(), vocab))];
+        const size_t at = out.probs.size();
+        out.probs.resize(at + static_cast<size_t>(vocab));
+        float* p = out.probs.data() + at;
+        const double total = row_exp(row_.data(), vocab, m, 1.0f / cfg.temperature, p);
+        const float inv = static_cast<float>(1.0 / total);
+        for (int32_t i = 0; i < vocab; ++i) p[i] *= inv;
+      }
     }
   } catch (const InvalidArgument&) {
     // NaN logits, or the processors left no token: no more drafts for this sequence.

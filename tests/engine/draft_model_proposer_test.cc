@@ -51,7 +51,10 @@ class Reference {
  public:
   Reference() : model_(load_draft()) { model_->init_kv_cache(kBlocks, kBlock); }
 
-  std::vector<int32_t> greedy(std::vector<int32_t> tokens, int32_t m) {
+  // With `cfg`, the logits go through its processors first (the sequence's prompt is
+  // its first prompt_len tokens).
+  std::vector<int32_t> greedy(std::vector<int32_t> tokens, int32_t m,
+                              const GenerateConfig* cfg = nullptr, int32_t prompt_len = 0) {
     std::vector<int32_t> out;
     int32_t computed = 0;
     const int32_t vocab = model_->vocab_size();
@@ -69,8 +72,16 @@ class Reference {
       b.logits_rows = {n - 1};
       const Tensor logits = model_->forward(b);
       computed += n;
-      const float* p = logits.data<float>();
-      const int32_t next = static_cast<int32_t>(std::max_element(p, p + vocab) - p);
+      std::vector<float> row(logits.data<float>(), logits.data<float>() + vocab);
+      if (cfg != nullptr) {
+        SamplingContext ctx;
+        ctx.config = cfg;
+        ctx.tokens = tokens;
+        ctx.prompt_len = prompt_len;
+        process_logits(row.data(), vocab, ctx);
+      }
+      const int32_t next =
+          static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
       out.push_back(next);
       tokens.push_back(next);
     }
@@ -165,6 +176,35 @@ TEST(DraftModelProposer, GreedyProposalsAreTheDraftsContinuation) {
       EXPECT_TRUE(out[i].probs.empty());
     }
   }
+}
+
+// The request's logits processors apply to the draft's logits, each draft position
+// seeing the drafts before it (a repetition penalty, a bias that bans the draft's
+// favourite next token).
+TEST(DraftModelProposer, GreedyProposalsFollowTheRequestsProcessors) {
+  Reference ref;
+  const std::vector<Prompt> prompts = reference_prompts();
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<int32_t> lens;
+  for (const Prompt& p : prompts) {
+    tokens.push_back(p.ids);
+    lens.push_back(static_cast<int32_t>(p.ids.size()));
+  }
+  GenerateConfig cfg = greedy_config();
+  cfg.repetition_penalty = 1.5f;
+  cfg.logit_bias = {{272, -100.0f}};  // " the"
+  DraftModelProposer p(load_draft(), proposer_config(64));
+  const std::vector<Proposal> out = propose(p, tokens, lens, 8, cfg);
+  int differs = 0;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    std::vector<int32_t> want = ref.greedy(tokens[i], 8, &cfg, lens[i]);
+    const auto eos = std::find(want.begin(), want.end(), kEos);
+    if (eos != want.end()) want.erase(eos + 1, want.end());
+    EXPECT_EQ(out[i].tokens, want) << prompts[i].text;
+    EXPECT_EQ(std::count(out[i].tokens.begin(), out[i].tokens.end(), 272), 0);
+    differs += out[i].tokens != expected_drafts(ref, tokens[i], 8) ? 1 : 0;
+  }
+  EXPECT_GE(differs, 3);  // the processors changed them
 }
 
 // Rounds of verification simulated on the host: the "target" keeps the first j drafts
