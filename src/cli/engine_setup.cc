@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cli/draft_setup.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/mmap.h"
@@ -73,6 +74,8 @@ EngineBundle open_engine(const std::string& model_dir, const SettingValues& v,
   c.prefix_caching = v.flag("prefix-caching");
   c.prefix_cache_host_bytes =
       static_cast<int64_t>(v.number("prefix-cache-host-gib") * double(int64_t{1} << 30));
+  // After the KV budget: the draft's cache is taken out of it.
+  b.proposer = make_draft_proposer(v, model_dir, *b.model, opts, &c);
   std::shared_ptr<const TextTokenizer> text;
   if (b.tokenizer) text = make_text_tokenizer(b.tokenizer, c.eos_token_ids);
   b.engine = std::make_unique<TextEngine>(b.model, text, c);

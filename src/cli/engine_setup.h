@@ -3,7 +3,8 @@
 // the engine settings (core/settings_table.cc: --kv-cache-mb, --max-num-seqs,
 // --max-num-batched-tokens, --block-size, --num-kv-blocks, --model-type, --device,
 // --dtype, --gpu-memory-fraction, --kv-cache-dtype, --swap-space, --overlap-steps,
-// --prefix-caching, --prefix-cache-host-gib).
+// --prefix-caching, --prefix-cache-host-gib), and the draft model of speculative
+// decoding (--draft-model, cli/draft_setup.h).
 #pragma once
 
 #include <memory>
@@ -14,6 +15,7 @@
 #include "cli/lora_options.h"
 #include "core/settings.h"
 #include "engine/async_model.h"
+#include "engine/proposer.h"
 #include "frontend/adapters.h"
 #include "frontend/text_engine.h"
 #include "grammar/compile.h"
@@ -30,6 +32,9 @@ struct EngineBundle {
   // The LoRA adapters given at start (null when adapters are not enabled); after the
   // engine, so gone before it.
   std::unique_ptr<AdapterRegistry> adapters;
+  // Speculative decoding's draft-model proposer (--draft-model; cli/draft_setup.h), null
+  // without one.
+  std::shared_ptr<Proposer> proposer;
   double load_seconds = 0;
 };
 

@@ -11,6 +11,9 @@ using T = SettingType;
 using Cmds = std::vector<std::string>;
 
 const Cmds kEngine = {"serve", "generate", "bench"};
+// The commands that build their engine in cli/engine_setup.cc, where the draft model of
+// speculative decoding is loaded.
+const Cmds kDraft = {"generate", "bench"};
 // The commands that load a model onto a device.
 const Cmds kDevice = {"serve", "generate", "bench", "perplexity"};
 const Cmds kLoad = {"serve", "generate", "bench", "inspect", "perplexity"};
@@ -221,6 +224,22 @@ std::vector<Setting> make_table() {
           "when larger)")
           .env({"TACHYON_MAX_CPU_LORAS", "MAX_LORA_MODEL_SIZE"})
           .range(1, 1 << 20),
+      // ---- speculative decoding with a draft model (generate, bench) ---------------
+      Def("draft-model", T::kString, "", kDraft,
+          "draft model folder (Hugging Face layout, the model's vocabulary): it proposes "
+          "--num-speculative-tokens tokens per sequence and step, which the model verifies")
+          .env({"TACHYON_DRAFT_MODEL", "SP_CHECKPOINT_PATH"}),
+      Def("draft-model-type", T::kString, "", kDraft,
+          "the draft's architecture (e.g. llama), checked against its config.json; default: "
+          "not checked")
+          .env({"TACHYON_DRAFT_MODEL_TYPE", "SP_MODEL_TYPE"}),
+      Def("draft-dtype", T::kString, "auto", kDraft,
+          "the draft's compute type on a GPU: auto (the model's --dtype), bf16, f16, f32")
+          .env({"TACHYON_DRAFT_DTYPE", "SP_WEIGHT_TYPE"}),
+      Def("num-speculative-tokens", T::kInt, "5", kDraft,
+          "draft tokens proposed per sequence and step (1 to 16)")
+          .env({"TACHYON_NUM_SPECULATIVE_TOKENS", "GEN_NUM_PER_CIRCLE"})
+          .range(1, 16),
       // ---- HTTP (serve) ------------------------------------------------------------
       Def("host", T::kString, "127.0.0.1", Cmds{"serve"}, "address to listen on")
           .env({"TACHYON_HOST"}),
