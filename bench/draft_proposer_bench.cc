@@ -7,7 +7,7 @@
 // A sequence that reaches --max-context starts again from its prompt (a prefill inside
 // that call; the median does not see it).
 //
-//   draft_proposer_bench [--model models/tiny-kjv-draft] [--k 4] [--batch 1]
+//   draft_proposer_bench [--model build/models/tiny-kjv-draft] [--k 4] [--batch 1]
 //                        [--prompt 16] [--max-context 512] [--seconds 3] [--threads N]
 #include <cstdio>
 #include <string>
@@ -22,7 +22,7 @@ namespace tachyon {
 namespace {
 
 int run(int argc, char** argv) {
-  std::string model_dir = "models/tiny-kjv-draft";
+  std::string model_dir = "build/models/tiny-kjv-draft";
   int32_t k = 4, batch = 1, prompt = 16, max_context = 512, threads = 0;
   double seconds = 3;
   for (int i = 1; i + 1 < argc; i += 2) {

@@ -11,7 +11,7 @@ PACKAGES=(
   libboost-dev libyaml-cpp-dev libsimdjson-dev
   # tests and tools
   googletest libgtest-dev libgmock-dev libbenchmark-dev clang clang-format
-  libclang-rt-14-dev curl ca-certificates python3
+  libclang-rt-14-dev curl ca-certificates python3 xz-utils
 )
 
 missing=()

@@ -24,7 +24,7 @@ using Env = ::tachyon::testing::FakeEnv;
 
 const std::string kRoot = TACHYON_SOURCE_DIR;
 const std::string kTarget = kRoot + "/models/tiny-kjv-chat";
-const std::string kDraft = kRoot + "/models/tiny-kjv-draft";
+const std::string kDraft = std::string(TACHYON_BINARY_DIR) + "/models/tiny-kjv-draft";
 
 SettingValues settings(const std::vector<std::string>& args, const Env& env = {}) {
   auto v = parse_settings("generate", args, env.fn());

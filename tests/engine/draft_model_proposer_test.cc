@@ -1,4 +1,4 @@
-// The draft-model proposer on the bundled draft model (models/tiny-kjv-draft, f32 on
+// The draft-model proposer on the bundled draft model (models/tiny-kjv-draft, unpacked into the build tree, f32 on
 // the CPU): its greedy proposals against the draft's own greedy continuation computed
 // one sequence at a time through the model runner (itself checked against
 // transformers' greedy generations in tests/engine/data/kjv_reference.json), the
@@ -27,7 +27,7 @@ std::shared_ptr<Model> load_draft() {
   LoadOptions opts;
   opts.dtype = DType::kF32;
   opts.device = parse_device("cpu");
-  return load_model(kRoot + "/models/tiny-kjv-draft", opts);
+  return load_model(std::string(TACHYON_BINARY_DIR) + "/models/tiny-kjv-draft", opts);
 }
 
 struct Prompt {
