@@ -21,7 +21,10 @@
 //                          [--dir WORKDIR] [--prefill SxL,...] [--decode B,...]
 //                          [--ctx C] [--no-ops] [--attn-only] [--profile-steps]
 //                          [--keep-model] [--trace DIR] [--attn-shapes SxC,...]
+//                          [--verify K,... [--tree N,...]]
 // --profile-steps: only the steps profile_steps() describes (for ncu).
+// --verify K,...: only the verify steps of speculative decoding at batch 1 and context
+// --ctx (chains of K drafts; --tree N,...: trees of N tokens) against a decode step.
 // --keep-model: keep the random checkpoint in DIR for the next run (and use one kept).
 // --trace DIR: a device-clock timeline (CUPTI, kernel_trace.h) of the timed prefill and
 // decode steps: a summary printed per figure, every kernel of one step in DIR.
@@ -184,7 +187,7 @@ Tensor decode_logits(Model& model, const Seqs& q) {
 
 int run(int argc, char** argv) {
   std::string config_path, dir = (fs::temp_directory_path() / "tachyon_gpu_bench").string();
-  std::string dtype_name_s = "bf16", prefill_s, decode_s, trace_dir;
+  std::string dtype_name_s = "bf16", prefill_s, decode_s, trace_dir, verify_s, tree_s;
   bool quick = false, ops = true, attn_only = false, profile = false, keep = false;
   std::vector<AttnShape> attn_shapes;
   int32_t decode_ctx = 512;
@@ -202,6 +205,10 @@ int run(int argc, char** argv) {
       decode_s = argv[++i];
     else if (a == "--ctx" && i + 1 < argc)
       decode_ctx = std::stoi(argv[++i]);
+    else if (a == "--verify" && i + 1 < argc)
+      verify_s = argv[++i];
+    else if (a == "--tree" && i + 1 < argc)
+      tree_s = argv[++i];
     else if (a == "--quick")
       quick = true;
     else if (a == "--no-ops")
@@ -297,6 +304,12 @@ int run(int argc, char** argv) {
     return 0;
   }
   const int reps = quick ? 3 : 7;
+  if (!verify_s.empty()) {
+    verify_bench(*model, decode_ctx, parse_ints(verify_s),
+                 tree_s.empty() ? std::vector<int32_t>{} : parse_ints(tree_s), 4 * reps, trace_mark,
+                 trace_report);
+    return 0;
+  }
   std::vector<std::pair<int32_t, int32_t>> prefills = {{1, 128}, {1, 1024}, {8, 512}, {4, 2048}};
   if (!prefill_s.empty()) {
     prefills.clear();

@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
+#include "model/model_runner.h"
 #include "model_dims.h"
 
 namespace tachyon::decoder_bench {
@@ -37,5 +40,13 @@ void op_breakdown(DType dtype, const Dims& dm, bool gemms = true);
 // (every layer has its own cache; the L2 holds 60 MB). Reports µs per call and the K/V
 // bytes read per second.
 void decode_attention_bench(DType dtype, const Dims& dm, std::vector<AttnShape> shapes);
+
+// Verify steps of speculative decoding at batch 1 and context ctx (chains of k drafts,
+// trees of n tokens) against a one-token decode step (gpu_decoder_bench_verify.cc).
+// `mark` is called before each timed step, `report(label, file)` after each figure's
+// (the --trace timeline).
+void verify_bench(Model& model, int32_t ctx, const std::vector<int32_t>& drafts,
+                  const std::vector<int32_t>& trees, int reps, const std::function<void()>& mark,
+                  const std::function<void(const std::string&, const std::string&)>& report);
 
 }  // namespace tachyon::decoder_bench

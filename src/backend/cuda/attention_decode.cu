@@ -29,9 +29,12 @@
 // Either way a split step is one kernel. The kernels go through launch_kernel
 // (programmatic dependent launch).
 //
-// Sequences with more than one query token this step are computed 8 / group queries at
-// a time (the columns of one pass), each pass streaming the keys again: correct, only
-// slower.
+// Sequences with more than one query token this step (the draft tokens of speculative
+// decoding, short chunks) are computed 8 / group queries at a time (the columns of one
+// pass); the passes are blocks of their own (the grid's z is sequence x pass), so they
+// run side by side, each streaming the keys its queries see (mostly from the L2 after
+// the first). A tree mask (AttentionArgs::tree_mask) narrows what a query sees of the
+// step's own keys.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -90,10 +93,11 @@ struct DecodeLayout {
 
 struct DecodePlan {
   int num_splits;  // each pass's keys split evenly
+  int passes;      // query passes per sequence (blocks along the grid's z)
   float* part_o;   // [splits, tokens, heads, head_dim]
   float* part_ml;  // [splits, tokens, heads, 2]
-  int* counters;   // [seqs, kv_heads], zero between launches; null: merged by another kernel
-  bool cluster;    // the splits of a pair are one cluster (rank = split): merged in DSMEM
+  int* counters;  // [seqs, passes, kv_heads], zero between launches; null: merged by another kernel
+  bool cluster;   // the splits of a pair are one cluster (rank = split): merged in DSMEM
 };
 
 std::atomic<bool> g_cluster_merge{false};
@@ -173,7 +177,8 @@ __global__ void __launch_bounds__(kThreads)
   pdl_wait();
   pdl_launch_dependents();
 
-  const int s = blockIdx.z, kvh = blockIdx.y, split = blockIdx.x;
+  const int s = blockIdx.z / plan.passes, pass = blockIdx.z % plan.passes;
+  const int kvh = blockIdx.y, split = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g8 = lane >> 2, t4 = lane & 3;  // the fragments' row group and thread in group
   const int group = a.heads / a.kv_heads;
@@ -181,7 +186,14 @@ __global__ void __launch_bounds__(kThreads)
   const int q0 = a.query_start[s];
   const int q_len = a.query_start[s + 1] - q0;
   if (a.single_queries_only && q_len != 1) return;  // another kernel's rows
+  if (pass * qpc >= q_len) return;                  // a shorter sequence: no queries here
   const int ctx = a.context_lens[s];
+  const int step0 = ctx - q_len;  // cache index of the step's first token
+  // The sequence's tree mask over its step tokens (bit i * q_len + j: token i sees token
+  // j), or null: causal.
+  const uint32_t* tree = a.tree_mask != nullptr && a.tree_mask_start[s] >= 0
+                             ? a.tree_mask + a.tree_mask_start[s]
+                             : nullptr;
   const int bs = a.block_size;
   const bool bs_pow2 = (bs & (bs - 1)) == 0;
   const int bs_shift = __ffs(bs) - 1;
@@ -196,7 +208,7 @@ __global__ void __launch_bounds__(kThreads)
   float2* rec_ml = reinterpret_cast<float2*>(smem + L::kRecOffset);  // the cluster merge's
   float* rec_o = reinterpret_cast<float*>(rec_ml + kCols);
 
-  for (int qt0 = 0; qt0 < q_len; qt0 += qpc) {
+  for (int qt0 = pass * qpc; qt0 < q_len; qt0 += qpc * plan.passes) {
     const int n_q = min(qpc, q_len - qt0);
     const int n_cols = n_q * group;
     const int first_idx = ctx - q_len + qt0;  // cache index of the pass's first query
@@ -352,8 +364,13 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < 4; ++e) {
         const int jj = e & 1, kr = g8 + 8 * (e >> 1);
         const int key = key0 + kr;
-        const bool ok = ((mask >> kr) & 1u) != 0u && key <= col_idx[jj] &&
-                        (a.sliding_window <= 0 || key > col_idx[jj] - a.sliding_window);
+        bool ok = ((mask >> kr) & 1u) != 0u && key <= col_idx[jj] &&
+                  (a.sliding_window <= 0 || key > col_idx[jj] - a.sliding_window);
+        if (tree != nullptr && ok && key >= step0) {
+          // A live column's query (col_idx < ctx) and one of the step's own keys.
+          const int64_t bit = int64_t{col_idx[jj] - step0} * q_len + (key - step0);
+          ok = col_idx[jj] < ctx && ((tree[bit >> 5] >> (bit & 31)) & 1u) != 0u;
+        }
         float x = sa[e] + sb[e];
         if (general) {
           x *= a.scale;
@@ -612,11 +629,15 @@ __global__ void __launch_bounds__(kThreads)
 
   // The last split of (s, kvh) to finish merges the pair's rows (tokens q0.., heads of
   // the group), a warp per row.
-  if (!last_block_arrives(plan.counters + int64_t{s} * a.kv_heads + kvh, plan.num_splits)) return;
+  // (One pass per block: the launch makes as many passes as the longest sequence needs.)
+  if (!last_block_arrives(plan.counters + (int64_t{s} * plan.passes + pass) * a.kv_heads + kvh,
+                          plan.num_splits))
+    return;
   const int64_t rows = a.tokens * a.heads;
-  for (int r = warp; r < q_len * group; r += kWarps) {
-    const int qi = r / group;
-    const int64_t row = (int64_t{q0} + qi) * a.heads + kvh * group + (r - qi * group);
+  const int pass_q = min(qpc, q_len - pass * qpc);
+  for (int r = warp; r < pass_q * group; r += kWarps) {
+    const int qi = pass * qpc + r / group;
+    const int64_t row = (int64_t{q0} + qi) * a.heads + kvh * group + r % group;
     merge_split_row<T>(plan.part_o, plan.part_ml, plan.num_splits, rows, row, kHd,
                        static_cast<T*>(a.out), lane);
   }
@@ -769,6 +790,13 @@ SplitChoice choose_splits(int64_t pairs, int64_t ctx, int64_t slots, int num_sms
   return best;
 }
 
+// Query passes per sequence: the longest sequence's queries, 8 / group at a time.
+int64_t decode_passes(const AttentionArgs& a) {
+  const int group = a.heads / std::max(a.kv_heads, 1);
+  const int qpc = std::max(kCols / std::max(group, 1), 1);
+  return std::max<int64_t>(1, (int64_t{a.max_query_len} + qpc - 1) / qpc);
+}
+
 }  // namespace
 
 void set_decode_cluster_merge(bool on) {
@@ -783,7 +811,8 @@ bool attention_decode_supports(const AttentionArgs& a) {
   if (a.type != DType::kBF16 && a.type != DType::kF16) return false;
   if (a.head_dim != 64 && a.head_dim != 128 && a.head_dim != 256) return false;
   if (a.kv_heads <= 0 || a.heads % a.kv_heads != 0 || a.heads / a.kv_heads > kCols) return false;
-  if (a.num_seqs > 65535 || a.kv_heads > 65535 || a.block_size <= 0) return false;
+  if (a.num_seqs * decode_passes(a) > 65535 || a.kv_heads > 65535 || a.block_size <= 0)
+    return false;
   // Cache rows are indexed in 32 bits; 16-byte copies need aligned caches, and the
   // query pairs 4-byte aligned rows.
   if (int64_t{a.num_blocks} * a.kv_heads * a.block_size > INT_MAX) return false;
@@ -796,12 +825,12 @@ bool attention_decode_supports(const AttentionArgs& a) {
 AttentionPlan plan_attention_decode(const AttentionArgs& a, int num_sms) {
   AttentionPlan p;
   p.q_tile = 1;
-  const int64_t pairs = int64_t{a.kv_heads} * a.num_seqs;
+  const int64_t pairs = int64_t{a.kv_heads} * a.num_seqs * decode_passes(a);
   const int64_t ctx = std::max<int64_t>(a.max_context_len, 1);
   const int64_t key_bytes =
       int64_t{2} * a.head_dim * (a.kv_fp8 ? 1 : static_cast<int64_t>(dtype_size(a.type)));
-  const int64_t rows_per_item =
-      int64_t{a.heads / std::max(a.kv_heads, 1)} * std::max<int64_t>(1, a.max_query_len);
+  const int64_t rows_per_item = std::min<int64_t>(
+      kCols, int64_t{a.heads / std::max(a.kv_heads, 1)} * std::max<int64_t>(1, a.max_query_len));
   // The choice is the same for every layer of a step: remember the last one.
   struct Memo {
     int64_t pairs = -1, ctx = -1, key_bytes = -1, rows = -1;
@@ -857,18 +886,19 @@ void launch_attention_decode(const AttentionArgs& a, const AttentionPlan& p, voi
   TACHYON_KERNEL_CHECK(p.num_splits >= 1 && (p.num_splits == 1 || p.split_keys > 0),
                        "attention_decode: bad plan");
   const bool cluster = p.cluster && p.num_splits > 1 && p.num_splits <= kMaxClusterSplits;
-  DecodePlan dp{p.num_splits, nullptr, nullptr, nullptr, cluster};
+  const int64_t passes = decode_passes(a);
+  DecodePlan dp{p.num_splits, static_cast<int>(passes), nullptr, nullptr, nullptr, cluster};
   if (p.num_splits > 1 && !cluster) {
     TACHYON_KERNEL_CHECK(scratch != nullptr, "attention_decode: split-K needs scratch");
     dp.part_o = static_cast<float*>(scratch);
     dp.part_ml = dp.part_o + static_cast<size_t>(p.num_splits) * a.tokens * a.heads * a.head_dim;
-    if (int64_t{a.num_seqs} * a.kv_heads <= num_counters) dp.counters = counters;
+    if (int64_t{a.num_seqs} * passes * a.kv_heads <= num_counters) dp.counters = counters;
   }
   with_kernel(a, [&]<typename T, typename C, int kHd>() {
     using L = DecodeLayout<kHd, C>;
     allow_dynamic_smem(reinterpret_cast<const void*>(decode_kernel<T, C, kHd>), L::kBytes);
     const dim3 grid(static_cast<unsigned>(p.num_splits), static_cast<unsigned>(a.kv_heads),
-                    static_cast<unsigned>(a.num_seqs));
+                    static_cast<unsigned>(a.num_seqs * passes));
     if (cluster) {
       static std::atomic<uint64_t> allowed{0};  // bit d: clusters above 8 allowed on device d
       int dev = 0;

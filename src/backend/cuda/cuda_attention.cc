@@ -326,7 +326,7 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
     a.prefix_lens = meta.prefix_lens.data<int32_t>();
   }
   if (meta.tree_mask) {
-    // Only the simple kernel below narrows a step's own keys to a tree.
+    // The simple and decode kernels narrow a step's own keys to a tree; flash does not.
     check_here(meta.tree_mask, "attention tree_mask");
     check_here(meta.tree_mask_start, "attention tree_mask_start");
     TACHYON_CHECK(meta.tree_mask_start.numel() == meta.num_seqs &&
@@ -336,8 +336,9 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
     a.tree_mask = static_cast<const uint32_t*>(meta.tree_mask.raw());
     a.tree_mask_start = meta.tree_mask_start.data<int32_t>();
   }
-  // Steps only the simple kernel takes.
-  const bool simple_only = a.prefix_lens != nullptr || a.tree_mask != nullptr;
+  // Steps only the simple kernel takes; steps the flash kernel cannot take.
+  const bool simple_only = a.prefix_lens != nullptr;
+  const bool tree = a.tree_mask != nullptr;
   if (a.kv_fp8) {
     // The decode kernel reads e4m3 itself: decode steps (and every step a graph
     // records), and the one-query sequences of a mixed step, whose other sequences then
@@ -353,8 +354,9 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
     const bool decode_ok = !batch_invariant_ && !simple_only &&
                            (attention_kernel_ == AttentionKernel::kAuto ||
                             attention_kernel_ == AttentionKernel::kDecode);
-    if (decode_ok && (meta.max_query_len == 1 || capture != cudaStreamCaptureStatusNone ||
-                      attention_kernel_ == AttentionKernel::kDecode)) {
+    if (decode_ok &&
+        (meta.max_query_len <= kDecodeMaxQueries || capture != cudaStreamCaptureStatusNone ||
+         attention_kernel_ == AttentionKernel::kDecode)) {
       last_attention_kernel_ = AttentionKernel::kDecode;
       run_decode(a);
       return;
@@ -362,11 +364,11 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
     if (capture != cudaStreamCaptureStatusNone)
       raise<InvalidArgument>(
           "attention over an fp8 KV cache cannot be recorded in a graph in batch-invariant "
-          "mode, with a bidirectional prefix or tree masks, or with a forced kernel");
+          "mode, with a bidirectional prefix, or with a forced kernel");
     // A mixed step (as below): decode rows from the fp8 cache, the flash kernel's from
     // the staged blocks of the other sequences.
-    if (attention_kernel_ == AttentionKernel::kAuto && decode_ok && meta.max_query_len >= 16 &&
-        attention_mixed(a, meta)) {
+    if (attention_kernel_ == AttentionKernel::kAuto && decode_ok && !tree &&
+        meta.max_query_len > kDecodeMaxQueries && attention_mixed(a, meta)) {
       last_attention_kernel_ = AttentionKernel::kDecodeAndFlash;
       return;
     }
@@ -375,20 +377,21 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
   if (kv_i8()) stage_i8_cache(a);
   // A kernel runs when forced (set_attention_kernel) and applicable, or under kAuto
   // when applicable and the step has its shape; batch-invariant mode and steps with a
-  // bidirectional prefix or tree masks run through the simple kernel below.
+  // bidirectional prefix run through the simple kernel below, and so do steps with tree
+  // masks and long queries (flash takes no tree).
   auto pick = [&](AttentionKernel k, bool applies, bool auto_shape) {
     if (batch_invariant_ || simple_only || !applies) return false;
     return attention_kernel_ == k || (attention_kernel_ == AttentionKernel::kAuto && auto_shape);
   };
-  if (attention_kernel_ == AttentionKernel::kAuto && !batch_invariant_ && !simple_only &&
-      meta.max_query_len >= 16 && attention_mixed(a, meta)) {
+  if (attention_kernel_ == AttentionKernel::kAuto && !batch_invariant_ && !simple_only && !tree &&
+      meta.max_query_len > kDecodeMaxQueries && attention_mixed(a, meta)) {
     last_attention_kernel_ = AttentionKernel::kDecodeAndFlash;
     return;
   }
   // Prefill steps (mixed ones too: a sequence's single query fills `group` of a
   // block's 128 rows, the block's other warps idle).
-  const bool use_flash =
-      pick(AttentionKernel::kFlash, attention_flash_supports(a), meta.max_query_len >= 16);
+  const bool use_flash = pick(AttentionKernel::kFlash, attention_flash_supports(a) && !tree,
+                              meta.max_query_len > kDecodeMaxQueries);
   if (use_flash) {
     last_attention_kernel_ = AttentionKernel::kFlash;
     int32_t n_items = 0;
@@ -396,8 +399,8 @@ void CudaBackend::attention(const Tensor& qkv, const QkvLayout& layout, const La
     launch_attention_flash(a, items, n_items, stream_);
     return;
   }
-  const bool use_decode =
-      pick(AttentionKernel::kDecode, attention_decode_supports(a), meta.max_query_len == 1);
+  const bool use_decode = pick(AttentionKernel::kDecode, attention_decode_supports(a),
+                               meta.max_query_len <= kDecodeMaxQueries);
   if (use_decode) {
     last_attention_kernel_ = AttentionKernel::kDecode;
     run_decode(a);

@@ -201,7 +201,7 @@ struct AttentionArgs {
   // only the simple kernel (attention.cu) reads it.
   const int32_t* prefix_lens = nullptr;
   // Or null: the step tokens' tree masks (AttentionMeta::tree_mask, tree_mask_start);
-  // only the simple kernel (attention.cu) reads them.
+  // the simple (attention.cu) and decode (attention_decode.cu) kernels read them.
   const uint32_t* tree_mask = nullptr;
   const int32_t* tree_mask_start = nullptr;
   int* err = nullptr;
@@ -357,17 +357,20 @@ int64_t gemm_wgmma_rms_launches();
 int gemm_wgmma_square_parts(int64_t n_out);
 
 // ---- attention_decode.cu ------------------------------------------------------------
-// FlashDecoding-style tensor-core kernel for decode steps (one query token per sequence;
-// more are handled, slowly): bf16/f16, head_dim 64, 128 or 256, at most 8 query heads
-// per KV head. The plan splits the keys (from the max_context_len hint, the number of
-// sequences and the device's SMs) and sizes the scratch; the kernel reads the real
-// context lengths on the device. Split keys are merged by the last block of each
-// (sequence, KV head), counted in `counters` (num_seqs * kv_heads of them, zero between
-// launches and left zero); with fewer counters a separate merge kernel runs. Plans of
+// FlashDecoding-style tensor-core kernel for decode steps and steps of short queries
+// (up to kDecodeMaxQueries tokens per sequence: draft tokens being verified, chained or
+// in a tree mask; longer ones are handled, slowly): bf16/f16, head_dim 64, 128 or 256,
+// at most 8 query heads per KV head. The plan splits the keys (from the max_context_len
+// hint, the number of sequences and their query passes, and the device's SMs) and sizes
+// the scratch; the kernel reads the real context lengths on the device. Split keys are
+// merged by the last block of each (sequence, pass, KV head), counted in `counters`
+// (num_seqs * passes * kv_heads of them, zero between launches and left zero); with
+// fewer counters a separate merge kernel runs. Plans of
 // 2..16 splits whose clusters fit the device run each pair's splits as one cluster
 // that merges in distributed shared memory instead: the backend turns that on from
 // compute capability 9.0 (set_decode_cluster_merge; tests turn it off to run the
 // counters' merge that older devices take).
+inline constexpr int32_t kDecodeMaxQueries = 16;
 bool attention_decode_supports(const AttentionArgs& a);
 void set_decode_cluster_merge(bool on);
 bool decode_cluster_merge();

@@ -2,12 +2,13 @@
 // and the choice between kernels): prefill, chunked prefill, mixed batches; head_dim
 // 64..256; GQA ratios 1, 4, 8 and MQA; block boundaries (odd block sizes); sliding
 // window, softcapping, ALiBi; tree masks over a step's own tokens (speculative
-// verification: the simple kernel only); a bidirectional prefix (ChatGLM-6B's prompt context: the
-// simple kernel only). Every case runs through each kernel that applies to it. The
+// verification: the simple and decode kernels); a bidirectional prefix (ChatGLM-6B's prompt
+// context: the simple kernel only). Every case runs through each kernel that applies to it. The
 // flash kernel's own cases are in attention_flash_test.cc, the decode kernel's in
 // attention_decode_test.cc, an fp8 KV cache's in attention_fp8_test.cc.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -102,10 +103,13 @@ TEST_P(CudaAttentionTest, BatchInvariantSkipsFlash) {
 // Every kernel choice falls back to the simple kernel, which widens each query to its
 // sequence's prefix: prompts with a context (long enough for key splits and several
 // query tiles), a causal prompt beside them, decodes after a context.
-// Every kernel choice falls back to the simple kernel, which narrows each query's view
-// of the step's own keys to its tree mask: trees after cached contexts (long enough for
-// key splits and several query tiles), a causal sequence beside them, a sliding window.
+// Tree masks narrow each query's view of the step's own keys: the simple kernel and (in
+// bf16/f16) the decode kernel take them, never flash; trees after cached contexts (long
+// enough for key splits and several query tiles), a causal sequence beside them, a
+// sliding window. Steps of up to 16 queries a sequence go to the decode kernel, longer
+// ones to the simple kernel.
 TEST_P(CudaAttentionTest, TreeMasks) {
+  const bool half = dt_ != DType::kF32;
   for (const AttnCase& c :
        {AttnCase{"tree, mha",
                  8,
@@ -114,10 +118,25 @@ TEST_P(CudaAttentionTest, TreeMasks) {
                  16,
                  {{40, 9, 0, true}, {0, 20, 0, false}, {700, 70, 0, true}, {5, 1, 0, true}}},
         AttnCase{"tree, gqa hd 64 block 5", 8, 2, 64, 5, {{0, 33, 0, true}, {300, 12, 0, true}}},
-        AttnCase{"tree, window", 4, 2, 64, 16, {{90, 40, 0, true}, {10, 3, 0, false}}, 24}}) {
+        AttnCase{"tree, window", 4, 2, 64, 16, {{90, 40, 0, true}, {10, 3, 0, false}}, 24},
+        AttnCase{"short trees, gqa 4",
+                 32,
+                 8,
+                 128,
+                 16,
+                 {{40, 9, 0, true}, {700, 16, 0, true}, {5, 1, 0, true}, {30, 4, 0, false}}},
+        AttnCase{"short trees, gqa 8 hd 64 block 5",
+                 16,
+                 2,
+                 64,
+                 5,
+                 {{1200, 16, 0, true}, {3, 5, 0, true}}}}) {
     run(c);
-    EXPECT_EQ(ran_, std::vector<Kernel>{Kernel::kSimple}) << c.name << ": another kernel ran";
-    EXPECT_EQ(auto_ran_, Kernel::kSimple) << c.name;
+    EXPECT_FALSE(ran(Kernel::kFlash)) << c.name;
+    EXPECT_EQ(ran(Kernel::kDecode), half) << c.name;
+    int32_t longest = 0;
+    for (const SeqSpec& q : c.seqs) longest = std::max(longest, q.q_len);
+    EXPECT_EQ(auto_ran_, half && longest <= 16 ? Kernel::kDecode : Kernel::kSimple) << c.name;
   }
 }
 
