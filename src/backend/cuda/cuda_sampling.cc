@@ -77,9 +77,8 @@ void CudaBackend::sample(Tensor& logits, const SamplingBatch& batch, Tensor& ids
   if (all_greedy && rows <= kGreedyMaxRows && rows <= kMergeCounters && vocab <= kGreedyMaxVocab) {
     void* partial = scratch(sample_partial_, greedy_partial_bytes(rows, vocab));
     launch_sample_greedy(logits.data<float>(), rows, vocab, partial,
-                         merge_counters_.data<int32_t>(), ids.data<int32_t>(), stream_);
-    launch_chosen_logprob(logits.data<float>(), rows, vocab, nullptr, ids.data<int32_t>(),
-                          logprobs.data<float>(), stream_);
+                         merge_counters_.data<int32_t>(), ids.data<int32_t>(),
+                         logprobs.data<float>(), stream_);
     return;
   }
   const KSampleRow* rows_meta = nullptr;

@@ -63,14 +63,38 @@ __global__ void log_softmax_kernel(float* x, int64_t vocab) {
 }
 
 // One block per row: the log-probability of the row's chosen token (ids[r] >= 0) in the
-// distribution it was drawn from, log-softmax((x - max) / T) at the token, T the row's
+// distribution it was drawn from, log-softmax(x / T) at the token, T the row's
 // temperature (1 when greedy or without meta); 0 for rows without a token. The row
-// already holds its adjustments (launch_sample applied them in place).
-__global__ void chosen_logprob_kernel(const float* __restrict__ logits, int64_t vocab,
-                                      const KSampleRow* __restrict__ meta,
-                                      const int32_t* __restrict__ ids,
-                                      float* __restrict__ logprobs) {
-  __shared__ float scratch[32];
+// already holds its adjustments (launch_sample applied them in place). One pass: each
+// thread keeps an online (max, sum of exp(y - max)) over its share of y = x / T, read a
+// float4 at a time where the row allows, and the block merges them.
+constexpr int kLogprobThreads = 1024;
+
+__device__ __forceinline__ void lse_add(float y, float& m, float& sum) {
+  if (y == -INFINITY) return;
+  if (y > m) {
+    sum = sum * expf(m - y) + 1.f;
+    m = y;
+  } else {
+    sum += expf(y - m);
+  }
+}
+
+__device__ __forceinline__ void lse_combine(float& m, float& sum, float m2, float sum2) {
+  if (m2 == -INFINITY) return;
+  if (m == -INFINITY || m2 > m) {
+    sum = (m == -INFINITY ? 0.f : sum * expf(m - m2)) + sum2;
+    m = m2;
+  } else {
+    sum += sum2 * expf(m2 - m);
+  }
+}
+
+__global__ void __launch_bounds__(kLogprobThreads)
+    chosen_logprob_kernel(const float* __restrict__ logits, int64_t vocab,
+                          const KSampleRow* __restrict__ meta, const int32_t* __restrict__ ids,
+                          float* __restrict__ logprobs) {
+  __shared__ float red_m[kLogprobThreads / 32], red_s[kLogprobThreads / 32];
   const int32_t id = ids[blockIdx.x];
   if (id < 0 || id >= vocab) {
     if (threadIdx.x == 0) logprobs[blockIdx.x] = 0.f;
@@ -79,16 +103,36 @@ __global__ void chosen_logprob_kernel(const float* __restrict__ logits, int64_t 
   float inv_t = 1.f;
   if (meta != nullptr && meta[blockIdx.x].greedy == 0) inv_t = 1.f / meta[blockIdx.x].temperature;
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
-  float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) mx = fmaxf(mx, row[j]);
-  mx = block_max(mx, scratch);
-  float sum = 0.f;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-    const float x = row[j];
-    if (x != -INFINITY) sum += expf((x - mx) * inv_t);
+  float m = -INFINITY, sum = 0.f;
+  if (vocab % 4 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+    const float4* r4 = reinterpret_cast<const float4*>(row);
+#pragma unroll 4
+    for (int64_t j = threadIdx.x; j < vocab / 4; j += kLogprobThreads) {
+      const float4 v = r4[j];
+      lse_add(v.x * inv_t, m, sum);
+      lse_add(v.y * inv_t, m, sum);
+      lse_add(v.z * inv_t, m, sum);
+      lse_add(v.w * inv_t, m, sum);
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < vocab; j += kLogprobThreads) lse_add(row[j] * inv_t, m, sum);
   }
-  sum = block_sum(sum, scratch);
-  if (threadIdx.x == 0) logprobs[blockIdx.x] = (row[id] - mx) * inv_t - logf(sum);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+    const float s2 = __shfl_xor_sync(0xffffffffu, sum, o);
+    lse_combine(m, sum, m2, s2);
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    red_m[warp] = m;
+    red_s[warp] = sum;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kLogprobThreads / 32; ++w) lse_combine(m, sum, red_m[w], red_s[w]);
+    logprobs[blockIdx.x] = sum > 0.f ? row[id] * inv_t - m - logf(sum) : 0.f;
+  }
 }
 
 }  // namespace
@@ -97,7 +141,7 @@ void launch_chosen_logprob(const float* logits, int64_t rows, int64_t vocab,
                            const KSampleRow* rows_meta, const int32_t* ids, float* logprobs,
                            cudaStream_t stream) {
   if (rows == 0) return;
-  chosen_logprob_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+  chosen_logprob_kernel<<<static_cast<unsigned>(rows), kLogprobThreads, 0, stream>>>(
       logits, vocab, rows_meta, ids, logprobs);
   TACHYON_CUDA_LAUNCH_CHECK();
 }

@@ -59,12 +59,14 @@ void launch_sample(float* logits, int64_t rows, int64_t vocab, const KSampleRow*
 // kSampledNoneAllowed for a row of -inf), each row scanned by greedy_splits(vocab)
 // blocks. The last block of a row to finish (a counter per row in `counters`, zero
 // between launches and left zero) merges the row's partials (`partial`:
-// greedy_partial_bytes(rows, vocab)).
+// greedy_partial_bytes(rows, vocab)) and writes the token's log-probability (the
+// log-softmax of the row at its largest logit; 0 for a row without a token) to
+// logprobs[r], as launch_chosen_logprob would.
 inline constexpr int64_t kGreedyMaxRows = 65535, kGreedyMaxVocab = 262144;
 int greedy_splits(int64_t vocab);
 size_t greedy_partial_bytes(int64_t rows, int64_t vocab);
 void launch_sample_greedy(const float* logits, int64_t rows, int64_t vocab, void* partial,
-                          int* counters, int32_t* ids, cudaStream_t stream);
+                          int* counters, int32_t* ids, float* logprobs, cudaStream_t stream);
 
 // After launch_sample or launch_sample_greedy on the same logits (adjusted in place):
 // logprobs[r] = the log-probability of ids[r] in the distribution it was drawn from,

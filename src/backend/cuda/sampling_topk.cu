@@ -393,24 +393,53 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // The greedy rows' split scan: block (s, r) takes elements [s, s + 1) * kGreedyChunk of
-// row r, four float4s a thread in flight where the row allows.
+// row r, four float4s a thread in flight where the row allows. Beside the argmax it sums
+// exp(x - max) over its elements (online, rebased as the max moves), so the last block
+// of a row also gives the chosen token's log-probability, -log(sum over the row of
+// exp(x - max)) (the token is the max), with no second pass over the logits.
 constexpr int kGreedyThreads = 256;
 constexpr int kGreedyChunk = 4096;
 constexpr int kGreedyMaxSplits = 64;
 
 struct GreedyPartial {
-  float value;
+  float value;  // the split's largest logit
   int index;
   int bad;
-  int pad;
+  float sum;  // sum of exp(x - value) over the split's finite logits
 };
+
+// Adds x to an online (max, sum of exp(x - max)).
+__device__ __forceinline__ void lse_visit(float x, float& m, float& sum) {
+  if (x == -INFINITY || isnan(x)) return;
+  if (x > m) {
+    sum = sum * expf(m - x) + 1.f;
+    m = x;
+  } else {
+    sum += expf(x - m);
+  }
+}
+
+// Merges two online (max, sum) pairs.
+__device__ __forceinline__ void lse_merge(float& m, float& sum, float m2, float sum2) {
+  if (m2 == -INFINITY) return;
+  if (m == -INFINITY) {
+    m = m2;
+    sum = sum2;
+  } else if (m2 > m) {
+    sum = sum * expf(m - m2) + sum2;
+    m = m2;
+  } else {
+    sum += sum2 * expf(m2 - m);
+  }
+}
 
 __global__ void __launch_bounds__(kGreedyThreads)
     greedy_split_kernel(const float* __restrict__ logits, int64_t vocab, int splits,
                         GreedyPartial* __restrict__ part, int* __restrict__ counters,
-                        int32_t* __restrict__ ids) {
+                        int32_t* __restrict__ ids, float* __restrict__ logprobs) {
   __shared__ float red_v[kGreedyThreads / 32];
   __shared__ int red_i[kGreedyThreads / 32];
+  __shared__ float red_m[kGreedyThreads / 32], red_s[kGreedyThreads / 32];
   pdl_wait();  // the logits come from the kernels before
   pdl_launch_dependents();
   const int r = blockIdx.y, s = blockIdx.x, tid = threadIdx.x;
@@ -421,39 +450,57 @@ __global__ void __launch_bounds__(kGreedyThreads)
   float bv = -INFINITY;
   int bi = INT_MAX;
   int bad = 0;
+  float m = -INFINITY, sum = 0.f;
+  auto visit = [&](float x, int64_t j) {
+    greedy_visit(x, j, bv, bi, bad);
+    lse_visit(x, m, sum);
+  };
   if (vocab % 4 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0) {
     const float4* r4 = reinterpret_cast<const float4*>(row);
 #pragma unroll 4
     for (int64_t j = begin / 4 + tid; j < end / 4; j += kGreedyThreads) {
       const float4 v = r4[j];
-      greedy_visit(v.x, 4 * j, bv, bi, bad);
-      greedy_visit(v.y, 4 * j + 1, bv, bi, bad);
-      greedy_visit(v.z, 4 * j + 2, bv, bi, bad);
-      greedy_visit(v.w, 4 * j + 3, bv, bi, bad);
+      visit(v.x, 4 * j);
+      visit(v.y, 4 * j + 1);
+      visit(v.z, 4 * j + 2);
+      visit(v.w, 4 * j + 3);
     }
   } else {
-    for (int64_t j = begin + tid; j < end; j += kGreedyThreads)
-      greedy_visit(row[j], j, bv, bi, bad);
+    for (int64_t j = begin + tid; j < end; j += kGreedyThreads) visit(row[j], j);
   }
   warp_argmax(bv, bi);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+    const float s2 = __shfl_xor_sync(0xffffffffu, sum, o);
+    lse_merge(m, sum, m2, s2);
+  }
   if (lane == 0) {
     red_v[warp] = bv;
     red_i[warp] = bi;
+    red_m[warp] = m;
+    red_s[warp] = sum;
   }
   bad = __syncthreads_or(bad);
   if (tid == 0) {
-    for (int w = 1; w < kGreedyThreads / 32; ++w)
+    for (int w = 1; w < kGreedyThreads / 32; ++w) {
       if (argmax_better(red_v[w], red_i[w], bv, bi)) {
         bv = red_v[w];
         bi = red_i[w];
       }
-    part[int64_t{r} * splits + s] = GreedyPartial{bv, bi, bad, 0};
+      lse_merge(m, sum, red_m[w], red_s[w]);
+    }
+    // m is the split's largest finite logit, bv its largest value: the same unless the
+    // split holds no finite value (bv -inf or +inf: then no log-probability is reported).
+    part[int64_t{r} * splits + s] = GreedyPartial{bv, bi, bad, m == bv ? sum : 0.f};
   }
   if (!last_block_arrives(counters + r, splits)) return;
   if (warp != 0) return;
   bv = -INFINITY;
   bi = INT_MAX;
   bad = 0;
+  m = -INFINITY;
+  sum = 0.f;
   for (int i = lane; i < splits; i += 32) {
     const GreedyPartial p = part[int64_t{r} * splits + i];
     bad |= p.bad;
@@ -461,10 +508,22 @@ __global__ void __launch_bounds__(kGreedyThreads)
       bv = p.value;
       bi = p.index;
     }
+    if (p.sum > 0.f) lse_merge(m, sum, p.value, p.sum);
   }
   warp_argmax(bv, bi);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+    const float s2 = __shfl_xor_sync(0xffffffffu, sum, o);
+    lse_merge(m, sum, m2, s2);
+  }
   bad = __any_sync(0xffffffffu, bad != 0);
-  if (lane == 0) ids[r] = bad != 0 ? kSampledBadLogits : bv == -INFINITY ? kSampledNoneAllowed : bi;
+  if (lane == 0) {
+    const bool none = bv == -INFINITY;
+    ids[r] = bad != 0 ? kSampledBadLogits : none ? kSampledNoneAllowed : bi;
+    // The token is the row's largest logit: its log-probability is -log(sum).
+    logprobs[r] = bad != 0 || none || sum <= 0.f ? 0.f : -logf(sum);
+  }
 }
 
 __global__ void uniforms_kernel(const KSampleRow* meta, int64_t n, double* out) {
@@ -496,7 +555,7 @@ size_t greedy_partial_bytes(int64_t rows, int64_t vocab) {
 }
 
 void launch_sample_greedy(const float* logits, int64_t rows, int64_t vocab, void* partial,
-                          int* counters, int32_t* ids, cudaStream_t stream) {
+                          int* counters, int32_t* ids, float* logprobs, cudaStream_t stream) {
   if (rows == 0) return;
   static_assert(kGreedyMaxVocab == int64_t{kGreedyChunk} * kGreedyMaxSplits);
   TACHYON_KERNEL_CHECK(rows <= kGreedyMaxRows && vocab > 0 && vocab <= kGreedyMaxVocab,
@@ -505,7 +564,7 @@ void launch_sample_greedy(const float* logits, int64_t rows, int64_t vocab, void
   launch_kernel(greedy_split_kernel,
                 dim3(static_cast<unsigned>(splits), static_cast<unsigned>(rows)),
                 dim3(kGreedyThreads), 0, stream, logits, vocab, splits,
-                static_cast<GreedyPartial*>(partial), counters, ids);
+                static_cast<GreedyPartial*>(partial), counters, ids, logprobs);
 }
 
 void launch_sample_uniforms(const KSampleRow* rows_meta, int64_t n, double* out,
