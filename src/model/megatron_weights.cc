@@ -73,7 +73,8 @@ std::optional<Part> layer_part(std::string_view rest, bool swiglu) {
 }
 
 // nullopt: not a weight (skipped); throws on an unknown name.
-std::optional<Part> classify(const std::string& name, bool swiglu, const std::string& file) {
+std::optional<Part> classify(const std::string& name, bool swiglu, const std::string& file,
+                             const std::string& prefix) {
   std::string_view n = name;
   if (ends_with(n, "._extra_state") || n == "word_embeddings_for_head.weight") return std::nullopt;
   if (starts_with(n, "language_model."))
@@ -109,7 +110,7 @@ std::optional<Part> classify(const std::string& name, bool swiglu, const std::st
   };
   for (const auto& g : globals)
     if (n == g.name) return Part{-1, std::string(g.key), g.split};
-  raise<InvalidArgument>("{}: unrecognised Megatron tensor 'model.{}'", file, name);
+  raise<InvalidArgument>("{}: unrecognised Megatron tensor '{}{}'", file, prefix, name);
 }
 
 // One merged tensor's tensor-parallel pieces.
@@ -240,11 +241,15 @@ void same_run(const MegatronArgs& a, const MegatronArgs& b, const std::string& f
     raise<InvalidArgument>("{}: its args describe another model than {}'s", file, first.path());
 }
 
-void check_model(const TorchFile& f) {
-  const PyValue* model = f.root()->get("model");
+// The shard's state dict entry: "model" (Megatron-LM) or "module" (the
+// mp_rank_TT_model_states.pt files of DeepSpeed's Megatron).
+std::string model_key(const TorchFile& f) {
+  const char* key = f.root()->get("model") || !f.root()->get("module") ? "model" : "module";
+  const PyValue* model = f.root()->get(key);
   if (!model || !model->is_dict())
-    raise<InvalidArgument>("{}: 'model' is {}, not a state dict", f.path(),
+    raise<InvalidArgument>("{}: '{}' is {}, not a state dict", f.path(), key,
                            model ? model->describe() : "absent");
+  return key;
 }
 
 MegatronArgs read_args(const TorchFile& f, int64_t vocab_size, const std::string& dir) {
@@ -264,7 +269,7 @@ MegatronModel load_megatron(const std::string& dir, int64_t vocab_size) {
   const MegatronLayout layout = find_megatron_layout(dir);
   auto first = open_shard(layout.shards[0]);
   const MegatronArgs args = read_args(*first, vocab_size, dir);
-  check_model(*first);
+  model_key(*first);
   check_shards(layout, args);
   const ModelConfig& mc = args.config;
   const int32_t per_stage = mc.layer_num / args.pp;
@@ -272,17 +277,17 @@ MegatronModel load_megatron(const std::string& dir, int64_t vocab_size) {
   for (const auto& shard : layout.shards) {
     auto f = shard.tp == 0 && shard.pp == 0 ? first : open_shard(shard);
     if (f != first) same_run(args, read_megatron_args(*f->root(), f->path()), f->path(), *first);
-    check_model(*f);
+    const std::string prefix = model_key(*f) + ".";
     for (const auto& t : f->tensors()) {
-      if (!starts_with(t.name, "model.")) continue;
-      const std::string name = t.name.substr(6);
-      std::optional<Part> part = classify(name, args.swiglu, f->path());
+      if (!starts_with(t.name, prefix)) continue;
+      const std::string name = t.name.substr(prefix.size());
+      std::optional<Part> part = classify(name, args.swiglu, f->path(), prefix);
       if (!part) continue;
       std::string key = part->key;
       if (part->layer >= 0) {
         if (part->layer >= per_stage)
-          raise<InvalidArgument>("{}: layer {} of a stage of {} layers ('model.{}')", f->path(),
-                                 part->layer, per_stage, name);
+          raise<InvalidArgument>("{}: layer {} of a stage of {} layers ('{}{}')", f->path(),
+                                 part->layer, per_stage, prefix, name);
         key = fmt::format("layers.{}.{}", shard.pp * per_stage + part->layer, key);
       }
       Pieces& p = parts[key];
@@ -293,8 +298,8 @@ MegatronModel load_megatron(const std::string& dir, int64_t vocab_size) {
       if (p.by_tp[shard.tp]) {
         // A tied model's last stage repeats the embedding as its output layer.
         if (key == "embedding.weight" || key == "output_layer.weight") continue;
-        raise<InvalidArgument>("{}: 'model.{}' appears twice for tensor rank {}", f->path(), name,
-                               shard.tp);
+        raise<InvalidArgument>("{}: '{}{}' appears twice for tensor rank {}", f->path(), prefix,
+                               name, shard.tp);
       }
       Tensor v = f->get(t.name);
       if (part->key == "qkv.weight" || part->key == "qkv.bias")
@@ -302,7 +307,7 @@ MegatronModel load_megatron(const std::string& dir, int64_t vocab_size) {
           v = megatron_qkv_to_v2(v, args.checkpoint_version, mc.head_num / args.tp,
                                  mc.size_per_head);
       p.by_tp[shard.tp] = std::move(v);
-      p.names[shard.tp] = "model." + name;
+      p.names[shard.tp] = prefix + name;
       p.files[shard.tp] = f->path();
     }
   }
