@@ -37,21 +37,43 @@ logits at every prompt position and 8 greedy tokens (full recomputation).
 
 hostile/: single shards for the refusal tests (os.system as a reduce in the args and as
 the model, a namespace without hidden_size, a shard with a mis-shaped fc1).
+
+tokenizer/: a word-level tokenizer of the 120 tokens "t0".."t119" (the checkpoints carry
+none), for the command-line tests. `--tokenizer-only DIR` writes just it (no torch).
 """
 
-import argparse
-import enum
-import io
 import json
 import os
-import random
 import sys
-import tarfile
-import types
 
-import numpy as np
-import torch
-import transformers
+
+def tokenizer_files():
+    vocab = {f"t{i}": i for i in range(120)}
+    tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+           "normalizer": None, "pre_tokenizer": {"type": "WhitespaceSplit"},
+           "post_processor": None, "decoder": None,
+           "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "t0"}}
+    return {"tokenizer.json": json.dumps(tok).encode(),
+            "tokenizer_config.json": json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}).encode()}
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--tokenizer-only"]:
+    os.makedirs(sys.argv[2], exist_ok=True)
+    for name, data in tokenizer_files().items():
+        with open(os.path.join(sys.argv[2], name), "wb") as f:
+            f.write(data)
+    sys.exit(0)
+
+import argparse  # noqa: E402
+import enum  # noqa: E402
+import io  # noqa: E402
+import random  # noqa: E402
+import tarfile  # noqa: E402
+import types  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
 
 TP, PP = 2, 2
 VOCAB, PADDED = 120, 128
@@ -346,6 +368,8 @@ def main():
         m.config._attn_implementation = "eager"
     root = "megatron/"
     with tarfile.open(out, "w") as tar:
+        for name, data in tokenizer_files().items():
+            add(tar, root + "tokenizer/" + name, data)
         for name, model, cfg, layers_of, args_of, tied in (
                 ("gpt", gpt, gcfg, gpt_layers, gpt_args, True),
                 ("llama", llama, lcfg, llama_layers, llama_args, False)):
