@@ -89,6 +89,7 @@ class Unpickler : public pickle::PickleMachine {
   TorchStateDict out_;
   std::map<const Obj*, std::shared_ptr<const PyValue>> converted_;
   std::map<const Obj*, bool> converting_;
+  size_t path_bytes_ = 0;
   std::map<std::string, size_t> storage_by_key_;
   std::vector<TorchTensor> records_;  // unnamed; Obj::i of a tensor indexes here
 };
@@ -249,11 +250,15 @@ TorchStateDict Unpickler::finish(Obj* root) {
 std::shared_ptr<const PyValue> Unpickler::convert(Obj* o, const std::string& path, int depth) {
   if (auto it = converted_.find(o); it != converted_.end()) return it->second;
   if (depth > 200) fail("values nested deeper than 200 at '{}'", path.substr(0, 200));
+  // Paths are built for every value reached: bounded in all, against long keys nested.
+  path_bytes_ += path.size();
+  if (path_bytes_ > (size_t{1} << 28)) fail("value paths of more than 256 MiB in all");
   if (!converting_.emplace(o, true).second)
     fail("the value at '{}' contains itself", path.substr(0, 200));
   auto v = std::make_shared<PyValue>();
   using K = PyValue::Kind;
   auto child = [&](Obj* c, const std::string& key) {
+    if (auto it = converted_.find(c); it != converted_.end()) return it->second;
     return convert(c, path.empty() ? key : path + "." + key, depth + 1);
   };
   switch (o->kind) {

@@ -296,7 +296,8 @@ MegatronModel load_megatron(const std::string& dir, int64_t vocab_size) {
       p.names.resize(static_cast<size_t>(args.tp));
       p.files.resize(static_cast<size_t>(args.tp));
       if (p.by_tp[shard.tp]) {
-        // A tied model's last stage repeats the embedding as its output layer.
+        // Another stage's copy of the word embeddings or the output layer (a tied
+        // model keeps one next to its head): the first one read is kept.
         if (key == "embedding.weight" || key == "output_layer.weight") continue;
         raise<InvalidArgument>("{}: '{}{}' appears twice for tensor rank {}", f->path(), prefix,
                                name, shard.tp);
