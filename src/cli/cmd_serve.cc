@@ -133,7 +133,7 @@ int cmd_serve(const CommandArgs& args) {
   set_log_level(parse_log_level(cfg.log_level));
   if (cfg.threads > 0) ThreadPool::set_global_threads(static_cast<int>(cfg.threads));
   std::string model_dir = resolve_model_dir(cfg.model);
-  if (!fs::exists(fs::path(model_dir) / "config.json") && !is_megatron_checkpoint(model_dir))
+  if (!is_megatron_checkpoint(model_dir) && !fs::exists(fs::path(model_dir) / "config.json"))
     raise<NotFound>("model directory '{}' has no config.json (nor is it a Megatron-LM checkpoint)",
                     model_dir);
   std::string name = served_name(cfg, model_dir);

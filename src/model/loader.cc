@@ -29,8 +29,7 @@ std::string join_path(const std::string& dir, const char* name) {
 
 ModelConfig load_model_config(const std::string& dir, const LoadOptions& opts) {
   const std::string path = join_path(dir, "config.json");
-  if (!file_exists(path) && is_megatron_checkpoint(dir))
-    return load_megatron_config(dir, opts.vocab_size);
+  if (is_megatron_checkpoint(dir)) return load_megatron_config(dir, opts.vocab_size);
   if (!file_exists(path)) raise<NotFound>("no config.json in model folder '{}'", dir);
   HfConfig cfg = HfConfig::load(path);
   return map_model_config(cfg, opts.model_type, join_path(dir, "generation_config.json"),
@@ -165,7 +164,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
   ModelConfig mc;
   std::unique_ptr<Checkpoint> ckpt;
   WeightMap map;
-  if (!file_exists(path) && is_megatron_checkpoint(dir)) {
+  if (is_megatron_checkpoint(dir)) {
     MegatronModel m = load_megatron(dir, opts.vocab_size);
     mc = std::move(m.config);
     ckpt = std::move(m.checkpoint);

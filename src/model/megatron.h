@@ -40,8 +40,9 @@ struct MegatronLayout {
   const MegatronShard* find(int32_t tp, int32_t pp) const;
 };
 
-// Whether `dir` looks like a Megatron-LM checkpoint: a run folder holding
-// latest_checkpointed_iteration.txt, or an iteration folder holding mp_rank_* shards.
+// Whether `dir` loads as a Megatron-LM checkpoint: a folder without config.json that is
+// a run folder (latest_checkpointed_iteration.txt) or an iteration folder holding
+// mp_rank_* shards.
 bool is_megatron_checkpoint(const std::string& dir);
 // The iteration folder and its shards. Throws NotFound / InvalidArgument naming the
 // folder or file.

@@ -78,7 +78,7 @@ const MegatronShard* MegatronLayout::find(int32_t tp, int32_t pp) const {
 }
 
 bool is_megatron_checkpoint(const std::string& dir) {
-  if (!is_dir(dir)) return false;
+  if (!is_dir(dir) || is_file(fs::path(dir) / "config.json")) return false;
   return is_file(fs::path(dir) / kTracker) || has_shards(dir);
 }
 
