@@ -136,11 +136,13 @@ int cmd_generate(const CommandArgs& argv) {
   if (args.given("dump-logits")) {
     const std::string path = args.str("dump-logits");
     // The model alone first; the engine then sizes the cache its own way.
-    auto model = load_model(dir, load_options(args, lora));
+    LoadOptions lo = load_options(args, lora);
     if (prompt.empty()) {
-      auto tok = Tokenizer::load(dir);
+      auto tok = Tokenizer::load(args.str("tokenizer").empty() ? dir : args.str("tokenizer"));
       prompt = tok->encode(args.str("prompt"), true);
+      lo.vocab_size = tok->vocab_size();
     }
+    auto model = load_model(dir, lo);
     for (int32_t id : prompt)
       if (id >= model->vocab_size())
         raise<InvalidArgument>("--prompt-ids: token id {} is outside the vocabulary ({})", id,

@@ -10,6 +10,7 @@
 #include "core/json.h"
 #include "io/checkpoint.h"
 #include "model/loader.h"
+#include "model/megatron.h"
 #include "model/registry.h"
 
 namespace tachyon::cli {
@@ -36,10 +37,20 @@ int cmd_inspect(const CommandArgs& argv) {
   opts.model_type = args.str("model-type");
   // The checkpoint read as the loader reads it, on no device (a quantized module shows
   // its storage whatever the backends support).
-  const ModelConfig cfg = load_model_config(dir, opts);
-  std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(dir);
-  const HfConfig hf = HfConfig::load(dir + "/config.json");
-  const ModelWeights w = load_weights(*ckpt, cfg, find_arch(hf, opts.model_type).map_weights(cfg));
+  ModelConfig cfg;
+  std::unique_ptr<Checkpoint> ckpt;
+  WeightMap map;
+  if (is_megatron_checkpoint(dir)) {
+    MegatronModel m = load_megatron(dir);  // the padded vocabulary (no tokenizer here)
+    cfg = std::move(m.config);
+    ckpt = std::move(m.checkpoint);
+    map = std::move(m.map);
+  } else {
+    cfg = load_model_config(dir, opts);
+    ckpt = Checkpoint::open(dir);
+    map = find_arch(HfConfig::load(dir + "/config.json"), opts.model_type).map_weights(cfg);
+  }
+  const ModelWeights w = load_weights(*ckpt, cfg, map);
   const bool tied = w.lm_head.w.raw() == w.embedding.raw();
   if (args.flag("json")) {
     Json j;

@@ -23,6 +23,7 @@
 #include "core/thread_pool.h"
 #include "frontend/engine_backend.h"
 #include "frontend/task_prompts.h"
+#include "model/megatron.h"
 #include "server/app.h"
 #include "server/http_server.h"
 #include "server/serve_config.h"
@@ -132,8 +133,9 @@ int cmd_serve(const CommandArgs& args) {
   set_log_level(parse_log_level(cfg.log_level));
   if (cfg.threads > 0) ThreadPool::set_global_threads(static_cast<int>(cfg.threads));
   std::string model_dir = resolve_model_dir(cfg.model);
-  if (!fs::exists(fs::path(model_dir) / "config.json"))
-    raise<NotFound>("model directory '{}' has no config.json", model_dir);
+  if (!is_megatron_checkpoint(model_dir) && !fs::exists(fs::path(model_dir) / "config.json"))
+    raise<NotFound>("model directory '{}' has no config.json (nor is it a Megatron-LM checkpoint)",
+                    model_dir);
   std::string name = served_name(cfg, model_dir);
   // The LoRA settings are checked before the model loads.
   const LoraOptions lora = lora_options(cfg.settings);

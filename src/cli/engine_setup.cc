@@ -33,13 +33,15 @@ EngineBundle open_engine(const std::string& model_dir, const SettingValues& v,
                          int32_t expected_seqs, const LoraOptions& lora) {
   EngineBundle b;
   const auto t0 = std::chrono::steady_clock::now();
-  const LoadOptions opts = load_options(v, lora);
-  b.model = load_model(model_dir, opts);
+  LoadOptions opts = load_options(v, lora);
+  const std::string tok_dir = v.str("tokenizer").empty() ? model_dir : v.str("tokenizer");
   try {
-    b.tokenizer = Tokenizer::load(model_dir);
+    b.tokenizer = Tokenizer::load(tok_dir);
+    opts.vocab_size = b.tokenizer->vocab_size();  // a Megatron-LM padded vocabulary's cut
   } catch (const NotFound& e) {
-    log_warning("no tokenizer in {}: token ids only ({})", model_dir, e.what());
+    log_warning("no tokenizer in {}: token ids only ({})", tok_dir, e.what());
   }
+  b.model = load_model(model_dir, opts);
   b.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   // 0 keeps the engine's default, as serve does.

@@ -70,8 +70,8 @@ std::vector<Setting> make_table() {
           "model directory (Hugging Face layout); default: the bundled demo model "
           "(models/tiny-kjv-chat)")
           .env({"TACHYON_MODEL", "CHECKPOINT_PATH"}),
-      Def("tokenizer", T::kString, "", Cmds{"serve", "tokenize"},
-          "tokenizer directory; serve's default: the model directory")
+      Def("tokenizer", T::kString, "", Cmds{"serve", "generate", "bench", "tokenize"},
+          "tokenizer directory; default: the model directory (a Megatron-LM checkpoint has none)")
           .env({"TACHYON_TOKENIZER", "TOKENIZER_PATH"}),
       Def("model-type", T::kString, "", kLoad,
           "architecture override (e.g. llama, qwen_2); default: from config.json")

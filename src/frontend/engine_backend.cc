@@ -118,6 +118,7 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
   lo.dtype = parse_compute_dtype(o.dtype);
   lo.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
   lo.quantization = parse_load_quantization(o.quantization);
+  lo.vocab_size = b->tokenizer_->vocab_size();  // a Megatron-LM padded vocabulary's cut
   const bool lora = o.lora.enabled || !o.lora.adapters.empty();
   if (o.lora.merge) {
     if (o.lora.adapters.size() != 1)

@@ -130,6 +130,13 @@ std::unique_ptr<Checkpoint> Checkpoint::open_files(const std::vector<std::string
   return ck;
 }
 
+std::unique_ptr<Checkpoint> Checkpoint::from_sources(
+    std::vector<std::unique_ptr<TensorSource>> sources) {
+  std::unique_ptr<Checkpoint> ck(new Checkpoint());
+  for (auto& s : sources) ck->add_source(std::move(s));
+  return ck;
+}
+
 namespace {
 
 std::unique_ptr<Checkpoint> open_indexed(const std::string& dir, const std::string& index_name) {

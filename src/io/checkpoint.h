@@ -25,6 +25,9 @@ class Checkpoint {
   static std::unique_ptr<Checkpoint> open(const std::string& dir);
   // Opens exactly these weights files (no index). Tensor names must be unique.
   static std::unique_ptr<Checkpoint> open_files(const std::vector<std::string>& files);
+  // A checkpoint over sources opened otherwise (a training layout's merged tensors).
+  static std::unique_ptr<Checkpoint> from_sources(
+      std::vector<std::unique_ptr<TensorSource>> sources);
 
   std::vector<std::string> names() const;  // sorted
   bool contains(const std::string& name) const;

@@ -96,6 +96,12 @@ void PickleMachine::count_items(size_t n) {
   if (items_ > lim_.max_items) fail("more than {} container items", lim_.max_items);
 }
 
+Obj* PickleMachine::make_bytes(std::string_view s) {
+  Obj* o = make(Kind::kBytes);
+  o->s = s;
+  return o;
+}
+
 Obj* PickleMachine::make_tuple(std::vector<Obj*> items) {
   count_items(items.size());
   Obj* o = make(Kind::kTuple);
@@ -180,7 +186,8 @@ void PickleMachine::set_items(Obj* dict, const std::vector<Obj*>& kv) {
 }
 
 void PickleMachine::append_items(Obj* list, const std::vector<Obj*>& items) {
-  if (list->kind != Kind::kList) fail("APPEND on a value that is not a list");
+  if (list->kind != Kind::kList && list->kind != Kind::kSet)
+    fail("APPEND on a value that is not a list");
   count_items(items.size());
   list->items.insert(list->items.end(), items.begin(), items.end());
 }
@@ -204,6 +211,15 @@ bool PickleMachine::step_scalar(uint8_t code) {
     case 'U':
       push(make_str(take(u8())));
       return true;  // SHORT_BINSTRING
+    case 'B':
+      push(make_bytes(take(le(4))));
+      return true;  // BINBYTES
+    case 'C':
+      push(make_bytes(take(u8())));
+      return true;  // SHORT_BINBYTES
+    case 0x8e:
+      push(make_bytes(take(le(8))));
+      return true;  // BINBYTES8
     case 'J':
       push(make_int(static_cast<int32_t>(le(4))));
       return true;  // BININT
@@ -299,6 +315,21 @@ bool PickleMachine::step_container(uint8_t code) {
       append_items(top(), items);
       return true;
     }
+    case 0x8f:
+      push(make(Kind::kSet));
+      return true;  // EMPTY_SET
+    case 0x90: {    // ADDITEMS
+      std::vector<Obj*> items = pop_mark();
+      if (top()->kind != Kind::kSet) fail("ADDITEMS on a value that is not a set");
+      append_items(top(), items);
+      return true;
+    }
+    case 0x91: {  // FROZENSET
+      Obj* s = make(Kind::kSet);
+      append_items(s, pop_mark());
+      push(s);
+      return true;
+    }
     default:
       return false;
   }
@@ -369,6 +400,26 @@ bool PickleMachine::step_object(uint8_t code) {
       if (fn->kind != Kind::kGlobal) fail("REDUCE of a value that is not a global");
       if (args->kind != Kind::kTuple) fail("REDUCE arguments must be a tuple");
       push(call(fn, args));
+      return true;
+    }
+    case 0x81: {  // NEWOBJ
+      Obj* args = pop();
+      Obj* cls = pop();
+      if (cls->kind != Kind::kGlobal) fail("NEWOBJ of a value that is not a global");
+      if (args->kind != Kind::kTuple) fail("NEWOBJ arguments must be a tuple");
+      push(new_object(cls, args));
+      return true;
+    }
+    case 0x92: {  // NEWOBJ_EX: keyword arguments are kept with the others
+      Obj* kwargs = pop();
+      Obj* args = pop();
+      Obj* cls = pop();
+      if (cls->kind != Kind::kGlobal) fail("NEWOBJ_EX of a value that is not a global");
+      if (args->kind != Kind::kTuple || kwargs->kind != Kind::kDict)
+        fail("NEWOBJ_EX needs a tuple and a dict");
+      std::vector<Obj*> all = args->items;
+      all.push_back(kwargs);
+      push(new_object(cls, make_tuple(std::move(all))));
       return true;
     }
     case 'b': {  // BUILD

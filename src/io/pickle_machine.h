@@ -23,10 +23,13 @@ enum class Kind : uint8_t {
   kInt,
   kFloat,
   kStr,
+  kBytes,  // `s` holds the bytes
   kTuple,
   kList,
+  kSet,  // items as a list's (sets and frozensets)
   kDict,
   kGlobal,   // an allowed global; `tag` says which
+  kObject,   // an opaque call or instance of the global named `s` (the subclass's)
   kStorage,  // `i` indexes the subclass's storages
   kTensor,   // `i` indexes the subclass's tensors
 };
@@ -40,7 +43,8 @@ struct Obj {
   std::string s;              // str value; a global's dotted name
   int tag = 0;                // global: which one
   DType dtype = DType::kF32;  // global: a storage class's dtype
-  std::vector<Obj*> items;    // tuple/list; dict as key, value pairs
+  std::vector<Obj*> items;    // tuple/list/set; dict as key, value pairs; object arguments
+  Obj* state = nullptr;       // object: what BUILD set on it
 };
 
 class PickleMachine {
@@ -61,6 +65,12 @@ class PickleMachine {
   virtual void build(Obj* target, Obj* state) = 0;
   // BINPERSID.
   virtual Obj* persistent_load(Obj* pid) = 0;
+  // NEWOBJ / NEWOBJ_EX (cls.__new__(cls, *args)) with a kGlobal class; refused unless
+  // the subclass reads instances as opaque values.
+  virtual Obj* new_object(Obj* cls, Obj* args) {
+    (void)args;
+    fail("creating an instance of '{}' is not allowed", cls->s);
+  }
 
   template <typename... A>
   [[noreturn]] void fail(fmt::format_string<A...> f, A&&... a) const {
@@ -79,6 +89,7 @@ class PickleMachine {
   uint8_t u8() { return static_cast<uint8_t>(le(1)); }
   std::string_view line();
   Obj* make_str(std::string_view s);
+  Obj* make_bytes(std::string_view s);
   Obj* make_tuple(std::vector<Obj*> items);
   Obj* long_int(uint64_t nbytes);
   Obj* binfloat();

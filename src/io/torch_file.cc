@@ -48,11 +48,25 @@ std::shared_ptr<TorchFile> TorchFile::parse(const uint8_t* data, size_t size,
   std::shared_ptr<TorchFile> f(new TorchFile());
   f->what_ = std::move(what);
   f->owner_ = std::move(owner);
-  f->load(data, size);
+  f->load(data, size, false);
   return f;
 }
 
-void TorchFile::load(const uint8_t* data, size_t size) {
+std::shared_ptr<TorchFile> TorchFile::open_object(const std::string& path) {
+  auto file = MappedFile::open(path);
+  return parse_object(file->data(), file->size(), file, path);
+}
+
+std::shared_ptr<TorchFile> TorchFile::parse_object(const uint8_t* data, size_t size,
+                                                   std::shared_ptr<void> owner, std::string what) {
+  std::shared_ptr<TorchFile> f(new TorchFile());
+  f->what_ = std::move(what);
+  f->owner_ = std::move(owner);
+  f->load(data, size, true);
+  return f;
+}
+
+void TorchFile::load(const uint8_t* data, size_t size, bool object) {
   if (!looks_like_zip(data, size)) {
     if (size >= 2 && data[0] == 0x80)
       raise<InvalidArgument>(
@@ -71,9 +85,14 @@ void TorchFile::load(const uint8_t* data, size_t size) {
                              order.substr(0, 16));
   }
   auto pkl = zip_->read(prefix + "data.pkl");
-  state_ = unpickle_torch_state_dict(
-      std::string_view(reinterpret_cast<const char*>(pkl.data()), pkl.size()),
-      what_ + ":" + prefix + "data.pkl");
+  const std::string_view pickle(reinterpret_cast<const char*>(pkl.data()), pkl.size());
+  if (object) {
+    TorchObject o = unpickle_torch_object(pickle, what_ + ":" + prefix + "data.pkl");
+    state_ = std::move(o.state);
+    root_ = std::move(o.root);
+  } else {
+    state_ = unpickle_torch_state_dict(pickle, what_ + ":" + prefix + "data.pkl");
+  }
   for (const auto& st : state_.storages) {
     std::string entry = prefix + "data/" + st.key;
     const ZipEntry* e = zip_->find(entry);

@@ -25,6 +25,14 @@ class TorchFile {
   // The same from an image in memory that `owner` keeps alive; `what` names it.
   static std::shared_ptr<TorchFile> parse(const uint8_t* data, size_t size,
                                           std::shared_ptr<void> owner, std::string what);
+  // Any object torch.save wrote (a training checkpoint), read as data by
+  // unpickle_torch_object: its tensors are named by their path from the root.
+  static std::shared_ptr<TorchFile> open_object(const std::string& path);
+  static std::shared_ptr<TorchFile> parse_object(const uint8_t* data, size_t size,
+                                                 std::shared_ptr<void> owner, std::string what);
+
+  // The object's values (open_object / parse_object); nullptr for a state dict.
+  const PyValue* root() const { return root_.get(); }
 
   const std::string& path() const { return what_; }
   const std::vector<TorchTensor>& tensors() const { return state_.tensors; }
@@ -37,13 +45,14 @@ class TorchFile {
 
  private:
   TorchFile() = default;
-  void load(const uint8_t* data, size_t size);
+  void load(const uint8_t* data, size_t size, bool object);
   Tensor gather(const TorchTensor& t) const;
 
   std::string what_;
   std::shared_ptr<void> owner_;
   std::unique_ptr<ZipReader> zip_;
   TorchStateDict state_;
+  std::shared_ptr<const PyValue> root_;
   std::vector<std::span<const uint8_t>> storage_bytes_;  // per storage
   std::map<std::string, size_t> index_;
 };

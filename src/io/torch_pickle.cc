@@ -22,6 +22,7 @@ enum class Global : int {
   kRebuildParameter,
   kRebuildParameterWithState,
   kStorageClass,
+  kOpaque,  // object mode: any other global, by name only
 };
 
 struct AllowedGlobal {
@@ -62,21 +63,33 @@ std::optional<int64_t> checked_numel(const Shape& shape) {
 // what calling them builds, and how persistent ids name storages.
 class Unpickler : public pickle::PickleMachine {
  public:
-  using PickleMachine::PickleMachine;
+  // objects: read any object as data (opaque globals), else only a state dict.
+  Unpickler(std::string_view data, std::string_view what, const UnpickleLimits& limits,
+            bool objects)
+      : PickleMachine(data, what, limits), objects_(objects) {}
   TorchStateDict unpickle() { return finish(run()); }
+  TorchObject unpickle_object();
 
  protected:
   Obj* resolve_global(std::string_view module, std::string_view name) override;
   Obj* call(Obj* fn, Obj* args) override;
   void build(Obj* target, Obj* state) override;
   Obj* persistent_load(Obj* pid) override;
+  Obj* new_object(Obj* cls, Obj* args) override;
 
  private:
+  Obj* opaque(Obj* fn, Obj* args);
+  std::shared_ptr<const PyValue> convert(Obj* o, const std::string& path, int depth);
+
   Obj* rebuild_tensor(const std::vector<Obj*>& args);
   Shape int_tuple(const Obj* o, std::string_view what);
   TorchStateDict finish(Obj* root);
 
+  bool objects_ = false;
   TorchStateDict out_;
+  std::map<const Obj*, std::shared_ptr<const PyValue>> converted_;
+  std::map<const Obj*, bool> converting_;
+  size_t path_bytes_ = 0;
   std::map<std::string, size_t> storage_by_key_;
   std::vector<TorchTensor> records_;  // unnamed; Obj::i of a tensor indexes here
 };
@@ -94,6 +107,12 @@ Obj* Unpickler::resolve_global(std::string_view module, std::string_view name) {
   std::string shown = fmt::format("{}.{}", module.substr(0, 100), name.substr(0, 100));
   for (char& c : shown)
     if (static_cast<uint8_t>(c) < 0x20 || static_cast<uint8_t>(c) > 0x7e) c = '?';
+  if (objects_) {
+    Obj* o = make(Kind::kGlobal);
+    o->tag = static_cast<int>(Global::kOpaque);
+    o->s = shown;
+    return o;
+  }
   fail("refusing the global '{}': only a PyTorch state dict may be loaded", shown);
 }
 
@@ -114,12 +133,30 @@ Obj* Unpickler::call(Obj* fn, Obj* args) {
       if (a.empty() || a[0]->kind != Kind::kTensor) fail("{} needs a tensor", fn->s);
       return a[0];
     case Global::kStorageClass:
+    case Global::kOpaque:
       break;
   }
+  if (objects_) return opaque(fn, args);
   fail("calling '{}' is not allowed", fn->s);
 }
 
+Obj* Unpickler::opaque(Obj* fn, Obj* args) {
+  Obj* o = make(Kind::kObject);
+  o->s = fn->s;
+  o->items = args->items;
+  return o;
+}
+
+Obj* Unpickler::new_object(Obj* cls, Obj* args) {
+  if (!objects_) fail("creating an instance of '{}' is not allowed", cls->s);
+  return opaque(cls, args);
+}
+
 void Unpickler::build(Obj* target, Obj* state) {
+  if (objects_ && target->kind == Kind::kObject) {
+    target->state = state;
+    return;
+  }
   // Attributes (a state dict's `_metadata`) carry nothing a loader needs.
   if (target->kind != Kind::kDict && target->kind != Kind::kTensor)
     fail("BUILD on an unsupported value");
@@ -210,7 +247,99 @@ TorchStateDict Unpickler::finish(Obj* root) {
   return std::move(out_);
 }
 
+std::shared_ptr<const PyValue> Unpickler::convert(Obj* o, const std::string& path, int depth) {
+  if (auto it = converted_.find(o); it != converted_.end()) return it->second;
+  if (depth > 200) fail("values nested deeper than 200 at '{}'", path.substr(0, 200));
+  // Paths are built for every value reached: bounded in all, against long keys nested.
+  path_bytes_ += path.size();
+  if (path_bytes_ > (size_t{1} << 28)) fail("value paths of more than 256 MiB in all");
+  if (!converting_.emplace(o, true).second)
+    fail("the value at '{}' contains itself", path.substr(0, 200));
+  auto v = std::make_shared<PyValue>();
+  using K = PyValue::Kind;
+  auto child = [&](Obj* c, const std::string& key) {
+    if (auto it = converted_.find(c); it != converted_.end()) return it->second;
+    return convert(c, path.empty() ? key : path + "." + key, depth + 1);
+  };
+  switch (o->kind) {
+    case Kind::kNone:
+      v->kind = K::kNone;
+      break;
+    case Kind::kBool:
+      v->kind = K::kBool;
+      v->i = o->i;
+      break;
+    case Kind::kInt:
+      v->kind = K::kInt;
+      v->i = o->i;
+      break;
+    case Kind::kFloat:
+      v->kind = K::kFloat;
+      v->f = o->f;
+      break;
+    case Kind::kStr:
+    case Kind::kBytes:
+      v->kind = o->kind == Kind::kStr ? K::kStr : K::kBytes;
+      v->s = o->s;
+      break;
+    case Kind::kTuple:
+    case Kind::kList:
+    case Kind::kSet:
+      v->kind = o->kind == Kind::kTuple ? K::kTuple : o->kind == Kind::kList ? K::kList : K::kSet;
+      for (size_t k = 0; k < o->items.size(); ++k)
+        v->items.push_back(child(o->items[k], std::to_string(k)));
+      break;
+    case Kind::kDict:
+      v->kind = K::kDict;
+      for (size_t k = 0; k + 1 < o->items.size(); k += 2) {
+        v->items.push_back(child(o->items[k], "key"));
+        v->items.push_back(child(o->items[k + 1], o->items[k]->s));
+      }
+      break;
+    case Kind::kGlobal:
+      v->kind = K::kGlobal;
+      v->s = o->s;
+      break;
+    case Kind::kObject:
+      v->kind = K::kObject;
+      v->s = o->s;
+      for (size_t k = 0; k < o->items.size(); ++k)
+        v->items.push_back(child(o->items[k], "arg" + std::to_string(k)));
+      if (o->state) v->state = child(o->state, "state");
+      break;
+    case Kind::kStorage:
+      fail("a bare storage at '{}'", path.substr(0, 200));
+    case Kind::kTensor: {
+      v->kind = K::kTensor;
+      v->s = path;
+      TorchTensor t = records_[static_cast<size_t>(o->i)];
+      t.name = path;
+      out_.tensors.push_back(std::move(t));
+      break;
+    }
+  }
+  converting_.erase(o);
+  converted_.emplace(o, v);
+  return v;
+}
+
+TorchObject Unpickler::unpickle_object() {
+  Obj* root = run();
+  TorchObject out;
+  out.root = convert(root, "", 0);
+  std::map<std::string, bool> seen;
+  for (const auto& t : out_.tensors)
+    if (!seen.emplace(t.name, true).second) fail("tensor '{}' appears twice", t.name);
+  out.state = std::move(out_);
+  return out;
+}
+
 }  // namespace
+
+TorchObject unpickle_torch_object(std::string_view pickle, std::string_view what,
+                                  const UnpickleLimits& limits) {
+  return Unpickler(pickle, what, limits, true).unpickle_object();
+}
 
 bool is_contiguous(const Shape& shape, const Shape& stride) {
   int64_t expected = 1;
@@ -225,7 +354,7 @@ bool is_contiguous(const Shape& shape, const Shape& stride) {
 
 TorchStateDict unpickle_torch_state_dict(std::string_view pickle, std::string_view what,
                                          const UnpickleLimits& limits) {
-  return Unpickler(pickle, what, limits).unpickle();
+  return Unpickler(pickle, what, limits, false).unpickle();
 }
 
 }  // namespace tachyon

@@ -7,11 +7,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/tensor.h"
+#include "io/py_value.h"
 
 namespace tachyon {
 
@@ -50,6 +52,18 @@ struct UnpickleLimits {
 // the offset in the pickle and, for a refused global, its dotted name.
 TorchStateDict unpickle_torch_state_dict(std::string_view pickle, std::string_view what,
                                          const UnpickleLimits& limits = {});
+
+// Any object torch.save wrote (a training checkpoint: a dict of arguments, counters,
+// RNG states and a nested state dict), read as data. The tensor machinery keeps its
+// meaning; every other global is an opaque name, and a call or instance of one an opaque
+// PyValue::kObject: nothing is ever imported or run. Each tensor is named by its path
+// from the root, keys and list indices joined by '.' ("model.decoder.layers.0.x.weight").
+struct TorchObject {
+  TorchStateDict state;  // the storages and every tensor, named by path
+  std::shared_ptr<const PyValue> root;
+};
+TorchObject unpickle_torch_object(std::string_view pickle, std::string_view what,
+                                  const UnpickleLimits& limits = {});
 
 // Whether `stride` is the row-major (contiguous) stride of `shape`; dims of size 1
 // may carry any stride.

@@ -8,6 +8,7 @@
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
 #include "model/lora_adapter.h"
+#include "model/megatron.h"
 #include "model/registry.h"
 
 #include <chrono>
@@ -28,6 +29,7 @@ std::string join_path(const std::string& dir, const char* name) {
 
 ModelConfig load_model_config(const std::string& dir, const LoadOptions& opts) {
   const std::string path = join_path(dir, "config.json");
+  if (is_megatron_checkpoint(dir)) return load_megatron_config(dir, opts.vocab_size);
   if (!file_exists(path)) raise<NotFound>("no config.json in model folder '{}'", dir);
   HfConfig cfg = HfConfig::load(path);
   return map_model_config(cfg, opts.model_type, join_path(dir, "generation_config.json"),
@@ -159,15 +161,27 @@ int64_t swap_space_bytes(double gib, bool on_cpu) {
 
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opts) {
   const std::string path = join_path(dir, "config.json");
-  if (!file_exists(path)) raise<NotFound>("no config.json in model folder '{}'", dir);
-  HfConfig cfg = HfConfig::load(path);
-  const ArchSpec& spec = find_arch(cfg, opts.model_type);
-  ModelConfig mc = map_model_config(cfg, opts.model_type, join_path(dir, "generation_config.json"),
-                                    join_path(dir, "quantize_config.json"));
-  if (mc.quant.enabled()) log_info("{}: quantized checkpoint ({})", dir, mc.quant.str());
+  ModelConfig mc;
+  std::unique_ptr<Checkpoint> ckpt;
+  WeightMap map;
+  if (is_megatron_checkpoint(dir)) {
+    MegatronModel m = load_megatron(dir, opts.vocab_size);
+    mc = std::move(m.config);
+    ckpt = std::move(m.checkpoint);
+    map = std::move(m.map);
+    log_info("{}: Megatron-LM checkpoint, {} layers, vocabulary {}", dir, mc.layer_num,
+             mc.vocab_size);
+  } else {
+    if (!file_exists(path)) raise<NotFound>("no config.json in model folder '{}'", dir);
+    HfConfig cfg = HfConfig::load(path);
+    const ArchSpec& spec = find_arch(cfg, opts.model_type);
+    mc = map_model_config(cfg, opts.model_type, join_path(dir, "generation_config.json"),
+                          join_path(dir, "quantize_config.json"));
+    if (mc.quant.enabled()) log_info("{}: quantized checkpoint ({})", dir, mc.quant.str());
+    ckpt = Checkpoint::open(dir);
+    map = spec.map_weights(mc);
+  }
   std::unique_ptr<Backend> backend = make_backend(opts, mc.dtype);
-  std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(dir);
-  WeightMap map = spec.map_weights(mc);
   ModelWeights weights = load_weights(*ckpt, mc, map);
   if (!opts.merge_lora.empty()) {
     const LoraAdapter adapter = load_lora_adapter(opts.merge_lora, mc, weights.map, {});

@@ -37,6 +37,9 @@ struct LoadOptions {
   } lora;
   // A PEFT LoRA adapter folder folded into the weights at load (static LoRA); empty: none.
   std::string merge_lora;
+  // The tokenizer's vocabulary size: a Megatron-LM checkpoint's padded vocabulary (its
+  // embedding and output rows) is cut to it; 0 keeps the padded size.
+  int64_t vocab_size = 0;
 };
 
 // "cpu", "cuda", "cuda:N", "gpu" or "auto" (CUDA when a GPU is present). Throws
@@ -72,11 +75,13 @@ int64_t kv_cache_budget_bytes(Model& model, double memory_fraction, int32_t max_
 inline constexpr double kDefaultGpuSwapSpaceGib = 4;
 int64_t swap_space_bytes(double gib, bool on_cpu);
 
-// The mapped config of a model folder (config.json + generation_config.json).
+// The mapped config of a model folder (config.json + generation_config.json), or of a
+// Megatron-LM checkpoint (model/megatron.h) when the folder has no config.json.
 ModelConfig load_model_config(const std::string& dir, const LoadOptions& opts = {});
 
-// Loads a model folder. Errors: NotFound (no config.json, no weights, missing tensor),
-// InvalidArgument (bad config, unsupported architecture, wrong tensor shape).
+// Loads a model folder (a Hugging Face folder, or a Megatron-LM checkpoint's run or
+// iteration folder when it has no config.json). Errors: NotFound (no config.json, no weights,
+// missing tensor), InvalidArgument (bad config, unsupported architecture, wrong tensor shape).
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opts = {});
 
 }  // namespace tachyon

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <set>
 #include <string>
 
 #include "core/error.h"
@@ -66,6 +67,38 @@ inline bool pickle_one(const uint8_t* data, size_t size) {
     std::string zip = testing::torch_zip(pkl, storages);
     torch_tensors(*TorchFile::parse(reinterpret_cast<const uint8_t*>(zip.data()), zip.size(),
                                     nullptr, "fuzz.bin"));
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// Every value of a tree read as data, each shared one once.
+inline size_t walk(const PyValue& v, std::set<const PyValue*>& seen) {
+  if (!seen.insert(&v).second) return 0;
+  size_t n = v.describe().size();
+  for (const auto& c : v.items) n += walk(*c, seen);
+  if (v.state) n += walk(*v.state, seen);
+  return n;
+}
+
+// The same inputs read as any object torch.save wrote (a training checkpoint): opaque
+// globals, every tensor named by its path and built.
+inline bool pickle_object_one(const uint8_t* data, size_t size) {
+  set_log_level(LogLevel::kOff);
+  try {
+    std::set<const PyValue*> seen;
+    if (looks_like_zip(data, size)) {
+      auto f = TorchFile::parse_object(data, size, nullptr, "fuzz.pt");
+      torch_tensors(*f);
+      walk(*f->root(), seen);
+      return true;
+    }
+    std::string pkl(reinterpret_cast<const char*>(data), size);
+    UnpickleLimits limits;
+    limits.max_ops = 1 << 20;
+    TorchObject o = unpickle_torch_object(pkl, "fuzz.pkl", limits);
+    walk(*o.root, seen);
     return true;
   } catch (const Error&) {
     return false;
