@@ -11,8 +11,8 @@
 // "#/definitions/x", "#"; recursion through rules), nullable, minLength / maxLength,
 // pattern (regex of parsers.h, matched against the whole string), format (date, time,
 // date-time, duration, uuid, email, hostname, ipv4), minimum / maximum /
-// exclusiveMinimum / exclusiveMaximum (exact for integers; for numbers the sign and
-// integer part are bounded, see number_range), boolean schemas, and the empty schema
+// exclusiveMinimum / exclusiveMaximum (exact for integers, and for numbers when the
+// bounds are integers; see number_range), boolean schemas, and the empty schema
 // (any JSON value). Annotations (title, description, examples, default, $schema, $id,
 // $comment, $defs, definitions, deprecated, readOnly, writeOnly, discriminator) are
 // ignored; any other keyword (uniqueItems, multipleOf, not, if, patternProperties, ...)

@@ -128,21 +128,52 @@ GrammarNode integer_range(std::optional<int64_t> lo, std::optional<int64_t> hi) 
   return alternation(std::move(alts));
 }
 
+namespace {
+
+bool is_integral(double v) {
+  return std::floor(v) == v;
+}
+
+// Non-negative numbers (as written after the sign) between bounds on their magnitude:
+// above `lo` (or at it), below `hi` (or at it). An integer part p with any fraction covers
+// [p, p + 1): exact where the bounds are integers, the integer part only otherwise.
+GrammarNode magnitude_number(double lo, bool lo_ex, std::optional<double> hi, bool hi_ex) {
+  const int64_t ilo = *integer_part(lo);
+  const std::optional<int64_t> ihi = integer_part(hi);
+  const int64_t a = is_integral(lo) && lo_ex ? ilo + 1 : ilo;  // any fraction from here
+  const std::optional<int64_t> b =
+      hi && is_integral(*hi) ? std::optional<int64_t>(*ihi - 1) : ihi;  // to here
+  const GrammarNode digit = char_class({{'0', '9'}});
+  std::vector<GrammarNode> alts;
+  if (!b || a <= *b) alts.push_back(sequence({integer_range(a, b), fraction()}));
+  if (hi && is_integral(*hi) && !hi_ex && *ihi >= a)  // hi itself: no fraction but zeros
+    alts.push_back(sequence({literal(std::to_string(*ihi)),
+                             repeat(sequence({literal("."), repeat(literal("0"), 1, -1)}), 0, 1)}));
+  if (is_integral(lo) && lo_ex && (!hi || *hi > lo))  // just above lo: a non-zero fraction
+    alts.push_back(
+        sequence({literal(std::to_string(ilo)), literal("."), repeat(literal("0"), 0, -1),
+                  char_class({{'1', '9'}}), repeat(digit, 0, -1)}));
+  if (alts.empty()) raise<InvalidArgument>("no number lies between the bounds");
+  return alternation(std::move(alts));
+}
+
+}  // namespace
+
 GrammarNode number_range(std::optional<double> lo, bool lo_exclusive, std::optional<double> hi,
                          bool hi_exclusive) {
-  const std::optional<int64_t> ilo = integer_part(lo), ihi = integer_part(hi);
   std::vector<GrammarNode> alts;
-  if (!hi || *hi > 0 || (*hi == 0 && !hi_exclusive))
+  if (!hi || *hi > 0 || (*hi == 0 && !hi_exclusive)) {  // x >= 0
+    const bool positive_lo = lo && *lo > 0;
     alts.push_back(
-        sequence({integer_range(ilo ? std::max<int64_t>(*ilo, 0) : 0, ihi), fraction()}));
-  if (!lo || *lo < 0) {
-    // -x with x in [max(-hi, 0), -lo]: the integer part of x in [floor(max(-hi, 0)), floor(-lo)].
-    const std::optional<int64_t> mlo = integer_part(hi && *hi < 0 ? -*hi : 0.0);
-    const std::optional<int64_t> mhi =
-        integer_part(lo ? std::optional<double>(-*lo) : std::nullopt);
-    alts.push_back(sequence({literal("-"), integer_range(mlo, mhi), fraction()}));
+        magnitude_number(positive_lo ? *lo : 0.0, positive_lo && lo_exclusive, hi, hi_exclusive));
   }
-  (void)lo_exclusive;
+  if (!lo || *lo < 0) {  // x < 0: -m with m above max(-hi, 0) (0 excluded), up to -lo
+    const bool negative_hi = hi && *hi < 0;
+    alts.push_back(sequence(
+        {literal("-"),
+         magnitude_number(negative_hi ? -*hi : 0.0, negative_hi ? hi_exclusive : true,
+                          lo ? std::optional<double>(-*lo) : std::nullopt, lo_exclusive)}));
+  }
   if (alts.empty()) raise<InvalidArgument>("no number lies between the bounds");
   return alternation(std::move(alts));
 }

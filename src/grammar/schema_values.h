@@ -24,11 +24,9 @@ GrammarNode repeat(GrammarNode unit, int32_t min, int32_t max);
 // zeros, no "-0"), exactly. Requires lo <= hi when both are given.
 GrammarNode integer_range(std::optional<int64_t> lo, std::optional<int64_t> hi);
 
-// Numbers between bounds, without an exponent: the sign and the integer part are
-// bounded exactly (the integer part of a value in [lo, hi] lies in [floor(lo),
-// floor(hi)]), the fraction is free, so a value may pass a bound by less than 1.
-// An exclusive bound is enforced as an inclusive one, except that it removes the sign
-// it excludes (exclusiveMinimum 0: no "-"). Bounds beyond +-9e18 are refused.
+// Numbers between bounds (each inclusive or exclusive), written without an exponent:
+// exact when the bounds are integers; a fractional bound is enforced on the integer
+// part only (maximum 2.5 allows 2.9). Bounds beyond +-9e18 are refused.
 GrammarNode number_range(std::optional<double> lo, bool lo_exclusive, std::optional<double> hi,
                          bool hi_exclusive);
 
