@@ -336,6 +336,19 @@ class SchemaLowering {
       rules_.push_back({extra_rule, std::move(kv)});
     }
     const size_t n = items.size();
+    // Optional properties in a row cost quadratically (each may be the next one written).
+    size_t alternatives = 0;
+    for (size_t k = n, required = n; k-- > 0;) {  // required: the first required from k on
+      if (items[k].required) required = k;
+      alternatives += required == n ? n - k : required - k + 1;
+    }
+    if (alternatives * 6 > limits_.max_elements)
+      fail_at(ptr, fmt::format("{} properties, {} of them optional, are more than a grammar of {} "
+                               "elements can order",
+                               n,
+                               std::count_if(items.begin(), items.end(),
+                                             [](const Item& i) { return !i.required; }),
+                               limits_.max_elements));
     // rest[k]: what follows once an item before k was written: items from k on (the
     // required ones among them), each after a comma, then the additional ones.
     std::vector<std::string> rest(n + 1);

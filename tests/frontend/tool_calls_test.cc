@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <random>
+#include <sstream>
 
 namespace tachyon {
 namespace {
@@ -138,6 +140,21 @@ TEST(ToolCalls, RequiredFormAndNamesAndDetection) {
   EXPECT_EQ(id.rfind("call_", 0), 0u);
   EXPECT_EQ(id.size(), 29u);
   EXPECT_NE(id, new_tool_call_id());
+}
+
+TEST(ToolCalls, DetectsTheFormatOfRealTemplates) {
+  auto read = [](const std::string& name) {
+    std::ifstream f(std::string(TACHYON_SOURCE_DIR) + "/tests/chat/templates/" + name);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    EXPECT_FALSE(ss.str().empty()) << name;
+    return ss.str();
+  };
+  EXPECT_EQ(detect_tool_call_format(read("qwen2_tools.jinja")), ToolCallFormat::kHermes);
+  EXPECT_EQ(detect_tool_call_format(read("llama31_tools.jinja")), ToolCallFormat::kLlama3Json);
+  for (const char* none : {"deepseek_r1.jinja", "gemma.jinja", "llama2_chat.jinja",
+                           "mistral_instruct.jinja", "phi3.jinja"})
+    EXPECT_FALSE(detect_tool_call_format(read(none))) << none;
 }
 
 }  // namespace

@@ -280,6 +280,12 @@ TEST(JsonSchema, HostileSchemasFailFast) {
         i, i - 1);
   defs += R"(},"$ref":"#/$defs/d39"})";
   EXPECT_NE(error_of(defs).find("subschemas"), std::string::npos) << error_of(defs);
+  // Many optional properties: each may be the next one written.
+  std::string wide = R"({"type":"object","properties":{)";
+  for (int i = 0; i < 400; ++i) wide += fmt::format(R"({}"p{}":{{}})", i ? "," : "", i);
+  wide += "}}";
+  EXPECT_NE(error_of(wide).find("400 properties, 400 of them optional"), std::string::npos)
+      << error_of(wide);
   // A reference to itself without anything in between.
   EXPECT_NE(error_of(R"({"$ref":"#","minimum":1})").find("at #"), std::string::npos);
   const std::string loop = error_of(R"({"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})");
