@@ -10,7 +10,7 @@
 // bounds tightened), $ref to a JSON pointer in the schema ("#/$defs/x",
 // "#/definitions/x", "#"; recursion through rules), nullable, minLength / maxLength,
 // pattern (regex of parsers.h, matched against the whole string), format (date, time,
-// date-time, duration, uuid, email, hostname, ipv4), minimum / maximum /
+// date-time, duration, uuid, email, hostname, ipv4, uri), minimum / maximum /
 // exclusiveMinimum / exclusiveMaximum (exact for integers, and for numbers when the
 // bounds are integers; see number_range), boolean schemas, and the empty schema
 // (any JSON value). Annotations (title, description, examples, default, $schema, $id,

@@ -275,6 +275,8 @@ GrammarNode string_format(std::string_view format, const GrammarLimits& limits) 
   } else if (format == "email") {
     re = R"([A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@)" + label +
          R"((\.)" + label + ")+";
+  } else if (format == "uri") {  // a scheme, then URI characters and %HH escapes
+    re = R"([A-Za-z][A-Za-z0-9+.\-]*:([A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})+)";
   } else if (format == "hostname") {
     re = label + R"((\.)" + label + ")*";
   } else if (format == "ipv4") {

@@ -39,7 +39,8 @@ GrammarNode json_escaped(GrammarNode decoded);
 // regex is matched against the whole string (^ and $ are implied).
 GrammarNode string_pattern(std::string_view regex, const GrammarLimits& limits);
 // A JSON string literal in a format: date, time, date-time, duration, uuid, email,
-// hostname, ipv4. Throws InvalidArgument for any other.
+// hostname, ipv4, uri (a
+// scheme, then the characters a URI may hold). Throws InvalidArgument for any other.
 GrammarNode string_format(std::string_view format, const GrammarLimits& limits);
 
 // A JSON string literal (with its quotes) other than the given ones, each given as the
