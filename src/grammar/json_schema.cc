@@ -170,7 +170,7 @@ class SchemaLowering {
       } else if (t == "string") {
         alts.push_back(string(s, ptr));
       } else if (t == "integer" || t == "number") {
-        if (t == "number" && std::find(types.begin(), types.end(), "integer") != types.end())
+        if (t == "integer" && std::find(types.begin(), types.end(), "number") != types.end())
           continue;  // integers are numbers
         alts.push_back(numeric(s, ptr, t == "integer"));
       } else if (t == "object") {

@@ -72,6 +72,7 @@ const std::vector<Case>& cases() {
       {R"({"type":"boolean"})", {"true", "false"}, {"1", "\"true\"", "null"}},
       {R"({"type":"null"})", {"null"}, {"0", "{}"}},
       {R"({"type":["string","null"]})", {R"("a")", "null"}, {"1", "[]"}},
+      {R"({"type":["integer","number"],"maximum":3})", {"2", "2.5", "3"}, {"4", "3.5", "\"2\""}},
       {R"({"type":"integer","minimum":-12,"maximum":305})",
        {"-12", "-9", "-1", "0", "7", "99", "100", "299", "305"},
        {"-13", "-20", "306", "310", "400", "1000", "-100"}},
