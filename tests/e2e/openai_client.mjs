@@ -131,7 +131,7 @@ export function openaiTests(t, { OpenAI, port, key, reference }) {
     const tools = [{ type: 'function', function: { name: 'pick', parameters: {
       type: 'object', properties: { n: { type: 'integer', minimum: 1, maximum: 9 } }, required: ['n'],
       additionalProperties: false } } }];
-    const req = { model, messages: [{ role: 'user', content: 'Pick.' }], max_tokens: 64, seed: 1, temperature: 1,
+    const req = { model, messages: [{ role: 'user', content: 'Pick.' }], max_tokens: 200, seed: 1, temperature: 1,
       tools, tool_choice: { type: 'function', function: { name: 'pick' } } };
     const r = await client.chat.completions.create(req);
     const call = r.choices[0].message.tool_calls[0];
@@ -153,7 +153,7 @@ export function openaiTests(t, { OpenAI, port, key, reference }) {
     assert.equal(streamed, call.function.arguments);  // same seed: the same arguments
     assert.equal(finish, 'tool_calls');
     const j = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Pick.' }],
-      max_tokens: 64, response_format: { type: 'json_schema', json_schema: { name: 'p', strict: true,
+      max_tokens: 200, response_format: { type: 'json_schema', json_schema: { name: 'p', strict: true,
         schema: tools[0].function.parameters } } });
     assert.ok(Number.isInteger(JSON.parse(j.choices[0].message.content).n));
   });
