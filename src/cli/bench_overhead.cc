@@ -39,9 +39,9 @@ class TimingBackend : public InferenceBackend {
     return b_->decode(ids, s);
   }
   std::string token_bytes(int32_t id) const override { return b_->token_bytes(id); }
-  ChatPrompt render_chat(const Json& m, bool g, const Json& e,
+  ChatPrompt render_chat(const Json& m, const nlohmann::ordered_json& t, bool g, const Json& e,
                          const RenderControl& c) const override {
-    return b_->render_chat(m, g, e, c);
+    return b_->render_chat(m, t, g, e, c);
   }
   std::vector<int32_t> encode_chat(const ChatPrompt& p, bool s) const override {
     return b_->encode_chat(p, s);

@@ -3,7 +3,8 @@
 // One prompt:
 //   tachyon generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3)
 //       [--max-new-tokens N] [--temperature T] [--seed S] [--ignore-eos]
-//       [--generate-config JSON] [--regex R | --grammar FILE.gbnf | --json-object]
+//       [--generate-config JSON]
+//       [--regex R | --grammar FILE.gbnf | --json-object | --json-schema FILE.json]
 //       [--json | --stream] [--dump-logits FILE]
 //       [--lora NAME=DIR ...] (generate_config.adapter_name: NAME)
 //   prints the generated ids (comma-separated); --stream prints the text as it comes;
@@ -90,12 +91,12 @@ Json flag_defaults(const SettingValues& v) {
   if (v.flag("ignore-eos")) d["ignore_eos"] = true;
   // A constraint flag replaces any constraint of --generate-config.
   if (auto spec = constraint_flags(v)) {
-    for (const char* k : {"regex", "ebnf", "choice", "response_format"}) d.erase(k);
+    for (const char* k : {"regex", "ebnf", "choice", "response_format", "json_schema"}) d.erase(k);
     GenerateConfig c;
     c.constraint = std::move(spec);
     const Json j = c.to_json();
     for (const auto& [k, x] : j.items())
-      if (k == "regex" || k == "ebnf" || k == "response_format") d[k] = x;
+      if (k == "regex" || k == "ebnf" || k == "response_format" || k == "json_schema") d[k] = x;
   }
   return d;
 }

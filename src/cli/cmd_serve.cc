@@ -52,6 +52,7 @@ server::AppOptions app_options(const ServeConfig& c, const std::string& name) {
   o.limits.max_timeout_ms = o.limits.default_timeout_ms;
   o.api_keys = c.api_keys;
   o.special_tokens_in_content = c.allow_special_tokens_in_content;
+  o.tool_call_parser = c.tool_call_parser;
   o.max_concurrency = c.max_concurrency;
   o.max_queued = c.max_queued_requests;
   o.log_requests = c.log_requests;

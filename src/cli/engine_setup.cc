@@ -1,5 +1,7 @@
 #include "cli/engine_setup.h"
 
+#include "grammar/json_schema.h"
+
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -9,6 +11,7 @@
 #include "core/logging.h"
 #include "core/mmap.h"
 #include "engine/kv_sizing.h"
+#include "grammar/json_schema.h"
 #include "model/loader.h"
 
 namespace tachyon::cli {
@@ -91,13 +94,24 @@ EngineBundle open_engine(const std::string& model_dir, const SettingValues& v,
 
 std::optional<grammar::GrammarSpec> constraint_flags(const SettingValues& v) {
   using Kind = grammar::GrammarSpec::Kind;
-  const int given =
-      (v.given("regex") ? 1 : 0) + (v.given("grammar") ? 1 : 0) + (v.flag("json-object") ? 1 : 0);
-  if (given > 1) raise<InvalidArgument>("--regex, --grammar and --json-object are exclusive");
+  const int given = (v.given("regex") ? 1 : 0) + (v.given("grammar") ? 1 : 0) +
+                    (v.flag("json-object") ? 1 : 0) + (v.given("json-schema") ? 1 : 0);
+  if (given > 1)
+    raise<InvalidArgument>("--regex, --grammar, --json-object and --json-schema are exclusive");
   if (v.given("regex")) return grammar::GrammarSpec{Kind::kRegex, v.str("regex"), {}};
   if (v.given("grammar"))
     return grammar::GrammarSpec{Kind::kGrammar, read_file(v.str("grammar"), size_t{1} << 20), {}};
   if (v.flag("json-object")) return grammar::GrammarSpec{Kind::kJsonObject, {}, {}};
+  if (v.given("json-schema")) {
+    grammar::GrammarSpec spec{
+        Kind::kJsonSchema, read_file(v.str("json-schema"), size_t{1} << 20), {}};
+    try {  // refused here, naming the file, rather than by every request
+      grammar::json_schema_rules(spec.text, false, {});
+    } catch (const InvalidArgument& e) {
+      raise<InvalidArgument>("--json-schema {}: {}", v.str("json-schema"), e.what());
+    }
+    return spec;
+  }
   return std::nullopt;
 }
 

@@ -46,8 +46,8 @@ LoadOptions load_options(const SettingValues& settings, const LoraOptions& lora 
 EngineBundle open_engine(const std::string& model_dir, const SettingValues& settings,
                          int32_t expected_seqs = 0, const LoraOptions& lora = {});
 
-// The structured-output flags (--regex R, --grammar FILE, --json-object) as a request's
-// constraint (InvalidArgument when more than one is given).
+// The structured-output flags (--regex R, --grammar FILE, --json-object, --json-schema
+// FILE) as a request's constraint (InvalidArgument when more than one is given).
 std::optional<grammar::GrammarSpec> constraint_flags(const SettingValues& settings);
 
 // A prompt from a JSONL line or flag: {"prompt": "..."} (needs the tokenizer; special

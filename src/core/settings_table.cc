@@ -312,6 +312,11 @@ std::vector<Setting> make_table() {
           "chat_template_kwargs as control tokens, as transformers does (default: they are "
           "text; only the chat template's own text gives special tokens)")
           .env({"TACHYON_ALLOW_SPECIAL_TOKENS_IN_CONTENT"}),
+      Def("enable-auto-tool-choice", T::kBool, "false", Cmds{"serve"},
+          "parse tool calls for tool_choice \"auto\" in --tool-call-parser's format (default: "
+          "the format the chat template tells, when it tells one)"),
+      Def("tool-call-parser", T::kString, "", Cmds{"serve"},
+          "the tool call format for --enable-auto-tool-choice: hermes, llama3_json, mistral"),
       Def("api-key", T::kList, "", Cmds{"serve", "bench-serving"},
           "serve: a key clients must send as 'Authorization: Bearer KEY' (repeatable; "
           "comma-separated in the environment; none: no authentication); bench-serving: the "
@@ -355,6 +360,8 @@ std::vector<Setting> make_table() {
           "constrain the output to this GBNF grammar file (llama.cpp syntax, start rule root)"),
       Def("json-object", T::kBool, "false", Cmds{"generate", "bench"},
           "constrain the output to a JSON object (response_format json_object)"),
+      Def("json-schema", T::kString, "", Cmds{"generate", "bench"},
+          "constrain the output to the JSON Schema in this file (response_format json_schema)"),
       Def("stream", T::kBool, "false", Cmds{"generate"}, "print the text as it comes"),
       Def("dump-logits", T::kString, "", Cmds{"generate"},
           "write the prompt's logits [prompt_len, vocab] to this safetensors file"),

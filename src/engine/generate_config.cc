@@ -151,6 +151,11 @@ std::optional<grammar::GrammarSpec> parse_constraint(std::string_view k, const J
     spec.text = v.get<std::string>();
     return spec;
   }
+  if (k == "json_schema") {  // RTP-LLM's field: the schema, or its JSON as a string
+    spec.kind = Kind::kJsonSchema;
+    spec.text = v.is_string() ? v.get<std::string>() : v.dump();
+    return spec;
+  }
   if (k == "choice") {
     spec.kind = Kind::kChoice;
     spec.choices = get_string_list(v, k);
@@ -170,10 +175,21 @@ std::optional<grammar::GrammarSpec> parse_constraint(std::string_view k, const J
     spec.kind = Kind::kJsonObject;
     return spec;
   }
-  if (t == "json_schema")
-    raise<InvalidArgument>("generate_config.response_format: json_schema is not supported yet");
+  if (t == "json_schema") {
+    auto js = v.find("json_schema");
+    if (js == v.end() || !js->is_object())
+      raise<InvalidArgument>("generate_config.response_format.json_schema: an object is required");
+    for (const auto& [key, x] : js->items())
+      if (key != "name" && key != "schema" && key != "strict" && key != "description")
+        raise<InvalidArgument>("generate_config.response_format.json_schema: unknown field '{}'",
+                               key);
+    spec.kind = Kind::kJsonSchema;
+    spec.text = js->contains("schema") ? (*js)["schema"].dump() : "{}";
+    spec.strict = js->value("strict", false);
+    return spec;
+  }
   raise<InvalidArgument>(
-      "generate_config.response_format.type: '{}' is not one of text, json_object", t);
+      "generate_config.response_format.type: '{}' is not one of text, json_object, json_schema", t);
 }
 
 Json token_lists_json(const std::vector<std::vector<int32_t>>& lists) {
@@ -254,11 +270,12 @@ GenerateConfig GenerateConfig::from_json(const Json& json) {
       c.logit_bias = get_logit_bias(v, k);
     } else if (k == "bad_words_list") {
       c.bad_words_list = get_token_lists(v, k);
-    } else if (k == "regex" || k == "ebnf" || k == "choice" || k == "response_format") {
+    } else if (k == "regex" || k == "ebnf" || k == "choice" || k == "response_format" ||
+               k == "json_schema") {
       if (auto spec = parse_constraint(k, v)) {
         if (c.constraint)
           raise<InvalidArgument>(
-              "generate_config.{}: only one of regex, ebnf, choice and "
+              "generate_config.{}: only one of regex, ebnf, choice, json_schema and "
               "response_format may be given",
               key);
         c.constraint = std::move(spec);
@@ -410,6 +427,14 @@ Json GenerateConfig::to_json() const {
         break;
       case Kind::kJsonObject:
         j["response_format"] = {{"type", "json_object"}};
+        break;
+      case Kind::kJsonSchema:
+        if (Json schema = Json::parse(constraint->text, nullptr, false);
+            constraint->strict && !schema.is_discarded())
+          j["response_format"] = {{"type", "json_schema"},
+                                  {"json_schema", {{"schema", schema}, {"strict", true}}}};
+        else
+          j["json_schema"] = constraint->text;
         break;
       case Kind::kJson:
         break;  // any JSON value: no field asks for it

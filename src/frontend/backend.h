@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "frontend/tool_calls.h"
 #include "grammar/compile.h"
 #include "tokenizer/tokenizer.h"
 
@@ -137,6 +138,9 @@ struct ModelInfo {
   int32_t max_model_len = 0;
   int32_t vocab_size = 0;
   bool has_chat_template = false;
+  // The format the chat template writes tool calls in, when it tells unambiguously
+  // (tool_calls.h); tool_choice "auto" parses the output in it unless the server names one.
+  std::optional<ToolCallFormat> tool_call_format;
 };
 
 // A rendered chat prompt, and the byte ranges of it that came from the request (message
@@ -157,11 +161,14 @@ class InferenceBackend {
   // The raw bytes one token stands for (may be part of a UTF-8 character).
   virtual std::string token_bytes(int32_t id) const = 0;
   // Renders chat messages (OpenAI form, content already plain text) with the model's
-  // template. `extra` holds template variables (chat_template_kwargs). Throws
-  // InvalidArgument when the model has no template, the messages do not fit it, or
-  // `control` stopped the render (cancelled, or past its deadline).
-  virtual ChatPrompt render_chat(const Json& messages, bool add_generation_prompt,
-                                 const Json& extra, const RenderControl& control) const = 0;
+  // template. `tools` is the template's `tools` (OpenAI form, keys in the order sent;
+  // null: none; with tools the template named "tool_use" is chosen when there is one),
+  // `extra` holds template variables (chat_template_kwargs). Throws InvalidArgument when
+  // the model has no template, the messages do not fit it, or `control` stopped the
+  // render (cancelled, or past its deadline).
+  virtual ChatPrompt render_chat(const Json& messages, const nlohmann::ordered_json& tools,
+                                 bool add_generation_prompt, const Json& extra,
+                                 const RenderControl& control) const = 0;
   // Token ids of a rendered chat prompt: no special token is matched in its untrusted
   // ranges (clear them to match special tokens everywhere, as encode() does).
   virtual std::vector<int32_t> encode_chat(const ChatPrompt& prompt,

@@ -107,8 +107,13 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
   progress(0, 0, "tokenizer");
   b->tokenizer_ = Tokenizer::load(tok_dir);
   auto templates = load_chat_templates(tok_dir);
-  if (!templates.empty())
+  if (!templates.empty()) {
     b->chat_ = std::make_shared<ChatTemplate>(templates.compile(std::nullopt, false));
+    b->chat_tools_ = &templates.select(std::nullopt, true) == &templates.select(std::nullopt, false)
+                         ? b->chat_
+                         : std::make_shared<ChatTemplate>(templates.compile(std::nullopt, true));
+    b->info_.tool_call_format = detect_tool_call_format(b->chat_tools_->source());
+  }
   b->byte_level_ = is_byte_level(*b->tokenizer_);
 
   progress(0, 0, "weights");
@@ -207,22 +212,36 @@ std::string EngineBackend::token_bytes(int32_t id) const {
   return token_text_bytes(*tokenizer_, id, byte_level_);
 }
 
-ChatPrompt EngineBackend::render_chat(const Json& messages, bool add_generation_prompt,
-                                      const Json& extra, const RenderControl& control) const {
+ChatPrompt EngineBackend::render_chat(const Json& messages, const nlohmann::ordered_json& tools,
+                                      bool add_generation_prompt, const Json& extra,
+                                      const RenderControl& control) const {
   if (!chat_)
     raise<InvalidArgument>("this model has no chat template; use /v1/completions or a text prompt");
-  ChatTemplateInputs in;
-  in.messages = messages;
-  in.add_generation_prompt = add_generation_prompt;
-  in.bos_token = tokenizer_->bos_token().value_or("");
-  in.eos_token = tokenizer_->eos_token().value_or("");
-  in.pad_token = tokenizer_->pad_token().value_or("");
-  in.unk_token = tokenizer_->unk_token().value_or("");
-  in.extra = extra.is_object() ? extra : Json::object();
   jinja::RenderOptions options;
   options.cancel = control.cancel;
   options.deadline = control.deadline;
-  RenderedChat r = chat_->render_marked(in, options);
+  auto fill = [&](auto& in) {
+    in.add_generation_prompt = add_generation_prompt;
+    in.bos_token = tokenizer_->bos_token().value_or("");
+    in.eos_token = tokenizer_->eos_token().value_or("");
+    in.pad_token = tokenizer_->pad_token().value_or("");
+    in.unk_token = tokenizer_->unk_token().value_or("");
+  };
+  RenderedChat r;
+  if (tools.is_null()) {
+    ChatTemplateInputs in;
+    fill(in);
+    in.messages = messages;
+    in.extra = extra.is_object() ? extra : Json::object();
+    r = chat_->render_marked(in, options);
+  } else {  // key order kept for the tools (their schemas render as sent)
+    OrderedChatTemplateInputs in;
+    fill(in);
+    in.messages = nlohmann::ordered_json::parse(messages.dump());
+    in.tools = tools;
+    in.extra = nlohmann::ordered_json::parse(extra.is_object() ? extra.dump() : "{}");
+    r = chat_tools_->render_marked(in, options);
+  }
   ChatPrompt p;
   p.text = std::move(r.text);
   p.untrusted.reserve(r.untrusted.size());

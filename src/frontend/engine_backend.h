@@ -62,7 +62,8 @@ class EngineBackend : public InferenceBackend {
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const override;
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override;
   std::string token_bytes(int32_t id) const override;
-  ChatPrompt render_chat(const Json& messages, bool add_generation_prompt, const Json& extra,
+  ChatPrompt render_chat(const Json& messages, const nlohmann::ordered_json& tools,
+                         bool add_generation_prompt, const Json& extra,
                          const RenderControl& control) const override;
   std::vector<int32_t> encode_chat(const ChatPrompt& prompt,
                                    bool add_special_tokens) const override;
@@ -87,7 +88,8 @@ class EngineBackend : public InferenceBackend {
   ModelInfo info_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<const ChatTemplate> chat_;
-  bool byte_level_ = false;  // GPT-2 style byte-to-unicode token strings
+  std::shared_ptr<const ChatTemplate> chat_tools_;  // the one for requests with tools
+  bool byte_level_ = false;                         // GPT-2 style byte-to-unicode token strings
   bool prefix_caching_ = false;
   std::unique_ptr<TextEngine> engine_;
   // Declared after the engine: gone before it (null when adapters are not enabled).

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "grammar/json_schema.h"
 #include "grammar/parsers.h"
 
 namespace tachyon::grammar {
@@ -18,6 +19,8 @@ std::string_view grammar_kind_name(GrammarSpec::Kind kind) {
       return "json";
     case GrammarSpec::Kind::kJsonObject:
       return "json_object";
+    case GrammarSpec::Kind::kJsonSchema:
+      return "json_schema";
   }
   return "?";
 }
@@ -68,6 +71,8 @@ Grammar build(const GrammarSpec& spec, const GrammarLimits& limits) {
     case Kind::kJson:
     case Kind::kJsonObject:
       return lower(parse_gbnf(json_gbnf(spec.kind == Kind::kJsonObject), limits), "root", limits);
+    case Kind::kJsonSchema:
+      return lower(json_schema_rules(spec.text, spec.strict, limits), "root", limits);
   }
   raise<InvalidArgument>("unknown grammar kind");
 }
@@ -86,7 +91,7 @@ std::shared_ptr<const CompiledGrammar> GrammarCache::get(
     const GrammarSpec& spec, std::shared_ptr<const TokenVocabulary> vocab) {
   std::string text = spec.text;
   if (spec.kind == GrammarSpec::Kind::kChoice) text = Json(spec.choices).dump();
-  Key key{spec.kind, std::move(text), vocab->fingerprint()};
+  Key key{spec.kind, spec.strict, std::move(text), vocab->fingerprint()};
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (auto it = map_.find(key); it != map_.end()) {

@@ -25,10 +25,14 @@ struct GrammarSpec {
     kGrammar,     // text: GBNF rules with a `root`
     kJson,        // any JSON value
     kJsonObject,  // a JSON object
+    kJsonSchema,  // text: a JSON Schema (json_schema.h) the output is valid under
   };
   Kind kind = Kind::kRegex;
   std::string text;
   std::vector<std::string> choices;
+  // kJsonSchema: OpenAI's strict mode (objects allow no properties but the listed ones
+  // unless additionalProperties says otherwise).
+  bool strict = false;
 
   bool operator==(const GrammarSpec&) const = default;
 };
@@ -53,7 +57,7 @@ class GrammarCache {
   size_t size() const;
 
  private:
-  using Key = std::tuple<GrammarSpec::Kind, std::string, uint64_t>;
+  using Key = std::tuple<GrammarSpec::Kind, bool, std::string, uint64_t>;
   size_t capacity_;
   mutable std::mutex mutex_;
   std::list<Key> order_;  // most recent first

@@ -20,6 +20,7 @@
 
 #include "frontend/backend.h"
 #include "frontend/task_prompts.h"
+#include "frontend/tool_calls.h"
 #include "server/admission.h"
 #include "server/auth.h"
 #include "server/http.h"
@@ -45,6 +46,10 @@ struct AppOptions {
   // Whether special tokens written in chat messages (and tools, kwargs) are matched as
   // special tokens; off: only the chat template's own text gives them.
   bool special_tokens_in_content = false;
+  // The format tool_choice "auto" reads tool calls in (--enable-auto-tool-choice
+  // --tool-call-parser); unset: the one the chat template tells (ModelInfo), else "auto"
+  // with tools is refused.
+  std::optional<ToolCallFormat> tool_call_parser;
   // Request work off the HTTP threads (bodies, chat templates, tokenizing): threads, and
   // how long one chat template render may take.
   int work_threads = 4;

@@ -80,7 +80,7 @@ void ServerApp::handle_tokenize(const HttpRequest& req, const std::shared_ptr<Re
       kwargs = *k;
     }
     bool special = r.opt_bool("add_special_tokens").value_or(false);
-    ChatPrompt chat = b->render_chat(messages, add_gen, kwargs, control);
+    ChatPrompt chat = b->render_chat(messages, nullptr, add_gen, kwargs, control);
     if (options_.special_tokens_in_content) chat.untrusted.clear();
     ids = b->encode_chat(chat, special);
   } else {

@@ -139,11 +139,26 @@ void ServerApp::run_call(const std::shared_ptr<ResponseWriter>& w,
 void ServerApp::handle_chat(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w,
                             const RenderControl& control) {
   auto backend = ready_backend();
-  OpenAIRequest r = parse_chat_request(parse_request_object(req.body), options_.limits);
+  const Json body = parse_request_object(req.body);
+  const std::optional<OrderedJson> ordered = ordered_body(body, req.body);
+  OpenAIRequest r = parse_chat_request(body, options_.limits, ordered ? &*ordered : nullptr);
   r.params.adapter_name = resolve_model(r.model, *backend);
   const ModelInfo& info = backend->model_info();
-  ChatPrompt chat =
-      backend->render_chat(r.messages, r.add_generation_prompt, r.chat_template_kwargs, control);
+  std::optional<ToolCallFormat> tool_format;
+  if (r.tools.choice == ToolChoice::kAuto) {
+    tool_format = options_.tool_call_parser ? options_.tool_call_parser : info.tool_call_format;
+    if (!tool_format)
+      throw ApiError::bad_request(
+          "tool_choice \"auto\" needs a tool call parser, and this model's chat template does "
+          "not tell its format: start the server with --enable-auto-tool-choice "
+          "--tool-call-parser hermes|llama3_json|mistral, or set tool_choice to \"none\", "
+          "\"required\" or a function",
+          "tool_choice");
+    // Mistral's [TOOL_CALLS] is a special token: keep it in the text to find the calls.
+    if (*tool_format == ToolCallFormat::kMistral) r.params.skip_special_tokens = false;
+  }
+  ChatPrompt chat = backend->render_chat(r.messages, r.tools.tools, r.add_generation_prompt,
+                                         r.chat_template_kwargs, control);
   if (options_.special_tokens_in_content) chat.untrusted.clear();
   const std::vector<int32_t> prefix = task_prefix(r.task_id);
   std::vector<int32_t> ids = backend->encode_chat(chat, false);
@@ -167,6 +182,9 @@ void ServerApp::handle_chat(const HttpRequest& req, const std::shared_ptr<Respon
   fo.top_logprobs = r.top_logprobs;
   fo.prompt_tokens = {static_cast<int64_t>(ids.size())};
   fo.token_bytes = [backend](int32_t id) { return backend->token_bytes(id); };
+  fo.tool_choice = r.tools.choice;
+  fo.tool_function = r.tools.function;
+  if (tool_format) fo.tool_format = *tool_format;
   std::vector<CallPrompt> prompts;
   prompts.push_back({std::move(ids), r.params});
   run_call(w, make_openai_formatter(std::move(fo)), std::move(prompts), false);
@@ -175,7 +193,9 @@ void ServerApp::handle_chat(const HttpRequest& req, const std::shared_ptr<Respon
 void ServerApp::handle_completions(const HttpRequest& req,
                                    const std::shared_ptr<ResponseWriter>& w) {
   auto backend = ready_backend();
-  OpenAIRequest r = parse_completion_request(parse_request_object(req.body), options_.limits);
+  const Json body = parse_request_object(req.body);
+  const std::optional<OrderedJson> ordered = ordered_body(body, req.body);
+  OpenAIRequest r = parse_completion_request(body, options_.limits, ordered ? &*ordered : nullptr);
   r.params.adapter_name = resolve_model(r.model, *backend);
   const ModelInfo& info = backend->model_info();
   check_params(r.params, info.vocab_size);
@@ -219,7 +239,9 @@ void ServerApp::handle_completions(const HttpRequest& req,
 void ServerApp::handle_native(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w,
                               const RenderControl& control) {
   auto backend = ready_backend();
-  NativeRequest r = parse_native_request(parse_request_object(req.body), options_.limits);
+  const Json body = parse_request_object(req.body);
+  const std::optional<OrderedJson> ordered = ordered_body(body, req.body);
+  NativeRequest r = parse_native_request(body, options_.limits, ordered ? &*ordered : nullptr);
   const ModelInfo& info = backend->model_info();
   check_params(r.params, info.vocab_size);
 
@@ -241,7 +263,7 @@ void ServerApp::handle_native(const HttpRequest& req, const std::shared_ptr<Resp
     // only in the template's own text.
     ChatPrompt chat;
     if (np.is_chat) {
-      chat = backend->render_chat(np.messages, true, r.chat_template_kwargs, control);
+      chat = backend->render_chat(np.messages, nullptr, true, r.chat_template_kwargs, control);
       if (options_.special_tokens_in_content) chat.untrusted.clear();
     } else {
       chat.text = np.text;

@@ -29,13 +29,15 @@ struct ConfigFields {
   std::optional<std::vector<std::vector<int32_t>>> stop_words_list, bad_words_list;
   std::optional<Json> chat_template_kwargs;
   std::optional<std::string> task_id;
-  // Structured output: regex, ebnf, choice or response_format (one at most per object).
+  // Structured output: regex, ebnf, choice, json_schema or response_format (one at most
+  // per object).
   std::optional<grammar::GrammarSpec> constraint;
   // A name or a list of names (each "" or null for the base model), as sent.
   std::optional<std::vector<std::string>> adapter_names;
   bool adapter_list = false;
 
-  void read(FieldReader& r, const RequestLimits& lim) {
+  // `ordered`: r's object from ordered_body (or nullptr).
+  void read(FieldReader& r, const RequestLimits& lim, const OrderedJson* ordered) {
     auto pick = [](auto& dst, auto v) {
       if (v) dst = v;
     };
@@ -76,7 +78,7 @@ struct ConfigFields {
       chat_template_kwargs = *k;
     }
     if (const Json* t = r.raw("task_id")) task_id = read_task_id(*t, r.path("task_id"));
-    read_constraint(r);
+    read_constraint(r, ordered);
     if (const Json* a = r.raw("adapter_name")) read_adapter_names(*a, r.path("adapter_name"));
     // Fields RTP-LLM has that this server cannot honour yet: refused, never ignored.
     r.refuse_unless("return_logits", {false}, "returning logits is not supported");
@@ -101,7 +103,7 @@ struct ConfigFields {
       r.ignore(k);
   }
 
-  void read_constraint(FieldReader& r) {
+  void read_constraint(FieldReader& r, const OrderedJson* ordered) {
     using Kind = grammar::GrammarSpec::Kind;
     std::optional<grammar::GrammarSpec> c;
     if (auto v = r.opt_string("regex"))
@@ -114,8 +116,15 @@ struct ConfigFields {
       set_constraint(c, grammar::GrammarSpec{Kind::kChoice, {}, *v}, r.path("choice"));
     }
     if (const Json* rf = r.raw("response_format"))
-      set_constraint(c, read_response_format(*rf, r.path("response_format")),
+      set_constraint(c,
+                     read_response_format(*rf, r.path("response_format"),
+                                          ordered_member(ordered, "response_format")),
                      r.path("response_format"));
+    if (const Json* js = r.raw("json_schema"))
+      set_constraint(c,
+                     json_schema_spec(*js, ordered_member(ordered, "json_schema"), false,
+                                      r.path("json_schema")),
+                     r.path("json_schema"));
     if (c) constraint = std::move(c);
   }
 
@@ -220,7 +229,8 @@ NativePrompt prompt_from(const Json& v, const std::string& where) {
 
 }  // namespace
 
-NativeRequest parse_native_request(const Json& body, const RequestLimits& limits) {
+NativeRequest parse_native_request(const Json& body, const RequestLimits& limits,
+                                   const OrderedJson* ordered) {
   NativeRequest req;
   FieldReader top(body);
   ConfigFields fields;
@@ -233,10 +243,10 @@ NativeRequest parse_native_request(const Json& body, const RequestLimits& limits
     if (gc || gc2) {
       const char* name = gc ? "generate_config" : "generation_config";
       FieldReader cr(gc ? *gc : *gc2, name);
-      fields.read(cr, limits);
+      fields.read(cr, limits, ordered_member(ordered, name));
       cr.finish();
     }
-    fields.read(top, limits);  // top-level fields win, as in RTP-LLM
+    fields.read(top, limits, ordered);  // top-level fields win, as in RTP-LLM
     fields.apply(req, limits);
   } catch (const ApiError& e) {
     throw config_error(e);

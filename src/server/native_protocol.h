@@ -48,6 +48,7 @@ struct NativeRequest {
 };
 
 // Throws ApiError (with RTP-LLM error codes) on any problem.
-NativeRequest parse_native_request(const Json& body, const RequestLimits& limits);
+NativeRequest parse_native_request(const Json& body, const RequestLimits& limits,
+                                   const OrderedJson* ordered = nullptr);
 
 }  // namespace tachyon::server

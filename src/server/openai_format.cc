@@ -1,6 +1,8 @@
 #include "server/openai_format.h"
 
 #include <cmath>
+#include <optional>
+#include <utility>
 
 #include "server/text_util.h"
 
@@ -65,6 +67,16 @@ class OpenAIFormatter : public CallFormatter {
       Choice& c = choices_[ci];
       c.tokens += static_cast<int64_t>(e.token_ids.size());
       Json lp = o_.logprobs && !e.logprobs.empty() ? logprobs_json(c, e) : Json(nullptr);
+      if (tools()) {
+        tool_text(ci, c, e.text, std::move(lp), out);
+        if (e.finish) {
+          tool_end(ci, c, out);
+          c.finish = finish_name(*e.finish);
+          if (!c.calls.empty() && *e.finish != GenFinish::kLength) c.finish = "tool_calls";
+          if (o_.stream) out += sse_event(chunk(ci, Json::object(), nullptr, c.finish));
+        }
+        continue;
+      }
       c.text += e.text;
       if (!o_.chat) c.offset += code_points(e.text);
       if (o_.stream && (!e.text.empty() || !lp.is_null())) {
@@ -96,7 +108,22 @@ class OpenAIFormatter : public CallFormatter {
     for (size_t i = 0; i < choices_.size(); ++i) {
       const Choice& c = choices_[i];
       Json ch = {{"index", i}};
-      if (o_.chat) {
+      if (o_.chat && tools()) {
+        std::string content = c.text;
+        if (!c.calls.empty()) content = trimmed(content);
+        ch["message"] = {
+            {"role", "assistant"},
+            {"content", content.empty() && !c.calls.empty() ? Json(nullptr) : Json(content)}};
+        if (!c.calls.empty()) {
+          Json calls = Json::array();
+          for (const auto& [id, call] : c.calls)
+            calls.push_back({{"id", id},
+                             {"type", "function"},
+                             {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+          ch["message"]["tool_calls"] = std::move(calls);
+        }
+        ch["logprobs"] = o_.logprobs ? Json{{"content", c.chat_logprobs}} : Json(nullptr);
+      } else if (o_.chat) {
         ch["message"] = {{"role", "assistant"}, {"content", c.text}};
         ch["logprobs"] = o_.logprobs ? Json{{"content", c.chat_logprobs}} : Json(nullptr);
       } else {
@@ -118,7 +145,10 @@ class OpenAIFormatter : public CallFormatter {
 
  private:
   struct Choice {
-    std::string text;
+    std::string text;  // with tool calls: the content around them
+    std::string raw;   // tool_choice required: the output, parsed at its end
+    std::vector<std::pair<std::string, ToolCall>> calls;  // by id
+    std::optional<ToolCallStream> parser;                 // tool_choice auto
     size_t offset = 0;  // code points of text so far (completions' text_offset)
     int64_t tokens = 0;
     std::string finish;
@@ -126,6 +156,88 @@ class OpenAIFormatter : public CallFormatter {
     Json tokens_json = Json::array(), token_logprobs = Json::array(), top_logprobs = Json::array(),
          text_offset = Json::array();
   };
+
+  bool tools() const { return o_.chat && o_.tool_choice != ToolChoice::kNone; }
+
+  static std::string trimmed(const std::string& s) {
+    const size_t b = s.find_first_not_of(" \t\r\n");
+    if (b == std::string::npos) return {};
+    return s.substr(b, s.find_last_not_of(" \t\r\n") + 1 - b);
+  }
+
+  static Json call_delta(size_t index, const std::string& id, const std::string& name) {
+    return Json{{"tool_calls", Json::array({{{"index", index},
+                                             {"id", id},
+                                             {"type", "function"},
+                                             {"function", {{"name", name}, {"arguments", ""}}}}})}};
+  }
+  static Json arguments_delta(size_t index, const std::string& piece) {
+    return Json{
+        {"tool_calls", Json::array({{{"index", index}, {"function", {{"arguments", piece}}}}})}};
+  }
+
+  void add_call(size_t ci, Choice& c, ToolCall call, std::string& out) {
+    const size_t index = c.calls.size();
+    c.calls.emplace_back(new_tool_call_id(), std::move(call));
+    const auto& [id, added] = c.calls.back();
+    if (!o_.stream) return;
+    out += sse_event(chunk(ci, call_delta(index, id, added.name), nullptr, nullptr));
+    out += sse_event(chunk(ci, arguments_delta(index, added.arguments), nullptr, nullptr));
+  }
+  void add_text(size_t ci, Choice& c, const std::string& text, Json lp, std::string& out) {
+    c.text += text;
+    if (o_.stream && (!text.empty() || !lp.is_null()))
+      out += sse_event(chunk(ci, Json{{"content", text}}, std::move(lp), nullptr));
+  }
+  void add_pieces(size_t ci, Choice& c, std::vector<ToolCallPiece> pieces, Json lp,
+                  std::string& out) {
+    for (ToolCallPiece& p : pieces) {
+      if (p.call)
+        add_call(ci, c, std::move(*p.call), out);
+      else
+        add_text(ci, c, p.text, std::exchange(lp, nullptr), out);
+    }
+    if (o_.stream && !lp.is_null())
+      out += sse_event(chunk(ci, Json::object(), std::move(lp), nullptr));
+  }
+
+  // Output text of a choice with tool calls.
+  void tool_text(size_t ci, Choice& c, const std::string& text, Json lp, std::string& out) {
+    switch (o_.tool_choice) {
+      case ToolChoice::kFunction:  // the output is the arguments
+        if (c.calls.empty()) {
+          c.calls.emplace_back(new_tool_call_id(), ToolCall{o_.tool_function, ""});
+          if (o_.stream)
+            out += sse_event(
+                chunk(ci, call_delta(0, c.calls[0].first, o_.tool_function), nullptr, nullptr));
+        }
+        c.calls[0].second.arguments += text;
+        if (o_.stream && (!text.empty() || !lp.is_null()))
+          out += sse_event(chunk(ci, arguments_delta(0, text), std::move(lp), nullptr));
+        return;
+      case ToolChoice::kRequired:  // read whole at the end
+        c.raw += text;
+        if (o_.stream && !lp.is_null())
+          out += sse_event(chunk(ci, Json::object(), std::move(lp), nullptr));
+        return;
+      default:
+        if (!c.parser) c.parser.emplace(o_.tool_format);
+        add_pieces(ci, c, c.parser->feed(text), std::move(lp), out);
+    }
+  }
+  // The end of a choice's output with tool calls.
+  void tool_end(size_t ci, Choice& c, std::string& out) {
+    if (o_.tool_choice == ToolChoice::kRequired) {
+      if (auto calls = parse_required_tool_calls(c.raw)) {
+        for (ToolCall& call : *calls) add_call(ci, c, std::move(call), out);
+      } else {
+        add_text(ci, c, c.raw, nullptr, out);  // cut short: what was written
+      }
+    } else if (o_.tool_choice == ToolChoice::kAuto) {
+      if (!c.parser) c.parser.emplace(o_.tool_format);
+      add_pieces(ci, c, c.parser->finish(), nullptr, out);
+    }
+  }
 
   Json base() const {
     return Json{{"id", id_},

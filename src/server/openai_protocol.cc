@@ -4,7 +4,9 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "frontend/task_prompts.h"
+#include "grammar/json_schema.h"
 #include "server/api_error.h"
 #include "server/json_fields.h"
 
@@ -133,27 +135,25 @@ Json parse_chat_messages(const Json* v, const std::string& field) {
     m.finish();
     out.push_back(std::move(msg));
   }
+  tool_call_arguments_as_objects(out);
   return out;
 }
 
 namespace {
 
-void refuse_tools(FieldReader& r) {
-  if (const Json* tools = r.raw("tools"); tools && !(tools->is_array() && tools->empty()))
-    throw ApiError::unsupported("tools: tool calling is not supported by this server", "tools");
-  r.refuse_unless("tool_choice", {"none", "auto"}, "tool calling is not supported by this server");
-  r.refuse_unless("parallel_tool_calls", {true, false},
-                  "tool calling is not supported by this server");
-  r.refuse_unless("functions", {Json::array()}, "function calling is not supported by this server");
-  r.refuse_unless("function_call", {"none", "auto"},
-                  "function calling is not supported by this server");
-}
-
 // Structured output: response_format and vLLM's guided_* fields (one at most).
-void read_constraints(FieldReader& r, GenerationParams& p) {
+void read_constraints(FieldReader& r, GenerationParams& p, const OrderedJson* ordered) {
   using Kind = grammar::GrammarSpec::Kind;
   if (const Json* rf = r.raw("response_format"))
-    set_constraint(p.constraint, read_response_format(*rf, "response_format"), "response_format");
+    set_constraint(
+        p.constraint,
+        read_response_format(*rf, "response_format", ordered_member(ordered, "response_format")),
+        "response_format");
+  if (const Json* v = r.raw("guided_json"))
+    set_constraint(
+        p.constraint,
+        json_schema_spec(*v, ordered_member(ordered, "guided_json"), false, "guided_json"),
+        "guided_json");
   if (auto v = r.opt_string("guided_regex"))
     set_constraint(p.constraint, grammar::GrammarSpec{Kind::kRegex, *v, {}}, "guided_regex");
   if (auto v = r.opt_strings("guided_choice", 4096, 1u << 16)) {
@@ -162,7 +162,6 @@ void read_constraints(FieldReader& r, GenerationParams& p) {
   }
   if (auto v = r.opt_string("guided_grammar"))
     set_constraint(p.constraint, grammar::GrammarSpec{Kind::kGrammar, *v, {}}, "guided_grammar");
-  r.refuse_unless("guided_json", {}, "guided_json (JSON Schema) is not supported yet");
   r.refuse_unless("guided_whitespace_pattern", {},
                   "guided_whitespace_pattern is not supported yet");
   r.ignore("guided_decoding_backend");  // which library does it: this server has its own
@@ -228,7 +227,54 @@ void read_logprobs_chat(FieldReader& r, OpenAIRequest& req, const RequestLimits&
 
 }  // namespace
 
-std::optional<grammar::GrammarSpec> read_response_format(const Json& v, const std::string& field) {
+std::optional<OrderedJson> ordered_body(const Json& body, const std::string& text) {
+  auto wants = [](const Json& o) {
+    if (!o.is_object()) return false;
+    for (const char* k : {"tools", "guided_json", "json_schema"})
+      if (o.contains(k)) return true;
+    auto rf = o.find("response_format");
+    return rf != o.end() && rf->is_object() && rf->value("type", Json()) == "json_schema";
+  };
+  bool any = wants(body);
+  for (const char* k : {"generate_config", "generation_config"})
+    if (auto it = body.find(k); it != body.end()) any = any || wants(*it);
+  if (!any) return std::nullopt;
+  try {
+    return OrderedJson::parse(text);
+  } catch (const OrderedJson::exception&) {
+    return std::nullopt;  // parsed once already: cannot happen
+  }
+}
+
+const OrderedJson* ordered_member(const OrderedJson* ordered, const std::string& key) {
+  if (!ordered || !ordered->is_object()) return nullptr;
+  auto it = ordered->find(key);
+  return it == ordered->end() ? nullptr : &*it;
+}
+
+grammar::GrammarSpec json_schema_spec(const Json& schema, const OrderedJson* ordered, bool strict,
+                                      const std::string& field) {
+  grammar::GrammarSpec spec;
+  spec.kind = grammar::GrammarSpec::Kind::kJsonSchema;
+  spec.strict = strict;
+  if (schema.is_string())
+    spec.text = schema.get<std::string>();
+  else if (schema.is_object() || schema.is_boolean())
+    spec.text = ordered && (ordered->is_object() || ordered->is_boolean()) ? ordered->dump()
+                                                                           : schema.dump();
+  else
+    throw ApiError::bad_request(
+        field + " must be a JSON Schema (an object), not " + json_type_name(schema), field);
+  try {
+    grammar::json_schema_rules(spec.text, strict, grammar::GrammarLimits{});
+  } catch (const InvalidArgument& e) {
+    throw ApiError::bad_request(field + ": " + e.what(), field);
+  }
+  return spec;
+}
+
+std::optional<grammar::GrammarSpec> read_response_format(const Json& v, const std::string& field,
+                                                         const OrderedJson* ordered) {
   if (!v.is_object())
     throw ApiError::bad_request(field + " must be an object, not " + json_type_name(v), field);
   FieldReader f(v, field);
@@ -236,7 +282,20 @@ std::optional<grammar::GrammarSpec> read_response_format(const Json& v, const st
   if (!type) throw ApiError::bad_request(field + ".type is required", field);
   std::optional<grammar::GrammarSpec> spec;
   if (*type == "json_schema") {
-    throw ApiError::unsupported(field + ": json_schema is not supported yet", field);
+    const std::string where = field + ".json_schema";
+    const Json* js = f.raw("json_schema");
+    if (!js || !js->is_object())
+      throw ApiError::bad_request(where + " must be an object with the schema", where);
+    FieldReader j(*js, where);
+    j.opt_string("name", 256);  // OpenAI requires one; it names the schema, nothing more
+    j.opt_string("description", 1u << 16);
+    const bool strict = j.opt_bool("strict").value_or(false);
+    const Json* schema = j.raw("schema");
+    static const Json kAny = Json::object();
+    spec = json_schema_spec(schema ? *schema : kAny,
+                            ordered_member(ordered_member(ordered, "json_schema"), "schema"),
+                            strict, where + ".schema");
+    j.finish();
   } else if (*type == "json_object") {
     spec = grammar::GrammarSpec{grammar::GrammarSpec::Kind::kJsonObject, {}, {}};
   } else if (*type != "text") {
@@ -282,7 +341,8 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& v, const std
   return out;
 }
 
-OpenAIRequest parse_chat_request(const Json& body, const RequestLimits& limits) {
+OpenAIRequest parse_chat_request(const Json& body, const RequestLimits& limits,
+                                 const OrderedJson* ordered) {
   OpenAIRequest req;
   req.kind = OpenAIRequest::Kind::kChat;
   req.add_special_tokens = false;  // the template writes the special tokens
@@ -291,8 +351,8 @@ OpenAIRequest parse_chat_request(const Json& body, const RequestLimits& limits) 
   read_sampling(r, req, limits);
   read_logprobs_chat(r, req, limits);
   req.max_tokens = read_max_tokens(r, "max_completion_tokens");
-  refuse_tools(r);
-  read_constraints(r, req.params);
+  read_constraints(r, req.params, ordered);
+  req.tools = read_tools(r, ordered, req.params.constraint);
   if (auto v = r.opt_bool("add_generation_prompt")) req.add_generation_prompt = *v;
   if (const Json* k = r.raw("chat_template_kwargs")) {
     if (!k->is_object())
@@ -303,7 +363,8 @@ OpenAIRequest parse_chat_request(const Json& body, const RequestLimits& limits) 
   return req;
 }
 
-OpenAIRequest parse_completion_request(const Json& body, const RequestLimits& limits) {
+OpenAIRequest parse_completion_request(const Json& body, const RequestLimits& limits,
+                                       const OrderedJson* ordered) {
   OpenAIRequest req;
   req.kind = OpenAIRequest::Kind::kCompletion;
   FieldReader r(body);
@@ -316,7 +377,7 @@ OpenAIRequest parse_completion_request(const Json& body, const RequestLimits& li
     req.params.top_logprobs = req.top_logprobs;
   }
   req.max_tokens = read_max_tokens(r, nullptr);
-  read_constraints(r, req.params);
+  read_constraints(r, req.params, ordered);
   req.echo = r.opt_bool("echo").value_or(false);
   if (req.echo && req.logprobs)
     throw ApiError::unsupported(

@@ -11,8 +11,11 @@
 
 #include "core/json.h"
 #include "frontend/backend.h"
+#include "server/openai_tools.h"
 
 namespace tachyon::server {
+
+using OrderedJson = nlohmann::ordered_json;
 
 // Per-request limits set by the operator.
 struct RequestLimits {
@@ -43,6 +46,8 @@ struct OpenAIRequest {
   Json messages = Json::array();
   bool add_generation_prompt = true;
   Json chat_template_kwargs = Json::object();
+  // Tool calling (openai_tools.h).
+  ToolRequest tools;
 
   // Completions.
   std::vector<PromptSpec> prompts;
@@ -63,11 +68,15 @@ struct OpenAIRequest {
 };
 
 // Throw ApiError on any problem.
-OpenAIRequest parse_chat_request(const Json& body, const RequestLimits& limits);
-OpenAIRequest parse_completion_request(const Json& body, const RequestLimits& limits);
+OpenAIRequest parse_chat_request(const Json& body, const RequestLimits& limits,
+                                 const OrderedJson* ordered = nullptr);
+OpenAIRequest parse_completion_request(const Json& body, const RequestLimits& limits,
+                                       const OrderedJson* ordered = nullptr);
 
 // Chat messages (OpenAI form) checked and normalised for the template: content as
-// plain text (text parts joined), "developer" as "system". `field` names the array.
+// plain text (text parts joined; an assistant's absent or null content as ""),
+// "developer" as "system", tool calls' string arguments as objects. `field` names the
+// array.
 Json parse_chat_messages(const Json* v, const std::string& field);
 
 // Reads the sampling fields shared by both endpoints (exposed for the native API's
@@ -75,10 +84,23 @@ Json parse_chat_messages(const Json* v, const std::string& field);
 std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& v, const std::string& field,
                                                         size_t max_entries);
 
+// The request body again with its objects' keys in the order sent, for what depends on
+// it (a JSON Schema's properties, tools as the template renders them); nullopt when the
+// body has none of these.
+std::optional<OrderedJson> ordered_body(const Json& body, const std::string& text);
+// `ordered`'s member `key` (or nullptr), to follow a value down an ordered twin.
+const OrderedJson* ordered_member(const OrderedJson* ordered, const std::string& key);
+
 // Structured output, shared with the native API: a response_format object ({"type":
-// "text"}: none; "json_object"; "json_schema" refused as not supported yet), and the
-// setting of a request's one constraint (a second one is a 400 naming `field`).
-std::optional<grammar::GrammarSpec> read_response_format(const Json& v, const std::string& field);
+// "text"}: none; "json_object"; "json_schema" with {"name", "schema", "strict",
+// "description"}), and the setting of a request's one constraint (a second one is a 400
+// naming `field`). `ordered` is v's twin from ordered_body (or nullptr).
+std::optional<grammar::GrammarSpec> read_response_format(const Json& v, const std::string& field,
+                                                         const OrderedJson* ordered = nullptr);
+// A JSON Schema constraint: the schema an object or a boolean (or a string holding its
+// JSON, as vLLM's guided_json allows), checked now: a 400 naming `field` and the problem.
+grammar::GrammarSpec json_schema_spec(const Json& schema, const OrderedJson* ordered, bool strict,
+                                      const std::string& field);
 void set_constraint(std::optional<grammar::GrammarSpec>& dst,
                     std::optional<grammar::GrammarSpec> spec, const std::string& field);
 

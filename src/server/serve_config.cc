@@ -78,6 +78,14 @@ ServeConfig from_settings(const SettingValues& v) {
   c.request_timeout_s = v.number("request-timeout");
   c.api_keys = v.list("api-key");
   c.allow_special_tokens_in_content = v.flag("allow-special-tokens-in-content");
+  if (v.flag("enable-auto-tool-choice") != v.given("tool-call-parser"))
+    raise<InvalidArgument>("--enable-auto-tool-choice and --tool-call-parser go together");
+  if (v.given("tool-call-parser")) {
+    c.tool_call_parser = tool_call_format_from_name(v.str("tool-call-parser"));
+    if (!c.tool_call_parser)
+      raise<InvalidArgument>("--tool-call-parser '{}' is not one of hermes, llama3_json, mistral",
+                             v.str("tool-call-parser"));
+  }
   c.log_requests = v.flag("log-requests");
   c.log_prompts = v.flag("log-prompts");
   c.log_level = v.str("log-level");

@@ -12,6 +12,7 @@
 
 #include "core/settings.h"
 #include "frontend/task_prompts.h"
+#include "frontend/tool_calls.h"
 
 namespace tachyon::server {
 
@@ -63,6 +64,9 @@ struct ServeConfig {
   double request_timeout_s = 0;  // 0: none
   std::vector<std::string> api_keys;
   bool allow_special_tokens_in_content = false;
+  // Tool calling: the format of tool_choice "auto" (--enable-auto-tool-choice
+  // --tool-call-parser); unset: the chat template's.
+  std::optional<ToolCallFormat> tool_call_parser;
   // Logging.
   bool log_requests = false;
   bool log_prompts = false;

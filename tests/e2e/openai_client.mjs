@@ -127,6 +127,37 @@ export function openaiTests(t, { OpenAI, port, key, reference }) {
     assert.equal(usage.prompt_tokens, ref.prompt_ids.length);
   });
 
+  t.test('openai: a forced tool call, whole and streamed; json_schema parsed', async () => {
+    const tools = [{ type: 'function', function: { name: 'pick', parameters: {
+      type: 'object', properties: { n: { type: 'integer', minimum: 1, maximum: 9 } }, required: ['n'],
+      additionalProperties: false } } }];
+    const req = { model, messages: [{ role: 'user', content: 'Pick.' }], max_tokens: 200, seed: 1, temperature: 1,
+      tools, tool_choice: { type: 'function', function: { name: 'pick' } } };
+    const r = await client.chat.completions.create(req);
+    const call = r.choices[0].message.tool_calls[0];
+    assert.equal(call.function.name, 'pick');
+    const args = JSON.parse(call.function.arguments);
+    assert.deepEqual(Object.keys(args), ['n']);
+    assert.ok(Number.isInteger(args.n) && args.n >= 1 && args.n <= 9, call.function.arguments);
+    assert.equal(r.choices[0].finish_reason, 'tool_calls');
+    let name = '', streamed = '', finish = null;
+    for await (const chunk of await client.chat.completions.create({ ...req, stream: true })) {
+      const c = chunk.choices[0];
+      if (c.finish_reason) finish = c.finish_reason;
+      for (const d of c.delta.tool_calls || []) {
+        if (d.function?.name) name = d.function.name;
+        streamed += d.function?.arguments || '';
+      }
+    }
+    assert.equal(name, 'pick');
+    assert.equal(streamed, call.function.arguments);  // same seed: the same arguments
+    assert.equal(finish, 'tool_calls');
+    const j = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Pick.' }],
+      max_tokens: 200, response_format: { type: 'json_schema', json_schema: { name: 'p', strict: true,
+        schema: tools[0].function.parameters } } });
+    assert.ok(Number.isInteger(JSON.parse(j.choices[0].message.content).n));
+  });
+
   t.test('openai: errors arrive as the client\'s error classes', async () => {
     const msg = [{ role: 'user', content: 'hi' }];
     await assert.rejects(client.chat.completions.create({ model, messages: msg, temperature: 5 }),
@@ -136,7 +167,7 @@ export function openaiTests(t, { OpenAI, port, key, reference }) {
     await assert.rejects(client.chat.completions.create({ model, messages: msg, max_tokens: 5000 }),
       (e) => e instanceof OpenAI.BadRequestError && e.code === 'context_length_exceeded');
     await assert.rejects(client.chat.completions.create({ model, messages: msg, tools: [{ type: 'function', function: { name: 'f' } }] }),
-      (e) => e instanceof OpenAI.BadRequestError && e.param === 'tools');
+      (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice');
     const wrongKey = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'wrong', maxRetries: 0 });
     await assert.rejects(wrongKey.models.list(), (e) => e instanceof OpenAI.AuthenticationError);
   });

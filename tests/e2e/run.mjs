@@ -151,10 +151,103 @@ t.test('structured output: guided_choice, response_format json_object, a bad reg
   assert.equal(bad.status, 400, bad.body);
   assert.match(JSON.parse(bad.body).error.message, /regex: an unterminated group/);
   const schema = await request(port, 'POST', '/v1/chat/completions', {
-    messages: [{ role: 'user', content: 'x' }], response_format: { type: 'json_schema', json_schema: {} },
+    messages: [{ role: 'user', content: 'x' }],
+    response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'array', uniqueItems: true } } },
   }, auth);
   assert.equal(schema.status, 400, schema.body);
-  assert.match(JSON.parse(schema.body).error.message, /not supported yet/);
+  assert.match(JSON.parse(schema.body).error.message, /'uniqueItems' cannot be enforced/);
+  assert.equal(JSON.parse(schema.body).error.param, 'response_format.json_schema.schema');
+});
+
+// A validator for the JSON Schema features the tests below use.
+function validate(schema, v, at = '#') {
+  const fail = (why) => { throw new Error(`${at}: ${why}: ${JSON.stringify(v)}`); };
+  if (schema.enum && !schema.enum.some((e) => JSON.stringify(e) === JSON.stringify(v))) fail('not in enum');
+  const t = schema.type;
+  if (t === 'object') {
+    if (typeof v !== 'object' || v === null || Array.isArray(v)) fail('not an object');
+    for (const r of schema.required || []) if (!(r in v)) fail(`no ${r}`);
+    const keys = Object.keys(v);
+    const props = Object.keys(schema.properties || {});
+    if (schema.additionalProperties === false) for (const k of keys) if (!props.includes(k)) fail(`extra ${k}`);
+    const order = keys.filter((k) => props.includes(k)).map((k) => props.indexOf(k));
+    if (order.some((x, i) => i > 0 && x < order[i - 1])) fail('properties out of order');
+    for (const k of keys) if (schema.properties?.[k]) validate(schema.properties[k], v[k], `${at}/${k}`);
+  } else if (t === 'array') {
+    if (!Array.isArray(v)) fail('not an array');
+    if (v.length < (schema.minItems ?? 0) || v.length > (schema.maxItems ?? Infinity)) fail('length');
+    v.forEach((x, i) => validate(schema.items || {}, x, `${at}/${i}`));
+  } else if (t === 'integer' || t === 'number') {
+    if (typeof v !== 'number' || (t === 'integer' && !Number.isInteger(v))) fail(`not ${t}`);
+    if (v < (schema.minimum ?? -Infinity) || v > (schema.maximum ?? Infinity)) fail('out of range');
+  } else if (t === 'string') {
+    if (typeof v !== 'string') fail('not a string');
+    if (v.length > (schema.maxLength ?? Infinity)) fail('too long');
+  } else if (t === 'boolean') {
+    if (typeof v !== 'boolean') fail('not a boolean');
+  }
+}
+
+const verseSchema = {
+  type: 'object',
+  properties: {
+    book: { type: 'string', enum: ['Genesis', 'Exodus', 'Psalms'] },
+    chapter: { type: 'integer', minimum: 1, maximum: 150 },
+    verses: { type: 'array', items: { type: 'integer', minimum: 1, maximum: 99 }, minItems: 1, maxItems: 3 },
+    quote: { type: 'string', maxLength: 12 },
+    holy: { type: 'boolean' },
+  },
+  required: ['book', 'chapter', 'verses', 'quote', 'holy'],
+  additionalProperties: false,
+};
+
+// Every output of this schema completes within 800 tokens (26 whitespace runs of at most
+// 20 characters, and bounded values): each must stop and validate.
+t.test('structured output: response_format json_schema validates at temperature 1', async () => {
+  for (let seed = 0; seed < 8; ++seed) {
+    const r = await request(port, 'POST', '/v1/chat/completions', {
+      messages: [{ role: 'user', content: 'Which verse?' }], max_tokens: 800, temperature: 1, seed,
+      response_format: { type: 'json_schema', json_schema: { name: 'verse', strict: true, schema: verseSchema } },
+    }, auth);
+    assert.equal(r.status, 200, r.body);
+    const c = JSON.parse(r.body).choices[0];
+    assert.equal(c.finish_reason, 'stop', c.message.content);
+    validate(verseSchema, JSON.parse(c.message.content));
+  }
+});
+
+t.test('tool calling: a named function gives arguments valid under its schema', async () => {
+  const tools = [
+    { type: 'function', function: { name: 'lookup', description: 'Find a verse', parameters: verseSchema } },
+    { type: 'function', function: { name: 'noop', parameters: { type: 'object', properties: {} } } },
+  ];
+  for (let seed = 0; seed < 4; ++seed) {
+    const r = await request(port, 'POST', '/v1/chat/completions', {
+      messages: [{ role: 'user', content: 'Look it up.' }], max_tokens: 800, temperature: 1, seed, tools,
+      tool_choice: { type: 'function', function: { name: 'lookup' } },
+    }, auth);
+    assert.equal(r.status, 200, r.body);
+    const c = JSON.parse(r.body).choices[0];
+    assert.equal(c.finish_reason, 'tool_calls', r.body);
+    assert.equal(c.message.content, null);
+    assert.equal(c.message.tool_calls.length, 1);
+    const call = c.message.tool_calls[0];
+    assert.match(call.id, /^call_[A-Za-z0-9]{24}$/);
+    assert.equal(call.type, 'function');
+    assert.equal(call.function.name, 'lookup');
+    validate(verseSchema, JSON.parse(call.function.arguments));
+  }
+  // The call replayed with its result, and "auto" refused: this template tells no format.
+  const r = await request(port, 'POST', '/v1/chat/completions', {
+    messages: [
+      { role: 'user', content: 'Look it up.' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'noop', arguments: '{}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: 'done' },
+    ],
+    max_tokens: 4, tools,
+  }, auth);
+  assert.equal(r.status, 400, r.body);
+  assert.equal(JSON.parse(r.body).error.param, 'tool_choice');
 });
 
 t.test('huge bodies are refused with 413', async () => {

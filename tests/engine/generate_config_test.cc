@@ -187,6 +187,17 @@ TEST(GenerateConfig, StructuredOutputFields) {
   EXPECT_EQ(GenerateConfig::from_json(c.to_json()).constraint, c.constraint);
   EXPECT_FALSE(GenerateConfig::from_json(Json::parse(R"({"response_format": {"type": "text"}})"))
                    .constraint);
+  c = GenerateConfig::from_json(Json::parse(R"({"json_schema": "{\"type\": \"integer\"}"})"));
+  EXPECT_EQ(c.constraint->kind, Kind::kJsonSchema);
+  EXPECT_EQ(c.constraint->text, R"({"type": "integer"})");
+  EXPECT_EQ(GenerateConfig::from_json(c.to_json()).constraint, c.constraint);
+  c = GenerateConfig::from_json(Json::parse(
+      R"({"response_format": {"type": "json_schema", "json_schema": {"name": "n", "strict": true,
+          "schema": {"type": "array"}}}})"));
+  EXPECT_EQ(c.constraint->kind, Kind::kJsonSchema);
+  EXPECT_TRUE(c.constraint->strict);
+  EXPECT_EQ(c.constraint->text, R"({"type":"array"})");
+  EXPECT_EQ(GenerateConfig::from_json(c.to_json()).constraint, c.constraint);
 
   auto refused = [](const char* json, const std::string& what) {
     try {
@@ -199,9 +210,13 @@ TEST(GenerateConfig, StructuredOutputFields) {
   refused(R"({"regex": "a", "ebnf": "root ::= \"a\""})", "only one of regex, ebnf");
   refused(R"({"regex": 3})", "generate_config.regex");
   refused(R"({"choice": []})", "generate_config.choice: the list is empty");
-  refused(R"({"response_format": {"type": "json_schema", "json_schema": {}}})",
-          "json_schema is not supported yet");
-  refused(R"({"response_format": {"type": "yaml"}})", "'yaml' is not one of text, json_object");
+  refused(R"({"response_format": {"type": "json_schema"}})",
+          "response_format.json_schema: an object is required");
+  refused(R"({"response_format": {"type": "json_schema", "json_schema": {"schemas": {}}}})",
+          "unknown field 'schemas'");
+  refused(R"({"response_format": {"type": "yaml"}})",
+          "'yaml' is not one of text, json_object, json_schema");
+  refused(R"({"json_schema": {}, "regex": "a"})", "only one of regex, ebnf, choice, json_schema");
   refused(R"({"response_format": {"type": "json_object", "strict": true}})",
           "unknown field 'strict'");
   // Not compiled for a vocabulary: the engine cannot run it.

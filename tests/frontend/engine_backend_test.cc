@@ -87,8 +87,8 @@ TEST_F(EngineBackendTest, PromptsMatchTransformers) {
     std::vector<int32_t> got;
     if (ref["kind"] == "chat") {
       Json messages = Json::array({{{"role", "user"}, {"content", ref["prompt"]}}});
-      got =
-          backend()->encode_chat(backend()->render_chat(messages, true, Json::object(), {}), false);
+      got = backend()->encode_chat(
+          backend()->render_chat(messages, nullptr, true, Json::object(), {}), false);
     } else {
       got = backend()->encode(ref["prompt"].get<std::string>(), true);
     }

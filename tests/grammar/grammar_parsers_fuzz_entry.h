@@ -1,7 +1,8 @@
 // The entry point of the grammar parsers' fuzz target, shared with the corpus replay
 // test so the same code runs under libFuzzer (clang) and in the ordinary test binary.
 //
-// An input's first byte picks the parser (even: regex, odd: GBNF); the rest is the text.
+// An input's first byte picks the parser ('j': JSON Schema, 'J': JSON Schema in strict
+// mode, else even: regex, odd: GBNF); the rest is the text.
 // When it compiles, a matcher over a vocabulary of the 128 ASCII bytes, a few
 // multi-byte tokens and an end-of-sequence token fills masks and accepts the allowed
 // tokens the input's own bytes name, for up to 32 steps. Refusals are InvalidArgument;
@@ -48,6 +49,10 @@ inline bool grammar_parsers_one(const uint8_t* data, size_t size) {
   grammar::GrammarSpec spec;
   spec.kind =
       data[0] % 2 == 0 ? grammar::GrammarSpec::Kind::kRegex : grammar::GrammarSpec::Kind::kGrammar;
+  if (data[0] == 'j' || data[0] == 'J') {
+    spec.kind = grammar::GrammarSpec::Kind::kJsonSchema;
+    spec.strict = data[0] == 'J';
+  }
   spec.text.assign(reinterpret_cast<const char*>(data + 1), size - 1);
   std::shared_ptr<const grammar::CompiledGrammar> g;
   try {

@@ -38,6 +38,9 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
   std::atomic<bool> dead{false};
   // A render that runs until its control stops it (a template that takes long).
   std::atomic<bool> slow_render{false};
+  // When set (before the requests), every sequence writes this text, a byte a token, and
+  // stops at its end.
+  std::string script;
   std::atomic<bool> prefix_caching{true};
   // The prefix cache's reuse_len on each request's last event, and its stats.
   std::atomic<int32_t> reuse_len{0};
@@ -56,6 +59,7 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
   }
 
   const ModelInfo& model_info() const override { return info_; }
+  void set_tool_call_format(std::optional<ToolCallFormat> f) { info_.tool_call_format = f; }
 
   // ---- LoRA adapters ----
   std::atomic<bool> adapters_enabled{true};
@@ -139,7 +143,8 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
     }
     return ids;
   }
-  ChatPrompt render_chat(const Json& messages, bool add_generation_prompt, const Json& extra,
+  ChatPrompt render_chat(const Json& messages, const nlohmann::ordered_json& tools,
+                         bool add_generation_prompt, const Json& extra,
                          const RenderControl& control) const override {
     ++renders_started;
     while (slow_render) {
@@ -155,6 +160,7 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
       out.text = extra["prefix"].get<std::string>();
       out.untrusted.push_back({0, out.text.size()});
     }
+    if (!tools.is_null()) out.text += "tools: " + tools.dump() + "\n";
     for (const auto& m : messages) {
       const size_t begin = out.text.size();
       out.text += m["role"].get<std::string>() + ": " + m["content"].get<std::string>();
@@ -291,7 +297,8 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
         if (done[i]) continue;
         GenEvent e;
         e.index = i;
-        char c = static_cast<char>('a' + (seed + i + k) % 26);
+        char c = script.empty() ? static_cast<char>('a' + (seed + i + k) % 26)
+                                : script[std::min<size_t>(size_t(k), script.size() - 1)];
         e.token_ids = {static_cast<int32_t>(c) + 3};
         e.text = std::string(1, c);
         if (p.return_logprobs) {
@@ -312,6 +319,8 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
             e.finish = GenFinish::kStop;
           }
         }
+        if (!e.finish && !script.empty() && size_t(k) + 1 >= script.size())
+          e.finish = GenFinish::kStop;
         if (!e.finish && k + 1 >= max_new) e.finish = GenFinish::kLength;
         if (e.finish) done[i] = true;
         all_done = all_done && done[i];

@@ -23,9 +23,21 @@ TEST(NativeApi, PassesStructuredOutputConstraints) {
       {"generate_config", {{"max_new_tokens", 2}, {"response_format", {{"type", "json_object"}}}}}};
   ASSERT_EQ(s.post("/", b).status, 200);
   EXPECT_EQ(s.backend->last_params().constraint->kind, Kind::kJsonObject);
-  for (const Json& bad : {Json{{"regex", "a"}, {"ebnf", "root ::= \"a\""}},
-                          Json{{"response_format", {{"type", "json_schema"}}}},
-                          Json{{"choice", Json::array()}}, Json{{"regex", 5}}}) {
+  b = {{"prompt", "x"},
+       {"generate_config", {{"max_new_tokens", 2}, {"json_schema", {{"type", "boolean"}}}}}};
+  ASSERT_EQ(s.post("/", b).status, 200);
+  EXPECT_EQ(s.backend->last_params().constraint->kind, Kind::kJsonSchema);
+  EXPECT_EQ(s.backend->last_params().constraint->text, R"({"type":"boolean"})");
+  const std::string ordered =
+      R"({"prompt":"x","generate_config":{"max_new_tokens":2,"response_format":{"type":)"
+      R"("json_schema","json_schema":{"schema":{"properties":{"b":{},"a":{}}}}}}})";
+  ASSERT_EQ(s.post("/", ordered).status, 200);
+  EXPECT_EQ(s.backend->last_params().constraint->text, R"({"properties":{"b":{},"a":{}}})");
+  for (const Json& bad :
+       {Json{{"regex", "a"}, {"ebnf", "root ::= \"a\""}},
+        Json{{"json_schema", {{"not", Json::object()}}}}, Json{{"json_schema", "{"}},
+        Json{{"response_format", {{"type", "json_schema"}}}}, Json{{"choice", Json::array()}},
+        Json{{"regex", 5}}}) {
     auto r = s.post("/", {{"prompt", "x"}, {"generate_config", bad}});
     EXPECT_EQ(r.status, 400) << bad.dump() << " " << r.body;
   }

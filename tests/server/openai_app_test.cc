@@ -222,6 +222,23 @@ TEST(OpenAIChat, PassesStructuredOutputConstraints) {
   b["guided_decoding_backend"] = "xgrammar";
   ASSERT_EQ(s.post("/v1/chat/completions", b).status, 200);
   EXPECT_EQ(s.backend->last_params().constraint->choices, (std::vector<std::string>{"yes", "no"}));
+  // A JSON Schema keeps the key order of the request body (properties in schema order).
+  const std::string ordered_body =
+      R"({"messages":[{"role":"user","content":"x"}],"max_tokens":2,)"
+      R"("response_format":{"type":"json_schema","json_schema":{"name":"n","strict":true,)"
+      R"("schema":{"type":"object","properties":{"z":{"type":"integer"},"a":{"type":"string"}}}}}})";
+  ASSERT_EQ(s.post("/v1/chat/completions", ordered_body).status, 200);
+  ASSERT_TRUE(s.backend->last_params().constraint);
+  EXPECT_EQ(s.backend->last_params().constraint->kind, Kind::kJsonSchema);
+  EXPECT_TRUE(s.backend->last_params().constraint->strict);
+  EXPECT_EQ(s.backend->last_params().constraint->text,
+            R"({"type":"object","properties":{"z":{"type":"integer"},"a":{"type":"string"}}})");
+  b = chat_body(4);
+  b["guided_json"] = R"({"type": "integer"})";
+  ASSERT_EQ(s.post("/v1/chat/completions", b).status, 200);
+  EXPECT_EQ(s.backend->last_params().constraint->kind, Kind::kJsonSchema);
+  EXPECT_EQ(s.backend->last_params().constraint->text, R"({"type": "integer"})");
+  EXPECT_FALSE(s.backend->last_params().constraint->strict);
   Json c = {{"prompt", "x"}, {"max_tokens", 2}, {"guided_regex", "[0-9]+"}};
   ASSERT_EQ(s.post("/v1/completions", c).status, 200);
   EXPECT_EQ(s.backend->last_params().constraint->kind, Kind::kRegex);
@@ -229,6 +246,10 @@ TEST(OpenAIChat, PassesStructuredOutputConstraints) {
   c = {{"prompt", "x"}, {"max_tokens", 2}, {"guided_grammar", "root ::= \"a\""}};
   ASSERT_EQ(s.post("/v1/completions", c).status, 200);
   EXPECT_EQ(s.backend->last_params().constraint->kind, Kind::kGrammar);
+  c = {{"prompt", "x"}, {"max_tokens", 2}, {"guided_json", {{"type", "array"}}}};
+  ASSERT_EQ(s.post("/v1/completions", c).status, 200);
+  EXPECT_EQ(s.backend->last_params().constraint->kind, Kind::kJsonSchema);
+  EXPECT_EQ(s.backend->last_params().constraint->text, R"({"type":"array"})");
 }
 
 TEST(OpenAIChat, RefusesBadRequestsNamingTheField) {
@@ -252,11 +273,25 @@ TEST(OpenAIChat, RefusesBadRequestsNamingTheField) {
        {{"stream_options", {{"include_usage", true}}}},
        400,
        "stream_options"},
-      {"tools", {{"tools", Json::array({{{"type", "function"}}})}}, 400, "tools"},
-      {"json_schema",
-       {{"response_format", {{"type", "json_schema"}, {"json_schema", Json::object()}}}},
+      {"tool without a function",
+       {{"tools", Json::array({{{"type", "function"}}})}},
        400,
-       "response_format"},
+       "tools[0].function"},
+      {"json_schema without an object",
+       {{"response_format", {{"type", "json_schema"}}}},
+       400,
+       "response_format.json_schema"},
+      {"json_schema with a keyword it cannot enforce",
+       {{"response_format",
+         {{"type", "json_schema"},
+          {"json_schema", {{"name", "x"}, {"schema", {{"uniqueItems", true}}}}}}}},
+       400,
+       "response_format.json_schema.schema"},
+      {"json_schema with an unknown field",
+       {{"response_format",
+         {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schemas", Json::object()}}}}}},
+       400,
+       "response_format.json_schema.schemas"},
       {"unknown response_format",
        {{"response_format", {{"type", "yaml"}}}},
        400,
@@ -266,7 +301,8 @@ TEST(OpenAIChat, RefusesBadRequestsNamingTheField) {
        400,
        "guided_regex"},
       {"empty guided_choice", {{"guided_choice", Json::array()}}, 400, "guided_choice"},
-      {"guided_json", {{"guided_json", Json::object()}}, 400, "guided_json"},
+      {"guided_json not a schema", {{"guided_json", 5}}, 400, "guided_json"},
+      {"guided_json bad schema", {{"guided_json", "{\"type\": \"str\"}"}}, 400, "guided_json"},
       {"image content",
        {{"messages",
          Json::array({{{"role", "user"},

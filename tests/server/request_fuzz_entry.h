@@ -12,9 +12,10 @@
 // input must be a client error; the fake model never fails on its own), a response
 // never finished or finished twice, a JSON response body that is not JSON, a request
 // still counted as active once its response ended, or a generation handed to the model
-// that the engine would refuse (GenerateConfig::validate and validate_for_model, token
-// ids outside the vocabulary, an empty prompt): the application's parsing must refuse
-// everything the engine does, with its own clear error. Sanitizer reports are bugs too.
+// that the engine would refuse (a constraint that does not compile, GenerateConfig's
+// validate and validate_for_model, token ids outside the vocabulary, an empty prompt):
+// the application's parsing must refuse everything the engine does, with its own clear
+// error. Sanitizer reports are bugs too.
 // Returns whether the request was answered with a 2xx status.
 #pragma once
 
@@ -34,6 +35,7 @@
 #include "engine/generate_config.h"
 #include "frontend/engine_backend.h"
 #include "frontend/task_prompts.h"
+#include "grammar/compile.h"
 #include "server/app.h"
 #include "server/fake_backend.h"
 
@@ -51,7 +53,8 @@ class CheckingBackend : public server::testing::FakeBackend {
  public:
   CheckingBackend() : FakeBackend(/*max_model_len=*/96) {}
 
-  ChatPrompt render_chat(const Json& messages, bool add_generation_prompt, const Json& extra,
+  ChatPrompt render_chat(const Json& messages, const nlohmann::ordered_json& tools,
+                         bool add_generation_prompt, const Json& extra,
                          const RenderControl& control) const override {
     std::string out;
     for (const auto& m : messages) {
@@ -74,7 +77,14 @@ class CheckingBackend : public server::testing::FakeBackend {
       if (id < 0 || id >= vocab)
         request_bug("prompt token " + std::to_string(id) + " reached the model");
     try {
-      const GenerateConfig cfg = to_generate_config(params);
+      // A constraint is compiled by the frontend (TextEngine) at submission: it must
+      // compile; the engine then gets the compiled grammar.
+      GenerationParams checked = params;
+      if (checked.constraint) {
+        grammar::build_grammar(*checked.constraint);
+        checked.constraint.reset();
+      }
+      const GenerateConfig cfg = to_generate_config(checked);
       cfg.validate();
       cfg.validate_for_model(vocab, model_info().max_model_len,
                              static_cast<int32_t>(prompt.size()));

@@ -87,6 +87,21 @@ TEST(ServeConfig, SpecialTokensInContentAreOffUnlessAllowed) {
   EXPECT_FALSE(load({"--no-allow-special-tokens-in-content"}, env).allow_special_tokens_in_content);
 }
 
+TEST(ServeConfig, ToolCallParserNeedsAutoToolChoice) {
+  EXPECT_FALSE(load({}).tool_call_parser);
+  EXPECT_EQ(load({"--enable-auto-tool-choice", "--tool-call-parser", "hermes"}).tool_call_parser,
+            ToolCallFormat::kHermes);
+  EXPECT_EQ(
+      load({"--enable-auto-tool-choice", "--tool-call-parser", "llama3_json"}).tool_call_parser,
+      ToolCallFormat::kLlama3Json);
+  Env env;
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--tool-call-parser", "mistral"},
+        {"--enable-auto-tool-choice"},
+        {"--enable-auto-tool-choice", "--tool-call-parser", "pythonic"}})
+    EXPECT_THROW(load_serve_config(args, env.fn(), nullptr), InvalidArgument) << args[0];
+}
+
 TEST(ServeConfig, EngineSizing) {
   ServeConfig c = load({});
   EXPECT_DOUBLE_EQ(c.gpu_memory_fraction, 0.9);
