@@ -6,10 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "conformance/llava_test_util.h"
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
 #include "model/model_runner.h"
 #include "model/vision/image.h"
+#include "model/vision/image_encoder.h"
 #include "model/vision/image_prompt.h"
 
 namespace tachyon::testing_util {
@@ -105,6 +109,60 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, Llava, ::testing::Values("vision/llava", "vis
                            std::replace(n.begin(), n.end(), '/', '_');
                            return n;
                          });
+
+// llava-hf's published files keep the tower under vision_tower.vision_model.: the same
+// weights renamed so load to the same model.
+TEST(LlavaImages, TheVisionModelInfixOfPublishedFilesLoads) {
+  namespace fs = std::filesystem;
+  const LlavaFixture f = load_llava_fixture("vision/llava");
+  const fs::path dir = fs::path(TACHYON_BINARY_DIR) / "llava_vision_model_infix";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* file : {"config.json", "generation_config.json"})
+    fs::copy_file(fs::path(f.dir) / file, dir / file);
+  auto ckpt = Checkpoint::open(f.dir);
+  NamedTensors renamed;
+  int moved = 0;
+  for (const std::string& name : ckpt->names()) {
+    std::string n = name;
+    if (n.rfind("vision_tower.", 0) == 0) {
+      n = "vision_tower.vision_model." + n.substr(13);
+      ++moved;
+    }
+    renamed.emplace_back(n, ckpt->get(name));
+  }
+  ASSERT_GT(moved, 10);
+  write_safetensors((dir / "model.safetensors").string(), renamed);
+  auto model = load_cpu(dir.string());
+  EXPECT_LT(max_abs_diff(model->image_embeddings(*make_image_input(f.images[0])), f.embeds[0]),
+            1e-4);
+  fs::remove_all(dir);
+}
+
+TEST(LlavaImages, TheEmbeddingCacheKeepsTheMostRecentImagesWithinItsBound) {
+  const LlavaFixture f = load_llava_fixture("vision/llava");
+  const ModelConfig mc = load_model_config(f.dir);
+  auto backend = make_cpu_backend();
+  auto ckpt = Checkpoint::open(f.dir);
+  const auto a = make_image_input(f.images[0]), b = make_image_input(f.images[1]);
+  const int64_t one = int64_t{f.tokens_per_image} * mc.hidden_size * 4;  // an image's bytes
+  // Room for one image: each switch encodes again.
+  ImageEncoder small(
+      std::make_unique<VisionTower>(*mc.vision, load_vision_weights(*ckpt, *mc.vision), *backend),
+      one);
+  for (const auto& img : {a, b, a, a}) small.embeddings(*img);
+  EXPECT_EQ(small.misses(), 3);
+  EXPECT_EQ(small.hits(), 1);
+  EXPECT_EQ(small.cached_images(), 1);
+  // Room for two: each image once, and the values are the tower's.
+  ImageEncoder big(
+      std::make_unique<VisionTower>(*mc.vision, load_vision_weights(*ckpt, *mc.vision), *backend),
+      2 * one);
+  for (const auto& img : {a, b, a, b}) big.embeddings(*img);
+  EXPECT_EQ(big.misses(), 2);
+  EXPECT_EQ(big.cached_images(), 2);
+  EXPECT_LT(max_abs_diff(big.embeddings(*b), f.embeds[1]), 1e-4);
+}
 
 TEST(LlavaImages, BadImagesAreRefusedNamingTheProblem) {
   const LlavaFixture f = load_llava_fixture("vision/llava");
