@@ -5,6 +5,7 @@
 // or a count of image tokens that does not match them, are refused at submit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "conformance/llava_test_util.h"
@@ -58,6 +59,30 @@ TEST_P(LlavaEngine, ChunkedPrefillCutsThroughImagesAndMatchesTransformers) {
     ASSERT_FALSE(r.error) << r.error->message;
     EXPECT_EQ(r.sequences.at(0).output_ids, f.cases[i].greedy_new_ids) << "case " << i;
   }
+}
+
+TEST_P(LlavaEngine, PreemptedRequestsRecomputeTheirImages) {
+  const LlavaFixture f = testing_util::load_llava_fixture(GetParam());
+  // Room for about one request at a time: the others are preempted and computed again.
+  EngineConfig c = engine_config(8);
+  size_t longest = 0;
+  for (const auto& lc : f.cases) longest = std::max(longest, lc.input_ids.size() + 10);
+  c.num_kv_blocks = static_cast<int32_t>((longest + 3) / 4) + 3;
+  c.prefix_caching = false;
+  AsyncModel engine(load_cpu(f.dir), c);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int round = 0; round < 2; ++round)
+    for (const auto& lc : f.cases)
+      streams.push_back(engine.submit(request(f, lc.input_ids, lc.images, 10)));
+  int32_t preemptions = 0;
+  for (size_t i = 0; i < streams.size(); ++i) {
+    const GenerateResult r = streams[i]->wait();
+    ASSERT_FALSE(r.error) << r.error->message;
+    EXPECT_EQ(r.sequences.at(0).output_ids, f.cases[i % f.cases.size()].greedy_new_ids)
+        << "request " << i;
+    preemptions += r.timings.num_preemptions;
+  }
+  EXPECT_GT(preemptions, 0);
 }
 
 TEST_P(LlavaEngine, ThePrefixCacheSharesBlocksOnlyForTheSameImages) {
