@@ -12,7 +12,9 @@
 // bidirectional prefix is all of it), out_proj, layer_norm2, fc1 with the activation, fc2.
 // The selected hidden states go to the host in float32 (the class token dropped under
 // the "default" strategy, several layers concatenated along the features) and come back
-// for the projector. Layers past the deepest one read are not run.
+// for the projector. Layers past the deepest one read are not run. The scratch cache is
+// in the backend's KV dtype, so a backend whose cache is fp8 or int8 rounds the tower's
+// keys and values as it rounds the text model's.
 #pragma once
 
 #include <span>
