@@ -12,7 +12,8 @@ files this writes are the ones the references were computed on. The C++ material
   scripts/fixture_weights.py --check [NAME...]   regenerate and compare with the checksums
                                                  recorded in the manifests (all by default,
                                                  the quantized ones as quant/NAME, the
-                                                 LoRA adapters as lora/NAME)
+                                                 LoRA adapters as lora/NAME, the LLaVA
+                                                 ones as vision/NAME)
 
 The functions here also build manifests (make_fixtures.py and
 make_remote_code_fixtures.py call them when they make a fixture).
@@ -314,7 +315,7 @@ def twin_manifest(source, tensors, metadata=None, references=None):
 def all_names():
     """Every fixture with a manifest: the folders of FIXTURES and of its quant/ group."""
     names = []
-    for group in ("", "quant", "lora"):
+    for group in ("", "quant", "lora", "vision"):
         root = os.path.join(FIXTURES, group)
         if os.path.isdir(root):
             names += sorted(os.path.join(group, d) if group else d for d in os.listdir(root)

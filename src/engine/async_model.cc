@@ -453,6 +453,7 @@ SeqInputs AsyncModel::seq_inputs(const ScheduledSeq& s) const {
   in.tokens = seq.tokens;
   in.prompt_len = r.prompt_len;
   in.pending = seq.pending;
+  in.images = r.images.get();
   // Beams and log-probabilities need the logits; the prompt of a request of n samples
   // feeds n draws from one row.
   if (!cfg.is_beam_search() && !cfg.return_logprobs &&

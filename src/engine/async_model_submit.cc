@@ -70,6 +70,7 @@ std::shared_ptr<RequestStream> AsyncModel::enqueue(GenerateRequest request,
         "prompt_ids: the prompt's bidirectional context of {} tokens is computed in one step, "
         "and a step holds at most {} tokens (max_num_batched_tokens)",
         layout.atomic_len(), config_.max_num_batched_tokens);
+  std::shared_ptr<const PromptImages> images = prompt_images(*model_, prompt, request.images);
   cfg.validate();
   cfg.validate_for_model(vocab_size_, max_seq_len_, prompt_len);
   const int32_t width = cfg.width();
@@ -109,6 +110,13 @@ std::shared_ptr<RequestStream> AsyncModel::enqueue(GenerateRequest request,
   if (r->cache_salt && r->adapter != 0)
     r->cache_salt =
         splitmix64(*r->cache_salt ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(r->adapter)));
+  // Images: the K/V of their tokens (and of every token after them) are theirs.
+  if (images) {
+    if (r->cache_salt)
+      for (const auto& image : images->images)
+        r->cache_salt = splitmix64(splitmix64(*r->cache_salt ^ image->hash.lo) ^ image->hash.hi);
+    r->images = std::move(images);
+  }
   r->pinned = std::move(pinned);
   r->max_new_tokens = max_new;
   r->cfg = std::move(cfg);

@@ -29,6 +29,7 @@ void fill_batch(const SchedulerOutput& plan, std::span<const SeqInputs> inputs, 
   b.sampling.mask_of.clear();
   b.deferred.clear();
   b.adapter_ids.clear();
+  b.embeddings.clear();
   const size_t n = plan.seqs.size();
   b.token_ids.reserve(static_cast<size_t>(plan.num_batched_tokens));
   b.positions.reserve(static_cast<size_t>(plan.num_batched_tokens));
@@ -91,6 +92,7 @@ const ForwardBatch& ModelExecutor::build(const SchedulerOutput& plan, const SeqL
   for (const ScheduledSeq& s : plan.seqs) inputs_.push_back(seqs(s));
   fill_batch(plan, inputs_, &batch);
   add_sampling(plan);
+  add_images(plan);
   // Inputs that the step in flight chooses: taken from its ids on the device.
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const ScheduledSeq& ss = plan.seqs[i];
@@ -145,6 +147,63 @@ void ModelExecutor::add_sampling(const SchedulerOutput& plan) {
     sb.token_masks.clear();
     sb.mask_of.clear();
   }
+}
+
+void ModelExecutor::add_images(const SchedulerOutput& plan) {
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const PromptImages* im = inputs_[i].images;
+    if (im == nullptr) continue;
+    const ScheduledSeq& s = plan.seqs[i];
+    const int32_t end = s.start + s.num_tokens, per = im->tokens_per_image;
+    const std::vector<int32_t>& pos = im->positions;
+    // Runs of image tokens at consecutive positions within one image, each one slice of
+    // that image's embeddings (a chunk of the prompt may cut an image anywhere).
+    size_t k = static_cast<size_t>(std::lower_bound(pos.begin(), pos.end(), s.start) - pos.begin());
+    while (k < pos.size() && pos[k] < end) {
+      const size_t image = k / static_cast<size_t>(per);
+      const int64_t first = static_cast<int64_t>(k % static_cast<size_t>(per));
+      size_t n = 1;
+      while (k + n < pos.size() && pos[k + n] < end &&
+             pos[k + n] == pos[k] + static_cast<int32_t>(n) &&
+             (k + n) / static_cast<size_t>(per) == image)
+        ++n;
+      const Tensor values = model_->image_embeddings(*im->images[image]);
+      batch_.embeddings.push_back(
+          InjectedEmbeddings{batch_.query_start[i] + (pos[k] - s.start),
+                             values.slice_rows(first, first + static_cast<int64_t>(n))});
+      k += n;
+    }
+  }
+}
+
+std::shared_ptr<const PromptImages> prompt_images(
+    const LanguageModel& model, std::span<const int32_t> prompt,
+    const std::vector<std::shared_ptr<const ImageInput>>& images) {
+  const int32_t token = model.image_token_id(), per = model.image_tokens();
+  if (per <= 0) {
+    if (!images.empty())
+      raise<InvalidArgument>("images: this model has no vision tower: it takes no images");
+    return nullptr;
+  }
+  auto out = std::make_shared<PromptImages>();
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] == token) out->positions.push_back(static_cast<int32_t>(i));
+  if (out->positions.size() != images.size() * static_cast<size_t>(per))
+    raise<InvalidArgument>(
+        "prompt_ids: {} image tokens (id {}) for {} image(s) of {} tokens each (expected {})",
+        out->positions.size(), token, images.size(), per, images.size() * static_cast<size_t>(per));
+  if (images.empty()) return nullptr;
+  for (size_t i = 0; i < images.size(); ++i) {
+    if (images[i] == nullptr) raise<InvalidArgument>("images: image {} is missing", i);
+    try {
+      model.check_image(*images[i]);
+    } catch (const InvalidArgument& e) {
+      raise<InvalidArgument>("images: image {}: {}", i, e.what());
+    }
+  }
+  out->images = images;
+  out->tokens_per_image = per;
+  return out;
 }
 
 void ModelExecutor::read_rows(std::span<const ScheduledSeq> seqs, const ForwardOutput& out,

@@ -26,6 +26,22 @@ struct PendingToken {
   int32_t row = 0;   // that step's logits row
 };
 
+// A prompt's images and where their tokens are: the k-th image token takes row
+// k % tokens_per_image of image k / tokens_per_image's embeddings.
+struct PromptImages {
+  std::vector<std::shared_ptr<const ImageInput>> images;  // in prompt order
+  std::vector<int32_t> positions;  // the prompt index of each image token, ascending
+  int32_t tokens_per_image = 0;
+};
+
+// The images of a prompt checked against the model (any thread): null for a prompt
+// without images. InvalidArgument for images given to a model without a vision tower,
+// an image the tower does not take, or a count of image tokens in the prompt that is not
+// image_tokens() per image.
+std::shared_ptr<const PromptImages> prompt_images(
+    const LanguageModel& model, std::span<const int32_t> prompt,
+    const std::vector<std::shared_ptr<const ImageInput>>& images);
+
 // What the executor reads of a scheduled sequence to build its part of a batch.
 struct SeqInputs {
   std::span<const int32_t> tokens;  // prompt and generated (placeholders included)
@@ -38,6 +54,7 @@ struct SeqInputs {
   // token_mask_words(vocab) words); empty: every token.
   std::span<const uint32_t> allowed;
   std::span<const PendingToken> pending;
+  const PromptImages* images = nullptr;  // its prompt's images, if any
 };
 using SeqLookup = std::function<SeqInputs(const ScheduledSeq&)>;
 
@@ -61,7 +78,9 @@ class ModelExecutor {
   // Builds the step's batch in the executor's own buffers (kept from step to step) and
   // returns it: sequences in the plan's order, each contributing positions [start,
   // start + num_tokens); logits rows for the last num_logits positions of each, in
-  // order; the device's draws for the rows whose sequences have a device_config; and,
+  // order; the embeddings of the image tokens among the positions computed (the
+  // model's, LanguageModel::image_embeddings); the device's draws for the rows whose
+  // sequences have a device_config; and,
   // for placeholders within the computed positions, the token of the step launched
   // before (prev_step; a placeholder of another step is a bug).
   const ForwardBatch& build(const SchedulerOutput& plan, const SeqLookup& seqs, int64_t prev_step);
@@ -89,6 +108,7 @@ class ModelExecutor {
 
  private:
   void add_sampling(const SchedulerOutput& plan);
+  void add_images(const SchedulerOutput& plan);
 
   std::shared_ptr<LanguageModel> model_;
   std::vector<int32_t> eos_ids_;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -15,6 +16,7 @@
 #include "core/error.h"
 #include "engine/generate_config.h"
 #include "engine/sampler.h"
+#include "model/vision/image.h"
 
 namespace tachyon {
 
@@ -27,6 +29,10 @@ struct GenerateRequest {
   uint64_t cache_salt = 0;
   // The LoRA adapter it runs with (AsyncModel::add_adapter's id); 0: the base model.
   int32_t adapter = 0;
+  // Its images, in prompt order (a model with a vision tower): the prompt holds
+  // LanguageModel::image_tokens() image tokens for each (expand_image_tokens), and the
+  // prefix cache shares its blocks only with requests of the same images.
+  std::vector<std::shared_ptr<const ImageInput>> images;
 };
 
 enum class FinishReason {

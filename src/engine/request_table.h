@@ -56,7 +56,8 @@ struct EngineRequest {
   PromptLayout layout;  // the model's reading of the prompt
   // The prefix cache's salt for its blocks; none: they are not shared.
   std::optional<uint64_t> cache_salt;
-  int32_t adapter = 0;  // its LoRA adapter (0: the base model)
+  int32_t adapter = 0;                         // its LoRA adapter (0: the base model)
+  std::shared_ptr<const PromptImages> images;  // its prompt's images (null: none)
   // Set for a prompt to pin in the prefix cache (AsyncModel::pin_prefix): its blocks are
   // pinned when its sequence ends, and the tokens pinned stored here.
   std::shared_ptr<std::atomic<int32_t>> pinned;

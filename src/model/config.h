@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +15,8 @@
 #include "model/quant_config.h"
 
 namespace tachyon {
+
+struct VisionModelConfig;  // model/vision/vision_config.h
 
 enum class PositionType : uint8_t { kNone, kRotary, kAlibi, kLearned };
 enum class AlibiStyle : uint8_t { kBloom, kMpt };
@@ -179,6 +182,9 @@ struct ModelConfig {
 
   DType dtype = DType::kF32;  // the checkpoint's declared dtype
   QuantConfig quant;          // the checkpoint's quantization (none: 16/32-bit weights)
+  // A multimodal model's image side (LLaVA: the vision tower and projector); null for a
+  // text model.
+  std::shared_ptr<const VisionModelConfig> vision;
   GenerationDefaults generation;
 
   int64_t embed_dim() const { return word_embed_proj_dim > 0 ? word_embed_proj_dim : hidden_size; }

@@ -13,6 +13,7 @@
 #include "backend/sampling.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "model/vision/image.h"
 
 namespace tachyon {
 
@@ -181,6 +182,25 @@ class LanguageModel {
     raise<InvalidArgument>("add_adapter {}: this model has no room for LoRA adapters", id);
   }
   virtual void remove_adapter(int32_t id) { (void)id; }
+
+  // Images (a model with a vision tower): the token that stands for an image's
+  // embeddings in a prompt, and how many of them one image takes (-1 and 0 for a model
+  // without one). A prompt's k-th image token takes row k % image_tokens() of the
+  // embeddings of its image k / image_tokens() (ForwardBatch::embeddings).
+  virtual int32_t image_token_id() const { return -1; }
+  virtual int32_t image_tokens() const { return 0; }
+  // Checks an image before it is accepted (any thread): InvalidArgument for pixel_values
+  // the tower does not take, or for a model without a vision tower.
+  virtual void check_image(const ImageInput& image) const {
+    (void)image;
+    raise<InvalidArgument>("this model has no vision tower: it takes no images");
+  }
+  // The image's embeddings [image_tokens(), embed_dim] f32 on the host (not changed
+  // afterwards), computed on the model's device or taken from its cache. Between steps.
+  virtual Tensor image_embeddings(const ImageInput& image) {
+    check_image(image);
+    return {};
+  }
 
   // Bytes of KV cache one block of `block_size` tokens takes across all layers.
   virtual size_t kv_bytes_per_block(int32_t block_size) const = 0;

@@ -10,6 +10,7 @@
 #include "model/lora_adapter.h"
 #include "model/megatron.h"
 #include "model/registry.h"
+#include "model/vision/clip_weights.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -203,6 +204,8 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
             weights.total_params);
   auto model = std::make_unique<ModelRunner>(std::move(mc), std::move(weights), std::move(backend));
   if (opts.lora.max_loras > 0) model->enable_lora(opts.lora.max_loras, opts.lora.max_rank);
+  if (model->config().vision)
+    model->attach_vision(load_vision_weights(*ckpt, *model->config().vision));
   model->backend().synchronize();  // weights are on the device before the checkpoint unmaps
   const Backend::MemoryInfo mem = model->backend().memory_info();
   if (mem.total_bytes > 0)

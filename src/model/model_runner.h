@@ -18,6 +18,7 @@
 #include "model/forward.h"
 #include "model/lora_slots.h"
 #include "model/rope.h"
+#include "model/vision/image_encoder.h"
 #include "model/weights.h"
 
 namespace tachyon {
@@ -82,6 +83,16 @@ class ModelRunner final : public Model {
   // Adapters copied into device slots so far (for tests and statistics).
   int64_t lora_swaps() const { return lora_ ? lora_->swaps() : 0; }
   Backend& backend() override { return *be_; }
+
+  // Images (model_runner_vision.cc): the vision tower of a model whose config has one
+  // (ModelConfig::vision), on this runner's backend, from its weights in host memory.
+  void attach_vision(VisionWeights weights);
+  int32_t image_token_id() const override;
+  int32_t image_tokens() const override;
+  void check_image(const ImageInput& image) const override;
+  Tensor image_embeddings(const ImageInput& image) override;
+  // The image side (null without a vision tower), for tests and statistics.
+  ImageEncoder* image_encoder() { return images_.get(); }
   // Device bytes the activations of a step of max_tokens tokens may take (an upper
   // estimate, for sizing the KV cache from the memory left).
   size_t workspace_bytes(int32_t max_tokens) const override;
@@ -164,6 +175,7 @@ class ModelRunner final : public Model {
   const ModelConfig& cfg_;  // the decoder's
   std::unique_ptr<RopeTable> rope_;
   std::unique_ptr<LoraSlots> lora_;
+  std::unique_ptr<ImageEncoder> images_;
   int32_t lora_max_rank_ = 0;  // adapters of a larger rank are refused (the arena may hold more)
   std::vector<int32_t> h_lora_slots_, h_lora_rows_;
   bool all_sliding_ = false;  // every layer has the sliding window

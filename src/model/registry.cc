@@ -30,6 +30,8 @@ const std::vector<ArchSpec>& arch_registry() {
       arch::opt_spec(),
       arch::starcoder2_spec(),
       arch::glm_spec(),
+      // Multimodal: a text family of the above behind a vision tower.
+      arch::llava_spec(),
       // Remote-code checkpoints (their own modeling files on the hub).
       arch::baichuan_spec(),
       arch::chatglm_spec(),

@@ -223,6 +223,7 @@ TEST(FixtureManifest, MalformedManifestsAreRefusedNamingTheField) {
 std::vector<std::string> all_fixture_names() {
   std::vector<std::string> names = fixture_names();
   for (const std::string& q : fixture_names("quant")) names.push_back(q);
+  for (const std::string& v : fixture_names("vision")) names.push_back(v);
   return names;
 }
 

@@ -38,5 +38,7 @@ bool is_chatglm6b_config(const HfConfig& cfg);
 ArchSpec qwen_spec();
 ArchSpec internlm_spec();
 ArchSpec internlm2_spec();
+// LLaVA: a registered text family behind a CLIP vision tower (model/vision).
+ArchSpec llava_spec();
 
 }  // namespace tachyon::arch
