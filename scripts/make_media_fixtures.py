@@ -19,10 +19,18 @@ import numpy as np
 from PIL import Image
 import PIL
 import transformers
-from transformers import CLIPImageProcessor, Qwen2VLImageProcessor
+# The processors' PIL form: transformers 5 names it <Model>ImageProcessorPil (the plain
+# name is the torchvision form there, which differs from PIL's resize by one level in a
+# few samples); older versions have only the PIL form, under the plain name.
+try:
+    from transformers import CLIPImageProcessorPil as CLIPImageProcessor
+    from transformers import Qwen2VLImageProcessorPil as Qwen2VLImageProcessor
+except ImportError:
+    from transformers import CLIPImageProcessor, Qwen2VLImageProcessor
 
 FILES = {}  # name -> bytes
 MANIFEST = {"pil": PIL.__version__, "transformers": transformers.__version__,
+            "processor_classes": [CLIPImageProcessor.__name__, Qwen2VLImageProcessor.__name__],
             "decode": [], "unsupported": [], "resize": [], "processors": []}
 
 
