@@ -27,10 +27,15 @@ try:
     from transformers import Qwen2VLImageProcessorPil as Qwen2VLImageProcessor
 except ImportError:
     from transformers import CLIPImageProcessor, Qwen2VLImageProcessor
+try:
+    from transformers import LlavaNextImageProcessorPil as LlavaNextImageProcessor
+except ImportError:
+    from transformers import LlavaNextImageProcessor
 
 FILES = {}  # name -> bytes
 MANIFEST = {"pil": PIL.__version__, "transformers": transformers.__version__,
-            "processor_classes": [CLIPImageProcessor.__name__, Qwen2VLImageProcessor.__name__],
+            "processor_classes": [CLIPImageProcessor.__name__, Qwen2VLImageProcessor.__name__,
+                                  LlavaNextImageProcessor.__name__],
             "decode": [], "unsupported": [], "resize": [], "processors": []}
 
 
@@ -200,6 +205,8 @@ def add_processor(kind, config, src, pad=False, tag=""):
 def add_processor_(kind, config, src, pad, tag):
     if kind == "clip":
         proc = CLIPImageProcessor(**config)
+    elif kind == "llava_next":
+        proc = LlavaNextImageProcessor(**config)
     else:
         proc = Qwen2VLImageProcessor(**config)
     img = Image.open(io.BytesIO(FILES["images/" + src])).convert("RGB")
@@ -216,6 +223,8 @@ def add_processor_(kind, config, src, pad, tag):
     tensors = {"pixel_values": out["pixel_values"].astype(np.float32)}
     if "image_grid_thw" in out:
         tensors["image_grid_thw"] = out["image_grid_thw"].astype(np.int64)
+    if "image_sizes" in out:
+        tensors["image_sizes"] = np.asarray(out["image_sizes"]).astype(np.int64)
     FILES["processors/%s.safetensors" % name] = safetensors(tensors)
     FILES["processors/%s.json" % name] = proc.to_json_string().encode()
     MANIFEST["processors"].append({"kind": kind, "image": "images/" + src, "pad": pad,
@@ -248,6 +257,15 @@ def main():
     add_processor("qwen2vl", dict(qwen, min_pixels=64 * 64, max_pixels=96 * 96), "lossy.webp")
     add_processor("qwen2vl", {"min_pixels": 28 * 28, "max_pixels": 28 * 56, "patch_size": 14,
                               "merge_size": 2, "temporal_patch_size": 2}, "palette.png")
+    nxt = {"size": {"shortest_edge": 16}, "crop_size": {"height": 16, "width": 16},
+           "image_grid_pinpoints": [[16, 32], [32, 16], [32, 32], [16, 48], [48, 16]]}
+    add_processor("llava_next", nxt, "baseline.jpg")
+    add_processor("llava_next", nxt, "baseline444.jpg")
+    add_processor("llava_next", nxt, "baseline422.jpg")
+    add_processor("llava_next", dict(nxt, image_grid_pinpoints=[[32, 64], [64, 32], [48, 48]]),
+                  "lossless.webp", tag="_b")
+    add_processor("llava_next", dict(nxt, image_grid_pinpoints=[[16, 48], [32, 48]]), "rgb.png",
+                  tag="_c")
     FILES["manifest.json"] = json.dumps(MANIFEST, indent=1).encode()
     total = sum(len(b) for b in FILES.values())
     print("files", len(FILES), "bytes", total, "pil", PIL.__version__, "transformers",

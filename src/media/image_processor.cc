@@ -97,10 +97,11 @@ std::unique_ptr<ImageProcessor> make_image_processor(const Json& config,
   if (type == "LlavaImageProcessor")
     return detail::make_clip_processor(config, detail::config_bool(config, "do_pad", false));
   if (type == "Qwen2VLImageProcessor") return detail::make_qwen2vl_processor(config);
+  if (type == "LlavaNextImageProcessor") return detail::make_llava_next_processor(config);
   if (type.empty()) raise<InvalidArgument>("image processor config: no image_processor_type");
   raise<InvalidArgument>(
-      "image processor {} is not supported (CLIPImageProcessor, LlavaImageProcessor and "
-      "Qwen2VLImageProcessor are)",
+      "image processor {} is not supported (CLIPImageProcessor, LlavaImageProcessor, "
+      "LlavaNextImageProcessor and Qwen2VLImageProcessor are)",
       type);
 }
 

@@ -8,6 +8,10 @@
 //     [min_pixels, max_pixels], resize, rescale, normalize, then the patches in
 //     Qwen2-VL's order -> pixel_values [t * h * w, 3 * temporal_patch_size * P * P] and
 //     grid_thw {t, h, w} (in patches).
+//   LlavaNextImageProcessor: anyres tiling (the best grid resolution of
+//     image_grid_pinpoints, tiles of crop_size after the whole image resized to a
+//     square), each view through the CLIP steps -> pixel_values [views, 3, H, W] and
+//     image_size {h, w}.
 #pragma once
 
 #include <array>
@@ -15,6 +19,8 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/json.h"
 #include "core/tensor.h"
@@ -23,8 +29,9 @@
 namespace tachyon::media {
 
 struct ProcessedImage {
-  Tensor pixel_values;                // F32
-  std::array<int64_t, 3> grid_thw{};  // Qwen2-VL's grid (in patches); zeros otherwise
+  Tensor pixel_values;                  // F32
+  std::array<int64_t, 3> grid_thw{};    // Qwen2-VL's grid (in patches); zeros otherwise
+  std::array<int64_t, 2> image_size{};  // LLaVA-NeXT's image_sizes entry {h, w}; else zeros
 };
 
 class ImageProcessor {
@@ -40,6 +47,11 @@ class ImageProcessor {
 // bad field, naming it.
 std::unique_ptr<ImageProcessor> make_image_processor(const Json& config,
                                                      const std::string& default_type = "");
+
+// LLaVA-NeXT's select_best_resolution: the pinpoint {h, w} that keeps the most of the
+// image (then wastes the least), first in the list on ties.
+std::pair<int64_t, int64_t> llava_next_best_resolution(
+    int64_t height, int64_t width, const std::vector<std::pair<int64_t, int64_t>>& pinpoints);
 
 // The processor of a model directory: preprocessor_config.json, else
 // processor_config.json's "image_processor". Throws NotFound when neither exists.

@@ -24,5 +24,6 @@ Resample config_resample(const Json& c);
 
 std::unique_ptr<ImageProcessor> make_clip_processor(const Json& c, bool pad_to_square);
 std::unique_ptr<ImageProcessor> make_qwen2vl_processor(const Json& c);
+std::unique_ptr<ImageProcessor> make_llava_next_processor(const Json& c);
 
 }  // namespace tachyon::media::detail

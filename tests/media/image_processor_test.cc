@@ -35,14 +35,20 @@ TEST(MediaImageProcessor, EqualsTransformers) {
     const float* b = want.data<float>();
     const auto& ws = want.shape();
     const auto& gs = got.pixel_values.shape();
-    const bool qwen = p["kind"].get<std::string>() == "qwen2vl";
-    if (qwen) {
+    const std::string kind = p["kind"].get<std::string>();
+    if (kind == "qwen2vl") {
       ASSERT_EQ(gs, ws);
       const Tensor grid = file->get("image_grid_thw");
       const int64_t* g = grid.data<int64_t>();
       EXPECT_EQ(got.grid_thw[0], g[0]);
       EXPECT_EQ(got.grid_thw[1], g[1]);
       EXPECT_EQ(got.grid_thw[2], g[2]);
+    } else if (kind == "llava_next") {
+      ASSERT_EQ(ws.size(), 5u);  // [1, views, 3, H, W]
+      ASSERT_EQ(gs, (Shape{ws[1], ws[2], ws[3], ws[4]}));
+      const Tensor sizes = file->get("image_sizes");
+      EXPECT_EQ(got.image_size[0], sizes.data<int64_t>()[0]);
+      EXPECT_EQ(got.image_size[1], sizes.data<int64_t>()[1]);
     } else {
       ASSERT_EQ(ws.size(), 4u);  // [1, 3, H, W]
       ASSERT_EQ(gs, (Shape{ws[1], ws[2], ws[3]}));
@@ -59,7 +65,7 @@ TEST(MediaImageProcessor, EqualsTransformers) {
                            << want.numel();
     ++n;
   }
-  EXPECT_EQ(n, 10);
+  EXPECT_EQ(n, 15);
 }
 
 TEST(MediaImageProcessor, SmartResizeFollowsPythonRounding) {
@@ -72,6 +78,15 @@ TEST(MediaImageProcessor, SmartResizeFollowsPythonRounding) {
   EXPECT_EQ(qwen2vl_smart_resize(10, 10, 28, 56 * 56, 1 << 20),
             (std::pair<int64_t, int64_t>{56, 56}));
   EXPECT_THROW(qwen2vl_smart_resize(1, 300, 28, 56 * 56, 1 << 20), InvalidArgument);
+}
+
+TEST(MediaImageProcessor, LlavaNextBestResolution) {
+  const std::vector<std::pair<int64_t, int64_t>> pins = {{336, 672}, {672, 336}, {672, 672}};
+  // A wide image: the wide grid keeps all of it.
+  EXPECT_EQ(llava_next_best_resolution(300, 600, pins), (std::pair<int64_t, int64_t>{336, 672}));
+  // Equal kept areas: the least wasted wins.
+  EXPECT_EQ(llava_next_best_resolution(41, 24, {{32, 64}, {64, 32}, {48, 48}}),
+            (std::pair<int64_t, int64_t>{64, 32}));
 }
 
 TEST(MediaImageProcessor, BadConfigsAreRefused) {
