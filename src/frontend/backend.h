@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "grammar/compile.h"
+#include "media/image.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tachyon {
@@ -27,6 +28,16 @@ namespace tachyon {
 struct RenderControl {
   const std::atomic<bool>* cancel = nullptr;
   std::optional<std::chrono::steady_clock::time_point> deadline;
+};
+
+// An image a request gives (an OpenAI image_url content part, an entry of the native
+// API's images): the reference as sent and, once fetched and decoded on the work pool,
+// its pixels.
+struct ImageInput {
+  std::string url;     // data:, http(s)://, file:// or (native API) a local path
+  std::string detail;  // OpenAI's "auto", "low" or "high"; "" when not given
+  std::string field;   // where the request gave it ("messages[0].content[1]", "images[0]")
+  std::shared_ptr<const media::RgbImage> image;
 };
 
 // Generation parameters, with RTP-LLM's GenerateConfig names (the engine's vocabulary).
@@ -57,6 +68,8 @@ struct GenerationParams {
   std::string adapter_name;
   // Structured output (GenerateConfig::constraint): regex, choice, GBNF or a JSON object.
   std::optional<grammar::GrammarSpec> constraint;
+  // The prompt's images, in the order they appear in it.
+  std::vector<ImageInput> images;
 };
 
 // A LoRA adapter registered for requests to name.
@@ -137,6 +150,9 @@ struct ModelInfo {
   int32_t max_model_len = 0;
   int32_t vocab_size = 0;
   bool has_chat_template = false;
+  // Whether the model reads images (it has a vision tower); without one, requests
+  // carrying images are refused.
+  bool takes_images = false;
 };
 
 // A rendered chat prompt, and the byte ranges of it that came from the request (message
