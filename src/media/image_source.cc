@@ -58,7 +58,16 @@ void check_size(size_t n, const MediaOptions& o, std::string_view what) {
 
 }  // namespace
 
-std::vector<uint8_t> decode_base64(std::string_view text, std::string_view what) {
+std::vector<uint8_t> decode_base64(std::string_view input, std::string_view what) {
+  // Line breaks and spaces (base64 wrapped at 76 columns) are skipped.
+  std::string compact;
+  if (input.find_first_of(" \t\r\n") != std::string_view::npos) {
+    compact.reserve(input.size());
+    for (char c : input)
+      if (c != ' ' && c != '\t' && c != '\r' && c != '\n') compact += c;
+    input = compact;
+  }
+  const std::string_view text = input;
   static const auto table = [] {
     std::array<int8_t, 256> t{};
     t.fill(-1);

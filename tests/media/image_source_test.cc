@@ -64,6 +64,10 @@ TEST(MediaSource, DataUrls) {
                  "says image/jpeg but its bytes are PNG");
   expect_refused([&] { read_data_url("data:text/plain;base64," + base64(png), o); },
                  "not an image type");
+  // Wrapped base64.
+  std::string wrapped = base64(png);
+  for (size_t i = 76; i < wrapped.size(); i += 78) wrapped.insert(i, "\r\n");
+  EXPECT_EQ(read_data_url("data:image/png;base64," + wrapped, o), png);
   expect_refused([&] { read_data_url("data:image/png;base64,iVBO*w0K", o); }, "bad base64");
   expect_refused([&] { read_data_url("data:image/png;base64,iVBOR", o); }, "bad base64");
   expect_refused([&] { read_data_url("data:image/png,rawbytes", o); }, "must be base64");
