@@ -9,6 +9,8 @@ PACKAGES=(
   # libraries
   nlohmann-json3-dev libfmt-dev libpcre2-dev libutf8proc-dev libsentencepiece-dev
   libboost-dev libyaml-cpp-dev libsimdjson-dev
+  # images in (src/media): decoders and the URL fetcher
+  libjpeg62-turbo-dev libpng-dev libwebp-dev libcurl4-openssl-dev
   # tests and tools
   googletest libgtest-dev libgmock-dev libbenchmark-dev clang clang-format
   libclang-rt-14-dev curl ca-certificates python3 xz-utils

@@ -51,6 +51,11 @@ server::AppOptions app_options(const ServeConfig& c, const std::string& name) {
   o.limits.default_timeout_ms = static_cast<int64_t>(c.request_timeout_s * 1000);
   o.limits.max_timeout_ms = o.limits.default_timeout_ms;
   o.api_keys = c.api_keys;
+  o.media.allowed_domains = c.allowed_media_domains;
+  o.media.allowed_local_path = c.allowed_local_media_path;
+  o.media.fetch_timeout_s = c.media_fetch_timeout_s;
+  o.media.limits.max_bytes = c.max_image_bytes;
+  o.media.limits.max_pixels = c.max_image_pixels;
   o.special_tokens_in_content = c.allow_special_tokens_in_content;
   o.tool_call_parser = c.tool_call_parser;
   o.max_concurrency = c.max_concurrency;

@@ -317,6 +317,27 @@ std::vector<Setting> make_table() {
           "the format the chat template tells, when it tells one)"),
       Def("tool-call-parser", T::kString, "", Cmds{"serve"},
           "the tool call format for --enable-auto-tool-choice: hermes, llama3_json, mistral"),
+      // ---- images in (serve) ---------------------------------------------------------
+      Def("allowed-media-domains", T::kList, "", Cmds{"serve"},
+          "host names image URLs may name (repeatable; comma-separated in the environment; "
+          "none: any host)")
+          .env({"TACHYON_ALLOWED_MEDIA_DOMAINS"}),
+      Def("allowed-local-media-path", T::kString, "", Cmds{"serve"},
+          "the folder local image paths and file:// URLs must be under (symlinks resolved "
+          "first; empty: local files are refused)")
+          .env({"TACHYON_ALLOWED_LOCAL_MEDIA_PATH"}),
+      Def("media-fetch-timeout", T::kDouble, "5", Cmds{"serve"},
+          "seconds one image URL's fetch may take, redirects included")
+          .env({"TACHYON_MEDIA_FETCH_TIMEOUT", "VLLM_IMAGE_FETCH_TIMEOUT"})
+          .range(0.001, 3600),
+      Def("max-image-bytes", T::kInt, "33554432", Cmds{"serve"},
+          "largest encoded image (a download, a data URL or a file)")
+          .env({"TACHYON_MAX_IMAGE_BYTES"})
+          .range(1024, int64_t{1} << 32),
+      Def("max-image-pixels", T::kInt, "64000000", Cmds{"serve"},
+          "largest image in pixels (width x height), checked before decoding")
+          .env({"TACHYON_MAX_IMAGE_PIXELS"})
+          .range(1, int64_t{1} << 32),
       Def("api-key", T::kList, "", Cmds{"serve", "bench-serving"},
           "serve: a key clients must send as 'Authorization: Bearer KEY' (repeatable; "
           "comma-separated in the environment; none: no authentication); bench-serving: the "

@@ -19,6 +19,7 @@
 #include "core/json.h"
 #include "frontend/tool_calls.h"
 #include "grammar/compile.h"
+#include "media/image.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tachyon {
@@ -28,6 +29,16 @@ namespace tachyon {
 struct RenderControl {
   const std::atomic<bool>* cancel = nullptr;
   std::optional<std::chrono::steady_clock::time_point> deadline;
+};
+
+// An image a request gives (an OpenAI image_url content part, an entry of the native
+// API's images): the reference as sent and, once fetched and decoded on the work pool,
+// its pixels.
+struct ImageInput {
+  std::string url;     // data:, http(s)://, file:// or (native API) a local path
+  std::string detail;  // OpenAI's "auto", "low" or "high"; "" when not given
+  std::string field;   // where the request gave it ("messages[0].content[1]", "images[0]")
+  std::shared_ptr<const media::RgbImage> image;
 };
 
 // Generation parameters, with RTP-LLM's GenerateConfig names (the engine's vocabulary).
@@ -58,6 +69,8 @@ struct GenerationParams {
   std::string adapter_name;
   // Structured output (GenerateConfig::constraint): regex, choice, GBNF or a JSON object.
   std::optional<grammar::GrammarSpec> constraint;
+  // The prompt's images, in the order they appear in it.
+  std::vector<ImageInput> images;
 };
 
 // A LoRA adapter registered for requests to name.
@@ -141,6 +154,9 @@ struct ModelInfo {
   // The format the chat template writes tool calls in, when it tells unambiguously
   // (tool_calls.h); tool_choice "auto" parses the output in it unless the server names one.
   std::optional<ToolCallFormat> tool_call_format;
+  // Whether the model reads images (it has a vision tower); without one, requests
+  // carrying images are refused.
+  bool takes_images = false;
 };
 
 // A rendered chat prompt, and the byte ranges of it that came from the request (message

@@ -21,6 +21,7 @@
 #include "frontend/backend.h"
 #include "frontend/task_prompts.h"
 #include "frontend/tool_calls.h"
+#include "media/image_source.h"
 #include "server/admission.h"
 #include "server/auth.h"
 #include "server/http.h"
@@ -54,6 +55,8 @@ struct AppOptions {
   // how long one chat template render may take.
   int work_threads = 4;
   std::chrono::milliseconds render_timeout{10000};
+  // Where request images may come from, and their limits.
+  media::MediaOptions media;
 };
 
 class ServerApp {

@@ -3,6 +3,7 @@
 #include "server/api_error.h"
 #include "server/app.h"
 #include "server/generation_call.h"
+#include "server/image_inputs.h"
 #include "server/json_fields.h"
 #include "server/native_format.h"
 #include "server/native_protocol.h"
@@ -157,6 +158,10 @@ void ServerApp::handle_chat(const HttpRequest& req, const std::shared_ptr<Respon
     // Mistral's [TOOL_CALLS] is a special token: keep it in the text to find the calls.
     if (*tool_format == ToolCallFormat::kMistral) r.params.skip_special_tokens = false;
   }
+  if (!r.params.images.empty()) {
+    require_image_support(info, r.params.images, r.params.images[0].field);
+    load_images(r.params.images, options_.media, false, "messages");
+  }
   ChatPrompt chat = backend->render_chat(r.messages, r.tools.tools, r.add_generation_prompt,
                                          r.chat_template_kwargs, control);
   if (options_.special_tokens_in_content) chat.untrusted.clear();
@@ -285,6 +290,11 @@ void ServerApp::handle_native(const HttpRequest& req, const std::shared_ptr<Resp
                      "prompt", "context_length_exceeded", NativeErrorCode::kLongPrompt);
     GenerationParams p = r.params;
     p.adapter_name = np.adapter_name;
+    if (!np.images.empty()) {
+      require_image_support(info, np.images, np.images[0].field);
+      load_images(np.images, options_.media, true, "images");
+      p.images = np.images;
+    }
     // As RTP-LLM does, an over-long max_new_tokens is cut to the room the window leaves.
     int64_t room = info.max_model_len - len;
     int64_t want = r.max_new_tokens.value_or(room);

@@ -1,6 +1,7 @@
 #include "server/native_protocol.h"
 
 #include "server/api_error.h"
+#include "server/image_inputs.h"
 #include "server/json_fields.h"
 
 namespace tachyon::server {
@@ -217,7 +218,7 @@ NativePrompt prompt_from(const Json& v, const std::string& where) {
   }
   if (v.is_array() && !v.empty() && v[0].is_object()) {
     p.is_chat = true;
-    p.messages = parse_chat_messages(&v, where);
+    p.messages = parse_chat_messages(&v, where, &p.images);
     return p;
   }
   throw ApiError::bad_request(
@@ -277,7 +278,7 @@ NativeRequest parse_native_request(const Json& body, const RequestLimits& limits
   } else if (messages) {
     NativePrompt p;
     p.is_chat = true;
-    p.messages = parse_chat_messages(messages, "messages");
+    p.messages = parse_chat_messages(messages, "messages", &p.images);
     req.prompts.push_back(std::move(p));
   } else {
     if (!batch->is_array())
@@ -293,9 +294,12 @@ NativeRequest parse_native_request(const Json& body, const RequestLimits& limits
     for (size_t i = 0; i < batch->size(); ++i)
       req.prompts.push_back(prompt_from((*batch)[i], "prompt_batch[" + std::to_string(i) + "]"));
   }
-  if (top.has("images") || top.has("urls"))
-    throw ApiError::unsupported("multimodal inputs (images, urls) are not supported", "images");
-  top.ignore("images");
+  if (const Json* images = top.raw("images")) {
+    auto lists = parse_native_images(*images, req.prompts.size(), req.batch);
+    for (size_t i = 0; i < req.prompts.size(); ++i)
+      for (ImageInput& in : lists[i]) req.prompts[i].images.push_back(std::move(in));
+  }
+  if (top.has("urls")) throw ApiError::unsupported("urls is not supported: give images", "urls");
   top.ignore("urls");
   if (fields.adapter_names) {
     const std::vector<std::string>& names = *fields.adapter_names;

@@ -25,6 +25,8 @@ struct NativePrompt {
   Json messages;  // when is_chat
   // generate_config.adapter_name: the LoRA adapter of this prompt ("": the base model).
   std::string adapter_name;
+  // Its images: image_url parts of its messages, then the request's "images" for it.
+  std::vector<ImageInput> images;
 };
 
 struct NativeRequest {

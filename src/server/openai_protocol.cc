@@ -8,6 +8,7 @@
 #include "frontend/task_prompts.h"
 #include "grammar/json_schema.h"
 #include "server/api_error.h"
+#include "server/image_inputs.h"
 #include "server/json_fields.h"
 
 namespace tachyon::server {
@@ -75,19 +76,36 @@ std::optional<int64_t> read_max_tokens(FieldReader& r, const char* newer) {
   return out;
 }
 
-// Message content as plain text: a string, or a list of text parts.
-std::string message_text(const Json& content, const std::string& where) {
+// Message content for the template: a string, or a list of text parts joined into one.
+// With `images`, image_url parts are taken too (appended there, in order), and the
+// content of a message holding any is the list of parts in Hugging Face's form
+// ({"type": "text", "text": ...} and {"type": "image"}), which multimodal templates read.
+Json message_content(const Json& content, const std::string& where,
+                     std::vector<ImageInput>* images) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array())
     throw ApiError::bad_request(
         where + " must be a string or an array of content parts, not " + json_type_name(content),
         where);
   std::string text;
+  Json parts = Json::array();
+  bool has_image = false;
   for (size_t j = 0; j < content.size(); ++j) {
     std::string pw = where + "[" + std::to_string(j) + "]";
     FieldReader part(content[j], pw);
     auto type = part.opt_string("type", 64);
     if (!type) throw ApiError::bad_request(pw + ".type is required", pw + ".type");
+    if (*type == "image_url" && images != nullptr) {
+      const Json* v = part.raw("image_url");
+      if (v == nullptr)
+        throw ApiError::bad_request(pw + ".image_url is required", pw + ".image_url");
+      images->push_back(parse_image_url(*v, pw + ".image_url"));
+      images->back().field = pw;
+      part.finish();
+      parts.push_back({{"type", "image"}});
+      has_image = true;
+      continue;
+    }
     if (*type != "text")
       throw ApiError::unsupported(
           pw + ".type '" + *type + "' is not supported: this model reads text only", pw + ".type");
@@ -95,13 +113,15 @@ std::string message_text(const Json& content, const std::string& where) {
     if (!t) throw ApiError::bad_request(pw + ".text is required", pw + ".text");
     part.finish();
     text += *t;
+    parts.push_back({{"type", "text"}, {"text", *t}});
   }
+  if (has_image) return parts;
   return text;
 }
 
 }  // namespace
 
-Json parse_chat_messages(const Json* v, const std::string& field) {
+Json parse_chat_messages(const Json* v, const std::string& field, std::vector<ImageInput>* images) {
   if (v == nullptr) throw ApiError::bad_request(field + " is required", field);
   if (!v->is_array()) throw ApiError::bad_request(field + " must be an array", field);
   if (v->empty()) throw ApiError::bad_request(field + " must not be empty", field);
@@ -122,8 +142,8 @@ Json parse_chat_messages(const Json* v, const std::string& field) {
     const Json* content = m.raw("content");
     if (content == nullptr && *role != "assistant")
       throw ApiError::bad_request(where + ".content is required", where + ".content");
-    msg["content"] =
-        content == nullptr ? std::string() : message_text(*content, where + ".content");
+    msg["content"] = content == nullptr ? Json(std::string())
+                                        : message_content(*content, where + ".content", images);
     if (auto name = m.opt_string("name", 256)) msg["name"] = *name;
     if (const Json* tc = m.raw("tool_calls")) {
       if (!tc->is_array())
@@ -347,7 +367,7 @@ OpenAIRequest parse_chat_request(const Json& body, const RequestLimits& limits,
   req.kind = OpenAIRequest::Kind::kChat;
   req.add_special_tokens = false;  // the template writes the special tokens
   FieldReader r(body);
-  req.messages = parse_chat_messages(r.raw("messages"), "messages");
+  req.messages = parse_chat_messages(r.raw("messages"), "messages", &req.params.images);
   read_sampling(r, req, limits);
   read_logprobs_chat(r, req, limits);
   req.max_tokens = read_max_tokens(r, "max_completion_tokens");

@@ -76,8 +76,11 @@ OpenAIRequest parse_completion_request(const Json& body, const RequestLimits& li
 // Chat messages (OpenAI form) checked and normalised for the template: content as
 // plain text (text parts joined; an assistant's absent or null content as ""),
 // "developer" as "system", tool calls' string arguments as objects. `field` names the
-// array.
-Json parse_chat_messages(const Json* v, const std::string& field);
+// array. With `images`, image_url parts are accepted: appended there, their message's
+// content kept as a list of text and image parts (server/image_inputs.h); without,
+// refused.
+Json parse_chat_messages(const Json* v, const std::string& field,
+                         std::vector<ImageInput>* images = nullptr);
 
 // Reads the sampling fields shared by both endpoints (exposed for the native API's
 // reuse of logit_bias parsing and for tests).

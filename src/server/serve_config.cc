@@ -77,6 +77,11 @@ ServeConfig from_settings(const SettingValues& v) {
   c.max_top_logprobs = v.integer("max-top-logprobs");
   c.request_timeout_s = v.number("request-timeout");
   c.api_keys = v.list("api-key");
+  c.allowed_media_domains = v.list("allowed-media-domains");
+  c.allowed_local_media_path = v.str("allowed-local-media-path");
+  c.media_fetch_timeout_s = v.number("media-fetch-timeout");
+  c.max_image_bytes = v.integer("max-image-bytes");
+  c.max_image_pixels = v.integer("max-image-pixels");
   c.allow_special_tokens_in_content = v.flag("allow-special-tokens-in-content");
   if (v.flag("enable-auto-tool-choice") != v.given("tool-call-parser"))
     raise<InvalidArgument>("--enable-auto-tool-choice and --tool-call-parser go together");

@@ -63,6 +63,13 @@ struct ServeConfig {
   int64_t max_top_logprobs = 20;
   double request_timeout_s = 0;  // 0: none
   std::vector<std::string> api_keys;
+  // Images in requests: allowed URL hosts (empty: any), the folder local files must be
+  // under (empty: none), the fetch timeout and the size limits.
+  std::vector<std::string> allowed_media_domains;
+  std::string allowed_local_media_path;
+  double media_fetch_timeout_s = 5;
+  int64_t max_image_bytes = 32 << 20;
+  int64_t max_image_pixels = 64'000'000;
   bool allow_special_tokens_in_content = false;
   // Tool calling: the format of tool_choice "auto" (--enable-auto-tool-choice
   // --tool-call-parser); unset: the chat template's.

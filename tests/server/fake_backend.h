@@ -46,6 +46,9 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
   std::atomic<int32_t> reuse_len{0};
   BackendStats prefix_stats;  // set before requests: its prefix cache fields are reported
 
+  // Whether the model reads images (set before requests).
+  void set_takes_images(bool v) { info_.takes_images = v; }
+
   // Observations.
   mutable std::atomic<int> renders_started{0}, renders_stopped{0};
   std::atomic<int> submitted{0}, cancelled{0}, finished{0}, active{0};
@@ -163,11 +166,21 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
     if (!tools.is_null()) out.text += "tools: " + tools.dump() + "\n";
     for (const auto& m : messages) {
       const size_t begin = out.text.size();
-      out.text += m["role"].get<std::string>() + ": " + m["content"].get<std::string>();
+      out.text += m["role"].get<std::string>() + ": " + content_text(m["content"]);
       out.untrusted.push_back({begin, out.text.size()});
       out.text += "\n";
     }
     if (add_generation_prompt) out.text += "assistant:";
+    return out;
+  }
+
+  // A message's content as the fake template writes it: a string, or its parts (text,
+  // and "<image>" for an image).
+  static std::string content_text(const Json& c) {
+    if (c.is_string()) return c.get<std::string>();
+    std::string out;
+    for (const Json& part : c)
+      out += part["type"] == "image" ? std::string("<image>") : part["text"].get<std::string>();
     return out;
   }
 

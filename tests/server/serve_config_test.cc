@@ -102,6 +102,28 @@ TEST(ServeConfig, ToolCallParserNeedsAutoToolChoice) {
     EXPECT_THROW(load_serve_config(args, env.fn(), nullptr), InvalidArgument) << args[0];
 }
 
+TEST(ServeConfig, MediaSources) {
+  ServeConfig c = load({});
+  EXPECT_TRUE(c.allowed_media_domains.empty());
+  EXPECT_TRUE(c.allowed_local_media_path.empty());
+  EXPECT_EQ(c.media_fetch_timeout_s, 5);
+  EXPECT_EQ(c.max_image_bytes, 32 << 20);
+  EXPECT_EQ(c.max_image_pixels, 64'000'000);
+  c = load({"--allowed-media-domains", "a.example", "--allowed-media-domains", "b.example",
+            "--allowed-local-media-path", "/data/images", "--max-image-pixels", "1000000"});
+  EXPECT_EQ(c.allowed_media_domains, (std::vector<std::string>{"a.example", "b.example"}));
+  EXPECT_EQ(c.allowed_local_media_path, "/data/images");
+  EXPECT_EQ(c.max_image_pixels, 1'000'000);
+  Env env;
+  env.vars = {{"VLLM_IMAGE_FETCH_TIMEOUT", "12"},
+              {"TACHYON_ALLOWED_MEDIA_DOMAINS", "x.example,y.example"}};
+  c = load({}, env);
+  EXPECT_EQ(c.media_fetch_timeout_s, 12);
+  EXPECT_EQ(c.allowed_media_domains, (std::vector<std::string>{"x.example", "y.example"}));
+  EXPECT_THROW(load_serve_config({"--max-image-bytes", "10"}, Env{}.fn(), nullptr),
+               InvalidArgument);
+}
+
 TEST(ServeConfig, EngineSizing) {
   ServeConfig c = load({});
   EXPECT_DOUBLE_EQ(c.gpu_memory_fraction, 0.9);
