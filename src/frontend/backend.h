@@ -34,7 +34,7 @@ struct RenderControl {
 // An image a request gives (an OpenAI image_url content part, an entry of the native
 // API's images): the reference as sent and, once fetched and decoded on the work pool,
 // its pixels.
-struct ImageInput {
+struct RequestImage {
   std::string url;     // data:, http(s)://, file:// or (native API) a local path
   std::string detail;  // OpenAI's "auto", "low" or "high"; "" when not given
   std::string field;   // where the request gave it ("messages[0].content[1]", "images[0]")
@@ -70,7 +70,7 @@ struct GenerationParams {
   // Structured output (GenerateConfig::constraint): regex, choice, GBNF or a JSON object.
   std::optional<grammar::GrammarSpec> constraint;
   // The prompt's images, in the order they appear in it.
-  std::vector<ImageInput> images;
+  std::vector<RequestImage> images;
 };
 
 // A LoRA adapter registered for requests to name.

@@ -26,13 +26,13 @@ void check_url(const std::string& url, const std::string& where, bool allow_path
       where);
 }
 
-std::vector<ImageInput> image_list(const Json& v, const std::string& where) {
+std::vector<RequestImage> image_list(const Json& v, const std::string& where) {
   if (!v.is_array()) throw ApiError::bad_request(where + " must be a list of image URLs", where);
-  std::vector<ImageInput> out;
+  std::vector<RequestImage> out;
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string w = where + "[" + std::to_string(i) + "]";
     if (!v[i].is_string()) throw ApiError::bad_request(w + " must be a string", w);
-    ImageInput in;
+    RequestImage in;
     in.url = v[i].get<std::string>();
     in.field = w;
     check_url(in.url, w, true);
@@ -43,8 +43,8 @@ std::vector<ImageInput> image_list(const Json& v, const std::string& where) {
 
 }  // namespace
 
-ImageInput parse_image_url(const Json& v, const std::string& where) {
-  ImageInput in;
+RequestImage parse_image_url(const Json& v, const std::string& where) {
+  RequestImage in;
   if (v.is_string()) {
     in.url = v.get<std::string>();
     check_url(in.url, where, false);
@@ -65,33 +65,33 @@ ImageInput parse_image_url(const Json& v, const std::string& where) {
   return in;
 }
 
-std::vector<std::vector<ImageInput>> parse_native_images(const Json& v, size_t num_prompts,
-                                                         bool batch) {
+std::vector<std::vector<RequestImage>> parse_native_images(const Json& v, size_t num_prompts,
+                                                           bool batch) {
   if (!v.is_array()) throw ApiError::bad_request("images must be a list", "images");
   const bool nested = !v.empty() && v[0].is_array();
   if (!nested) {
     if (batch && !v.empty())
       throw ApiError::bad_request("images: with prompt_batch give one list of images per prompt",
                                   "images");
-    return std::vector<std::vector<ImageInput>>(num_prompts, image_list(v, "images"));
+    return std::vector<std::vector<RequestImage>>(num_prompts, image_list(v, "images"));
   }
   if (v.size() != num_prompts)
     throw ApiError::bad_request("images holds " + std::to_string(v.size()) + " lists for " +
                                     std::to_string(num_prompts) + " prompts",
                                 "images");
-  std::vector<std::vector<ImageInput>> out;
+  std::vector<std::vector<RequestImage>> out;
   for (size_t i = 0; i < v.size(); ++i)
     out.push_back(image_list(v[i], "images[" + std::to_string(i) + "]"));
   return out;
 }
 
-void require_image_support(const ModelInfo& info, const std::vector<ImageInput>& images,
+void require_image_support(const ModelInfo& info, const std::vector<RequestImage>& images,
                            const std::string& field) {
   if (images.empty() || info.takes_images) return;
   throw ApiError::bad_request("this model takes no images", field);
 }
 
-void load_images(std::vector<ImageInput>& images, const media::MediaOptions& options,
+void load_images(std::vector<RequestImage>& images, const media::MediaOptions& options,
                  bool allow_paths, const std::string& field) {
   for (size_t i = 0; i < images.size(); ++i) {
     if (images[i].image) continue;

@@ -16,20 +16,20 @@ namespace tachyon::server {
 
 // One image_url content part's image_url value (an object with url and detail, or the
 // URL as a string); 400 naming `where` for a bad one.
-ImageInput parse_image_url(const Json& v, const std::string& where);
+RequestImage parse_image_url(const Json& v, const std::string& where);
 
 // The native API's images: a list of strings (one prompt) or, for prompt_batch, a list
 // of such lists, one per prompt. Returns one list per prompt.
-std::vector<std::vector<ImageInput>> parse_native_images(const Json& v, size_t num_prompts,
-                                                         bool batch);
+std::vector<std::vector<RequestImage>> parse_native_images(const Json& v, size_t num_prompts,
+                                                           bool batch);
 
 // 400 "this model takes no images" unless the model reads images or there are none.
-void require_image_support(const ModelInfo& info, const std::vector<ImageInput>& images,
+void require_image_support(const ModelInfo& info, const std::vector<RequestImage>& images,
                            const std::string& field);
 
 // Fetches and decodes every image (skipping those already decoded); 400 naming
 // field[i] and the problem for one that cannot be read.
-void load_images(std::vector<ImageInput>& images, const media::MediaOptions& options,
+void load_images(std::vector<RequestImage>& images, const media::MediaOptions& options,
                  bool allow_paths, const std::string& field);
 
 }  // namespace tachyon::server

@@ -297,7 +297,7 @@ NativeRequest parse_native_request(const Json& body, const RequestLimits& limits
   if (const Json* images = top.raw("images")) {
     auto lists = parse_native_images(*images, req.prompts.size(), req.batch);
     for (size_t i = 0; i < req.prompts.size(); ++i)
-      for (ImageInput& in : lists[i]) req.prompts[i].images.push_back(std::move(in));
+      for (RequestImage& in : lists[i]) req.prompts[i].images.push_back(std::move(in));
   }
   if (top.has("urls")) throw ApiError::unsupported("urls is not supported: give images", "urls");
   top.ignore("urls");

@@ -26,7 +26,7 @@ struct NativePrompt {
   // generate_config.adapter_name: the LoRA adapter of this prompt ("": the base model).
   std::string adapter_name;
   // Its images: image_url parts of its messages, then the request's "images" for it.
-  std::vector<ImageInput> images;
+  std::vector<RequestImage> images;
 };
 
 struct NativeRequest {

@@ -81,7 +81,7 @@ std::optional<int64_t> read_max_tokens(FieldReader& r, const char* newer) {
 // content of a message holding any is the list of parts in Hugging Face's form
 // ({"type": "text", "text": ...} and {"type": "image"}), which multimodal templates read.
 Json message_content(const Json& content, const std::string& where,
-                     std::vector<ImageInput>* images) {
+                     std::vector<RequestImage>* images) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array())
     throw ApiError::bad_request(
@@ -121,7 +121,8 @@ Json message_content(const Json& content, const std::string& where,
 
 }  // namespace
 
-Json parse_chat_messages(const Json* v, const std::string& field, std::vector<ImageInput>* images) {
+Json parse_chat_messages(const Json* v, const std::string& field,
+                         std::vector<RequestImage>* images) {
   if (v == nullptr) throw ApiError::bad_request(field + " is required", field);
   if (!v->is_array()) throw ApiError::bad_request(field + " must be an array", field);
   if (v->empty()) throw ApiError::bad_request(field + " must not be empty", field);

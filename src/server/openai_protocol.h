@@ -80,7 +80,7 @@ OpenAIRequest parse_completion_request(const Json& body, const RequestLimits& li
 // content kept as a list of text and image parts (server/image_inputs.h); without,
 // refused.
 Json parse_chat_messages(const Json* v, const std::string& field,
-                         std::vector<ImageInput>* images = nullptr);
+                         std::vector<RequestImage>* images = nullptr);
 
 // Reads the sampling fields shared by both endpoints (exposed for the native API's
 // reuse of logit_bias parsing and for tests).

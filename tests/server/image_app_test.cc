@@ -131,7 +131,8 @@ TEST(ImageRequests, BadImagesAre400NamingTheProblem) {
 }
 
 TEST(ImageRequests, ImageUrlParts) {
-  ImageInput in = parse_image_url(Json{{"url", "https://a.example/x.png"}, {"detail", "low"}}, "p");
+  RequestImage in =
+      parse_image_url(Json{{"url", "https://a.example/x.png"}, {"detail", "low"}}, "p");
   EXPECT_EQ(in.url, "https://a.example/x.png");
   EXPECT_EQ(in.detail, "low");
   EXPECT_EQ(parse_image_url(Json("data:image/png;base64,AAAA"), "p").url,
