@@ -217,16 +217,16 @@ bool Scheduler::is_decoding(const Group& g) const {
   return true;
 }
 
-Scheduler::Plan Scheduler::plan_verify(const Group& g, int32_t token_budget,
-                                       int32_t free_blocks) const {
+Scheduler::Plan Scheduler::plan_verify(const Group& g, int32_t token_budget, int32_t free_blocks,
+                                       int32_t draft_reserve) const {
   Plan plan;
   const size_t n = g.seqs.size();
   plan.take.assign(n, 0);
   plan.drafts.assign(n, 0);
   // Drafts are dropped rather than the group stalled: one token each first, then the
   // drafts the budget leaves room for, in order.
-  int32_t extra = token_budget - static_cast<int32_t>(n);
-  if (extra < 0) return plan;  // kNoBudget: a lockstep decode does not split
+  if (token_budget < static_cast<int32_t>(n)) return plan;  // kNoBudget: a decode does not split
+  int32_t extra = std::max(0, token_budget - draft_reserve - static_cast<int32_t>(n));
   for (size_t i = 0; i < n; ++i) {
     plan.drafts[i] = std::min(seqs_.at(g.seqs[i]).drafts, extra);
     extra -= plan.drafts[i];
@@ -256,14 +256,14 @@ Scheduler::Plan Scheduler::plan_verify(const Group& g, int32_t token_budget,
   return plan;
 }
 
-Scheduler::Plan Scheduler::plan_group(const Group& g, int32_t token_budget,
-                                      int32_t free_blocks) const {
+Scheduler::Plan Scheduler::plan_group(const Group& g, int32_t token_budget, int32_t free_blocks,
+                                      int32_t draft_reserve) const {
   Plan plan;
   const size_t n = g.seqs.size();
   plan.take.assign(n, 0);
   if (n == 0 || token_budget <= 0) return plan;  // kNoBudget
   for (int64_t s : g.seqs)
-    if (seqs_.at(s).drafts > 0) return plan_verify(g, token_budget, free_blocks);
+    if (seqs_.at(s).drafts > 0) return plan_verify(g, token_budget, free_blocks, draft_reserve);
   int64_t total = 0;
   bool all_single = true;
   for (int64_t s : g.seqs) {
@@ -422,10 +422,7 @@ void Scheduler::schedule_running(SchedulerOutput* out, int32_t* token_budget) {
     if (g.seqs.empty()) continue;
     const bool decoding = is_decoding(g);
     if (decoding) decode_pending -= static_cast<int32_t>(g.seqs.size());
-    // Drafts, like prefill chunks, take only what the decodes after them leave.
-    bool drafts = false;
-    for (int64_t s : g.seqs) drafts = drafts || seqs_.at(s).drafts > 0;
-    const int32_t budget = decoding && !drafts ? *token_budget : *token_budget - decode_pending;
+    const int32_t budget = decoding ? *token_budget : *token_budget - decode_pending;
     // The blocks its tokens of this step need: grown into while below the limit.
     int64_t want = 0;
     for (int64_t s : g.seqs) {
@@ -435,7 +432,8 @@ void Scheduler::schedule_running(SchedulerOutput* out, int32_t* token_budget) {
     }
     if (want > kv_->num_free_uncached()) grow_until_free(want, out);
     while (true) {
-      const Plan plan = plan_group(g, budget, kv_->num_free_blocks());
+      // Drafts, like prefill chunks, take only what the decodes after them leave.
+      const Plan plan = plan_group(g, budget, kv_->num_free_blocks(), decode_pending);
       if (plan.status == Plan::kOk) {
         apply_plan(g, plan, out);
         for (int32_t t : plan.take) *token_budget -= t;

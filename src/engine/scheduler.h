@@ -190,10 +190,13 @@ class Scheduler {
   bool adapter_fits(const Group& g) const;
   void count_running(const Group& g, int32_t delta);
   bool is_decoding(const Group& g) const;
-  Plan plan_group(const Group& g, int32_t token_budget, int32_t free_blocks) const;
+  // draft_reserve: tokens of the budget that drafts leave to the decodes after them.
+  Plan plan_group(const Group& g, int32_t token_budget, int32_t free_blocks,
+                  int32_t draft_reserve = 0) const;
   // plan_group for a group whose sequences hold drafts: each computes its last token and
-  // the drafts the budget and the free blocks leave room for.
-  Plan plan_verify(const Group& g, int32_t token_budget, int32_t free_blocks) const;
+  // the drafts the budget (less draft_reserve) and the free blocks leave room for.
+  Plan plan_verify(const Group& g, int32_t token_budget, int32_t free_blocks,
+                   int32_t draft_reserve) const;
   void drop_drafts(int64_t seq_id);
   void apply_plan(Group& g, const Plan& plan, SchedulerOutput* out);
   // Grows the pool by chunks (SchedulerConfig::grow_blocks) until `want` blocks are
