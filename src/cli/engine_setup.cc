@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cli/speculative_options.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/mmap.h"
@@ -33,6 +34,9 @@ EngineBundle open_engine(const std::string& model_dir, const SettingValues& v,
   EngineBundle b;
   const auto t0 = std::chrono::steady_clock::now();
   const LoadOptions opts = load_options(v, lora);
+  // Checked before the model loads.
+  const SpeculativeOptions spec = speculative_options(v);
+  std::shared_ptr<Proposer> proposer = make_proposer(spec);
   b.model = load_model(model_dir, opts);
   try {
     b.tokenizer = Tokenizer::load(model_dir);
@@ -73,6 +77,8 @@ EngineBundle open_engine(const std::string& model_dir, const SettingValues& v,
   c.prefix_caching = v.flag("prefix-caching");
   c.prefix_cache_host_bytes =
       static_cast<int64_t>(v.number("prefix-cache-host-gib") * double(int64_t{1} << 30));
+  c.proposer = std::move(proposer);
+  c.num_speculative_tokens = spec.num_speculative_tokens;
   std::shared_ptr<const TextTokenizer> text;
   if (b.tokenizer) text = make_text_tokenizer(b.tokenizer, c.eos_token_ids);
   b.engine = std::make_unique<TextEngine>(b.model, text, c);
@@ -162,11 +168,18 @@ Json result_json(const GenerateResult& r) {
     have_cum |= s.cum_log_prob != 0.0;
   }
   const RequestTimings& t = r.timings;
-  j["aux_info"] = {{"cost_time", t.total_ms},          {"first_token_cost_time", t.first_token_ms},
-                   {"queue_time", t.queue_ms},         {"iter_count", t.iter_count},
-                   {"input_len", t.input_len},         {"output_len", t.output_len},
-                   {"prefix_len", t.prefix_len},       {"reuse_len", t.reuse_len},
-                   {"preemptions", t.num_preemptions}, {"cum_log_probs", cum}};
+  j["aux_info"] = {{"cost_time", t.total_ms},
+                   {"first_token_cost_time", t.first_token_ms},
+                   {"queue_time", t.queue_ms},
+                   {"iter_count", t.iter_count},
+                   {"input_len", t.input_len},
+                   {"output_len", t.output_len},
+                   {"prefix_len", t.prefix_len},
+                   {"reuse_len", t.reuse_len},
+                   {"preemptions", t.num_preemptions},
+                   {"cum_log_probs", cum},
+                   {"speculative_draft_rounds", t.speculative_draft_rounds},
+                   {"speculative_accepted_tokens_per_pos", t.speculative_accepted_tokens_per_pos}};
   return j;
 }
 

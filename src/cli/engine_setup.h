@@ -3,7 +3,8 @@
 // the engine settings (core/settings_table.cc: --kv-cache-mb, --max-num-seqs,
 // --max-num-batched-tokens, --block-size, --num-kv-blocks, --model-type, --device,
 // --dtype, --gpu-memory-fraction, --kv-cache-dtype, --swap-space, --overlap-steps,
-// --prefix-caching, --prefix-cache-host-gib).
+// --prefix-caching, --prefix-cache-host-gib, and speculative decoding's settings:
+// cli/speculative_options.h).
 #pragma once
 
 #include <memory>
