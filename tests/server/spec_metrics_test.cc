@@ -1,4 +1,5 @@
-// Speculative decoding's counters on /metrics, under vLLM's names (and tachyon's).
+// Speculative decoding in the server: its counters on /metrics under vLLM's names (and
+// tachyon's), the native API's force_disable_sp_run and aux_info fields.
 #include <gtest/gtest.h>
 
 #include "server/app_test_util.h"
@@ -30,6 +31,23 @@ TEST(SpeculativeMetrics, ExportedFromTheBackendStats) {
         "\"2\"} 25",
         "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter"})
     EXPECT_NE(r.body.find(needle), std::string::npos) << needle << "\n" << r.body;
+}
+
+TEST(SpeculativeNativeApi, ForceDisableReachesTheEngineAndAuxInfoReports) {
+  TestServer s;
+  Json b = {{"prompt", "hello"},
+            {"generate_config", {{"max_new_tokens", 4}, {"force_disable_sp_run", true}}}};
+  auto r = s.post("/", b);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(s.backend->last_params().force_disable_sp_run);
+  const Json j = Json::parse(r.body);
+  EXPECT_EQ(j["aux_info"]["speculative_draft_rounds"], 0);
+  EXPECT_EQ(j["aux_info"]["speculative_accepted_tokens_per_pos"], Json::array());
+  b["generate_config"].erase("force_disable_sp_run");
+  ASSERT_EQ(s.post("/", b).status, 200);
+  EXPECT_FALSE(s.backend->last_params().force_disable_sp_run);
+  b["generate_config"]["force_disable_sp_run"] = "yes";
+  EXPECT_EQ(s.post("/", b).status, 400);
 }
 
 }  // namespace
