@@ -38,4 +38,21 @@ void add_turn_report(const std::vector<std::vector<double>>& ttft_by_turn, Json*
   (*report)["ttft_p50_ms_later_turns"] = percentile(later, 50);
 }
 
+Json speculation_report(const EngineStats& before, const EngineStats& after) {
+  const int64_t rounds = after.spec_num_drafts - before.spec_num_drafts;
+  const int64_t drafts = after.spec_num_draft_tokens - before.spec_num_draft_tokens;
+  const int64_t accepted = after.spec_num_accepted_tokens - before.spec_num_accepted_tokens;
+  std::vector<int64_t> per_pos = after.spec_accepted_per_pos;
+  for (size_t i = 0; i < per_pos.size() && i < before.spec_accepted_per_pos.size(); ++i)
+    per_pos[i] -= before.spec_accepted_per_pos[i];
+  return {{"verify_steps", rounds},
+          {"draft_tokens", drafts},
+          {"accepted_tokens", accepted},
+          {"acceptance_rate", drafts > 0 ? static_cast<double>(accepted) / drafts : 0.0},
+          {"mean_tokens_per_verify_step",
+           rounds > 0 ? static_cast<double>(accepted + rounds) / rounds : 0.0},
+          {"mean_accepted_length", rounds > 0 ? static_cast<double>(accepted) / rounds : 0.0},
+          {"accepted_per_position", per_pos}};
+}
+
 }  // namespace tachyon::cli

@@ -13,8 +13,9 @@
 // C requests (conversations) in flight, or Poisson arrivals at R requests (conversations)
 // per second. Reports throughput (input, output, total tokens/s), TTFT, inter-token
 // latency and end-to-end latency percentiles, the prompt tokens the engine took from its
-// prefix cache, the TTFT of first and later turns, and the engine's step time split
-// (scheduling and sampling overhead vs the forward pass).
+// prefix cache, the TTFT of first and later turns, the engine's step time split
+// (scheduling and sampling overhead vs the forward pass) and, with speculative decoding
+// (--speculative), the drafts verified and accepted.
 #include <unistd.h>
 
 #include <algorithm>
@@ -342,6 +343,7 @@ int cmd_bench(const CommandArgs& argv) {
     j["conversations"] = n;
     add_turn_report(ttft_by_turn, &j);
   }
+  if (b.engine->engine().config().proposer) j["speculative"] = speculation_report(before, after);
   if (json) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
@@ -393,6 +395,16 @@ int cmd_bench(const CommandArgs& argv) {
         static_cast<long long>(e["tokens_computed"].get<int64_t>()),
         static_cast<long long>(e["tokens_discarded"].get<int64_t>()),
         static_cast<long long>(e["overlapped_steps"].get<int64_t>()));
+    if (j.contains("speculative")) {
+      const Json& s = j["speculative"];
+      std::printf(
+          "speculative %lld verify steps: %lld draft tokens, %lld accepted (%.1f%%), %.2f tokens "
+          "per verify step\n",
+          static_cast<long long>(s["verify_steps"].get<int64_t>()),
+          static_cast<long long>(s["draft_tokens"].get<int64_t>()),
+          static_cast<long long>(s["accepted_tokens"].get<int64_t>()),
+          100 * s["acceptance_rate"].get<double>(), s["mean_tokens_per_verify_step"].get<double>());
+    }
   }
   return failed == 0 ? 0 : 1;
 }

@@ -15,9 +15,11 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/draft_setup.h"
 #include "cli/load_progress.h"
 #include "cli/lora_options.h"
 #include "cli/model_dir.h"
+#include "cli/speculative_options.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
@@ -145,6 +147,8 @@ int cmd_serve(const CommandArgs& args) {
   std::string name = served_name(cfg, model_dir);
   // The LoRA settings are checked before the model loads.
   const LoraOptions lora = lora_options(cfg.settings);
+  const SpeculativeOptions spec = speculative_options(cfg.settings);
+  const std::shared_ptr<Proposer> proposer = make_proposer(spec);
 
   // Signals are taken synchronously by the main thread; every other thread blocks them.
   sigset_t signals;
@@ -172,6 +176,12 @@ int cmd_serve(const CommandArgs& args) {
       LoadProgress progress(cfg.progress);
       prefetch_weights(model_dir, progress);
       auto o = backend_options(cfg, model_dir, name, lora);
+      o.engine.proposer = proposer;
+      o.engine.num_speculative_tokens = spec.num_speculative_tokens;
+      if (spec.method == "draft_model")
+        o.make_proposer = [&](Model& target, const LoadOptions& lo, EngineConfig* ec) {
+          return make_draft_proposer(cfg.settings, spec, model_dir, target, lo, ec);
+        };
       o.progress = [&progress](double d, double t, const std::string& s) {
         progress.update(d, t, s);
       };

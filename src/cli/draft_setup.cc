@@ -72,8 +72,8 @@ void compare_tokenizers(const Tokenizer& target, const Tokenizer& draft) {
 
 }  // namespace
 
-std::optional<DraftOptions> draft_options(const SettingValues& v) {
-  if (!v.given("draft-model") || v.str("draft-model").empty()) {
+std::optional<DraftOptions> draft_options(const SettingValues& v, const SpeculativeOptions& spec) {
+  if (spec.method != "draft_model") {
     for (const char* s : {"draft-model-type", "draft-dtype"})
       if (v.given(s))
         raise<InvalidArgument>("{} is a setting of the draft model, and no --draft-model is given",
@@ -81,8 +81,8 @@ std::optional<DraftOptions> draft_options(const SettingValues& v) {
     return std::nullopt;
   }
   DraftOptions o;
-  o.dir = v.str("draft-model");
-  o.source = v.source("draft-model");
+  o.dir = spec.draft_model;
+  o.source = v.given("draft-model") ? v.source("draft-model") : v.source("speculative-config");
   if (!fs::is_directory(o.dir))
     raise<InvalidArgument>("{}: the draft model folder '{}' does not exist", o.source, o.dir);
   o.model_type = v.str("draft-model-type");
@@ -91,8 +91,7 @@ std::optional<DraftOptions> draft_options(const SettingValues& v) {
   } catch (const InvalidArgument& e) {
     raise<InvalidArgument>("{}: {}", v.source("draft-dtype"), e.what());
   }
-  // 1 .. 16, checked with the settings.
-  o.num_speculative_tokens = static_cast<int32_t>(v.integer("num-speculative-tokens"));
+  o.num_speculative_tokens = spec.num_speculative_tokens;  // 1 .. 16, checked there
   return o;
 }
 
@@ -129,10 +128,12 @@ void check_draft_vocabulary(const std::string& target_dir, const ModelConfig& ta
         draft.vocab_size, target.vocab_size, tok->vocab_size());
 }
 
-std::shared_ptr<Proposer> make_draft_proposer(const SettingValues& v, const std::string& target_dir,
-                                              Model& target, const LoadOptions& target_opts,
+std::shared_ptr<Proposer> make_draft_proposer(const SettingValues& v,
+                                              const SpeculativeOptions& spec,
+                                              const std::string& target_dir, Model& target,
+                                              const LoadOptions& target_opts,
                                               EngineConfig* engine) {
-  const std::optional<DraftOptions> o = draft_options(v);
+  const std::optional<DraftOptions> o = draft_options(v, spec);
   if (!o) return nullptr;
   if (!o->model_type.empty()) {
     const HfConfig hf = HfConfig::load((fs::path(o->dir) / "config.json").string());

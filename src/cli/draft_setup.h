@@ -1,8 +1,10 @@
-// Speculative decoding with a draft model, from the settings (core/settings_table.cc):
-// --draft-model DIR (RTP-LLM's SP_CHECKPOINT_PATH), --draft-model-type (SP_MODEL_TYPE,
-// checked against the draft's config), --draft-dtype (SP_WEIGHT_TYPE) and
-// --num-speculative-tokens (GEN_NUM_PER_CIRCLE). The draft is loaded like any model, on
-// the target's device, and proposes through engine/draft_model_proposer.h.
+// Speculative decoding with a draft model: the folder and the number of drafts from the
+// speculative options (cli/speculative_options.h: --draft-model DIR / RTP-LLM's
+// SP_CHECKPOINT_PATH, or "model" in --speculative-config; --num-speculative-tokens /
+// GEN_NUM_PER_CIRCLE), and from the settings --draft-model-type (SP_MODEL_TYPE, checked
+// against the draft's config) and --draft-dtype (SP_WEIGHT_TYPE). The draft is loaded
+// like any model, on the target's device, and proposes through
+// engine/draft_model_proposer.h.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "cli/speculative_options.h"
 #include "core/settings.h"
 #include "engine/async_model.h"
 #include "engine/proposer.h"
@@ -26,9 +29,11 @@ struct DraftOptions {
   std::string source;                  // the setting that named the folder, for messages
 };
 
-// The draft settings; nullopt without --draft-model. Throws InvalidArgument naming the
-// setting: a folder that does not exist, a dtype other than auto, bf16, f16, f32.
-std::optional<DraftOptions> draft_options(const SettingValues& settings);
+// The draft settings; nullopt unless the speculative method is draft_model. Throws
+// InvalidArgument naming the setting: a folder that does not exist, a dtype other than
+// auto, bf16, f16, f32, a draft setting without a draft model.
+std::optional<DraftOptions> draft_options(const SettingValues& settings,
+                                          const SpeculativeOptions& spec);
 
 // Throws InvalidArgument naming what differs when the draft cannot propose tokens for
 // the target: vocabulary sizes of the two configs that differ (unless the tokenizer's
@@ -37,13 +42,14 @@ std::optional<DraftOptions> draft_options(const SettingValues& settings);
 void check_draft_vocabulary(const std::string& target_dir, const ModelConfig& target,
                             const std::string& draft_dir, const ModelConfig& draft);
 
-// Loads the draft of the settings (nullptr without --draft-model) and builds its
+// Loads the draft of the options (nullptr unless the method is draft_model) and builds its
 // proposer, after the engine's KV budget is set (engine->kv_cache_bytes or
 // num_kv_blocks, as open_engine sets them): the draft's cache comes out of that budget.
 // target_opts: how the target was loaded (device, dtype). Throws InvalidArgument for a
 // draft that does not match the target (check_draft_vocabulary, its model type) or a
 // budget with no room for its cache.
 std::shared_ptr<Proposer> make_draft_proposer(const SettingValues& settings,
+                                              const SpeculativeOptions& spec,
                                               const std::string& target_dir, Model& target,
                                               const LoadOptions& target_opts, EngineConfig* engine);
 

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cli/draft_setup.h"
+#include "cli/speculative_options.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/mmap.h"
@@ -37,6 +38,8 @@ EngineBundle open_engine(const std::string& model_dir, const SettingValues& v,
   EngineBundle b;
   const auto t0 = std::chrono::steady_clock::now();
   LoadOptions opts = load_options(v, lora);
+  // Checked before the model loads.
+  const SpeculativeOptions spec = speculative_options(v);
   const std::string tok_dir = v.str("tokenizer").empty() ? model_dir : v.str("tokenizer");
   try {
     b.tokenizer = Tokenizer::load(tok_dir);
@@ -79,8 +82,12 @@ EngineBundle open_engine(const std::string& model_dir, const SettingValues& v,
   c.prefix_caching = v.flag("prefix-caching");
   c.prefix_cache_host_bytes =
       static_cast<int64_t>(v.number("prefix-cache-host-gib") * double(int64_t{1} << 30));
-  // After the KV budget: the draft's cache is taken out of it.
-  b.proposer = make_draft_proposer(v, model_dir, *b.model, opts, &c);
+  // After the KV budget: a draft model's cache is taken out of it.
+  b.proposer = spec.method == "draft_model"
+                   ? make_draft_proposer(v, spec, model_dir, *b.model, opts, &c)
+                   : make_proposer(spec);
+  c.proposer = b.proposer;
+  c.num_speculative_tokens = spec.num_speculative_tokens;
   std::shared_ptr<const TextTokenizer> text;
   if (b.tokenizer) text = make_text_tokenizer(b.tokenizer, c.eos_token_ids);
   b.engine = std::make_unique<TextEngine>(b.model, text, c);
@@ -181,11 +188,18 @@ Json result_json(const GenerateResult& r) {
     have_cum |= s.cum_log_prob != 0.0;
   }
   const RequestTimings& t = r.timings;
-  j["aux_info"] = {{"cost_time", t.total_ms},          {"first_token_cost_time", t.first_token_ms},
-                   {"queue_time", t.queue_ms},         {"iter_count", t.iter_count},
-                   {"input_len", t.input_len},         {"output_len", t.output_len},
-                   {"prefix_len", t.prefix_len},       {"reuse_len", t.reuse_len},
-                   {"preemptions", t.num_preemptions}, {"cum_log_probs", cum}};
+  j["aux_info"] = {{"cost_time", t.total_ms},
+                   {"first_token_cost_time", t.first_token_ms},
+                   {"queue_time", t.queue_ms},
+                   {"iter_count", t.iter_count},
+                   {"input_len", t.input_len},
+                   {"output_len", t.output_len},
+                   {"prefix_len", t.prefix_len},
+                   {"reuse_len", t.reuse_len},
+                   {"preemptions", t.num_preemptions},
+                   {"cum_log_probs", cum},
+                   {"speculative_draft_rounds", t.speculative_draft_rounds},
+                   {"speculative_accepted_tokens_per_pos", t.speculative_accepted_tokens_per_pos}};
   return j;
 }
 

@@ -3,8 +3,8 @@
 // the engine settings (core/settings_table.cc: --kv-cache-mb, --max-num-seqs,
 // --max-num-batched-tokens, --block-size, --num-kv-blocks, --model-type, --device,
 // --dtype, --gpu-memory-fraction, --kv-cache-dtype, --swap-space, --overlap-steps,
-// --prefix-caching, --prefix-cache-host-gib), and the draft model of speculative
-// decoding (--draft-model, cli/draft_setup.h).
+// --prefix-caching, --prefix-cache-host-gib), and speculative decoding
+// (cli/speculative_options.h; a draft model: cli/draft_setup.h).
 #pragma once
 
 #include <memory>

@@ -13,7 +13,6 @@ using Cmds = std::vector<std::string>;
 const Cmds kEngine = {"serve", "generate", "bench"};
 // The commands that build their engine in cli/engine_setup.cc, where the draft model of
 // speculative decoding is loaded.
-const Cmds kDraft = {"generate", "bench"};
 // The commands that load a model onto a device.
 const Cmds kDevice = {"serve", "generate", "bench", "perplexity"};
 const Cmds kLoad = {"serve", "generate", "bench", "inspect", "perplexity"};
@@ -224,22 +223,42 @@ std::vector<Setting> make_table() {
           "when larger)")
           .env({"TACHYON_MAX_CPU_LORAS", "MAX_LORA_MODEL_SIZE"})
           .range(1, 1 << 20),
-      // ---- speculative decoding with a draft model (generate, bench) ---------------
-      Def("draft-model", T::kString, "", kDraft,
+      // ---- Speculative decoding (serve, generate, bench) ---------------------------------
+      Def("speculative", T::kString, "", kEngine,
+          "speculative decoding's proposer: ngram (prompt lookup: drafts copied from what "
+          "followed the context's last tokens earlier in it; RTP-LLM's deterministic) or "
+          "draft_model (a smaller model's drafts, --draft-model; RTP-LLM's vanilla); "
+          "default: off")
+          .env({"TACHYON_SPECULATIVE", "SP_TYPE"}),
+      Def("speculative-config", T::kString, "", kEngine,
+          "speculative decoding as vLLM's JSON: {\"method\": \"ngram\", "
+          "\"num_speculative_tokens\": K, \"prompt_lookup_min\": N, \"prompt_lookup_max\": M} "
+          "or {\"method\": \"draft_model\", \"model\": DIR, \"num_speculative_tokens\": K}")
+          .env({"TACHYON_SPECULATIVE_CONFIG"}),
+      Def("num-speculative-tokens", T::kInt, "5", kEngine,
+          "draft tokens a sequence takes per step at most, 1 to 16 (with --speculative)")
+          .env({"TACHYON_NUM_SPECULATIVE_TOKENS", "GEN_NUM_PER_CIRCLE"})
+          .range(1, 16),
+      Def("prompt-lookup-min", T::kInt, "1", kEngine,
+          "n-gram lookup: the shortest suffix of the context looked up (1 or more)")
+          .env({"TACHYON_PROMPT_LOOKUP_MIN", "SP_MIN_TOKEN_MATCH"})
+          .range(1, 1024),
+      Def("prompt-lookup-max", T::kInt, "4", kEngine,
+          "n-gram lookup: the longest suffix of the context looked up (the longest found wins)")
+          .env({"TACHYON_PROMPT_LOOKUP_MAX", "SP_MAX_TOKEN_MATCH"})
+          .range(1, 1024),
+      Def("draft-model", T::kString, "", kEngine,
           "draft model folder (Hugging Face layout, the model's vocabulary): it proposes "
-          "--num-speculative-tokens tokens per sequence and step, which the model verifies")
+          "--num-speculative-tokens tokens per sequence and step, which the model verifies "
+          "(implies --speculative draft_model)")
           .env({"TACHYON_DRAFT_MODEL", "SP_CHECKPOINT_PATH"}),
-      Def("draft-model-type", T::kString, "", kDraft,
+      Def("draft-model-type", T::kString, "", kEngine,
           "the draft's architecture (e.g. llama), checked against its config.json; default: "
           "not checked")
           .env({"TACHYON_DRAFT_MODEL_TYPE", "SP_MODEL_TYPE"}),
-      Def("draft-dtype", T::kString, "auto", kDraft,
+      Def("draft-dtype", T::kString, "auto", kEngine,
           "the draft's compute type on a GPU: auto (the model's --dtype), bf16, f16, f32")
           .env({"TACHYON_DRAFT_DTYPE", "SP_WEIGHT_TYPE"}),
-      Def("num-speculative-tokens", T::kInt, "5", kDraft,
-          "draft tokens proposed per sequence and step (1 to 16)")
-          .env({"TACHYON_NUM_SPECULATIVE_TOKENS", "GEN_NUM_PER_CIRCLE"})
-          .range(1, 16),
       // ---- HTTP (serve) ------------------------------------------------------------
       Def("host", T::kString, "127.0.0.1", Cmds{"serve"}, "address to listen on")
           .env({"TACHYON_HOST"}),

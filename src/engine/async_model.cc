@@ -116,12 +116,20 @@ AsyncModel::AsyncModel(std::shared_ptr<LanguageModel> model, EngineConfig config
   scheduler_->set_token_source([this](int64_t id) -> std::span<const int32_t> {
     if (!requests_->has_seq(id)) return {};
     const EngineSeq& s = requests_->seq(id);
-    return {s.tokens.data(), s.pending.empty() ? s.tokens.size() : s.pending.front().index};
+    return {s.tokens.data(), s.num_known()};
   });
   eos_ids_ = config_.eos_token_ids;
   requests_ = std::make_unique<RequestTable>(scheduler_.get(), &in_flight_);
   sampler_ = std::make_unique<StepSampler>(requests_.get(), scheduler_.get(), eos_ids_, vocab_size_,
                                            max_seq_len_);
+  if (config_.proposer) {
+    drafter_ =
+        std::make_unique<Drafter>(config_.proposer, config_.num_speculative_tokens, requests_.get(),
+                                  scheduler_.get(), vocab_size_, max_seq_len_);
+    requests_->set_on_seq_end([this](int64_t id) { drafter_->release(id); });
+    log_info("engine: speculative decoding with the {} proposer, up to {} draft tokens per step",
+             config_.proposer->name(), config_.num_speculative_tokens);
+  }
   base_seed_ =
       splitmix64(std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32));
   loop_stats_.num_kv_blocks = initial_blocks;
@@ -268,10 +276,14 @@ void AsyncModel::die(const std::string& reason) {
 bool AsyncModel::launch_step() {
   const auto t0 = Clock::now();
   const double c0 = thread_cpu_ms();
+  if (drafter_) drafter_->propose();
   SchedulerOutput plan = scheduler_->schedule();
+  if (drafter_) drafter_->sync();
   for (int64_t g : plan.preempted_groups) {
     ++requests_->at(g).timings.num_preemptions;
     ++loop_stats_.num_preemptions;
+    if (drafter_)
+      for (const auto& sp : requests_->at(g).seqs) drafter_->release(sp->id);
   }
   loop_stats_.num_swap_outs = scheduler_->num_swap_outs();
   // The scheduler has already moved these blocks in its books (even for a plan that runs
@@ -324,6 +336,7 @@ bool AsyncModel::launch_step() {
   step.ahead = overlap_ && batch.sampling.any_on_device();
   for (const RowSampling& row : batch.sampling.rows)
     step.ahead = step.ahead && row.mode == RowSampling::Mode::kDevice;
+  for (const ScheduledSeq& ss : plan.seqs) step.ahead = step.ahead && ss.num_logits <= 1;
   for (int64_t g : plan.sampled_groups) step.ahead = step.ahead && can_overlap(requests_->at(g));
   const auto l0 = Clock::now();
   const double lc0 = thread_cpu_ms();
@@ -362,6 +375,8 @@ bool AsyncModel::can_overlap(const EngineRequest& r) const {
   const GenerateConfig& c = r.cfg;
   // A constrained request's next mask depends on the token this step chooses (its
   // matcher advances on it): a step queued before that token is seen could not mask.
+  // A request that speculates proposes from the tokens of this step: they must be seen.
+  if (drafter_ && Drafter::eligible(r)) return false;
   return !c.grammar && !c.is_beam_search() && !c.return_logprobs &&
          (r.forked || c.num_return_sequences == 1) && c.repetition_penalty == 1.0f &&
          c.presence_penalty == 0.0f && c.frequency_penalty == 0.0f && c.no_repeat_ngram_size == 0 &&
@@ -456,7 +471,8 @@ SeqInputs AsyncModel::seq_inputs(const ScheduledSeq& s) const {
   in.images = r.images.get();
   // Beams and log-probabilities need the logits; the prompt of a request of n samples
   // feeds n draws from one row.
-  if (!cfg.is_beam_search() && !cfg.return_logprobs &&
+  // A verify step's rows (drafts) all come back: the host judges the drafts.
+  if (!cfg.is_beam_search() && !cfg.return_logprobs && s.num_logits <= 1 &&
       (r.forked || cfg.num_return_sequences == 1)) {
     in.device_config = &cfg;
     in.rng =
@@ -479,6 +495,11 @@ void AsyncModel::update_stats() {
   s.requests_finished = requests_->requests_finished();
   s.tokens_generated = sampler_->tokens_generated();
   s.tokens_discarded = sampler_->tokens_discarded();
+  const SpeculationCounts& spec = sampler_->speculation();
+  s.spec_num_drafts = spec.drafts;
+  s.spec_num_draft_tokens = spec.draft_tokens;
+  s.spec_num_accepted_tokens = spec.accepted_tokens;
+  s.spec_accepted_per_pos = spec.accepted_per_pos;
   s.num_waiting = scheduler_->num_waiting() + scheduler_->num_swapped();
   s.num_running = scheduler_->num_running();
   s.num_kv_blocks = kv_->num_blocks();

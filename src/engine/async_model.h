@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "engine/beam_search.h"
+#include "engine/drafter.h"
 #include "engine/executor.h"
 #include "engine/request.h"
 #include "engine/request_table.h"
@@ -86,6 +87,15 @@ struct EngineConfig {
   // tokens' values (no logprobs, beams, repetition / presence / frequency penalties,
   // n-gram or bad-word bans); otherwise the engine waits for it first.
   bool overlap_steps = true;
+
+  // Speculative decoding: where draft tokens come from (null: none), and how many a
+  // sequence takes per step at most (1..16). Each step asks the proposer for drafts for
+  // the decoding sequences whose tokens the host knows, computes them with the last
+  // token (num_speculative_tokens + 1 logits rows) and keeps what the target model
+  // accepts (engine/speculation.h). A step that may be followed by a proposal is never
+  // queued ahead (overlap_steps): the proposal must see its tokens.
+  std::shared_ptr<Proposer> proposer;
+  int32_t num_speculative_tokens = 5;
 };
 
 struct EngineStats {
@@ -137,6 +147,12 @@ struct EngineStats {
   // unaffected by other processes competing for the cores.
   double schedule_cpu_ms = 0;
   double sample_cpu_ms = 0;
+  // Speculative decoding (vLLM's spec_decode counters): verify steps of a sequence with
+  // drafts, the drafts computed, those accepted, and acceptances per draft position.
+  int64_t spec_num_drafts = 0;
+  int64_t spec_num_draft_tokens = 0;
+  int64_t spec_num_accepted_tokens = 0;
+  std::vector<int64_t> spec_accepted_per_pos;
 };
 
 class AsyncModel {
@@ -237,6 +253,7 @@ class AsyncModel {
   bool overlap_ = false;    // config_.overlap_steps with device sampling
   std::unique_ptr<RequestTable> requests_;
   std::unique_ptr<StepSampler> sampler_;
+  std::unique_ptr<Drafter> drafter_;  // with a proposer
   EngineStats loop_stats_;
 
   std::shared_ptr<Inbox> inbox_;

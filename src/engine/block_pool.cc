@@ -218,6 +218,19 @@ void KVCacheManager::free(int64_t seq) {
   if (auto c = chains_.find(seq); c != chains_.end()) c->second.published = 0;
 }
 
+void KVCacheManager::truncate(int64_t seq, int32_t tokens) {
+  auto it = tables_.find(seq);
+  if (it == tables_.end()) return;
+  std::vector<int32_t>& table = it->second;
+  const size_t keep = static_cast<size_t>(std::max(0, blocks_for(tokens)));
+  while (table.size() > keep) {
+    release(table.back());
+    table.pop_back();
+  }
+  if (auto c = chains_.find(seq); c != chains_.end())
+    c->second.published = std::min(c->second.published, static_cast<int32_t>(keep));
+}
+
 bool KVCacheManager::can_swap_out(int64_t seq) const {
   auto it = tables_.find(seq);
   if (it == tables_.end() || swapped_.count(seq)) return false;

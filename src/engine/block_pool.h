@@ -107,6 +107,9 @@ class KVCacheManager {
   void fork(int64_t parent, int64_t child);
   // Releases all blocks of the sequence (a no-op for an unknown one).
   void free(int64_t seq);
+  // Releases the blocks of the sequence past those `tokens` tokens need (the tentative
+  // tokens of speculative decoding that were rejected).
+  void truncate(int64_t seq, int32_t tokens);
 
   bool has(int64_t seq) const { return tables_.count(seq) > 0; }
   // The sequence's table; empty for an unknown sequence.

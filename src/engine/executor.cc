@@ -223,6 +223,17 @@ void ModelExecutor::read_rows(std::span<const ScheduledSeq> seqs, const ForwardO
   size_t row = 0;
   int64_t host_row = 0;
   for (const ScheduledSeq& s : seqs) {
+    if (s.num_logits > 1) {
+      StepRow r;
+      for (int32_t k = 0; k < s.num_logits; ++k, ++row)
+        TACHYON_CHECK(out.tokens[row] == kTokenOnHost,
+                      "sequence {}: a verify row was sampled on the device", s.seq_id);
+      r.logits = logits.data<float>() + host_row * vocab_size_;
+      r.num_rows = s.num_logits;
+      host_row += s.num_logits;
+      (*rows)[s.seq_id] = r;
+      continue;
+    }
     for (int32_t k = 0; k < s.num_logits; ++k, ++row) {
       StepRow r;
       r.token = out.tokens[row];

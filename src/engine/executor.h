@@ -65,6 +65,8 @@ struct StepRow {
   const float* logits = nullptr;
   int32_t token = kTokenOnHost;
   float logprob = 0.0f;  // a token chosen on the device: its chosen_logprob (engine/sampler.h)
+  // A step that verified drafts: its num_rows rows, one after the other from `logits`.
+  int32_t num_rows = 1;
 };
 using LogitRows = std::unordered_map<int64_t, StepRow>;  // seq id -> its row
 
@@ -100,7 +102,8 @@ class ModelExecutor {
   ForwardOutput forward(const ForwardBatch& batch) { return model_->forward_sample(batch); }
 
   // Each sequence's result in `out` (the sequences in plan order, each with its
-  // num_logits rows; the last one kept), added to `rows`.
+  // num_logits rows; the last one kept, or all of them for a sequence that verifies
+  // drafts, whose rows must all have come back to the host), added to `rows`.
   void read_rows(std::span<const ScheduledSeq> seqs, const ForwardOutput& out,
                  LogitRows* rows) const;
 

@@ -260,6 +260,8 @@ GenerateConfig GenerateConfig::from_json(const Json& json) {
       c.length_penalty = get_float(v, k);
     } else if (k == "ignore_eos") {
       c.ignore_eos = get_bool(v, k);
+    } else if (k == "force_disable_sp_run") {
+      c.force_disable_sp_run = get_bool(v, k);
     } else if (k == "timeout_ms") {
       c.timeout_ms = get_int(v, k, 0, std::numeric_limits<int64_t>::max() / 1000000);
     } else if (k == "return_logprobs") {
@@ -407,6 +409,7 @@ Json GenerateConfig::to_json() const {
   j["length_penalty"] = length_penalty;
   j["ignore_eos"] = ignore_eos;
   j["timeout_ms"] = timeout_ms;
+  j["force_disable_sp_run"] = force_disable_sp_run;
   j["return_logprobs"] = return_logprobs;
   j["top_logprobs"] = top_logprobs;
   Json bias = Json::object();

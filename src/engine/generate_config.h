@@ -53,6 +53,8 @@ struct GenerateConfig {
   std::vector<std::vector<int32_t>> stop_words_list;
   bool ignore_eos = false;
   int64_t timeout_ms = 0;  // 0: none; counted from submission
+  // Plain decoding for this request where the engine speculates (RTP-LLM's field).
+  bool force_disable_sp_run = false;
 
   // Several outputs per prompt: independent samples (num_return_sequences) or beam
   // search (num_beams > 1, returning the best num_return_sequences beams).

@@ -57,6 +57,10 @@ struct RequestTimings {
   int32_t num_preemptions = 0;
   // Gaps between successive tokens of sequence 0 (inter-token latency).
   std::vector<double> token_gaps_ms;
+  // Speculative decoding: the steps that verified drafts of its sequences (one per
+  // sequence and step), and how often the draft at each position was accepted.
+  int32_t speculative_draft_rounds = 0;
+  std::vector<int32_t> speculative_accepted_tokens_per_pos;
 };
 
 struct ErrorInfo {

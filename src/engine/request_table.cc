@@ -67,6 +67,7 @@ void RequestTable::replace_seqs(EngineRequest& r, std::vector<std::unique_ptr<En
   for (auto& old : r.seqs) {
     scheduler_->remove_seq(old->id);
     seqs_.erase(old->id);
+    if (on_seq_end_) on_seq_end_(old->id);
   }
   r.seqs = std::move(fresh);
 }
@@ -117,12 +118,14 @@ void RequestTable::finish_seq(EngineRequest& r, EngineSeq& s, FinishReason reaso
   e.finish_reason = reason;
   e.cum_log_prob = s.cum_logprob;
   s.drop_pending();  // ended before the tokens in flight (cancelled, failed, timed out)
+  s.drop_drafts();   // or before the drafts of a step in flight were verified
   r.timings.output_len += static_cast<int32_t>(s.tokens.size()) - r.prompt_len;
   emit(r, std::move(e));
   s.finished = true;
   if (r.pinned && reason != FinishReason::kError) r.pinned->store(scheduler_->pin_seq(s.id));
   scheduler_->remove_seq(s.id);
   seqs_.erase(s.id);
+  if (on_seq_end_) on_seq_end_(s.id);
   ++r.outputs_done;
 }
 

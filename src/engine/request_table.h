@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +42,21 @@ struct EngineSeq {
     if (pending.empty()) return;
     tokens.resize(pending.front().index);
     pending.clear();
+  }
+  // Speculative decoding's draft tokens, from a proposal until the step that verifies
+  // them is processed: the last num_drafts of `tokens` (never with placeholders), and the
+  // distributions they were drawn from ([num_drafts, vocab]; empty: point masses).
+  int32_t num_drafts = 0;
+  std::vector<float> draft_probs;
+  // The tokens the host knows for sure (drafts and placeholders excluded).
+  size_t num_known() const {
+    return pending.empty() ? tokens.size() - static_cast<size_t>(num_drafts)
+                           : pending.front().index;
+  }
+  void drop_drafts() {
+    tokens.resize(tokens.size() - static_cast<size_t>(num_drafts));
+    num_drafts = 0;
+    draft_probs.clear();
   }
   std::chrono::steady_clock::time_point last_token;
   // Where its text stands in the request's grammar (GenerateConfig::grammar), if any.
@@ -121,6 +137,8 @@ class RequestTable {
   static std::span<const uint32_t> fill_mask(EngineSeq& s, int32_t vocab_size);
 
   void emit(EngineRequest& r, StreamEvent e) { outbox_.emplace_back(r.stream, std::move(e)); }
+  // Called with the id of every sequence that ends (finished, or replaced by beams).
+  void set_on_seq_end(std::function<void(int64_t)> fn) { on_seq_end_ = std::move(fn); }
   // Hands the events gathered to their streams, each stream's in one push.
   void flush();
 
@@ -134,6 +152,7 @@ class RequestTable {
   int64_t next_seq_id_ = 0;
   std::vector<std::pair<std::shared_ptr<RequestStream>, StreamEvent>> outbox_;
   int64_t requests_finished_ = 0;
+  std::function<void(int64_t)> on_seq_end_;
 };
 
 }  // namespace tachyon

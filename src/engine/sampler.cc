@@ -259,23 +259,30 @@ int32_t Sampler::choose(const float* logits, int32_t vocab, const GenerateConfig
   return last;
 }
 
-SampledToken Sampler::sample(const float* logits, int32_t vocab, const SamplingContext& ctx) {
-  const GenerateConfig& cfg = *ctx.config;
+const float* Sampler::process(const float* logits, int32_t vocab, const SamplingContext& ctx) {
+  if (processors_inactive(ctx)) return logits;
+  processed_.assign(logits, logits + vocab);
+  process_logits(processed_.data(), vocab, ctx);
+  return processed_.data();
+}
+
+SampledToken Sampler::describe(const float* logits, const float* processed, int32_t vocab,
+                               int32_t token, const GenerateConfig& cfg) {
   SampledToken out;
-  const float* processed = logits;
-  if (!processors_inactive(ctx)) {
-    processed_.assign(logits, logits + vocab);
-    process_logits(processed_.data(), vocab, ctx);
-    processed = processed_.data();
-  }
-  out.token = choose(processed, vocab, cfg, ctx.rng);
-  out.sample_logprob = chosen_logprob(processed, vocab, out.token, draw_inv_temperature(cfg));
+  out.token = token;
+  out.sample_logprob = chosen_logprob(processed, vocab, token, draw_inv_temperature(cfg));
   if (cfg.return_logprobs) {
     const double lse = log_sum_exp(logits, vocab);
-    out.logprob = static_cast<float>(logits[out.token] - lse);
+    out.logprob = static_cast<float>(logits[token] - lse);
     if (cfg.top_logprobs > 0) out.top = top_logprobs(logits, vocab, lse, cfg.top_logprobs);
   }
   return out;
+}
+
+SampledToken Sampler::sample(const float* logits, int32_t vocab, const SamplingContext& ctx) {
+  const float* processed = process(logits, vocab, ctx);
+  return describe(logits, processed, vocab, choose(processed, vocab, *ctx.config, ctx.rng),
+                  *ctx.config);
 }
 
 }  // namespace tachyon

@@ -90,6 +90,14 @@ class Sampler {
   int32_t choose(const float* logits, int32_t vocab, const GenerateConfig& config,
                  const RngKey& key);
 
+  // sample() in parts, for callers that choose the token otherwise (speculative
+  // decoding's verification): the row's processed logits (the row itself when no
+  // processor acts; valid until the next call), and what sample() reports for `token`
+  // drawn from them (`logits`: the raw row, for return_logprobs).
+  const float* process(const float* logits, int32_t vocab, const SamplingContext& ctx);
+  static SampledToken describe(const float* logits, const float* processed, int32_t vocab,
+                               int32_t token, const GenerateConfig& config);
+
  private:
   std::vector<float> processed_;  // processed logits
   std::vector<float> weights_;    // sampling weights

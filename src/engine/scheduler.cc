@@ -93,9 +93,50 @@ void Scheduler::append_token(int64_t seq_id) {
   ++it->second.num_tokens;
 }
 
+bool Scheduler::can_speculate(int64_t group_id) const {
+  auto it = groups_.find(group_id);
+  if (it == groups_.end() || !it->second.running || it->second.seqs.empty()) return false;
+  for (int64_t s : it->second.seqs) {
+    const SeqState& st = seqs_.at(s);
+    if (st.drafts != 0 || st.num_tokens - st.num_computed != 1) return false;
+  }
+  return true;
+}
+
+void Scheduler::add_drafts(int64_t seq_id, int32_t n) {
+  SeqState& st = seqs_.at(seq_id);
+  TACHYON_CHECK(n > 0 && st.drafts == 0 && st.num_tokens - st.num_computed == 1,
+                "sequence {}: {} drafts where {} of {} tokens are computed", seq_id, n,
+                st.num_computed, st.num_tokens);
+  st.num_tokens += n;
+  st.drafts = n;
+  drafted_.insert(seq_id);
+}
+
+void Scheduler::drop_drafts(int64_t seq_id) {
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end()) return;
+  it->second.num_tokens -= it->second.drafts;
+  it->second.drafts = 0;
+}
+
+void Scheduler::accept_drafts(int64_t seq_id, int32_t accepted) {
+  SeqState& st = seqs_.at(seq_id);
+  TACHYON_CHECK(accepted >= 0 && accepted <= st.drafts && st.num_computed == st.num_tokens,
+                "sequence {}: {} of {} drafts accepted ({} of {} tokens computed)", seq_id,
+                accepted, st.drafts, st.num_computed, st.num_tokens);
+  st.num_tokens -= st.drafts;
+  st.drafts = 0;
+  st.num_computed = st.num_tokens + accepted;
+  drafted_.erase(seq_id);
+  // The next step writes the token after the kept drafts: blocks past it go.
+  kv_->truncate(seq_id, st.num_computed + 1);
+}
+
 void Scheduler::remove_seq(int64_t seq_id) {
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return;
+  drafted_.erase(seq_id);
   Group& g = group(it->second.group_id);
   g.seqs.erase(std::find(g.seqs.begin(), g.seqs.end(), seq_id));
   publish(g, seq_id);
@@ -154,6 +195,7 @@ void Scheduler::remove_group(int64_t group_id) {
     kv_->free(s);
     kv_->forget(s);
     seqs_.erase(s);
+    drafted_.erase(s);
   }
   if (g.running) {
     running_.erase({g.arrival, g.id});
@@ -170,17 +212,58 @@ void Scheduler::remove_group(int64_t group_id) {
 bool Scheduler::is_decoding(const Group& g) const {
   for (int64_t s : g.seqs) {
     const SeqState& st = seqs_.at(s);
-    if (st.num_tokens - st.num_computed != 1) return false;
+    if (st.num_tokens - st.num_computed != 1 + st.drafts) return false;
   }
   return true;
 }
 
-Scheduler::Plan Scheduler::plan_group(const Group& g, int32_t token_budget,
-                                      int32_t free_blocks) const {
+Scheduler::Plan Scheduler::plan_verify(const Group& g, int32_t token_budget, int32_t free_blocks,
+                                       int32_t draft_reserve) const {
+  Plan plan;
+  const size_t n = g.seqs.size();
+  plan.take.assign(n, 0);
+  plan.drafts.assign(n, 0);
+  // Drafts are dropped rather than the group stalled: one token each first, then the
+  // drafts the budget leaves room for, in order.
+  if (token_budget < static_cast<int32_t>(n)) return plan;  // kNoBudget: a decode does not split
+  int32_t extra = std::max(0, token_budget - draft_reserve - static_cast<int32_t>(n));
+  for (size_t i = 0; i < n; ++i) {
+    plan.drafts[i] = std::min(seqs_.at(g.seqs[i]).drafts, extra);
+    extra -= plan.drafts[i];
+  }
+  auto need = [&] {
+    int64_t total = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const SeqState& st = seqs_.at(g.seqs[i]);
+      total += kv_->blocks_needed(g.seqs[i], st.num_computed, st.num_computed + 1 + plan.drafts[i]);
+    }
+    return total;
+  };
+  // Short of blocks: fewer drafts, the last sequence's first.
+  for (size_t i = n; i > 0 && need() > free_blocks;) {
+    if (plan.drafts[i - 1] > 0)
+      --plan.drafts[i - 1];
+    else
+      --i;
+  }
+  if (need() > free_blocks) {
+    plan.status = Plan::kNoMemory;
+    return plan;
+  }
+  for (size_t i = 0; i < n; ++i) plan.take[i] = 1 + plan.drafts[i];
+  plan.sample = true;
+  plan.status = Plan::kOk;
+  return plan;
+}
+
+Scheduler::Plan Scheduler::plan_group(const Group& g, int32_t token_budget, int32_t free_blocks,
+                                      int32_t draft_reserve) const {
   Plan plan;
   const size_t n = g.seqs.size();
   plan.take.assign(n, 0);
   if (n == 0 || token_budget <= 0) return plan;  // kNoBudget
+  for (int64_t s : g.seqs)
+    if (seqs_.at(s).drafts > 0) return plan_verify(g, token_budget, free_blocks, draft_reserve);
   int64_t total = 0;
   bool all_single = true;
   for (int64_t s : g.seqs) {
@@ -249,6 +332,12 @@ void Scheduler::apply_plan(Group& g, const Plan& plan, SchedulerOutput* out) {
     if (plan.take[i] == 0) continue;
     const int64_t s = g.seqs[i];
     SeqState& st = seqs_.at(s);
+    int32_t drafts = 0;
+    if (!plan.drafts.empty()) {
+      drafts = plan.drafts[i];
+      st.num_tokens -= st.drafts - drafts;  // those the step has no room for
+      st.drafts = drafts;
+    }
     const bool ok =
         kv_->prepare_write(s, st.num_computed, st.num_computed + plan.take[i], &out->copies);
     TACHYON_CHECK(ok, "planned blocks for sequence {} were not available", s);
@@ -257,7 +346,7 @@ void Scheduler::apply_plan(Group& g, const Plan& plan, SchedulerOutput* out) {
     ss.group_id = g.id;
     ss.start = st.num_computed;
     ss.num_tokens = plan.take[i];
-    ss.num_logits = plan.sample ? 1 : 0;
+    ss.num_logits = plan.sample ? 1 + drafts : 0;
     ss.block_table = kv_->block_table(s);
     ss.prompt_len = st.prompt_len;
     ss.layout = st.layout;
@@ -280,6 +369,7 @@ void Scheduler::preempt(Group& g, SchedulerOutput* out) {
   g.running = false;
   out->preempted_groups.push_back(g.id);
   ++num_preemptions_;
+  for (int64_t s : g.seqs) drop_drafts(s);
   for (int64_t s : g.seqs) {
     publish(g, s);
     seqs_.at(s).published_blocks = 0;  // its blocks go: those it gets later are offered anew
@@ -342,7 +432,8 @@ void Scheduler::schedule_running(SchedulerOutput* out, int32_t* token_budget) {
     }
     if (want > kv_->num_free_uncached()) grow_until_free(want, out);
     while (true) {
-      const Plan plan = plan_group(g, budget, kv_->num_free_blocks());
+      // Drafts, like prefill chunks, take only what the decodes after them leave.
+      const Plan plan = plan_group(g, budget, kv_->num_free_blocks(), decode_pending);
       if (plan.status == Plan::kOk) {
         apply_plan(g, plan, out);
         for (int32_t t : plan.take) *token_budget -= t;
@@ -451,6 +542,13 @@ SchedulerOutput Scheduler::schedule() {
   if (out.preempted_groups.empty() && swap_in_groups(&out, &token_budget))
     admit_waiting(&out, &token_budget);
   kv_->take_moves(&out.swap_out, &out.swap_in);
+  // Drafts of sequences this step does not verify leave them.
+  std::set<int64_t> verifying;
+  for (const ScheduledSeq& ss : out.seqs)
+    if (ss.num_logits > 1) verifying.insert(ss.seq_id);
+  for (int64_t s : drafted_)
+    if (!verifying.count(s)) drop_drafts(s);
+  drafted_ = std::move(verifying);
   return out;
 }
 

@@ -116,6 +116,21 @@ class Scheduler {
   // are never evicted); returns the tokens pinned.
   int32_t pin_seq(int64_t seq_id);
 
+  // Speculative decoding. Whether the group's sequences may take draft tokens now: it
+  // runs and each of its sequences is decoding (only its last token is not computed).
+  bool can_speculate(int64_t group_id) const;
+  // Appends n tentative tokens to a sequence of such a group. The next schedule()
+  // computes its last token with as many of them as the token budget and the free blocks
+  // allow (num_logits 1 + those kept) and drops the others; a group it does not schedule
+  // or preempts drops them all. SeqState::drafts tells how many remain.
+  void add_drafts(int64_t seq_id, int32_t n);
+  // After the step that verified a sequence's drafts: `accepted` of them are kept (their
+  // K/V is computed), the others leave with the blocks past the end. The caller then
+  // appends the kept drafts and the token chosen after them (append_token, accepted + 1
+  // times); the prefix cache indexes only tokens known to the host (the TokenSource,
+  // which never includes drafts).
+  void accept_drafts(int64_t seq_id, int32_t accepted);
+
   // Plans and applies the next step: blocks are taken for everything it schedules, and
   // the scheduled sequences count as computed.
   SchedulerOutput schedule();
@@ -141,6 +156,7 @@ class Scheduler {
     int32_t prompt_len = 0;
     PromptLayout layout;
     int32_t published_blocks = 0;  // leading blocks offered to the prefix cache
+    int32_t drafts = 0;            // tentative tokens at the end of num_tokens
   };
   const SeqState& seq_state(int64_t seq_id) const;
   std::vector<int64_t> waiting_groups() const;  // arrival order
@@ -164,6 +180,7 @@ class Scheduler {
     enum Status { kOk, kNoBudget, kNoMemory, kIdle } status = kNoBudget;
     std::vector<int32_t> take;  // tokens per sequence of the group
     bool sample = false;
+    std::vector<int32_t> drafts;  // a verify step: the drafts kept per sequence
   };
   using Key = std::pair<uint64_t, int64_t>;  // (arrival, group id)
 
@@ -173,7 +190,14 @@ class Scheduler {
   bool adapter_fits(const Group& g) const;
   void count_running(const Group& g, int32_t delta);
   bool is_decoding(const Group& g) const;
-  Plan plan_group(const Group& g, int32_t token_budget, int32_t free_blocks) const;
+  // draft_reserve: tokens of the budget that drafts leave to the decodes after them.
+  Plan plan_group(const Group& g, int32_t token_budget, int32_t free_blocks,
+                  int32_t draft_reserve = 0) const;
+  // plan_group for a group whose sequences hold drafts: each computes its last token and
+  // the drafts the budget (less draft_reserve) and the free blocks leave room for.
+  Plan plan_verify(const Group& g, int32_t token_budget, int32_t free_blocks,
+                   int32_t draft_reserve) const;
+  void drop_drafts(int64_t seq_id);
   void apply_plan(Group& g, const Plan& plan, SchedulerOutput* out);
   // Grows the pool by chunks (SchedulerConfig::grow_blocks) until `want` blocks are
   // free; false when the limit comes first (it keeps what it grew).
@@ -210,6 +234,8 @@ class Scheduler {
   int64_t prefix_queries_ = 0;
   int64_t prefix_hits_ = 0;
   TokenSource tokens_;
+  // Sequences holding drafts (add_drafts) until the step after them is verified.
+  std::set<int64_t> drafted_;
 };
 
 }  // namespace tachyon

@@ -5,6 +5,7 @@
 #include <span>
 
 #include "core/thread_pool.h"
+#include "engine/speculation.h"
 
 namespace tachyon {
 
@@ -30,6 +31,7 @@ void StepSampler::process(const std::vector<int64_t>& groups, LogitRows& rows, i
     EngineSeq* seq = nullptr;
     StepRow row;
     SampledToken token;
+    std::vector<SampledToken> verified;  // a verify step's kept tokens
     std::exception_ptr error;
   };
   std::vector<Job> jobs;
@@ -59,7 +61,7 @@ void StepSampler::process(const std::vector<int64_t>& groups, LogitRows& rows, i
         if (sp->finished) continue;
         auto row = rows.find(sp->id);
         TACHYON_CHECK(row != rows.end(), "no logits for sequence {}", sp->id);
-        jobs.push_back({r.id, sp.get(), row->second, {}, nullptr});
+        jobs.push_back({r.id, sp.get(), row->second, {}, {}, nullptr});
       }
       sampled.push_back(r.id);
     } catch (const std::exception& e) {
@@ -92,7 +94,24 @@ void StepSampler::process(const std::vector<int64_t>& groups, LogitRows& rows, i
           RngKey{r.seed, static_cast<uint32_t>(s.index),
                  static_cast<uint64_t>(s.tokens.size() - static_cast<size_t>(r.prompt_len)), 0};
       try {
-        if (job.row.token == kTokenOnHost) {
+        if (s.num_drafts > 0) {
+          TACHYON_CHECK(job.row.token == kTokenOnHost && job.row.num_rows == s.num_drafts + 1,
+                        "sequence {}: {} rows for {} drafts", s.id, job.row.num_rows, s.num_drafts);
+          std::vector<const float*> verify_rows;
+          for (int32_t i = 0; i < job.row.num_rows; ++i)
+            verify_rows.push_back(job.row.logits + static_cast<ptrdiff_t>(i) * vocab_size_);
+          VerifyInput in;
+          in.config = &r.cfg;
+          in.tokens = s.tokens;
+          in.prompt_len = r.prompt_len;
+          in.num_drafts = s.num_drafts;
+          in.rows = verify_rows;
+          in.draft_probs = s.draft_probs;
+          in.eos_ids = eos_ids_;
+          in.seed = r.seed;
+          in.seq_index = static_cast<uint32_t>(s.index);
+          job.verified = verify_drafts(samplers_[static_cast<size_t>(w)], in, vocab_size_);
+        } else if (job.row.token == kTokenOnHost) {
           if (s.matcher) {
             mask.resize(static_cast<size_t>(token_mask_words(vocab_size_)));
             s.matcher->fill_mask(mask);
@@ -123,7 +142,10 @@ void StepSampler::process(const std::vector<int64_t>& groups, LogitRows& rows, i
     if (!r) continue;
     try {
       if (job.error) std::rethrow_exception(job.error);
-      on_token(*r, *job.seq, job.token, step_no);
+      if (job.seq->num_drafts > 0)
+        on_verified(*r, *job.seq, job.verified, step_no);
+      else
+        on_token(*r, *job.seq, job.token, step_no);
     } catch (const std::exception& e) {
       requests_->fail_request(*r, e);
     }
@@ -203,6 +225,34 @@ void StepSampler::on_token(EngineRequest& r, EngineSeq& s, const SampledToken& t
   }
   if (!placed) scheduler_->append_token(s.id);
   requests_->emit(r, std::move(e));
+}
+
+void StepSampler::on_verified(EngineRequest& r, EngineSeq& s,
+                              const std::vector<SampledToken>& tokens, int64_t step_no) {
+  const int32_t drafts = s.num_drafts;
+  const int32_t accepted = static_cast<int32_t>(tokens.size()) - 1;
+  TACHYON_CHECK(accepted >= 0 && accepted <= drafts, "{} tokens kept of {} drafts", tokens.size(),
+                drafts);
+  ++spec_.drafts;
+  spec_.draft_tokens += drafts;
+  spec_.accepted_tokens += accepted;
+  std::vector<int32_t>& per_pos = r.timings.speculative_accepted_tokens_per_pos;
+  if (static_cast<int32_t>(spec_.accepted_per_pos.size()) < drafts)
+    spec_.accepted_per_pos.resize(static_cast<size_t>(drafts), 0);
+  if (static_cast<int32_t>(per_pos.size()) < drafts) per_pos.resize(static_cast<size_t>(drafts), 0);
+  for (int32_t i = 0; i < accepted; ++i) {
+    ++spec_.accepted_per_pos[static_cast<size_t>(i)];
+    ++per_pos[static_cast<size_t>(i)];
+  }
+  ++r.timings.speculative_draft_rounds;
+  // The drafts leave; those accepted come back as tokens, each taken as a plain step's
+  // token is (EOS, stop words and lengths end the sequence there, dropping the rest).
+  s.drop_drafts();
+  scheduler_->accept_drafts(s.id, accepted);
+  for (const SampledToken& t : tokens) {
+    on_token(r, s, t, step_no);
+    if (s.finished) break;
+  }
 }
 
 void StepSampler::beam_group(EngineRequest& r, LogitRows& rows) {

@@ -15,6 +15,14 @@
 
 namespace tachyon {
 
+// Speculative decoding's counts (EngineStats::spec_*).
+struct SpeculationCounts {
+  int64_t drafts = 0;  // verify steps of a sequence
+  int64_t draft_tokens = 0;
+  int64_t accepted_tokens = 0;
+  std::vector<int64_t> accepted_per_pos;
+};
+
 class StepSampler {
  public:
   StepSampler(RequestTable* requests, Scheduler* scheduler, std::vector<int32_t> eos_ids,
@@ -33,10 +41,15 @@ class StepSampler {
   int64_t tokens_generated() const { return tokens_generated_; }
   // Tokens computed in a step queued after a sequence's last one (EngineStats).
   int64_t tokens_discarded() const { return tokens_discarded_; }
+  const SpeculationCounts& speculation() const { return spec_; }
 
  private:
   void beam_group(EngineRequest& r, LogitRows& rows);
   void on_token(EngineRequest& r, EngineSeq& s, const SampledToken& t, int64_t step_no);
+  // The tokens a verify step kept for s (the accepted drafts, then the target's token):
+  // the rejected drafts leave, the kept tokens are taken until one ends the sequence.
+  void on_verified(EngineRequest& r, EngineSeq& s, const std::vector<SampledToken>& tokens,
+                   int64_t step_no);
 
   RequestTable* requests_;
   Scheduler* scheduler_;
@@ -47,6 +60,7 @@ class StepSampler {
   std::vector<float> beam_scratch_;
   int64_t tokens_generated_ = 0;
   int64_t tokens_discarded_ = 0;
+  SpeculationCounts spec_;
 };
 
 }  // namespace tachyon

@@ -58,7 +58,8 @@ struct GenerationParams {
   std::vector<std::string> stop_words_str;
   std::vector<std::vector<int32_t>> stop_words_list;
   bool ignore_eos = false;
-  int64_t timeout_ms = 0;  // 0: none
+  bool force_disable_sp_run = false;  // plain decoding where the engine speculates
+  int64_t timeout_ms = 0;             // 0: none
   int32_t num_return_sequences = 1;
   int32_t num_beams = 1;
   float length_penalty = 1.0f;
@@ -99,6 +100,9 @@ struct GenTimings {
   int32_t prefix_len = 0;
   int32_t reuse_len = 0;
   std::vector<double> token_gaps_ms;  // inter-token gaps of sequence 0
+  // Speculative decoding: verify steps with drafts, and acceptances per draft position.
+  int32_t speculative_draft_rounds = 0;
+  std::vector<int32_t> speculative_accepted_tokens_per_pos;
 };
 
 // One delta of a request's output (one output sequence), or the request's last event.
@@ -143,6 +147,12 @@ struct BackendStats {
   int64_t prefix_cache_host_hits = 0;
   int64_t num_cached_blocks = 0;
   int64_t num_pinned_blocks = 0;
+  // Speculative decoding: verify steps with drafts, draft tokens verified, those accepted,
+  // and acceptances per draft position.
+  int64_t spec_num_drafts = 0;
+  int64_t spec_num_draft_tokens = 0;
+  int64_t spec_num_accepted_tokens = 0;
+  std::vector<int64_t> spec_accepted_per_pos;
 };
 
 struct ModelInfo {

@@ -57,6 +57,7 @@ GenerateConfig to_generate_config(const GenerationParams& p) {
   c.stop_words_str = p.stop_words_str;
   c.stop_words_list = p.stop_words_list;
   c.ignore_eos = p.ignore_eos;
+  c.force_disable_sp_run = p.force_disable_sp_run;
   c.timeout_ms = p.timeout_ms;
   c.num_return_sequences = p.num_return_sequences;
   c.num_beams = p.num_beams;
@@ -93,6 +94,9 @@ GenEvent to_gen_event(StreamEvent&& e) {
   g.timings.prefix_len = e.timings.prefix_len;
   g.timings.reuse_len = e.timings.reuse_len;
   g.timings.token_gaps_ms = std::move(e.timings.token_gaps_ms);
+  g.timings.speculative_draft_rounds = e.timings.speculative_draft_rounds;
+  g.timings.speculative_accepted_tokens_per_pos =
+      std::move(e.timings.speculative_accepted_tokens_per_pos);
   if (e.error) g.error = Error(e.error->code, e.error->message);
   return g;
 }
@@ -159,6 +163,10 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
     ec.kv_cache_bytes =
         kv_cache_budget_bytes(*model, o.gpu_memory_fraction, ec.max_num_batched_tokens);
   ec.swap_space_bytes = swap_space_bytes(o.swap_space_gb, lo.device->is_cpu());
+  if (o.make_proposer) {
+    progress(0, 0, "draft model");
+    ec.proposer = o.make_proposer(*model, lo, &ec);
+  }
 
   b->prefix_caching_ = ec.prefix_caching;
 
@@ -336,6 +344,10 @@ BackendStats EngineBackend::stats() const {
   s.prefix_cache_host_hits = e.prefix_cache_host_hits;
   s.num_cached_blocks = e.num_cached_blocks;
   s.num_pinned_blocks = e.num_pinned_blocks;
+  s.spec_num_drafts = e.spec_num_drafts;
+  s.spec_num_draft_tokens = e.spec_num_draft_tokens;
+  s.spec_num_accepted_tokens = e.spec_num_accepted_tokens;
+  s.spec_accepted_per_pos = e.spec_accepted_per_pos;
   return s;
 }
 

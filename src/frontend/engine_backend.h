@@ -12,6 +12,7 @@
 #include "frontend/adapters.h"
 #include "frontend/backend.h"
 #include "frontend/text_engine.h"
+#include "model/loader.h"
 
 namespace tachyon {
 
@@ -47,6 +48,12 @@ struct EngineBackendOptions {
   // Sizes not given are filled in at load; prefix_caching and prefix_cache_host_bytes
   // are taken as given.
   EngineConfig engine;
+  // Called once the model is loaded and the KV budget set, before the engine starts:
+  // a speculative proposer that needs the loaded model (a draft model's, whose KV cache
+  // it takes out of the budget in `engine`). Unset: engine.proposer as given.
+  std::function<std::shared_ptr<Proposer>(Model& model, const LoadOptions& load,
+                                          EngineConfig* engine)>
+      make_proposer;
   // Called with (done, total, stage) while loading; total 0 when unknown.
   std::function<void(double done, double total, const std::string& stage)> progress;
 };

@@ -100,7 +100,9 @@ class NativeFormatter : public CallFormatter {
                 {"pd_sep", false},
                 {"cum_log_probs", Json::array({s.cum})},
                 {"beam_responses", beams},
-                {"softmax_probs", Json::array()}};
+                {"softmax_probs", Json::array()},
+                {"speculative_draft_rounds", t.speculative_draft_rounds},
+                {"speculative_accepted_tokens_per_pos", t.speculative_accepted_tokens_per_pos}};
   }
 
   // The state of prompt p; `incremental` sends only what is new since the last call.

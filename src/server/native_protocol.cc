@@ -24,8 +24,8 @@ struct ConfigFields {
       num_beams, timeout_ms, no_repeat_ngram_size;
   std::optional<double> top_p, temperature, repetition_penalty, presence_penalty, frequency_penalty,
       min_p, length_penalty;
-  std::optional<bool> ignore_eos, return_incremental, return_input_ids, return_output_ids,
-      yield_generator, do_sample, skip_special_tokens, aux_info;
+  std::optional<bool> ignore_eos, force_disable_sp_run, return_incremental, return_input_ids,
+      return_output_ids, yield_generator, do_sample, skip_special_tokens, aux_info;
   std::optional<std::vector<std::string>> stop_words_str;
   std::optional<std::vector<std::vector<int32_t>>> stop_words_list, bad_words_list;
   std::optional<Json> chat_template_kwargs;
@@ -59,6 +59,7 @@ struct ConfigFields {
     pick(num_beams, r.opt_int("num_beams", 1, lim.max_n));
     pick(timeout_ms, r.opt_int("timeout_ms", INT64_MIN, INT64_MAX));
     pick(ignore_eos, r.opt_bool("ignore_eos"));
+    pick(force_disable_sp_run, r.opt_bool("force_disable_sp_run"));
     pick(return_incremental, r.opt_bool("return_incremental"));
     pick(return_input_ids, r.opt_bool("return_input_ids"));
     pick(return_input_ids, r.opt_bool("output_input_ids"));
@@ -169,6 +170,7 @@ struct ConfigFields {
     if (no_repeat_ngram_size) p.no_repeat_ngram_size = static_cast<int32_t>(*no_repeat_ngram_size);
     if (random_seed) p.random_seed = static_cast<uint64_t>(*random_seed);
     if (ignore_eos) p.ignore_eos = *ignore_eos;
+    if (force_disable_sp_run) p.force_disable_sp_run = *force_disable_sp_run;
     if (skip_special_tokens) p.skip_special_tokens = *skip_special_tokens;
     if (stop_words_str) {
       for (const auto& s : *stop_words_str)

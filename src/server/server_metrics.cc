@@ -11,7 +11,7 @@ std::vector<std::string> both(const std::string& suffix) {
 
 ServerMetrics::ServerMetrics(std::string model_name, std::function<BackendStats()> stats,
                              std::function<int64_t()> queued)
-    : model_{{"model_name", std::move(model_name)}} {
+    : model_{{"model_name", std::move(model_name)}}, stats_(stats) {
   auto& r = registry_;
   r.gauge_fn(both("num_requests_running"), "Number of requests running in the engine.", model_,
              [stats] { return static_cast<double>(stats().num_running); });
@@ -45,6 +45,15 @@ ServerMetrics::ServerMetrics(std::string model_name, std::function<BackendStats(
   r.gauge_fn({"tachyon:prefix_cache_pinned_blocks"},
              "KV blocks pinned in the prefix cache (task prompts), never evicted.", model_,
              [stats] { return static_cast<double>(stats().num_pinned_blocks); });
+  r.counter_fn(both("spec_decode_num_drafts_total"),
+               "Speculative decoding: verify steps of a sequence with draft tokens.", model_,
+               [stats] { return static_cast<double>(stats().spec_num_drafts); });
+  r.counter_fn(both("spec_decode_num_draft_tokens_total"),
+               "Speculative decoding: draft tokens verified.", model_,
+               [stats] { return static_cast<double>(stats().spec_num_draft_tokens); });
+  r.counter_fn(both("spec_decode_num_accepted_tokens_total"),
+               "Speculative decoding: draft tokens accepted.", model_,
+               [stats] { return static_cast<double>(stats().spec_num_accepted_tokens); });
   prompt_tokens_ =
       &r.counter(both("prompt_tokens_total"), "Number of prefill tokens processed.", model_);
   generation_tokens_ =
@@ -69,6 +78,27 @@ ServerMetrics::ServerMetrics(std::string model_name, std::function<BackendStats(
                                  token_count_buckets(), model_);
   cancelled_ = &r.counter({"tachyon:requests_cancelled_total"},
                           "Requests cancelled because the client disconnected.", {});
+}
+
+std::string ServerMetrics::render() {
+  {
+    std::lock_guard<std::mutex> lock(spec_mu_);
+    const size_t n = stats_().spec_accepted_per_pos.size();
+    for (; spec_positions_ < n; ++spec_positions_) {
+      Labels l = model_;
+      l.emplace_back("position", std::to_string(spec_positions_));
+      const size_t pos = spec_positions_;
+      registry_.counter_fn(both("spec_decode_num_accepted_tokens_per_pos_total"),
+                           "Speculative decoding: draft tokens accepted, by position in the draft.",
+                           l, [stats = stats_, pos] {
+                             const BackendStats s = stats();
+                             return pos < s.spec_accepted_per_pos.size()
+                                        ? static_cast<double>(s.spec_accepted_per_pos[pos])
+                                        : 0.0;
+                           });
+    }
+  }
+  return registry_.render();
 }
 
 void ServerMetrics::request_finished(int64_t prompt_tokens, int64_t generation_tokens,

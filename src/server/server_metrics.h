@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <mutex>
 #include <string>
 
 #include "frontend/backend.h"
@@ -25,12 +26,17 @@ class ServerMetrics {
   void request_rejected(const std::string& reason);
   void http_response(const std::string& route, int status);
 
-  std::string render() const { return registry_.render(); }
+  // The registry's text; the speculative decoding series of draft positions seen since
+  // the last scrape are registered first.
+  std::string render();
   MetricsRegistry& registry() { return registry_; }
 
  private:
   MetricsRegistry registry_;
   Labels model_;
+  std::function<BackendStats()> stats_;
+  std::mutex spec_mu_;
+  size_t spec_positions_ = 0;  // draft positions with a series
   Counter* prompt_tokens_;
   Counter* generation_tokens_;
   Counter* cancelled_;

@@ -32,6 +32,15 @@ SettingValues settings(const std::vector<std::string>& args, const Env& env = {}
   return *v;
 }
 
+// The draft options and proposer of the settings, through their speculative options.
+std::optional<DraftOptions> draft_of(const SettingValues& v) {
+  return draft_options(v, speculative_options(v));
+}
+std::shared_ptr<Proposer> proposer_of(const SettingValues& v, const std::string& target_dir,
+                                      Model& target, const LoadOptions& opts, EngineConfig* c) {
+  return make_draft_proposer(v, speculative_options(v), target_dir, target, opts, c);
+}
+
 // The message of the InvalidArgument that `f` throws ("" when none).
 template <typename F>
 std::string error_of(F&& f) {
@@ -75,23 +84,23 @@ LoadOptions cpu_f32() {
 }
 
 TEST(DraftSetup, Settings) {
-  EXPECT_FALSE(draft_options(settings({})).has_value());
-  const DraftOptions a = *draft_options(settings({"--draft-model", kDraft}));
+  EXPECT_FALSE(draft_of(settings({})).has_value());
+  const DraftOptions a = *draft_of(settings({"--draft-model", kDraft}));
   EXPECT_EQ(a.dir, kDraft);
   EXPECT_EQ(a.num_speculative_tokens, 5);
   EXPECT_FALSE(a.dtype.has_value());
   EXPECT_TRUE(a.model_type.empty());
   // RTP-LLM's variables.
-  const DraftOptions b = *draft_options(settings({}, Env{{{"SP_CHECKPOINT_PATH", kDraft},
-                                                          {"GEN_NUM_PER_CIRCLE", "8"},
-                                                          {"SP_WEIGHT_TYPE", "FP16"},
-                                                          {"SP_MODEL_TYPE", "llama"}}}));
+  const DraftOptions b = *draft_of(settings({}, Env{{{"SP_CHECKPOINT_PATH", kDraft},
+                                                     {"GEN_NUM_PER_CIRCLE", "8"},
+                                                     {"SP_WEIGHT_TYPE", "FP16"},
+                                                     {"SP_MODEL_TYPE", "llama"}}}));
   EXPECT_EQ(b.dir, kDraft);
   EXPECT_EQ(b.source, "SP_CHECKPOINT_PATH");
   EXPECT_EQ(b.num_speculative_tokens, 8);
   EXPECT_EQ(b.dtype, DType::kF16);
   EXPECT_EQ(b.model_type, "llama");
-  EXPECT_EQ(draft_options(settings({"--draft-model", kDraft, "--draft-dtype", "bf16"}))->dtype,
+  EXPECT_EQ(draft_of(settings({"--draft-model", kDraft, "--draft-dtype", "bf16"}))->dtype,
             DType::kBF16);
 }
 
@@ -108,26 +117,25 @@ TEST(DraftSetup, RefusesBadSettings) {
                {"GEN_NUM_PER_CIRCLE"});
   // A folder that is not there.
   expect_error(error_of([] {
-                 draft_options(settings({"--draft-model", "/nonexistent/draft"}));
+                 draft_of(settings({"--draft-model", "/nonexistent/draft"}));
                }),
                {"--draft-model", "/nonexistent/draft", "does not exist"});
   expect_error(error_of([] {
-                 draft_options(settings({}, Env{{{"SP_CHECKPOINT_PATH", "/nonexistent/d"}}}));
+                 draft_of(settings({}, Env{{{"SP_CHECKPOINT_PATH", "/nonexistent/d"}}}));
                }),
                {"SP_CHECKPOINT_PATH", "/nonexistent/d"});
   // A dtype that is not a compute dtype.
-  expect_error(
-      error_of([] {
-        draft_options(settings({"--draft-model", kDraft}, Env{{{"SP_WEIGHT_TYPE", "int8"}}}));
-      }),
-      {"SP_WEIGHT_TYPE", "int8"});
+  expect_error(error_of([] {
+                 draft_of(settings({"--draft-model", kDraft}, Env{{{"SP_WEIGHT_TYPE", "int8"}}}));
+               }),
+               {"SP_WEIGHT_TYPE", "int8"});
   // Draft settings without a draft.
   expect_error(error_of([] {
-                 draft_options(settings({"--draft-dtype", "f16"}));
+                 draft_of(settings({"--draft-dtype", "f16"}));
                }),
                {"--draft-dtype", "--draft-model"});
   expect_error(error_of([] {
-                 draft_options(settings({}, Env{{{"SP_MODEL_TYPE", "llama"}}}));
+                 draft_of(settings({}, Env{{{"SP_MODEL_TYPE", "llama"}}}));
                }),
                {"SP_MODEL_TYPE"});
 }
@@ -182,12 +190,12 @@ TEST(DraftSetup, BuildsTheProposerFromTheBudget) {
   c.max_num_seqs = 4;
   c.kv_cache_bytes = 8 << 20;
   c.eos_token_ids = {2};
-  EXPECT_EQ(make_draft_proposer(settings({}), kTarget, *target, opts, &c), nullptr);
+  EXPECT_EQ(proposer_of(settings({}), kTarget, *target, opts, &c), nullptr);
   EXPECT_EQ(c.kv_cache_bytes, 8 << 20);
 
   std::shared_ptr<Proposer> p =
-      make_draft_proposer(settings({"--draft-model", kDraft, "--draft-model-type", "llama"}),
-                          kTarget, *target, opts, &c);
+      proposer_of(settings({"--draft-model", kDraft, "--draft-model-type", "llama"}), kTarget,
+                  *target, opts, &c);
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(p->name(), "draft_model");
   // Both caches hold as many tokens: f32 K/V of 2 layers x 2 heads x 32 (draft) against
@@ -217,8 +225,7 @@ TEST(DraftSetup, BuildsTheProposerFromTheBudget) {
   EngineConfig blocks;
   blocks.max_num_seqs = 64;
   blocks.num_kv_blocks = 100;
-  auto q =
-      make_draft_proposer(settings({"--draft-model", kDraft}), kTarget, *target, opts, &blocks);
+  auto q = proposer_of(settings({"--draft-model", kDraft}), kTarget, *target, opts, &blocks);
   EXPECT_EQ(dynamic_cast<const DraftModelProposer&>(*q).num_blocks(), 100);
   EXPECT_EQ(blocks.num_kv_blocks, 100);
 }
@@ -239,31 +246,27 @@ TEST(DraftSetup, RefusesADraftThatDoesNotMatch) {
     vocab[a] = 501;
     vocab[b] = 500;
   });
-  expect_error(
-      error_of([&] {
-        make_draft_proposer(settings({"--draft-model", swapped}), kTarget, *target, opts, &c);
-      }),
-      {"--draft-model", "draft_swapped_vocab", "token 500"});
+  expect_error(error_of([&] {
+                 proposer_of(settings({"--draft-model", swapped}), kTarget, *target, opts, &c);
+               }),
+               {"--draft-model", "draft_swapped_vocab", "token 500"});
   const std::string small = draft_copy("draft_small_vocab");
   edit_json(small + "/config.json", [](Json& j) { j["vocab_size"] = 30000; });
-  expect_error(
-      error_of([&] {
-        make_draft_proposer(settings({"--draft-model", small}), kTarget, *target, opts, &c);
-      }),
-      {"30000", "32000"});
   expect_error(error_of([&] {
-                 make_draft_proposer(
-                     settings({"--draft-model", kDraft}, Env{{{"SP_MODEL_TYPE", "gpt2"}}}), kTarget,
-                     *target, opts, &c);
+                 proposer_of(settings({"--draft-model", small}), kTarget, *target, opts, &c);
+               }),
+               {"30000", "32000"});
+  expect_error(error_of([&] {
+                 proposer_of(settings({"--draft-model", kDraft}, Env{{{"SP_MODEL_TYPE", "gpt2"}}}),
+                             kTarget, *target, opts, &c);
                }),
                {"SP_MODEL_TYPE", "gpt2", "llama"});
   EXPECT_EQ(c.kv_cache_bytes, 8 << 20);  // nothing taken
   // No room in the budget.
   EngineConfig tiny;
   tiny.kv_cache_bytes = 1024;
-  EXPECT_THROW(
-      make_draft_proposer(settings({"--draft-model", kDraft}), kTarget, *target, opts, &tiny),
-      ResourceExhausted);
+  EXPECT_THROW(proposer_of(settings({"--draft-model", kDraft}), kTarget, *target, opts, &tiny),
+               ResourceExhausted);
 }
 
 }  // namespace

@@ -44,7 +44,8 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
   std::atomic<bool> prefix_caching{true};
   // The prefix cache's reuse_len on each request's last event, and its stats.
   std::atomic<int32_t> reuse_len{0};
-  BackendStats prefix_stats;  // set before requests: its prefix cache fields are reported
+  // Set before requests: its prefix cache and speculative decoding fields are reported.
+  BackendStats prefix_stats;
 
   // Whether the model reads images (set before requests).
   void set_takes_images(bool v) { info_.takes_images = v; }
@@ -240,6 +241,10 @@ class FakeBackend : public InferenceBackend, public std::enable_shared_from_this
     s.prefix_cache_host_hits = prefix_stats.prefix_cache_host_hits;
     s.num_cached_blocks = prefix_stats.num_cached_blocks;
     s.num_pinned_blocks = prefix_stats.num_pinned_blocks;
+    s.spec_num_drafts = prefix_stats.spec_num_drafts;
+    s.spec_num_draft_tokens = prefix_stats.spec_num_draft_tokens;
+    s.spec_num_accepted_tokens = prefix_stats.spec_num_accepted_tokens;
+    s.spec_accepted_per_pos = prefix_stats.spec_accepted_per_pos;
     return s;
   }
 
