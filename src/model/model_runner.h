@@ -5,10 +5,10 @@
 // model's math on the staged inputs.
 #pragma once
 
+#include <compare>
 #include <deque>
 #include <map>
 #include <memory>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -163,8 +163,10 @@ class ModelRunner final : public Model {
   // The decoder's step on the uploaded inputs into logits [R, V] f32.
   void compute(Tensor& logits) { decoder_.compute(in_, kv_, logits); }
   bool graph_eligible(const ForwardBatch& b) const;
-  // The largest batch bucket recorded as a graph (model_runner_graph.cc).
+  // The most tokens a step recorded as a graph has (its batch bucket times its tokens
+  // per sequence), and the most tokens per sequence (model_runner_graph.cc).
   static constexpr int32_t kMaxGraphBatch = 512;
+  static constexpr int32_t kMaxGraphQueries = 16;
   Tensor forward_graph(const ForwardBatch& b);
   std::vector<const void*> buffer_addresses() const;
   // The step's f32 logits [logits_rows, vocab] on the backend's device.
@@ -212,13 +214,17 @@ class ModelRunner final : public Model {
   int64_t rope_gather_rows_ = kRopeGatherRows;
   int64_t rope_gathers_ = 0;
 
-  // Step graphs (model_runner_graph.cc), keyed by (batch bucket, context bucket).
+  // Step graphs (model_runner_graph.cc).
   struct StepGraph {
     std::unique_ptr<DeviceGraph> graph;
     std::vector<const void*> addresses;  // the buffers it was recorded on
   };
-  // Keyed by (batch bucket, context bucket, with adapters).
-  std::map<std::tuple<int32_t, int32_t, bool>, StepGraph> graphs_;
+  struct GraphKey {
+    int32_t batch, context, queries;  // buckets, and tokens per sequence
+    bool tree, adapters;              // with tree masks; with LoRA adapters
+    auto operator<=>(const GraphKey&) const = default;
+  };
+  std::map<GraphKey, StepGraph> graphs_;
   bool graphs_on_ = true;
   ForwardBatch padded_;
   StepBuffer graph_logits_;

@@ -1,11 +1,13 @@
-// Decode steps as replayed device graphs. A pure decode step (every sequence advances
-// by one token and wants its logits) is padded to a batch bucket; its metadata goes
-// into the runner's device buffers in place (block tables repacked to a width fixed by
-// the context bucket, attention hints set to the bucket), and the recorded kernels of
-// that (batch, context) bucket run again. Padding sequences have context 1 on block 0
-// and write no K/V; their logits rows are dropped. (A decode step never has a query
-// inside a bidirectional context, so the graphs never carry prefix lengths.) The first step of a
-// bucket runs eagerly (sizing every buffer and scratch), then is recorded; a graph whose buffers
+// Decode and verify steps as replayed device graphs. A step whose sequences all compute
+// the same number of tokens Q (1: decode; up to kMaxGraphQueries: a sequence's last token
+// and its draft tokens, chained or in a tree mask) and want the logits of every token is
+// padded to a batch bucket; its metadata goes into the runner's device buffers in place
+// (block tables repacked to a width fixed by the context bucket, attention hints set to
+// the bucket), and the recorded kernels of that (batch, context, Q, tree, adapters)
+// bucket run again. Padding sequences have context Q on block 0 and write no K/V; their
+// logits rows are dropped. (Such a step never has a query inside a bidirectional
+// context, so the graphs never carry prefix lengths.) The first step of a bucket runs
+// eagerly (sizing every buffer and scratch), then is recorded; a graph whose buffers
 // have moved since (a larger step regrew them) is recorded again.
 // (The runner's graph steps apart from its eager step, model_runner.cc: the padding,
 // the buckets and the recordings are one part of the runner that the rest never reads.)
@@ -39,11 +41,15 @@ int32_t context_bucket(int32_t ctx) {
 bool ModelRunner::graph_eligible(const ForwardBatch& b) const {
   if (!graphs_on_ || kv_.empty()) return false;
   const int32_t S = b.num_seqs();
-  if (S <= 0 || S > kMaxGraphBatch || b.num_tokens() != S) return false;
-  if (static_cast<int32_t>(b.logits_rows.size()) != S) return false;
-  if (!b.embeddings.empty() || !b.hidden_rows.empty() || !b.tree_masks.empty()) return false;
-  for (int32_t s = 0; s < S; ++s)
-    if (b.query_start[s] != s || b.logits_rows[s] != s) return false;
+  if (S <= 0 || S > kMaxGraphBatch || b.num_tokens() % S != 0) return false;
+  const int32_t Q = b.num_tokens() / S;
+  if (Q > kMaxGraphQueries || int64_t{batch_bucket(S)} * Q > kMaxGraphBatch) return false;
+  if (static_cast<int32_t>(b.logits_rows.size()) != S * Q) return false;
+  if (!b.embeddings.empty() || !b.hidden_rows.empty()) return false;
+  for (int32_t s = 0; s <= S; ++s)
+    if (b.query_start[s] != s * Q) return false;
+  for (int32_t r = 0; r < S * Q; ++r)
+    if (b.logits_rows[r] != r) return false;
   // Steps that go through host memory (log-n query scaling, MoE routing) stay eager.
   if (cfg_.logn_scaling_len > 0 || cfg_.moe.num_experts > 0) return false;
   int32_t max_ctx = 0;
@@ -57,10 +63,10 @@ std::vector<const void*> ModelRunner::buffer_addresses() const {
   decoder_.buffer_addresses(a);  // the activations
   a.push_back(graph_logits_.storage.raw());
   // The staged pieces (their offsets in staged_ follow the step's shapes).
-  for (const Tensor* t :
-       {&in_.ids, &in_.positions, &in_.logits_rows, &in_.slots, &in_.cos_sin, &in_.logn,
-        &in_.meta.query_start, &in_.meta.context_lens, &in_.meta.block_tables,
-        &in_.meta.prefix_lens, &in_.lora.row_slots, &in_.lora.arena})
+  for (const Tensor* t : {&in_.ids, &in_.positions, &in_.logits_rows, &in_.slots, &in_.cos_sin,
+                          &in_.logn, &in_.meta.query_start, &in_.meta.context_lens,
+                          &in_.meta.block_tables, &in_.meta.prefix_lens, &in_.meta.tree_mask,
+                          &in_.meta.tree_mask_start, &in_.lora.row_slots, &in_.lora.arena})
     a.push_back(t->raw());
   for (const LayerKvCache& c : kv_) {
     a.push_back(c.k.raw());
@@ -71,6 +77,7 @@ std::vector<const void*> ModelRunner::buffer_addresses() const {
 
 Tensor ModelRunner::forward_graph(const ForwardBatch& b) {
   const int32_t S = b.num_seqs();
+  const int32_t Q = b.num_tokens() / S;  // tokens per sequence (graph_eligible)
   const int32_t B = batch_bucket(S);
   int32_t max_ctx = 0;
   for (int32_t c : b.context_lens) max_ctx = std::max(max_ctx, c);
@@ -92,31 +99,36 @@ Tensor ModelRunner::forward_graph(const ForwardBatch& b) {
     std::copy_n(b.block_tables.begin() + int64_t{s} * b.max_blocks_per_seq, copy,
                 p.block_tables.begin() + int64_t{s} * W);
   for (int32_t s = S; s < B; ++s) {
-    p.token_ids.push_back(0);
-    p.positions.push_back(0);
-    p.context_lens.push_back(1);
-    if (!p.prompt_lens.empty()) p.prompt_lens.push_back(1);
-    // A one-token causal context: positions (0, 0).
-    if (!p.layouts.empty()) p.layouts.push_back(PromptLayout{1, false, 0});
+    for (int32_t i = 0; i < Q; ++i) {
+      p.token_ids.push_back(0);
+      p.positions.push_back(i);
+    }
+    p.context_lens.push_back(Q);
+    if (!p.prompt_lens.empty()) p.prompt_lens.push_back(Q);
+    // A Q-token causal context: positions (0, 0) ...
+    if (!p.layouts.empty()) p.layouts.push_back(PromptLayout{Q, false, 0});
     p.block_tables[static_cast<size_t>(s) * W] = 0;
   }
-  p.deferred.assign(b.deferred.begin(), b.deferred.end());  // same token indices
+  p.tree_masks.assign(b.tree_masks.begin(), b.tree_masks.end());
+  if (!p.tree_masks.empty()) p.tree_masks.resize(static_cast<size_t>(B));  // causal padding
+  p.deferred.assign(b.deferred.begin(), b.deferred.end());                 // same token indices
   p.adapter_ids.assign(b.adapter_ids.begin(), b.adapter_ids.end());
   if (!p.adapter_ids.empty()) p.adapter_ids.resize(static_cast<size_t>(B), 0);
   p.query_start.resize(static_cast<size_t>(B) + 1);
-  p.logits_rows.resize(static_cast<size_t>(B));
-  for (int32_t s = 0; s <= B; ++s) p.query_start[s] = s;
-  for (int32_t s = 0; s < B; ++s) p.logits_rows[s] = s;
+  p.logits_rows.resize(static_cast<size_t>(B) * Q);
+  for (int32_t s = 0; s <= B; ++s) p.query_start[s] = s * Q;
+  for (int32_t r = 0; r < B * Q; ++r) p.logits_rows[r] = r;
 
-  stage_metadata(p, S, /*gather_rope=*/false);  // the recorded step reads in_.cos_sin as staged
-  in_.meta.max_query_len = 1;
+  // The recorded step reads in_.cos_sin as staged.
+  stage_metadata(p, int64_t{S} * Q, /*gather_rope=*/false);
+  in_.meta.max_query_len = Q;
   in_.meta.max_context_len = C;
   stage_inputs(p);
   upload_staged();
   take_deferred();  // before the graph, whose first kernel reads the ids
-  Tensor logits = graph_logits_.view(*be_, B, V, DType::kF32);
+  Tensor logits = graph_logits_.view(*be_, int64_t{B} * Q, V, DType::kF32);
 
-  const auto key = std::make_tuple(B, C, static_cast<bool>(in_.lora.row_slots));
+  const GraphKey key{B, C, Q, !p.tree_masks.empty(), static_cast<bool>(in_.lora.row_slots)};
   auto it = graphs_.find(key);
   bool ran = false;
   if (it != graphs_.end() && it->second.addresses == buffer_addresses())
@@ -134,7 +146,8 @@ Tensor ModelRunner::forward_graph(const ForwardBatch& b) {
       graphs_[key] = StepGraph{std::move(g), buffer_addresses()};
     }
   }
-  return Tensor::wrap(logits.raw(), {S, V}, DType::kF32, logits.owner(), logits.device());
+  return Tensor::wrap(logits.raw(), {int64_t{S} * Q, V}, DType::kF32, logits.owner(),
+                      logits.device());
 }
 
 }  // namespace tachyon

@@ -1,4 +1,4 @@
-// Decode steps replayed as CUDA graphs against the same steps run eagerly: two copies
+// Decode and verify steps replayed as CUDA graphs against the same steps run eagerly: two copies
 // of the bundled model (models/tiny-kjv-chat) on the GPU, one with step graphs off,
 // fed the same batches. Batches are padded to buckets (3 sequences -> 4, 2 -> 2), the
 // context crosses a bucket boundary (512), sequences leave and join, and a long
@@ -108,6 +108,69 @@ TEST_P(CudaGraphTest, DecodeGraphsMatchEager) {
   const auto* e = dynamic_cast<const ModelRunner*>(eager.get());
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->graph_replays(), 0);
+}
+
+// Verify steps (speculative decoding) as graphs: each sequence computes its last token
+// and Q - 1 draft tokens with every row's logits, chained (causal) or in a tree mask,
+// at the same positions over and over (the drafts rejected, then others), 3 sequences
+// padded to 4; graph and eager logits agree and the graphs are replayed.
+TEST_P(CudaGraphTest, VerifyGraphsMatchEager) {
+  TACHYON_REQUIRE_GPU();
+  const DType dt = GetParam();
+  auto eager = load(dt, false);
+  auto graph = load(dt, true);
+  const int64_t vocab = eager->vocab_size();
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(vocab) - 1);
+  std::vector<Seq> all(3);
+  std::vector<Seq*> live;
+  for (int32_t i = 0; i < 3; ++i) {
+    all[i].slot = i;
+    for (int32_t n = 0; n < 40 + 200 * i; ++n) all[i].tokens.push_back(tok(rng));
+    live.push_back(&all[i]);
+    const ForwardBatch b = make_batch({&all[i]});
+    eager->forward(b);
+    graph->forward(b);
+    all[i].computed = static_cast<int32_t>(all[i].tokens.size());
+  }
+  const double tol = dt == DType::kF32 ? 1e-4 : 3e-2;
+  int steps = 0;
+  for (const int32_t Q : {5, 4}) {
+    const bool tree = Q == 4;
+    for (int round = 0; round < 6; ++round) {
+      ForwardBatch b;
+      b.query_start = {0};
+      b.max_blocks_per_seq = kBlocksEach;
+      for (Seq* s : live) {
+        for (int32_t i = 0; i < Q; ++i) {
+          b.token_ids.push_back(tok(rng));
+          // A tree: the root, two children, a grandchild of the first (depths 0 1 1 2).
+          const int32_t depth = tree ? (i == 0 ? 0 : i == 3 ? 2 : 1) : i;
+          b.positions.push_back(s->computed + depth);
+        }
+        b.query_start.push_back(b.query_start.back() + Q);
+        b.context_lens.push_back(s->computed + Q);
+        for (int32_t i = 0; i < kBlocksEach; ++i)
+          b.block_tables.push_back((s->slot + 1) * kBlocksEach - 1 - i);
+        if (tree)
+          b.tree_masks.push_back({1, 0, 0, 0,  //
+                                  1, 1, 0, 0,  //
+                                  1, 0, 1, 0,  //
+                                  1, 1, 0, 1});
+      }
+      for (int32_t r = 0; r < b.num_tokens(); ++r) b.logits_rows.push_back(r);
+      const Tensor want = eager->forward(b);
+      const Tensor got = graph->forward(b);
+      ++steps;
+      const ErrorReport e = measure(host_values(got), host_values(want));
+      ASSERT_FALSE(e.nan) << "Q " << Q << " round " << round;
+      ASSERT_LE(e.normalised, tol) << "Q " << Q << " round " << round;
+    }
+  }
+  const auto* d = dynamic_cast<const ModelRunner*>(graph.get());
+  ASSERT_NE(d, nullptr);
+  // One recording per (Q, tree) bucket, the other steps replayed.
+  EXPECT_GE(d->graph_replays(), steps - 4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaGraphTest, ::testing::Values(DType::kF32, DType::kBF16),
