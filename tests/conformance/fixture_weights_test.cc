@@ -77,7 +77,7 @@ constexpr const char* kTiny = R"({"format":1,
   {"name":"w","dtype":"F32","shape":[4,8]},
   {"name":"g","dtype":"BF16","shape":[3,8],"rows":[["w",3,1],["w",0,2]]},
   {"name":"n","dtype":"F16","shape":[16]},
-  {"name":"b","dtype":"F32","shape":[1],"bytes":"0000803f"}]}],
+  {"name":"b","dtype":"F32","shape":[1],"base64":"AACAPw=="}]}],
 "fnv1a64":{"model.safetensors":"CHECKSUM"}})";
 
 std::string tiny(const std::string& checksum) {
@@ -128,11 +128,11 @@ TEST(FixtureManifest, BuildsGathersCastsAndInlineBytes) {
 TEST(FixtureManifest, IntegerAndFloat8TensorsCarryInlineBytes) {
   const std::string text = R"({"format":1,"streams":[],
 "files":[{"name":"model.safetensors","tensors":[
-  {"name":"qweight","dtype":"I32","shape":[2],"bytes":"78563412ffffffff"},
-  {"name":"shape","dtype":"I64","shape":[1],"bytes":"4000000000000000"},
-  {"name":"signed","dtype":"I8","shape":[3],"bytes":"80ff7f"},
-  {"name":"zeros","dtype":"U8","shape":[1,2],"bytes":"0780"},
-  {"name":"fp8","dtype":"F8_E4M3","shape":[2],"bytes":"387e"}]}],
+  {"name":"qweight","dtype":"I32","shape":[2],"base64":"eFY0Ev////8="},
+  {"name":"shape","dtype":"I64","shape":[1],"base64":"QAAAAAAAAAA="},
+  {"name":"signed","dtype":"I8","shape":[3],"base64":"gP9/"},
+  {"name":"zeros","dtype":"U8","shape":[1,2],"base64":"B4A="},
+  {"name":"fp8","dtype":"F8_E4M3","shape":[2],"base64":"OH4="}]}],
 "fnv1a64":{"model.safetensors":"CHECKSUM"}})";
   auto manifest = [&](const std::string& sum) {
     std::string s = text;
@@ -196,14 +196,14 @@ TEST(FixtureManifest, MalformedManifestsAreRefusedNamingTheField) {
   refused(R"(["w",3,1])", R"(["x",3,1])", "no stream tensor 'x'");
   refused(R"(["w",3,1])", R"(["w",3])", "files[0].tensors[1].rows[0]");
   refused(R"(["w",0,2])", R"(["w",0,1])", "files[0].tensors[1]");
-  refused(R"("0000803f")", R"("0000803")", "files[0].tensors[3].bytes");
-  refused(R"("0000803f")", R"("0000803g")", "files[0].tensors[3].bytes");
-  refused(R"("0000803f")", R"("00")", "files[0].tensors[3].bytes");
+  refused(R"("AACAPw==")", R"("AACA")", "files[0].tensors[3].base64");
+  refused(R"("AACAPw==")", R"("AACAP!==")", "files[0].tensors[3].base64");
+  refused(R"("AACAPw==")", R"("AA")", "files[0].tensors[3].base64");
   refused(R"("dtype":"F16")", R"("dtype":"I8")", "files[0].tensors[2].dtype");
   refused(R"("dtype":"F16")", R"("dtype":"I16")", "files[0].tensors[2].dtype");
   refused(R"("dtype":"BF16")", R"("dtype":"F8_E4M3")", "files[0].tensors[1].dtype");
-  refused(R"("dtype":"F32","shape":[1],"bytes":"0000803f")",
-          R"("dtype":"I64","shape":[1],"bytes":"0000803f")", "files[0].tensors[3].bytes");
+  refused(R"("dtype":"F32","shape":[1],"base64":"AACAPw==")",
+          R"("dtype":"I64","shape":[1],"base64":"AACAPw==")", "files[0].tensors[3].base64");
   refused(R"("name":"model.safetensors","metadata")", R"("name":"../x.safetensors","metadata")",
           "files[0].name");
   refused(R"("name":"b","dtype")", R"("name":"w","dtype")", "written twice");
