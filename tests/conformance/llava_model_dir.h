@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "conformance/fixture_dir.h"
@@ -31,17 +32,19 @@ inline constexpr const char* kLlavaChatTemplate =
     "%}{% if add_generation_prompt %}{{ 'ASSISTANT:' }}{% endif %}";
 
 // The folder (made once per process); `with_processor` false leaves out
-// preprocessor_config.json.
-inline std::string llava_model_dir(bool with_processor = true) {
+// preprocessor_config.json; `crop` > 0 makes the processor's images that size instead of
+// the tower's.
+inline std::string llava_model_dir(bool with_processor = true, int64_t crop = 0) {
   namespace fs = std::filesystem;
   const fs::path src = fixture("vision/llava");
   const fs::path dir =
       fs::temp_directory_path() /
-      ("tachyon-llava-model-" + std::to_string(::getpid()) + (with_processor ? "" : "-bare"));
+      ("tachyon-llava-model-" + std::to_string(::getpid()) + (with_processor ? "" : "-bare") +
+       (crop > 0 ? "-crop" + std::to_string(crop) : ""));
   static std::mutex mu;
-  static bool made[2] = {false, false};
+  static std::set<std::string> made;
   std::lock_guard<std::mutex> lock(mu);
-  if (made[with_processor]) return dir.string();
+  if (made.count(dir.string()) != 0) return dir.string();
   fs::remove_all(dir);  // a folder an earlier process of the same id left
   fs::create_directories(dir);
   for (const auto& e : fs::directory_iterator(src))
@@ -77,7 +80,7 @@ inline std::string llava_model_dir(bool with_processor = true) {
   // The template where llava-hf keeps it: the processor's chat_template.json.
   std::ofstream(dir / "chat_template.json") << Json{{"chat_template", kLlavaChatTemplate}}.dump();
   if (with_processor) {
-    const int64_t size = config["vision_config"]["image_size"].get<int64_t>();
+    const int64_t size = crop > 0 ? crop : config["vision_config"]["image_size"].get<int64_t>();
     const Json pre = {{"image_processor_type", "CLIPImageProcessor"},
                       {"do_resize", true},
                       {"size", {{"shortest_edge", size}}},
@@ -92,7 +95,7 @@ inline std::string llava_model_dir(bool with_processor = true) {
                       {"do_convert_rgb", true}};
     std::ofstream(dir / "preprocessor_config.json") << pre.dump();
   }
-  made[with_processor] = true;
+  made.insert(dir.string());
   return dir.string();
 }
 

@@ -157,11 +157,39 @@ TEST(LlavaServer, ChatAndNativeImagesGiveTheEngineTheirPixelValues) {
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_NE(r.body.find("images[0]"), std::string::npos) << r.body;
 
+  // The images' tokens take room in the window: a request that leaves max_tokens to the
+  // server gets what the expanded prompt leaves (256 - 5 - 8 more for the image).
+  Json open_ended = chat({data_url(png, "image/png")}, "w264 w454");
+  open_ended.erase("max_tokens");
+  open_ended.erase("logprobs");
+  r = s.post("/v1/chat/completions", open_ended);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Json::parse(r.body)["usage"]["completion_tokens"], 256 - 5 - 8) << r.body;
+  EXPECT_EQ(Json::parse(r.body)["choices"][0]["finish_reason"], "length") << r.body;
+
   // The server keeps serving, with the same result.
   r = s.post("/", native("w264 w454 <image> w175 <image> w426",
                          {data_url(jpg, "image/jpeg"), data_url(png, "image/png")}));
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(Json::parse(r.body)["output_ids"][0].get<std::vector<int32_t>>(), want) << r.body;
+}
+
+TEST(LlavaServer, AnImageTheTowerCannotTakeIsRefusedNamingIt) {
+  // A processor that makes 28x28 images for a tower of 42x42: every image is refused.
+  LlavaServer s(testing_util::llava_model_dir(true, 28));
+  const std::string png = kImages + "gray.png";
+  auto r = s.post("/v1/chat/completions", chat({data_url(png, "image/png")}, "w5"));
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(
+      Json::parse(r.body)["error"]["message"].get<std::string>().find("messages[0].content[0]: "),
+      std::string::npos)
+      << r.body;
+  r = s.post("/", native("w5 <image>", {data_url(png, "image/png")}));
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(r.body.find("images[0]: "), std::string::npos) << r.body;
+  // A request without images is served.
+  r = s.post("/", native("w5 w6", {}));
+  EXPECT_EQ(r.status, 200) << r.body;
 }
 
 TEST(LlavaServer, TextModelsTakeNoImagesAndVisionModelsNeedTheirProcessor) {
