@@ -128,7 +128,7 @@ int cmd_generate(const CommandArgs& argv) {
           "--input does not mix with --prompt, --prompt-ids, --image or --dump-logits (a line "
           "gives its own \"images\")");
     EngineBundle b = open_engine(dir, args, 0, lora);
-    const auto pre = ImagePreprocessor::load(dir, b.model);
+    const auto pre = ImagePreprocessor::load(dir, b.model->config());
     const int failed =
         run_generate_batch(b, lora, args.str("input"), args.str("output"), defaults, pre.get());
     return failed == 0 ? 0 : 1;
@@ -163,14 +163,14 @@ int cmd_generate(const CommandArgs& argv) {
     if (!prompt.empty()) dump_prompt_logits(*model, prompt, path);
   }
   b = open_engine(dir, args, std::max(config.width(), 1), lora);
-  const auto pre = ImagePreprocessor::load(dir, b.model);
+  const auto pre = ImagePreprocessor::load(dir, b.model->config());
   if (prompt.empty()) {
     if (!b.tokenizer) raise<InvalidArgument>("--prompt needs a tokenizer; pass --prompt-ids");
     prompt = b.tokenizer->encode(args.str("prompt"), true);
   }
   // The request, its images in place (the prompt echoed is the one given).
   GenerateRequest request = make_request(lora, b.adapters.get(), prompt, rc);
-  attach_images(pre.get(), request, images, "--image");
+  attach_images(pre.get(), *b.model, request, images, "--image");
   const bool json = args.flag("json");
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<int32_t> prompt_copy = prompt;

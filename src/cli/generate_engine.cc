@@ -63,13 +63,14 @@ std::vector<RequestImage> read_images(const std::vector<std::string>& paths,
   return out;
 }
 
-void attach_images(const ImagePreprocessor* pre, GenerateRequest& request,
-                   const std::vector<RequestImage>& images, const std::string& what) {
+void attach_images(const ImagePreprocessor* pre, const LanguageModel& model,
+                   GenerateRequest& request, const std::vector<RequestImage>& images,
+                   const std::string& what) {
   if (pre == nullptr) {
     if (!images.empty()) raise<InvalidArgument>("{}: this model takes no images", what);
     return;
   }
-  ImagePrompt p = pre->prepare(request.prompt_ids, images, what);
+  ImagePrompt p = pre->prepare(model, request.prompt_ids, images, what);
   request.prompt_ids = std::move(p.ids);
   request.images = std::move(p.images);
 }
@@ -115,7 +116,7 @@ int run_generate_batch(EngineBundle& b, const LoraOptions& lora, const std::stri
           paths.push_back(x.get<std::string>());
         }
       }
-      attach_images(images, req, read_images(paths, "images"), "images");
+      attach_images(images, *b.model, req, read_images(paths, "images"), "images");
       l.stream = b.engine->submit(std::move(req));
     } catch (const Error& e) {
       l.error = Json{{"error", fmt::format("line {}: {}", number, e.what())},

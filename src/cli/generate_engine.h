@@ -31,12 +31,13 @@ GenerateRequest make_request(const LoraOptions& lora, const AdapterRegistry* ada
 std::vector<RequestImage> read_images(const std::vector<std::string>& paths,
                                       const std::string& what);
 
-// Puts `images` into `request`: each through the model's processor (`pre`, null for a
-// model without a vision tower, which takes none), one per image placeholder of the
-// prompt ("<image>" in the text), the placeholders expanded. InvalidArgument naming
-// `what` for a count of placeholders other than the images', or an image refused.
-void attach_images(const ImagePreprocessor* pre, GenerateRequest& request,
-                   const std::vector<RequestImage>& images, const std::string& what);
+// Puts `images` into `request` for `model`: each through the model's processor (`pre`,
+// null for a model without a vision tower, which takes none), one per image placeholder
+// of the prompt ("<image>" in the text), the placeholders expanded. InvalidArgument
+// naming `what` for a count of placeholders other than the images', or an image refused.
+void attach_images(const ImagePreprocessor* pre, const LanguageModel& model,
+                   GenerateRequest& request, const std::vector<RequestImage>& images,
+                   const std::string& what);
 
 // Batch mode: each non-empty line of `input` is {"prompt": "..."} or
 // {"prompt_ids": [...]}, optionally with "images": [paths] (one per "<image>" of the

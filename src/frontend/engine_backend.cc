@@ -143,6 +143,8 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
     lo.lora.max_loras = o.lora.max_loras;
     lo.lora.max_rank = o.lora.max_rank;
   }
+  // A vision model's image processor before its weights: a folder without one fails now.
+  b->images_ = ImagePreprocessor::load(o.model_dir, load_model_config(o.model_dir, lo));
   std::shared_ptr<Model> model;
   try {
     model = load_model(o.model_dir, lo);
@@ -154,7 +156,7 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
     model = load_model(o.model_dir, lo);
   }
   const ModelConfig& cfg = model->config();
-  b->images_ = ImagePreprocessor::load(o.model_dir, model);
+  b->model_ = model;
 
   std::vector<int32_t> eos;
   for (int64_t id : cfg.eos_token_ids) eos.push_back(static_cast<int32_t>(id));
@@ -272,7 +274,7 @@ std::shared_ptr<GenerationHandle> EngineBackend::generate(std::vector<int32_t> p
   if (images_ != nullptr) {
     // Each image's placeholder becomes the tower's tokens; they take room in the window.
     const std::string field = images_field(params.images);
-    ImagePrompt p = images_->prepare(prompt, params.images, field);
+    ImagePrompt p = images_->prepare(*model_, prompt, params.images, field);
     const int64_t len = static_cast<int64_t>(p.ids.size());
     if (len >= info_.max_model_len)
       raise<InvalidArgument>(

@@ -7,9 +7,9 @@
 
 namespace tachyon {
 
-std::unique_ptr<ImagePreprocessor> ImagePreprocessor::load(
-    const std::string& model_dir, std::shared_ptr<const LanguageModel> model) {
-  if (model->image_tokens() <= 0) return nullptr;
+std::unique_ptr<ImagePreprocessor> ImagePreprocessor::load(const std::string& model_dir,
+                                                           const ModelConfig& config) {
+  if (!config.vision) return nullptr;
   std::unique_ptr<ImagePreprocessor> p(new ImagePreprocessor());
   try {
     p->processor_ = media::load_image_processor(model_dir);
@@ -21,7 +21,6 @@ std::unique_ptr<ImagePreprocessor> ImagePreprocessor::load(
   } catch (const InvalidArgument& e) {
     raise<InvalidArgument>("{}: the image processor's config: {}", model_dir, e.what());
   }
-  p->model_ = std::move(model);
   return p;
 }
 
@@ -29,10 +28,10 @@ size_t count_image_tokens(std::span<const int32_t> ids, int32_t image_token_id) 
   return static_cast<size_t>(std::count(ids.begin(), ids.end(), image_token_id));
 }
 
-ImagePrompt ImagePreprocessor::prepare(std::span<const int32_t> ids,
+ImagePrompt ImagePreprocessor::prepare(const LanguageModel& model, std::span<const int32_t> ids,
                                        const std::vector<RequestImage>& images,
                                        const std::string& field) const {
-  const size_t tags = count_image_tokens(ids, image_token_id());
+  const size_t tags = count_image_tokens(ids, model.image_token_id());
   if (tags != images.size())
     raise<InvalidArgument>(
         "{}: the prompt holds {} image placeholder{} (<image>) but {} image{} given", field, tags,
@@ -44,12 +43,12 @@ ImagePrompt ImagePreprocessor::prepare(std::span<const int32_t> ids,
       raise<InvalidArgument>("{}: the image was not decoded", image.field);  // a caller's slip
     try {
       pixel_values.push_back(processor_->process(*image.image).pixel_values);
-      model_->check_image(*make_image_input(pixel_values.back()));
+      model.check_image(*make_image_input(pixel_values.back()));
     } catch (const InvalidArgument& e) {
       raise<InvalidArgument>("{}: {}", image.field, e.what());
     }
   }
-  return image_prompt(*model_, ids, std::move(pixel_values));
+  return image_prompt(model, ids, std::move(pixel_values));
 }
 
 }  // namespace tachyon

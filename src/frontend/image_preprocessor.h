@@ -12,33 +12,34 @@
 
 #include "frontend/backend.h"
 #include "media/image_processor.h"
+#include "model/config.h"
 #include "model/vision/image_prompt.h"
 
 namespace tachyon {
 
 class ImagePreprocessor {
  public:
-  // The preprocessor of `model` (read from `model_dir`), or null for a model without a
-  // vision tower. A vision model's folder must hold preprocessor_config.json or
-  // processor_config.json (transformers' AutoProcessor refuses a folder without one
+  // The preprocessor of the model `config` describes (read from `model_dir`; the
+  // config alone, so a caller may ask before the weights load), or null for a model
+  // without a vision tower. A vision model's folder must hold preprocessor_config.json
+  // or processor_config.json (transformers' AutoProcessor refuses a folder without one
   // too): NotFound otherwise, InvalidArgument for a config the processors refuse.
   static std::unique_ptr<ImagePreprocessor> load(const std::string& model_dir,
-                                                 std::shared_ptr<const LanguageModel> model);
+                                                 const ModelConfig& config);
 
-  // `ids` holds one image token (image_token_id()) per image, where it goes; `images`
-  // are decoded, in prompt order. Returns the expanded prompt and the images' inputs.
-  // InvalidArgument naming the image's field for one the processor or the tower
-  // refuses, or naming `field` for a count of placeholders other than the images'.
-  ImagePrompt prepare(std::span<const int32_t> ids, const std::vector<RequestImage>& images,
-                      const std::string& field) const;
+  // For `model` (the one loaded from that config): `ids` holds one image token
+  // (model.image_token_id()) per image, where it goes; `images` are decoded, in prompt
+  // order. Returns the expanded prompt and the images' inputs. InvalidArgument naming
+  // the image's field for one the processor or the tower refuses, or naming `field` for
+  // a count of placeholders other than the images'.
+  ImagePrompt prepare(const LanguageModel& model, std::span<const int32_t> ids,
+                      const std::vector<RequestImage>& images, const std::string& field) const;
 
-  int32_t image_token_id() const { return model_->image_token_id(); }
   const media::ImageProcessor& processor() const { return *processor_; }
 
  private:
   ImagePreprocessor() = default;
 
-  std::shared_ptr<const LanguageModel> model_;
   std::unique_ptr<media::ImageProcessor> processor_;
 };
 
