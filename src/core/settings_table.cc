@@ -364,7 +364,7 @@ std::vector<Setting> make_table() {
           "in prompt order; repeatable"),
       Def("input", T::kString, "", Cmds{"generate"},
           "JSONL file of requests ({\"prompt\": ...} or {\"prompt_ids\": [...]}, optionally "
-          "\"generate_config\"), run concurrently"),
+          "\"images\" and \"generate_config\"), run concurrently"),
       Def("output", T::kString, "-", Cmds{"generate"}, "where --input's results go (-: stdout)"),
       Def("max-new-tokens", T::kInt, "32", Cmds{"generate"}, "tokens to generate at most")
           .range(0, 1 << 30),
