@@ -1,7 +1,6 @@
 #include "frontend/image_preprocessor.h"
 
 #include <algorithm>
-#include <filesystem>
 
 #include "core/error.h"
 
@@ -19,7 +18,7 @@ std::unique_ptr<ImagePreprocessor> ImagePreprocessor::load(const std::string& mo
         "its image processor cannot be known",
         model_dir);
   } catch (const InvalidArgument& e) {
-    raise<InvalidArgument>("{}: the image processor's config: {}", model_dir, e.what());
+    raise<InvalidArgument>("{}: {}", model_dir, e.what());
   }
   return p;
 }
