@@ -167,6 +167,15 @@ ChatTemplateSet load_chat_templates(const std::string& model_dir) {
     }
   }
   if (!files.empty()) return files;
+  // A multimodal model's processor keeps its template in chat_template.json (llava-hf).
+  if (fs::path pj = dir / "chat_template.json"; fs::is_regular_file(pj, ec)) {
+    const Json j = load_json_file(pj.string());
+    if (!j.is_object() || !j.contains("chat_template") || !j["chat_template"].is_string())
+      raise<InvalidArgument>("{}: chat_template must be a string", pj.string());
+    files.templates["default"] = j["chat_template"].get<std::string>();
+    files.origins["default"] = pj.string() + ": chat_template";
+    return files;
+  }
   fs::path cfg = dir / "tokenizer_config.json";
   if (!fs::is_regular_file(cfg, ec)) return files;
   ChatTemplateSet set = chat_templates_from_config(load_json_file(cfg.string()));

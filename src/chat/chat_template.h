@@ -110,7 +110,8 @@ struct ChatTemplateSet {
 ChatTemplateSet chat_templates_from_config(const Json& tokenizer_config);
 
 // What transformers loads from a checkpoint directory: chat_template.jinja (and
-// additional_chat_templates/*.jinja) take priority over tokenizer_config.json.
+// additional_chat_templates/*.jinja), else a processor's chat_template.json (multimodal
+// models), else tokenizer_config.json.
 ChatTemplateSet load_chat_templates(const std::string& model_dir);
 
 // A special token of tokenizer_config.json: a string, or an AddedToken object

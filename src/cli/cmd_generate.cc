@@ -1,21 +1,24 @@
 // tachyon generate: generation through the engine (AsyncModel).
 //
 // One prompt:
-//   tachyon generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3)
+//   tachyon generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3) [--image FILE ...]
 //       [--max-new-tokens N] [--temperature T] [--seed S] [--ignore-eos]
 //       [--generate-config JSON]
 //       [--regex R | --grammar FILE.gbnf | --json-object | --json-schema FILE.json]
 //       [--json | --stream] [--dump-logits FILE]
 //       [--lora NAME=DIR ...] (generate_config.adapter_name: NAME)
+//   --image: a vision model's image, one per "<image>" of the prompt (the image token in
+//   --prompt-ids), in order; each is decoded and goes through the model's image
+//   processor (preprocessor_config.json), as the server's images do.
 //   prints the generated ids (comma-separated); --stream prints the text as it comes;
 //   --json prints one object:
 //   {"prompt_ids", "output_ids" (no EOS), "text", "finish_reason", "aux_info"}.
 //   --dump-logits writes the prompt's logits [prompt_len, vocab] as safetensors.
 // Batch mode (all lines concurrently through one engine, results in input order):
 //   tachyon generate --model DIR --input FILE.jsonl [--output FILE.jsonl]
-//   each line {"prompt": "..."} or {"prompt_ids": [...]}, optionally with
-//   "generate_config": {...} (RTP-LLM field names, adapter_name too); the flags above are
-//   the defaults.
+//   each line {"prompt": "..."} or {"prompt_ids": [...]}, optionally with "images":
+//   [FILE, ...] (as --image) and "generate_config": {...} (RTP-LLM field names,
+//   adapter_name too); the flags above are the defaults.
 // Engine flags: see cli/engine_setup.h.
 #include <fmt/format.h>
 
@@ -30,6 +33,7 @@
 #include "cli/model_dir.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "frontend/image_preprocessor.h"
 #include "io/safetensors.h"
 #include "model/loader.h"
 
@@ -118,18 +122,26 @@ int cmd_generate(const CommandArgs& argv) {
   const Json defaults = flag_defaults(args);
   const LoraOptions lora = lora_options(args);
   if (args.given("input")) {
-    if (args.given("prompt") || args.given("prompt-ids") || args.given("dump-logits"))
-      raise<InvalidArgument>("--input does not mix with --prompt, --prompt-ids or --dump-logits");
+    if (args.given("prompt") || args.given("prompt-ids") || args.given("dump-logits") ||
+        args.given("image"))
+      raise<InvalidArgument>(
+          "--input does not mix with --prompt, --prompt-ids, --image or --dump-logits (a line "
+          "gives its own \"images\")");
     EngineBundle b = open_engine(dir, args, 0, lora);
-    const int failed = run_generate_batch(b, lora, args.str("input"), args.str("output"), defaults);
+    const auto pre = ImagePreprocessor::load(dir, b.model->config());
+    const int failed =
+        run_generate_batch(b, lora, args.str("input"), args.str("output"), defaults, pre.get());
     return failed == 0 ? 0 : 1;
   }
   if (args.given("prompt") == args.given("prompt-ids"))
     raise<InvalidArgument>("give --prompt TEXT or --prompt-ids 1,2,3 (or --input FILE.jsonl)");
   const RequestConfig rc = request_config(defaults);
   const GenerateConfig& config = rc.config;
-  // The adapter is checked before the model loads.
+  // The adapter and the images are checked before the model loads.
   make_request(lora, nullptr, {}, rc);
+  const std::vector<RequestImage> images = read_images(args.list("image"), "--image");
+  if (!images.empty() && args.given("dump-logits"))
+    raise<InvalidArgument>("--dump-logits does not take --image");
 
   EngineBundle b;
   std::vector<int32_t> prompt;
@@ -151,23 +163,27 @@ int cmd_generate(const CommandArgs& argv) {
     if (!prompt.empty()) dump_prompt_logits(*model, prompt, path);
   }
   b = open_engine(dir, args, std::max(config.width(), 1), lora);
+  const auto pre = ImagePreprocessor::load(dir, b.model->config());
   if (prompt.empty()) {
     if (!b.tokenizer) raise<InvalidArgument>("--prompt needs a tokenizer; pass --prompt-ids");
     prompt = b.tokenizer->encode(args.str("prompt"), true);
   }
+  // The request, its images in place (the prompt echoed is the one given).
+  GenerateRequest request = make_request(lora, b.adapters.get(), prompt, rc);
+  attach_images(pre.get(), *b.model, request, images, "--image");
   const bool json = args.flag("json");
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<int32_t> prompt_copy = prompt;
   GenerateResult r;
   if (json) {
-    r = run_generate_one(b, make_request(lora, b.adapters.get(), prompt, rc), /*json=*/true);
+    r = run_generate_one(b, std::move(request), /*json=*/true);
     Json j = result_json(r);
     j["prompt_ids"] = prompt_copy;
     std::printf("%s\n", j.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
   } else if (args.flag("stream")) {
-    r = run_generate_one(b, make_request(lora, b.adapters.get(), prompt, rc), /*json=*/false);
+    r = run_generate_one(b, std::move(request), /*json=*/false);
   } else {
-    r = b.engine->submit(make_request(lora, b.adapters.get(), prompt, rc))->wait();
+    r = b.engine->submit(std::move(request))->wait();
     std::string ids;
     if (!r.sequences.empty())
       for (int32_t t : r.sequences[0].output_ids)

@@ -6,6 +6,8 @@
 
 #include "core/error.h"
 #include "core/logging.h"
+#include "core/mmap.h"
+#include "media/decode.h"
 
 namespace tachyon::cli {
 
@@ -41,6 +43,38 @@ GenerateRequest make_request(const LoraOptions& lora, const AdapterRegistry* ada
                          rc.adapter_name, given.empty() ? "" : " (given: " + given + ")");
 }
 
+std::vector<RequestImage> read_images(const std::vector<std::string>& paths,
+                                      const std::string& what) {
+  std::vector<RequestImage> out;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    RequestImage r;
+    r.url = paths[i];
+    r.field = fmt::format("{}[{}]", what, i);
+    const media::DecodeLimits limits;
+    try {
+      const std::string bytes = read_file(paths[i], static_cast<size_t>(limits.max_bytes));
+      r.image = std::make_shared<const media::RgbImage>(media::decode_image(
+          std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), limits));
+    } catch (const InvalidArgument& e) {
+      raise<InvalidArgument>("{}: {}", r.field, e.what());
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+void attach_images(const ImagePreprocessor* pre, const LanguageModel& model,
+                   GenerateRequest& request, const std::vector<RequestImage>& images,
+                   const std::string& what) {
+  if (pre == nullptr) {
+    if (!images.empty()) raise<InvalidArgument>("{}: this model takes no images", what);
+    return;
+  }
+  ImagePrompt p = pre->prepare(model, request.prompt_ids, images, what);
+  request.prompt_ids = std::move(p.ids);
+  request.images = std::move(p.images);
+}
+
 RequestConfig merged_config(const Json& defaults, const Json& line) {
   Json merged = defaults.is_object() ? defaults : Json::object();
   if (line.contains("generate_config")) {
@@ -52,7 +86,8 @@ RequestConfig merged_config(const Json& defaults, const Json& line) {
 }
 
 int run_generate_batch(EngineBundle& b, const LoraOptions& lora, const std::string& input,
-                       const std::string& output, const Json& defaults) {
+                       const std::string& output, const Json& defaults,
+                       const ImagePreprocessor* images) {
   std::ifstream in(input);
   if (!in) raise<NotFound>("cannot open --input {}", input);
   struct Line {
@@ -70,8 +105,19 @@ int run_generate_batch(EngineBundle& b, const LoraOptions& lora, const std::stri
     try {
       const Json j = parse_json(text, fmt::format("{} line {}", input, number));
       const RequestConfig rc = merged_config(defaults, j);
-      l.stream = b.engine->submit(
-          make_request(lora, b.adapters.get(), prompt_from_json(j, b.tokenizer.get()), rc));
+      GenerateRequest req =
+          make_request(lora, b.adapters.get(), prompt_from_json(j, b.tokenizer.get()), rc);
+      std::vector<std::string> paths;
+      if (j.contains("images")) {
+        const Json& v = j["images"];
+        if (!v.is_array()) raise<InvalidArgument>("\"images\" must be an array of file paths");
+        for (const Json& x : v) {
+          if (!x.is_string()) raise<InvalidArgument>("\"images\" must be an array of file paths");
+          paths.push_back(x.get<std::string>());
+        }
+      }
+      attach_images(images, *b.model, req, read_images(paths, "images"), "images");
+      l.stream = b.engine->submit(std::move(req));
     } catch (const Error& e) {
       l.error = Json{{"error", fmt::format("line {}: {}", number, e.what())},
                      {"error_code", std::string(error_code_name(e.code()))}};

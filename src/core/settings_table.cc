@@ -378,9 +378,12 @@ std::vector<Setting> make_table() {
       // ---- generate ----------------------------------------------------------------
       Def("prompt", T::kString, "", Cmds{"generate"}, "prompt text"),
       Def("prompt-ids", T::kString, "", Cmds{"generate"}, "prompt token ids, e.g. 1,2,3"),
+      Def("image", T::kList, "", Cmds{"generate"},
+          "an image file (JPEG, PNG, WebP) for a vision model, one per <image> of the prompt, "
+          "in prompt order; repeatable"),
       Def("input", T::kString, "", Cmds{"generate"},
           "JSONL file of requests ({\"prompt\": ...} or {\"prompt_ids\": [...]}, optionally "
-          "\"generate_config\"), run concurrently"),
+          "\"images\" and \"generate_config\"), run concurrently"),
       Def("output", T::kString, "-", Cmds{"generate"}, "where --input's results go (-: stdout)"),
       Def("max-new-tokens", T::kInt, "32", Cmds{"generate"}, "tokens to generate at most")
           .range(0, 1 << 30),

@@ -38,6 +38,14 @@ GenFinish to_finish(FinishReason r) {
   return GenFinish::kError;
 }
 
+// The request field a count of image placeholders is about: that of its images
+// ("messages", "images"), or the prompt when it gives none.
+std::string images_field(const std::vector<RequestImage>& images) {
+  if (images.empty()) return "prompt";
+  const std::string& f = images[0].field;
+  return f.substr(0, f.find_first_of("[."));
+}
+
 }  // namespace
 
 GenerateConfig to_generate_config(const GenerationParams& p) {
@@ -139,6 +147,8 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
     lo.lora.max_loras = o.lora.max_loras;
     lo.lora.max_rank = o.lora.max_rank;
   }
+  // A vision model's image processor before its weights: a folder without one fails now.
+  b->images_ = ImagePreprocessor::load(o.model_dir, load_model_config(o.model_dir, lo));
   std::shared_ptr<Model> model;
   try {
     model = load_model(o.model_dir, lo);
@@ -150,6 +160,7 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
     model = load_model(o.model_dir, lo);
   }
   const ModelConfig& cfg = model->config();
+  b->model_ = model;
 
   std::vector<int32_t> eos;
   for (int64_t id : cfg.eos_token_ids) eos.push_back(static_cast<int32_t>(id));
@@ -196,6 +207,7 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
   b->info_.max_model_len = static_cast<int32_t>(window);
   b->info_.vocab_size = b->engine_->vocab_size();
   b->info_.has_chat_template = b->chat_ != nullptr;
+  b->info_.takes_images = b->images_ != nullptr;
   progress(0, 0, "ready");  // a stage, not bytes
   return b;
 }
@@ -266,8 +278,26 @@ std::shared_ptr<GenerationHandle> EngineBackend::generate(std::vector<int32_t> p
                                                           const GenerationParams& params,
                                                           GenSink sink) {
   GenerateRequest req;
-  req.prompt_ids = std::move(prompt);
   req.config = to_generate_config(params);
+  if (images_ != nullptr) {
+    // Each image's placeholder becomes the tower's tokens; they take room in the window.
+    const std::string field = images_field(params.images);
+    ImagePrompt p = images_->prepare(*model_, prompt, params.images, field);
+    const int64_t len = static_cast<int64_t>(p.ids.size());
+    if (len >= info_.max_model_len)
+      raise<InvalidArgument>(
+          "{}: the prompt with its images' tokens has {} tokens; the model's maximum sequence "
+          "length is {}",
+          field, len, info_.max_model_len);
+    if (req.config.max_new_tokens && len + *req.config.max_new_tokens > info_.max_model_len)
+      req.config.max_new_tokens = static_cast<int32_t>(info_.max_model_len - len);
+    req.prompt_ids = std::move(p.ids);
+    req.images = std::move(p.images);
+  } else {
+    if (!params.images.empty())
+      raise<InvalidArgument>("{}: this model takes no images", params.images[0].field);
+    req.prompt_ids = std::move(prompt);
+  }
   // The adapter stays registered with the engine while the request runs (its sink holds
   // it); the merged adapter's name is the model itself.
   std::shared_ptr<const AdapterRegistry::Lease> lease;

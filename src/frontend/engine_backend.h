@@ -11,6 +11,7 @@
 #include "engine/async_model.h"
 #include "frontend/adapters.h"
 #include "frontend/backend.h"
+#include "frontend/image_preprocessor.h"
 #include "frontend/text_engine.h"
 #include "model/loader.h"
 
@@ -98,6 +99,10 @@ class EngineBackend : public InferenceBackend {
   std::shared_ptr<const ChatTemplate> chat_tools_;  // the one for requests with tools
   bool byte_level_ = false;                         // GPT-2 style byte-to-unicode token strings
   bool prefix_caching_ = false;
+  // The image processor of a model with a vision tower (null without one), and the
+  // model its images are checked against.
+  std::unique_ptr<ImagePreprocessor> images_;
+  std::shared_ptr<const LanguageModel> model_;
   std::unique_ptr<TextEngine> engine_;
   // Declared after the engine: gone before it (null when adapters are not enabled).
   std::unique_ptr<AdapterRegistry> adapters_;

@@ -98,6 +98,12 @@ TEST(ChatTemplate, SidecarJinjaFileTakesPriority) {
   std::filesystem::create_directories(dir / "additional_chat_templates");
   std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": "from config"})";
   EXPECT_EQ(load_chat_templates(dir.string()).select(std::nullopt, false), "from config");
+  // A processor's chat_template.json (llava-hf's folders) before tokenizer_config.json.
+  std::ofstream(dir / "chat_template.json") << R"({"chat_template": "from processor"})";
+  EXPECT_EQ(load_chat_templates(dir.string()).select(std::nullopt, false), "from processor");
+  std::ofstream(dir / "chat_template.json") << R"({"chat_template": 3})";
+  EXPECT_THROW(load_chat_templates(dir.string()), InvalidArgument);
+  std::ofstream(dir / "chat_template.json") << R"({"chat_template": "from processor"})";
   std::ofstream(dir / "chat_template.jinja") << "from file\n";
   std::ofstream(dir / "additional_chat_templates" / "tool_use.jinja") << "tools";
   ChatTemplateSet set = load_chat_templates(dir.string());
