@@ -112,7 +112,8 @@ const ArchSpec& find_arch(const HfConfig& cfg, const std::string& override_type)
 
 ModelConfig map_model_config(const HfConfig& cfg, const std::string& override_type,
                              const std::string& generation_config_path,
-                             const std::string& quantize_config_path) {
+                             const std::string& quantize_config_path,
+                             const std::string& sparse_config_path) {
   const ArchSpec& spec = find_arch(cfg, override_type);
   ModelConfig mc = spec.map_config(cfg);
   mc.family = spec.family;
@@ -127,6 +128,7 @@ ModelConfig map_model_config(const HfConfig& cfg, const std::string& override_ty
   if (!generation_config_path.empty()) apply_generation_config(generation_config_path, mc);
   mc.quant = read_quant_config(cfg.json(), cfg.source(), quantize_config_path);
   if (mc.rope.max_position_embeddings == 0) mc.rope.max_position_embeddings = mc.max_seq_len;
+  read_layer_shapes(cfg, sparse_config_path, mc);
   mc.validate();
   return mc;
 }
