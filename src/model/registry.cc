@@ -38,6 +38,7 @@ const std::vector<ArchSpec>& arch_registry() {
       arch::qwen_spec(),
       arch::internlm_spec(),
       arch::internlm2_spec(),
+      arch::openelm_spec(),
       // Reached only by name (--model-type): configs that cannot be told apart.
       arch::baichuan2_spec(),
       arch::chatglm2_spec(),

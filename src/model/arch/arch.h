@@ -38,6 +38,8 @@ bool is_chatglm6b_config(const HfConfig& cfg);
 ArchSpec qwen_spec();
 ArchSpec internlm_spec();
 ArchSpec internlm2_spec();
+// OpenELM: per-layer heads and FFN widths from its multipliers (layer-wise scaling).
+ArchSpec openelm_spec();
 // LLaVA: a registered text family behind a CLIP vision tower (model/vision).
 ArchSpec llava_spec();
 
