@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Conformance fixtures for the families whose checkpoints ship their own modeling code
 (trust_remote_code): Aquila, Baichuan, the first ChatGLM-6B, ChatGLM2/3 and GLM-4
-(ChatGLMModel), Qwen (first generation), InternLM, InternLM2 and OpenELM.
+(ChatGLMModel), Qwen (first generation), InternLM, InternLM2, OpenELM and DeciLM /
+Nemotron-NAS.
 
 transformers cannot run these without their remote code, so every fixture is built from
 the natively supported fixtures in tests/conformance/fixtures (Hugging Face reference
@@ -49,8 +50,9 @@ import torch
 
 sys.dont_write_bytecode = True  # keep scripts/ free of __pycache__
 from remote_code_ports import (BaichuanPort, ChatGLM6BPort, ChatGLMPort, InternLM2Port,
-                               InternLMPort, LlamaPort, OpenELMPort, QwenPort, check_twin,
-                               openelm_layer_shapes, read_safetensors, load_native, run_case,
+                               DeciLMPort, InternLMPort, LlamaPort, OpenELMPort, QwenPort, check_twin,
+                               decilm_ffn_size, openelm_layer_shapes,
+                               read_safetensors, load_native, run_case,
                                safetensors_bytes)
 import fixture_weights  # noqa: E402
 
@@ -405,6 +407,7 @@ def fixture_list():
              "max_position_embeddings, which no test sequence reaches.")
     add_chatglm6b(add)
     add_openelm(add, V, llama_cases)
+    add_decilm(add, V, llama_cases)
     natives = {"llama": llama_cases, "qwen2": qwen2_cases, "glm": glm_cases}
     return fixtures, natives
 
@@ -448,6 +451,72 @@ def add_openelm(add, vocab, cases):
              "query heads, %s KV heads and FFN widths %s; q/k RMSNorm, a gated FFN, the output "
              "layer shared with the embedding; random weights scaled as the native fixtures', "
              "float32." % (heads, kv_heads, inter))
+
+
+def add_decilm(add, vocab, cases):
+    """DeciLM / Nemotron-NAS (DeciLMForCausalLM): 5 layers whose block_configs cover every
+    kind of block; random weights of its own."""
+    def block(attn, ffn):
+        a = {"n_heads_in_group": None, "no_op": False, "replace_with_linear": False,
+             "sparsify": None}
+        f = {"ffn_mult": None, "no_op": False, "replace_with_linear": False, "sparsify": None}
+        a.update(attn)
+        f.update(ffn)
+        return {"attention": a, "ffn": f}
+
+    blocks = [block({"n_heads_in_group": 2}, {"ffn_mult": 2.0}),
+              block({"replace_with_linear": True}, {"ffn_mult": 1.0}),
+              block({"n_heads_in_group": 4}, {"replace_with_linear": True}),
+              block({"no_op": True}, {"ffn_mult": 7.0}),
+              block({"n_heads_in_group": 1}, {"no_op": True})]
+    D, H = 64, 4
+    hd = D // H
+    config = {
+        "architectures": ["DeciLMForCausalLM"], "attention_bias": False,
+        "auto_map": {"AutoConfig": "configuration_decilm.DeciLMConfig",
+                     "AutoModelForCausalLM": "modeling_decilm.DeciLMForCausalLM"},
+        "block_configs": blocks, "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
+        "hidden_size": D, "initializer_range": 0.02, "intermediate_size": None,
+        "max_position_embeddings": 256, "mlp_bias": False, "model_type": "nemotron-nas",
+        "num_attention_heads": H, "num_hidden_layers": len(blocks),
+        "num_key_value_heads": None, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+        "rope_scaling": None, "rope_theta": 10000.0, "tie_word_embeddings": False,
+        "torch_dtype": "float32", "transformers_version": "4.48.3", "use_cache": True,
+        "vocab_size": vocab}
+    shapes = {"model.embed_tokens.weight": [vocab, D], "model.norm.weight": [D],
+              "lm_head.weight": [vocab, D]}
+    for i, b in enumerate(blocks):
+        L = "model.layers.%d." % i
+        a, f = b["attention"], b["ffn"]
+        if not a["no_op"]:
+            shapes[L + "input_layernorm.weight"] = [D]
+            if a["replace_with_linear"]:
+                shapes[L + "self_attn.linear_attn.weight"] = [D, D]
+            else:
+                kv = H // a["n_heads_in_group"]
+                shapes.update({L + "self_attn.q_proj.weight": [D, D],
+                               L + "self_attn.k_proj.weight": [kv * hd, D],
+                               L + "self_attn.v_proj.weight": [kv * hd, D],
+                               L + "self_attn.o_proj.weight": [D, D]})
+        if not f["no_op"]:
+            shapes[L + "post_attention_layernorm.weight"] = [D]
+            if f["replace_with_linear"]:
+                shapes[L + "mlp.linear_mlp.weight"] = [D, D]
+            else:
+                inter = decilm_ffn_size(f["ffn_mult"], D)
+                shapes.update({L + "mlp.gate_proj.weight": [inter, D],
+                               L + "mlp.up_proj.weight": [inter, D],
+                               L + "mlp.down_proj.weight": [D, inter]})
+    tensors, stream = stream_fixture(shapes, 5151)
+    add("decilm", config, tensors, lambda c, t: DeciLMPort(c, t), None, cases, stream=stream,
+        port_on_twins=False,
+        unchecked="a port of its own, which runs on no twin: its block kinds and their "
+                  "sizes are checked against the modeling code by reading only",
+        note="DeciLM / Nemotron-NAS (DeciLMForCausalLM, model_type nemotron-nas) at hidden 64, "
+             "4 heads, 5 layers whose block_configs cover every kind of block: attention with "
+             "2, 1 and 4 KV heads, attention replaced by a linear map, no attention; FFNs of "
+             "ffn_mult 2.0, 1.0 and 7.0 (widths 256, 256, 512), an FFN replaced by a linear "
+             "map, no FFN. Random weights scaled as the native fixtures', float32.")
 
 
 def add_chatglm6b(add):

@@ -1,6 +1,7 @@
 """Float64 ports of the published modeling code of the remote-code families (Llama /
 Aquila, Baichuan 7B and 13B with NormHead, the first ChatGLM-6B, ChatGLM2/3 and GLM-4,
-Qwen-1 with dynamic NTK and log-n attention, InternLM, InternLM2, OpenELM), with a
+Qwen-1 with dynamic NTK and log-n attention, InternLM, InternLM2, OpenELM, DeciLM /
+Nemotron-NAS), with a
 key/value cache so that greedy decoding follows the modeling files' generate(), plus the safetensors reading and writing that
 make_remote_code_fixtures.py needs. Each port takes (config.json as a dict, the
 checkpoint's tensors by name) and exposes step(ids, cache) -> logits [len(ids), vocab].
@@ -667,6 +668,60 @@ class OpenELMPort:
         out = t["transformer.token_embeddings.weight"] if self.c.get(
             "share_input_output_layers", False) else t["lm_head.weight"]
         return linear(x, out)[:, :self.c["vocab_size"]]
+
+
+def decilm_ffn_size(ffn_mult, hidden):
+    """modeling_decilm._ffn_mult_to_intermediate_size."""
+    n = int(2 * ffn_mult * hidden / 3)
+    return n if n % 256 == 0 else n + 256 - n % 256
+
+
+class DeciLMPort:
+    """modeling_decilm.py (DeciLMForCausalLM, Nemotron-NAS): Llama whose layers follow
+    block_configs: an attention block that is a no-op, a linear map of the normed input
+    (self_attn.linear_attn), or attention with num_attention_heads / n_heads_in_group
+    KV heads; an FFN that is a no-op, a linear map (mlp.linear_mlp) or a SiLU-gated MLP
+    of width 2 * ffn_mult * hidden / 3 rounded up to 256."""
+
+    def __init__(self, config, t):
+        self.c, self.t = config, t
+        self.layers = config["num_hidden_layers"]
+        self.heads = config["num_attention_heads"]
+        self.hd = config["hidden_size"] // self.heads
+        self.eps = config["rms_norm_eps"]
+        self.freq = inv_freq(config.get("rope_theta", 10000.0), self.hd)
+        assert config.get("hidden_act", "silu") == "silu" and not config.get("rope_scaling")
+
+    def step(self, ids, cache):
+        t, p0, n = self.t, cache.length, len(ids)
+        pos = torch.arange(n) + p0
+        x = t["model.embed_tokens.weight"].to(F64)[torch.tensor(ids)]
+        for i, block in enumerate(self.c["block_configs"]):
+            L = "model.layers.%d." % i
+            attn, ffn = block["attention"], block["ffn"]
+            if not attn["no_op"]:
+                h = rms_norm(x, t[L + "input_layernorm.weight"], self.eps)
+                if attn["replace_with_linear"]:
+                    x = x + linear(h, t[L + "self_attn.linear_attn.weight"])
+                else:
+                    kv = self.heads // attn["n_heads_in_group"]
+                    q = linear(h, t[L + "self_attn.q_proj.weight"]).view(n, self.heads, self.hd)
+                    k = linear(h, t[L + "self_attn.k_proj.weight"]).view(n, kv, self.hd)
+                    v = linear(h, t[L + "self_attn.v_proj.weight"]).view(n, kv, self.hd)
+                    q, k = rope_half(q, pos, self.freq), rope_half(k, pos, self.freq)
+                    k, v = cache.append(i, k, v)
+                    a = attention(q, k, v, p0, self.hd ** -0.5).reshape(n, -1)
+                    x = x + linear(a, t[L + "self_attn.o_proj.weight"])
+            if not ffn["no_op"]:
+                h = rms_norm(x, t[L + "post_attention_layernorm.weight"], self.eps)
+                if ffn["replace_with_linear"]:
+                    x = x + linear(h, t[L + "mlp.linear_mlp.weight"])
+                else:
+                    g = silu(linear(h, t[L + "mlp.gate_proj.weight"])) * linear(
+                        h, t[L + "mlp.up_proj.weight"])
+                    x = x + linear(g, t[L + "mlp.down_proj.weight"])
+        cache.length += n
+        return linear(rms_norm(x, t["model.norm.weight"], self.eps), t["lm_head.weight"])
 
 
 # ----------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ const std::vector<ArchSpec>& arch_registry() {
       arch::internlm_spec(),
       arch::internlm2_spec(),
       arch::openelm_spec(),
+      arch::decilm_spec(),
       // Reached only by name (--model-type): configs that cannot be told apart.
       arch::baichuan2_spec(),
       arch::chatglm2_spec(),
