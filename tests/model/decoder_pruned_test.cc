@@ -22,6 +22,7 @@
 #include "model/loader.h"
 #include "model/model_runner.h"
 #include "model/model_test_util.h"
+#include "model/random_model.h"
 #include "model/registry.h"
 #include "model/weights.h"
 
@@ -351,6 +352,33 @@ TEST(PrunedCheckpoint, ListsInSparseConfigFile) {
   m.pruned = load_model((tmp.path / "model").string(), o);
   EXPECT_EQ(dynamic_cast<ModelRunner&>(*m.pruned).config().kv_heads(0), 2);
   expect_same_logits(m);
+}
+
+// The random-model writer (tachyon make-random) writes each layer at its listed shape and
+// leaves an absent block's tensors out; the result loads.
+TEST(PrunedCheckpoint, RandomWriterFollowsTheLists) {
+  TempDir tmp;
+  fs::create_directories(tmp.path);
+  Json cfg = llama_config();
+  cfg["layer_head_num"] = Json::array({2, 0});
+  cfg["layer_head_num_kv"] = Json::array({1, 0});
+  cfg["layer_inter_size"] = Json::array({100, 0});
+  std::ofstream(tmp.path / "in.json") << cfg.dump();
+  RandomModelOptions opts;
+  opts.dtype = DType::kF32;
+  write_random_model((tmp.path / "in.json").string(), (tmp.path / "out").string(), opts);
+  auto ckpt = Checkpoint::open((tmp.path / "out").string());
+  EXPECT_EQ(ckpt->info("model.layers.0.self_attn.q_proj.weight").shape, (Shape{32, 64}));
+  EXPECT_EQ(ckpt->info("model.layers.0.self_attn.k_proj.weight").shape, (Shape{16, 64}));
+  EXPECT_EQ(ckpt->info("model.layers.0.self_attn.o_proj.weight").shape, (Shape{64, 32}));
+  EXPECT_EQ(ckpt->info("model.layers.0.mlp.down_proj.weight").shape, (Shape{64, 100}));
+  EXPECT_FALSE(ckpt->contains("model.layers.1.self_attn.q_proj.weight"));
+  EXPECT_FALSE(ckpt->contains("model.layers.1.mlp.gate_proj.weight"));
+  EXPECT_FALSE(ckpt->contains("model.layers.1.input_layernorm.weight"));
+  auto model = load_model((tmp.path / "out").string(), on_cpu());
+  model->init_kv_cache(4, 4);
+  const Tensor logits = model->forward(testing_util::one_seq({5, 9, 200}, 0, {0}));
+  for (int64_t i = 0; i < logits.numel(); ++i) ASSERT_TRUE(std::isfinite(logits.data<float>()[i]));
 }
 
 // A tensor whose shape contradicts the lists is refused, naming it.
