@@ -7,6 +7,10 @@
 #include <vector>
 
 #include "core/json.h"
+#include "core/quant.h"
+#include "core/thread_pool.h"
+#include "io/checkpoint.h"
+#include "model/load_quantization.h"
 #include "model/model_test_util.h"
 #include "model/weights.h"
 
@@ -64,6 +68,27 @@ TEST(DeciLM, BlockConfigsGivePerLayerShapes) {
   EXPECT_FALSE(slot_present(mc, Slot::kAttnNorm, 3));
   EXPECT_FALSE(slot_present(mc, Slot::kMlpNorm, 3));
   EXPECT_EQ(slot_shape(mc, Slot::kLinearMlp, 2), (Shape{96, 96}));
+}
+
+// The fixture's linear blocks load at [hidden, hidden] and are quantized at load with
+// the other decoder matrices.
+TEST(DeciLM, LinearBlocksLoadAndQuantize) {
+  const std::string dir = testing_util::fixture("decilm");
+  const HfConfig hf = HfConfig::load(dir + "/config.json");
+  const ModelConfig mc = map_model_config(hf, "");
+  auto ckpt = Checkpoint::open(dir);
+  ModelWeights w = load_weights(*ckpt, mc, find_arch(hf, "").map_weights(mc));
+  ASSERT_TRUE(w.layers[1].linear_attn.w);
+  EXPECT_EQ(w.layers[1].linear_attn.w.shape(), (Shape{64, 64}));
+  EXPECT_TRUE(w.layers[1].attn_norm.weight);
+  EXPECT_FALSE(w.layers[1].q.w);
+  ASSERT_TRUE(w.layers[2].linear_mlp.w);
+  EXPECT_FALSE(w.layers[2].gate.w);
+  EXPECT_FALSE(w.layers[3].attn_norm.weight);
+  EXPECT_FALSE(w.layers[4].mlp_norm.weight);
+  quantize_at_load(w, LoadQuantization::kInt8, ThreadPool::global());
+  EXPECT_NE(quantized(w.layers[1].linear_attn.w), nullptr);
+  EXPECT_NE(quantized(w.layers[2].linear_mlp.w), nullptr);
 }
 
 TEST(DeciLM, RefusalsNameTheField) {
