@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Conformance fixtures for the families whose checkpoints ship their own modeling code
 (trust_remote_code): Aquila, Baichuan, the first ChatGLM-6B, ChatGLM2/3 and GLM-4
-(ChatGLMModel), Qwen (first generation), InternLM and InternLM2.
+(ChatGLMModel), Qwen (first generation), InternLM, InternLM2, OpenELM and DeciLM /
+Nemotron-NAS.
 
 transformers cannot run these without their remote code, so every fixture is built from
 the natively supported fixtures in tests/conformance/fixtures (Hugging Face reference
@@ -49,8 +50,10 @@ import torch
 
 sys.dont_write_bytecode = True  # keep scripts/ free of __pycache__
 from remote_code_ports import (BaichuanPort, ChatGLM6BPort, ChatGLMPort, InternLM2Port,
-                               InternLMPort, LlamaPort, QwenPort, check_twin, read_safetensors,
-                               load_native, run_case, safetensors_bytes)
+                               DeciLMPort, InternLMPort, LlamaPort, OpenELMPort, QwenPort, check_twin,
+                               decilm_ffn_size, openelm_layer_shapes,
+                               read_safetensors, load_native, run_case,
+                               safetensors_bytes)
 import fixture_weights  # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -140,7 +143,8 @@ def fixture_list():
     fixtures = []
 
     def add(name, config, tensors, port, source, cases=None, note="", prompt_lengths=None,
-            fmt="safetensors", prompt_makers=None, port_on_twins=True, stream=None):
+            fmt="safetensors", prompt_makers=None, port_on_twins=True, stream=None,
+            unchecked=None):
         # port_on_twins: the port's class also runs a twin fixture (so its code is checked
         # against transformers there); False for a port of its own. stream: the manifest
         # stream the tensors were drawn from (stream_fixture), else they are gathers of a
@@ -150,6 +154,8 @@ def fixture_list():
                          "prompt_lengths": prompt_lengths, "format": fmt,
                          "prompt_makers": prompt_makers, "port_on_twins": port_on_twins,
                          "stream": stream})
+        if unchecked:
+            fixtures[-1]["unchecked"] = unchecked
 
     common = {"bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": D,
               "initializer_range": 0.02, "intermediate_size": I, "num_attention_heads": H,
@@ -400,8 +406,117 @@ def fixture_list():
              "feed_forward / output. Dynamic NTK (factor 2) only acts past "
              "max_position_embeddings, which no test sequence reaches.")
     add_chatglm6b(add)
+    add_openelm(add, V, llama_cases)
+    add_decilm(add, V, llama_cases)
     natives = {"llama": llama_cases, "qwen2": qwen2_cases, "glm": glm_cases}
     return fixtures, natives
+
+
+def add_openelm(add, vocab, cases):
+    """OpenELM (OpenELMForCausalLM): layer-wise scaling over 4 layers, so that every layer
+    has its own query heads, KV heads and FFN width; random weights of its own."""
+    config = {
+        "activation_fn_name": "swish", "architectures": ["OpenELMForCausalLM"],
+        "auto_map": {"AutoConfig": "configuration_openelm.OpenELMConfig",
+                     "AutoModelForCausalLM": "modeling_openelm.OpenELMForCausalLM"},
+        "bos_token_id": 1, "eos_token_id": 2, "ffn_dim_divisor": 32,
+        "ffn_multipliers": [0.5, 4.0], "ffn_with_glu": True, "head_dim": 16,
+        "initializer_range": 0.02, "max_context_length": 256, "model_dim": 128,
+        "model_type": "openelm", "normalization_layer_name": "rms_norm",
+        "normalize_qk_projections": True, "num_gqa_groups": 2, "num_transformer_layers": 4,
+        "qkv_multipliers": [0.5, 1.0], "rope_freq_constant": 10000, "rope_max_length": 512,
+        "share_input_output_layers": True, "torch_dtype": "float32",
+        "transformers_version": "4.39.3", "use_cache": True, "vocab_size": vocab}
+    heads, kv_heads, inter = openelm_layer_shapes(config)
+    # As the config class saves them (its __post_init__ recomputes them on loading).
+    config["num_query_heads"], config["num_kv_heads"] = heads, kv_heads
+    D, hd = config["model_dim"], config["head_dim"]
+    shapes = {"transformer.token_embeddings.weight": [vocab, D], "transformer.norm.weight": [D]}
+    for i in range(config["num_transformer_layers"]):
+        L = "transformer.layers.%d." % i
+        shapes.update({
+            L + "attn_norm.weight": [D], L + "ffn_norm.weight": [D],
+            L + "attn.qkv_proj.weight": [(heads[i] + 2 * kv_heads[i]) * hd, D],
+            L + "attn.q_norm.weight": [hd], L + "attn.k_norm.weight": [hd],
+            L + "attn.out_proj.weight": [D, heads[i] * hd],
+            L + "ffn.proj_1.weight": [2 * inter[i], D], L + "ffn.proj_2.weight": [D, inter[i]]})
+    tensors, stream = stream_fixture(shapes, 2404)
+    add("openelm", config, tensors, lambda c, t: OpenELMPort(c, t), None, cases, stream=stream,
+        port_on_twins=False,
+        unchecked="a port of its own, which runs on no twin: its per-layer shapes, q/k norms "
+                  "and rotary applied after the cache are checked against the modeling code "
+                  "by reading only",
+        note="OpenELM (apple/OpenELM-270M's layout at hidden 128, head_dim 16, 4 layers): "
+             "qkv_multipliers [0.5, 1.0] and ffn_multipliers [0.5, 4.0] give layers of %s "
+             "query heads, %s KV heads and FFN widths %s; q/k RMSNorm, a gated FFN, the output "
+             "layer shared with the embedding; random weights scaled as the native fixtures', "
+             "float32." % (heads, kv_heads, inter))
+
+
+def add_decilm(add, vocab, cases):
+    """DeciLM / Nemotron-NAS (DeciLMForCausalLM): 5 layers whose block_configs cover every
+    kind of block; random weights of its own."""
+    def block(attn, ffn):
+        a = {"n_heads_in_group": None, "no_op": False, "replace_with_linear": False,
+             "sparsify": None}
+        f = {"ffn_mult": None, "no_op": False, "replace_with_linear": False, "sparsify": None}
+        a.update(attn)
+        f.update(ffn)
+        return {"attention": a, "ffn": f}
+
+    blocks = [block({"n_heads_in_group": 2}, {"ffn_mult": 2.0}),
+              block({"replace_with_linear": True}, {"ffn_mult": 1.0}),
+              block({"n_heads_in_group": 4}, {"replace_with_linear": True}),
+              block({"no_op": True}, {"ffn_mult": 7.0}),
+              block({"n_heads_in_group": 1}, {"no_op": True})]
+    D, H = 64, 4
+    hd = D // H
+    config = {
+        "architectures": ["DeciLMForCausalLM"], "attention_bias": False,
+        "auto_map": {"AutoConfig": "configuration_decilm.DeciLMConfig",
+                     "AutoModelForCausalLM": "modeling_decilm.DeciLMForCausalLM"},
+        "block_configs": blocks, "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
+        "hidden_size": D, "initializer_range": 0.02, "intermediate_size": None,
+        "max_position_embeddings": 256, "mlp_bias": False, "model_type": "nemotron-nas",
+        "num_attention_heads": H, "num_hidden_layers": len(blocks),
+        "num_key_value_heads": None, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+        "rope_scaling": None, "rope_theta": 10000.0, "tie_word_embeddings": False,
+        "torch_dtype": "float32", "transformers_version": "4.48.3", "use_cache": True,
+        "vocab_size": vocab}
+    shapes = {"model.embed_tokens.weight": [vocab, D], "model.norm.weight": [D],
+              "lm_head.weight": [vocab, D]}
+    for i, b in enumerate(blocks):
+        L = "model.layers.%d." % i
+        a, f = b["attention"], b["ffn"]
+        if not a["no_op"]:
+            shapes[L + "input_layernorm.weight"] = [D]
+            if a["replace_with_linear"]:
+                shapes[L + "self_attn.linear_attn.weight"] = [D, D]
+            else:
+                kv = H // a["n_heads_in_group"]
+                shapes.update({L + "self_attn.q_proj.weight": [D, D],
+                               L + "self_attn.k_proj.weight": [kv * hd, D],
+                               L + "self_attn.v_proj.weight": [kv * hd, D],
+                               L + "self_attn.o_proj.weight": [D, D]})
+        if not f["no_op"]:
+            shapes[L + "post_attention_layernorm.weight"] = [D]
+            if f["replace_with_linear"]:
+                shapes[L + "mlp.linear_mlp.weight"] = [D, D]
+            else:
+                inter = decilm_ffn_size(f["ffn_mult"], D)
+                shapes.update({L + "mlp.gate_proj.weight": [inter, D],
+                               L + "mlp.up_proj.weight": [inter, D],
+                               L + "mlp.down_proj.weight": [D, inter]})
+    tensors, stream = stream_fixture(shapes, 5151)
+    add("decilm", config, tensors, lambda c, t: DeciLMPort(c, t), None, cases, stream=stream,
+        port_on_twins=False,
+        unchecked="a port of its own, which runs on no twin: its block kinds and their "
+                  "sizes are checked against the modeling code by reading only",
+        note="DeciLM / Nemotron-NAS (DeciLMForCausalLM, model_type nemotron-nas) at hidden 64, "
+             "4 heads, 5 layers whose block_configs cover every kind of block: attention with "
+             "2, 1 and 4 KV heads, attention replaced by a linear map, no attention; FFNs of "
+             "ffn_mult 2.0, 1.0 and 7.0 (widths 256, 256, 512), an FFN replaced by a linear "
+             "map, no FFN. Random weights scaled as the native fixtures', float32.")
 
 
 def add_chatglm6b(add):
@@ -493,7 +608,8 @@ def config_vocab(config):
 
 
 def layer_count(config):
-    return config.get("num_hidden_layers") or config.get("num_layers")
+    return (config.get("num_hidden_layers") or config.get("num_layers") or
+            config.get("num_transformer_layers"))
 
 
 def sorted_json(obj):
@@ -671,9 +787,9 @@ def readme(fixture):
                    "length otherwise")
         checked = ("the same port reproduces the native fixtures' Hugging Face logits on the "
                    "twins" if fixture["port_on_twins"] else
-                   "a port of its own, which runs on no twin: its 2-D positions, bidirectional "
-                   "context and scaled residual are checked against the modeling code by "
-                   "reading only")
+                   fixture.get("unchecked", "a port of its own, which runs on no twin: its 2-D "
+                               "positions, bidirectional context and scaled residual are "
+                               "checked against the modeling code by reading only"))
         lines += ["No natively supported architecture computes this, so the reference is a "
                   "float64 forward written from the published modeling code's definitions "
                   "(`scripts/make_remote_code_fixtures.py`; " + checked + "), with greedy "

@@ -1,7 +1,8 @@
 """Float64 ports of the published modeling code of the remote-code families (Llama /
 Aquila, Baichuan 7B and 13B with NormHead, the first ChatGLM-6B, ChatGLM2/3 and GLM-4,
-Qwen-1 with dynamic NTK and log-n attention, InternLM, InternLM2), with a key/value cache so that greedy decoding
-follows the modeling files' generate(), plus the safetensors reading and writing that
+Qwen-1 with dynamic NTK and log-n attention, InternLM, InternLM2, OpenELM, DeciLM /
+Nemotron-NAS), with a
+key/value cache so that greedy decoding follows the modeling files' generate(), plus the safetensors reading and writing that
 make_remote_code_fixtures.py needs. Each port takes (config.json as a dict, the
 checkpoint's tensors by name) and exposes step(ids, cache) -> logits [len(ids), vocab].
 """
@@ -584,6 +585,143 @@ class InternLM2Port:
             x = x + linear(g, t[L + "feed_forward.w2.weight"])
         cache.length += n
         return linear(rms_norm(x, t["model.norm.weight"], self.eps), t["output.weight"])
+
+
+def openelm_make_divisible(v, divisor):
+    """configuration_openelm.make_divisible with min_value = divisor."""
+    new_v = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    if new_v < 0.9 * v:
+        new_v += divisor
+    return new_v
+
+
+def openelm_layer_shapes(config):
+    """OpenELMConfig.__post_init__: the per-layer query heads, KV heads and FFN widths
+    recomputed from qkv_multipliers / ffn_multipliers (a pair is interpolated with
+    numpy.linspace over the layers and rounded to 2 decimals)."""
+    import numpy as np
+    layers, model_dim, hd = (config["num_transformer_layers"], config["model_dim"],
+                             config["head_dim"])
+    groups = config.get("num_gqa_groups", 1)
+
+    def spread(m):
+        if isinstance(m, (int, float)):
+            return [m] * layers
+        if len(m) == 2:
+            return [round(v, 2) for v in np.linspace(m[0], m[1], num=layers, dtype=float)]
+        assert len(m) == layers
+        return list(m)
+
+    q_dims = [int(openelm_make_divisible(model_dim * m, hd * groups))
+              for m in spread(config.get("qkv_multipliers", 1.0))]
+    heads = [q // hd for q in q_dims]
+    kv_heads = [h // groups for h in heads]
+    inter = [int(openelm_make_divisible(m * model_dim, config.get("ffn_dim_divisor", 256)))
+             for m in spread(config.get("ffn_multipliers", 4.0))]
+    return heads, kv_heads, inter
+
+
+class OpenELMPort:
+    """modeling_openelm.py (OpenELMForCausalLM): per-layer heads and FFN widths (layer-wise
+    scaling), qkv_proj rows [q heads; k heads; v heads], q/k RMSNorm per head before the
+    cache, rotary applied after it to every cached key (positions 0..) and to the
+    queries (the last positions), proj_1 rows [gate; up], RMSNorm eps 1e-6, the output
+    layer the embedding table with share_input_output_layers."""
+
+    def __init__(self, config, t):
+        self.c, self.t = config, t
+        self.layers = config["num_transformer_layers"]
+        self.hd = config["head_dim"]
+        self.heads, self.kv_heads, self.inter = openelm_layer_shapes(config)
+        self.eps = 1e-6
+        self.freq = inv_freq(config.get("rope_freq_constant", 10000), self.hd)
+        assert config.get("activation_fn_name", "swish") == "swish"
+
+    def step(self, ids, cache):
+        t, p0, n, hd = self.t, cache.length, len(ids), self.hd
+        x = t["transformer.token_embeddings.weight"].to(F64)[torch.tensor(ids)]
+        for i in range(self.layers):
+            L = "transformer.layers.%d." % i
+            qh, kh = self.heads[i], self.kv_heads[i]
+            h = rms_norm(x, t[L + "attn_norm.weight"], self.eps)
+            qkv = linear(h, t[L + "attn.qkv_proj.weight"]).view(n, qh + 2 * kh, hd)
+            q, k, v = qkv[:, :qh], qkv[:, qh:qh + kh], qkv[:, qh + kh:]
+            if self.c.get("normalize_qk_projections", False):
+                q = rms_norm(q, t[L + "attn.q_norm.weight"], self.eps)
+                k = rms_norm(k, t[L + "attn.k_norm.weight"], self.eps)
+            k, v = cache.append(i, k, v)
+            keys = k.shape[0]
+            q = rope_half(q, torch.arange(keys - n, keys), self.freq)
+            k = rope_half(k, torch.arange(keys), self.freq)
+            a = attention(q, k, v, p0, hd ** -0.5).reshape(n, -1)
+            x = x + linear(a, t[L + "attn.out_proj.weight"])
+            h = rms_norm(x, t[L + "ffn_norm.weight"], self.eps)
+            y = linear(h, t[L + "ffn.proj_1.weight"])
+            if self.c.get("ffn_with_glu", True):
+                y1, y2 = y.chunk(2, dim=-1)
+                y = silu(y1) * y2
+            else:
+                y = silu(y)
+            x = x + linear(y, t[L + "ffn.proj_2.weight"])
+        cache.length += n
+        x = rms_norm(x, t["transformer.norm.weight"], self.eps)
+        out = t["transformer.token_embeddings.weight"] if self.c.get(
+            "share_input_output_layers", False) else t["lm_head.weight"]
+        return linear(x, out)[:, :self.c["vocab_size"]]
+
+
+def decilm_ffn_size(ffn_mult, hidden):
+    """modeling_decilm._ffn_mult_to_intermediate_size."""
+    n = int(2 * ffn_mult * hidden / 3)
+    return n if n % 256 == 0 else n + 256 - n % 256
+
+
+class DeciLMPort:
+    """modeling_decilm.py (DeciLMForCausalLM, Nemotron-NAS): Llama whose layers follow
+    block_configs: an attention block that is a no-op, a linear map of the normed input
+    (self_attn.linear_attn), or attention with num_attention_heads / n_heads_in_group
+    KV heads; an FFN that is a no-op, a linear map (mlp.linear_mlp) or a SiLU-gated MLP
+    of width 2 * ffn_mult * hidden / 3 rounded up to 256."""
+
+    def __init__(self, config, t):
+        self.c, self.t = config, t
+        self.layers = config["num_hidden_layers"]
+        self.heads = config["num_attention_heads"]
+        self.hd = config["hidden_size"] // self.heads
+        self.eps = config["rms_norm_eps"]
+        self.freq = inv_freq(config.get("rope_theta", 10000.0), self.hd)
+        assert config.get("hidden_act", "silu") == "silu" and not config.get("rope_scaling")
+
+    def step(self, ids, cache):
+        t, p0, n = self.t, cache.length, len(ids)
+        pos = torch.arange(n) + p0
+        x = t["model.embed_tokens.weight"].to(F64)[torch.tensor(ids)]
+        for i, block in enumerate(self.c["block_configs"]):
+            L = "model.layers.%d." % i
+            attn, ffn = block["attention"], block["ffn"]
+            if not attn["no_op"]:
+                h = rms_norm(x, t[L + "input_layernorm.weight"], self.eps)
+                if attn["replace_with_linear"]:
+                    x = x + linear(h, t[L + "self_attn.linear_attn.weight"])
+                else:
+                    kv = self.heads // attn["n_heads_in_group"]
+                    q = linear(h, t[L + "self_attn.q_proj.weight"]).view(n, self.heads, self.hd)
+                    k = linear(h, t[L + "self_attn.k_proj.weight"]).view(n, kv, self.hd)
+                    v = linear(h, t[L + "self_attn.v_proj.weight"]).view(n, kv, self.hd)
+                    q, k = rope_half(q, pos, self.freq), rope_half(k, pos, self.freq)
+                    k, v = cache.append(i, k, v)
+                    a = attention(q, k, v, p0, self.hd ** -0.5).reshape(n, -1)
+                    x = x + linear(a, t[L + "self_attn.o_proj.weight"])
+            if not ffn["no_op"]:
+                h = rms_norm(x, t[L + "post_attention_layernorm.weight"], self.eps)
+                if ffn["replace_with_linear"]:
+                    x = x + linear(h, t[L + "mlp.linear_mlp.weight"])
+                else:
+                    g = silu(linear(h, t[L + "mlp.gate_proj.weight"])) * linear(
+                        h, t[L + "mlp.up_proj.weight"])
+                    x = x + linear(g, t[L + "mlp.down_proj.weight"])
+        cache.length += n
+        return linear(rms_norm(x, t["model.norm.weight"], self.eps), t["lm_head.weight"])
 
 
 # ----------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ int cmd_inspect(const CommandArgs& argv) {
   const std::string dir = resolve_model_dir(args.str("model"));
   LoadOptions opts;
   opts.model_type = args.str("model-type");
+  opts.sparse_config = args.str("sparse-config");
   // The checkpoint read as the loader reads it, on no device (a quantized module shows
   // its storage whatever the backends support).
   ModelConfig cfg;

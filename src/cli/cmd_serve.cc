@@ -96,6 +96,7 @@ EngineBackendOptions backend_options(const ServeConfig& c, const std::string& mo
   o.model_dir = model_dir;
   o.tokenizer_dir = c.tokenizer;
   o.model_type = c.model_type;
+  o.sparse_config = c.sparse_config;
   o.served_name = name;
   o.device = c.device;
   o.dtype = c.dtype;

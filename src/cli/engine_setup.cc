@@ -26,6 +26,7 @@ LoadOptions load_options(const SettingValues& v, const LoraOptions& lora) {
     opts.lora.max_rank = lora.max_rank;
   }
   opts.model_type = v.str("model-type");
+  opts.sparse_config = v.str("sparse-config");
   opts.device = parse_device(v.str("device"));
   opts.dtype = parse_compute_dtype(v.str("dtype"));
   opts.kv_cache_dtype = parse_kv_cache_dtype(v.str("kv-cache-dtype"));

@@ -75,6 +75,10 @@ std::vector<Setting> make_table() {
       Def("model-type", T::kString, "", kLoad,
           "architecture override (e.g. llama, qwen_2); default: from config.json")
           .env({"TACHYON_MODEL_TYPE", "MODEL_TYPE"}),
+      Def("sparse-config", T::kString, "", kLoad,
+          "JSON file of a pruned model's per-layer shapes (layer_head_num, layer_head_num_kv, "
+          "layer_inter_size) replacing config.json's; default: config.json's own")
+          .env({"TACHYON_SPARSE_CONFIG", "SPARSE_CONFIG_FILE"}),
       Def("served-model-name", T::kString, "", Cmds{"serve", "bench-serving"},
           "model name in the API (bench-serving: the name its requests send); serve's "
           "default: the model directory's name")

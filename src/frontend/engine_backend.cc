@@ -131,6 +131,7 @@ std::shared_ptr<EngineBackend> EngineBackend::load(const EngineBackendOptions& o
   progress(0, 0, "weights");
   LoadOptions lo;
   lo.model_type = o.model_type;
+  lo.sparse_config = o.sparse_config;
   lo.device = parse_device(o.device);
   lo.dtype = parse_compute_dtype(o.dtype);
   lo.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);

@@ -24,6 +24,7 @@ struct EngineBackendOptions {
   std::string model_dir;
   std::string tokenizer_dir;            // empty: model_dir
   std::string model_type;               // architecture override
+  std::string sparse_config;            // per-layer shapes file (LoadOptions::sparse_config)
   std::string served_name;              // empty: the model folder's name
   std::string device = "auto";          // cpu, cuda, cuda:N, auto
   std::string dtype = "auto";           // compute dtype on a GPU: auto (bf16), bf16, f16, f32

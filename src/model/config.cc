@@ -149,6 +149,8 @@ void ModelConfig::validate() const {
   per_layer(layer_head_num.size(), "layer_head_num");
   per_layer(layer_head_num_kv.size(), "layer_head_num_kv");
   per_layer(layer_inter_size.size(), "layer_inter_size");
+  per_layer(layer_linear_attn.size(), "layer_linear_attn");
+  per_layer(layer_linear_mlp.size(), "layer_linear_mlp");
   for (int l = 0; l < layer_num && per_layer_shapes(); ++l) {
     const int32_t h = heads(l), kv = kv_heads(l);
     const int64_t i = inter(l);
@@ -160,6 +162,15 @@ void ModelConfig::validate() const {
       raise<InvalidArgument>(
           "model config: layer {}: {} KV heads for {} heads (a divisor, and 0 only with 0 heads)",
           l, kv, h);
+    if ((linear_attention(l) && h != 0) || (linear_mlp(l) && (i != 0 || is_moe(l))))
+      raise<InvalidArgument>(
+          "model config: layer {} replaces its attention or MLP by a linear map but has {} "
+          "heads, intermediate size {}",
+          l, h, i);
+    if ((linear_attention(l) || linear_mlp(l)) &&
+        (post_norm || residual_from_norm || parallel_residual || sandwich_norm))
+      raise<InvalidArgument>(
+          "model config: layer {}: a block replaced by a linear map needs the pre-norm form", l);
     if ((h == 0 || (i == 0 && !is_moe(l))) &&
         (post_norm || residual_from_norm || (parallel_residual && parallel_shared_norm)))
       raise<InvalidArgument>(
@@ -269,6 +280,8 @@ Json ModelConfig::to_json() const {
   if (!layer_head_num.empty()) j["layer_head_num"] = layer_head_num;
   if (!layer_head_num_kv.empty()) j["layer_head_num_kv"] = layer_head_num_kv;
   if (!layer_inter_size.empty()) j["layer_inter_size"] = layer_inter_size;
+  if (!layer_linear_attn.empty()) j["layer_linear_attn"] = layer_linear_attn;
+  if (!layer_linear_mlp.empty()) j["layer_linear_mlp"] = layer_linear_mlp;
   if (bidirectional_context) j["attention"]["bidirectional_context"] = true;
   j["parallel_residual"] = parallel_residual;
   if (residual_from_norm) j["residual_from_norm"] = {{"scale", residual_scale}};

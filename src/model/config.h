@@ -161,6 +161,11 @@ struct ModelConfig {
   std::vector<int32_t> layer_head_num;
   std::vector<int32_t> layer_head_num_kv;
   std::vector<int64_t> layer_inter_size;
+  // [layer_num] each, or empty: 1 where the layer's attention (which then has 0 heads)
+  // or MLP (intermediate size 0) is replaced by one linear map [hidden, hidden] of its
+  // normed input, added to the residual (DeciLM's replace_with_linear; pre-norm only).
+  std::vector<uint8_t> layer_linear_attn;
+  std::vector<uint8_t> layer_linear_mlp;
 
   // Mixture of experts.
   MoeConfig moe;
@@ -193,9 +198,16 @@ struct ModelConfig {
   int32_t kv_heads(int layer) const;
   int64_t inter(int layer) const;
   bool has_attention(int layer) const { return heads(layer) > 0; }
+  bool linear_attention(int layer) const {
+    return !layer_linear_attn.empty() && layer_linear_attn[layer] != 0;
+  }
+  bool linear_mlp(int layer) const {
+    return !layer_linear_mlp.empty() && layer_linear_mlp[layer] != 0;
+  }
   bool has_mlp(int layer) const { return is_moe(layer) || inter(layer) > 0; }
   bool per_layer_shapes() const {
-    return !layer_head_num.empty() || !layer_head_num_kv.empty() || !layer_inter_size.empty();
+    return !layer_head_num.empty() || !layer_head_num_kv.empty() || !layer_inter_size.empty() ||
+           !layer_linear_attn.empty() || !layer_linear_mlp.empty();
   }
   int64_t q_size(int layer) const { return int64_t{heads(layer)} * size_per_head; }
   int64_t kv_size(int layer) const { return int64_t{kv_heads(layer)} * size_per_head; }

@@ -206,9 +206,12 @@ void Decoder::layer(int l, Tensor& x) {
       be_.add(x, m, x);
     }
   } else {
-    // Pre-norm: x' = x + o(attn(n1(x))); x'' = x' + mlp(n2(x')).
+    // Pre-norm: x' = x + o(attn(n1(x))); x'' = x' + mlp(n2(x')). A block replaced by a
+    // linear map adds W n(x) instead (DeciLM's replace_with_linear).
     if (attend) be_.linear_residual(attention(l, x, &L.attn_norm), L.o, x, lora_);
+    if (L.linear_attn) be_.linear_residual(normed(x, L.attn_norm, h_), L.linear_attn, x, nullptr);
     if (mlp_on) mlp_residual(l, x, &L.mlp_norm, x);
+    if (L.linear_mlp) be_.linear_residual(normed(x, L.mlp_norm, h_), L.linear_mlp, x, nullptr);
   }
 }
 

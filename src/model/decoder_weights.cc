@@ -149,9 +149,9 @@ void Decoder::prepare_weights(ModelWeights& w, Backend& be) {
     for (NormParams* n :
          {&L.attn_norm, &L.mlp_norm, &L.post_attn_norm, &L.post_mlp_norm, &L.q_norm, &L.k_norm})
       prep_norm(*n);
-    for (LinearWeights* l :
-         {&L.qkv, &L.q, &L.k, &L.v, &L.o, &L.gate_up, &L.gate, &L.up, &L.down, &L.router,
-          &L.shared_gate, &L.shared_up, &L.shared_down, &L.shared_expert_gate})
+    for (LinearWeights* l : {&L.qkv, &L.q, &L.k, &L.v, &L.o, &L.gate_up, &L.gate, &L.up, &L.down,
+                             &L.router, &L.shared_gate, &L.shared_up, &L.shared_down,
+                             &L.shared_expert_gate, &L.linear_attn, &L.linear_mlp})
       prep_linear(*l);
     for (MoeExpertWeights& e : L.experts) {
       prep(e.gate_up);

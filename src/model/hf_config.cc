@@ -336,6 +336,65 @@ void read_rope(const HfConfig& cfg, ModelConfig& mc, double theta_default, doubl
   }
 }
 
+namespace {
+template <typename T>
+std::vector<T> read_layer_list(const HfConfig& cfg, std::string_view field, int32_t layer_num) {
+  const Json* v = cfg.find({field});
+  if (v == nullptr) return {};
+  if (!v->is_array())
+    raise<InvalidArgument>("{}: field '{}' must be a list of {} per-layer sizes, got {}",
+                           cfg.source(), field, layer_num, v->dump());
+  if (static_cast<int64_t>(v->size()) != layer_num)
+    raise<InvalidArgument>("{}: field '{}' has {} entries; the model has {} layers", cfg.source(),
+                           field, v->size(), layer_num);
+  std::vector<T> out;
+  for (size_t l = 0; l < v->size(); ++l) {
+    const Json& e = (*v)[l];
+    const bool integral =
+        e.is_number_integer() || (e.is_number_float() && std::isfinite(e.get<double>()) &&
+                                  e.get<double>() == std::floor(e.get<double>()));
+    const double d = integral ? e.get<double>() : -1;
+    if (!integral || d < 0 || d > std::numeric_limits<int32_t>::max())
+      raise<InvalidArgument>(
+          "{}: field '{}' entry {} (layer {}) must be a non-negative size, got {}", cfg.source(),
+          field, l, l, e.dump());
+    out.push_back(static_cast<T>(d));
+  }
+  return out;
+}
+}  // namespace
+
+void read_layer_shapes(const HfConfig& cfg, const std::string& sparse_config_path,
+                       ModelConfig& mc) {
+  const bool from_file = !sparse_config_path.empty();
+  if (from_file && !file_exists(sparse_config_path))
+    raise<NotFound>("sparse config file '{}' does not exist", sparse_config_path);
+  const HfConfig src = from_file ? HfConfig::load(sparse_config_path) : cfg;
+  const FieldNames lists = {"layer_head_num", "layer_head_num_kv", "layer_inter_size"};
+  if (!src.has(lists)) {
+    if (from_file)
+      raise<InvalidArgument>(
+          "{}: none of 'layer_head_num', 'layer_head_num_kv', "
+          "'layer_inter_size' (a sparse config names per-layer sizes)",
+          src.source());
+    return;
+  }
+  if (auto n = src.get_int({"layer_num"}); n && *n != mc.layer_num)
+    raise<InvalidArgument>("{}: layer_num {} differs from the model's {} layers", src.source(), *n,
+                           mc.layer_num);
+  mc.layer_head_num = read_layer_list<int32_t>(src, "layer_head_num", mc.layer_num);
+  mc.layer_head_num_kv = read_layer_list<int32_t>(src, "layer_head_num_kv", mc.layer_num);
+  mc.layer_inter_size = read_layer_list<int64_t>(src, "layer_inter_size", mc.layer_num);
+  for (int l = 0; l < mc.layer_num; ++l) {
+    const int32_t h = mc.heads(l), kv = mc.kv_heads(l);
+    if ((h == 0) != (kv == 0) || (kv > 0 && h % kv != 0))
+      raise<InvalidArgument>(
+          "{}: layer {} has {} heads and {} KV heads; the KV heads must divide the heads (0 "
+          "only with 0 heads)",
+          src.source(), l, h, kv);
+  }
+}
+
 void apply_generation_config(const std::string& path, ModelConfig& mc) {
   if (!file_exists(path)) return;
   HfConfig g = HfConfig::load(path);

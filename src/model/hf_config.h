@@ -81,6 +81,15 @@ int32_t head_dim_of(const HfConfig& cfg, int64_t hidden, int64_t heads,
                     std::string_view hidden_field, std::string_view heads_field,
                     FieldNames head_dim_names = {"head_dim"});
 
+// A pruned model's per-layer shapes, RTP-LLM's lists: layer_head_num, layer_head_num_kv
+// and layer_inter_size ([layer_num] non-negative integers each; 0 heads: no attention, 0
+// intermediate: no MLP), read from `sparse_config_path` when not empty (a JSON file that
+// replaces config.json's lists; it may carry layer_num, which must match), else from
+// config.json. Without layer_head_num_kv a layer keeps ModelConfig::kv_heads's default:
+// its heads as KV heads in a model without grouping, else head_num_kv. InvalidArgument
+// naming the file and field on a list that is not one; NotFound for a missing file.
+void read_layer_shapes(const HfConfig& cfg, const std::string& sparse_config_path, ModelConfig& mc);
+
 // generation_config.json: eos (int or list) / bos / pad override the config's, and the
 // default sampling parameters. Missing file: nothing changes.
 void apply_generation_config(const std::string& path, ModelConfig& mc);

@@ -61,8 +61,9 @@ std::shared_ptr<QuantizedMatrix> quantize_one(const Tensor& w, LoadQuantization 
 void quantize_at_load(ModelWeights& w, LoadQuantization q, ThreadPool& pool) {
   std::vector<Tensor*> mats;
   for (LayerWeights& L : w.layers) {
-    for (LinearWeights* l : {&L.qkv, &L.q, &L.k, &L.v, &L.o, &L.gate_up, &L.gate, &L.up, &L.down,
-                             &L.shared_gate, &L.shared_up, &L.shared_down})
+    for (LinearWeights* l :
+         {&L.qkv, &L.q, &L.k, &L.v, &L.o, &L.gate_up, &L.gate, &L.up, &L.down, &L.shared_gate,
+          &L.shared_up, &L.shared_down, &L.linear_attn, &L.linear_mlp})
       if (l->w) mats.push_back(&l->w);
     for (MoeExpertWeights& e : L.experts)
       for (Tensor* t : {&e.gate_up, &e.gate, &e.up, &e.down})

@@ -22,6 +22,15 @@
 namespace tachyon {
 
 namespace {
+// A Megatron-LM checkpoint's shapes come from its own arguments.
+void refuse_sparse_config(const std::string& dir, const LoadOptions& opts) {
+  if (!opts.sparse_config.empty())
+    raise<InvalidArgument>(
+        "{}: a sparse config ({}) applies to a Hugging Face folder, not a "
+        "Megatron-LM checkpoint",
+        dir, opts.sparse_config);
+}
+
 std::string join_path(const std::string& dir, const char* name) {
   if (dir.empty()) return name;
   return dir.back() == '/' ? dir + name : dir + "/" + name;
@@ -30,11 +39,14 @@ std::string join_path(const std::string& dir, const char* name) {
 
 ModelConfig load_model_config(const std::string& dir, const LoadOptions& opts) {
   const std::string path = join_path(dir, "config.json");
-  if (is_megatron_checkpoint(dir)) return load_megatron_config(dir, opts.vocab_size);
+  if (is_megatron_checkpoint(dir)) {
+    refuse_sparse_config(dir, opts);
+    return load_megatron_config(dir, opts.vocab_size);
+  }
   if (!file_exists(path)) raise<NotFound>("no config.json in model folder '{}'", dir);
   HfConfig cfg = HfConfig::load(path);
   return map_model_config(cfg, opts.model_type, join_path(dir, "generation_config.json"),
-                          join_path(dir, "quantize_config.json"));
+                          join_path(dir, "quantize_config.json"), opts.sparse_config);
 }
 
 bool cuda_available() {
@@ -166,6 +178,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
   std::unique_ptr<Checkpoint> ckpt;
   WeightMap map;
   if (is_megatron_checkpoint(dir)) {
+    refuse_sparse_config(dir, opts);
     MegatronModel m = load_megatron(dir, opts.vocab_size);
     mc = std::move(m.config);
     ckpt = std::move(m.checkpoint);
@@ -177,7 +190,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
     HfConfig cfg = HfConfig::load(path);
     const ArchSpec& spec = find_arch(cfg, opts.model_type);
     mc = map_model_config(cfg, opts.model_type, join_path(dir, "generation_config.json"),
-                          join_path(dir, "quantize_config.json"));
+                          join_path(dir, "quantize_config.json"), opts.sparse_config);
     if (mc.quant.enabled()) log_info("{}: quantized checkpoint ({})", dir, mc.quant.str());
     ckpt = Checkpoint::open(dir);
     map = spec.map_weights(mc);

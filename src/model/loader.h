@@ -40,6 +40,9 @@ struct LoadOptions {
   // The tokenizer's vocabulary size: a Megatron-LM checkpoint's padded vocabulary (its
   // embedding and output rows) is cut to it; 0 keeps the padded size.
   int64_t vocab_size = 0;
+  // A JSON file of per-layer shapes (--sparse-config, SPARSE_CONFIG_FILE) that replaces
+  // config.json's layer_head_num / layer_head_num_kv / layer_inter_size; empty: none.
+  std::string sparse_config;
 };
 
 // "cpu", "cuda", "cuda:N", "gpu" or "auto" (CUDA when a GPU is present). Throws

@@ -38,6 +38,8 @@ const std::vector<ArchSpec>& arch_registry() {
       arch::qwen_spec(),
       arch::internlm_spec(),
       arch::internlm2_spec(),
+      arch::openelm_spec(),
+      arch::decilm_spec(),
       // Reached only by name (--model-type): configs that cannot be told apart.
       arch::baichuan2_spec(),
       arch::chatglm2_spec(),
@@ -112,7 +114,8 @@ const ArchSpec& find_arch(const HfConfig& cfg, const std::string& override_type)
 
 ModelConfig map_model_config(const HfConfig& cfg, const std::string& override_type,
                              const std::string& generation_config_path,
-                             const std::string& quantize_config_path) {
+                             const std::string& quantize_config_path,
+                             const std::string& sparse_config_path) {
   const ArchSpec& spec = find_arch(cfg, override_type);
   ModelConfig mc = spec.map_config(cfg);
   mc.family = spec.family;
@@ -127,6 +130,7 @@ ModelConfig map_model_config(const HfConfig& cfg, const std::string& override_ty
   if (!generation_config_path.empty()) apply_generation_config(generation_config_path, mc);
   mc.quant = read_quant_config(cfg.json(), cfg.source(), quantize_config_path);
   if (mc.rope.max_position_embeddings == 0) mc.rope.max_position_embeddings = mc.max_seq_len;
+  read_layer_shapes(cfg, sparse_config_path, mc);
   mc.validate();
   return mc;
 }

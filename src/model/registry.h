@@ -42,9 +42,11 @@ std::string supported_architectures();
 
 // Maps a config.json (+ generation_config.json next to it, when present) through the
 // registry into a validated ModelConfig, with its quantization_config (or, without one,
-// the quantize_config.json at quantize_config_path when present).
+// the quantize_config.json at quantize_config_path when present), and its per-layer
+// shapes from config.json or the file at sparse_config_path (read_layer_shapes).
 ModelConfig map_model_config(const HfConfig& cfg, const std::string& override_type,
                              const std::string& generation_config_path = "",
-                             const std::string& quantize_config_path = "");
+                             const std::string& quantize_config_path = "",
+                             const std::string& sparse_config_path = "");
 
 }  // namespace tachyon

@@ -38,6 +38,7 @@ std::string_view slot_name(Slot slot) {
       "experts_gate_up", "experts_down",
       "shared_gate",     "shared_up",
       "shared_down",     "shared_expert_gate",
+      "linear_attn",     "linear_mlp",
   };
   static_assert(std::size(kNames) == static_cast<size_t>(Slot::kCount));
   return kNames[static_cast<size_t>(slot)];
@@ -186,6 +187,9 @@ Shape slot_shape(const ModelConfig& cfg, Slot s, int layer) {
       return {D, Is};
     case Slot::kSharedExpertGate:
       return {1, D};
+    case Slot::kLinearAttn:
+    case Slot::kLinearMlp:
+      return {D, D};
     default:
       return {D};  // norms, norm biases, o / down biases
   }
@@ -195,6 +199,14 @@ bool slot_present(const ModelConfig& cfg, Slot s, int layer) {
   switch (s) {
     case Slot::kAttnNorm:
     case Slot::kAttnNormBias:
+      return cfg.has_attention(layer) || cfg.linear_attention(layer);
+    case Slot::kLinearAttn:
+      return cfg.linear_attention(layer);
+    case Slot::kLinearMlp:
+      return cfg.linear_mlp(layer);
+    case Slot::kMlpNorm:
+    case Slot::kMlpNormBias:
+      return cfg.has_mlp(layer) || cfg.linear_mlp(layer);
     case Slot::kPostAttnNorm:
     case Slot::kQNorm:
     case Slot::kKNorm:
@@ -209,8 +221,6 @@ bool slot_present(const ModelConfig& cfg, Slot s, int layer) {
     case Slot::kO:
     case Slot::kOBias:
       return cfg.has_attention(layer);
-    case Slot::kMlpNorm:
-    case Slot::kMlpNormBias:
     case Slot::kPostMlpNorm:
     case Slot::kGateUp:
     case Slot::kGate:
@@ -471,9 +481,13 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& cfg, const 
     LayerWeights& L = w.layers[l];
     // A pruned layer's absent attention or MLP has no weights, its norm included.
     const bool attention = cfg.has_attention(l), mlp = cfg.has_mlp(l);
-    if (attention) L.attn_norm = ld.norm(Slot::kAttnNorm, Slot::kAttnNormBias, l);
+    if (attention || cfg.linear_attention(l))
+      L.attn_norm = ld.norm(Slot::kAttnNorm, Slot::kAttnNormBias, l);
     const bool separate_mlp_norm = !(cfg.parallel_residual && cfg.parallel_shared_norm);
-    if (separate_mlp_norm && mlp) L.mlp_norm = ld.norm(Slot::kMlpNorm, Slot::kMlpNormBias, l);
+    if (separate_mlp_norm && (mlp || cfg.linear_mlp(l)))
+      L.mlp_norm = ld.norm(Slot::kMlpNorm, Slot::kMlpNormBias, l);
+    if (cfg.linear_attention(l)) L.linear_attn = {ld.require(Slot::kLinearAttn, l), {}};
+    if (cfg.linear_mlp(l)) L.linear_mlp = {ld.require(Slot::kLinearMlp, l), {}};
     if (cfg.sandwich_norm) {
       if (attention) L.post_attn_norm = ld.norm(Slot::kPostAttnNorm, Slot::kCount, l);
       if (mlp) L.post_mlp_norm = ld.norm(Slot::kPostMlpNorm, Slot::kCount, l);

@@ -65,6 +65,9 @@ enum class Slot : uint8_t {
   kSharedUp,
   kSharedDown,
   kSharedExpertGate,  // [1, D]
+  // A block replaced by a linear map of its normed input (ModelConfig::layer_linear_*).
+  kLinearAttn,  // [D, D]
+  kLinearMlp,   // [D, D]
   kCount,
 };
 
@@ -96,6 +99,7 @@ struct LayerWeights {
   LinearWeights router;
   std::vector<MoeExpertWeights> experts;
   LinearWeights shared_gate, shared_up, shared_down, shared_expert_gate;
+  LinearWeights linear_attn, linear_mlp;  // blocks replaced by a linear map
 };
 
 // Where each loaded tensor came from (for `tachyon inspect`).

@@ -39,6 +39,7 @@ ServeConfig from_settings(const SettingValues& v) {
   c.model = v.str("model");
   c.tokenizer = v.str("tokenizer");
   c.model_type = v.str("model-type");
+  c.sparse_config = v.str("sparse-config");
   c.served_model_name = v.str("served-model-name");
   c.max_seq_len = v.integer("max-seq-len");
   c.device = v.str("device");

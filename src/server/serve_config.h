@@ -21,6 +21,7 @@ struct ServeConfig {
   std::string model;  // checkpoint directory; empty: the bundled demo model
   std::string tokenizer;
   std::string model_type;
+  std::string sparse_config;  // per-layer shapes replacing config.json's; empty: none
   std::string served_model_name;
   int64_t max_seq_len = 0;  // 0: the model's
   std::string device = "auto";

@@ -38,6 +38,10 @@ bool is_chatglm6b_config(const HfConfig& cfg);
 ArchSpec qwen_spec();
 ArchSpec internlm_spec();
 ArchSpec internlm2_spec();
+// OpenELM: per-layer heads and FFN widths from its multipliers (layer-wise scaling).
+ArchSpec openelm_spec();
+// DeciLM / Nemotron-NAS: per-layer blocks (block_configs), some replaced by a linear map.
+ArchSpec decilm_spec();
 // LLaVA: a registered text family behind a CLIP vision tower (model/vision).
 ArchSpec llava_spec();
 
