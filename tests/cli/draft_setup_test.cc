@@ -228,6 +228,15 @@ TEST(DraftSetup, BuildsTheProposerFromTheBudget) {
   auto q = proposer_of(settings({"--draft-model", kDraft}), kTarget, *target, opts, &blocks);
   EXPECT_EQ(dynamic_cast<const DraftModelProposer&>(*q).num_blocks(), 100);
   EXPECT_EQ(blocks.num_kv_blocks, 100);
+
+  // vLLM's form names the folder and the number of drafts the same way.
+  EngineConfig json = blocks;
+  const std::string config =
+      R"({"method": "draft_model", "model": ")" + kDraft + R"(", "num_speculative_tokens": 3})";
+  auto j = proposer_of(settings({"--speculative-config", config}), kTarget, *target, opts, &json);
+  ASSERT_NE(j, nullptr);
+  EXPECT_EQ(j->name(), "draft_model");
+  EXPECT_EQ(draft_of(settings({"--speculative-config", config}))->num_speculative_tokens, 3);
 }
 
 TEST(DraftSetup, RefusesADraftThatDoesNotMatch) {

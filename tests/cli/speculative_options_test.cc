@@ -65,7 +65,9 @@ TEST(SpeculativeOptions, NgramFromFlagsJsonAndRtpLlmVariables) {
   EXPECT_EQ(o.prompt_lookup_max, 3);
 }
 
-TEST(SpeculativeOptions, DraftModelSettingsAndItsHook) {
+// The draft model's options; its proposer needs the loaded model (cli/draft_setup.h),
+// so make_proposer gives none for it.
+TEST(SpeculativeOptions, DraftModelSettings) {
   SpeculativeOptions o =
       options({"--speculative-config", R"({"method": "draft_model", "model": "/m/draft",
                                    "num_speculative_tokens": 4})"});
@@ -75,12 +77,8 @@ TEST(SpeculativeOptions, DraftModelSettingsAndItsHook) {
   o = options({"--draft-model", "/m/d2"});
   EXPECT_EQ(o.method, "draft_model");
   EXPECT_EQ(o.draft_model, "/m/d2");
-  try {
-    make_proposer(o);
-    ADD_FAILURE() << "no error";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("draft model proposer not available"), std::string::npos);
-  }
+  EXPECT_EQ(make_proposer(o), nullptr);
+  EXPECT_NE(make_proposer(options({"--speculative", "ngram"})), nullptr);
 }
 
 TEST(SpeculativeOptions, BadValuesAreClearErrors) {
