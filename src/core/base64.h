@@ -1,4 +1,4 @@
-// Base64 (RFC 4648, the standard alphabet) decoding.
+// Base64 (RFC 4648, the standard alphabet).
 #pragma once
 
 #include <string>
@@ -6,8 +6,13 @@
 
 namespace tachyon {
 
-// Decodes `text`; padding ('=') and line breaks are skipped. Throws InvalidArgument
-// naming `what` on any other character outside the alphabet.
-std::string base64_decode(std::string_view text, const std::string& what);
+// Decodes `text`. Spaces, tabs and line breaks are skipped (text wrapped at 76 columns);
+// padding is optional but, when present, must complete the last group of four. Throws
+// InvalidArgument naming `what` on a character outside the alphabet or a length no
+// encoding has.
+std::string base64_decode(std::string_view text, std::string_view what);
+
+// The padded encoding of `bytes`.
+std::string base64_encode(std::string_view bytes);
 
 }  // namespace tachyon

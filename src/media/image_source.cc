@@ -1,11 +1,14 @@
 #include "media/image_source.h"
 
+#include "core/base64.h"
+
 #include <algorithm>
 #include <array>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
 
+#include "core/base64.h"
 #include "core/error.h"
 
 namespace tachyon::media {
@@ -58,48 +61,6 @@ void check_size(size_t n, const MediaOptions& o, std::string_view what) {
 
 }  // namespace
 
-std::vector<uint8_t> decode_base64(std::string_view input, std::string_view what) {
-  // Line breaks and spaces (base64 wrapped at 76 columns) are skipped.
-  std::string compact;
-  if (input.find_first_of(" \t\r\n") != std::string_view::npos) {
-    compact.reserve(input.size());
-    for (char c : input)
-      if (c != ' ' && c != '\t' && c != '\r' && c != '\n') compact += c;
-    input = compact;
-  }
-  const std::string_view text = input;
-  static const auto table = [] {
-    std::array<int8_t, 256> t{};
-    t.fill(-1);
-    const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    for (int i = 0; i < 64; ++i) t[static_cast<unsigned char>(a[i])] = static_cast<int8_t>(i);
-    return t;
-  }();
-  size_t n = text.size();
-  size_t pad = 0;
-  while (n > 0 && text[n - 1] == '=' && pad < 2) --n, ++pad;
-  if ((pad > 0 && (n + pad) % 4 != 0) || n % 4 == 1)
-    raise<InvalidArgument>("{}: bad base64 (length {})", what, text.size());
-  std::vector<uint8_t> out;
-  out.reserve(n / 4 * 3 + 2);
-  uint32_t acc = 0;
-  int bits = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const int v = table[static_cast<unsigned char>(text[i])];
-    if (v < 0)
-      raise<InvalidArgument>("{}: bad base64 (byte {:#04x} at offset {})", what,
-                             static_cast<unsigned char>(text[i]), i);
-    acc = (acc << 6) | uint32_t(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(static_cast<uint8_t>(acc >> bits));
-      acc &= (1u << bits) - 1;
-    }
-  }
-  return out;
-}
-
 std::vector<uint8_t> read_data_url(std::string_view url, const MediaOptions& o) {
   if (!starts_with_ci(url, "data:")) raise<InvalidArgument>("image: not a data URL");
   const size_t comma = url.find(',');
@@ -113,7 +74,8 @@ std::vector<uint8_t> read_data_url(std::string_view url, const MediaOptions& o) 
   const std::string_view payload = url.substr(comma + 1);
   // The decoded size from the encoded one, before decoding anything.
   check_size(payload.size() / 4 * 3, o, "image data URL");
-  std::vector<uint8_t> bytes = decode_base64(payload, "image data URL");
+  const std::string decoded = base64_decode(payload, "image data URL");
+  std::vector<uint8_t> bytes(decoded.begin(), decoded.end());
   check_size(bytes.size(), o, "image data URL");
   if (!media_type.empty()) {
     if (media_type == "image/jpg") media_type = "image/jpeg";

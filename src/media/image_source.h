@@ -40,8 +40,4 @@ std::vector<uint8_t> load_image_bytes(const std::string& ref, const MediaOptions
 // load_image_bytes, then decode_image with options.limits.
 RgbImage load_image(const std::string& ref, const MediaOptions& options, bool allow_path);
 
-// Standard base64 (padding optional, spaces and line breaks skipped); anything else
-// is an InvalidArgument naming `what`.
-std::vector<uint8_t> decode_base64(std::string_view text, std::string_view what);
-
 }  // namespace tachyon::media

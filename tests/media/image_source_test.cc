@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "core/base64.h"
 #include "core/error.h"
 #include "media_fixtures.h"
 
@@ -23,21 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string base64(const std::vector<uint8_t>& b) {
-  const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < b.size(); i += 3) {
-    const uint32_t v = (b[i] << 16) | (b[i + 1] << 8) | b[i + 2];
-    for (int s = 18; s >= 0; s -= 6) out += a[(v >> s) & 63];
-  }
-  if (i + 1 == b.size()) {
-    const uint32_t v = b[i] << 16;
-    out += a[(v >> 18) & 63], out += a[(v >> 12) & 63], out += "==";
-  } else if (i + 2 == b.size()) {
-    const uint32_t v = (b[i] << 16) | (b[i + 1] << 8);
-    out += a[(v >> 18) & 63], out += a[(v >> 12) & 63], out += a[(v >> 6) & 63], out += '=';
-  }
-  return out;
+  return base64_encode(std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
 }
 
 template <typename F>
@@ -76,14 +63,6 @@ TEST(MediaSource, DataUrls) {
   small.limits.max_bytes = int64_t(png.size()) - 1;
   expect_refused([&] { read_data_url("data:image/png;base64," + base64(png), small); },
                  "over the limit");
-  // Base64 itself: every length, with and without padding.
-  for (size_t n = 0; n < 12; ++n) {
-    const std::vector<uint8_t> v(png.begin(), png.begin() + n);
-    std::string enc = base64(v);
-    EXPECT_EQ(decode_base64(enc, "t"), v);
-    while (!enc.empty() && enc.back() == '=') enc.pop_back();
-    EXPECT_EQ(decode_base64(enc, "t"), v);
-  }
 }
 
 class TempDir {

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/base64.h"
 #include "server/api_error.h"
 #include "server/app_test_util.h"
 #include "server/image_inputs.h"
@@ -20,17 +21,7 @@ std::string png_data_url(const char* media_type = "image/png") {
   std::stringstream ss;
   ss << f.rdbuf();
   const std::string b = ss.str();
-  const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  for (size_t i = 0; i < b.size(); i += 3) {
-    uint32_t v = uint8_t(b[i]) << 16;
-    if (i + 1 < b.size()) v |= uint8_t(b[i + 1]) << 8;
-    if (i + 2 < b.size()) v |= uint8_t(b[i + 2]);
-    out += a[(v >> 18) & 63];
-    out += a[(v >> 12) & 63];
-    out += i + 1 < b.size() ? a[(v >> 6) & 63] : '=';
-    out += i + 2 < b.size() ? a[v & 63] : '=';
-  }
+  const std::string out = base64_encode(b);
   return std::string("data:") + media_type + ";base64," + out;
 }
 

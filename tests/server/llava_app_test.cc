@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "conformance/llava_model_dir.h"
+#include "core/base64.h"
 #include "core/json.h"
 #include "core/mmap.h"
 #include "frontend/engine_backend.h"
@@ -30,17 +31,7 @@ constexpr int32_t kNew = 8;
 std::string data_url(const std::string& path, const char* type, size_t keep = 0) {
   std::string b = read_file(path);
   if (keep > 0) b.resize(keep);
-  const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  for (size_t i = 0; i < b.size(); i += 3) {
-    uint32_t v = uint8_t(b[i]) << 16;
-    if (i + 1 < b.size()) v |= uint8_t(b[i + 1]) << 8;
-    if (i + 2 < b.size()) v |= uint8_t(b[i + 2]);
-    out += a[(v >> 18) & 63];
-    out += a[(v >> 12) & 63];
-    out += i + 1 < b.size() ? a[(v >> 6) & 63] : '=';
-    out += i + 2 < b.size() ? a[v & 63] : '=';
-  }
+  const std::string out = base64_encode(b);
   return std::string("data:") + type + ";base64," + out;
 }
 

@@ -125,6 +125,32 @@ __device__ __forceinline__ bool argmax_better(float v, int i, float bv, int bi) 
   return v > bv || (v == bv && i < bi);
 }
 
+// An online log-sum-exp: (m, sum) is the largest value added and the sum of
+// exp(x - m) over the values added; -inf and NaN are left out.
+__device__ __forceinline__ void lse_add(float x, float& m, float& sum) {
+  if (x == -INFINITY || isnan(x)) return;
+  if (x > m) {
+    sum = sum * expf(m - x) + 1.f;
+    m = x;
+  } else {
+    sum += expf(x - m);
+  }
+}
+
+// Merges the online log-sum-exp (m2, sum2) into (m, sum).
+__device__ __forceinline__ void lse_merge(float& m, float& sum, float m2, float sum2) {
+  if (m2 == -INFINITY) return;
+  if (m == -INFINITY) {
+    m = m2;
+    sum = sum2;
+  } else if (m2 > m) {
+    sum = sum * expf(m - m2) + sum2;
+    m = m2;
+  } else {
+    sum += sum2 * expf(m2 - m);
+  }
+}
+
 // The warp's best (v, i) by argmax_better, on every lane.
 __device__ __forceinline__ void warp_argmax(float& v, int& i) {
 #pragma unroll

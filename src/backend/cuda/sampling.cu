@@ -70,26 +70,6 @@ __global__ void log_softmax_kernel(float* x, int64_t vocab) {
 // float4 at a time where the row allows, and the block merges them.
 constexpr int kLogprobThreads = 1024;
 
-__device__ __forceinline__ void lse_add(float y, float& m, float& sum) {
-  if (y == -INFINITY) return;
-  if (y > m) {
-    sum = sum * expf(m - y) + 1.f;
-    m = y;
-  } else {
-    sum += expf(y - m);
-  }
-}
-
-__device__ __forceinline__ void lse_combine(float& m, float& sum, float m2, float sum2) {
-  if (m2 == -INFINITY) return;
-  if (m == -INFINITY || m2 > m) {
-    sum = (m == -INFINITY ? 0.f : sum * expf(m - m2)) + sum2;
-    m = m2;
-  } else {
-    sum += sum2 * expf(m2 - m);
-  }
-}
-
 __global__ void __launch_bounds__(kLogprobThreads)
     chosen_logprob_kernel(const float* __restrict__ logits, int64_t vocab,
                           const KSampleRow* __restrict__ meta, const int32_t* __restrict__ ids,
@@ -121,7 +101,7 @@ __global__ void __launch_bounds__(kLogprobThreads)
   for (int o = 16; o > 0; o >>= 1) {
     const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
     const float s2 = __shfl_xor_sync(0xffffffffu, sum, o);
-    lse_combine(m, sum, m2, s2);
+    lse_merge(m, sum, m2, s2);
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) {
@@ -130,7 +110,7 @@ __global__ void __launch_bounds__(kLogprobThreads)
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int w = 1; w < kLogprobThreads / 32; ++w) lse_combine(m, sum, red_m[w], red_s[w]);
+    for (int w = 1; w < kLogprobThreads / 32; ++w) lse_merge(m, sum, red_m[w], red_s[w]);
     logprobs[blockIdx.x] = sum > 0.f ? row[id] * inv_t - m - logf(sum) : 0.f;
   }
 }

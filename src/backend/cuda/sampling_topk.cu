@@ -408,31 +408,6 @@ struct GreedyPartial {
   float sum;  // sum of exp(x - value) over the split's finite logits
 };
 
-// Adds x to an online (max, sum of exp(x - max)).
-__device__ __forceinline__ void lse_visit(float x, float& m, float& sum) {
-  if (x == -INFINITY || isnan(x)) return;
-  if (x > m) {
-    sum = sum * expf(m - x) + 1.f;
-    m = x;
-  } else {
-    sum += expf(x - m);
-  }
-}
-
-// Merges two online (max, sum) pairs.
-__device__ __forceinline__ void lse_merge(float& m, float& sum, float m2, float sum2) {
-  if (m2 == -INFINITY) return;
-  if (m == -INFINITY) {
-    m = m2;
-    sum = sum2;
-  } else if (m2 > m) {
-    sum = sum * expf(m - m2) + sum2;
-    m = m2;
-  } else {
-    sum += sum2 * expf(m2 - m);
-  }
-}
-
 __global__ void __launch_bounds__(kGreedyThreads)
     greedy_split_kernel(const float* __restrict__ logits, int64_t vocab, int splits,
                         GreedyPartial* __restrict__ part, int* __restrict__ counters,
@@ -453,7 +428,7 @@ __global__ void __launch_bounds__(kGreedyThreads)
   float m = -INFINITY, sum = 0.f;
   auto visit = [&](float x, int64_t j) {
     greedy_visit(x, j, bv, bi, bad);
-    lse_visit(x, m, sum);
+    lse_add(x, m, sum);
   };
   if (vocab % 4 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0) {
     const float4* r4 = reinterpret_cast<const float4*>(row);
