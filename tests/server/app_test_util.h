@@ -1,4 +1,5 @@
-// A server (HttpServer + ServerApp) on a free port over a FakeBackend, for tests.
+// A server (HttpServer + ServerApp) on a free port, over a FakeBackend or any backend, for
+// tests.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -15,19 +16,25 @@
 
 namespace tachyon::server::testing {
 
+// An HTTP server on a free port handing every request to `app`, started.
+inline std::unique_ptr<HttpServer> serve_app(ServerApp& app) {
+  HttpServerOptions ho;
+  ho.port = 0;
+  ho.io_threads = 2;
+  auto http =
+      std::make_unique<HttpServer>(ho, [&app](HttpRequest&& r, std::shared_ptr<ResponseWriter> w) {
+        app.handle(std::move(r), std::move(w));
+      });
+  http->start();
+  return http;
+}
+
 struct TestServer {
   explicit TestServer(AppOptions opt = default_options(), bool with_backend = true) {
     app = std::make_unique<ServerApp>(opt);
     backend = std::make_shared<FakeBackend>();
     if (with_backend) app->set_backend(backend);
-    HttpServerOptions ho;
-    ho.port = 0;
-    ho.io_threads = 2;
-    http = std::make_unique<HttpServer>(ho,
-                                        [this](HttpRequest&& r, std::shared_ptr<ResponseWriter> w) {
-                                          app->handle(std::move(r), std::move(w));
-                                        });
-    http->start();
+    http = serve_app(*app);
   }
   ~TestServer() {
     app->cancel_all();

@@ -15,9 +15,7 @@
 #include "core/json.h"
 #include "core/mmap.h"
 #include "frontend/engine_backend.h"
-#include "server/app.h"
-#include "server/http_server.h"
-#include "server/test_http_client.h"
+#include "server/app_test_util.h"
 
 namespace tachyon::server {
 namespace {
@@ -45,14 +43,7 @@ struct LlavaServer {
     ao.model_name = "llava";
     app = std::make_unique<ServerApp>(ao);
     app->set_backend(backend);
-    HttpServerOptions ho;
-    ho.port = 0;
-    ho.io_threads = 2;
-    http = std::make_unique<HttpServer>(ho,
-                                        [this](HttpRequest&& r, std::shared_ptr<ResponseWriter> w) {
-                                          app->handle(std::move(r), std::move(w));
-                                        });
-    http->start();
+    http = testing::serve_app(*app);
   }
   ~LlavaServer() {
     app->cancel_all();
